@@ -1,0 +1,40 @@
+# Thin wrapper: scripts/deps.sh + meson + ninja. See README.md.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+MESON_SETUP = meson setup --reconfigure
+
+.PHONY: all deps build test asan demo clean format tidy
+
+all: build
+
+deps:
+	@sh scripts/deps.sh
+
+$(BUILD)/build.ninja:
+	@sh scripts/deps.sh
+	meson setup $(BUILD) >/dev/null
+
+build: deps $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+test: build
+	meson test -C $(BUILD) --print-errorlogs --num-processes 2
+
+asan: deps
+	@[ -f $(ASAN_BUILD)/build.ninja ] || meson setup $(ASAN_BUILD) \
+		-Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug >/dev/null
+	ninja -C $(ASAN_BUILD)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		meson test -C $(ASAN_BUILD) --print-errorlogs --num-processes 2
+
+demo: build
+	@sh scripts/demo.sh $(BUILD)
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+tidy: build
+	clang-tidy -p $(BUILD) --quiet --checks='-*,bugprone-*,-bugprone-easily-swappable-parameters,-bugprone-reserved-identifier' $$(git ls-files 'src/*.c' 'tools/*.c')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

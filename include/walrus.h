@@ -1,0 +1,110 @@
+/*
+ * walrus.h - the public API of the walrus storage engine.
+ *
+ * walrus is an embeddable key-value engine whose I/O path mirrors
+ * PostgreSQL's: a write-ahead log, a shared buffer pool in shared memory,
+ * and a background checkpointer that alone fsyncs data files.
+ *
+ * Process model.  Every process that calls walrus_open() on a data
+ * directory becomes a *backend* of the instance serving that directory.
+ * The first open starts the instance's supervisor (a detached process) which
+ * owns the directory; later opens, from any process, attach to it.  When the
+ * last backend closes, the supervisor lingers briefly, checkpoints and exits.
+ *
+ * Rules for callers:
+ *   - One data directory per process: a process may hold several handles,
+ *     but all on the same directory.
+ *   - A handle belongs to the process that opened it; a child created by
+ *     fork() must open its own.
+ *   - Calls on the handles of one process must not run concurrently (use a
+ *     lock if several threads share walrus).
+ *   - The library never calls exit() or abort() in the caller's process and
+ *     never installs signal handlers there.
+ *
+ * Errors.  Every function returns WALRUS_OK (0) or a negative WALRUS_E*
+ * code.  walrus_strerror() names the code; walrus_errmsg() gives the detailed
+ * message of the last failure in the calling thread ("could not open file
+ * "/data/base/1": Permission denied").
+ *
+ * WALRUS_ERESTART means the instance crashed (a process died while attached,
+ * or an fsync failed and the instance PANICked) and has restarted from its
+ * write-ahead log.  Nothing acknowledged as durable is lost; writes that were
+ * in flight may or may not have happened.  The handle is dead: close it and
+ * open the directory again.
+ */
+#ifndef WALRUS_H
+#define WALRUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum walrus_error {
+	WALRUS_OK = 0,
+	WALRUS_ENOTFOUND = -1,	/* key absent */
+	WALRUS_EINVAL = -2,	/* bad argument or option value */
+	WALRUS_EIO = -3,	/* an I/O error (the message names file and errno) */
+	WALRUS_ENOSPC = -4,	/* no space left on a device */
+	WALRUS_ECORRUPT = -5,	/* a checksum or structural check failed */
+	WALRUS_EBUSY = -6,	/* directory owned by another instance, or in use */
+	WALRUS_EPERM = -7,	/* permissions (or bad permissions on the directory) */
+	WALRUS_ENOENT = -8,	/* missing directory or file */
+	WALRUS_ERESTART = -9,	/* instance crashed and restarted: reopen */
+	WALRUS_EPANIC = -10,	/* this call hit a PANIC; the instance restarts */
+	WALRUS_ENOMEM = -11,	/* out of memory */
+	WALRUS_EVERSION = -12,	/* data directory of an incompatible version */
+	WALRUS_ETOOBIG = -13,	/* key or value over its limit */
+	WALRUS_ESHUTDOWN = -14, /* instance shutting down */
+	WALRUS_EPROTO = -15,	/* unexpected message from the supervisor */
+	WALRUS_ENOTWALRUS = -16, /* not a walrus data directory */
+	WALRUS_EINTERNAL = -17, /* a bug: please report with the log */
+	WALRUS_ELIMIT = -18,	/* a configured limit reached (connections, fds) */
+};
+
+/* A short description of an error code; never NULL. */
+const char *walrus_strerror(int code);
+
+/* The detailed message of the last failure in this thread ("" if none). */
+const char *walrus_errmsg(void);
+
+/*
+ * Options.  Every engine knob has a name, a documented default and a valid
+ * range; walrus_opts_set() parses and validates a value ("128MB", "5min",
+ * "on", "io_uring") and fails with WALRUS_EINVAL and a message naming the
+ * option.  Instance-wide options (shared_buffers, wal_segment_size, ...)
+ * take effect when the instance starts; a later open that passes a different
+ * value is told so in the log and runs with the instance's value.
+ */
+typedef struct walrus_opts walrus_opts;
+
+walrus_opts *walrus_opts_new(void);
+void walrus_opts_free(walrus_opts *opts);
+int walrus_opts_set(walrus_opts *opts, const char *name, const char *value);
+/* Writes the value of option @name into buf as text; WALRUS_EINVAL if unknown. */
+int walrus_opts_get(const walrus_opts *opts, const char *name, char *buf, size_t len);
+
+typedef struct walrus walrus;
+
+/*
+ * Opens (attaching to, or starting, the instance of) data directory @dir.
+ * @opts may be NULL for defaults; option create_if_missing=on creates the
+ * directory (mode 0700) and initialises it.
+ * Errors: ENOENT (missing and not created), EPERM (not ours, not writable,
+ * or group/world permissions), ENOTWALRUS, EVERSION, EBUSY (another instance
+ * owns it, or another directory is open in this process), EINVAL, EIO.
+ */
+int walrus_open(const char *dir, const walrus_opts *opts, walrus **db);
+
+/* Detaches cleanly; always frees @db.  Returns the first error met, if any. */
+int walrus_close(walrus *db);
+
+/* Pid of the supervisor serving @db. */
+int walrus_supervisor_pid(const walrus *db);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WALRUS_H */

@@ -1,0 +1,21 @@
+#!/bin/sh
+# Install walrus's build and test dependencies from Debian's packages.
+# Quiet when everything is already present; runs apt-get update first otherwise.
+set -eu
+PKGS="build-essential meson ninja-build pkg-config liburing-dev libzstd-dev check \
+python3 fio e2fsprogs util-linux procps"
+missing=""
+for p in $PKGS; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+		missing="$missing $p"
+	fi
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+	echo "deps.sh: missing packages:$missing (run as root to install them)" >&2
+	exit 1
+fi
+echo "deps.sh: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends $missing >/dev/null

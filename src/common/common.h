@@ -1,0 +1,194 @@
+/*
+ * common.h - the ground floor: CRC32C, logging, errors, options, time.
+ *
+ * Owns: per-process logging state (sinks, process name, level), the
+ * thread-local "last error" message, the option table.
+ * Locks: none.  Log lines are written with one write(2) each to an O_APPEND
+ * file, so lines of different processes never interleave.
+ * Returns: WALRUS_* codes (include/walrus.h); wr_error() records a message.
+ * PANICs: wr_panic() logs at PANIC and calls the installed panic handler,
+ * which brings the instance down (the engine installs it: in auxiliary
+ * processes it exits, in a backend it marks the instance crashed and unwinds
+ * to the API boundary).  It never returns.
+ */
+#ifndef WALRUS_COMMON_H
+#define WALRUS_COMMON_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "walrus.h"
+
+#define WR_PAGE_SIZE 8192
+#define WR_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define WR_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define WR_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define WR_ALIGN_UP(x, a) (((x) + ((a)-1)) & ~((uint64_t)(a)-1))
+#define WR_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define WR_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define WR_LIKELY(x) __builtin_expect(!!(x), 1)
+
+/* ---------------------------------------------------------------- CRC32C */
+
+/* CRC32C (Castagnoli), as in iSCSI/ext4: crc32c(0, "123456789", 9) == 0xE3069283. */
+uint32_t crc32c(uint32_t crc, const void *data, size_t len);
+/* The portable table-driven version, exposed so tests can compare the two. */
+uint32_t crc32c_sw(uint32_t crc, const void *data, size_t len);
+/* True when crc32c() uses the CPU's crc32 instruction (SSE4.2). */
+bool crc32c_hw_available(void);
+
+/* ---------------------------------------------------------------- logging */
+
+enum wr_level { WR_DEBUG, WR_LOG, WR_WARNING, WR_ERROR, WR_FATAL, WR_PANIC };
+
+/* "DEBUG", "LOG", ... ; parse returns -1 for an unknown name. */
+const char *wr_level_name(int level);
+int wr_level_parse(const char *name);
+
+/*
+ * Sinks.  A line goes to the log file (if set) when level >= file level and
+ * to stderr when level >= stderr level.  Defaults: no file, stderr from
+ * WARNING.  The process name ("walrus-ckpt") appears on every line:
+ *   2026-12-03 09:30:00.123 UTC [4242] walrus-ckpt LOG:  message
+ */
+void wr_log_set_file(int fd, int min_level); /* fd < 0 to disable */
+void wr_log_set_stderr(int min_level);	     /* > WR_PANIC to silence */
+void wr_log_set_process_name(const char *name);
+const char *wr_log_process_name(void);
+
+void wr_log(int level, const char *fmt, ...) WR_PRINTF(2, 3);
+void wr_vlog(int level, const char *fmt, va_list ap);
+
+/*
+ * PANIC: log, then call the panic handler.  Never returns: if the handler
+ * returns (or none is installed) the process aborts.  Use it for states the
+ * instance cannot continue from: an fsync failure, an error inside a critical
+ * section, a broken invariant of shared memory.
+ */
+_Noreturn void wr_panic(const char *fmt, ...) WR_PRINTF(1, 2);
+typedef void (*wr_panic_handler)(void);
+void wr_set_panic_handler(wr_panic_handler fn);
+
+/*
+ * Critical sections: code between enter and exit must not fail halfway
+ * (WAL insert + page change).  Error paths inside one call wr_panic(); the
+ * macro below checks it in debug builds.
+ */
+void wr_crit_enter(void);
+void wr_crit_exit(void);
+bool wr_in_crit(void);
+
+/* ---------------------------------------------------------------- errors */
+
+/*
+ * Records a detailed message for walrus_errmsg() and returns @code, so error
+ * paths read:  return wr_error(WALRUS_EIO, "could not read \"%s\": %m", path);
+ * (%m works: errno is kept for the formatting).  Does not log.
+ */
+int wr_error(int code, const char *fmt, ...) WR_PRINTF(2, 3);
+/* Maps an errno to the closest WALRUS_E* code (ENOSPC->ENOSPC, EACCES->EPERM, ...). */
+int wr_errno_code(int err);
+/* Clears the thread's message. */
+void wr_error_clear(void);
+
+/* ---------------------------------------------------------------- time */
+
+uint64_t wr_now_ns(void);     /* CLOCK_MONOTONIC */
+uint64_t wr_wall_us(void);    /* CLOCK_REALTIME, microseconds since the epoch */
+void wr_sleep_us(uint64_t us); /* sleeps the whole time, retrying on EINTR */
+
+/* ---------------------------------------------------------------- options */
+
+/*
+ * The option table: one entry per knob, with its type, default, range and
+ * scope.  Sizes are parsed with units (B, kB, MB, GB; 1kB = 1024 B), times
+ * with units (us, ms, s, min, h, d), booleans as on/off/true/false/1/0.
+ * Every field of wr_options holds the value in the unit named in its
+ * comment.
+ */
+enum wr_opt_type { WR_OPT_BOOL, WR_OPT_INT, WR_OPT_SIZE, WR_OPT_TIME, WR_OPT_REAL, WR_OPT_ENUM };
+enum wr_opt_scope {
+	WR_SCOPE_INSTANCE, /* fixed when the instance starts */
+	WR_SCOPE_SESSION,  /* per open handle */
+};
+
+enum wr_sync_method { WR_SYNC_FDATASYNC, WR_SYNC_FSYNC, WR_SYNC_OPEN_DATASYNC };
+enum wr_io_method { WR_IO_SYNC, WR_IO_URING };
+enum wr_wal_compression { WR_COMPRESS_OFF, WR_COMPRESS_ZSTD };
+
+typedef struct wr_options {
+	/* memory and files */
+	int64_t shared_buffers;	  /* bytes, multiple of WR_PAGE_SIZE */
+	int64_t max_open_files;	  /* per-process real fds of the fd cache */
+	int64_t data_segment_size; /* bytes per data file segment, multiple of WR_PAGE_SIZE */
+	int64_t max_connections;  /* processes attached at once */
+	/* WAL */
+	int64_t wal_segment_size; /* bytes, power of two */
+	int64_t wal_buffers;	  /* bytes */
+	int wal_sync_method;	  /* enum wr_sync_method */
+	bool wal_direct_io;
+	int io_method;		/* enum wr_io_method */
+	int wal_compression;	/* enum wr_wal_compression */
+	int64_t wal_compression_level;
+	int64_t wal_writer_delay_us;
+	bool full_page_writes;
+	bool synchronous_commit;
+	/* checkpoints */
+	int64_t checkpoint_timeout_us;
+	int64_t max_wal_size;	/* bytes */
+	int64_t min_wal_size;	/* bytes */
+	double checkpoint_completion_target;
+	int64_t checkpoint_flush_after; /* bytes, 0 = no write-back hints */
+	bool checkpoint_sort;
+	bool log_checkpoints;
+	/* background writer */
+	int64_t bgwriter_delay_us;
+	int64_t bgwriter_lru_maxpages;
+	double bgwriter_lru_multiplier;
+	int64_t bgwriter_flush_after; /* bytes */
+	/* instance and session */
+	int64_t supervisor_linger_us; /* how long the supervisor waits after the last detach */
+	int log_min_messages;	      /* enum wr_level, for DIR/log/walrus.log */
+	bool create_if_missing;
+} wr_options;
+
+typedef struct wr_opt_desc {
+	const char *name;
+	int type;  /* enum wr_opt_type */
+	int scope; /* enum wr_opt_scope */
+	size_t offset; /* of the field in wr_options */
+	const char *def; /* default, as text */
+	double min, max; /* for INT/SIZE/TIME/REAL, in the field's unit */
+	const char *const *enum_names; /* for ENUM: NULL-terminated */
+	const char *help;
+} wr_opt_desc;
+
+/* Fills @o with every default. */
+void wr_opts_defaults(wr_options *o);
+/* Parses and validates; WALRUS_EINVAL with a message naming the option and the accepted form. */
+int wr_opts_set(wr_options *o, const char *name, const char *value);
+/* Formats the current value as text (sizes and times with their best unit). */
+int wr_opts_get(const wr_options *o, const char *name, char *buf, size_t len);
+/* Checks relations between options (min_wal_size <= max_wal_size, ...). */
+int wr_opts_validate(const wr_options *o);
+/* The table, for dumps ("name = value" at start) and docs. */
+const wr_opt_desc *wr_opts_table(size_t *count);
+/* Parses "name=value"; the -o form of the command line. */
+int wr_opts_set_pair(wr_options *o, const char *name_eq_value);
+/* Appends the effective options as a JSON object to buf; returns the length it needs. */
+size_t wr_opts_json(const wr_options *o, char *buf, size_t len);
+
+/* Unit parsers, exposed for the command line: WALRUS_EINVAL on bad input. */
+int wr_parse_size(const char *s, int64_t *out);
+int wr_parse_time_us(const char *s, int64_t *out);
+int wr_parse_bool(const char *s, bool *out);
+
+/* ---------------------------------------------------------------- strings */
+
+/* snprintf that always terminates and reports truncation as false. */
+bool wr_snprintf(char *buf, size_t len, const char *fmt, ...) WR_PRINTF(3, 4);
+
+#endif /* WALRUS_COMMON_H */

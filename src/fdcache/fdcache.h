@@ -1,0 +1,149 @@
+/*
+ * fdcache.h - the per-process cache of virtual file descriptors, and the
+ * engine's single I/O seam.
+ *
+ * Like PostgreSQL's fd.c (VFDs) and SQLite's VFS: every open, pread, pwrite,
+ * fsync, fdatasync, sync_file_range, ftruncate, fallocate, rename, unlink,
+ * directory fsync and close of the engine goes through this module, so that
+ * failpoints (and later the power-loss simulation) plug in at one place.
+ *
+ * Owns: the table of virtual fds of this process.  A caller holds a small
+ * integer handle (fdc_file); at most `bound` real fds are open at once,
+ * where bound = min(max_open_files, RLIMIT_NOFILE - fds already open -
+ * FDC_RESERVED_FDS).  When a slot is needed, the least recently used real fd
+ * is closed, and reopened transparently on the next use with the same flags
+ * minus O_CREAT|O_EXCL|O_TRUNC.
+ *
+ * Write tracking (design rule 4): each handle knows whether it has been
+ * written since it was last handed to the checkpointer ("dirty").  Before a
+ * dirty fd is closed (LRU eviction or fdc_close), the before-close hook is
+ * called with the real fd so the storage layer can hand it over (or fsync);
+ * the fd is closed only after the hook returns.  A close() that fails after
+ * writes is a PANIC: the kernel may have dropped a write-back error with it.
+ *
+ * Locks: none (per-process state; one thread at a time).
+ * Returns: WALRUS_* codes with a message (wr_error) naming the path and errno.
+ * The sync calls (fdc_fsync, fdc_fdatasync, fdc_sync_range) only *report*
+ * errors: deciding that an fsync error is a PANIC belongs to the caller
+ * (storage's data_sync_failed, the WAL's flush), and they are never retried.
+ * PANICs on: close() failing on an fd that was written.
+ */
+#ifndef WALRUS_FDCACHE_H
+#define WALRUS_FDCACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define FDC_RESERVED_FDS 16 /* left for sockets, logs, and the application */
+
+typedef int fdc_file; /* a handle; never a real fd */
+#define FDC_INVALID (-1)
+
+/* (Re)initialises the cache: closes nothing that is open; sets the bound. */
+int fdc_init(int64_t max_open_files);
+/* The bound in force (after the RLIMIT_NOFILE adjustment). */
+int fdc_bound(void);
+/* Closes every handle (dirty ones go through the before-close hook first). */
+void fdc_close_all(void);
+/*
+ * Forgets every handle without calling hooks, closing the real fds: after a
+ * crash restart, the old instance's fds mean nothing (and fsyncing them would
+ * be wrong: recovery rewrites whatever they held).
+ */
+void fdc_reset(void);
+
+/* Opens now (so errors are reported now); path is kept for reopen and messages. */
+int fdc_open(const char *path, int flags, mode_t mode, fdc_file *out);
+int fdc_close(fdc_file f);
+
+/* Reads up to len bytes; returns bytes read (short only at EOF) or < 0 error. */
+ssize_t fdc_pread(fdc_file f, void *buf, size_t len, off_t off);
+/* Writes all of buf (short writes and EINTR handled); marks the handle dirty. */
+int fdc_pwrite(fdc_file f, const void *buf, size_t len, off_t off);
+int fdc_fsync(fdc_file f);
+int fdc_fdatasync(fdc_file f);
+/* sync_file_range(2) with its flags; used for write-back hints. */
+int fdc_sync_range(fdc_file f, off_t off, off_t len, unsigned int flags);
+int fdc_truncate(fdc_file f, off_t len);
+int fdc_fallocate(fdc_file f, off_t off, off_t len); /* zero-filled space, posix_fallocate */
+int fdc_size(fdc_file f, off_t *size);
+int fdc_advise_willneed(fdc_file f, off_t off, off_t len);
+
+/* The real fd (opening it if needed): for fd passing and io_uring.  Valid until the next fdc call. */
+int fdc_fd(fdc_file f, int *fd);
+const char *fdc_path(fdc_file f);
+/* A number increasing with every real open() of this process, for "oldest fd" ordering. */
+uint64_t fdc_open_seq(fdc_file f);
+
+/* Dirty = written since the last fdc_clear_dirty (set by fdc_pwrite/fallocate/truncate). */
+bool fdc_is_dirty(fdc_file f);
+void fdc_clear_dirty(fdc_file f);
+/* A caller's tag per handle (the storage layer stores its sync cycle here). */
+uint64_t fdc_get_tag(fdc_file f);
+void fdc_set_tag(fdc_file f, uint64_t tag);
+
+/* Path operations, all through the seam. */
+int fdc_rename(const char *from, const char *to);
+int fdc_unlink(const char *path);
+int fdc_mkdir(const char *path, mode_t mode); /* EEXIST is not an error */
+int fdc_fsync_path(const char *path);	       /* open + fsync + close: a file or a directory */
+int fdc_fsync_parent(const char *path);	       /* fsync the directory that holds path */
+
+/* ---------------------------------------------------------------- hooks */
+
+/*
+ * Called before a dirty real fd is closed; returning non-zero aborts the
+ * close (the handle stays open) and the error is returned to the caller.
+ */
+typedef int (*fdc_before_close_fn)(fdc_file f, int fd, const char *path);
+void fdc_set_before_close(fdc_before_close_fn fn);
+
+/*
+ * The I/O guard: enter is called before every write-class operation (pwrite,
+ * fsync, fdatasync, sync_range, truncate, fallocate, rename, unlink) and may
+ * refuse it with an error code (the instance crashed); exit after it.  The
+ * engine uses it so that a crash restart can wait for in-flight I/O of live
+ * backends to finish and refuse new I/O to the old instance's files.
+ */
+typedef int (*fdc_guard_enter_fn)(void);
+typedef void (*fdc_guard_exit_fn)(void);
+void fdc_set_io_guard(fdc_guard_enter_fn enter, fdc_guard_exit_fn exit);
+
+/* Observes every successful data write (tests: WAL-before-data, sort order). */
+typedef void (*fdc_write_observer_fn)(const char *path, off_t off, size_t len, const void *buf);
+void fdc_set_write_observer(fdc_write_observer_fn fn);
+
+/* ---------------------------------------------------------------- failpoints */
+
+/*
+ * Failpoints make an operation fail with an errno as if the kernel had
+ * returned it.  A spec is a ';'-separated list of entries
+ *     OP:ERRNO[:PATH_SUBSTRING][@SKIP][*COUNT]
+ * OP is open, pread, pwrite, fsync, fdatasync, sync_range, truncate,
+ * fallocate, rename, unlink, close, fsync_dir or any; ERRNO is a name (EIO,
+ * ENOSPC, EACCES, EMFILE, ...); the entry matches calls whose path contains
+ * PATH_SUBSTRING, lets SKIP matching calls pass, then fails COUNT of them
+ * (default 1; 0 = forever).  Example: "fsync:EIO:/base/@2*1".
+ * The environment variable WALRUS_FAILPOINTS is read by fdc_init().
+ * A pwrite failpoint with ERRNO "short" performs a short write of half the
+ * length (to exercise the retry loop) instead of failing.
+ */
+int fdc_failpoint_set(const char *spec); /* replaces all; NULL or "" clears */
+/* How many times failpoints fired in this process. */
+uint64_t fdc_failpoint_hits(void);
+
+/* ---------------------------------------------------------------- stats */
+
+typedef struct fdc_stats {
+	uint64_t opens;	   /* real open() calls */
+	uint64_t reopens;  /* of which reopens after LRU closing */
+	uint64_t lru_closes;
+	uint64_t hook_calls; /* before-close hook invocations */
+	int open_now;	     /* real fds open now */
+	int handles;	     /* handles in use */
+} fdc_stats;
+void fdc_get_stats(fdc_stats *s);
+
+#endif /* WALRUS_FDCACHE_H */

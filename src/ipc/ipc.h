@@ -1,0 +1,177 @@
+/*
+ * ipc.h - shared memory, cross-process locks and waits, Unix sockets and
+ * fd passing.
+ *
+ * Shared memory: one memfd created by the supervisor, sized at start from
+ * the options, and mapped MAP_SHARED by every process of the instance.
+ * Processes map it at different addresses (backends are application
+ * processes, not children of the supervisor), so shared structures hold
+ * offsets, never pointers: shm_ptr()/shm_off() convert with the process's
+ * base.  A process serves one instance, so the base is a per-process global.
+ * The segment starts with a header (magic, layout version, size, generation,
+ * instance state) and a table of named regions, carved out once at
+ * creation by shm_alloc() and found by name by attachers (shm_lookup()).
+ *
+ * Locks: a test-and-test-and-set spinlock with backoff for very short
+ * sections, and a futex-based reader/writer lock (shared futexes, since the
+ * words live in a MAP_SHARED mapping) that sleeps in the kernel.  Both keep
+ * wait statistics.  A process that dies holding one leaves it held: that is
+ * why any death of an attached process makes the supervisor throw the
+ * shared memory away (crash restart), as PostgreSQL does.
+ *
+ * Waits: ipc_wait_u32() sleeps while a shared 32-bit word holds a value, with
+ * a timeout; ipc_wake_all() wakes every sleeper on it in one call.  Waiters
+ * must re-check the instance state after waking (a crash restart wakes them).
+ *
+ * Sockets: SOCK_SEQPACKET Unix sockets (message boundaries kept), bound and
+ * connected through /proc/self/fd/N/name so that data directory paths longer
+ * than sun_path work; fds travel with SCM_RIGHTS.  Received fds are
+ * close-on-exec; a message whose fds were truncated (MSG_CTRUNC) is an error
+ * and every fd that did arrive is closed (no leaks).
+ *
+ * Returns: WALRUS_* codes with a message.  PANICs: never (callers decide).
+ */
+#ifndef WALRUS_IPC_H
+#define WALRUS_IPC_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/common.h"
+
+/* ---------------------------------------------------------------- shared memory */
+
+#define SHM_MAGIC 0x57414c5255534d31ULL /* "WALRUSM1" */
+#define SHM_LAYOUT_VERSION 1
+#define SHM_MAX_REGIONS 32
+#define SHM_REGION_NAME 24
+
+enum shm_state {
+	SHM_STATE_STARTING = 0, /* being initialised / recovering */
+	SHM_STATE_RUNNING = 1,
+	SHM_STATE_CRASHED = 2, /* a process died or PANICked: stop, return ERESTART */
+	SHM_STATE_SHUTDOWN = 3, /* clean shutdown in progress */
+};
+
+typedef struct shm_region {
+	char name[SHM_REGION_NAME];
+	uint64_t off;
+	uint64_t size;
+} shm_region;
+
+typedef struct shm_header {
+	uint64_t magic;
+	uint32_t layout_version;
+	uint32_t nregions;
+	uint64_t size;
+	uint64_t alloc_off;		   /* next free byte, during creation */
+	_Atomic uint64_t generation;	   /* bumped by every crash restart */
+	_Atomic uint32_t state;		   /* enum shm_state; futex-waitable */
+	_Atomic uint32_t panic_pid;	   /* who PANICked, if anyone */
+	shm_region regions[SHM_MAX_REGIONS];
+} shm_header;
+
+/* Size the header plus @nregions regions of the given sizes need (cache-line aligned). */
+size_t shm_size_for(const size_t *region_sizes, int nregions);
+
+/* Creates a memfd of @size, maps it, writes the header; sets the process base. */
+int shm_create(size_t size, int *fd_out);
+/* Maps an existing segment (received fd), checks magic/version/size; sets the process base. */
+int shm_attach(int fd);
+/* Unmaps and forgets the base (does not close any fd). */
+void shm_detach(void);
+
+shm_header *shm_hdr(void); /* NULL when not attached */
+static inline void *shm_ptr(uint64_t off);
+static inline uint64_t shm_off(const void *p);
+
+/* During creation only: carves a zeroed, 64-byte aligned region; NULL if no room. */
+void *shm_alloc(const char *name, size_t size);
+/* Finds a region by name; NULL (and optionally its size) if absent. */
+void *shm_lookup(const char *name, size_t *size);
+
+extern char *shm_base_;
+static inline void *shm_ptr(uint64_t off)
+{
+	return shm_base_ + off;
+}
+static inline uint64_t shm_off(const void *p)
+{
+	return (uint64_t)((const char *)p - shm_base_);
+}
+
+/* ---------------------------------------------------------------- futex */
+
+/* Sleeps while *addr == expected, up to timeout_ns (0 = forever).  0, or
+ * ETIMEDOUT / EAGAIN / EINTR as positive errno values: callers re-check. */
+int ipc_wait_u32(_Atomic uint32_t *addr, uint32_t expected, uint64_t timeout_ns);
+void ipc_wake_all(_Atomic uint32_t *addr);
+void ipc_wake_one(_Atomic uint32_t *addr);
+
+/* ---------------------------------------------------------------- locks */
+
+typedef struct wr_lock_stats {
+	_Atomic uint64_t acquisitions;
+	_Atomic uint64_t contended; /* acquisitions that had to wait */
+	_Atomic uint64_t wait_ns;   /* total time spent waiting */
+} wr_lock_stats;
+
+typedef struct wr_spinlock {
+	_Atomic uint32_t v;
+	wr_lock_stats stats;
+} wr_spinlock;
+
+void spin_init(wr_spinlock *l);
+void spin_lock(wr_spinlock *l);
+bool spin_trylock(wr_spinlock *l);
+void spin_unlock(wr_spinlock *l);
+
+/*
+ * Reader/writer lock on one 32-bit futex word: the low bits count readers,
+ * one bit marks a writer, one marks sleepers.  Writers are not starved:
+ * a waiting writer blocks new readers.
+ */
+typedef struct wr_rwlock {
+	_Atomic uint32_t state;
+	_Atomic uint32_t writers_waiting;
+	wr_lock_stats stats;
+} wr_rwlock;
+
+void rw_init(wr_rwlock *l);
+void rw_lock_shared(wr_rwlock *l);
+void rw_lock_excl(wr_rwlock *l);
+bool rw_trylock_shared(wr_rwlock *l);
+bool rw_trylock_excl(wr_rwlock *l);
+void rw_unlock(wr_rwlock *l); /* releases whichever mode this process holds */
+bool rw_held_excl(const wr_rwlock *l);
+
+/* ---------------------------------------------------------------- sockets */
+
+/* Listens on dir/name (SOCK_SEQPACKET, mode 0600, close-on-exec); unlinks a stale socket first. */
+int ipc_listen(const char *dir, const char *name, int *fd_out);
+/* Connects to dir/name; WALRUS_ENOENT when nothing listens there (missing or refused). */
+int ipc_connect(const char *dir, const char *name, int *fd_out);
+/* Accepts one connection (close-on-exec, non-blocking off). */
+int ipc_accept(int lfd, int *fd_out);
+/* The peer's pid (SO_PEERCRED). */
+int ipc_peer_pid(int fd, pid_t *pid);
+
+/* Sends one message with 0..IPC_MAX_FDS fds attached; retries EINTR; EPIPE is WALRUS_EIO. */
+#define IPC_MAX_FDS 8
+int ipc_send(int sock, const void *msg, size_t len, const int *fds, int nfds);
+/*
+ * Receives one message (blocking).  *len gets the message size (0 = peer
+ * closed), *nfds the number of fds received into fds[].  A message or fd
+ * array that did not fit is WALRUS_EPROTO, with every received fd closed.
+ */
+int ipc_recv(int sock, void *msg, size_t cap, size_t *len, int *fds, int *nfds);
+/* Like ipc_recv but returns WALRUS_OK with *len == SIZE_MAX when nothing is queued. */
+int ipc_recv_nowait(int sock, void *msg, size_t cap, size_t *len, int *fds, int *nfds);
+
+/* A socketpair(AF_UNIX, SOCK_SEQPACKET), both ends close-on-exec. */
+int ipc_socketpair(int fds[2]);
+
+#endif /* WALRUS_IPC_H */

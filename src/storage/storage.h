@@ -1,0 +1,131 @@
+/*
+ * storage.h - data files: relations in segments, the page layout, checksums,
+ * and the client side of sync requests.
+ *
+ * A relation is a numbered file of 8 KiB blocks, stored as segment files
+ * DIR/base/<relid>, DIR/base/<relid>.1, ... of data_segment_size bytes each
+ * (as PostgreSQL's relation segments).  Block b lives in segment
+ * b / blocks_per_segment at offset (b % blocks_per_segment) * 8192.
+ *
+ * Pages carry a 24-byte header (LSN, CRC32C checksum, flags, lower/upper/
+ * special offsets of a slotted page, a type and a layout version).  The
+ * checksum covers the whole page, with the checksum field taken as zero, and
+ * the block number, so a page written at the wrong place is detected too.
+ * An all-zero page is valid (a block extended but never written).
+ *
+ * Owns: the per-process table of open relations (smgr_rel) and their segment
+ * handles in the fd cache.
+ * Locks: none (per-process; the buffer pool serialises access to a block).
+ * Returns: WALRUS_* codes; a checksum failure is WALRUS_ECORRUPT with a
+ * message naming the file and block ("invalid page checksum in file
+ * "DIR/base/1", block 7: stored 0x..., computed 0x...").  Bad data is never
+ * returned to the caller.
+ * PANICs: every error of fsync, fdatasync or sync_file_range on a data file
+ * goes through data_sync_failed(), which PANICs: after a failed fsync the
+ * kernel may have dropped the dirty pages and cleared the error, so a retry
+ * would "succeed" with data lost.  Only recovery from the WAL is safe.
+ */
+#ifndef WALRUS_STORAGE_H
+#define WALRUS_STORAGE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "fdcache/fdcache.h"
+
+typedef uint64_t wr_lsn;
+typedef uint32_t wr_relid;
+typedef uint32_t wr_blkno;
+#define WR_INVALID_BLKNO UINT32_MAX
+
+/* ---------------------------------------------------------------- pages */
+
+typedef struct wr_page_header {
+	uint64_t lsn;	   /* LSN of the last WAL record that changed the page */
+	uint32_t checksum; /* CRC32C, see page_checksum() */
+	uint16_t flags;
+	uint16_t lower;	  /* end of the slot array */
+	uint16_t upper;	  /* start of the tuple space */
+	uint16_t special; /* start of the access method's special space */
+	uint8_t type;	  /* access-method page type (0 = unset) */
+	uint8_t version;  /* WR_PAGE_VERSION */
+	uint16_t reserved;
+} wr_page_header;
+
+#define WR_PAGE_HEADER_SIZE ((uint16_t)sizeof(wr_page_header)) /* 24 */
+#define WR_PAGE_VERSION 1
+
+/* Initialises an empty slotted page with @special bytes of special space at its end. */
+void page_init(void *page, uint16_t special, uint8_t type);
+bool page_is_new(const void *page); /* all zero */
+wr_lsn page_get_lsn(const void *page);
+void page_set_lsn(void *page, wr_lsn lsn);
+/* Free bytes between lower and upper. */
+uint16_t page_free_space(const void *page);
+
+uint32_t page_checksum(const void *page, wr_blkno blkno);
+void page_set_checksum(void *page, wr_blkno blkno);
+/* True for a new page or a page whose header is sane and checksum matches. */
+bool page_verify(const void *page, wr_blkno blkno);
+
+/* ---------------------------------------------------------------- relations */
+
+typedef struct smgr_rel smgr_rel;
+
+/* Sets the data directory and segment size for this process; creates DIR/base if missing. */
+int smgr_init(const char *datadir, int64_t segment_size);
+/* Closes every relation (dirty fds go through the fd cache's before-close hook). */
+void smgr_shutdown(void);
+
+int smgr_create(wr_relid rel);	/* new empty relation: file + directory fsynced */
+bool smgr_exists(wr_relid rel);
+int smgr_open(wr_relid rel, smgr_rel **out); /* cached per process */
+int smgr_nblocks(smgr_rel *r, wr_blkno *out);
+
+/* Reads and verifies block @b; ECORRUPT on a bad checksum, EIO/... on a short read. */
+int smgr_read(smgr_rel *r, wr_blkno b, void *page);
+/* Stamps the checksum into @page and writes it (the page is modified in place). */
+int smgr_write(smgr_rel *r, wr_blkno b, void *page);
+/* Adds block @b (== nblocks, or beyond: the gap is zero-filled) with @page's content. */
+int smgr_extend(smgr_rel *r, wr_blkno b, void *page);
+/* Cuts the relation to @nblocks; forgets pending sync requests for removed segments. */
+int smgr_truncate(smgr_rel *r, wr_blkno nblocks);
+/* Write-back hint: sync_file_range(SYNC_FILE_RANGE_WRITE) over blocks [b, b+n). PANICs on error. */
+void smgr_writeback(smgr_rel *r, wr_blkno b, wr_blkno n);
+/* fsync every segment of the relation now. PANICs on error. */
+void smgr_immedsync(smgr_rel *r);
+/* Removes every segment (files, then a directory fsync); forgets sync requests. */
+int smgr_unlink(wr_relid rel);
+/* "DIR/base/<rel>[.<seg>]" into buf. */
+void smgr_segment_path(wr_relid rel, uint32_t seg, char *buf, size_t len);
+uint32_t smgr_blocks_per_segment(void);
+
+/*
+ * PANIC for a failed fsync/fdatasync/sync_file_range/close on a data file.
+ * The one place where this decision is made.
+ */
+_Noreturn void data_sync_failed(const char *what, const char *path, int err);
+
+/* ---------------------------------------------------------------- sync requests */
+
+/*
+ * The client side of design rule 4.  The first write through a segment's fd
+ * in a checkpoint cycle calls the sync hook with that fd, before the write is
+ * reported done, so the checkpointer holds an fd opened no later than the
+ * write.  The checkpointer module installs the real hook; until then (and in
+ * unit tests) a hook may be a test double.  A hook error is returned from the
+ * write.  @cycle comes from the cycle source (shared memory, later).
+ */
+typedef struct smgr_sync_req {
+	wr_relid rel;
+	uint32_t seg;
+	uint64_t open_seq; /* the fd cache's open sequence of this fd */
+	uint64_t cycle;
+} smgr_sync_req;
+typedef int (*smgr_sync_hook_fn)(const smgr_sync_req *req, int fd);
+typedef void (*smgr_forget_hook_fn)(wr_relid rel, uint32_t from_seg);
+typedef uint64_t (*smgr_cycle_fn)(void);
+void smgr_set_sync_hooks(smgr_sync_hook_fn reg, smgr_forget_hook_fn forget, smgr_cycle_fn cycle);
+
+#endif /* WALRUS_STORAGE_H */

@@ -1,0 +1,130 @@
+/*
+ * testutil.c - helpers shared by the libcheck suites.  See testutil.h.
+ */
+#include "testutil.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define TU_MAX_DIRS 64
+static char *tu_dirs[TU_MAX_DIRS];
+static pid_t tu_dirs_owner[TU_MAX_DIRS];
+static int tu_ndirs;
+
+static void tu_cleanup(void)
+{
+	for (int i = 0; i < tu_ndirs; i++)
+		if (tu_dirs_owner[i] == getpid())
+			tu_rmtree(tu_dirs[i]);
+}
+
+const char *tu_tmpdir(const char *prefix)
+{
+	const char *base = getenv("TMPDIR");
+	char tmpl[4096];
+	snprintf(tmpl, sizeof(tmpl), "%s/%s-XXXXXX", base && *base ? base : "/tmp",
+		 prefix ? prefix : "walrus-test");
+	char *d = mkdtemp(tmpl);
+	ck_assert_msg(d != NULL, "mkdtemp: %s", strerror(errno));
+	if (tu_ndirs == 0)
+		atexit(tu_cleanup);
+	ck_assert(tu_ndirs < TU_MAX_DIRS);
+	tu_dirs_owner[tu_ndirs] = getpid();
+	tu_dirs[tu_ndirs] = strdup(d);
+	return tu_dirs[tu_ndirs++];
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	if (remove(p) != 0 && errno != ENOENT)
+		fprintf(stderr, "testutil: could not remove %s: %s\n", p, strerror(errno));
+	return 0;
+}
+
+void tu_rmtree(const char *path)
+{
+	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int tu_count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+	struct dirent *e;
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1; /* the DIR's own fd */
+}
+
+bool tu_long_mode(void)
+{
+	const char *v = getenv("WALRUS_LONG");
+	return v && *v && strcmp(v, "0") != 0;
+}
+
+pid_t tu_fork(int (*fn)(void *), void *arg)
+{
+	pid_t pid = fork();
+	ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0)
+		_exit(fn(arg));
+	return pid;
+}
+
+int tu_wait(pid_t pid)
+{
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	return 128 + WTERMSIG(st);
+}
+
+int tu_write_file(const char *path, const void *buf, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0)
+		return -1;
+	ssize_t n = write(fd, buf, len);
+	close(fd);
+	return n == (ssize_t)len ? 0 : -1;
+}
+
+void tu_flip_bit(const char *path, off_t byte, int bit)
+{
+	int fd = open(path, O_RDWR);
+	ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
+	unsigned char c;
+	ck_assert_int_eq(pread(fd, &c, 1, byte), 1);
+	c ^= (unsigned char)(1u << bit);
+	ck_assert_int_eq(pwrite(fd, &c, 1, byte), 1);
+	ck_assert_int_eq(fsync(fd), 0);
+	close(fd);
+}
+
+int tu_run(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
