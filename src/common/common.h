@@ -166,6 +166,11 @@ typedef struct wr_opt_desc {
 	const char *help;
 } wr_opt_desc;
 
+/* The public walrus_opts (include/walrus.h) is this table's values. */
+struct walrus_opts {
+	wr_options o;
+};
+
 /* Fills @o with every default. */
 void wr_opts_defaults(wr_options *o);
 /* Parses and validates; WALRUS_EINVAL with a message naming the option and the accepted form. */
