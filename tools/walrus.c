@@ -1,5 +1,127 @@
-/* placeholder: being written */
-int main(void)
+/*
+ * walrus.c - the `walrus` command: global options and subcommand dispatch.
+ *
+ *   walrus [-D DIR] [-o name=value ...] SUBCOMMAND [args]
+ *
+ * -D names the data directory (default: $WALRUS_DATA); -o sets any engine
+ * option, repeatable.  Exit codes: 0 ok, 1 not found, 2 damage or usage,
+ * 3 engine error.  Each subcommand lives in its own cmd_*.c file.
+ */
+#include "tool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const tool_cmd commands[] = {
+	{"serve", cmd_serve, "run the instance's supervisor in the foreground"},
+	{"status", cmd_status, "is an instance running on DIR, and its processes"},
+	{"selftest", cmd_selftest, "write, sync, read back and damage pages: the I/O path at work"},
+	{"options", cmd_options, "list every engine option with its default and range"},
+};
+
+static void usage(FILE *out)
 {
+	fprintf(out, "usage: walrus [-D DIR] [-o name=value ...] COMMAND [ARGS]\n\n"
+		     "commands:\n");
+	for (size_t i = 0; i < WR_ARRAY_LEN(commands); i++)
+		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+	fprintf(out, "\n  -D DIR         data directory (or set WALRUS_DATA)\n"
+		     "  -o name=value  set an engine option (see `walrus options`)\n"
+		     "  COMMAND --help for the command's own options\n\n"
+		     "exit codes: 0 ok, 1 not found, 2 damage or usage, 3 engine error\n");
+}
+
+int tool_fail(int code, const char *what)
+{
+	fprintf(stderr, "walrus: %s: %s\n", what, walrus_errmsg()[0] ? walrus_errmsg()
+								: walrus_strerror(code));
+	return code == WALRUS_ECORRUPT ? TOOL_EXIT_DAMAGE
+	       : code == WALRUS_ENOTFOUND ? TOOL_EXIT_NOTFOUND
+	       : code == WALRUS_EINVAL	  ? TOOL_EXIT_USAGE
+					  : TOOL_EXIT_ENGINE;
+}
+
+int tool_open(tool_ctx *ctx, bool create, walrus **db)
+{
+	if (ctx->datadir == NULL) {
+		fprintf(stderr, "walrus: no data directory: use -D DIR or set WALRUS_DATA\n");
+		return TOOL_EXIT_USAGE;
+	}
+	if (create && walrus_opts_set(ctx->opts, "create_if_missing", "on") != WALRUS_OK)
+		return tool_fail(WALRUS_EINVAL, "create_if_missing");
+	int rc = walrus_open(ctx->datadir, ctx->opts, db);
+	if (rc != WALRUS_OK)
+		return tool_fail(rc, ctx->datadir);
 	return 0;
+}
+
+static int parse_globals(int argc, char **argv, tool_ctx *ctx, int *next)
+{
+	int i = 1;
+	while (i < argc && argv[i][0] == '-') {
+		const char *a = argv[i];
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			usage(stdout);
+			exit(0);
+		}
+		if ((strcmp(a, "-D") == 0 || strcmp(a, "-o") == 0) && i + 1 >= argc) {
+			fprintf(stderr, "walrus: %s needs a value\n", a);
+			return TOOL_EXIT_USAGE;
+		}
+		if (strcmp(a, "-D") == 0) {
+			ctx->datadir = argv[i + 1];
+		} else if (strcmp(a, "-o") == 0) {
+			if (wr_opts_set_pair(&ctx->opts->o, argv[i + 1]) != WALRUS_OK) {
+				fprintf(stderr, "walrus: %s\n", walrus_errmsg());
+				return TOOL_EXIT_USAGE;
+			}
+		} else {
+			fprintf(stderr, "walrus: unknown option \"%s\"\n", a);
+			return TOOL_EXIT_USAGE;
+		}
+		i += 2;
+	}
+	*next = i;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	tool_ctx ctx = {.datadir = getenv("WALRUS_DATA")};
+	int next;
+
+	ctx.opts = walrus_opts_new();
+	if (ctx.opts == NULL) {
+		fprintf(stderr, "walrus: out of memory\n");
+		return TOOL_EXIT_ENGINE;
+	}
+	int rc = parse_globals(argc, argv, &ctx, &next);
+	if (rc != 0)
+		goto out;
+	if (next >= argc) {
+		usage(stderr);
+		rc = TOOL_EXIT_USAGE;
+		goto out;
+	}
+	rc = -1;
+	for (size_t i = 0; i < WR_ARRAY_LEN(commands); i++)
+		if (strcmp(argv[next], commands[i].name) == 0)
+			rc = commands[i].fn(&ctx, argc - next, argv + next);
+	if (rc == -1) {
+		fprintf(stderr, "walrus: unknown command \"%s\" (walrus --help lists them)\n",
+			argv[next]);
+		rc = TOOL_EXIT_USAGE;
+	}
+out:
+	walrus_opts_free(ctx.opts);
+	return rc;
+}
+
+bool tool_wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+			return true;
+	return false;
 }

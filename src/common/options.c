@@ -1,1 +1,751 @@
-/* placeholder: being written */
+/*
+ * options.c - the option table: every engine knob, its default, its range.
+ *
+ * Interface: wr_opts_defaults/set/get/validate/json work on a wr_options
+ * through the table below; wr_parse_size/time_us/bool are the unit parsers,
+ * also used by the command line; walrus_opts_* is the public face.
+ *
+ * Notes: defaults are written as text and parsed by the same code as user
+ * input, so a default can never escape its own range and what
+ * wr_opts_get() prints always parses back to the same value.
+ * Sizes are integers with an optional unit (B, kB, MB, GB, TB; 1kB = 1024 B;
+ * a plain number is bytes).  Times are integers with a unit (us, ms, s,
+ * min, h, d); a plain number means the option's natural unit, as in
+ * PostgreSQL: milliseconds for the *_delay knobs, seconds for the others.
+ * Reals are read and printed in the C locale whatever the embedding
+ * application chose, so "0.9" means the same everywhere.
+ */
+#include "common/common.h"
+
+#include <ctype.h>
+#include <locale.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define KB   (1024.0)
+#define MB   (1024.0 * KB)
+#define GB   (1024.0 * MB)
+#define TB   (1024.0 * GB)
+#define MS   (1000.0)
+#define SEC  (1000.0 * MS)
+#define MIN  (60.0 * SEC)
+#define HOUR (60.0 * MIN)
+#define DAY  (24.0 * HOUR)
+
+static const char *const sync_method_names[] = {"fdatasync", "fsync", "open_datasync", NULL};
+static const char *const io_method_names[] = {"sync", "io_uring", NULL};
+static const char *const compression_names[] = {"off", "zstd", NULL};
+static const char *const log_level_names[] = {"debug", "log",   "warning", "error",
+                                              "fatal", "panic", NULL};
+
+#define OPT(name_, type_, scope_, field_, def_, min_, max_, enums_, help_)                         \
+	{                                                                                          \
+		.name = name_, .type = type_, .scope = scope_,                                     \
+		.offset = offsetof(wr_options, field_), .def = def_, .min = min_, .max = max_,     \
+		.enum_names = enums_, .help = help_                                                \
+	}
+#define INST WR_SCOPE_INSTANCE
+#define SESS WR_SCOPE_SESSION
+
+static const wr_opt_desc opt_table[] = {
+    OPT("shared_buffers", WR_OPT_SIZE, INST, shared_buffers, "128MB", 128 * KB, 64 * GB, NULL,
+        "memory of the shared buffer pool"),
+    OPT("max_open_files", WR_OPT_INT, INST, max_open_files, "1000", 8, 1000000, NULL,
+        "file descriptors each process keeps open in its fd cache"),
+    OPT("data_segment_size", WR_OPT_SIZE, INST, data_segment_size, "1GB", 64 * KB, 1 * GB, NULL,
+        "size of one data file segment"),
+    OPT("max_connections", WR_OPT_INT, INST, max_connections, "100", 1, 10000, NULL,
+        "processes attached to the instance at once"),
+    OPT("wal_segment_size", WR_OPT_SIZE, INST, wal_segment_size, "16MB", 64 * KB, 1 * GB, NULL,
+        "size of one WAL segment file"),
+    OPT("wal_buffers", WR_OPT_SIZE, INST, wal_buffers, "4MB", 64 * KB, 1 * GB, NULL,
+        "shared memory for WAL not yet written"),
+    OPT("wal_sync_method", WR_OPT_ENUM, INST, wal_sync_method, "fdatasync", 0, 0, sync_method_names,
+        "how WAL is forced to disk"),
+    OPT("wal_direct_io", WR_OPT_BOOL, INST, wal_direct_io, "off", 0, 0, NULL,
+        "open WAL segments with O_DIRECT"),
+    OPT("io_method", WR_OPT_ENUM, INST, io_method, "sync", 0, 0, io_method_names,
+        "system calls used for checkpoint, bgwriter, WAL and recovery I/O"),
+    OPT("wal_compression", WR_OPT_ENUM, INST, wal_compression, "off", 0, 0, compression_names,
+        "compression of full page images in the WAL"),
+    OPT("wal_compression_level", WR_OPT_INT, INST, wal_compression_level, "3", 1, 19, NULL,
+        "zstd level for wal_compression"),
+    OPT("wal_writer_delay", WR_OPT_TIME, INST, wal_writer_delay_us, "200ms", 1 * MS, 10 * SEC, NULL,
+        "sleep between WAL writer rounds"),
+    OPT("full_page_writes", WR_OPT_BOOL, INST, full_page_writes, "on", 0, 0, NULL,
+        "log a whole page at its first change after a checkpoint (torn-page protection)"),
+    OPT("synchronous_commit", WR_OPT_BOOL, SESS, synchronous_commit, "on", 0, 0, NULL,
+        "wait for the WAL flush before acknowledging a write"),
+    OPT("checkpoint_timeout", WR_OPT_TIME, INST, checkpoint_timeout_us, "5min", 1 * SEC, 1 * DAY,
+        NULL, "longest time between automatic checkpoints"),
+    OPT("max_wal_size", WR_OPT_SIZE, INST, max_wal_size, "1GB", 128 * KB, 1 * TB, NULL,
+        "WAL written since the last checkpoint that triggers a checkpoint"),
+    OPT("min_wal_size", WR_OPT_SIZE, INST, min_wal_size, "80MB", 64 * KB, 1 * TB, NULL,
+        "WAL kept for recycling rather than removed"),
+    OPT("checkpoint_completion_target", WR_OPT_REAL, INST, checkpoint_completion_target, "0.9", 0.0,
+        1.0, NULL, "fraction of the checkpoint interval over which writes are spread"),
+    OPT("checkpoint_flush_after", WR_OPT_SIZE, INST, checkpoint_flush_after, "256kB", 0, 2 * MB,
+        NULL, "checkpoint writes after which write-back is requested (0 disables)"),
+    OPT("checkpoint_sort", WR_OPT_BOOL, INST, checkpoint_sort, "on", 0, 0, NULL,
+        "write checkpoint pages in file and block order"),
+    OPT("log_checkpoints", WR_OPT_BOOL, INST, log_checkpoints, "on", 0, 0, NULL,
+        "log each checkpoint with its statistics"),
+    OPT("bgwriter_delay", WR_OPT_TIME, INST, bgwriter_delay_us, "200ms", 10 * MS, 10 * SEC, NULL,
+        "sleep between background writer rounds"),
+    OPT("bgwriter_lru_maxpages", WR_OPT_INT, INST, bgwriter_lru_maxpages, "100", 0, 1073741823,
+        NULL, "most pages the background writer writes per round (0 disables)"),
+    OPT("bgwriter_lru_multiplier", WR_OPT_REAL, INST, bgwriter_lru_multiplier, "2.0", 0.0, 10.0,
+        NULL, "multiple of recent buffer demand the background writer cleans ahead"),
+    OPT("bgwriter_flush_after", WR_OPT_SIZE, INST, bgwriter_flush_after, "512kB", 0, 2 * MB, NULL,
+        "background writer writes after which write-back is requested (0 disables)"),
+    OPT("supervisor_linger", WR_OPT_TIME, INST, supervisor_linger_us, "1s", 0, 1 * HOUR, NULL,
+        "time the supervisor waits after the last detach before shutting down"),
+    OPT("log_min_messages", WR_OPT_ENUM, INST, log_min_messages, "log", 0, 0, log_level_names,
+        "lowest level written to DIR/log/walrus.log"),
+    OPT("create_if_missing", WR_OPT_BOOL, SESS, create_if_missing, "off", 0, 0, NULL,
+        "create and initialise the data directory if it does not exist"),
+};
+
+#undef INST
+#undef SESS
+
+/* Constraints the generic table cannot say. */
+struct opt_rule {
+	const char *name;
+	int64_t multiple;  /* value must be a multiple of this */
+	bool pow2;         /* value must be a power of two */
+	double plain_unit; /* TIME: microseconds meant by a number without a unit */
+};
+
+static const struct opt_rule opt_rules[] = {
+    {.name = "shared_buffers", .multiple = WR_PAGE_SIZE},
+    {.name = "data_segment_size", .multiple = WR_PAGE_SIZE},
+    {.name = "wal_buffers", .multiple = WR_PAGE_SIZE},
+    {.name = "checkpoint_flush_after", .multiple = WR_PAGE_SIZE},
+    {.name = "bgwriter_flush_after", .multiple = WR_PAGE_SIZE},
+    {.name = "wal_segment_size", .pow2 = true},
+    {.name = "wal_writer_delay", .plain_unit = MS},
+    {.name = "bgwriter_delay", .plain_unit = MS},
+    {.name = "checkpoint_timeout", .plain_unit = SEC},
+    {.name = "supervisor_linger", .plain_unit = SEC},
+};
+
+static const struct opt_rule no_rule = {.name = "", .plain_unit = SEC};
+
+struct unit {
+	const char *name;
+	int64_t factor;
+};
+
+/* Largest first: formatting picks the first unit that divides the value. */
+static const struct unit size_units[] = {
+    {"TB", 1LL << 40}, {"GB", 1LL << 30}, {"MB", 1LL << 20}, {"kB", 1LL << 10}, {"B", 1},
+};
+static const struct unit time_units[] = {
+    {"d", 86400000000LL}, {"h", 3600000000LL}, {"min", 60000000LL},
+    {"s", 1000000LL},     {"ms", 1000LL},      {"us", 1},
+};
+
+/* A value of any option type, before it is stored in its field. */
+union opt_value {
+	bool b;
+	int64_t i;
+	double r;
+	int e;
+};
+
+/* ------------------------------------------------------------ lookups */
+
+static const wr_opt_desc *find_opt(const char *name)
+{
+	if (name == NULL)
+		return NULL;
+	for (size_t i = 0; i < WR_ARRAY_LEN(opt_table); i++)
+		if (strcmp(opt_table[i].name, name) == 0)
+			return &opt_table[i];
+	return NULL;
+}
+
+static const struct opt_rule *find_rule(const wr_opt_desc *d)
+{
+	for (size_t i = 0; i < WR_ARRAY_LEN(opt_rules); i++)
+		if (strcmp(opt_rules[i].name, d->name) == 0)
+			return &opt_rules[i];
+	return &no_rule;
+}
+
+const wr_opt_desc *wr_opts_table(size_t *count)
+{
+	if (count != NULL)
+		*count = WR_ARRAY_LEN(opt_table);
+	return opt_table;
+}
+
+/* ------------------------------------------------------------ C locale */
+
+static locale_t c_locale(void)
+{
+	static locale_t loc;
+
+	/* On failure (ENOMEM) fall back to the current locale: still right in most programs. */
+	if (loc == (locale_t)0)
+		loc = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+	return loc;
+}
+
+/* ------------------------------------------------------------ parsing */
+
+/* Reads decimal digits (at least one) into *out; false on overflow or no digit. */
+static bool parse_digits(const char **sp, int64_t *out)
+{
+	const char *s = *sp;
+	int64_t v = 0;
+
+	if (!isdigit((unsigned char)*s))
+		return false;
+	for (; isdigit((unsigned char)*s); s++)
+		if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, *s - '0', &v))
+			return false;
+	*sp = s;
+	*out = v;
+	return true;
+}
+
+/* Number, optional blanks, optional unit from @units; a missing unit means @plain. */
+static bool parse_with_units(const char *s, const struct unit *units, size_t nunits, int64_t plain,
+                             int64_t *out)
+{
+	int64_t n, factor = plain;
+
+	if (s == NULL || !parse_digits(&s, &n))
+		return false;
+	while (*s == ' ' || *s == '\t')
+		s++;
+	if (*s != '\0') {
+		size_t i;
+		for (i = 0; i < nunits; i++)
+			if (strcasecmp(s, units[i].name) == 0)
+				break;
+		if (i == nunits)
+			return false;
+		factor = units[i].factor;
+	} else if (plain <= 0) {
+		return false;
+	}
+	return !__builtin_mul_overflow(n, factor, out);
+}
+
+static bool parse_size(const char *s, int64_t *out)
+{
+	return parse_with_units(s, size_units, WR_ARRAY_LEN(size_units), 1, out);
+}
+
+static bool parse_time(const char *s, int64_t plain_unit, int64_t *out)
+{
+	return parse_with_units(s, time_units, WR_ARRAY_LEN(time_units), plain_unit, out);
+}
+
+static bool parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = {"on", "true", "yes", "1"};
+	static const char *const no[] = {"off", "false", "no", "0"};
+
+	if (s == NULL)
+		return false;
+	for (size_t i = 0; i < WR_ARRAY_LEN(yes); i++) {
+		if (strcasecmp(s, yes[i]) == 0) {
+			*out = true;
+			return true;
+		}
+		if (strcasecmp(s, no[i]) == 0) {
+			*out = false;
+			return true;
+		}
+	}
+	return false;
+}
+
+static bool parse_int(const char *s, int64_t *out)
+{
+	bool neg = false;
+
+	if (s == NULL)
+		return false;
+	if (*s == '-' || *s == '+')
+		neg = *s++ == '-';
+	if (!parse_digits(&s, out) || *s != '\0')
+		return false;
+	if (neg)
+		*out = -*out;
+	return true;
+}
+
+static bool parse_real(const char *s, double *out)
+{
+	char *end;
+
+	/* strtod would skip leading blanks and take "nan" or hex; none is a sane knob value. */
+	if (s == NULL || !(isdigit((unsigned char)*s) || *s == '.' || *s == '-' || *s == '+'))
+		return false;
+	locale_t loc = c_locale();
+	*out = loc ? strtod_l(s, &end, loc) : strtod(s, &end);
+	return end != s && *end == '\0' && isfinite(*out);
+}
+
+static bool parse_enum(const char *s, const char *const *names, int *out)
+{
+	if (s == NULL)
+		return false;
+	for (int i = 0; names[i] != NULL; i++)
+		if (strcasecmp(s, names[i]) == 0) {
+			*out = i;
+			return true;
+		}
+	return false;
+}
+
+int wr_parse_size(const char *s, int64_t *out)
+{
+	if (!parse_size(s, out) || *out < 0)
+		return wr_error(WALRUS_EINVAL,
+		                "invalid size \"%.100s\" (expected a number with an optional unit "
+		                "B, kB, MB, GB or TB, such as 128MB)",
+		                s ? s : "");
+	return WALRUS_OK;
+}
+
+/* Without an option to give it a natural unit, a bare number other than 0 is ambiguous. */
+int wr_parse_time_us(const char *s, int64_t *out)
+{
+	if (s != NULL && strcmp(s, "0") == 0) {
+		*out = 0;
+		return WALRUS_OK;
+	}
+	if (!parse_time(s, 0, out))
+		return wr_error(WALRUS_EINVAL,
+		                "invalid time \"%.100s\" (expected a number with a unit us, ms, s, "
+		                "min, h or d, such as 200ms)",
+		                s ? s : "");
+	return WALRUS_OK;
+}
+
+int wr_parse_bool(const char *s, bool *out)
+{
+	if (!parse_bool(s, out))
+		return wr_error(WALRUS_EINVAL, "invalid boolean \"%.100s\" (expected on or off)",
+		                s ? s : "");
+	return WALRUS_OK;
+}
+
+/* ------------------------------------------------------------ formatting */
+
+static void format_with_units(int64_t v, const struct unit *units, size_t nunits, char *buf,
+                              size_t len)
+{
+	if (v == 0) {
+		wr_snprintf(buf, len, "0");
+		return;
+	}
+	for (size_t i = 0; i < nunits; i++)
+		if (v % units[i].factor == 0) {
+			wr_snprintf(buf, len, "%lld%s", (long long)(v / units[i].factor),
+			            units[i].name);
+			return;
+		}
+}
+
+/* The shortest text that reads back as exactly @v. */
+static void format_real(double v, char *buf, size_t len)
+{
+	locale_t loc = c_locale();
+	locale_t old = loc ? uselocale(loc) : (locale_t)0;
+	char *end;
+
+	wr_snprintf(buf, len, "%.15g", v);
+	if (strtod(buf, &end) != v)
+		wr_snprintf(buf, len, "%.17g", v);
+	/* Keep it recognisably a real, as a reader of the dump expects ("2.0", not "2"). */
+	if (strspn(buf, "-0123456789") == strlen(buf) && strlen(buf) + 2 < len)
+		strcat(buf, ".0");
+	if (loc)
+		uselocale(old);
+}
+
+static void format_value(const wr_opt_desc *d, union opt_value v, char *buf, size_t len)
+{
+	switch (d->type) {
+	case WR_OPT_BOOL:
+		wr_snprintf(buf, len, "%s", v.b ? "on" : "off");
+		break;
+	case WR_OPT_INT:
+		wr_snprintf(buf, len, "%lld", (long long)v.i);
+		break;
+	case WR_OPT_SIZE:
+		format_with_units(v.i, size_units, WR_ARRAY_LEN(size_units), buf, len);
+		break;
+	case WR_OPT_TIME:
+		format_with_units(v.i, time_units, WR_ARRAY_LEN(time_units), buf, len);
+		break;
+	case WR_OPT_REAL:
+		format_real(v.r, buf, len);
+		break;
+	case WR_OPT_ENUM: {
+		int n = 0;
+		while (d->enum_names[n] != NULL)
+			n++;
+		wr_snprintf(buf, len, "%s", v.e >= 0 && v.e < n ? d->enum_names[v.e] : "?");
+		break;
+	}
+	}
+}
+
+/* ------------------------------------------------------------ field access */
+
+static union opt_value load_field(const wr_options *o, const wr_opt_desc *d)
+{
+	const char *p = (const char *)o + d->offset;
+	union opt_value v = {0};
+
+	switch (d->type) {
+	case WR_OPT_BOOL:
+		memcpy(&v.b, p, sizeof(v.b));
+		break;
+	case WR_OPT_INT:
+	case WR_OPT_SIZE:
+	case WR_OPT_TIME:
+		memcpy(&v.i, p, sizeof(v.i));
+		break;
+	case WR_OPT_REAL:
+		memcpy(&v.r, p, sizeof(v.r));
+		break;
+	case WR_OPT_ENUM:
+		memcpy(&v.e, p, sizeof(v.e));
+		break;
+	}
+	return v;
+}
+
+static void store_field(wr_options *o, const wr_opt_desc *d, union opt_value v)
+{
+	char *p = (char *)o + d->offset;
+
+	switch (d->type) {
+	case WR_OPT_BOOL:
+		memcpy(p, &v.b, sizeof(v.b));
+		break;
+	case WR_OPT_INT:
+	case WR_OPT_SIZE:
+	case WR_OPT_TIME:
+		memcpy(p, &v.i, sizeof(v.i));
+		break;
+	case WR_OPT_REAL:
+		memcpy(p, &v.r, sizeof(v.r));
+		break;
+	case WR_OPT_ENUM:
+		memcpy(p, &v.e, sizeof(v.e));
+		break;
+	}
+}
+
+/* ------------------------------------------------------------ checking */
+
+static bool value_ok(const wr_opt_desc *d, union opt_value v)
+{
+	const struct opt_rule *r = find_rule(d);
+
+	switch (d->type) {
+	case WR_OPT_BOOL:
+		return true;
+	case WR_OPT_ENUM: {
+		int n = 0;
+		while (d->enum_names[n] != NULL)
+			n++;
+		return v.e >= 0 && v.e < n;
+	}
+	case WR_OPT_REAL:
+		return v.r >= d->min && v.r <= d->max; /* false for NaN too */
+	}
+	if (v.i < (int64_t)d->min || v.i > (int64_t)d->max)
+		return false;
+	if (r->multiple > 0 && v.i % r->multiple != 0)
+		return false;
+	if (r->pow2 && (v.i <= 0 || (v.i & (v.i - 1)) != 0))
+		return false;
+	return true;
+}
+
+static bool parse_value(const wr_opt_desc *d, const char *text, union opt_value *v)
+{
+	switch (d->type) {
+	case WR_OPT_BOOL:
+		return parse_bool(text, &v->b);
+	case WR_OPT_INT:
+		return parse_int(text, &v->i);
+	case WR_OPT_SIZE:
+		return parse_size(text, &v->i);
+	case WR_OPT_TIME:
+		return parse_time(text, (int64_t)find_rule(d)->plain_unit, &v->i);
+	case WR_OPT_REAL:
+		return parse_real(text, &v->r);
+	case WR_OPT_ENUM:
+		return parse_enum(text, d->enum_names, &v->e);
+	}
+	return false;
+}
+
+/* "(expected a size such as 128MB, a multiple of 8kB between 128kB and 64GB)" */
+static void describe_expected(const wr_opt_desc *d, char *buf, size_t len)
+{
+	const struct opt_rule *r = find_rule(d);
+	union opt_value lo = {.i = (int64_t)d->min}, hi = {.i = (int64_t)d->max};
+	char los[32], his[32], extra[48] = "";
+
+	if (d->type == WR_OPT_REAL) {
+		lo.r = d->min;
+		hi.r = d->max;
+	}
+	format_value(d, lo, los, sizeof(los));
+	format_value(d, hi, his, sizeof(his));
+	if (r->multiple > 0) {
+		char m[16];
+		format_with_units(r->multiple, size_units, WR_ARRAY_LEN(size_units), m, sizeof(m));
+		wr_snprintf(extra, sizeof(extra), ", a multiple of %s", m);
+	} else if (r->pow2) {
+		wr_snprintf(extra, sizeof(extra), ", a power of two");
+	}
+
+	switch (d->type) {
+	case WR_OPT_BOOL:
+		wr_snprintf(buf, len, "expected on or off");
+		break;
+	case WR_OPT_INT:
+		wr_snprintf(buf, len, "expected an integer between %s and %s", los, his);
+		break;
+	case WR_OPT_SIZE:
+		wr_snprintf(buf, len, "expected a size such as %s%s, between %s and %s", d->def,
+		            extra, los, his);
+		break;
+	case WR_OPT_TIME:
+		wr_snprintf(
+		    buf, len,
+		    "expected a time such as %s, between %s and %s; a plain number is in %s",
+		    d->def, los, his, r->plain_unit == MS ? "milliseconds" : "seconds");
+		break;
+	case WR_OPT_REAL:
+		wr_snprintf(buf, len, "expected a number between %s and %s", los, his);
+		break;
+	case WR_OPT_ENUM: {
+		size_t used = (size_t)snprintf(buf, len, "expected one of:");
+		for (int i = 0; d->enum_names[i] != NULL && used < len; i++)
+			used += (size_t)snprintf(buf + used, len - used, "%s %s", i ? "," : "",
+			                         d->enum_names[i]);
+		break;
+	}
+	}
+}
+
+static int invalid_value(const wr_opt_desc *d, const char *text)
+{
+	char expected[256];
+
+	describe_expected(d, expected, sizeof(expected));
+	return wr_error(WALRUS_EINVAL, "invalid value for option \"%s\": \"%.100s\" (%s)", d->name,
+	                text ? text : "", expected);
+}
+
+/* ------------------------------------------------------------ the interface */
+
+void wr_opts_defaults(wr_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	for (size_t i = 0; i < WR_ARRAY_LEN(opt_table); i++) {
+		const wr_opt_desc *d = &opt_table[i];
+		union opt_value v;
+		if (!parse_value(d, d->def, &v) || !value_ok(d, v))
+			wr_panic("default \"%s\" of option \"%s\" is invalid", d->def, d->name);
+		store_field(o, d, v);
+	}
+}
+
+int wr_opts_set(wr_options *o, const char *name, const char *value)
+{
+	const wr_opt_desc *d = find_opt(name);
+	union opt_value v;
+
+	if (o == NULL)
+		return wr_error(WALRUS_EINVAL, "no options object given");
+	if (d == NULL)
+		return wr_error(WALRUS_EINVAL, "unrecognized option \"%.100s\"", name ? name : "");
+	if (!parse_value(d, value, &v) || !value_ok(d, v))
+		return invalid_value(d, value);
+	store_field(o, d, v);
+	return WALRUS_OK;
+}
+
+int wr_opts_get(const wr_options *o, const char *name, char *buf, size_t len)
+{
+	const wr_opt_desc *d = find_opt(name);
+	char text[64];
+
+	if (o == NULL || buf == NULL)
+		return wr_error(WALRUS_EINVAL, "no options object or buffer given");
+	if (d == NULL)
+		return wr_error(WALRUS_EINVAL, "unrecognized option \"%.100s\"", name ? name : "");
+	format_value(d, load_field(o, d), text, sizeof(text));
+	if (!wr_snprintf(buf, len, "%s", text))
+		return wr_error(WALRUS_EINVAL, "buffer of %zu bytes too small for option \"%s\"",
+		                len, d->name);
+	return WALRUS_OK;
+}
+
+/* @a's value must not exceed @b's; the message names both. */
+static int check_le(const wr_options *o, const char *a, const char *b)
+{
+	int64_t va = load_field(o, find_opt(a)).i;
+	int64_t vb = load_field(o, find_opt(b)).i;
+	char sa[32], sb[32];
+
+	if (va <= vb)
+		return WALRUS_OK;
+	wr_opts_get(o, a, sa, sizeof(sa));
+	wr_opts_get(o, b, sb, sizeof(sb));
+	return wr_error(WALRUS_EINVAL,
+	                "option \"%s\" (%s) must not be greater than option \"%s\" (%s)", a, sa, b,
+	                sb);
+}
+
+int wr_opts_validate(const wr_options *o)
+{
+	int rc;
+
+	if (o == NULL)
+		return wr_error(WALRUS_EINVAL, "no options object given");
+	for (size_t i = 0; i < WR_ARRAY_LEN(opt_table); i++) {
+		const wr_opt_desc *d = &opt_table[i];
+		union opt_value v = load_field(o, d);
+		if (!value_ok(d, v)) {
+			char text[64];
+			format_value(d, v, text, sizeof(text));
+			return invalid_value(d, text);
+		}
+	}
+	if ((rc = check_le(o, "min_wal_size", "max_wal_size")) != WALRUS_OK)
+		return rc;
+	/* A checkpoint must be able to finish before WAL fills: at least two segments. */
+	if (o->max_wal_size / 2 < o->wal_segment_size) {
+		char smax[32], sseg[32];
+		wr_opts_get(o, "max_wal_size", smax, sizeof(smax));
+		wr_opts_get(o, "wal_segment_size", sseg, sizeof(sseg));
+		return wr_error(WALRUS_EINVAL,
+		                "option \"max_wal_size\" (%s) must be at least twice option "
+		                "\"wal_segment_size\" (%s)",
+		                smax, sseg);
+	}
+	return WALRUS_OK;
+}
+
+int wr_opts_set_pair(wr_options *o, const char *name_eq_value)
+{
+	const char *eq = name_eq_value ? strchr(name_eq_value, '=') : NULL;
+	char name[128];
+
+	if (eq == NULL)
+		return wr_error(WALRUS_EINVAL,
+		                "invalid option setting \"%.100s\" (expected name=value)",
+		                name_eq_value ? name_eq_value : "");
+	const char *start = name_eq_value;
+	const char *end = eq;
+	while (start < end && isspace((unsigned char)*start))
+		start++;
+	while (end > start && isspace((unsigned char)end[-1]))
+		end--;
+	if ((size_t)(end - start) >= sizeof(name))
+		return wr_error(WALRUS_EINVAL, "unrecognized option \"%.100s\"", start);
+	memcpy(name, start, (size_t)(end - start));
+	name[end - start] = '\0';
+
+	const char *value = eq + 1;
+	while (isspace((unsigned char)*value))
+		value++;
+	return wr_opts_set(o, name, value);
+}
+
+/* Appends like snprintf at *pos, which keeps counting past the end of buf. */
+static void json_append(char *buf, size_t len, size_t *pos, const char *fmt, ...) WR_PRINTF(4, 5);
+static void json_append(char *buf, size_t len, size_t *pos, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	int n =
+	    *pos < len ? vsnprintf(buf + *pos, len - *pos, fmt, ap) : vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		*pos += (size_t)n;
+}
+
+size_t wr_opts_json(const wr_options *o, char *buf, size_t len)
+{
+	size_t pos = 0;
+
+	if (buf != NULL && len > 0)
+		buf[0] = '\0';
+	else
+		len = 0;
+	json_append(buf, len, &pos, "{");
+	for (size_t i = 0; i < WR_ARRAY_LEN(opt_table); i++) {
+		const wr_opt_desc *d = &opt_table[i];
+		union opt_value v = load_field(o, d);
+		const char *sep = i ? "," : "";
+		char text[64];
+
+		/* Names and values never contain '"' or '\\', so nothing needs escaping. */
+		if (d->type == WR_OPT_BOOL) {
+			json_append(buf, len, &pos, "%s\"%s\":%s", sep, d->name,
+			            v.b ? "true" : "false");
+		} else if (d->type == WR_OPT_INT) {
+			json_append(buf, len, &pos, "%s\"%s\":%lld", sep, d->name, (long long)v.i);
+		} else {
+			format_value(d, v, text, sizeof(text));
+			json_append(buf, len, &pos, "%s\"%s\":\"%s\"", sep, d->name, text);
+		}
+	}
+	json_append(buf, len, &pos, "}");
+	return pos;
+}
+
+/* ------------------------------------------------------------ public API */
+
+walrus_opts *walrus_opts_new(void)
+{
+	walrus_opts *opts = malloc(sizeof(*opts));
+
+	if (opts == NULL) {
+		wr_error(WALRUS_ENOMEM, "out of memory allocating options");
+		return NULL;
+	}
+	wr_opts_defaults(&opts->o);
+	return opts;
+}
+
+void walrus_opts_free(walrus_opts *opts)
+{
+	free(opts);
+}
+
+int walrus_opts_set(walrus_opts *opts, const char *name, const char *value)
+{
+	if (opts == NULL)
+		return wr_error(WALRUS_EINVAL, "no options object given");
+	return wr_opts_set(&opts->o, name, value);
+}
+
+int walrus_opts_get(const walrus_opts *opts, const char *name, char *buf, size_t len)
+{
+	if (opts == NULL)
+		return wr_error(WALRUS_EINVAL, "no options object given");
+	return wr_opts_get(&opts->o, name, buf, len);
+}

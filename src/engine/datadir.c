@@ -1,1 +1,345 @@
-/* placeholder: being written */
+/*
+ * datadir.c - the data directory: resolution, checks, initialisation and
+ * the instance and attach locks in walrus.pid.
+ *
+ * The locks are open-file-description (OFD) locks: unlike POSIX record
+ * locks they are not dropped when some other fd of the same file is closed
+ * in the process, and they are shared by children that inherit the fd, so
+ * the auxiliary processes keep the instance locked while any of them lives.
+ * The kernel releases them when the last holder dies: a stale walrus.pid
+ * after a kill -9 is detected by simply being able to lock it.
+ */
+#include "engine/engine.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fdcache/fdcache.h"
+
+static int mkdir_p(const char *path)
+{
+	char buf[PATH_MAX];
+	if (!wr_snprintf(buf, sizeof(buf), "%s", path))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", path);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+			return wr_error(wr_errno_code(errno), "could not create directory \"%s\": %m",
+					buf);
+		*p = '/';
+	}
+	if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+		return wr_error(wr_errno_code(errno), "could not create directory \"%s\": %m", buf);
+	return WALRUS_OK;
+}
+
+int datadir_resolve(const char *dir, bool create, char *out)
+{
+	struct stat st;
+
+	if (dir == NULL || *dir == '\0')
+		return wr_error(WALRUS_EINVAL, "no data directory given (use -D DIR or WALRUS_DATA)");
+	if (stat(dir, &st) != 0) {
+		if (errno != ENOENT)
+			return wr_error(wr_errno_code(errno), "could not access \"%s\": %m", dir);
+		if (!create)
+			return wr_error(WALRUS_ENOENT,
+					"data directory \"%s\" does not exist (create_if_missing=on "
+					"creates it)",
+					dir);
+		int rc = mkdir_p(dir);
+		if (rc != WALRUS_OK)
+			return rc;
+	} else if (!S_ISDIR(st.st_mode)) {
+		return wr_error(WALRUS_ENOTWALRUS, "\"%s\" is not a directory", dir);
+	}
+	if (realpath(dir, out) == NULL)
+		return wr_error(wr_errno_code(errno), "could not resolve \"%s\": %m", dir);
+	return WALRUS_OK;
+}
+
+int datadir_check(const char *abs)
+{
+	struct stat st;
+
+	if (stat(abs, &st) != 0)
+		return wr_error(wr_errno_code(errno), "could not access \"%s\": %m", abs);
+	if (st.st_uid != geteuid())
+		return wr_error(WALRUS_EPERM,
+				"data directory \"%s\" has wrong ownership (owned by uid %u, this "
+				"process runs as uid %u)",
+				abs, (unsigned)st.st_uid, (unsigned)geteuid());
+	/* Like PostgreSQL: the data may hold anything, so nobody else may read it. */
+	if ((st.st_mode & 077) != 0)
+		return wr_error(WALRUS_EPERM,
+				"data directory \"%s\" has invalid permissions %04o: it must not be "
+				"accessible by group or others (chmod 0700 \"%s\")",
+				abs, (unsigned)(st.st_mode & 07777), abs);
+	if (access(abs, R_OK | W_OK | X_OK) != 0)
+		return wr_error(WALRUS_EPERM, "data directory \"%s\" is not writable: %m", abs);
+	return WALRUS_OK;
+}
+
+static bool dir_is_empty_for_init(const char *abs)
+{
+	/* A user may prepare wal/ (a symlink to another file system) and log/ first. */
+	static const char *const allowed[] = {".", "..", "wal", "log", "lost+found"};
+	DIR *d = opendir(abs);
+	if (d == NULL)
+		return false;
+	bool empty = true;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		bool ok = false;
+		for (size_t i = 0; i < WR_ARRAY_LEN(allowed); i++)
+			ok |= strcmp(e->d_name, allowed[i]) == 0;
+		if (!ok) {
+			empty = false;
+			break;
+		}
+	}
+	closedir(d);
+	return empty;
+}
+
+/* write temp + fsync + rename + fsync directory: the file appears whole or not at all. */
+static int write_file_durably(const char *dir, const char *name, const char *text)
+{
+	char tmp[PATH_MAX], path[PATH_MAX];
+	fdc_file f;
+	int rc;
+
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", dir, name) ||
+	    !wr_snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, name))
+		return wr_error(WALRUS_EINVAL, "path too long in \"%s\"", dir);
+	rc = fdc_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600, &f);
+	if (rc != WALRUS_OK)
+		return rc;
+	rc = fdc_pwrite(f, text, strlen(text), 0);
+	if (rc == WALRUS_OK)
+		rc = fdc_fsync(f);
+	fdc_clear_dirty(f); /* synced (or failed and we give up the file) */
+	int rc2 = fdc_close(f);
+	if (rc == WALRUS_OK)
+		rc = rc2;
+	if (rc == WALRUS_OK)
+		rc = fdc_rename(tmp, path);
+	if (rc == WALRUS_OK)
+		rc = fdc_fsync_path(dir);
+	return rc;
+}
+
+static int make_subdirs(const char *abs)
+{
+	static const char *const subdirs[] = {"base", "wal", WR_LOG_DIR};
+	char path[PATH_MAX];
+	for (size_t i = 0; i < WR_ARRAY_LEN(subdirs); i++) {
+		if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, subdirs[i]))
+			return wr_error(WALRUS_EINVAL, "path too long in \"%s\"", abs);
+		int rc = fdc_mkdir(path, 0700);
+		if (rc != WALRUS_OK)
+			return rc;
+	}
+	return WALRUS_OK;
+}
+
+static int initialise(const char *abs)
+{
+	char text[32];
+	int rc = make_subdirs(abs);
+	if (rc != WALRUS_OK)
+		return rc;
+	/* The version file is written last: its presence means "initialised". */
+	snprintf(text, sizeof(text), "%d\n", WR_FORMAT_VERSION);
+	rc = write_file_durably(abs, WR_VERSION_FILE, text);
+	if (rc == WALRUS_OK)
+		wr_log(WR_LOG, "initialised data directory \"%s\" (format %d)", abs,
+		       WR_FORMAT_VERSION);
+	return rc;
+}
+
+static int read_version(const char *path, int *version)
+{
+	char buf[64];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return wr_error(wr_errno_code(errno), "could not open \"%s\": %m", path);
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	int err = errno;
+	close(fd);
+	if (n < 0) {
+		errno = err;
+		return wr_error(WALRUS_EIO, "could not read \"%s\": %m", path);
+	}
+	buf[n] = '\0';
+	char *end;
+	long v = strtol(buf, &end, 10);
+	if (end == buf || (*end != '\n' && *end != '\0') || v <= 0 || v > 1000000)
+		return wr_error(WALRUS_ECORRUPT, "file \"%s\" does not hold a format version", path);
+	*version = (int)v;
+	return WALRUS_OK;
+}
+
+int datadir_init_or_verify(const char *abs, bool create)
+{
+	char path[PATH_MAX];
+	int version = 0;
+
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_VERSION_FILE))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
+	if (access(path, F_OK) != 0) {
+		if (!dir_is_empty_for_init(abs))
+			return wr_error(WALRUS_ENOTWALRUS,
+					"\"%s\" is not a walrus data directory (no %s file, and it "
+					"is not empty)",
+					abs, WR_VERSION_FILE);
+		if (!create)
+			return wr_error(WALRUS_ENOTWALRUS,
+					"\"%s\" is not a walrus data directory (create_if_missing=on "
+					"initialises an empty directory)",
+					abs);
+		return initialise(abs);
+	}
+	int rc = read_version(path, &version);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (version != WR_FORMAT_VERSION)
+		return wr_error(WALRUS_EVERSION,
+				"data directory \"%s\" has format version %d, but this walrus "
+				"reads format %d",
+				abs, version, WR_FORMAT_VERSION);
+	return make_subdirs(abs); /* a lost log/ or base/ is recreated, not an error */
+}
+
+static int ofd_lock(int fd, short type, off_t byte, bool wait)
+{
+	struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = byte, .l_len = 1};
+	for (;;) {
+		if (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) == 0)
+			return 0;
+		if (errno != EINTR)
+			return errno;
+	}
+}
+
+static int open_pid_file(const char *abs, int *fd)
+{
+	char path[PATH_MAX];
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_PID_FILE))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
+	*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (*fd < 0)
+		return wr_error(wr_errno_code(errno), "could not open lock file \"%s\": %m", path);
+	return WALRUS_OK;
+}
+
+static long pid_in_file(int fd)
+{
+	char buf[32];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	return strtol(buf, NULL, 10);
+}
+
+int datadir_lock_instance(const char *abs, int *lock_fd)
+{
+	int fd;
+	int rc = open_pid_file(abs, &fd);
+	if (rc != WALRUS_OK)
+		return rc;
+	int err = ofd_lock(fd, F_WRLCK, 0, false);
+	if (err == 0) {
+		*lock_fd = fd;
+		return WALRUS_OK;
+	}
+	long owner = pid_in_file(fd);
+	close(fd);
+	if (err == EAGAIN || err == EACCES)
+		return wr_error(WALRUS_EBUSY,
+				"data directory \"%s\" is in use by another instance (supervisor "
+				"pid %ld)",
+				abs, owner);
+	errno = err;
+	return wr_error(wr_errno_code(err), "could not lock \"%s/%s\": %m", abs, WR_PID_FILE);
+}
+
+int datadir_wait_old_backends(int lock_fd, const char *abs, uint64_t timeout_us)
+{
+	uint64_t start = wr_now_ns(), next_note = 0;
+	for (;;) {
+		int err = ofd_lock(lock_fd, F_WRLCK, 1, false);
+		if (err == 0) {
+			/* Only a probe: backends of this instance take read locks on it. */
+			struct flock fl = {.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 1,
+					   .l_len = 1};
+			if (fcntl(lock_fd, F_OFD_SETLK, &fl) != 0)
+				return wr_error(WALRUS_EIO, "could not unlock \"%s/%s\": %m", abs,
+						WR_PID_FILE);
+			return WALRUS_OK;
+		}
+		if (err != EAGAIN && err != EACCES) {
+			errno = err;
+			return wr_error(WALRUS_EIO, "could not lock \"%s/%s\": %m", abs, WR_PID_FILE);
+		}
+		uint64_t waited_us = (wr_now_ns() - start) / 1000;
+		if (waited_us >= timeout_us)
+			return wr_error(WALRUS_EBUSY,
+					"processes attached to a previous instance of \"%s\" are still "
+					"running; they must close the database first",
+					abs);
+		if (waited_us >= next_note) {
+			wr_log(WR_LOG, "waiting for processes of a previous instance to detach");
+			next_note = waited_us + 5000000;
+		}
+		wr_sleep_us(10000);
+	}
+}
+
+int datadir_write_pid(int lock_fd, const char *abs)
+{
+	char text[PATH_MAX + 64];
+	int n = snprintf(text, sizeof(text), "%d\n%s\n%llu\n", (int)getpid(), abs,
+			 (unsigned long long)(wr_wall_us() / 1000000));
+	if (n < 0 || (size_t)n >= sizeof(text))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
+	if (ftruncate(lock_fd, 0) != 0)
+		return wr_error(wr_errno_code(errno), "could not truncate \"%s/%s\": %m", abs,
+				WR_PID_FILE);
+	ssize_t done = 0;
+	while (done < n) {
+		ssize_t w = pwrite(lock_fd, text + done, (size_t)(n - done), done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return wr_error(wr_errno_code(errno), "could not write \"%s/%s\": %m", abs,
+					WR_PID_FILE);
+		done += w;
+	}
+	return WALRUS_OK;
+}
+
+int datadir_lock_attach(const char *abs, int *fd_out)
+{
+	int fd;
+	int rc = open_pid_file(abs, &fd);
+	if (rc != WALRUS_OK)
+		return rc;
+	int err = ofd_lock(fd, F_RDLCK, 1, true);
+	if (err != 0) {
+		close(fd);
+		errno = err;
+		return wr_error(WALRUS_EIO, "could not lock \"%s/%s\": %m", abs, WR_PID_FILE);
+	}
+	*fd_out = fd;
+	return WALRUS_OK;
+}

@@ -1,1 +1,762 @@
-/* placeholder: being written */
+/*
+ * supervisor.c - the supervisor (PostgreSQL's postmaster): owns the data
+ * directory, the shared memory and the auxiliary processes; accepts
+ * backends on DIR/walrus.sock; restarts the instance after a crash; shuts
+ * it down when the last backend has gone.
+ *
+ * It is a single-threaded event loop over poll(2): a signalfd (SIGCHLD,
+ * SIGTERM, SIGINT, SIGQUIT), the listening socket and one connection per
+ * backend.  It never touches the data itself, so that it survives anything
+ * the other processes do; everything that can PANIC runs in a child.
+ *
+ * A backend's connection stays open while it is attached.  A connection
+ * that ends without a DETACH message means the backend died with shared
+ * memory in an unknown state (a lock held, a page half changed): crash
+ * restart, exactly as PostgreSQL reacts to a backend's death.
+ */
+#include "engine/engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fdcache/fdcache.h"
+
+enum sup_phase { SUP_STARTING, SUP_RUNNING, SUP_SHUTDOWN };
+
+typedef struct sup_conn {
+	int fd;
+	pid_t pid;
+	int slot;	    /* proc slot, -1 until attached */
+	uint64_t gen;	    /* generation it attached to */
+	bool pending;	    /* ATTACH received, not yet answered */
+	bool detached;	    /* clean DETACH received */
+} sup_conn;
+
+#define SUP_MAX_CONNS 4096
+
+static struct {
+	char abs[PATH_MAX];
+	wr_options opts;
+	int lock_fd, listen_fd, sig_fd, shm_fd;
+	int phase;
+	uint64_t generation;
+	uint64_t crash_restarts;
+	pid_t aux[WR_AUX_NKINDS];
+	sup_conn conns[SUP_MAX_CONNS];
+	int nconns;
+	uint64_t linger_deadline_ns; /* 0: no backend has left yet, or someone is attached */
+	bool foreground;
+	bool ever_attached;
+} S = {.lock_fd = -1, .listen_fd = -1, .sig_fd = -1, .shm_fd = -1};
+
+static const char *const aux_kinds_started[] = {"checkpointer", "background writer", "WAL writer"};
+
+/* ---------------------------------------------------------------- start-up helpers */
+
+static void report_ready(int ready_fd, int code, const char *msg)
+{
+	char line[1024];
+	if (ready_fd < 0)
+		return;
+	int n = snprintf(line, sizeof(line), "%d %s\n", code, msg);
+	if (n > 0) {
+		ssize_t w;
+		do
+			w = write(ready_fd, line, (size_t)WR_MIN(n, (int)sizeof(line) - 1));
+		while (w < 0 && errno == EINTR);
+	}
+	close(ready_fd);
+}
+
+static _Noreturn void fail_start(int ready_fd, int code)
+{
+	wr_log(WR_FATAL, "could not start: %s", walrus_errmsg());
+	report_ready(ready_fd, code, walrus_errmsg());
+	_exit(1);
+}
+
+static void supervisor_panic_handler(void)
+{
+	shm_header *h = shm_hdr();
+	if (h != NULL)
+		atomic_store(&h->state, SHM_STATE_CRASHED);
+	_exit(WR_PANIC_EXIT);
+}
+
+static int open_log(const char *abs, int level)
+{
+	char path[PATH_MAX];
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_LOG_DIR))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
+	if (mkdir(path, 0700) != 0 && errno != EEXIST)
+		return wr_error(wr_errno_code(errno), "could not create \"%s\": %m", path);
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_LOG_FILE))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return wr_error(wr_errno_code(errno), "could not open log file \"%s\": %m", path);
+	wr_log_set_file(fd, level);
+	return WALRUS_OK;
+}
+
+static int setup_signals(void)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGQUIT);
+	if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
+		return wr_error(WALRUS_EINTERNAL, "sigprocmask: %m");
+	S.sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (S.sig_fd < 0)
+		return wr_error(WALRUS_EINTERNAL, "signalfd: %m");
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
+	return WALRUS_OK;
+}
+
+/* ---------------------------------------------------------------- shared memory */
+
+static int create_shared_memory(void)
+{
+	uint32_t nprocs = (uint32_t)S.opts.max_connections + WR_AUX_NKINDS;
+	size_t sizes[] = {sizeof(engine_shared), nprocs * sizeof(wr_proc), ENGINE_SCRATCH_SIZE};
+	size_t total = shm_size_for(sizes, (int)WR_ARRAY_LEN(sizes));
+	int rc = shm_create(total, &S.shm_fd);
+	if (rc != WALRUS_OK)
+		return rc;
+	engine_shared *e = shm_alloc("engine", sizeof(engine_shared));
+	wr_proc *procs = shm_alloc("procs", nprocs * sizeof(wr_proc));
+	void *scratch = shm_alloc("scratch", ENGINE_SCRATCH_SIZE);
+	if (e == NULL || procs == NULL || scratch == NULL)
+		return wr_error(WALRUS_EINTERNAL, "shared memory layout does not fit");
+	e->opts = S.opts;
+	memcpy(e->datadir, S.abs, sizeof(e->datadir));
+	e->supervisor_pid = (uint32_t)getpid();
+	e->nprocs = nprocs;
+	e->start_time_us = wr_wall_us();
+	e->crash_restarts = S.crash_restarts;
+	for (uint32_t i = 0; i < nprocs; i++) {
+		procs[i].index = i;
+		procs[i].kind = i < WR_AUX_NKINDS ? WR_PROC_AUX : WR_PROC_FREE;
+	}
+	atomic_store(&shm_hdr()->generation, S.generation);
+	return WALRUS_OK;
+}
+
+static void drop_shared_memory(void)
+{
+	shm_detach();
+	if (S.shm_fd >= 0)
+		close(S.shm_fd);
+	S.shm_fd = -1;
+}
+
+/* ---------------------------------------------------------------- children */
+
+static pid_t fork_child(int kind)
+{
+	pid_t pid = fork();
+	if (pid < 0) {
+		wr_log(WR_WARNING, "could not fork %s: %m", aux_name(kind));
+		return -1;
+	}
+	if (pid > 0)
+		return pid;
+	/* Child: it must not hold the supervisor's sockets, or a dead backend's
+	 * connection would never show EOF to the supervisor. */
+	if (S.listen_fd >= 0)
+		close(S.listen_fd);
+	close(S.sig_fd);
+	for (int i = 0; i < S.nconns; i++)
+		close(S.conns[i].fd);
+	if (S.shm_fd >= 0)
+		close(S.shm_fd);
+	aux_main(kind, S.lock_fd);
+}
+
+static const char *describe_status(int st, char *buf, size_t len)
+{
+	if (WIFEXITED(st) && WEXITSTATUS(st) == WR_PANIC_EXIT)
+		snprintf(buf, len, "PANICked");
+	else if (WIFEXITED(st))
+		snprintf(buf, len, "exited with exit code %d", WEXITSTATUS(st));
+	else if (WIFSIGNALED(st))
+		snprintf(buf, len, "was terminated by signal %d: %s", WTERMSIG(st),
+			 strsignal(WTERMSIG(st)));
+	else
+		snprintf(buf, len, "ended with status 0x%x", (unsigned)st);
+	return buf;
+}
+
+/* Runs recovery in a child, so that a PANIC there cannot take the supervisor down. */
+static int run_startup(void)
+{
+	pid_t pid = fork_child(WR_AUX_STARTUP);
+	if (pid < 0)
+		return wr_error(WALRUS_EINTERNAL, "could not fork the startup process: %m");
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return wr_error(WALRUS_EINTERNAL, "waitpid: %m");
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return WALRUS_OK;
+	char why[128];
+	return wr_error(WALRUS_EIO, "startup process %s (see %s/%s)",
+			describe_status(st, why, sizeof(why)), S.abs, WR_LOG_FILE);
+}
+
+static int start_aux_processes(void)
+{
+	for (int k = 0; k < WR_AUX_STARTUP; k++) {
+		S.aux[k] = fork_child(k);
+		if (S.aux[k] < 0)
+			return wr_error(WALRUS_EINTERNAL, "could not start the %s: %m",
+					aux_kinds_started[k]);
+	}
+	return WALRUS_OK;
+}
+
+static int aux_index(pid_t pid)
+{
+	for (int k = 0; k < WR_AUX_NKINDS; k++)
+		if (S.aux[k] == pid)
+			return k;
+	return -1;
+}
+
+static void kill_aux_processes(void)
+{
+	for (int k = 0; k < WR_AUX_NKINDS; k++) {
+		if (S.aux[k] <= 0)
+			continue;
+		kill(S.aux[k], SIGKILL);
+		while (waitpid(S.aux[k], NULL, 0) < 0 && errno == EINTR)
+			;
+		S.aux[k] = 0;
+	}
+}
+
+/* ---------------------------------------------------------------- instance life */
+
+static void answer_pending(void);
+
+static int instance_start(void)
+{
+	S.phase = SUP_STARTING;
+	int rc = create_shared_memory();
+	if (rc == WALRUS_OK)
+		rc = run_startup();
+	if (rc == WALRUS_OK)
+		rc = start_aux_processes();
+	if (rc != WALRUS_OK)
+		return rc;
+	atomic_store(&shm_hdr()->state, SHM_STATE_RUNNING);
+	S.phase = SUP_RUNNING;
+	wr_log(WR_LOG, "instance is ready (generation %llu)", (unsigned long long)S.generation);
+	answer_pending();
+	return WALRUS_OK;
+}
+
+static bool pid_alive(pid_t pid)
+{
+	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+/* A backend may be inside a write to the old instance's files: let it finish. */
+static void wait_backend_io(void)
+{
+	engine_shared *e = engine_sh();
+	wr_proc *procs = engine_procs();
+	uint64_t start = wr_now_ns(), next_note = 5000000000ULL;
+	for (uint32_t i = WR_AUX_NKINDS; i < e->nprocs; i++) {
+		while (atomic_load(&procs[i].in_io) && pid_alive((pid_t)procs[i].pid)) {
+			if (wr_now_ns() - start > next_note) {
+				wr_log(WR_LOG, "waiting for process %u to finish its I/O",
+				       (unsigned)procs[i].pid);
+				next_note += 5000000000ULL;
+			}
+			wr_sleep_us(1000);
+		}
+	}
+}
+
+static _Noreturn void sup_exit(int code)
+{
+	if (S.listen_fd >= 0) {
+		char path[PATH_MAX];
+		close(S.listen_fd);
+		if (wr_snprintf(path, sizeof(path), "%s/%s", S.abs, WR_SOCKET_NAME))
+			unlink(path);
+	}
+	if (code == 0 && S.lock_fd >= 0) {
+		char path[PATH_MAX];
+		if (wr_snprintf(path, sizeof(path), "%s/%s", S.abs, WR_PID_FILE))
+			unlink(path);
+	}
+	wr_log(WR_LOG, code == 0 ? "supervisor shut down" : "supervisor exits with code %d",
+	       code);
+	_exit(code);
+}
+
+static void crash_restart(const char *why)
+{
+	wr_log(WR_LOG, "%s", why);
+	wr_log(WR_LOG, "terminating every other process of the instance");
+	shm_header *h = shm_hdr();
+	atomic_store(&h->state, SHM_STATE_CRASHED);
+	ipc_wake_all(&h->state);
+	kill_aux_processes();
+	wait_backend_io();
+	drop_shared_memory();
+	S.generation++;
+	S.crash_restarts++;
+	wr_log(WR_LOG, "all processes of the instance stopped; reinitialising");
+	int rc = instance_start();
+	if (rc != WALRUS_OK) {
+		wr_log(WR_FATAL, "could not restart the instance: %s", walrus_errmsg());
+		sup_exit(1);
+	}
+}
+
+/* ---------------------------------------------------------------- connections */
+
+static void send_reply(sup_conn *c, int type, int status, const char *text, const int *fds,
+		       int nfds)
+{
+	wr_msg m = {.magic = WR_PROTO_MAGIC, .version = WR_PROTO_VERSION, .type = (uint32_t)type,
+		    .status = status, .pid = (uint32_t)getpid(), .slot = (uint32_t)c->slot,
+		    .generation = S.generation};
+	if (text)
+		wr_snprintf(m.text, sizeof(m.text), "%s", text);
+	if (ipc_send(c->fd, &m, sizeof(m), fds, nfds) != WALRUS_OK)
+		wr_log(WR_DEBUG, "could not answer process %d: %s", (int)c->pid, walrus_errmsg());
+}
+
+static int free_backend_slot(void)
+{
+	engine_shared *e = engine_sh();
+	wr_proc *procs = engine_procs();
+	for (uint32_t i = WR_AUX_NKINDS; i < e->nprocs; i++)
+		if (atomic_load(&procs[i].pid) == 0)
+			return (int)i;
+	return -1;
+}
+
+static void answer_attach(sup_conn *c)
+{
+	c->pending = false;
+	if (S.phase == SUP_SHUTDOWN) {
+		send_reply(c, WR_MSG_ERROR, WALRUS_ESHUTDOWN, "the instance is shutting down", NULL,
+			   0);
+		return;
+	}
+	int slot = free_backend_slot();
+	if (slot < 0) {
+		char text[128];
+		snprintf(text, sizeof(text), "too many processes attached (max_connections=%lld)",
+			 (long long)S.opts.max_connections);
+		send_reply(c, WR_MSG_ERROR, WALRUS_ELIMIT, text, NULL, 0);
+		return;
+	}
+	wr_proc *p = &engine_procs()[slot];
+	atomic_store(&p->in_io, 0);
+	p->kind = WR_PROC_BACKEND;
+	atomic_store(&p->pid, (uint32_t)c->pid);
+	atomic_fetch_add(&engine_sh()->attaches, 1);
+	c->slot = slot;
+	c->gen = S.generation;
+	S.ever_attached = true;
+	send_reply(c, WR_MSG_ATTACH_OK, WALRUS_OK, NULL, &S.shm_fd, 1);
+	wr_log(WR_DEBUG, "process %d attached (slot %d)", (int)c->pid, slot);
+}
+
+static void answer_pending(void)
+{
+	for (int i = 0; i < S.nconns; i++)
+		if (S.conns[i].pending)
+			answer_attach(&S.conns[i]);
+}
+
+static void release_slot(sup_conn *c)
+{
+	if (c->slot >= 0 && c->gen == S.generation && shm_hdr() != NULL) {
+		wr_proc *p = &engine_procs()[c->slot];
+		atomic_store(&p->pid, 0);
+		p->kind = WR_PROC_FREE;
+	}
+	c->slot = -1;
+}
+
+static void drop_conn(int i)
+{
+	close(S.conns[i].fd);
+	S.conns[i] = S.conns[--S.nconns];
+}
+
+static void accept_conn(void)
+{
+	int fd;
+	if (ipc_accept(S.listen_fd, &fd) != WALRUS_OK)
+		return;
+	if (S.nconns >= SUP_MAX_CONNS) {
+		close(fd);
+		return;
+	}
+	sup_conn *c = &S.conns[S.nconns++];
+	*c = (sup_conn){.fd = fd, .slot = -1};
+	if (ipc_peer_pid(fd, &c->pid) != WALRUS_OK)
+		c->pid = 0;
+}
+
+/* Returns true when the connection must be dropped. */
+static bool handle_conn(int i, char *crash_why, size_t why_len)
+{
+	sup_conn *c = &S.conns[i];
+	wr_msg m;
+	size_t len;
+	int fds[IPC_MAX_FDS], nfds = 0;
+
+	int rc = ipc_recv(c->fd, &m, sizeof(m), &len, fds, &nfds);
+	for (int k = 0; k < nfds; k++)
+		close(fds[k]); /* backends never send fds here */
+	bool current = c->slot >= 0 && c->gen == S.generation && !c->detached;
+	if (rc != WALRUS_OK || len == 0) {
+		if (current)
+			snprintf(crash_why, why_len,
+				 "backend process %d ended without detaching", (int)c->pid);
+		release_slot(c);
+		return true;
+	}
+	if (len != sizeof(m) || m.magic != WR_PROTO_MAGIC || m.version != WR_PROTO_VERSION) {
+		wr_log(WR_WARNING, "process %d sent a malformed message; closing its connection",
+		       (int)c->pid);
+		if (current)
+			snprintf(crash_why, why_len, "backend process %d broke the protocol",
+				 (int)c->pid);
+		release_slot(c);
+		return true;
+	}
+	switch (m.type) {
+	case WR_MSG_ATTACH:
+		if (c->slot >= 0)
+			break;
+		c->pending = true;
+		if (S.phase != SUP_STARTING)
+			answer_attach(c);
+		break;
+	case WR_MSG_DETACH:
+		c->detached = true;
+		release_slot(c);
+		return true;
+	case WR_MSG_PANIC:
+		if (current)
+			snprintf(crash_why, why_len, "backend process %d PANICked", (int)c->pid);
+		break;
+	default:
+		wr_log(WR_WARNING, "process %d sent unknown message type %u", (int)c->pid,
+		       m.type);
+	}
+	return false;
+}
+
+/* ---------------------------------------------------------------- shutdown */
+
+static void begin_shutdown(const char *why)
+{
+	if (S.phase == SUP_SHUTDOWN)
+		return;
+	wr_log(WR_LOG, "shutting down: %s", why);
+	S.phase = SUP_SHUTDOWN;
+	/* No new backends from here on: they will start a new supervisor once we are gone. */
+	if (S.listen_fd >= 0) {
+		char path[PATH_MAX];
+		close(S.listen_fd);
+		S.listen_fd = -1;
+		if (wr_snprintf(path, sizeof(path), "%s/%s", S.abs, WR_SOCKET_NAME))
+			unlink(path);
+	}
+	for (int i = 0; i < S.nconns; i++)
+		if (S.conns[i].pending)
+			answer_attach(&S.conns[i]);
+	shm_header *h = shm_hdr();
+	engine_shared *e = engine_sh();
+	atomic_store(&h->state, SHM_STATE_SHUTDOWN);
+	ipc_wake_all(&h->state);
+	wait_backend_io();
+	atomic_store(&e->shutdown_requested, 1);
+	ipc_wake_all(&e->shutdown_requested);
+	for (int k = 0; k < WR_AUX_NKINDS; k++)
+		ipc_wake_all(&e->aux_wakeup[k]);
+}
+
+static bool aux_all_gone(void)
+{
+	for (int k = 0; k < WR_AUX_NKINDS; k++)
+		if (S.aux[k] > 0)
+			return false;
+	return true;
+}
+
+/* ---------------------------------------------------------------- the loop */
+
+static void reap_children(char *crash_why, size_t why_len)
+{
+	int st;
+	pid_t pid;
+	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+		int k = aux_index(pid);
+		if (k < 0)
+			continue;
+		S.aux[k] = 0;
+		char how[128];
+		describe_status(st, how, sizeof(how));
+		if (S.phase == SUP_SHUTDOWN && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+			wr_log(WR_DEBUG, "%s exited", aux_name(k));
+			continue;
+		}
+		snprintf(crash_why, why_len, "%s process (pid %d) %s", aux_name(k), (int)pid, how);
+	}
+}
+
+static void handle_signals(char *crash_why, size_t why_len)
+{
+	struct signalfd_siginfo si;
+	while (read(S.sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		switch (si.ssi_signo) {
+		case SIGCHLD:
+			reap_children(crash_why, why_len);
+			break;
+		case SIGTERM:
+			begin_shutdown("received SIGTERM (smart shutdown)");
+			break;
+		case SIGINT:
+			begin_shutdown("received SIGINT (fast shutdown)");
+			break;
+		case SIGQUIT:
+			wr_log(WR_LOG, "received SIGQUIT (immediate shutdown)");
+			kill_aux_processes();
+			sup_exit(2);
+		default:
+			break;
+		}
+	}
+}
+
+static int live_connections(void)
+{
+	int n = 0;
+	for (int i = 0; i < S.nconns; i++)
+		n += S.conns[i].slot >= 0 || S.conns[i].pending;
+	return n;
+}
+
+static int poll_timeout_ms(void)
+{
+	if (S.linger_deadline_ns == 0)
+		return S.phase == SUP_SHUTDOWN ? 100 : 1000;
+	uint64_t now = wr_now_ns();
+	if (now >= S.linger_deadline_ns)
+		return 0;
+	return (int)((S.linger_deadline_ns - now) / 1000000 + 1);
+}
+
+static void update_linger(void)
+{
+	if (S.phase != SUP_RUNNING || S.foreground)
+		return;
+	if (live_connections() > 0) {
+		S.linger_deadline_ns = 0;
+		return;
+	}
+	uint64_t now = wr_now_ns();
+	if (S.linger_deadline_ns == 0) {
+		S.linger_deadline_ns = now + (uint64_t)S.opts.supervisor_linger_us * 1000;
+		return;
+	}
+	if (now >= S.linger_deadline_ns)
+		begin_shutdown("no process is attached");
+}
+
+static void event_loop(void)
+{
+	struct pollfd *pfds = calloc(SUP_MAX_CONNS + 2, sizeof(*pfds));
+	if (pfds == NULL)
+		wr_panic("out of memory in the supervisor");
+	for (;;) {
+		char crash_why[256] = "";
+		int n = 0;
+		pfds[n++] = (struct pollfd){.fd = S.sig_fd, .events = POLLIN};
+		int first_conn = n;
+		if (S.listen_fd >= 0)
+			pfds[n++] = (struct pollfd){.fd = S.listen_fd, .events = POLLIN};
+		int listen_idx = S.listen_fd >= 0 ? first_conn : -1;
+		int conn_base = n;
+		for (int i = 0; i < S.nconns; i++)
+			pfds[n++] = (struct pollfd){.fd = S.conns[i].fd, .events = POLLIN};
+		int r = poll(pfds, (nfds_t)n, poll_timeout_ms());
+		if (r < 0 && errno != EINTR)
+			wr_panic("poll failed in the supervisor: %m");
+		if (r > 0 && pfds[0].revents)
+			handle_signals(crash_why, sizeof(crash_why));
+		/* Connections first, from the end, so that drop_conn's swap is safe. */
+		for (int i = S.nconns - 1; r > 0 && i >= 0; i--) {
+			if (conn_base + i >= n || pfds[conn_base + i].revents == 0)
+				continue;
+			if (handle_conn(i, crash_why, sizeof(crash_why)))
+				drop_conn(i);
+		}
+		if (r > 0 && listen_idx >= 0 && S.listen_fd >= 0 && pfds[listen_idx].revents)
+			accept_conn();
+		if (crash_why[0] && S.phase == SUP_RUNNING)
+			crash_restart(crash_why);
+		if (S.phase == SUP_SHUTDOWN && aux_all_gone())
+			break;
+		update_linger();
+	}
+	free(pfds);
+}
+
+/* ---------------------------------------------------------------- entry points */
+
+static void detach_from_caller(int ready_fd)
+{
+	/* Keep only the readiness pipe: any other inherited fd (a pipe the
+	 * caller's parent reads, a socket) must not be held open by us. */
+	if (ready_fd != 3) {
+		if (dup2(ready_fd, 3) < 0)
+			_exit(1);
+	}
+	close_range(4, ~0U, 0);
+	int null = open("/dev/null", O_RDWR);
+	if (null >= 0) {
+		dup2(null, 0);
+		dup2(null, 1);
+		dup2(null, 2);
+		if (null > 2)
+			close(null);
+	}
+	sigset_t all;
+	sigemptyset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	for (int sig = 1; sig < NSIG; sig++)
+		signal(sig, SIG_DFL);
+}
+
+_Noreturn void supervisor_main(const char *abs, const wr_options *opts, int ready_fd,
+			       bool foreground)
+{
+	int rc;
+
+	S.opts = *opts;
+	S.foreground = foreground;
+	wr_snprintf(S.abs, sizeof(S.abs), "%s", abs);
+	prctl(PR_SET_NAME, "walrus-super", 0, 0, 0);
+	wr_log_set_process_name("walrus-super");
+	wr_set_panic_handler(supervisor_panic_handler);
+	umask(077);
+	if (!foreground)
+		wr_log_set_stderr(WR_PANIC + 1);
+	if ((rc = open_log(abs, opts->log_min_messages)) != WALRUS_OK)
+		fail_start(ready_fd, rc);
+	if ((rc = fdc_init(opts->max_open_files)) != WALRUS_OK)
+		fail_start(ready_fd, rc);
+	if ((rc = datadir_lock_instance(abs, &S.lock_fd)) != WALRUS_OK)
+		fail_start(ready_fd, rc);
+	if ((rc = datadir_init_or_verify(abs, opts->create_if_missing)) != WALRUS_OK)
+		fail_start(ready_fd, rc);
+	if ((rc = datadir_wait_old_backends(S.lock_fd, abs, 30000000)) != WALRUS_OK)
+		fail_start(ready_fd, rc);
+	if ((rc = datadir_write_pid(S.lock_fd, abs)) != WALRUS_OK)
+		fail_start(ready_fd, rc);
+	if (chdir(abs) != 0)
+		wr_log(WR_WARNING, "could not change directory to \"%s\": %m", abs);
+	if ((rc = setup_signals()) != WALRUS_OK)
+		fail_start(ready_fd, rc);
+	if ((rc = ipc_listen(abs, WR_SOCKET_NAME, &S.listen_fd)) != WALRUS_OK)
+		fail_start(ready_fd, rc);
+	wr_log(WR_LOG, "supervisor starting for \"%s\" (pid %d)", abs, (int)getpid());
+	report_ready(ready_fd, 0, "ok");
+	if ((rc = instance_start()) != WALRUS_OK) {
+		wr_log(WR_FATAL, "could not start the instance: %s", walrus_errmsg());
+		kill_aux_processes();
+		S.phase = SUP_SHUTDOWN;
+		for (int i = 0; i < S.nconns; i++)
+			if (S.conns[i].pending)
+				send_reply(&S.conns[i], WR_MSG_ERROR, rc, walrus_errmsg(), NULL, 0);
+		sup_exit(1);
+	}
+	event_loop();
+	sup_exit(0);
+}
+
+int supervisor_launch(const char *abs, const wr_options *opts)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return wr_error(wr_errno_code(errno), "could not create a pipe: %m");
+	pid_t pid = fork();
+	if (pid < 0) {
+		int err = errno;
+		close(p[0]);
+		close(p[1]);
+		errno = err;
+		return wr_error(WALRUS_ELIMIT, "could not fork the supervisor: %m");
+	}
+	if (pid == 0) {
+		/* The intermediate child: a new session, then the supervisor is its
+		 * orphan, so the caller never has to reap it and no terminal signal
+		 * reaches it. */
+		close(p[0]);
+		if (setsid() < 0)
+			_exit(1);
+		pid_t sup = fork();
+		if (sup != 0)
+			_exit(sup < 0 ? 1 : 0);
+		detach_from_caller(p[1]);
+		supervisor_main(abs, opts, 3, false);
+	}
+	close(p[1]);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	char line[1100];
+	size_t got = 0;
+	for (;;) {
+		ssize_t n = read(p[0], line + got, sizeof(line) - 1 - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		if (got == sizeof(line) - 1)
+			break;
+	}
+	close(p[0]);
+	line[got] = '\0';
+	if (got == 0)
+		return wr_error(WALRUS_EIO,
+				"the supervisor exited during start-up (see %s/%s)", abs,
+				WR_LOG_FILE);
+	char *nl = strchr(line, '\n');
+	if (nl)
+		*nl = '\0';
+	char *msg;
+	long code = strtol(line, &msg, 10);
+	if (code == 0)
+		return WALRUS_OK;
+	while (*msg == ' ')
+		msg++;
+	return wr_error((int)code, "%s", msg);
+}

@@ -1,1 +1,817 @@
-/* placeholder: being written */
+/*
+ * fdcache.c - virtual file descriptors: a bounded cache of real fds, and the
+ * engine's single I/O seam.
+ *
+ * The engine may have more files than the process may keep open (relations
+ * times segments, WAL segments), so callers hold handles and this module
+ * keeps at most `bound` real fds, closing the least recently used one when
+ * it needs a slot and reopening it on the next use.  Because every syscall of
+ * the engine's file I/O is made here, failpoints, the I/O guard and the
+ * write observer apply to all of them.
+ *
+ * Interface: see fdcache.h.  Test support: fdc_debug_is_open.
+ *
+ * Notes:
+ * - Entries live in a growable array and refer to each other by index (the
+ *   LRU list, the free list), because a hook may open files and so move the
+ *   array: never keep an entry pointer across a call that may open or close.
+ * - A failing call leaves errno set to the syscall's (or injected) errno, so
+ *   a caller deciding to PANIC can name it.
+ */
+#include "fdcache/fdcache.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "fdcache/failpoint.h"
+
+#define FDC_DEFAULT_MAX_OPEN 1000 /* used if a call comes before fdc_init */
+#define FDC_NONE (-1)		  /* end of an index list */
+
+typedef struct fdc_entry {
+	char *path;
+	int flags; /* as given to fdc_open; a reopen drops O_CREAT|O_EXCL|O_TRUNC */
+	mode_t mode;
+	int fd; /* real fd, or -1 while closed by the LRU */
+	int lru_prev, lru_next; /* towards the most / least recently used */
+	int next_free;
+	bool in_use;
+	bool dirty;
+	bool closing; /* in its before-close hook: not a victim for eviction */
+	uint64_t tag;
+	uint64_t open_seq;
+} fdc_entry;
+
+static fdc_entry *fdc_entries;
+static int fdc_nentries;   /* entries ever allocated (used + free) */
+static int fdc_free_head = FDC_NONE;
+static int fdc_lru_head = FDC_NONE; /* most recently used open entry */
+static int fdc_lru_tail = FDC_NONE; /* least recently used: the next victim */
+static int fdc_max_fds;		   /* the bound; 0 until fdc_init */
+static uint64_t fdc_seq;
+static fdc_stats fdc_st;
+
+static fdc_before_close_fn fdc_before_close;
+static fdc_guard_enter_fn fdc_guard_enter;
+static fdc_guard_exit_fn fdc_guard_exit;
+static fdc_write_observer_fn fdc_observer;
+
+/* ---------------------------------------------------------------- errors */
+
+/* Records "could not WHAT file "PATH": <errno text>" and leaves errno = err. */
+static int fdc_syserr(int err, const char *what, const char *path)
+{
+	errno = err;
+	int rc = wr_error(wr_errno_code(err), "could not %s file \"%s\": %m", what, path);
+	errno = err;
+	return rc;
+}
+
+static fdc_entry *fdc_get(fdc_file f)
+{
+	if (f < 0 || f >= fdc_nentries || !fdc_entries[f].in_use)
+		return NULL;
+	return &fdc_entries[f];
+}
+
+static int fdc_bad_handle(fdc_file f)
+{
+	errno = EBADF;
+	return wr_error(WALRUS_EINVAL, "invalid fd cache handle %d", f);
+}
+
+/* ---------------------------------------------------------------- init */
+
+static int fdc_count_open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (d == NULL)
+		return -1;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL)
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1; /* the directory stream's own fd */
+}
+
+int fdc_init(int64_t max_open_files)
+{
+	if (max_open_files < 1)
+		return wr_error(WALRUS_EINVAL, "max_open_files must be at least 1, not %lld",
+				(long long)max_open_files);
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return wr_error(WALRUS_EINTERNAL, "could not get RLIMIT_NOFILE: %m");
+	int open_fds = fdc_count_open_fds();
+	if (open_fds < 0)
+		return wr_error(WALRUS_EINTERNAL, "could not list /proc/self/fd: %m");
+	/* Our own open fds are inside the bound, not in the way of it. */
+	int64_t others = open_fds - fdc_st.open_now;
+	int64_t avail = INT32_MAX;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)INT32_MAX)
+		avail = (int64_t)rl.rlim_cur - others - FDC_RESERVED_FDS;
+	if (avail < 1)
+		return wr_error(WALRUS_ELIMIT,
+				"too few file descriptors: RLIMIT_NOFILE is %llu, %lld are open "
+				"and %d are reserved",
+				(unsigned long long)rl.rlim_cur, (long long)others, FDC_RESERVED_FDS);
+	const char *spec = getenv("WALRUS_FAILPOINTS");
+	if (spec != NULL && *spec != '\0') {
+		int rc = fdc_failpoint_set(spec);
+		if (rc != 0)
+			return rc;
+	}
+	fdc_max_fds = (int)WR_MIN(max_open_files, avail);
+	return 0;
+}
+
+int fdc_bound(void)
+{
+	return fdc_max_fds;
+}
+
+static void fdc_ensure_init(void)
+{
+	if (fdc_max_fds == 0 && fdc_init(FDC_DEFAULT_MAX_OPEN) != 0)
+		fdc_max_fds = 1; /* keep working: one real fd at a time */
+}
+
+/* ---------------------------------------------------------------- LRU list */
+
+static void fdc_lru_unlink(int i)
+{
+	fdc_entry *e = &fdc_entries[i];
+	if (e->lru_prev != FDC_NONE)
+		fdc_entries[e->lru_prev].lru_next = e->lru_next;
+	else
+		fdc_lru_head = e->lru_next;
+	if (e->lru_next != FDC_NONE)
+		fdc_entries[e->lru_next].lru_prev = e->lru_prev;
+	else
+		fdc_lru_tail = e->lru_prev;
+	e->lru_prev = e->lru_next = FDC_NONE;
+}
+
+static void fdc_lru_push_head(int i)
+{
+	fdc_entry *e = &fdc_entries[i];
+	e->lru_prev = FDC_NONE;
+	e->lru_next = fdc_lru_head;
+	if (fdc_lru_head != FDC_NONE)
+		fdc_entries[fdc_lru_head].lru_prev = i;
+	fdc_lru_head = i;
+	if (fdc_lru_tail == FDC_NONE)
+		fdc_lru_tail = i;
+}
+
+/* ---------------------------------------------------------------- real open and close */
+
+/*
+ * Closes the real fd of entry @i.  With @hooks, a dirty fd goes through the
+ * before-close hook first, and a failed close of a written fd PANICs; without
+ * (fdc_reset) the fd is just dropped.
+ */
+static int fdc_close_real(int i, bool hooks)
+{
+	bool was_dirty = fdc_entries[i].dirty;
+	if (hooks && was_dirty && fdc_before_close != NULL) {
+		fdc_entries[i].closing = true;
+		fdc_st.hook_calls++;
+		int rc = fdc_before_close(i, fdc_entries[i].fd, fdc_entries[i].path);
+		fdc_entries[i].closing = false; /* the hook may have moved the array */
+		if (rc != 0)
+			return rc;
+	}
+	fdc_entry *e = &fdc_entries[i];
+	int injected = fdc_fp_check("close", e->path, NULL);
+	/*
+	 * close() is never retried, not even after EINTR: Linux releases the fd
+	 * before reporting anything, so a retry could close an fd that another
+	 * open() has just been given.
+	 */
+	int rc = close(e->fd);
+	int err = errno;
+	if (injected > 0) {
+		rc = -1;
+		err = injected;
+	}
+	fdc_lru_unlink(i);
+	e->fd = -1;
+	fdc_st.open_now--;
+	if (rc == 0 || !hooks)
+		return 0;
+	/*
+	 * close() reports write-back errors of some file systems (NFS, FUSE, and
+	 * an interrupted flush).  The kernel reports such an error once: with the
+	 * fd gone, no later fsync through another fd is guaranteed to see it, so
+	 * data we wrote may be lost without anyone noticing.  Only WAL replay can
+	 * restore it.
+	 */
+	if (was_dirty) {
+		errno = err;
+		wr_panic("could not close file \"%s\" after writing: %m", e->path);
+	}
+	errno = err;
+	wr_log(WR_WARNING, "could not close file \"%s\": %m", e->path);
+	return 0;
+}
+
+/* Closes the least recently used real fd; WALRUS_ELIMIT if there is none to close. */
+static int fdc_evict_one(void)
+{
+	int victim = fdc_lru_tail;
+	while (victim != FDC_NONE && fdc_entries[victim].closing)
+		victim = fdc_entries[victim].lru_prev;
+	if (victim == FDC_NONE)
+		return wr_error(WALRUS_ELIMIT, "no file descriptor of the fd cache can be closed");
+	int rc = fdc_close_real(victim, true);
+	if (rc == 0)
+		fdc_st.lru_closes++;
+	return rc;
+}
+
+/* open(2) through the failpoints, EINTR retried (a slow device or FIFO may be interrupted). */
+static int fdc_sys_open(const char *path, int flags, mode_t mode)
+{
+	int injected = fdc_fp_check("open", path, NULL);
+	if (injected > 0) {
+		errno = injected;
+		return -1;
+	}
+	int fd;
+	do
+		fd = open(path, flags | O_CLOEXEC, mode);
+	while (fd < 0 && errno == EINTR);
+	return fd;
+}
+
+/*
+ * Opens @path with a slot under the bound.  The kernel may still refuse with
+ * EMFILE/ENFILE (fds opened behind our back, the system table full): then
+ * one more of ours is given up and the open tried once more.
+ */
+static int fdc_open_slot(const char *path, int flags, mode_t mode, int *out)
+{
+	fdc_ensure_init();
+	while (fdc_st.open_now >= fdc_max_fds) {
+		int rc = fdc_evict_one();
+		if (rc != 0)
+			return rc;
+	}
+	int fd = fdc_sys_open(path, flags, mode);
+	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && fdc_st.open_now > 0) {
+		int err = errno;
+		if (fdc_evict_one() != 0)
+			return fdc_syserr(err, "open", path);
+		fd = fdc_sys_open(path, flags, mode);
+	}
+	if (fd < 0)
+		return fdc_syserr(errno, "open", path);
+	*out = fd;
+	return 0;
+}
+
+static void fdc_attach_fd(int i, int fd)
+{
+	fdc_entries[i].fd = fd;
+	fdc_entries[i].open_seq = ++fdc_seq;
+	fdc_lru_push_head(i);
+	fdc_st.open_now++;
+	fdc_st.opens++;
+}
+
+/* Makes @f usable: reopens it if the LRU closed it, and marks it most recently used. */
+static int fdc_touch(fdc_file f)
+{
+	fdc_entry *e = fdc_get(f);
+	if (e == NULL)
+		return fdc_bad_handle(f);
+	if (e->fd >= 0) {
+		if (fdc_lru_head != f) {
+			fdc_lru_unlink(f);
+			fdc_lru_push_head(f);
+		}
+		return 0;
+	}
+	int fd;
+	int flags = e->flags & ~(O_CREAT | O_EXCL | O_TRUNC);
+	int rc = fdc_open_slot(e->path, flags, e->mode, &fd);
+	if (rc != 0)
+		return rc;
+	fdc_attach_fd(f, fd);
+	fdc_st.reopens++;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- handles */
+
+static int fdc_new_entry(void)
+{
+	if (fdc_free_head != FDC_NONE) {
+		int i = fdc_free_head;
+		fdc_free_head = fdc_entries[i].next_free;
+		return i;
+	}
+	if ((fdc_nentries & (fdc_nentries - 1)) == 0) { /* 0, 1, 2, 4, ...: grow */
+		int cap = fdc_nentries == 0 ? 16 : fdc_nentries * 2;
+		fdc_entry *n = realloc(fdc_entries, sizeof(fdc_entry) * (size_t)cap);
+		if (n == NULL)
+			return FDC_NONE;
+		fdc_entries = n;
+	}
+	return fdc_nentries++;
+}
+
+static void fdc_free_entry(int i)
+{
+	fdc_entry *e = &fdc_entries[i];
+	free(e->path);
+	memset(e, 0, sizeof(*e));
+	e->fd = -1;
+	e->next_free = fdc_free_head;
+	fdc_free_head = i;
+	fdc_st.handles--;
+}
+
+int fdc_open(const char *path, int flags, mode_t mode, fdc_file *out)
+{
+	*out = FDC_INVALID;
+	int fd;
+	int rc = fdc_open_slot(path, flags, mode, &fd);
+	if (rc != 0)
+		return rc;
+	char *copy = strdup(path);
+	int i = copy ? fdc_new_entry() : FDC_NONE;
+	if (i == FDC_NONE) {
+		free(copy);
+		close(fd); /* nothing written through it yet */
+		return wr_error(WALRUS_ENOMEM, "out of memory opening file \"%s\"", path);
+	}
+	fdc_entry *e = &fdc_entries[i];
+	memset(e, 0, sizeof(*e));
+	e->path = copy;
+	e->flags = flags;
+	e->mode = mode;
+	e->in_use = true;
+	e->lru_prev = e->lru_next = e->next_free = FDC_NONE;
+	fdc_attach_fd(i, fd);
+	fdc_st.handles++;
+	*out = i;
+	return 0;
+}
+
+int fdc_close(fdc_file f)
+{
+	fdc_entry *e = fdc_get(f);
+	if (e == NULL)
+		return fdc_bad_handle(f);
+	if (e->fd >= 0) {
+		int rc = fdc_close_real(f, true);
+		if (rc != 0)
+			return rc;
+	}
+	fdc_free_entry(f);
+	return 0;
+}
+
+void fdc_close_all(void)
+{
+	for (int i = 0; i < fdc_nentries; i++) {
+		if (!fdc_entries[i].in_use)
+			continue;
+		int rc = fdc_close(i);
+		if (rc != 0)
+			wr_log(WR_WARNING, "could not close file \"%s\": %s", fdc_entries[i].path,
+			       walrus_errmsg());
+	}
+}
+
+void fdc_reset(void)
+{
+	for (int i = 0; i < fdc_nentries; i++) {
+		if (!fdc_entries[i].in_use)
+			continue;
+		if (fdc_entries[i].fd >= 0)
+			fdc_close_real(i, false);
+		fdc_free_entry(i);
+	}
+}
+
+/* ---------------------------------------------------------------- guard */
+
+static int fdc_enter(void)
+{
+	return fdc_guard_enter != NULL ? fdc_guard_enter() : 0;
+}
+
+static void fdc_exit(void)
+{
+	if (fdc_guard_exit != NULL)
+		fdc_guard_exit();
+}
+
+/* Touch + guard for a write-class operation on a handle. */
+static int fdc_begin_write(fdc_file f)
+{
+	int rc = fdc_touch(f);
+	if (rc != 0)
+		return rc;
+	return fdc_enter();
+}
+
+/* ---------------------------------------------------------------- data I/O */
+
+ssize_t fdc_pread(fdc_file f, void *buf, size_t len, off_t off)
+{
+	int rc = fdc_touch(f);
+	if (rc != 0)
+		return rc;
+	fdc_entry *e = &fdc_entries[f];
+	size_t done = 0;
+	while (done < len) {
+		int injected = fdc_fp_check("pread", e->path, NULL);
+		ssize_t n;
+		if (injected > 0) {
+			errno = injected;
+			n = -1;
+		} else {
+			n = pread(e->fd, (char *)buf + done, len - done, off + (off_t)done);
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return fdc_syserr(errno, "read", e->path);
+		if (n == 0)
+			break; /* end of file */
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+static int fdc_pwrite_all(fdc_entry *e, const void *buf, size_t len, off_t off)
+{
+	size_t done = 0;
+	while (done < len) {
+		size_t want = len - done;
+		int injected = fdc_fp_check("pwrite", e->path, NULL);
+		if (injected == FDC_FP_SHORT && want > 1)
+			want /= 2;
+		ssize_t n;
+		if (injected > 0) {
+			errno = injected;
+			n = -1;
+		} else {
+			n = pwrite(e->fd, (const char *)buf + done, want, off + (off_t)done);
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		/* A write that makes no progress means the device is full. */
+		if (n == 0)
+			errno = ENOSPC;
+		if (n <= 0)
+			return fdc_syserr(errno, "write to", e->path);
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+int fdc_pwrite(fdc_file f, const void *buf, size_t len, off_t off)
+{
+	int rc = fdc_begin_write(f);
+	if (rc != 0)
+		return rc;
+	fdc_entry *e = &fdc_entries[f];
+	/* Before the write: a failed write may still have left dirty pages behind. */
+	e->dirty = true;
+	rc = fdc_pwrite_all(e, buf, len, off);
+	if (rc == 0 && fdc_observer != NULL)
+		fdc_observer(e->path, off, len, buf);
+	fdc_exit();
+	return rc;
+}
+
+/*
+ * The sync calls are made once and never retried, whatever the error: after
+ * a failed fsync the kernel may have marked the pages clean and cleared the
+ * error, so a second call could succeed with the data gone.  The caller
+ * decides what the failure means (for data files and the WAL: a PANIC).
+ */
+static int fdc_sync_common(fdc_file f, const char *op, const char *what, int how, off_t off,
+			   off_t len, unsigned int flags)
+{
+	int rc = fdc_begin_write(f);
+	if (rc != 0)
+		return rc;
+	fdc_entry *e = &fdc_entries[f];
+	int injected = fdc_fp_check(op, e->path, NULL);
+	int res;
+	if (injected > 0) {
+		errno = injected;
+		res = -1;
+	} else if (how == 0) {
+		res = fsync(e->fd);
+	} else if (how == 1) {
+		res = fdatasync(e->fd);
+	} else {
+		res = sync_file_range(e->fd, off, len, flags);
+	}
+	rc = res == 0 ? 0 : fdc_syserr(errno, what, e->path);
+	int err = errno;
+	fdc_exit();
+	errno = err;
+	return rc;
+}
+
+int fdc_fsync(fdc_file f)
+{
+	return fdc_sync_common(f, "fsync", "fsync", 0, 0, 0, 0);
+}
+
+int fdc_fdatasync(fdc_file f)
+{
+	return fdc_sync_common(f, "fdatasync", "fdatasync", 1, 0, 0, 0);
+}
+
+int fdc_sync_range(fdc_file f, off_t off, off_t len, unsigned int flags)
+{
+	return fdc_sync_common(f, "sync_range", "sync_file_range", 2, off, len, flags);
+}
+
+int fdc_truncate(fdc_file f, off_t len)
+{
+	int rc = fdc_begin_write(f);
+	if (rc != 0)
+		return rc;
+	fdc_entry *e = &fdc_entries[f];
+	e->dirty = true;
+	int injected = fdc_fp_check("truncate", e->path, NULL);
+	int res;
+	if (injected > 0) {
+		errno = injected;
+		res = -1;
+	} else {
+		do
+			res = ftruncate(e->fd, len);
+		while (res < 0 && errno == EINTR);
+	}
+	rc = res == 0 ? 0 : fdc_syserr(errno, "truncate", e->path);
+	int err = errno;
+	fdc_exit();
+	errno = err;
+	return rc;
+}
+
+int fdc_fallocate(fdc_file f, off_t off, off_t len)
+{
+	int rc = fdc_begin_write(f);
+	if (rc != 0)
+		return rc;
+	fdc_entry *e = &fdc_entries[f];
+	e->dirty = true;
+	int err = fdc_fp_check("fallocate", e->path, NULL);
+	if (err <= 0) {
+		do /* posix_fallocate returns the error instead of setting errno */
+			err = posix_fallocate(e->fd, off, len);
+		while (err == EINTR);
+	}
+	rc = err == 0 ? 0 : fdc_syserr(err, "allocate space in", e->path);
+	fdc_exit();
+	errno = err;
+	return rc;
+}
+
+int fdc_size(fdc_file f, off_t *size)
+{
+	int rc = fdc_touch(f);
+	if (rc != 0)
+		return rc;
+	struct stat st;
+	if (fstat(fdc_entries[f].fd, &st) != 0)
+		return fdc_syserr(errno, "stat", fdc_entries[f].path);
+	*size = st.st_size;
+	return 0;
+}
+
+int fdc_advise_willneed(fdc_file f, off_t off, off_t len)
+{
+	int rc = fdc_touch(f);
+	if (rc != 0)
+		return rc;
+	int err = posix_fadvise(fdc_entries[f].fd, off, len, POSIX_FADV_WILLNEED);
+	return err == 0 ? 0 : fdc_syserr(err, "prefetch from", fdc_entries[f].path);
+}
+
+/* ---------------------------------------------------------------- accessors */
+
+int fdc_fd(fdc_file f, int *fd)
+{
+	int rc = fdc_touch(f);
+	if (rc != 0)
+		return rc;
+	*fd = fdc_entries[f].fd;
+	return 0;
+}
+
+const char *fdc_path(fdc_file f)
+{
+	fdc_entry *e = fdc_get(f);
+	return e ? e->path : NULL;
+}
+
+uint64_t fdc_open_seq(fdc_file f)
+{
+	fdc_entry *e = fdc_get(f);
+	return e ? e->open_seq : 0;
+}
+
+bool fdc_is_dirty(fdc_file f)
+{
+	fdc_entry *e = fdc_get(f);
+	return e ? e->dirty : false;
+}
+
+void fdc_clear_dirty(fdc_file f)
+{
+	fdc_entry *e = fdc_get(f);
+	if (e != NULL)
+		e->dirty = false;
+}
+
+uint64_t fdc_get_tag(fdc_file f)
+{
+	fdc_entry *e = fdc_get(f);
+	return e ? e->tag : 0;
+}
+
+void fdc_set_tag(fdc_file f, uint64_t tag)
+{
+	fdc_entry *e = fdc_get(f);
+	if (e != NULL)
+		e->tag = tag;
+}
+
+bool fdc_debug_is_open(fdc_file f)
+{
+	fdc_entry *e = fdc_get(f);
+	return e != NULL && e->fd >= 0;
+}
+
+/* ---------------------------------------------------------------- path operations */
+
+int fdc_rename(const char *from, const char *to)
+{
+	int rc = fdc_enter();
+	if (rc != 0)
+		return rc;
+	int injected = fdc_fp_check("rename", from, to);
+	int res;
+	if (injected > 0) {
+		errno = injected;
+		res = -1;
+	} else {
+		res = rename(from, to);
+	}
+	if (res != 0) {
+		int err = errno;
+		rc = wr_error(wr_errno_code(err), "could not rename file \"%s\" to \"%s\": %m",
+			      from, to);
+		errno = err;
+	}
+	fdc_exit();
+	return rc;
+}
+
+int fdc_unlink(const char *path)
+{
+	int rc = fdc_enter();
+	if (rc != 0)
+		return rc;
+	int injected = fdc_fp_check("unlink", path, NULL);
+	int res;
+	if (injected > 0) {
+		errno = injected;
+		res = -1;
+	} else {
+		res = unlink(path);
+	}
+	rc = res == 0 ? 0 : fdc_syserr(errno, "remove", path);
+	int err = errno;
+	fdc_exit();
+	errno = err;
+	return rc;
+}
+
+int fdc_mkdir(const char *path, mode_t mode)
+{
+	int injected = fdc_fp_check("mkdir", path, NULL);
+	int res;
+	if (injected > 0) {
+		errno = injected;
+		res = -1;
+	} else {
+		res = mkdir(path, mode);
+	}
+	if (res == 0)
+		return 0;
+	int err = errno;
+	struct stat st;
+	if (err == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+		return 0;
+	errno = err;
+	int rc = wr_error(wr_errno_code(err), "could not create directory \"%s\": %m", path);
+	errno = err;
+	return rc;
+}
+
+/* Opens @path (a directory if @dir), fsyncs it once, closes it. */
+static int fdc_fsync_open_path(const char *path, bool dir)
+{
+	int fd;
+	int rc = fdc_open_slot(path, O_RDONLY | (dir ? O_DIRECTORY : 0), 0, &fd);
+	if (rc != 0)
+		return rc;
+	struct stat st;
+	if (!dir && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
+		dir = true;
+	int injected = fdc_fp_check(dir ? "fsync_dir" : "fsync", path, NULL);
+	int res;
+	if (injected > 0) {
+		errno = injected;
+		res = -1;
+	} else {
+		res = fsync(fd); /* once: see fdc_sync_common */
+	}
+	int err = errno;
+	injected = fdc_fp_check("close", path, NULL);
+	int cres = close(fd); /* read-only: close reports no write-back error of ours */
+	if (injected > 0 || (cres != 0 && res == 0)) {
+		res = -1;
+		err = injected > 0 ? injected : errno;
+	}
+	if (res == 0)
+		return 0;
+	return fdc_syserr(err, dir ? "fsync directory" : "fsync", path);
+}
+
+int fdc_fsync_path(const char *path)
+{
+	int rc = fdc_enter();
+	if (rc != 0)
+		return rc;
+	rc = fdc_fsync_open_path(path, false);
+	int err = errno;
+	fdc_exit();
+	errno = err;
+	return rc;
+}
+
+int fdc_fsync_parent(const char *path)
+{
+	char *copy = strdup(path);
+	if (copy == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory");
+	char *dir = dirname(copy);
+	int rc = fdc_enter();
+	if (rc == 0) {
+		rc = fdc_fsync_open_path(dir, true);
+		int err = errno;
+		fdc_exit();
+		errno = err;
+	}
+	free(copy);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- hooks and stats */
+
+void fdc_set_before_close(fdc_before_close_fn fn)
+{
+	fdc_before_close = fn;
+}
+
+void fdc_set_io_guard(fdc_guard_enter_fn enter, fdc_guard_exit_fn exit)
+{
+	fdc_guard_enter = enter;
+	fdc_guard_exit = exit;
+}
+
+void fdc_set_write_observer(fdc_write_observer_fn fn)
+{
+	fdc_observer = fn;
+}
+
+void fdc_get_stats(fdc_stats *s)
+{
+	*s = fdc_st;
+}

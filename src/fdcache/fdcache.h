@@ -22,7 +22,8 @@
  * writes is a PANIC: the kernel may have dropped a write-back error with it.
  *
  * Locks: none (per-process state; one thread at a time).
- * Returns: WALRUS_* codes with a message (wr_error) naming the path and errno.
+ * Returns: WALRUS_* codes with a message (wr_error) naming the path and errno;
+ * errno is left set to the syscall's errno, so a caller can name it too.
  * The sync calls (fdc_fsync, fdc_fdatasync, fdc_sync_range) only *report*
  * errors: deciding that an fsync error is a PANIC belongs to the caller
  * (storage's data_sync_failed, the WAL's flush), and they are never retried.
@@ -122,7 +123,7 @@ void fdc_set_write_observer(fdc_write_observer_fn fn);
  * returned it.  A spec is a ';'-separated list of entries
  *     OP:ERRNO[:PATH_SUBSTRING][@SKIP][*COUNT]
  * OP is open, pread, pwrite, fsync, fdatasync, sync_range, truncate,
- * fallocate, rename, unlink, close, fsync_dir or any; ERRNO is a name (EIO,
+ * fallocate, rename, unlink, close, fsync_dir, mkdir or any; ERRNO is a name (EIO,
  * ENOSPC, EACCES, EMFILE, ...); the entry matches calls whose path contains
  * PATH_SUBSTRING, lets SKIP matching calls pass, then fails COUNT of them
  * (default 1; 0 = forever).  Example: "fsync:EIO:/base/@2*1".
@@ -145,5 +146,10 @@ typedef struct fdc_stats {
 	int handles;	     /* handles in use */
 } fdc_stats;
 void fdc_get_stats(fdc_stats *s);
+
+/* ---------------------------------------------------------------- test support */
+
+/* True while @f has a real fd open (not closed by the LRU). */
+bool fdc_debug_is_open(fdc_file f);
 
 #endif /* WALRUS_FDCACHE_H */

@@ -1,0 +1,170 @@
+/*
+ * engine.h - the instance: data directory, supervisor, auxiliary processes,
+ * backends attaching, crash restart, and the public API's plumbing.
+ *
+ * Owns: the data directory's layout and lock (DIR/walrus.pid), the
+ * supervisor process and its socket (DIR/walrus.sock), the shared memory
+ * segment's lifetime, the process table in shared memory (one slot per
+ * attached process), and this process's attachment.
+ *
+ * Process model (as PostgreSQL's): the first walrus_open() of a directory
+ * forks a detached supervisor (fork, setsid, fork) that takes the directory
+ * lock, creates shared memory, runs recovery in a startup process, forks the
+ * checkpointer, background writer and WAL writer, and listens.  Backends
+ * connect, receive the shared memory fd with SCM_RIGHTS and keep the
+ * connection open while attached: a connection that ends without a DETACH
+ * message means the backend died, and the supervisor performs a crash
+ * restart.  See docs/architecture.md.
+ *
+ * Locks: the directory lock is an OFD write lock on byte 0 of walrus.pid,
+ * held by the supervisor (and inherited by its children) for its whole life;
+ * each backend holds an OFD read lock on byte 1 while attached, so a new
+ * supervisor can tell that processes of a dead instance are still around.
+ * Locks in shared memory: the process table is changed only by the
+ * supervisor; a slot's in_io word is written only by its owner.
+ *
+ * Returns: WALRUS_* codes with messages (walrus_errmsg()).
+ * PANICs: through wr_panic(), whose handler here marks the instance CRASHED;
+ * in auxiliary processes it then exits with WR_PANIC_EXIT; in a backend it
+ * unwinds to the public call that was running (which returns WALRUS_EPANIC).
+ */
+#ifndef WALRUS_ENGINE_H
+#define WALRUS_ENGINE_H
+
+#include <limits.h>
+#include <setjmp.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/common.h"
+#include "ipc/ipc.h"
+
+#define WR_FORMAT_VERSION 1
+#define WR_VERSION_FILE "WALRUS_VERSION"
+#define WR_PID_FILE "walrus.pid"
+#define WR_SOCKET_NAME "walrus.sock"
+#define WR_LOG_DIR "log"
+#define WR_LOG_FILE "log/walrus.log"
+#define WR_PANIC_EXIT 86 /* exit code of a process that PANICked */
+#define WR_PROTO_MAGIC 0x57524d31u /* "WRM1" */
+#define WR_PROTO_VERSION 1
+
+/* ---------------------------------------------------------------- data directory */
+
+/* Makes @dir absolute (creating it 0700 when @create) into out (PATH_MAX). */
+int datadir_resolve(const char *dir, bool create, char *out);
+/* Ownership, permissions (no group/world bits), writability. */
+int datadir_check(const char *abs);
+/* Verifies WALRUS_VERSION, or initialises an empty directory when @create. */
+int datadir_init_or_verify(const char *abs, bool create);
+/* Takes the instance lock (byte 0 of walrus.pid); EBUSY naming the owner's pid. */
+int datadir_lock_instance(const char *abs, int *lock_fd);
+/* Waits (bounded) until no process of a previous instance holds an attach lock. */
+int datadir_wait_old_backends(int lock_fd, const char *abs, uint64_t timeout_us);
+/* Writes "pid\ndir\nstart\n" into the locked pid file. */
+int datadir_write_pid(int lock_fd, const char *abs);
+/* A backend's shared attach lock (byte 1); released by closing the fd. */
+int datadir_lock_attach(const char *abs, int *fd);
+
+/* ---------------------------------------------------------------- shared state */
+
+enum wr_proc_kind { WR_PROC_FREE = 0, WR_PROC_BACKEND, WR_PROC_AUX };
+
+typedef struct wr_proc {
+	_Atomic uint32_t pid;	/* 0 when the slot is free */
+	_Atomic uint32_t in_io; /* 1 while its owner does I/O on the instance's files */
+	uint32_t kind;		/* enum wr_proc_kind */
+	uint32_t index;
+	char _pad[48];
+} wr_proc;
+
+/* Instance-wide facts and counters, region "engine". */
+typedef struct engine_shared {
+	wr_options opts; /* the instance's effective options */
+	char datadir[PATH_MAX];
+	uint32_t supervisor_pid;
+	uint32_t nprocs;
+	uint64_t start_time_us;
+	uint64_t crash_restarts; /* before this generation */
+	_Atomic uint64_t attaches;
+	_Atomic uint32_t shutdown_requested; /* futex word the aux processes wait on */
+	_Atomic uint32_t aux_wakeup[4];	     /* one latch per auxiliary process kind */
+} engine_shared;
+
+#define ENGINE_SCRATCH_SIZE 4096 /* region "scratch": free for tests and tools */
+
+engine_shared *engine_sh(void);
+wr_proc *engine_procs(void);
+wr_proc *engine_my_proc(void); /* NULL outside an attached process */
+void engine_my_proc_set(int slot); /* -1: none */
+/* Whether shared memory says the instance is usable (RUNNING). */
+bool engine_running(void);
+
+/* ---------------------------------------------------------------- supervisor */
+
+/* Messages on walrus.sock (SOCK_SEQPACKET). */
+enum wr_msg_type {
+	WR_MSG_ATTACH = 1, /* backend -> supervisor */
+	WR_MSG_ATTACH_OK,  /* supervisor -> backend, with the shm fd */
+	WR_MSG_ERROR,	   /* supervisor -> backend: status + text */
+	WR_MSG_DETACH,	   /* backend -> supervisor: clean detach */
+	WR_MSG_PANIC,	   /* backend -> supervisor: this backend PANICked */
+};
+
+typedef struct wr_msg {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t type;
+	int32_t status;
+	uint32_t pid;
+	uint32_t slot;
+	uint64_t generation;
+	char text[512];
+} wr_msg;
+
+/*
+ * Runs a supervisor for @abs in this process and never returns.  When
+ * @ready_fd >= 0, a line "0 ok" or "<code> <message>" is written to it once
+ * the supervisor listens (or failed to start), then it is closed.
+ */
+_Noreturn void supervisor_main(const char *abs, const wr_options *opts, int ready_fd,
+			       bool foreground);
+/* Forks a detached supervisor (double fork + setsid); waits for its readiness line. */
+int supervisor_launch(const char *abs, const wr_options *opts);
+
+/* ---------------------------------------------------------------- auxiliary processes */
+
+enum wr_aux_kind { WR_AUX_CKPT, WR_AUX_BGWR, WR_AUX_WALW, WR_AUX_STARTUP, WR_AUX_NKINDS };
+const char *aux_name(int kind); /* "walrus-ckpt", ... */
+/* In a child just forked by the supervisor: names the process, arranges to
+ * die with the supervisor, closes what it must not hold, and runs the loop. */
+_Noreturn void aux_main(int kind, int keep_fd);
+
+/* ---------------------------------------------------------------- backends */
+
+/* Attaches this process to the instance of @abs (starting it if needed). */
+int client_attach(const char *abs, const wr_options *opts);
+/* Detaches cleanly (DETACH message, unmap, release the attach lock). */
+int client_detach(void);
+/* Is this process attached (to @abs when non-NULL)? */
+bool client_attached(const char *abs);
+/* At the start of every public call: ERESTART if the instance crashed or its supervisor died. */
+int client_check(void);
+pid_t client_supervisor_pid(void);
+uint64_t client_generation(void);
+/* Region "scratch" of the attached instance (tests, tools). */
+void *client_scratch(void);
+
+/*
+ * The PANIC boundary of a public call: a PANIC inside it longjmps here and
+ * the call returns WALRUS_EPANIC.  Usage in an API function:
+ *     jmp_buf jb;
+ *     if (setjmp(jb)) return client_panicked();
+ *     client_enter(&jb); ... rc = ...; client_leave(); return rc;
+ */
+void client_enter(jmp_buf *jb);
+void client_leave(void);
+int client_panicked(void);
+
+#endif /* WALRUS_ENGINE_H */

@@ -1,0 +1,102 @@
+/*
+ * cmd_status.c - `walrus status`: whether an instance serves DIR, and its
+ * processes as ps would show them.  Exit 0 when running, 1 when not.
+ */
+#include "tool.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+
+/* The supervisor's pid when an instance holds the directory lock, else 0. */
+static long running_pid(const char *abs)
+{
+	char path[PATH_MAX], buf[32];
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_PID_FILE))
+		return 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+	long pid = 0;
+	if (fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK) {
+		ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+		if (n > 0) {
+			buf[n] = '\0';
+			pid = strtol(buf, NULL, 10);
+		}
+		if (pid <= 0)
+			pid = -1; /* locked, pid not written yet: starting */
+	}
+	close(fd);
+	return pid;
+}
+
+static bool read_proc(long pid, char *comm, size_t len, long *ppid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		return false;
+	bool ok = fgets(buf, sizeof(buf), f) != NULL;
+	fclose(f);
+	char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+	if (!ok || open == NULL || close == NULL)
+		return false;
+	snprintf(comm, len, "%.*s", (int)(close - open - 1), open + 1);
+	*ppid = strtol(close + 4, NULL, 10); /* ") S ppid" */
+	return true;
+}
+
+static void list_children(long sup)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		char comm[64];
+		long ppid, pid = strtol(e->d_name, NULL, 10);
+		if (pid > 0 && read_proc(pid, comm, sizeof(comm), &ppid) && ppid == sup)
+			printf("  %7ld  %s\n", pid, comm);
+	}
+	closedir(d);
+}
+
+int cmd_status(tool_ctx *ctx, int argc, char **argv)
+{
+	char abs[PATH_MAX], comm[64];
+	long ppid;
+
+	if (tool_wants_help(argc, argv)) {
+		printf("usage: walrus -D DIR status\n\nExit 0 when an instance serves DIR, 1 when "
+		       "none does.\n");
+		return 0;
+	}
+	if (ctx->datadir == NULL || realpath(ctx->datadir, abs) == NULL) {
+		fprintf(stderr, "walrus status: no such data directory \"%s\"\n",
+			ctx->datadir ? ctx->datadir : "");
+		return TOOL_EXIT_USAGE;
+	}
+	long pid = running_pid(abs);
+	if (pid == 0) {
+		printf("no instance is running on \"%s\"\n", abs);
+		return TOOL_EXIT_NOTFOUND;
+	}
+	if (pid < 0) {
+		printf("an instance is starting on \"%s\"\n", abs);
+		return 0;
+	}
+	printf("instance running on \"%s\"\n", abs);
+	if (read_proc(pid, comm, sizeof(comm), &ppid))
+		printf("  %7ld  %s\n", pid, comm);
+	list_children(pid);
+	return 0;
+}
