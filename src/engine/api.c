@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define WALRUS_HANDLE_MAGIC 0x57484e44u /* "WHND" */
 
@@ -16,6 +17,15 @@ struct walrus {
 };
 
 static int open_handles;
+static pid_t handles_owner; /* a forked child starts with no handles of its own */
+
+static void own_handles(void)
+{
+	if (handles_owner != getpid()) {
+		handles_owner = getpid();
+		open_handles = 0;
+	}
+}
 
 int walrus_open(const char *dir, const walrus_opts *opts, walrus **db)
 {
@@ -37,6 +47,7 @@ int walrus_open(const char *dir, const walrus_opts *opts, walrus **db)
 		rc = datadir_check(abs);
 	if (rc != WALRUS_OK)
 		return rc;
+	own_handles();
 	walrus *h = calloc(1, sizeof(*h));
 	if (h == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory");
@@ -58,7 +69,10 @@ int walrus_close(walrus *db)
 		return wr_error(WALRUS_EINVAL, "walrus_close: not an open handle");
 	db->magic = 0;
 	free(db);
+	own_handles();
 	int rc = WALRUS_OK;
+	if (open_handles == 0)
+		return WALRUS_OK; /* a handle inherited through fork(): nothing of ours */
 	if (--open_handles == 0) {
 		jmp_buf jb;
 		if (setjmp(jb)) {

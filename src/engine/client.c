@@ -32,6 +32,7 @@
 static struct {
 	bool attached;
 	bool poisoned; /* this process PANICked: nothing more until it reopens */
+	pid_t owner;   /* the process that attached; a forked child is not it */
 	char abs[PATH_MAX];
 	int sock;
 	int attach_fd;
@@ -230,6 +231,7 @@ static void finish_attach(const char *abs, const wr_options *opts)
 {
 	C.attached = true;
 	C.poisoned = false;
+	C.owner = getpid();
 	wr_snprintf(C.abs, sizeof(C.abs), "%s", abs);
 	engine_my_proc_set(C.slot);
 	fdc_set_io_guard(guard_enter, guard_exit);
@@ -238,8 +240,32 @@ static void finish_attach(const char *abs, const wr_options *opts)
 	note_option_differences(opts);
 }
 
+/*
+ * A child forked by an attached process inherits our state but is not
+ * attached: drop its copies quietly.  Closing copies of the socket and of
+ * the lock file's fd releases nothing: the parent's descriptions stay open.
+ */
+static void forget_inherited(void)
+{
+	fdc_reset();
+	fdc_set_io_guard(NULL, NULL);
+	wr_set_panic_handler(NULL);
+	engine_my_proc_set(-1);
+	shm_detach();
+	close_fd(&C.sock);
+	close_fd(&C.attach_fd);
+	if (C.log_fd >= 0) {
+		wr_log_set_file(-1, WR_PANIC);
+		close_fd(&C.log_fd);
+	}
+	C.attached = false;
+	C.poisoned = false;
+}
+
 int client_attach(const char *abs, const wr_options *opts)
 {
+	if (C.attached && C.owner != getpid())
+		forget_inherited();
 	if (C.attached) {
 		if (strcmp(C.abs, abs) == 0)
 			return WALRUS_OK;
@@ -278,7 +304,7 @@ int client_attach(const char *abs, const wr_options *opts)
 
 int client_check(void)
 {
-	if (!C.attached)
+	if (!C.attached || C.owner != getpid())
 		return wr_error(WALRUS_EINVAL, "the database handle is not open");
 	if (C.poisoned)
 		return wr_error(WALRUS_ERESTART,
