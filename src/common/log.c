@@ -191,14 +191,14 @@ _Noreturn void wr_panic(const char *fmt, ...)
 {
 	va_list ap;
 
+	va_start(ap, fmt);
+	wr_vlog(WR_PANIC, fmt, ap);
+	va_end(ap);
+
 	/* A PANIC raised while handling a PANIC cannot be handled any better. */
 	if (panic_running)
 		abort();
 	panic_running = 1;
-
-	va_start(ap, fmt);
-	wr_vlog(WR_PANIC, fmt, ap);
-	va_end(ap);
 
 	if (panic_handler != NULL)
 		panic_handler();

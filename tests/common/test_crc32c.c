@@ -57,7 +57,7 @@ START_TEST(test_hw_matches_sw)
 		for (size_t len = 0; len <= MAXLEN; len++) {
 			uint32_t seed = (uint32_t)(off * 7919 + len);
 			ck_assert_uint_eq(crc32c(seed, buf + off, len),
-					  crc32c_sw(seed, buf + off, len));
+			                  crc32c_sw(seed, buf + off, len));
 		}
 	free(buf);
 }
@@ -73,7 +73,7 @@ START_TEST(test_hw_matches_sw_large)
 	for (size_t i = 0; i < WR_ARRAY_LEN(lens); i++)
 		for (size_t off = 0; off < 16; off += 5)
 			ck_assert_uint_eq(crc32c(0, buf + off, lens[i]),
-					  crc32c_sw(0, buf + off, lens[i]));
+			                  crc32c_sw(0, buf + off, lens[i]));
 	free(buf);
 }
 END_TEST
