@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -120,11 +121,31 @@ void tu_flip_bit(const char *path, off_t byte, int bit)
 	close(fd);
 }
 
+/*
+ * Supervisors are orphans by design (double fork); here they reparent to
+ * this process instead of to an init that may never reap them, and the
+ * suite waits for every one to exit, so nothing is left behind.
+ */
+static void reap_orphans(void)
+{
+	for (int i = 0; i < 3000; i++) {
+		pid_t p = waitpid(-1, NULL, WNOHANG);
+		if (p < 0 && errno == ECHILD)
+			return;
+		if (p == 0)
+			usleep(10000);
+	}
+	fprintf(stderr, "testutil: children still running after 30 s\n");
+}
+
 int tu_run(Suite *s)
 {
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
+		perror("testutil: PR_SET_CHILD_SUBREAPER");
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
+	reap_orphans();
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

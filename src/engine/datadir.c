@@ -91,7 +91,7 @@ int datadir_check(const char *abs)
 static bool dir_is_empty_for_init(const char *abs)
 {
 	/* A user may prepare wal/ (a symlink to another file system) and log/ first. */
-	static const char *const allowed[] = {".", "..", "wal", "log", "lost+found"};
+	static const char *const allowed[] = {".", "..", "wal", "log", "lost+found", WR_PID_FILE};
 	DIR *d = opendir(abs);
 	if (d == NULL)
 		return false;
