@@ -29,6 +29,14 @@
  * close-on-exec; a message whose fds were truncated (MSG_CTRUNC) is an error
  * and every fd that did arrive is closed (no leaks).
  *
+ * Contract details: ipc_send refuses an empty message (the receiver would
+ * read it as "peer closed"); ipc_recv's fds[] must hold IPC_MAX_FDS entries,
+ * or be NULL for "none expected" (fds that arrive anyway are closed and the
+ * call fails with EPROTO); ECONNRESET reads as the peer closing (len 0).
+ * ipc_wait_u32 may return any errno: callers re-check their condition.
+ * The rw lock cannot be taken shared twice by one process (a waiting writer
+ * would deadlock it) nor upgraded.  The memfd is sealed against resizing.
+ *
  * Returns: WALRUS_* codes with a message.  PANICs: never (callers decide).
  */
 #ifndef WALRUS_IPC_H

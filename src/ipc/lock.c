@@ -28,8 +28,8 @@
  * a stream of readers cannot starve it.
  *
  * Why no wakeup is lost: a process sleeps only through FUTEX_WAIT on a
- * value that has RW_WAITERS set, and it sets that bit itself by CAS before
- * sleeping; the kernel compares the word and queues the sleeper atomically,
+ * value that has RW_WAITERS set (setting the bit itself by CAS when it is
+ * clear); the kernel compares the word and queues the sleeper atomically,
  * so any change after the waiter's last look makes FUTEX_WAIT return at once.
  * A release that could let a sleeper in (the writer leaving, the last
  * reader leaving) clears RW_WAITERS and wakes *all* sleepers; those still
@@ -40,10 +40,11 @@
  * does not sleep, or that writer's release comes later in the word's
  * modification order, finds RW_WAITERS (writers keep the bit), and wakes it.
  *
- * Not supported: taking the lock shared twice in one process (a writer
- * waiting in between would deadlock), or upgrading shared to exclusive.
  * Waking all is a herd, but these locks guard short sections and it keeps
  * the protocol simple enough to check by reading.
+ *
+ * Not supported: taking the lock shared twice in one process (a writer
+ * waiting in between would deadlock), or upgrading shared to exclusive.
  */
 #include "ipc/ipc.h"
 
@@ -56,14 +57,14 @@
 #include <unistd.h>
 
 #define RW_READERS 0x3fffffffu
-#define RW_WRITER 0x40000000u
+#define RW_WRITER  0x40000000u
 #define RW_WAITERS 0x80000000u
 
 #define SPIN_PAUSE_ROUNDS 100 /* rounds of pause before yielding the CPU */
 #define SPIN_YIELD_ROUNDS 10  /* rounds of sched_yield before sleeping */
 #define SPIN_SLEEP_MIN_NS 10000
 #define SPIN_SLEEP_MAX_NS 100000
-#define RW_SPIN_ROUNDS 50 /* brief spin before sleeping in the kernel */
+#define RW_SPIN_ROUNDS    50 /* brief spin before sleeping in the kernel */
 
 /* ---------------------------------------------------------------- futex */
 
@@ -239,9 +240,8 @@ static void rw_sleep(wr_rwlock *l, uint32_t s, bool reader)
 		if (atomic_load_explicit(&l->state, memory_order_acquire) != s)
 			return;
 	} else {
-		if (!atomic_compare_exchange_strong_explicit(&l->state, &s, s | RW_WAITERS,
-							     memory_order_acquire,
-							     memory_order_relaxed))
+		if (!atomic_compare_exchange_strong_explicit(
+		        &l->state, &s, s | RW_WAITERS, memory_order_acquire, memory_order_relaxed))
 			return;
 		s |= RW_WAITERS;
 	}
@@ -282,13 +282,13 @@ static uint32_t rw_wait_excl(wr_rwlock *l)
 static bool rw_try_shared_at(wr_rwlock *l, uint32_t s)
 {
 	return atomic_compare_exchange_weak_explicit(&l->state, &s, s + 1, memory_order_acquire,
-						     memory_order_relaxed);
+	                                             memory_order_relaxed);
 }
 
 static bool rw_try_excl_at(wr_rwlock *l, uint32_t s)
 {
 	return atomic_compare_exchange_weak_explicit(&l->state, &s, s | RW_WRITER,
-						     memory_order_acquire, memory_order_relaxed);
+	                                             memory_order_acquire, memory_order_relaxed);
 }
 
 bool rw_trylock_shared(wr_rwlock *l)
@@ -308,9 +308,8 @@ bool rw_trylock_excl(wr_rwlock *l)
 {
 	uint32_t s = atomic_load_explicit(&l->state, memory_order_relaxed);
 	while (!excl_blocked(s)) {
-		if (atomic_compare_exchange_weak_explicit(&l->state, &s, s | RW_WRITER,
-							  memory_order_acquire,
-							  memory_order_relaxed)) {
+		if (atomic_compare_exchange_weak_explicit(
+		        &l->state, &s, s | RW_WRITER, memory_order_acquire, memory_order_relaxed)) {
 			rw_count(l);
 			return true;
 		}
@@ -358,7 +357,7 @@ static void rw_unlock_shared(wr_rwlock *l)
 		if ((next & RW_READERS) == 0)
 			next &= ~RW_WAITERS; /* last reader out wakes the sleepers */
 	} while (!atomic_compare_exchange_weak_explicit(&l->state, &s, next, memory_order_release,
-							memory_order_relaxed));
+	                                                memory_order_relaxed));
 	if ((s & RW_WAITERS) && !(next & RW_WAITERS))
 		ipc_wake_all(&l->state);
 }

@@ -51,7 +51,7 @@ static int map_segment(int fd, size_t size, char **out)
 	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED)
 		return wr_error(wr_errno_code(errno),
-				"could not map shared memory segment of %zu bytes: %m", size);
+		                "could not map shared memory segment of %zu bytes: %m", size);
 	*out = p;
 	return WALRUS_OK;
 }
@@ -81,15 +81,15 @@ int shm_create(size_t size, int *fd_out)
 		return wr_error(WALRUS_EBUSY, "shared memory is already attached in this process");
 	if (size < header_size())
 		return wr_error(WALRUS_EINVAL,
-				"shared memory size %zu is smaller than its header (%zu bytes)", size,
-				header_size());
+		                "shared memory size %zu is smaller than its header (%zu bytes)",
+		                size, header_size());
 	int fd = memfd_create("walrus-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return wr_error(wr_errno_code(errno), "could not create shared memory (memfd): %m");
 	int rc = WALRUS_OK;
 	if (ftruncate(fd, (off_t)size) != 0)
 		rc = wr_error(wr_errno_code(errno),
-			      "could not size shared memory segment to %zu bytes: %m", size);
+		              "could not size shared memory segment to %zu bytes: %m", size);
 	if (rc == WALRUS_OK)
 		rc = seal_size(fd);
 	char *base = NULL;
@@ -111,26 +111,26 @@ static int check_header(const shm_header *h, size_t size)
 {
 	if (h->magic != SHM_MAGIC)
 		return wr_error(WALRUS_EPROTO,
-				"received fd is not a walrus shared memory segment "
-				"(magic 0x%016llx, expected 0x%016llx)",
-				(unsigned long long)h->magic, (unsigned long long)SHM_MAGIC);
+		                "received fd is not a walrus shared memory segment "
+		                "(magic 0x%016llx, expected 0x%016llx)",
+		                (unsigned long long)h->magic, (unsigned long long)SHM_MAGIC);
 	if (h->layout_version != SHM_LAYOUT_VERSION)
 		return wr_error(WALRUS_EVERSION,
-				"shared memory layout version %u is not supported (this library "
-				"uses version %u): the instance runs a different walrus build",
-				h->layout_version, SHM_LAYOUT_VERSION);
+		                "shared memory layout version %u is not supported (this library "
+		                "uses version %u): the instance runs a different walrus build",
+		                h->layout_version, SHM_LAYOUT_VERSION);
 	if (h->size != size)
 		return wr_error(WALRUS_EPROTO,
-				"shared memory header says %llu bytes but the segment has %zu",
-				(unsigned long long)h->size, size);
+		                "shared memory header says %llu bytes but the segment has %zu",
+		                (unsigned long long)h->size, size);
 	if (h->nregions > SHM_MAX_REGIONS)
 		return wr_error(WALRUS_EPROTO, "shared memory header lists %u regions (max %d)",
-				h->nregions, SHM_MAX_REGIONS);
+		                h->nregions, SHM_MAX_REGIONS);
 	for (uint32_t i = 0; i < h->nregions; i++) {
 		const shm_region *r = &h->regions[i];
 		if (r->off < header_size() || r->off > size || r->size > size - r->off)
 			return wr_error(WALRUS_EPROTO,
-					"shared memory region %u lies outside the segment", i);
+			                "shared memory region %u lies outside the segment", i);
 	}
 	return WALRUS_OK;
 }
@@ -144,8 +144,8 @@ int shm_attach(int fd)
 		return wr_error(wr_errno_code(errno), "could not stat shared memory fd %d: %m", fd);
 	if (!S_ISREG(st.st_mode) || (size_t)st.st_size < sizeof(shm_header))
 		return wr_error(WALRUS_EPROTO,
-				"received fd is not a walrus shared memory segment (%lld bytes)",
-				(long long)st.st_size);
+		                "received fd is not a walrus shared memory segment (%lld bytes)",
+		                (long long)st.st_size);
 	size_t size = (size_t)st.st_size;
 	char *base;
 	int rc = map_segment(fd, size, &base);
@@ -196,15 +196,15 @@ void *shm_alloc(const char *name, size_t size)
 	}
 	if (h->nregions >= SHM_MAX_REGIONS) {
 		wr_error(WALRUS_ELIMIT, "too many shared memory regions (max %d) for \"%s\"",
-			 SHM_MAX_REGIONS, name);
+		         SHM_MAX_REGIONS, name);
 		return NULL;
 	}
 	uint64_t off = WR_ALIGN_UP(h->alloc_off, SHM_ALIGN);
 	if (off > h->size || size > h->size - off) {
 		wr_error(WALRUS_ENOMEM,
-			 "shared memory region \"%s\" (%zu bytes) does not fit: %llu of %llu "
-			 "bytes used",
-			 name, size, (unsigned long long)off, (unsigned long long)h->size);
+		         "shared memory region \"%s\" (%zu bytes) does not fit: %llu of %llu "
+		         "bytes used",
+		         name, size, (unsigned long long)off, (unsigned long long)h->size);
 		return NULL;
 	}
 	shm_region *r = &h->regions[h->nregions++];

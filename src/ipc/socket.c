@@ -61,13 +61,13 @@ static int fill_path(sock_addr *a, const char *dir, const char *name)
 	a->sa.sun_family = AF_UNIX;
 	if (proc_fd_usable())
 		fits = wr_snprintf(a->sa.sun_path, sizeof(a->sa.sun_path), "/proc/self/fd/%d/%s",
-				   a->dirfd, name);
+		                   a->dirfd, name);
 	else
 		fits = wr_snprintf(a->sa.sun_path, sizeof(a->sa.sun_path), "%s/%s", dir, name);
 	if (!fits)
 		return wr_error(WALRUS_EINVAL,
-				"socket path \"%s/%s\" is too long (max %zu bytes without /proc)",
-				dir, name, sizeof(a->sa.sun_path) - 1);
+		                "socket path \"%s/%s\" is too long (max %zu bytes without /proc)",
+		                dir, name, sizeof(a->sa.sun_path) - 1);
 	a->len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(a->sa.sun_path) + 1);
 	return WALRUS_OK;
 }
@@ -82,7 +82,7 @@ static int addr_open(sock_addr *a, const char *dir, const char *name, bool for_c
 	if (a->dirfd < 0) {
 		if (for_connect && errno == ENOENT)
 			return wr_error(WALRUS_ENOENT, "no instance is listening on \"%s/%s\"", dir,
-					name);
+			                name);
 		return wr_error(wr_errno_code(errno), "could not open directory \"%s\": %m", dir);
 	}
 	rc = fill_path(a, dir, name);
@@ -129,8 +129,8 @@ static int remove_stale(const sock_addr *a, const char *dir, const char *name)
 	}
 	if (!S_ISSOCK(st.st_mode))
 		return wr_error(WALRUS_EBUSY,
-				"\"%s/%s\" exists and is not a socket; refusing to remove it", dir,
-				name);
+		                "\"%s/%s\" exists and is not a socket; refusing to remove it", dir,
+		                name);
 	int probe;
 	int rc = new_socket(&probe);
 	if (rc != WALRUS_OK)
@@ -139,10 +139,15 @@ static int remove_stale(const sock_addr *a, const char *dir, const char *name)
 	close(probe);
 	if (err == 0)
 		return wr_error(WALRUS_EBUSY, "another process is listening on \"%s/%s\"", dir,
-				name);
+		                name);
+	if (err != ECONNREFUSED && err != ENOENT) {
+		errno = err;
+		return wr_error(wr_errno_code(err), "could not check socket \"%s/%s\": %m", dir,
+		                name);
+	}
 	if (unlinkat(a->dirfd, name, 0) != 0 && errno != ENOENT)
 		return wr_error(wr_errno_code(errno), "could not remove stale socket \"%s/%s\": %m",
-				dir, name);
+		                dir, name);
 	return WALRUS_OK;
 }
 
@@ -158,7 +163,7 @@ static int bind_private(int fd, const sock_addr *a, const char *dir, const char 
 	if (r != 0) {
 		errno = err;
 		return wr_error(wr_errno_code(err), "could not bind socket \"%s/%s\": %m", dir,
-				name);
+		                name);
 	}
 	return WALRUS_OK;
 }
@@ -205,11 +210,11 @@ int ipc_connect(const char *dir, const char *name, int *fd_out)
 		int err = connect_addr(fd, &a);
 		if (err == ENOENT || err == ECONNREFUSED)
 			rc = wr_error(WALRUS_ENOENT, "no instance is listening on \"%s/%s\"", dir,
-				      name);
+			              name);
 		else if (err != 0) {
 			errno = err;
-			rc = wr_error(wr_errno_code(err), "could not connect to \"%s/%s\": %m",
-				      dir, name);
+			rc = wr_error(wr_errno_code(err), "could not connect to \"%s/%s\": %m", dir,
+			              name);
 		}
 		if (rc != WALRUS_OK)
 			close(fd);
@@ -243,7 +248,7 @@ int ipc_peer_pid(int fd, pid_t *pid)
 	socklen_t len = sizeof(cred);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
 		return wr_error(wr_errno_code(errno), "could not get the peer of socket %d: %m",
-				fd);
+		                fd);
 	*pid = cred.pid;
 	return WALRUS_OK;
 }
@@ -292,7 +297,7 @@ int ipc_send(int sock, const void *msg, size_t len, const int *fds, int nfds)
 {
 	if (nfds < 0 || nfds > IPC_MAX_FDS)
 		return wr_error(WALRUS_EINVAL, "cannot send %d fds in one message (max %d)", nfds,
-				IPC_MAX_FDS);
+		                IPC_MAX_FDS);
 	if (len == 0)
 		return wr_error(WALRUS_EINVAL, "cannot send an empty message");
 	struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
@@ -328,15 +333,14 @@ static void close_all(const int *fds, int n)
 		close(fds[i]);
 }
 
-static int recv_common(int sock, void *msg, size_t cap, size_t *len, int *fds, int *nfds,
-		       int flags)
+static int recv_common(int sock, void *msg, size_t cap, size_t *len, int *fds, int *nfds, int flags)
 {
 	struct iovec iov = {.iov_base = msg, .iov_len = cap};
 	cmsg_buf cb;
 	struct msghdr mh = {.msg_iov = &iov,
-			    .msg_iovlen = 1,
-			    .msg_control = cb.buf,
-			    .msg_controllen = sizeof(cb.buf)};
+	                    .msg_iovlen = 1,
+	                    .msg_control = cb.buf,
+	                    .msg_controllen = sizeof(cb.buf)};
 	if (nfds != NULL)
 		*nfds = 0;
 	ssize_t n;
@@ -359,10 +363,10 @@ static int recv_common(int sock, void *msg, size_t cap, size_t *len, int *fds, i
 	int ngot = collect_fds(&mh, got, IPC_MAX_FDS);
 	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
 		close_all(got, ngot);
-		return wr_error(WALRUS_EPROTO,
-				"received message did not fit (%zu-byte buffer, %d fds max%s%s)",
-				cap, IPC_MAX_FDS, (mh.msg_flags & MSG_TRUNC) ? ", data truncated" : "",
-				(mh.msg_flags & MSG_CTRUNC) ? ", fds truncated" : "");
+		return wr_error(
+		    WALRUS_EPROTO, "received message did not fit (%zu-byte buffer, %d fds max%s%s)",
+		    cap, IPC_MAX_FDS, (mh.msg_flags & MSG_TRUNC) ? ", data truncated" : "",
+		    (mh.msg_flags & MSG_CTRUNC) ? ", fds truncated" : "");
 	}
 	if (ngot > 0 && (fds == NULL || nfds == NULL)) {
 		close_all(got, ngot);
