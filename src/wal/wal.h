@@ -1,0 +1,386 @@
+/*
+ * wal.h - the write-ahead log: record format, insertion into shared WAL
+ * buffers, group-commit flushing, segments, the control file, the reader
+ * and decoder, full-page images, and the redo framework.
+ *
+ * LSNs are byte positions in the WAL stream (0 is invalid).  The stream is
+ * cut into segment files of wal_segment_size bytes, named by the 16 hex
+ * digits of their first LSN (DIR/wal/0000000001000000), and into 8 KiB WAL
+ * pages.  Each page starts with a header; the first page of a segment with
+ * a long header that also names the system and the sizes.  Records start on
+ * 8-byte boundaries and may cross pages and segments anywhere, their header
+ * included; a page whose start continues a record says how many bytes of it
+ * remain (rem_len) and carries WAL_PAGE_CONT.
+ *
+ * Record := wal_record header (24 bytes) + payload, where payload :=
+ *   { wal_block_header [wal_image_header if WAL_BLK_HAS_IMAGE] } per block,
+ *       block ids strictly increasing;
+ *   the byte WAL_MAIN_DATA_ID and a uint32 main data length (always present:
+ *       it ends the headers);
+ *   { image bytes (ih.length), block data (data_len) } per block, in order;
+ *   the main data.
+ * Multi-byte fields are little-endian, copied with memcpy (no alignment
+ * inside the payload).  The CRC32C covers the payload and then the header's
+ * first 20 bytes (everything but the crc field).
+ *
+ * Owns: the shared WAL state (region "wal": insert position, buffers, write
+ * and flush positions), the per-process segment fds, the control file.
+ * Locks: insert_lock (spinlock) guards the reserved insert position and the
+ * redo pointer; each process advertises its own insertion progress in its
+ * slot (no lock); write_lock (rw lock, exclusive) admits one writer/flusher
+ * at a time; buf_lock (spinlock) guards re-mapping a buffer page to a new
+ * LSN.  Order: insert_lock and buf_lock are leaf locks; write_lock may be
+ * taken while a process has an insertion in progress.
+ * Returns: WALRUS_* codes.  The reader reports end of WAL as WALRUS_ENOTFOUND
+ * with a message naming the LSN and the reason.
+ * PANICs: on any error writing or flushing the WAL (the commit contract
+ * cannot be kept), and on a bad record inside a critical section.
+ */
+#ifndef WALRUS_WAL_H
+#define WALRUS_WAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "ipc/ipc.h"
+#include "storage/storage.h"
+
+/* ---------------------------------------------------------------- format */
+
+#define WAL_PAGE_SIZE 8192
+#define WAL_PAGE_MAGIC 0xD17Eu
+#define WAL_PAGE_CONT 0x0001u /* the page starts with the rest of a record */
+#define WAL_PAGE_LONG 0x0002u /* first page of a segment: wal_long_page_header */
+#define WAL_ALIGN 8
+#define WAL_MAX_RECORD (1024u * 1024u * 1024u) /* 1 GiB */
+#define WAL_MAX_BLOCKS 32
+#define WAL_MAIN_DATA_ID 0xFF
+
+typedef struct wal_page_header {
+	uint16_t magic;
+	uint16_t info;	   /* WAL_PAGE_CONT | WAL_PAGE_LONG */
+	uint32_t rem_len;  /* bytes of a continued record still to come at the page start */
+	uint64_t pageaddr; /* LSN of the page's first byte: catches recycled segments */
+} wal_page_header;
+
+typedef struct wal_long_page_header {
+	wal_page_header std;
+	uint64_t sysid;	   /* the instance's system identifier (control file) */
+	uint32_t seg_size; /* wal_segment_size of the stream */
+	uint32_t page_size;
+} wal_long_page_header;
+
+#define WAL_SHORT_PHD ((uint32_t)sizeof(wal_page_header))      /* 16 */
+#define WAL_LONG_PHD ((uint32_t)sizeof(wal_long_page_header)) /* 32 */
+
+typedef struct wal_record {
+	uint32_t tot_len; /* header + payload */
+	uint8_t rmid;	  /* resource manager */
+	uint8_t info;	  /* rmgr-specific */
+	uint16_t flags;	  /* reserved, 0 */
+	uint64_t prev;	  /* LSN of the previous record */
+	uint32_t reserved;
+	uint32_t crc; /* CRC32C(payload, then the 20 bytes above) */
+} wal_record;
+#define WAL_RECORD_HEADER ((uint32_t)sizeof(wal_record)) /* 24 */
+
+/* Block reference flags. */
+#define WAL_BLK_HAS_IMAGE 0x01
+#define WAL_BLK_HAS_DATA 0x02
+#define WAL_BLK_WILL_INIT 0x04 /* redo rebuilds the page from scratch: no read needed */
+#define WAL_BLK_IMAGE_ZSTD 0x08
+#define WAL_BLK_IMAGE_HOLE 0x10
+
+typedef struct wal_block_header {
+	uint8_t id; /* 0..WAL_MAX_BLOCKS-1, in increasing order */
+	uint8_t flags;
+	uint16_t data_len; /* bytes of block data */
+	uint32_t rel;
+	uint32_t blkno;
+} wal_block_header; /* 12 bytes, packed by construction */
+
+typedef struct wal_image_header {
+	uint16_t length;   /* stored bytes of the image */
+	uint16_t hole_off; /* the removed hole [hole_off, hole_off + hole_len) */
+	uint16_t hole_len;
+	uint16_t reserved;
+} wal_image_header;
+
+/* LSN helpers. */
+#define WAL_LSN_FMT "%X/%08X"
+#define WAL_LSN_ARGS(l) (unsigned)((uint64_t)(l) >> 32), (unsigned)((uint64_t)(l)&0xffffffffu)
+static inline uint64_t wal_align(uint64_t x)
+{
+	return (x + WAL_ALIGN - 1) & ~(uint64_t)(WAL_ALIGN - 1);
+}
+/* "DIR/wal/<16 hex digits>" of the segment holding @lsn. */
+void wal_segment_path(const char *waldir, uint64_t seg_size, wr_lsn lsn, char *buf, size_t len);
+/* Segment start LSN from a file name; false if the name is not a segment's. */
+bool wal_segment_parse_name(const char *name, uint64_t seg_size, wr_lsn *start);
+
+/* ---------------------------------------------------------------- full-page images */
+
+/*
+ * Encodes a page image: drops the hole between pd_lower and pd_upper when
+ * the page has a standard layout, then compresses with zstd when @level > 0
+ * and that saves space.  @out must hold WR_PAGE_SIZE bytes.  Sets the image
+ * header and returns the WAL_BLK_* image flags.
+ */
+uint8_t wal_fpi_encode(const void *page, int zstd_level, void *out, wal_image_header *ih);
+/* Restores an 8 KiB page; WALRUS_ECORRUPT when the image does not decode. */
+int wal_fpi_decode(const void *img, const wal_image_header *ih, uint8_t flags, void *page);
+
+/* ---------------------------------------------------------------- record assembly */
+
+/*
+ * Building a record (process-local, like PostgreSQL's XLogBeginInsert...):
+ *   wal_begin();
+ *   wal_register_block(0, rel, blk, page, flags);  page LSN decides the FPI
+ *   wal_register_block_data(0, &change, sizeof(change));
+ *   wal_register_data(&main, sizeof(main));
+ *   lsn = wal_insert(RM_KV, KV_INSERT);            end LSN of the record
+ * The registered pointers must stay valid until wal_insert returns.
+ */
+void wal_begin(void);
+void wal_register_block(int id, wr_relid rel, wr_blkno blk, const void *page, uint8_t flags);
+void wal_register_block_data(int id, const void *data, size_t len);
+void wal_register_data(const void *data, size_t len);
+/*
+ * Assembles the registered parts into a contiguous record in @buf (grown as
+ * needed) with FPIs for blocks whose page LSN <= @redo (when fpw is on).
+ * Exposed for tests and tools; wal_insert uses it.
+ */
+typedef struct wal_assembled {
+	char *buf;
+	size_t cap;
+	uint32_t len;	   /* tot_len */
+	uint32_t payload_crc; /* CRC32C of the payload, to be finished with the header */
+	uint32_t fpi_count;
+	uint64_t fpi_bytes_raw, fpi_bytes_stored;
+} wal_assembled;
+int wal_assemble(wal_assembled *a, uint8_t rmid, uint8_t info, wr_lsn redo, bool fpw,
+		 int zstd_level);
+/* Stamps prev and the CRC into an assembled record. */
+void wal_finish_record(wal_assembled *a, wr_lsn prev);
+
+/* ---------------------------------------------------------------- writing WAL files directly */
+
+/*
+ * Appends records straight into segment files, without shared memory: for
+ * bootstrap (the first checkpoint record), tools and tests.  Pages get
+ * their headers (long header on a segment's first page) as the stream
+ * crosses them; missing segments are created.  Nothing else may write the
+ * same WAL at the same time.
+ */
+typedef struct wal_file_writer wal_file_writer;
+int wal_fw_open(const char *waldir, uint64_t seg_size, uint64_t sysid, wr_lsn start,
+		wr_lsn prev, wal_file_writer **out);
+/* Stamps prev and CRC into @a (wal_finish_record) and appends it; returns its start and end. */
+int wal_fw_append(wal_file_writer *w, wal_assembled *a, wr_lsn *start, wr_lsn *end);
+/* Writes what is buffered; with @sync, fdatasync (errors returned, not PANIC: no instance yet). */
+int wal_fw_flush(wal_file_writer *w, bool sync);
+void wal_fw_close(wal_file_writer *w);
+/* Usable-byte arithmetic shared by every writer: the LSN after writing @len
+ * record bytes starting at @lsn, skipping page headers. */
+wr_lsn wal_lsn_advance(wr_lsn lsn, uint64_t len, uint64_t seg_size);
+/* Page header size at the page that holds @lsn (long at a segment start). */
+uint32_t wal_page_header_size(wr_lsn page_start, uint64_t seg_size);
+
+/* ---------------------------------------------------------------- shared WAL, insert, flush */
+
+/* Shared memory needed for the WAL (region "wal"), from the options. */
+size_t wal_shmem_size(const wr_options *o);
+/* In the supervisor, while creating shared memory. */
+int wal_shmem_init(const wr_options *o, const char *datadir);
+/* In every process after attaching: finds the region, sets process-local paths. */
+int wal_attach(const char *datadir);
+void wal_detach(void);
+
+/* After recovery: the stream continues at @end (end of the last valid record). */
+int wal_start_insert_at(wr_lsn end, wr_lsn prev, wr_lsn redo, const void *last_page);
+
+/* Inserts the registered record; returns its end LSN (where the next one may start). */
+wr_lsn wal_insert(uint8_t rmid, uint8_t info);
+/* Like wal_insert with the start LSN of the record too. */
+wr_lsn wal_insert_at(uint8_t rmid, uint8_t info, wr_lsn *start);
+
+/* Returns once the WAL up to @lsn is durable (group commit).  PANICs on I/O error. */
+void wal_flush_to(wr_lsn lsn);
+/* Asynchronous commit: asks the WAL writer to flush up to @lsn soon. */
+void wal_flush_async(wr_lsn lsn);
+/* One round of the WAL writer: write and flush what is inserted; preallocate segments. */
+void wal_writer_round(void);
+
+wr_lsn wal_insert_lsn(void);  /* current end of reserved WAL */
+wr_lsn wal_flushed_lsn(void); /* durable up to */
+wr_lsn wal_redo_lsn(void);    /* current redo pointer (for FPI decisions) */
+/*
+ * Sets a new redo pointer at the current insert position and returns it:
+ * every record reserved after it decides its FPIs against it (checkpoint
+ * start).
+ */
+wr_lsn wal_set_redo_here(void);
+
+typedef struct wal_stats {
+	uint64_t records, bytes, fpis, fpi_bytes_raw, fpi_bytes_stored;
+	uint64_t writes, flushes, flush_ns, write_bytes;
+	uint64_t buffer_full_waits; /* inserts that had to write WAL to get a buffer */
+	uint64_t group_waits;	    /* flush_to calls served by someone else's flush */
+	uint64_t segments_created, segments_recycled, segments_removed;
+} wal_stats;
+void wal_get_stats(wal_stats *s);
+
+/* ---------------------------------------------------------------- segments */
+
+/*
+ * Creates the segment that starts at @start: zero-filled temp file, fsync,
+ * rename into place, fsync the directory.  Reuses a recyclable old segment
+ * when one is offered by wal_recycle.  Idempotent when it exists with the
+ * right size; WALRUS_ECORRUPT when it exists with the wrong size.
+ */
+int wal_segment_create(const char *waldir, uint64_t seg_size, wr_lsn start);
+/*
+ * After a checkpoint whose redo LSN is @redo: segments wholly before it are
+ * renamed to future names (keeping enough for min_wal_size .. max_wal_size)
+ * or removed; counts go to the stats.
+ */
+int wal_recycle(const char *waldir, const wr_options *o, wr_lsn redo, wr_lsn insert,
+		int *recycled, int *removed);
+
+/* ---------------------------------------------------------------- control file */
+
+#define WAL_CONTROL_FILE "walrus.control"
+#define WAL_CONTROL_MAGIC 0x574c4354u /* "WLCT" */
+#define WAL_CONTROL_VERSION 1
+
+enum wal_db_state {
+	WAL_DB_SHUTDOWN = 1,	  /* clean: no redo needed */
+	WAL_DB_IN_PRODUCTION = 2, /* running, or crashed */
+	WAL_DB_IN_RECOVERY = 3,
+};
+
+typedef struct wal_control {
+	uint32_t magic;
+	uint32_t version;
+	uint64_t sysid;
+	uint32_t state; /* enum wal_db_state */
+	uint32_t page_size;
+	uint64_t wal_seg_size;
+	uint64_t data_seg_size;
+	uint64_t checkpoint_lsn; /* where the last checkpoint record starts */
+	uint64_t redo_lsn;	 /* its redo point: replay starts here */
+	uint64_t prev_checkpoint_lsn;
+	uint64_t checkpoint_time_us;
+	uint64_t next_relid; /* first relation id not yet used */
+	uint64_t reserved[8];
+	uint32_t crc; /* CRC32C of everything before it */
+} wal_control;
+
+/* Reads and verifies DIR/walrus.control: ENOENT, ECORRUPT (bad CRC/magic), EVERSION. */
+int wal_control_read(const char *datadir, wal_control *c);
+/* Replaces it atomically: temp file, fsync, rename, fsync directory. */
+int wal_control_write(const char *datadir, const wal_control *c);
+/* A new instance: control file + first segment holding a shutdown checkpoint record. */
+int wal_bootstrap(const char *datadir, const wr_options *o);
+
+/* ---------------------------------------------------------------- reader */
+
+typedef struct wal_decoded_block {
+	uint8_t id, flags;
+	wr_relid rel;
+	wr_blkno blkno;
+	const char *image; /* stored image bytes (NULL if none) */
+	wal_image_header ih;
+	const char *data; /* block data */
+	uint32_t data_len;
+} wal_decoded_block;
+
+typedef struct wal_decoded {
+	wr_lsn lsn, end; /* start of the record; end = start of the next one */
+	wal_record hdr;
+	int nblocks;
+	wal_decoded_block blocks[WAL_MAX_BLOCKS];
+	const char *main_data;
+	uint32_t main_len;
+	const char *raw; /* the whole record, header included */
+} wal_decoded;
+
+typedef struct wal_reader wal_reader;
+
+/* A reader over DIR/wal; @sysid 0 accepts any system id. */
+int wal_reader_open(const char *waldir, uint64_t seg_size, uint64_t sysid, wal_reader **out);
+void wal_reader_close(wal_reader *r);
+/*
+ * Reads the record at @lsn (or, with 0, the one after the previous read).
+ * WALRUS_OK with *rec valid until the next call; WALRUS_ENOTFOUND at the
+ * end of WAL (a zeroed or torn tail, a missing next segment), with the
+ * reason in walrus_errmsg(); WALRUS_ECORRUPT when a bad record is followed
+ * by valid WAL (damage, not a tail), naming the LSN.
+ */
+int wal_read_record(wal_reader *r, wr_lsn lsn, wal_decoded **rec);
+/* The first valid record at or after @lsn (used by waldump --from a non-record LSN). */
+int wal_find_first(wal_reader *r, wr_lsn lsn, wr_lsn *found);
+/* Decodes a contiguous record (header + payload) already in memory. */
+int wal_decode(const char *raw, uint32_t len, wr_lsn lsn, wal_decoded *out);
+
+/* ---------------------------------------------------------------- resource managers and redo */
+
+enum wal_rmid { RM_XLOG = 0, RM_STORAGE = 1, RM_KV = 2, RM_TEST = 3, RM_MAX = 16 };
+
+/* RM_XLOG infos */
+#define XLOG_CHECKPOINT_SHUTDOWN 0x10
+#define XLOG_CHECKPOINT_ONLINE 0x20
+#define XLOG_NOOP 0x30
+#define XLOG_FPI 0x40 /* a page image on its own */
+
+typedef struct wal_checkpoint_rec {
+	wr_lsn redo;
+	uint64_t time_us;
+	uint64_t next_relid;
+} wal_checkpoint_rec;
+
+/* What a redo function gets for its blocks: the page to change, or nothing to do. */
+enum wal_redo_action { REDO_NEEDED, REDO_DONE_ALREADY, REDO_RESTORED_IMAGE };
+
+typedef struct wal_rmgr {
+	const char *name;
+	void (*redo)(const wal_decoded *rec);
+	/* Writes a one-line description of the record ("insert key 5 bytes at 3"). */
+	void (*describe)(const wal_decoded *rec, char *buf, size_t len);
+	const char *(*info_name)(uint8_t info);
+} wal_rmgr;
+
+void wal_rmgr_register(int rmid, const wal_rmgr *rm);
+const wal_rmgr *wal_rmgr_get(int rmid);
+
+/*
+ * The page source redo works through: the storage layer directly now, the
+ * buffer pool when it exists.  get returns the page for block @id of @rec,
+ * applying its image when it has one; release stamps the record's LSN when
+ * the page was changed and hands it back.
+ */
+typedef struct wal_redo_pages {
+	int (*get)(const wal_decoded *rec, int id, void **page, int *action);
+	void (*release)(const wal_decoded *rec, int id, void *page, bool changed);
+	void (*finish)(void); /* end of recovery: make what redo wrote durable */
+} wal_redo_pages;
+void wal_redo_set_pages(const wal_redo_pages *p);
+int wal_redo_get_block(const wal_decoded *rec, int id, void **page, int *action);
+void wal_redo_release_block(const wal_decoded *rec, int id, void *page, bool changed);
+
+/*
+ * Recovery: from the control file's redo LSN, replays every record to the
+ * end of WAL and reports where the stream ends (so insertion continues
+ * there).  Returns ECORRUPT on damage, naming the LSN.
+ */
+typedef struct wal_recovery_result {
+	wr_lsn end, last_lsn, last_redo;
+	uint64_t records;
+	uint64_t next_relid;
+	char last_page[WAL_PAGE_SIZE]; /* the partial page at the end, to continue it */
+} wal_recovery_result;
+int wal_recover(const char *datadir, const wr_options *o, wal_recovery_result *res);
+
+#endif /* WALRUS_WAL_H */
