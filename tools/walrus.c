@@ -18,6 +18,8 @@ static const tool_cmd commands[] = {
 	{"status", cmd_status, "is an instance running on DIR, and its processes"},
 	{"selftest", cmd_selftest, "write, sync, read back and damage pages: the I/O path at work"},
 	{"options", cmd_options, "list every engine option with its default and range"},
+	{"waldump", cmd_waldump, "print the WAL's records, one per line (--stats: per rmgr)"},
+	{"controldata", cmd_controldata, "print the control file"},
 };
 
 static void usage(FILE *out)
