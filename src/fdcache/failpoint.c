@@ -26,11 +26,11 @@
 
 typedef struct fp_entry {
 	char op[16];
-	int err; /* errno, or FDC_FP_SHORT */
+	int err;    /* errno, or FDC_FP_SHORT */
 	char *path; /* substring filter; NULL matches every path */
 	uint64_t skip;
 	uint64_t count; /* 0 = forever */
-	uint64_t seen;	/* matching calls so far */
+	uint64_t seen;  /* matching calls so far */
 	uint64_t fired;
 } fp_entry;
 
@@ -39,19 +39,20 @@ static int fp_nentries;
 static uint64_t fp_hits;
 
 static const char *const fp_ops[] = {
-	"open",	    "pread",	 "pwrite", "fsync", "fdatasync", "sync_range", "truncate",
-	"fallocate", "rename", "unlink", "close", "fsync_dir", "mkdir",	    "any",
+    "open",      "pread",  "pwrite", "fsync", "fdatasync", "sync_range", "truncate",
+    "fallocate", "rename", "unlink", "close", "fsync_dir", "mkdir",      "any",
 };
 
 static const struct {
 	const char *name;
 	int err;
 } fp_errnos[] = {
-	{"EIO", EIO},	      {"ENOSPC", ENOSPC}, {"EACCES", EACCES}, {"EPERM", EPERM},
-	{"EROFS", EROFS},     {"EMFILE", EMFILE}, {"ENFILE", ENFILE}, {"ENOENT", ENOENT},
-	{"EEXIST", EEXIST},   {"EINTR", EINTR},	  {"EAGAIN", EAGAIN}, {"EDQUOT", EDQUOT},
-	{"EFBIG", EFBIG},     {"EBADF", EBADF},	  {"EINVAL", EINVAL}, {"ENOMEM", ENOMEM},
-	{"short", FDC_FP_SHORT},
+    {"EIO", EIO},       {"ENOSPC", ENOSPC},      {"EACCES", EACCES},
+    {"EPERM", EPERM},   {"EROFS", EROFS},        {"EMFILE", EMFILE},
+    {"ENFILE", ENFILE}, {"ENOENT", ENOENT},      {"EEXIST", EEXIST},
+    {"EINTR", EINTR},   {"EAGAIN", EAGAIN},      {"EDQUOT", EDQUOT},
+    {"EFBIG", EFBIG},   {"EBADF", EBADF},        {"EINVAL", EINVAL},
+    {"ENOMEM", ENOMEM}, {"short", FDC_FP_SHORT},
 };
 
 static void fp_free_entries(fp_entry *e, int n)
@@ -127,16 +128,17 @@ static int fp_parse_entry(char *text, fp_entry *e)
 	strcpy(e->op, op);
 	if (!fp_take_suffix(rest, '*', &e->count) || !fp_take_suffix(rest, '@', &e->skip))
 		return wr_error(WALRUS_EINVAL,
-				"invalid failpoint for \"%s\": @SKIP and *COUNT take a number", op);
+		                "invalid failpoint for \"%s\": @SKIP and *COUNT take a number", op);
 	char *path = strchr(rest, ':');
 	if (path != NULL)
 		*path++ = '\0';
 	e->err = fp_errno_parse(rest);
 	if (e->err == 0)
 		return wr_error(WALRUS_EINVAL, "invalid failpoint for \"%s\": unknown errno \"%s\"",
-				op, rest);
+		                op, rest);
 	if (e->err == FDC_FP_SHORT && strcmp(op, "pwrite") != 0)
-		return wr_error(WALRUS_EINVAL, "invalid failpoint: \"short\" applies to pwrite only");
+		return wr_error(WALRUS_EINVAL,
+		                "invalid failpoint: \"short\" applies to pwrite only");
 	if (path != NULL && *path != '\0') {
 		e->path = strdup(path);
 		if (e->path == NULL)
@@ -153,13 +155,14 @@ static int fp_parse(const char *spec, fp_entry *out, int *n)
 	int rc = 0;
 	char *save = NULL;
 	*n = 0;
-	for (char *tok = strtok_r(copy, ";", &save); tok != NULL; tok = strtok_r(NULL, ";", &save)) {
+	for (char *tok = strtok_r(copy, ";", &save); tok != NULL;
+	     tok = strtok_r(NULL, ";", &save)) {
 		char *t = fp_trim(tok);
 		if (*t == '\0')
 			continue;
 		if (*n == FP_MAX_ENTRIES) {
 			rc = wr_error(WALRUS_EINVAL, "invalid failpoints: more than %d entries",
-				      FP_MAX_ENTRIES);
+			              FP_MAX_ENTRIES);
 			break;
 		}
 		rc = fp_parse_entry(t, &out[*n]);

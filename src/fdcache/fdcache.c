@@ -35,13 +35,13 @@
 #include "fdcache/failpoint.h"
 
 #define FDC_DEFAULT_MAX_OPEN 1000 /* used if a call comes before fdc_init */
-#define FDC_NONE (-1)		  /* end of an index list */
+#define FDC_NONE             (-1) /* end of an index list */
 
 typedef struct fdc_entry {
 	char *path;
 	int flags; /* as given to fdc_open; a reopen drops O_CREAT|O_EXCL|O_TRUNC */
 	mode_t mode;
-	int fd; /* real fd, or -1 while closed by the LRU */
+	int fd;                 /* real fd, or -1 while closed by the LRU */
 	int lru_prev, lru_next; /* towards the most / least recently used */
 	int next_free;
 	bool in_use;
@@ -52,11 +52,11 @@ typedef struct fdc_entry {
 } fdc_entry;
 
 static fdc_entry *fdc_entries;
-static int fdc_nentries;   /* entries ever allocated (used + free) */
+static int fdc_nentries; /* entries ever allocated (used + free) */
 static int fdc_free_head = FDC_NONE;
 static int fdc_lru_head = FDC_NONE; /* most recently used open entry */
 static int fdc_lru_tail = FDC_NONE; /* least recently used: the next victim */
-static int fdc_max_fds;		   /* the bound; 0 until fdc_init */
+static int fdc_max_fds;             /* the bound; 0 until fdc_init */
 static uint64_t fdc_seq;
 static fdc_stats fdc_st;
 
@@ -109,7 +109,7 @@ int fdc_init(int64_t max_open_files)
 {
 	if (max_open_files < 1)
 		return wr_error(WALRUS_EINVAL, "max_open_files must be at least 1, not %lld",
-				(long long)max_open_files);
+		                (long long)max_open_files);
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
 		return wr_error(WALRUS_EINTERNAL, "could not get RLIMIT_NOFILE: %m");
@@ -123,9 +123,10 @@ int fdc_init(int64_t max_open_files)
 		avail = (int64_t)rl.rlim_cur - others - FDC_RESERVED_FDS;
 	if (avail < 1)
 		return wr_error(WALRUS_ELIMIT,
-				"too few file descriptors: RLIMIT_NOFILE is %llu, %lld are open "
-				"and %d are reserved",
-				(unsigned long long)rl.rlim_cur, (long long)others, FDC_RESERVED_FDS);
+		                "too few file descriptors: RLIMIT_NOFILE is %llu, %lld are open "
+		                "and %d are reserved",
+		                (unsigned long long)rl.rlim_cur, (long long)others,
+		                FDC_RESERVED_FDS);
 	const char *spec = getenv("WALRUS_FAILPOINTS");
 	if (spec != NULL && *spec != '\0') {
 		int rc = fdc_failpoint_set(spec);
@@ -257,14 +258,16 @@ static int fdc_sys_open(const char *path, int flags, mode_t mode)
 }
 
 /*
- * Opens @path with a slot under the bound.  The kernel may still refuse with
- * EMFILE/ENFILE (fds opened behind our back, the system table full): then
- * one more of ours is given up and the open tried once more.
+ * Opens @path, with a slot under the bound if @cached (a short-lived fd, as
+ * for a directory fsync, lives in FDC_RESERVED_FDS instead).  The kernel may
+ * still refuse with EMFILE/ENFILE (fds opened behind our back, the system
+ * table full): then one more of ours is given up and the open tried once
+ * more.
  */
-static int fdc_open_slot(const char *path, int flags, mode_t mode, int *out)
+static int fdc_open_slot(const char *path, int flags, mode_t mode, bool cached, int *out)
 {
 	fdc_ensure_init();
-	while (fdc_st.open_now >= fdc_max_fds) {
+	while (cached && fdc_st.open_now >= fdc_max_fds) {
 		int rc = fdc_evict_one();
 		if (rc != 0)
 			return rc;
@@ -306,7 +309,7 @@ static int fdc_touch(fdc_file f)
 	}
 	int fd;
 	int flags = e->flags & ~(O_CREAT | O_EXCL | O_TRUNC);
-	int rc = fdc_open_slot(e->path, flags, e->mode, &fd);
+	int rc = fdc_open_slot(e->path, flags, e->mode, true, &fd);
 	if (rc != 0)
 		return rc;
 	fdc_attach_fd(f, fd);
@@ -348,7 +351,7 @@ int fdc_open(const char *path, int flags, mode_t mode, fdc_file *out)
 {
 	*out = FDC_INVALID;
 	int fd;
-	int rc = fdc_open_slot(path, flags, mode, &fd);
+	int rc = fdc_open_slot(path, flags, mode, true, &fd);
 	if (rc != 0)
 		return rc;
 	char *copy = strdup(path);
@@ -508,7 +511,7 @@ int fdc_pwrite(fdc_file f, const void *buf, size_t len, off_t off)
  * decides what the failure means (for data files and the WAL: a PANIC).
  */
 static int fdc_sync_common(fdc_file f, const char *op, const char *what, int how, off_t off,
-			   off_t len, unsigned int flags)
+                           off_t len, unsigned int flags)
 {
 	int rc = fdc_begin_write(f);
 	if (rc != 0)
@@ -685,7 +688,7 @@ int fdc_rename(const char *from, const char *to)
 	if (res != 0) {
 		int err = errno;
 		rc = wr_error(wr_errno_code(err), "could not rename file \"%s\" to \"%s\": %m",
-			      from, to);
+		              from, to);
 		errno = err;
 	}
 	fdc_exit();
@@ -738,7 +741,7 @@ int fdc_mkdir(const char *path, mode_t mode)
 static int fdc_fsync_open_path(const char *path, bool dir)
 {
 	int fd;
-	int rc = fdc_open_slot(path, O_RDONLY | (dir ? O_DIRECTORY : 0), 0, &fd);
+	int rc = fdc_open_slot(path, O_RDONLY | (dir ? O_DIRECTORY : 0), 0, false, &fd);
 	if (rc != 0)
 		return rc;
 	struct stat st;

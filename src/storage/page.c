@@ -81,9 +81,9 @@ uint32_t page_checksum(const void *page, wr_blkno blkno)
 	crc = crc32c(crc, zeros, sizeof(zeros)); /* the field itself counts as zero */
 	crc = crc32c(crc, p + PAGE_CKSUM_END, WR_PAGE_SIZE - PAGE_CKSUM_END);
 	unsigned char b[4] = {(unsigned char)blkno, (unsigned char)(blkno >> 8),
-			      (unsigned char)(blkno >> 16), (unsigned char)(blkno >> 24)};
+	                      (unsigned char)(blkno >> 16), (unsigned char)(blkno >> 24)};
 	crc = crc32c(crc, b, sizeof(b)); /* a page copied to another block fails */
-	return crc == 0 ? 1 : crc;	  /* 0 is reserved for new pages */
+	return crc == 0 ? 1 : crc;       /* 0 is reserved for new pages */
 }
 
 void page_set_checksum(void *page, wr_blkno blkno)

@@ -1,1 +1,723 @@
-/* placeholder: being written */
+/*
+ * smgr.c - relations as segment files, and the client side of sync requests.
+ *
+ * A relation is stored as DIR/base/<rel>, DIR/base/<rel>.1, ... so that no
+ * file grows beyond data_segment_size.  Every segment is a handle of the fd
+ * cache, opened on first use; this module turns block numbers into
+ * (segment, offset), keeps checksums on every page it writes, refuses to
+ * return a page that fails them, and tells the checkpointer which files it
+ * must fsync (design rule 4): the first write through a segment's fd in a
+ * checkpoint cycle hands that fd over, and so does closing a written fd.
+ *
+ * Interface: see storage.h.
+ *
+ * Notes:
+ * - A relation's size is the sum of its segments: every segment but the last
+ *   is full, so the size is found by walking them until one is not full.
+ *   Extending into a new segment first makes the earlier ones full.
+ * - The cache of relations is per process and nothing tells it that another
+ *   process truncated or removed a relation; the layers above must (as
+ *   PostgreSQL's shared invalidation does).
+ * - Every failed fsync, fdatasync or sync_file_range ends in
+ *   data_sync_failed(), which PANICs.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "storage/storage.h"
+
+#define SMGR_BUCKETS 256
+
+struct smgr_rel {
+	wr_relid relid;
+	fdc_file *segs; /* by segment number; FDC_INVALID while not open here */
+	uint32_t nsegs; /* length of segs */
+	smgr_rel *next; /* hash chain */
+};
+
+/* What a fd cache handle is, for the before-close hook. */
+typedef struct smgr_handle_owner {
+	bool used;
+	wr_relid rel;
+	uint32_t seg;
+} smgr_handle_owner;
+
+static char *smgr_datadir;
+static char *smgr_basedir;
+static int64_t smgr_segsize;
+static uint32_t smgr_bps; /* blocks per segment */
+static smgr_rel *smgr_buckets[SMGR_BUCKETS];
+static smgr_handle_owner *smgr_owners;
+static int smgr_nowners;
+
+static smgr_sync_hook_fn smgr_reg_hook;
+static smgr_forget_hook_fn smgr_forget_hook;
+static smgr_cycle_fn smgr_cycle_hook;
+
+/* ---------------------------------------------------------------- PANIC */
+
+/*
+ * Why a failed fsync is never retried (PostgreSQL's "fsyncgate", 2018): when
+ * write-back of a dirty page fails, Linux reports the error to the next fsync
+ * and may then mark the page clean (or drop it) and clear the error.  A retry
+ * of the fsync then succeeds, although the data never reached the disk, and
+ * the checkpoint would claim durability it does not have.  The only copy we
+ * can trust is in the WAL, so the instance must stop and replay it from the
+ * last completed checkpoint.
+ */
+_Noreturn void data_sync_failed(const char *what, const char *path, int err)
+{
+	wr_panic("could not %s file \"%s\": %s", what, path, strerror(err));
+}
+
+/* ---------------------------------------------------------------- paths */
+
+void smgr_segment_path(wr_relid rel, uint32_t seg, char *buf, size_t len)
+{
+	const char *dir = smgr_datadir ? smgr_datadir : ".";
+	if (seg == 0)
+		wr_snprintf(buf, len, "%s/base/%u", dir, rel);
+	else
+		wr_snprintf(buf, len, "%s/base/%u.%u", dir, rel, seg);
+}
+
+uint32_t smgr_blocks_per_segment(void)
+{
+	return smgr_bps;
+}
+
+/* Makes the directory entry of a file created or removed in DIR/base durable. */
+static void smgr_sync_basedir(void)
+{
+	if (fdc_fsync_path(smgr_basedir) != 0)
+		data_sync_failed("fsync", smgr_basedir, errno);
+}
+
+/* True when @rc is the fd cache's report of a file that does not exist. */
+static bool smgr_missing(int rc)
+{
+	return rc == WALRUS_ENOENT && errno == ENOENT;
+}
+
+/* ---------------------------------------------------------------- handle owners */
+
+static int smgr_owner_set(fdc_file f, wr_relid rel, uint32_t seg)
+{
+	if (f >= smgr_nowners) {
+		int n = WR_MAX(f + 1, smgr_nowners * 2);
+		n = WR_MAX(n, 64);
+		smgr_handle_owner *o = realloc(smgr_owners, sizeof(*o) * (size_t)n);
+		if (o == NULL)
+			return wr_error(WALRUS_ENOMEM, "out of memory");
+		memset(o + smgr_nowners, 0, sizeof(*o) * (size_t)(n - smgr_nowners));
+		smgr_owners = o;
+		smgr_nowners = n;
+	}
+	smgr_owners[f] = (smgr_handle_owner){.used = true, .rel = rel, .seg = seg};
+	return 0;
+}
+
+/* True if handle @f is still the fd cache's handle of segment @seg of @rel. */
+static bool smgr_handle_is(fdc_file f, wr_relid rel, uint32_t seg)
+{
+	char path[4096];
+	const char *have = fdc_path(f);
+	smgr_segment_path(rel, seg, path, sizeof(path));
+	return have != NULL && strcmp(have, path) == 0;
+}
+
+/*
+ * The segment behind handle @f, or NULL.  The path is compared too: after
+ * fdc_reset (crash restart) handle numbers are reused for other files.
+ */
+static const smgr_handle_owner *smgr_owner_get(fdc_file f)
+{
+	if (f < 0 || f >= smgr_nowners || !smgr_owners[f].used)
+		return NULL;
+	if (!smgr_handle_is(f, smgr_owners[f].rel, smgr_owners[f].seg))
+		return NULL;
+	return &smgr_owners[f];
+}
+
+/* ---------------------------------------------------------------- sync requests */
+
+/* Hands @fd (of segment @seg, handle @f) to the checkpointer unless it already has one this cycle.
+ */
+static int smgr_hand_off(wr_relid rel, uint32_t seg, fdc_file f, int fd)
+{
+	uint64_t cycle = smgr_cycle_hook ? smgr_cycle_hook() : 0;
+	/* The tag stores cycle + 1 so that 0 means "never handed off". */
+	if (fdc_get_tag(f) == cycle + 1)
+		return 0;
+	smgr_sync_req req = {.rel = rel, .seg = seg, .open_seq = fdc_open_seq(f), .cycle = cycle};
+	int rc = smgr_reg_hook(&req, fd);
+	if (rc != 0)
+		return rc;
+	fdc_set_tag(f, cycle + 1);
+	return 0;
+}
+
+/*
+ * After a write through @f: the checkpointer must hold an fd opened no later
+ * than the write.  Once it does, every write through @f so far is covered
+ * (its fsync sees their write-back errors), so the handle is no longer
+ * dirty.  Without a sync hook, or if the hand-off fails, it stays dirty and
+ * the before-close hook deals with it.
+ */
+static int smgr_register_write(wr_relid rel, uint32_t seg, fdc_file f)
+{
+	if (smgr_reg_hook == NULL)
+		return 0;
+	int fd;
+	int rc = fdc_fd(f, &fd);
+	if (rc == 0)
+		rc = smgr_hand_off(rel, seg, f, fd);
+	if (rc == 0)
+		fdc_clear_dirty(f);
+	return rc;
+}
+
+/*
+ * The fd cache is about to close a written fd.  Its write-back errors must
+ * still reach someone: the checkpointer, if it already holds an fd of the
+ * file from this cycle (which sees every later error) or gets this one;
+ * otherwise ourselves, by an fsync now.
+ */
+static int smgr_before_close(fdc_file f, int fd, const char *path)
+{
+	const smgr_handle_owner *o = smgr_owner_get(f);
+	if (o == NULL)
+		return 0; /* not a data file: its owner syncs it */
+	if (smgr_reg_hook != NULL) {
+		int rc = smgr_hand_off(o->rel, o->seg, f, fd);
+		if (rc != 0)
+			return rc;
+	} else if (fdc_fsync(f) != 0) {
+		data_sync_failed("fsync", path, errno);
+	}
+	fdc_clear_dirty(f);
+	return 0;
+}
+
+void smgr_set_sync_hooks(smgr_sync_hook_fn reg, smgr_forget_hook_fn forget, smgr_cycle_fn cycle)
+{
+	smgr_reg_hook = reg;
+	smgr_forget_hook = forget;
+	smgr_cycle_hook = cycle;
+}
+
+static void smgr_forget(wr_relid rel, uint32_t from_seg)
+{
+	if (smgr_forget_hook != NULL)
+		smgr_forget_hook(rel, from_seg);
+}
+
+/* ---------------------------------------------------------------- init and shutdown */
+
+static int smgr_ensure_basedir(void)
+{
+	fdc_file f;
+	int rc = fdc_open(smgr_basedir, O_RDONLY | O_DIRECTORY, 0, &f);
+	if (rc == 0)
+		return fdc_close(f);
+	if (errno != ENOENT)
+		return rc;
+	rc = fdc_mkdir(smgr_basedir, 0700);
+	if (rc != 0)
+		return rc;
+	if (fdc_fsync_path(smgr_datadir) != 0)
+		data_sync_failed("fsync", smgr_datadir, errno);
+	return 0;
+}
+
+int smgr_init(const char *datadir, int64_t segment_size)
+{
+	if (segment_size < WR_PAGE_SIZE || segment_size % WR_PAGE_SIZE != 0 ||
+	    segment_size / WR_PAGE_SIZE > UINT32_MAX)
+		return wr_error(
+		    WALRUS_EINVAL,
+		    "data_segment_size must be a positive multiple of %d bytes, not %lld",
+		    WR_PAGE_SIZE, (long long)segment_size);
+	if (smgr_datadir != NULL)
+		smgr_shutdown();
+	size_t len = strlen(datadir) + sizeof("/base");
+	smgr_datadir = strdup(datadir);
+	smgr_basedir = malloc(len);
+	if (smgr_datadir == NULL || smgr_basedir == NULL) {
+		smgr_shutdown();
+		return wr_error(WALRUS_ENOMEM, "out of memory");
+	}
+	wr_snprintf(smgr_basedir, len, "%s/base", datadir);
+	smgr_segsize = segment_size;
+	smgr_bps = (uint32_t)(segment_size / WR_PAGE_SIZE);
+	fdc_set_before_close(smgr_before_close);
+	int rc = smgr_ensure_basedir();
+	if (rc != 0)
+		smgr_shutdown();
+	return rc;
+}
+
+/* Closes segment @s of @r here (the file stays); a written fd goes through the hook. */
+static int smgr_close_seg(smgr_rel *r, uint32_t s)
+{
+	fdc_file f = r->segs[s];
+	if (f == FDC_INVALID)
+		return 0;
+	/* A handle forgotten by fdc_reset may belong to another file now: not ours to close. */
+	if (smgr_handle_is(f, r->relid, s)) {
+		int rc = fdc_close(f);
+		if (rc != 0)
+			return rc;
+	}
+	if (f < smgr_nowners && smgr_owners[f].rel == r->relid && smgr_owners[f].seg == s)
+		smgr_owners[f].used = false;
+	r->segs[s] = FDC_INVALID;
+	return 0;
+}
+
+/* Closes segment @s of @r whose file is being removed: its dirty data needs no sync. */
+static int smgr_drop_seg(smgr_rel *r, uint32_t s)
+{
+	if (s < r->nsegs && r->segs[s] != FDC_INVALID && smgr_handle_is(r->segs[s], r->relid, s))
+		fdc_clear_dirty(r->segs[s]);
+	return s < r->nsegs ? smgr_close_seg(r, s) : 0;
+}
+
+static void smgr_free_rel(smgr_rel *r)
+{
+	for (uint32_t s = 0; s < r->nsegs; s++)
+		if (smgr_close_seg(r, s) != 0)
+			wr_log(WR_WARNING, "%s", walrus_errmsg());
+	free(r->segs);
+	free(r);
+}
+
+void smgr_shutdown(void)
+{
+	for (int b = 0; b < SMGR_BUCKETS; b++) {
+		while (smgr_buckets[b] != NULL) {
+			smgr_rel *r = smgr_buckets[b];
+			smgr_buckets[b] = r->next;
+			smgr_free_rel(r);
+		}
+	}
+	free(smgr_datadir);
+	free(smgr_basedir);
+	smgr_datadir = smgr_basedir = NULL;
+}
+
+/* ---------------------------------------------------------------- relation cache */
+
+int smgr_open(wr_relid rel, smgr_rel **out)
+{
+	if (smgr_datadir == NULL)
+		return wr_error(WALRUS_EINVAL, "storage is not initialised (smgr_init)");
+	smgr_rel **bucket = &smgr_buckets[rel % SMGR_BUCKETS];
+	for (smgr_rel *r = *bucket; r != NULL; r = r->next) {
+		if (r->relid == rel) {
+			*out = r;
+			return 0;
+		}
+	}
+	smgr_rel *r = calloc(1, sizeof(*r));
+	if (r == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory");
+	r->relid = rel;
+	r->next = *bucket;
+	*bucket = r;
+	*out = r;
+	return 0;
+}
+
+static void smgr_forget_rel(smgr_rel *r)
+{
+	smgr_rel **p = &smgr_buckets[r->relid % SMGR_BUCKETS];
+	while (*p != r)
+		p = &(*p)->next;
+	*p = r->next;
+	smgr_free_rel(r);
+}
+
+/* ---------------------------------------------------------------- segments */
+
+static int smgr_grow_segs(smgr_rel *r, uint32_t seg)
+{
+	if (seg < r->nsegs)
+		return 0;
+	uint32_t n = WR_MAX(seg + 1, r->nsegs * 2);
+	fdc_file *s = realloc(r->segs, sizeof(*s) * n);
+	if (s == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory");
+	for (uint32_t i = r->nsegs; i < n; i++)
+		s[i] = FDC_INVALID;
+	r->segs = s;
+	r->nsegs = n;
+	return 0;
+}
+
+/* Creates segment file @path; false with errno = EEXIST if another process was first. */
+static int smgr_create_file(const char *path, fdc_file *f)
+{
+	int rc = fdc_open(path, O_RDWR | O_CREAT | O_EXCL, 0600, f);
+	if (rc != 0)
+		return rc;
+	/* The file must survive a crash before any write to it is reported done. */
+	smgr_sync_basedir();
+	return 0;
+}
+
+/*
+ * The handle of segment @seg, opened here if needed.  A missing file is an
+ * error (errno ENOENT) unless @create.
+ */
+static int smgr_seg(smgr_rel *r, uint32_t seg, bool create, fdc_file *out)
+{
+	int rc = smgr_grow_segs(r, seg);
+	if (rc != 0)
+		return rc;
+	/* The path check costs far less than the syscall, and catches handles lost to fdc_reset. */
+	if (r->segs[seg] != FDC_INVALID && smgr_handle_is(r->segs[seg], r->relid, seg)) {
+		*out = r->segs[seg];
+		return 0;
+	}
+	r->segs[seg] = FDC_INVALID;
+	char path[4096];
+	smgr_segment_path(r->relid, seg, path, sizeof(path));
+	fdc_file f;
+	rc = fdc_open(path, O_RDWR, 0600, &f);
+	if (smgr_missing(rc) && create) {
+		rc = smgr_create_file(path, &f);
+		if (rc != 0 && errno == EEXIST)
+			rc = fdc_open(path, O_RDWR, 0600, &f);
+	}
+	if (rc != 0)
+		return rc;
+	rc = smgr_owner_set(f, r->relid, seg);
+	if (rc != 0) {
+		fdc_close(f);
+		return rc;
+	}
+	r->segs[seg] = f;
+	*out = f;
+	return 0;
+}
+
+/* Blocks in segment @seg (open through @f), checked against the segment size. */
+static int smgr_seg_blocks(fdc_file f, uint32_t *blocks)
+{
+	off_t size;
+	int rc = fdc_size(f, &size);
+	if (rc != 0)
+		return rc;
+	if (size > smgr_segsize)
+		return wr_error(WALRUS_ECORRUPT,
+		                "file \"%s\" is larger than the segment size (%lld > %lld bytes)",
+		                fdc_path(f), (long long)size, (long long)smgr_segsize);
+	*blocks = (uint32_t)(size / WR_PAGE_SIZE); /* a torn last block does not count */
+	return 0;
+}
+
+/*
+ * Walks the segments: @nblocks of the relation, and @nsegs, the number of
+ * segment files in the chain (0 .. nsegs-1 exist).  A missing first segment
+ * is an error: the relation does not exist.
+ */
+static int smgr_scan(smgr_rel *r, wr_blkno *nblocks, uint32_t *nsegs)
+{
+	uint64_t total = 0;
+	uint32_t seg = 0;
+	for (;; seg++) {
+		fdc_file f;
+		int rc = smgr_seg(r, seg, false, &f);
+		if (smgr_missing(rc) && seg > 0) {
+			wr_error_clear();
+			break;
+		}
+		if (rc != 0)
+			return rc;
+		uint32_t blocks;
+		rc = smgr_seg_blocks(f, &blocks);
+		if (rc != 0)
+			return rc;
+		total += blocks;
+		if (blocks < smgr_bps) {
+			seg++;
+			break;
+		}
+	}
+	if (total > WR_INVALID_BLKNO - 1)
+		return wr_error(WALRUS_ECORRUPT, "relation %u has too many blocks", r->relid);
+	*nblocks = (wr_blkno)total;
+	*nsegs = seg;
+	return 0;
+}
+
+int smgr_nblocks(smgr_rel *r, wr_blkno *out)
+{
+	uint32_t nsegs;
+	return smgr_scan(r, out, &nsegs);
+}
+
+/* ---------------------------------------------------------------- create, exists, unlink */
+
+int smgr_create(wr_relid rel)
+{
+	smgr_rel *r;
+	int rc = smgr_open(rel, &r);
+	if (rc == 0)
+		rc = smgr_grow_segs(r, 0);
+	if (rc != 0)
+		return rc;
+	char path[4096];
+	smgr_segment_path(rel, 0, path, sizeof(path));
+	if (r->segs[0] != FDC_INVALID && smgr_handle_is(r->segs[0], rel, 0))
+		return wr_error(WALRUS_EINVAL, "relation %u already exists (file \"%s\")", rel,
+		                path);
+	fdc_file f;
+	rc = fdc_open(path, O_RDWR | O_CREAT | O_EXCL, 0600, &f);
+	if (rc != 0 && errno == EEXIST)
+		return wr_error(WALRUS_EINVAL, "relation %u already exists (file \"%s\")", rel,
+		                path);
+	if (rc != 0)
+		return rc;
+	rc = smgr_owner_set(f, rel, 0);
+	if (rc != 0) {
+		fdc_close(f);
+		return rc;
+	}
+	r->segs[0] = f;
+	if (fdc_fsync(f) != 0)
+		data_sync_failed("fsync", path, errno);
+	fdc_clear_dirty(f);
+	smgr_sync_basedir();
+	return 0;
+}
+
+bool smgr_exists(wr_relid rel)
+{
+	smgr_rel *r;
+	fdc_file f;
+	if (smgr_open(rel, &r) != 0)
+		return false;
+	if (smgr_seg(r, 0, false, &f) == 0)
+		return true;
+	wr_error_clear();
+	return false;
+}
+
+int smgr_unlink(wr_relid rel)
+{
+	smgr_rel *r;
+	wr_blkno nblocks;
+	uint32_t nsegs;
+	int rc = smgr_open(rel, &r);
+	if (rc == 0)
+		rc = smgr_scan(r, &nblocks, &nsegs);
+	if (rc != 0)
+		return rc;
+	smgr_forget(rel, 0);
+	/* Last segment first: a crash half-way leaves a shorter relation, not a hole. */
+	for (uint32_t s = nsegs; s-- > 0;) {
+		char path[4096];
+		smgr_segment_path(rel, s, path, sizeof(path));
+		rc = smgr_drop_seg(r, s);
+		if (rc != 0)
+			return rc;
+		rc = fdc_unlink(path);
+		if (rc != 0 && !smgr_missing(rc))
+			return rc;
+	}
+	smgr_forget_rel(r);
+	smgr_sync_basedir();
+	return 0;
+}
+
+/* ---------------------------------------------------------------- block I/O */
+
+static int smgr_short_read(wr_blkno b, const char *path, ssize_t got, void *page)
+{
+	memset(page, 0, WR_PAGE_SIZE);
+	return wr_error(WALRUS_EIO,
+	                "could not read block %u in file \"%s\": read only %zd of %d bytes", b,
+	                path, got, WR_PAGE_SIZE);
+}
+
+static int smgr_corrupt(wr_blkno b, const char *path, void *page)
+{
+	wr_page_header h;
+	memcpy(&h, page, sizeof(h));
+	uint32_t computed = page_checksum(page, b);
+	memset(page, 0, WR_PAGE_SIZE); /* bad data never leaves this function */
+	wr_log(WR_WARNING,
+	       "invalid page in block %u of file \"%s\" (stored checksum 0x%08x, computed 0x%08x)",
+	       b, path, h.checksum, computed);
+	return wr_error(
+	    WALRUS_ECORRUPT,
+	    "invalid page in block %u of file \"%s\" (stored checksum 0x%08x, computed 0x%08x)", b,
+	    path, h.checksum, computed);
+}
+
+int smgr_read(smgr_rel *r, wr_blkno b, void *page)
+{
+	uint32_t seg = b / smgr_bps;
+	off_t off = (off_t)(b % smgr_bps) * WR_PAGE_SIZE;
+	fdc_file f;
+	int rc = smgr_seg(r, seg, false, &f);
+	if (smgr_missing(rc)) {
+		char path[4096];
+		smgr_segment_path(r->relid, seg, path, sizeof(path));
+		return smgr_short_read(b, path, 0, page);
+	}
+	if (rc != 0)
+		return rc;
+	ssize_t n = fdc_pread(f, page, WR_PAGE_SIZE, off);
+	if (n < 0) {
+		memset(page, 0, WR_PAGE_SIZE);
+		return (int)n;
+	}
+	if (n < WR_PAGE_SIZE)
+		return smgr_short_read(b, fdc_path(f), n, page);
+	if (!page_verify(page, b))
+		return smgr_corrupt(b, fdc_path(f), page);
+	return 0;
+}
+
+static int smgr_write_at(smgr_rel *r, uint32_t seg, fdc_file f, wr_blkno b, void *page)
+{
+	page_set_checksum(page, b);
+	off_t off = (off_t)(b % smgr_bps) * WR_PAGE_SIZE;
+	int rc = fdc_pwrite(f, page, WR_PAGE_SIZE, off);
+	if (rc != 0)
+		return rc;
+	return smgr_register_write(r->relid, seg, f);
+}
+
+int smgr_write(smgr_rel *r, wr_blkno b, void *page)
+{
+	uint32_t seg = b / smgr_bps;
+	fdc_file f;
+	int rc = smgr_seg(r, seg, false, &f);
+	if (rc != 0)
+		return rc;
+	return smgr_write_at(r, seg, f, b, page);
+}
+
+/* Before segment @seg is created: every earlier segment must be full, or nblocks would stop early.
+ */
+static int smgr_fill_before(smgr_rel *r, uint32_t seg)
+{
+	for (uint32_t s = 0; s < seg; s++) {
+		fdc_file f;
+		uint32_t blocks;
+		int rc = smgr_seg(r, s, true, &f);
+		if (rc == 0)
+			rc = smgr_seg_blocks(f, &blocks);
+		if (rc == 0 && blocks < smgr_bps) {
+			rc = fdc_truncate(f, (off_t)smgr_segsize); /* a sparse, zero-filled gap */
+			if (rc == 0)
+				rc = smgr_register_write(r->relid, s, f);
+		}
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+int smgr_extend(smgr_rel *r, wr_blkno b, void *page)
+{
+	if (b == WR_INVALID_BLKNO)
+		return wr_error(WALRUS_ETOOBIG, "cannot extend relation %u beyond %u blocks",
+		                r->relid, WR_INVALID_BLKNO);
+	uint32_t seg = b / smgr_bps;
+	fdc_file f;
+	int rc = smgr_seg(r, seg, false, &f);
+	if (smgr_missing(rc)) {
+		rc = smgr_fill_before(r, seg);
+		if (rc == 0)
+			rc = smgr_seg(r, seg, true, &f);
+	}
+	if (rc != 0)
+		return rc;
+	return smgr_write_at(r, seg, f, b, page);
+}
+
+/* ---------------------------------------------------------------- truncate */
+
+int smgr_truncate(smgr_rel *r, wr_blkno nblocks)
+{
+	wr_blkno cur;
+	uint32_t nsegs;
+	int rc = smgr_scan(r, &cur, &nsegs);
+	if (rc != 0)
+		return rc;
+	if (nblocks > cur)
+		return wr_error(WALRUS_EINVAL,
+		                "cannot truncate relation %u to %u blocks: it has %u", r->relid,
+		                nblocks, cur);
+	if (nblocks == cur)
+		return 0;
+	uint32_t keep = nblocks == 0 ? 0 : (nblocks - 1) / smgr_bps;
+	smgr_forget(r->relid, keep + 1);
+	/* From the end: a crash half-way leaves a relation cut shorter, never one with a hole. */
+	for (uint32_t s = nsegs; s-- > keep + 1;) {
+		char path[4096];
+		smgr_segment_path(r->relid, s, path, sizeof(path));
+		rc = smgr_drop_seg(r, s);
+		if (rc != 0)
+			return rc;
+		rc = fdc_unlink(path);
+		if (rc != 0 && !smgr_missing(rc))
+			return rc;
+	}
+	if (nsegs > keep + 1)
+		smgr_sync_basedir();
+	fdc_file f;
+	rc = smgr_seg(r, keep, false, &f);
+	if (rc == 0)
+		rc = fdc_truncate(f, (off_t)(nblocks - (wr_blkno)keep * smgr_bps) * WR_PAGE_SIZE);
+	if (rc == 0)
+		rc = smgr_register_write(r->relid, keep, f);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- sync */
+
+void smgr_writeback(smgr_rel *r, wr_blkno b, wr_blkno n)
+{
+	while (n > 0) {
+		uint32_t seg = b / smgr_bps;
+		wr_blkno first = b % smgr_bps;
+		wr_blkno cnt = WR_MIN(n, smgr_bps - first);
+		fdc_file f;
+		if (smgr_seg(r, seg, false, &f) != 0) {
+			/* Only a hint: the fsync at the checkpoint will report real trouble. */
+			wr_log(WR_WARNING, "could not start write-back: %s", walrus_errmsg());
+			return;
+		}
+		if (fdc_sync_range(f, (off_t)first * WR_PAGE_SIZE, (off_t)cnt * WR_PAGE_SIZE,
+		                   SYNC_FILE_RANGE_WRITE) != 0)
+			data_sync_failed("sync_file_range", fdc_path(f), errno);
+		b += cnt;
+		n -= cnt;
+	}
+}
+
+void smgr_immedsync(smgr_rel *r)
+{
+	wr_blkno nblocks;
+	uint32_t nsegs;
+	if (smgr_scan(r, &nblocks, &nsegs) != 0)
+		wr_panic("could not fsync relation %u: %s", r->relid, walrus_errmsg());
+	for (uint32_t s = 0; s < nsegs; s++) {
+		fdc_file f;
+		if (smgr_seg(r, s, false, &f) != 0)
+			wr_panic("could not fsync relation %u: %s", r->relid, walrus_errmsg());
+		if (fdc_fsync(f) != 0)
+			data_sync_failed("fsync", fdc_path(f), errno);
+		fdc_clear_dirty(f); /* durable now: nothing left to hand off */
+	}
+}

@@ -17,8 +17,8 @@
  * handles in the fd cache.
  * Locks: none (per-process; the buffer pool serialises access to a block).
  * Returns: WALRUS_* codes; a checksum failure is WALRUS_ECORRUPT with a
- * message naming the file and block ("invalid page checksum in file
- * "DIR/base/1", block 7: stored 0x..., computed 0x...").  Bad data is never
+ * message naming the file and block ("invalid page in block 7 of file
+ * "DIR/base/1" (stored checksum 0x..., computed 0x...)").  Bad data is never
  * returned to the caller.
  * PANICs: every error of fsync, fdatasync or sync_file_range on a data file
  * goes through data_sync_failed(), which PANICs: after a failed fsync the

@@ -1,0 +1,689 @@
+/*
+ * test_smgr.c - relations in segment files: round trips across segment
+ * boundaries, checksum failures found on disk, short reads, truncation, and
+ * the client side of sync requests (write time and before-close), down to
+ * the PANIC of a failed fsync.
+ *
+ * libcheck forks each case; cases that must PANIC run in a further forked
+ * child whose panic handler exits with PANIC_EXIT.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "storage/storage.h"
+#include "testutil.h"
+
+#define SEGSIZE    (64 * 1024) /* 8 blocks per segment */
+#define PANIC_EXIT 77
+
+#define CHILD_CHECK(c)                                                                             \
+	do {                                                                                       \
+		if (!(c)) {                                                                        \
+			fprintf(stderr, "child check failed at line %d: %s (%s)\n", __LINE__, #c,  \
+			        walrus_errmsg());                                                  \
+			return 1;                                                                  \
+		}                                                                                  \
+	} while (0)
+
+static const char *dir;
+
+static void setup(void)
+{
+	dir = tu_tmpdir("walrus-smgr");
+	wr_log_set_stderr(WR_PANIC + 1);
+	ck_assert_int_eq(fdc_init(100), 0);
+	ck_assert_int_eq(smgr_init(dir, SEGSIZE), 0);
+}
+
+static const char *seg_path(wr_relid rel, uint32_t seg)
+{
+	static char buf[4][4096];
+	static int next;
+	char *p = buf[next++ % 4];
+	if (seg == 0)
+		snprintf(p, 4096, "%s/base/%u", dir, rel);
+	else
+		snprintf(p, 4096, "%s/base/%u.%u", dir, rel, seg);
+	return p;
+}
+
+static off_t file_size(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return -1;
+	return st.st_size;
+}
+
+/* A page whose content depends on (rel, block, version). */
+static void make_page(unsigned char *p, wr_relid rel, wr_blkno b, int version)
+{
+	page_init(p, 16, 1);
+	page_set_lsn(p, ((uint64_t)rel << 32) | b);
+	for (size_t i = WR_PAGE_HEADER_SIZE; i < WR_PAGE_SIZE - 16; i++)
+		p[i] = (unsigned char)(rel * 31 + b * 7 + (wr_blkno)version * 13 + i);
+}
+
+static void check_page(smgr_rel *r, wr_relid rel, wr_blkno b, int version)
+{
+	unsigned char want[WR_PAGE_SIZE], got[WR_PAGE_SIZE];
+	make_page(want, rel, b, version);
+	page_set_checksum(want, b);
+	ck_assert_msg(smgr_read(r, b, got) == 0, "read %u: %s", b, walrus_errmsg());
+	ck_assert_msg(memcmp(want, got, WR_PAGE_SIZE) == 0, "block %u differs", b);
+}
+
+static smgr_rel *new_rel(wr_relid rel, wr_blkno nblocks)
+{
+	smgr_rel *r;
+	ck_assert_int_eq(smgr_create(rel), 0);
+	ck_assert_int_eq(smgr_open(rel, &r), 0);
+	for (wr_blkno b = 0; b < nblocks; b++) {
+		unsigned char p[WR_PAGE_SIZE];
+		make_page(p, rel, b, 0);
+		ck_assert_msg(smgr_extend(r, b, p) == 0, "extend %u: %s", b, walrus_errmsg());
+	}
+	return r;
+}
+
+static void panic_exit(void)
+{
+	_exit(PANIC_EXIT);
+}
+
+/* ---------------------------------------------------------------- sync hook doubles */
+
+#define MAX_REQS 256
+static smgr_sync_req reqs[MAX_REQS];
+static int req_fds[MAX_REQS];
+static int nreqs;
+static int hook_refuse;
+static uint64_t cur_cycle;
+static wr_relid forgot_rel[16];
+static uint32_t forgot_seg[16];
+static int nforgot;
+
+/* Keeps a duplicate of the fd, as the checkpointer would receive it. */
+static int record_sync(const smgr_sync_req *req, int fd)
+{
+	struct stat st;
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	if (hook_refuse)
+		return WALRUS_EBUSY;
+	ck_assert_int_lt(nreqs, MAX_REQS);
+	reqs[nreqs] = *req;
+	req_fds[nreqs] = dup(fd);
+	ck_assert_int_ge(req_fds[nreqs], 0);
+	nreqs++;
+	return 0;
+}
+
+static void record_forget(wr_relid rel, uint32_t from_seg)
+{
+	ck_assert_int_lt(nforgot, 16);
+	forgot_rel[nforgot] = rel;
+	forgot_seg[nforgot] = from_seg;
+	nforgot++;
+}
+
+static uint64_t get_cycle(void)
+{
+	return cur_cycle;
+}
+
+/* The request's fd is an fd of @path (same inode). */
+static bool req_fd_is(int i, const char *path)
+{
+	struct stat a, b;
+	return fstat(req_fds[i], &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino &&
+	       a.st_dev == b.st_dev;
+}
+
+/* ---------------------------------------------------------------- create, exists */
+
+START_TEST(test_create_exists)
+{
+	ck_assert(!smgr_exists(1));
+	ck_assert_int_eq(smgr_create(1), 0);
+	ck_assert(smgr_exists(1));
+	ck_assert_int_eq(file_size(seg_path(1, 0)), 0);
+	ck_assert_int_eq(smgr_create(1), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "already exists"));
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), seg_path(1, 0)));
+	/* Another process (a fresh cache) sees the file. */
+	smgr_shutdown();
+	ck_assert_int_eq(smgr_init(dir, SEGSIZE), 0);
+	ck_assert_int_eq(smgr_create(1), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "already exists"));
+	ck_assert(smgr_exists(1));
+	smgr_rel *r;
+	wr_blkno n;
+	ck_assert_int_eq(smgr_open(2, &r), 0);
+	ck_assert_int_eq(smgr_nblocks(r, &n), WALRUS_ENOENT);
+	char buf[4096];
+	smgr_segment_path(3, 0, buf, sizeof(buf));
+	ck_assert_str_eq(buf, seg_path(3, 0));
+	smgr_segment_path(3, 2, buf, sizeof(buf));
+	ck_assert_str_eq(buf + strlen(dir), "/base/3.2");
+	ck_assert_uint_eq(smgr_blocks_per_segment(), 8);
+}
+END_TEST
+
+START_TEST(test_init_checks)
+{
+	ck_assert_int_eq(smgr_init(dir, 1000), WALRUS_EINVAL);
+	ck_assert_int_eq(smgr_init(dir, 0), WALRUS_EINVAL);
+	smgr_shutdown();
+	smgr_rel *r;
+	ck_assert_int_eq(smgr_open(1, &r), WALRUS_EINVAL); /* not initialised */
+	const char *fresh = tu_tmpdir("walrus-smgr-fresh");
+	ck_assert_int_eq(smgr_init(fresh, SEGSIZE), 0);
+	struct stat st;
+	char base[4096];
+	snprintf(base, sizeof(base), "%s/base", fresh);
+	ck_assert_int_eq(stat(base, &st), 0);
+	ck_assert(S_ISDIR(st.st_mode));
+	ck_assert_uint_eq(st.st_mode & 0777, 0700);
+	ck_assert_int_eq(smgr_init(fresh, SEGSIZE), 0); /* exists: fine */
+}
+END_TEST
+
+/* ---------------------------------------------------------------- block I/O */
+
+START_TEST(test_round_trip_segments)
+{
+	smgr_rel *r;
+	ck_assert_int_eq(smgr_create(5), 0);
+	ck_assert_int_eq(smgr_open(5, &r), 0);
+	wr_blkno n;
+	ck_assert_int_eq(smgr_nblocks(r, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	for (wr_blkno b = 0; b < 20; b++) {
+		unsigned char p[WR_PAGE_SIZE];
+		make_page(p, 5, b, 0);
+		ck_assert_int_eq(smgr_extend(r, b, p), 0);
+		ck_assert_int_eq(smgr_nblocks(r, &n), 0);
+		ck_assert_uint_eq(n, b + 1);
+	}
+	ck_assert_int_eq(file_size(seg_path(5, 0)), SEGSIZE);
+	ck_assert_int_eq(file_size(seg_path(5, 1)), SEGSIZE);
+	ck_assert_int_eq(file_size(seg_path(5, 2)), 4 * WR_PAGE_SIZE);
+	ck_assert_int_eq(file_size(seg_path(5, 3)), -1);
+	for (wr_blkno b = 0; b < 20; b++)
+		check_page(r, 5, b, 0);
+	/* Overwrite blocks on both sides of a boundary. */
+	wr_blkno over[] = {7, 8, 15, 16};
+	for (size_t i = 0; i < 4; i++) {
+		unsigned char p[WR_PAGE_SIZE];
+		make_page(p, 5, over[i], 1);
+		ck_assert_int_eq(smgr_write(r, over[i], p), 0);
+		check_page(r, 5, over[i], 1);
+	}
+	/* A fresh cache (another process) finds the same. */
+	smgr_shutdown();
+	ck_assert_int_eq(smgr_init(dir, SEGSIZE), 0);
+	ck_assert_int_eq(smgr_open(5, &r), 0);
+	ck_assert_int_eq(smgr_nblocks(r, &n), 0);
+	ck_assert_uint_eq(n, 20);
+	check_page(r, 5, 6, 0);
+	check_page(r, 5, 8, 1);
+	check_page(r, 5, 19, 0);
+}
+END_TEST
+
+START_TEST(test_extend_gap)
+{
+	smgr_rel *r = new_rel(6, 1);
+	unsigned char p[WR_PAGE_SIZE];
+	make_page(p, 6, 20, 0);
+	ck_assert_int_eq(smgr_extend(r, 20, p), 0); /* in segment 2: 0 and 1 become full */
+	wr_blkno n;
+	ck_assert_int_eq(smgr_nblocks(r, &n), 0);
+	ck_assert_uint_eq(n, 21);
+	ck_assert_int_eq(file_size(seg_path(6, 0)), SEGSIZE);
+	ck_assert_int_eq(file_size(seg_path(6, 1)), SEGSIZE);
+	check_page(r, 6, 0, 0);
+	check_page(r, 6, 20, 0);
+	for (wr_blkno b = 1; b < 20; b++) {
+		unsigned char got[WR_PAGE_SIZE];
+		ck_assert_int_eq(smgr_read(r, b, got), 0);
+		ck_assert(page_is_new(got));
+	}
+	/* A gap inside a segment. */
+	make_page(p, 6, 23, 0);
+	ck_assert_int_eq(smgr_extend(r, 23, p), 0);
+	ck_assert_int_eq(smgr_nblocks(r, &n), 0);
+	ck_assert_uint_eq(n, 24);
+	check_page(r, 6, 23, 0);
+}
+END_TEST
+
+START_TEST(test_corruption_detected)
+{
+	smgr_rel *r = new_rel(7, 12);
+	/* Block 10 is block 2 of segment 1. */
+	tu_flip_bit(seg_path(7, 1), 2 * WR_PAGE_SIZE + 3000, 5);
+	unsigned char got[WR_PAGE_SIZE];
+	memset(got, 0x55, sizeof(got));
+	ck_assert_int_eq(smgr_read(r, 10, got), WALRUS_ECORRUPT);
+	const char *msg = walrus_errmsg();
+	ck_assert_msg(strstr(msg, seg_path(7, 1)) != NULL, "message: %s", msg);
+	ck_assert_msg(strstr(msg, "block 10") != NULL, "message: %s", msg);
+	ck_assert_msg(strstr(msg, "checksum") != NULL, "message: %s", msg);
+	ck_assert(page_is_new(got)); /* the bad data is not handed out */
+	check_page(r, 7, 9, 0);
+	check_page(r, 7, 11, 0);
+	/* A flipped bit in the header (the LSN) of block 0. */
+	tu_flip_bit(seg_path(7, 0), 3, 0);
+	ck_assert_int_eq(smgr_read(r, 0, got), WALRUS_ECORRUPT);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "block 0"));
+	/* A page copied into the wrong block. */
+	unsigned char p[WR_PAGE_SIZE];
+	make_page(p, 7, 4, 0);
+	page_set_checksum(p, 4);
+	int fd = open(seg_path(7, 0), O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, p, WR_PAGE_SIZE, 5 * WR_PAGE_SIZE), WR_PAGE_SIZE);
+	close(fd);
+	ck_assert_int_eq(smgr_read(r, 5, got), WALRUS_ECORRUPT);
+}
+END_TEST
+
+START_TEST(test_short_read)
+{
+	smgr_rel *r = new_rel(8, 3);
+	unsigned char got[WR_PAGE_SIZE];
+	memset(got, 0x55, sizeof(got));
+	ck_assert_int_eq(smgr_read(r, 3, got), WALRUS_EIO);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "read only 0 of 8192 bytes"));
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), seg_path(8, 0)));
+	ck_assert(page_is_new(got));
+	ck_assert_int_eq(smgr_read(r, 100, got), WALRUS_EIO); /* no such segment */
+	/* A torn last block: not counted, not returned. */
+	int fd = open(seg_path(8, 0), O_WRONLY | O_APPEND);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, got, 100), 100);
+	close(fd);
+	wr_blkno n;
+	ck_assert_int_eq(smgr_nblocks(r, &n), 0);
+	ck_assert_uint_eq(n, 3);
+	ck_assert_int_eq(smgr_read(r, 3, got), WALRUS_EIO);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "read only 100 of 8192 bytes"));
+	/* A write into a missing segment is an error, not a silent extension. */
+	unsigned char p[WR_PAGE_SIZE];
+	make_page(p, 8, 30, 0);
+	ck_assert_int_eq(smgr_write(r, 30, p), WALRUS_ENOENT);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- truncate, unlink */
+
+START_TEST(test_truncate)
+{
+	smgr_set_sync_hooks(NULL, record_forget, NULL);
+	smgr_rel *r = new_rel(9, 20);
+	wr_blkno n;
+	ck_assert_int_eq(smgr_truncate(r, 9), 0);
+	ck_assert_int_eq(smgr_nblocks(r, &n), 0);
+	ck_assert_uint_eq(n, 9);
+	ck_assert_int_eq(file_size(seg_path(9, 2)), -1);
+	ck_assert_int_eq(file_size(seg_path(9, 1)), WR_PAGE_SIZE);
+	ck_assert_int_eq(nforgot, 1);
+	ck_assert_uint_eq(forgot_rel[0], 9);
+	ck_assert_uint_eq(forgot_seg[0], 2);
+	check_page(r, 9, 8, 0);
+
+	ck_assert_int_eq(smgr_truncate(r, 8), 0); /* exactly one full segment */
+	ck_assert_int_eq(file_size(seg_path(9, 1)), -1);
+	ck_assert_int_eq(smgr_nblocks(r, &n), 0);
+	ck_assert_uint_eq(n, 8);
+	ck_assert_uint_eq(forgot_seg[1], 1);
+
+	ck_assert_int_eq(smgr_truncate(r, 3), 0);
+	ck_assert_int_eq(file_size(seg_path(9, 0)), 3 * WR_PAGE_SIZE);
+	ck_assert_int_eq(smgr_truncate(r, 5), WALRUS_EINVAL); /* cannot grow */
+	ck_assert_int_eq(smgr_truncate(r, 0), 0);
+	ck_assert_int_eq(file_size(seg_path(9, 0)), 0);
+	ck_assert_int_eq(smgr_nblocks(r, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	unsigned char got[WR_PAGE_SIZE];
+	ck_assert_int_eq(smgr_read(r, 0, got), WALRUS_EIO);
+
+	/* And it grows again. */
+	for (wr_blkno b = 0; b < 10; b++) {
+		unsigned char p[WR_PAGE_SIZE];
+		make_page(p, 9, b, 2);
+		ck_assert_int_eq(smgr_extend(r, b, p), 0);
+	}
+	ck_assert_int_eq(smgr_nblocks(r, &n), 0);
+	ck_assert_uint_eq(n, 10);
+	check_page(r, 9, 9, 2);
+}
+END_TEST
+
+START_TEST(test_unlink)
+{
+	smgr_set_sync_hooks(NULL, record_forget, NULL);
+	new_rel(10, 18);
+	ck_assert_int_eq(file_size(seg_path(10, 2)), 2 * WR_PAGE_SIZE);
+	ck_assert_int_eq(smgr_unlink(10), 0);
+	for (uint32_t s = 0; s < 3; s++)
+		ck_assert_int_eq(file_size(seg_path(10, s)), -1);
+	ck_assert(!smgr_exists(10));
+	ck_assert_int_eq(nforgot, 1);
+	ck_assert_uint_eq(forgot_rel[0], 10);
+	ck_assert_uint_eq(forgot_seg[0], 0);
+	ck_assert_int_eq(smgr_unlink(10), WALRUS_ENOENT);
+	/* The relation id can be used again. */
+	smgr_rel *r = new_rel(10, 2);
+	check_page(r, 10, 1, 0);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- sync requests */
+
+START_TEST(test_sync_hook_once_per_cycle)
+{
+	smgr_set_sync_hooks(record_sync, record_forget, get_cycle);
+	cur_cycle = 5;
+	smgr_rel *r = new_rel(11, 8); /* segment 0, full */
+	ck_assert_int_eq(nreqs, 1);
+	ck_assert_uint_eq(reqs[0].rel, 11);
+	ck_assert_uint_eq(reqs[0].seg, 0);
+	ck_assert_uint_eq(reqs[0].cycle, 5);
+	ck_assert_uint_ne(reqs[0].open_seq, 0);
+	ck_assert(req_fd_is(0, seg_path(11, 0)));
+
+	unsigned char p[WR_PAGE_SIZE];
+	make_page(p, 11, 8, 0);
+	ck_assert_int_eq(smgr_extend(r, 8, p), 0); /* segment 1: its own request */
+	make_page(p, 11, 9, 0);
+	ck_assert_int_eq(smgr_extend(r, 9, p), 0);
+	ck_assert_int_eq(nreqs, 2);
+	ck_assert_uint_eq(reqs[1].seg, 1);
+	ck_assert(req_fd_is(1, seg_path(11, 1)));
+
+	cur_cycle = 6; /* a checkpoint started: the next write asks again */
+	make_page(p, 11, 3, 1);
+	ck_assert_int_eq(smgr_write(r, 3, p), 0);
+	make_page(p, 11, 4, 1);
+	ck_assert_int_eq(smgr_write(r, 4, p), 0);
+	ck_assert_int_eq(nreqs, 3);
+	ck_assert_uint_eq(reqs[2].cycle, 6);
+	ck_assert_uint_eq(reqs[2].seg, 0);
+	/* The fd handed over is the file's: it sees what was written. */
+	unsigned char got[WR_PAGE_SIZE], want[WR_PAGE_SIZE];
+	make_page(want, 11, 3, 1);
+	page_set_checksum(want, 3);
+	ck_assert_int_eq(pread(req_fds[2], got, WR_PAGE_SIZE, 3 * WR_PAGE_SIZE), WR_PAGE_SIZE);
+	ck_assert_int_eq(memcmp(got, want, WR_PAGE_SIZE), 0);
+	check_page(r, 11, 3, 1);
+
+	/* A refused request fails the write, and the next write asks again. */
+	cur_cycle = 7;
+	hook_refuse = 1;
+	make_page(p, 11, 5, 1);
+	ck_assert_int_eq(smgr_write(r, 5, p), WALRUS_EBUSY);
+	hook_refuse = 0;
+	ck_assert_int_eq(smgr_write(r, 5, p), 0);
+	ck_assert_int_eq(nreqs, 4);
+	ck_assert_uint_eq(reqs[3].cycle, 7);
+	smgr_shutdown(); /* every fd was handed off: nothing more */
+	ck_assert_int_eq(nreqs, 4);
+}
+END_TEST
+
+/*
+ * With 8 real fds for 30 relations, every relation's write-time request is
+ * refused, so each relation must be handed off by the before-close hook
+ * when its fd is evicted (or at shutdown), with its live fd.
+ */
+START_TEST(test_before_close_hands_off)
+{
+	enum { NREL = 30 };
+	ck_assert_int_eq(fdc_init(8), 0);
+	smgr_set_sync_hooks(record_sync, NULL, get_cycle);
+	cur_cycle = 1;
+	for (wr_relid rel = 100; rel < 100 + NREL; rel++) {
+		smgr_rel *r;
+		ck_assert_int_eq(smgr_create(rel), 0);
+		ck_assert_int_eq(smgr_open(rel, &r), 0);
+		unsigned char p[WR_PAGE_SIZE];
+		make_page(p, rel, 0, 0);
+		hook_refuse = 1;
+		ck_assert_int_eq(smgr_extend(r, 0, p), WALRUS_EBUSY);
+		hook_refuse = 0;
+	}
+	fdc_stats st;
+	fdc_get_stats(&st);
+	ck_assert_int_le(st.open_now, 8);
+	ck_assert_uint_gt(st.lru_closes, 0);
+	ck_assert_int_eq(nreqs, NREL - 8); /* the evicted ones so far */
+	smgr_shutdown();
+	ck_assert_int_eq(nreqs, NREL);
+	for (wr_relid rel = 100; rel < 100 + NREL; rel++) {
+		int found = 0;
+		for (int i = 0; i < nreqs; i++) {
+			if (reqs[i].rel != rel)
+				continue;
+			found++;
+			ck_assert_uint_eq(reqs[i].seg, 0);
+			ck_assert_uint_eq(reqs[i].cycle, 1);
+			ck_assert(req_fd_is(i, seg_path(rel, 0)));
+		}
+		ck_assert_msg(found == 1, "relation %u: %d requests", rel, found);
+	}
+	/* The data is there, read through a new cache. */
+	ck_assert_int_eq(smgr_init(dir, SEGSIZE), 0);
+	smgr_rel *r;
+	ck_assert_int_eq(smgr_open(117, &r), 0);
+	check_page(r, 117, 0, 0);
+}
+END_TEST
+
+/* Without a sync hook, a written fd is fsynced before the cache closes it. */
+static int fsync_at_close_child(void *arg)
+{
+	const char *log = arg;
+	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	CHILD_CHECK(fd >= 0);
+	wr_log_set_file(fd, WR_LOG);
+	wr_set_panic_handler(panic_exit);
+	CHILD_CHECK(fdc_init(4) == 0);
+	smgr_set_sync_hooks(NULL, NULL, NULL);
+	smgr_rel *r;
+	CHILD_CHECK(smgr_create(20) == 0);
+	CHILD_CHECK(smgr_open(20, &r) == 0);
+	unsigned char p[WR_PAGE_SIZE];
+	make_page(p, 20, 0, 0);
+	CHILD_CHECK(smgr_extend(r, 0, p) == 0);
+	CHILD_CHECK(fdc_failpoint_set("fsync:EIO:/base/20") == 0);
+	for (wr_relid rel = 21; rel < 30; rel++) /* pushes relation 20's fd out */
+		CHILD_CHECK(smgr_create(rel) == 0);
+	return 1; /* not reached: the fsync at eviction must PANIC */
+}
+
+static void check_panic_log(const char *log, const char *what, const char *path)
+{
+	char buf[8192] = {0};
+	int fd = open(log, O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_gt(read(fd, buf, sizeof(buf) - 1), 0);
+	close(fd);
+	ck_assert_msg(strstr(buf, "PANIC") != NULL, "log: %s", buf);
+	ck_assert_msg(strstr(buf, what) != NULL, "log: %s", buf);
+	ck_assert_msg(strstr(buf, path) != NULL, "log: %s", buf);
+}
+
+START_TEST(test_no_hook_fsyncs_at_close)
+{
+	char log[4096];
+	snprintf(log, sizeof(log), "%s/panic.log", dir);
+	ck_assert_int_eq(tu_wait(tu_fork(fsync_at_close_child, log)), PANIC_EXIT);
+	check_panic_log(log, "could not fsync file", seg_path(20, 0));
+}
+END_TEST
+
+static int immedsync_child(void *arg)
+{
+	const char *log = arg;
+	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	CHILD_CHECK(fd >= 0);
+	wr_log_set_file(fd, WR_LOG);
+	wr_set_panic_handler(panic_exit);
+	smgr_rel *r;
+	CHILD_CHECK(smgr_create(30) == 0);
+	CHILD_CHECK(smgr_open(30, &r) == 0);
+	for (wr_blkno b = 0; b < 10; b++) {
+		unsigned char p[WR_PAGE_SIZE];
+		make_page(p, 30, b, 0);
+		CHILD_CHECK(smgr_extend(r, b, p) == 0);
+	}
+	smgr_immedsync(r); /* fine */
+	CHILD_CHECK(fdc_failpoint_set("fsync:EIO:/base/30.1") == 0);
+	smgr_immedsync(r);
+	return 1;
+}
+
+START_TEST(test_immedsync_failure_panics)
+{
+	char log[4096];
+	snprintf(log, sizeof(log), "%s/panic.log", dir);
+	ck_assert_int_eq(tu_wait(tu_fork(immedsync_child, log)), PANIC_EXIT);
+	check_panic_log(log, "could not fsync file", seg_path(30, 1));
+}
+END_TEST
+
+static int writeback_child(void *arg)
+{
+	const char *log = arg;
+	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	CHILD_CHECK(fd >= 0);
+	wr_log_set_file(fd, WR_LOG);
+	wr_set_panic_handler(panic_exit);
+	smgr_rel *r;
+	CHILD_CHECK(smgr_create(31) == 0);
+	CHILD_CHECK(smgr_open(31, &r) == 0);
+	for (wr_blkno b = 0; b < 20; b++) {
+		unsigned char p[WR_PAGE_SIZE];
+		make_page(p, 31, b, 0);
+		CHILD_CHECK(smgr_extend(r, b, p) == 0);
+	}
+	smgr_writeback(r, 2, 15); /* fine: three pieces */
+	CHILD_CHECK(fdc_failpoint_set("sync_range:EIO:/base/31.2") == 0);
+	smgr_writeback(r, 0, 12); /* does not reach segment 2 */
+	smgr_writeback(r, 6, 12);
+	return 1;
+}
+
+START_TEST(test_writeback_failure_panics)
+{
+	char log[4096];
+	snprintf(log, sizeof(log), "%s/panic.log", dir);
+	ck_assert_int_eq(tu_wait(tu_fork(writeback_child, log)), PANIC_EXIT);
+	check_panic_log(log, "could not sync_file_range file", seg_path(31, 2));
+}
+END_TEST
+
+START_TEST(test_immedsync_clears_dirty)
+{
+	/* No sync hook, small cache: after immedsync, evicting the fds needs no fsync. */
+	ck_assert_int_eq(fdc_init(2), 0);
+	smgr_set_sync_hooks(NULL, NULL, NULL);
+	smgr_rel *r = new_rel(40, 3);
+	smgr_immedsync(r);
+	ck_assert_int_eq(fdc_failpoint_set("fsync:EIO:/base/40*0"), 0);
+	for (wr_relid rel = 41; rel < 46; rel++)
+		new_rel(rel, 1); /* evicts relation 40's fd: a PANIC if it fsynced */
+	ck_assert_int_eq(fdc_failpoint_set(NULL), 0);
+	check_page(r, 40, 2, 0);
+}
+END_TEST
+
+/* Files that are not relation segments pass the storage layer's before-close hook untouched. */
+START_TEST(test_foreign_fd_and_writeback)
+{
+	smgr_set_sync_hooks(record_sync, NULL, get_cycle);
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/other-file", dir);
+	fdc_file f;
+	ck_assert_int_eq(fdc_open(path, O_RDWR | O_CREAT, 0600, &f), 0);
+	ck_assert_int_eq(fdc_pwrite(f, "x", 1, 0), 0);
+	ck_assert_int_eq(fdc_close(f), 0);
+	ck_assert_int_eq(nreqs, 0);
+	smgr_rel *r = new_rel(50, 20);
+	smgr_writeback(r, 0, 20);
+	smgr_writeback(r, 5, 0);
+	smgr_writeback(r, 18, 10); /* beyond the end: the missing segment is skipped */
+	smgr_immedsync(r);
+	check_page(r, 50, 19, 0);
+}
+END_TEST
+
+START_TEST(test_oversized_segment)
+{
+	smgr_rel *r = new_rel(51, 2);
+	ck_assert_int_eq(truncate(seg_path(51, 0), SEGSIZE + WR_PAGE_SIZE), 0);
+	wr_blkno n;
+	ck_assert_int_eq(smgr_nblocks(r, &n), WALRUS_ECORRUPT);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), seg_path(51, 0)));
+}
+END_TEST
+
+/* After fdc_reset (crash restart) the relation cache's handles are stale, and their numbers reused.
+ */
+START_TEST(test_survives_fdc_reset)
+{
+	smgr_rel *r = new_rel(60, 3);
+	fdc_reset();
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/intruder", dir);
+	fdc_file f;
+	ck_assert_int_eq(fdc_open(path, O_RDWR | O_CREAT, 0600, &f), 0);
+	check_page(r, 60, 2, 0);
+	unsigned char p[WR_PAGE_SIZE];
+	make_page(p, 60, 1, 1);
+	ck_assert_int_eq(smgr_write(r, 1, p), 0);
+	check_page(r, 60, 1, 1);
+	ck_assert_int_eq(file_size(path), 0); /* nothing went to the other file */
+	smgr_shutdown();
+	ck_assert_str_eq(fdc_path(f), path); /* and it was not closed for us */
+	ck_assert_int_eq(fdc_close(f), 0);
+}
+END_TEST
+
+static Suite *smgr_suite(void)
+{
+	Suite *s = suite_create("smgr");
+	TCase *tc = tcase_create("core");
+	tcase_add_checked_fixture(tc, setup, NULL);
+	tcase_add_test(tc, test_create_exists);
+	tcase_add_test(tc, test_init_checks);
+	tcase_add_test(tc, test_round_trip_segments);
+	tcase_add_test(tc, test_extend_gap);
+	tcase_add_test(tc, test_corruption_detected);
+	tcase_add_test(tc, test_short_read);
+	tcase_add_test(tc, test_truncate);
+	tcase_add_test(tc, test_unlink);
+	tcase_add_test(tc, test_sync_hook_once_per_cycle);
+	tcase_add_test(tc, test_before_close_hands_off);
+	tcase_add_test(tc, test_no_hook_fsyncs_at_close);
+	tcase_add_test(tc, test_immedsync_failure_panics);
+	tcase_add_test(tc, test_writeback_failure_panics);
+	tcase_add_test(tc, test_immedsync_clears_dirty);
+	tcase_add_test(tc, test_foreign_fd_and_writeback);
+	tcase_add_test(tc, test_oversized_segment);
+	tcase_add_test(tc, test_survives_fdc_reset);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run(smgr_suite());
+}
