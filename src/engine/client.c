@@ -236,6 +236,7 @@ static void finish_attach(const char *abs, const wr_options *opts)
 	engine_my_proc_set(C.slot);
 	fdc_set_io_guard(guard_enter, guard_exit);
 	wr_set_panic_handler(client_panic_handler);
+	wr_log_set_process_name("walrus-backend"); /* log lines only: the process keeps its name */
 	open_backend_log(abs, opts->log_min_messages);
 	note_option_differences(opts);
 }
