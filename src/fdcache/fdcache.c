@@ -47,6 +47,7 @@ typedef struct fdc_entry {
 	bool in_use;
 	bool dirty;
 	bool closing; /* in its before-close hook: not a victim for eviction */
+	bool pinned;  /* fdc_pin: never closed by the LRU */
 	uint64_t tag;
 	uint64_t open_seq;
 } fdc_entry;
@@ -232,7 +233,7 @@ static int fdc_close_real(int i, bool hooks)
 static int fdc_evict_one(void)
 {
 	int victim = fdc_lru_tail;
-	while (victim != FDC_NONE && fdc_entries[victim].closing)
+	while (victim != FDC_NONE && (fdc_entries[victim].closing || fdc_entries[victim].pinned))
 		victim = fdc_entries[victim].lru_prev;
 	if (victim == FDC_NONE)
 		return wr_error(WALRUS_ELIMIT, "no file descriptor of the fd cache can be closed");
@@ -817,4 +818,10 @@ void fdc_set_write_observer(fdc_write_observer_fn fn)
 void fdc_get_stats(fdc_stats *s)
 {
 	*s = fdc_st;
+}
+
+void fdc_pin(fdc_file f, bool pin)
+{
+	if (f >= 0 && f < fdc_nentries && fdc_entries[f].in_use)
+		fdc_entries[f].pinned = pin;
 }

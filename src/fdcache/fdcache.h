@@ -78,6 +78,13 @@ const char *fdc_path(fdc_file f);
 /* A number increasing with every real open() of this process, for "oldest fd" ordering. */
 uint64_t fdc_open_seq(fdc_file f);
 
+/*
+ * A pinned handle's fd is never closed by the LRU: the WAL keeps the fd it
+ * wrote through open until it has flushed it, because an fd opened later
+ * may not see a write-back error of those writes (errseq semantics).
+ */
+void fdc_pin(fdc_file f, bool pin);
+
 /* Dirty = written since the last fdc_clear_dirty (set by fdc_pwrite/fallocate/truncate). */
 bool fdc_is_dirty(fdc_file f);
 void fdc_clear_dirty(fdc_file f);
