@@ -23,6 +23,8 @@ static int tu_ndirs;
 
 static void tu_cleanup(void)
 {
+	if (getenv("WALRUS_KEEP_TMP"))
+		return; /* for post-mortems of a failing case */
 	for (int i = 0; i < tu_ndirs; i++)
 		if (tu_dirs_owner[i] == getpid())
 			tu_rmtree(tu_dirs[i]);

@@ -44,5 +44,6 @@ int cmd_selftest(tool_ctx *ctx, int argc, char **argv);
 int cmd_options(tool_ctx *ctx, int argc, char **argv);
 int cmd_waldump(tool_ctx *ctx, int argc, char **argv);
 int cmd_controldata(tool_ctx *ctx, int argc, char **argv);
+int cmd_bench(tool_ctx *ctx, int argc, char **argv);
 
 #endif

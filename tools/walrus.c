@@ -20,6 +20,7 @@ static const tool_cmd commands[] = {
 	{"options", cmd_options, "list every engine option with its default and range"},
 	{"waldump", cmd_waldump, "print the WAL's records, one per line (--stats: per rmgr)"},
 	{"controldata", cmd_controldata, "print the control file"},
+	{"bench", cmd_bench, "run a benchmark workload (walrus bench --help)"},
 };
 
 static void usage(FILE *out)

@@ -16,7 +16,11 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <stdlib.h>
+
 #include "fdcache/fdcache.h"
+#include "storage/storage.h"
+#include "wal/wal.h"
 
 static const char *const aux_names[WR_AUX_NKINDS] = {
 	[WR_AUX_CKPT] = "walrus-ckpt",
@@ -57,7 +61,13 @@ static void aux_setup(int kind, pid_t supervisor)
 	/* File descriptors opened by the supervisor's fd cache are not ours to use. */
 	fdc_reset();
 	engine_my_proc_set(kind);
+	engine_shared *e = engine_sh();
+	if (smgr_init(e->datadir, e->opts.data_segment_size) != WALRUS_OK ||
+	    wal_attach(kind) != WALRUS_OK)
+		wr_panic("%s could not start: %s", aux_name(kind), walrus_errmsg());
 }
+
+static void quiet_checkpoint(const char *why, int state, uint64_t next_relid);
 
 static bool supervisor_gone(pid_t supervisor)
 {
@@ -76,8 +86,11 @@ static _Noreturn void aux_idle_loop(int kind, pid_t supervisor)
 						  : 1000000;
 	wr_log(WR_DEBUG, "%s started", aux_name(kind));
 	for (;;) {
-		if (atomic_load(&e->shutdown_requested))
+		if (atomic_load(&e->shutdown_requested)) {
+			if (kind == WR_AUX_CKPT)
+				quiet_checkpoint("shutdown", WAL_DB_SHUTDOWN, 0);
 			_exit(0);
+		}
 		if (supervisor_gone(supervisor))
 			_exit(1);
 		uint32_t seen = atomic_load(&e->aux_wakeup[kind]);
@@ -86,13 +99,77 @@ static _Noreturn void aux_idle_loop(int kind, pid_t supervisor)
 	}
 }
 
-/* Recovery from the WAL arrives with the WAL module; today the data directory
- * needs no redo, and the startup process only checks it is readable. */
+/*
+ * Writes a checkpoint record whose redo point is itself and points the
+ * control file at it.  Valid only while nothing else changes data: at the
+ * end of recovery (redo wrote and synced every page it touched) and at
+ * shutdown (no backend is left).  The buffer pool's sync phase joins the
+ * shutdown case when the buffer pool exists.
+ */
+static void quiet_checkpoint(const char *why, int state, uint64_t next_relid)
+{
+	engine_shared *e = engine_sh();
+	wal_control c;
+	if (wal_control_read(e->datadir, &c) != WALRUS_OK)
+		wr_panic("could not read the control file for the %s checkpoint: %s", why,
+			 walrus_errmsg());
+	wr_lsn redo = wal_set_redo_here(), start;
+	wal_checkpoint_rec ck = {.redo = redo, .time_us = wr_wall_us(),
+				 .next_relid = WR_MAX(next_relid, c.next_relid)};
+	wal_begin();
+	wal_register_data(&ck, sizeof(ck));
+	wr_lsn end = wal_insert_at(RM_XLOG, XLOG_CHECKPOINT_SHUTDOWN, &start);
+	wal_flush_to(end);
+	c.prev_checkpoint_lsn = c.checkpoint_lsn;
+	c.checkpoint_lsn = start;
+	c.redo_lsn = redo;
+	c.checkpoint_time_us = ck.time_us;
+	c.next_relid = ck.next_relid;
+	c.state = (uint32_t)state;
+	/* The control file must point at a durable checkpoint or at the old
+	 * one: a failure to replace it leaves nothing we can trust. */
+	if (wal_control_write(e->datadir, &c) != WALRUS_OK)
+		wr_panic("could not write the control file: %s", walrus_errmsg());
+	wr_log(WR_LOG, "%s checkpoint at " WAL_LSN_FMT, why, WAL_LSN_ARGS(start));
+}
+
 static _Noreturn void startup_main(void)
 {
 	engine_shared *e = engine_sh();
-	wr_log(WR_DEBUG, "startup process: nothing to recover in \"%s\"", e->datadir);
+	wal_control c;
+	wal_recovery_result *res = calloc(1, sizeof(*res));
+	if (res == NULL)
+		wr_panic("out of memory in the startup process");
+	wal_register_builtin_rmgrs();
+	int rc = wal_control_read(e->datadir, &c);
+	if (rc == WALRUS_OK)
+		rc = wal_recover(e->datadir, &e->opts, res);
+	if (rc != WALRUS_OK) {
+		wr_snprintf(e->startup_error, sizeof(e->startup_error), "%s", walrus_errmsg());
+		wr_log(WR_FATAL, "recovery failed: %s", walrus_errmsg());
+		_exit(1);
+	}
+	wal_start_insert_at(res->end, res->last_lsn, res->last_redo, c.sysid, res->last_page);
+	quiet_checkpoint("end-of-recovery", WAL_DB_IN_PRODUCTION, res->next_relid);
+	free(res);
 	_exit(0);
+}
+
+static _Noreturn void walwriter_main(pid_t supervisor)
+{
+	engine_shared *e = engine_sh();
+	_Atomic uint32_t *latch = wal_writer_latch();
+	for (;;) {
+		uint32_t seen = atomic_load(latch);
+		wal_writer_round();
+		if (atomic_load(&e->shutdown_requested)) {
+			wal_writer_round();
+			_exit(0);
+		}
+		if (supervisor_gone(supervisor))
+			_exit(1);
+		ipc_wait_u32(latch, seen, (uint64_t)e->opts.wal_writer_delay_us * 1000);
+	}
 }
 
 _Noreturn void aux_main(int kind, int keep_fd)
@@ -102,5 +179,7 @@ _Noreturn void aux_main(int kind, int keep_fd)
 	aux_setup(kind, supervisor);
 	if (kind == WR_AUX_STARTUP)
 		startup_main();
+	if (kind == WR_AUX_WALW)
+		walwriter_main(supervisor);
 	aux_idle_loop(kind, supervisor);
 }

@@ -28,6 +28,8 @@
 #include <unistd.h>
 
 #include "fdcache/fdcache.h"
+#include "storage/storage.h"
+#include "wal/wal.h"
 
 static struct {
 	bool attached;
@@ -227,8 +229,13 @@ static void open_backend_log(const char *abs, int level)
 		wr_log_set_file(C.log_fd, level);
 }
 
-static void finish_attach(const char *abs, const wr_options *opts)
+static int finish_attach(const char *abs, const wr_options *opts)
 {
+	int rc = wal_attach(C.slot);
+	if (rc == WALRUS_OK)
+		rc = smgr_init(abs, engine_sh()->opts.data_segment_size);
+	if (rc != WALRUS_OK)
+		return rc;
 	C.attached = true;
 	C.poisoned = false;
 	C.owner = getpid();
@@ -239,6 +246,7 @@ static void finish_attach(const char *abs, const wr_options *opts)
 	wr_log_set_process_name("walrus-backend"); /* log lines only: the process keeps its name */
 	open_backend_log(abs, opts->log_min_messages);
 	note_option_differences(opts);
+	return WALRUS_OK;
 }
 
 /*
@@ -249,6 +257,7 @@ static void finish_attach(const char *abs, const wr_options *opts)
 static void forget_inherited(void)
 {
 	fdc_reset();
+	wal_detach();
 	fdc_set_io_guard(NULL, NULL);
 	wr_set_panic_handler(NULL);
 	engine_my_proc_set(-1);
@@ -297,8 +306,15 @@ int client_attach(const char *abs, const wr_options *opts)
 			return rc;
 		wr_sleep_us(20000);
 	}
-	finish_attach(abs, opts);
-	return WALRUS_OK;
+	rc = finish_attach(abs, opts);
+	if (rc != WALRUS_OK) {
+		(void)send_msg(WR_MSG_DETACH);
+		shm_detach();
+		close_fd(&C.sock);
+		close_fd(&C.attach_fd);
+		C.attached = false;
+	}
+	return rc;
 }
 
 /* ---------------------------------------------------------------- state */
@@ -355,10 +371,13 @@ int client_detach(void)
 	bool healthy = !C.poisoned && engine_running() && supervisor_connection_alive();
 	/* Dirty fds are handed to the checkpointer before they close, unless the
 	 * instance is gone: then recovery rewrites whatever they held. */
-	if (healthy)
+	wal_detach();
+	if (healthy) {
+		smgr_shutdown();
 		fdc_close_all();
-	else
-		fdc_reset();
+	} else {
+		fdc_reset(); /* smgr's cache is dropped by the next smgr_init */
+	}
 	int rc = WALRUS_OK;
 	if (supervisor_connection_alive())
 		rc = send_msg(WR_MSG_DETACH);

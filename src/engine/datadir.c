@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "fdcache/fdcache.h"
+#include "wal/wal.h"
 
 static int mkdir_p(const char *path)
 {
@@ -151,10 +152,12 @@ static int make_subdirs(const char *abs)
 	return WALRUS_OK;
 }
 
-static int initialise(const char *abs)
+static int initialise(const char *abs, const wr_options *opts)
 {
 	char text[32];
 	int rc = make_subdirs(abs);
+	if (rc == WALRUS_OK)
+		rc = wal_bootstrap(abs, opts);
 	if (rc != WALRUS_OK)
 		return rc;
 	/* The version file is written last: its presence means "initialised". */
@@ -188,8 +191,9 @@ static int read_version(const char *path, int *version)
 	return WALRUS_OK;
 }
 
-int datadir_init_or_verify(const char *abs, bool create)
+int datadir_init_or_verify(const char *abs, const wr_options *opts)
 {
+	bool create = opts->create_if_missing;
 	char path[PATH_MAX];
 	int version = 0;
 
@@ -206,7 +210,7 @@ int datadir_init_or_verify(const char *abs, bool create)
 					"\"%s\" is not a walrus data directory (create_if_missing=on "
 					"initialises an empty directory)",
 					abs);
-		return initialise(abs);
+		return initialise(abs, opts);
 	}
 	int rc = read_version(path, &version);
 	if (rc != WALRUS_OK)

@@ -56,8 +56,9 @@
 int datadir_resolve(const char *dir, bool create, char *out);
 /* Ownership, permissions (no group/world bits), writability. */
 int datadir_check(const char *abs);
-/* Verifies WALRUS_VERSION, or initialises an empty directory when @create. */
-int datadir_init_or_verify(const char *abs, bool create);
+/* Verifies WALRUS_VERSION, or initialises an empty directory when
+ * opts->create_if_missing (with the WAL's bootstrap: control file and first segment). */
+int datadir_init_or_verify(const char *abs, const wr_options *opts);
 /* Takes the instance lock (byte 0 of walrus.pid); EBUSY naming the owner's pid. */
 int datadir_lock_instance(const char *abs, int *lock_fd);
 /* Waits (bounded) until no process of a previous instance holds an attach lock. */
@@ -90,6 +91,7 @@ typedef struct engine_shared {
 	_Atomic uint64_t attaches;
 	_Atomic uint32_t shutdown_requested; /* futex word the aux processes wait on */
 	_Atomic uint32_t aux_wakeup[4];	     /* one latch per auxiliary process kind */
+	char startup_error[512];	     /* why recovery failed, for the clients */
 } engine_shared;
 
 #define ENGINE_SCRATCH_SIZE 4096 /* region "scratch": free for tests and tools */

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "fdcache/fdcache.h"
+#include "wal/wal.h"
 
 enum sup_phase { SUP_STARTING, SUP_RUNNING, SUP_SHUTDOWN };
 
@@ -57,6 +58,7 @@ static struct {
 	uint64_t linger_deadline_ns; /* 0: no backend has left yet, or someone is attached */
 	bool foreground;
 	bool ever_attached;
+	bool shutdown_failed; /* an auxiliary process failed its last duty */
 } S = {.lock_fd = -1, .listen_fd = -1, .sig_fd = -1, .shm_fd = -1};
 
 static const char *const aux_kinds_started[] = {"checkpointer", "background writer", "WAL writer"};
@@ -127,12 +129,34 @@ static int setup_signals(void)
 	return WALRUS_OK;
 }
 
+/*
+ * Sizes fixed when the directory was initialised win over the options:
+ * the WAL's segment size is written in every segment's header.
+ */
+static int adopt_control_file(void)
+{
+	wal_control c;
+	int rc = wal_control_read(S.abs, &c);
+	if (rc != WALRUS_OK)
+		return rc;
+	if ((uint64_t)S.opts.wal_segment_size != c.wal_seg_size ||
+	    (uint64_t)S.opts.data_segment_size != c.data_seg_size)
+		wr_log(WR_LOG,
+		       "using the data directory's wal_segment_size=%llu and data_segment_size=%llu "
+		       "(fixed when it was initialised)",
+		       (unsigned long long)c.wal_seg_size, (unsigned long long)c.data_seg_size);
+	S.opts.wal_segment_size = (int64_t)c.wal_seg_size;
+	S.opts.data_segment_size = (int64_t)c.data_seg_size;
+	return WALRUS_OK;
+}
+
 /* ---------------------------------------------------------------- shared memory */
 
 static int create_shared_memory(void)
 {
 	uint32_t nprocs = (uint32_t)S.opts.max_connections + WR_AUX_NKINDS;
-	size_t sizes[] = {sizeof(engine_shared), nprocs * sizeof(wr_proc), ENGINE_SCRATCH_SIZE};
+	size_t sizes[] = {sizeof(engine_shared), nprocs * sizeof(wr_proc), ENGINE_SCRATCH_SIZE,
+			  wal_shmem_size(&S.opts, (int)nprocs)};
 	size_t total = shm_size_for(sizes, (int)WR_ARRAY_LEN(sizes));
 	int rc = shm_create(total, &S.shm_fd);
 	if (rc != WALRUS_OK)
@@ -142,6 +166,9 @@ static int create_shared_memory(void)
 	void *scratch = shm_alloc("scratch", ENGINE_SCRATCH_SIZE);
 	if (e == NULL || procs == NULL || scratch == NULL)
 		return wr_error(WALRUS_EINTERNAL, "shared memory layout does not fit");
+	rc = wal_shmem_init(&S.opts, S.abs, (int)nprocs);
+	if (rc != WALRUS_OK)
+		return rc;
 	e->opts = S.opts;
 	memcpy(e->datadir, S.abs, sizeof(e->datadir));
 	e->supervisor_pid = (uint32_t)getpid();
@@ -214,6 +241,9 @@ static int run_startup(void)
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 		return WALRUS_OK;
 	char why[128];
+	engine_shared *e = engine_sh();
+	if (e->startup_error[0])
+		return wr_error(WALRUS_ECORRUPT, "recovery failed: %s", e->startup_error);
 	return wr_error(WALRUS_EIO, "startup process %s (see %s/%s)",
 			describe_status(st, why, sizeof(why)), S.abs, WR_LOG_FILE);
 }
@@ -523,8 +553,16 @@ static void reap_children(char *crash_why, size_t why_len)
 		S.aux[k] = 0;
 		char how[128];
 		describe_status(st, how, sizeof(how));
-		if (S.phase == SUP_SHUTDOWN && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-			wr_log(WR_DEBUG, "%s exited", aux_name(k));
+		if (S.phase == SUP_SHUTDOWN) {
+			if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+				wr_log(WR_DEBUG, "%s exited", aux_name(k));
+			} else {
+				/* The shutdown checkpoint may be missing: the next
+				 * start recovers, and says so. */
+				wr_log(WR_WARNING, "%s process (pid %d) %s during shutdown",
+				       aux_name(k), (int)pid, how);
+				S.shutdown_failed = true;
+			}
 			continue;
 		}
 		snprintf(crash_why, why_len, "%s process (pid %d) %s", aux_name(k), (int)pid, how);
@@ -675,7 +713,9 @@ _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int read
 		fail_start(ready_fd, rc);
 	if ((rc = datadir_lock_instance(abs, &S.lock_fd)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
-	if ((rc = datadir_init_or_verify(abs, opts->create_if_missing)) != WALRUS_OK)
+	if ((rc = datadir_init_or_verify(abs, opts)) != WALRUS_OK)
+		fail_start(ready_fd, rc);
+	if ((rc = adopt_control_file()) != WALRUS_OK)
 		fail_start(ready_fd, rc);
 	if ((rc = datadir_wait_old_backends(S.lock_fd, abs, 30000000)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
@@ -699,7 +739,7 @@ _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int read
 		sup_exit(1);
 	}
 	event_loop();
-	sup_exit(0);
+	sup_exit(S.shutdown_failed ? 1 : 0);
 }
 
 int supervisor_launch(const char *abs, const wr_options *opts)

@@ -825,3 +825,28 @@ void fdc_pin(fdc_file f, bool pin)
 	if (f >= 0 && f < fdc_nentries && fdc_entries[f].in_use)
 		fdc_entries[f].pinned = pin;
 }
+
+/*
+ * For I/O submitted outside the seam's own syscalls (io_uring): the same
+ * guard and failpoints apply, so an injected error looks identical whichever
+ * io_method runs.
+ */
+int fdc_io_begin(fdc_file f, const char *op, int *injected)
+{
+	*injected = 0;
+	if (fdc_get(f) == NULL)
+		return wr_error(WALRUS_EINVAL, "fdc_io_begin: bad handle %d", f);
+	int rc = fdc_enter();
+	if (rc != 0)
+		return rc;
+	int e = fdc_fp_check(op, fdc_entries[f].path, NULL);
+	*injected = e == FDC_FP_SHORT ? 0 : e;
+	if (strcmp(op, "pwrite") == 0)
+		fdc_entries[f].dirty = true;
+	return 0;
+}
+
+void fdc_io_end(void)
+{
+	fdc_exit();
+}

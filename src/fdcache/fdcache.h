@@ -123,6 +123,15 @@ void fdc_set_io_guard(fdc_guard_enter_fn enter, fdc_guard_exit_fn exit);
 typedef void (*fdc_write_observer_fn)(const char *path, off_t off, size_t len, const void *buf);
 void fdc_set_write_observer(fdc_write_observer_fn fn);
 
+/*
+ * Bracket I/O submitted outside the seam (io_uring) on @f: runs the guard
+ * (its error is returned; then fdc_io_end must not be called) and asks the
+ * failpoints about @op ("pwrite", "fdatasync", ...): *injected is the errno
+ * the caller must treat as the kernel's answer, or 0.
+ */
+int fdc_io_begin(fdc_file f, const char *op, int *injected);
+void fdc_io_end(void);
+
 /* ---------------------------------------------------------------- failpoints */
 
 /*

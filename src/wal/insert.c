@@ -1,1 +1,365 @@
-/* placeholder: being written */
+/*
+ * insert.c - putting records into the shared WAL buffers.
+ *
+ * Several processes insert at once (PostgreSQL's design, simplified to one
+ * progress slot per process):
+ *   1. assemble the record in process memory (FPIs decided against the
+ *      redo pointer read before assembling);
+ *   2. mark our slot busy, then under insert_lock check that the redo
+ *      pointer has not moved (if it has, FPIs may be missing: assemble
+ *      again) and reserve [start, end) by advancing the insert position;
+ *   3. copy the record into the buffer pages in parallel with others,
+ *      writing page headers (CONT, rem_len) where it crosses pages, and
+ *      advertising progress before anything that may block;
+ *   4. mark the slot idle.
+ * Records are never torn in memory: a writer only writes up to a position
+ * below which every reserved byte has been copied (wal_wait_insertions).
+ *
+ * The buffers are a ring of nbufs 8 KiB pages; wal_page_end[i] holds the
+ * end LSN of the page that ring slot i currently holds.  Re-mapping a slot
+ * to a newer page first requires its old page to be written out.
+ */
+#include "wal/wal_int.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fdcache/fdcache.h"
+
+wal_shared *wal_sh;
+char *wal_bufs;
+_Atomic uint64_t *wal_page_end;
+wal_slot *wal_slots;
+static int my_slot = -1;
+static wal_assembled scratch;
+
+/* ---------------------------------------------------------------- shared memory */
+
+static uint32_t nbufs_for(const wr_options *o)
+{
+	return (uint32_t)(o->wal_buffers / WAL_PAGE_SIZE);
+}
+
+size_t wal_shmem_size(const wr_options *o, int nslots)
+{
+	uint32_t nbufs = nbufs_for(o);
+	return WR_ALIGN_UP(sizeof(wal_shared), 64) + (size_t)nbufs * sizeof(uint64_t) +
+	       (size_t)nslots * sizeof(wal_slot) + 4096 + (size_t)nbufs * WAL_PAGE_SIZE;
+}
+
+static void set_pointers(void)
+{
+	wal_bufs = shm_ptr(wal_sh->bufs_off);
+	wal_page_end = shm_ptr(wal_sh->page_end_off);
+	wal_slots = shm_ptr(wal_sh->slots_off);
+}
+
+int wal_shmem_init(const wr_options *o, const char *datadir, int nslots)
+{
+	size_t size = wal_shmem_size(o, nslots);
+	char *base = shm_alloc("wal", size);
+	if (base == NULL)
+		return wr_error(WALRUS_ENOMEM, "no room for the WAL in shared memory");
+	wal_sh = (wal_shared *)base;
+	wal_sh->seg_size = (uint64_t)o->wal_segment_size;
+	wal_sh->nbufs = nbufs_for(o);
+	wal_sh->nslots = (uint32_t)nslots;
+	wal_sh->sync_method = o->wal_sync_method;
+	wal_sh->io_method = o->io_method;
+	wal_sh->zstd_level = o->wal_compression == WR_COMPRESS_ZSTD ? (int)o->wal_compression_level : 0;
+	wal_sh->direct = o->wal_direct_io;
+	wal_sh->fpw = o->full_page_writes;
+	wal_sh->max_wal_size = o->max_wal_size;
+	if (!wr_snprintf(wal_sh->waldir, sizeof(wal_sh->waldir), "%s/wal", datadir))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", datadir);
+	char *p = base + WR_ALIGN_UP(sizeof(wal_shared), 64);
+	wal_sh->page_end_off = shm_off(p);
+	p += (size_t)wal_sh->nbufs * sizeof(uint64_t);
+	wal_sh->slots_off = shm_off(p);
+	p += (size_t)nslots * sizeof(wal_slot);
+	/* O_DIRECT wants buffers aligned to the logical block size: a page is plenty. */
+	p = (char *)WR_ALIGN_UP((uintptr_t)p, 4096);
+	wal_sh->bufs_off = shm_off(p);
+	spin_init(&wal_sh->insert_lock);
+	spin_init(&wal_sh->buf_lock);
+	rw_init(&wal_sh->write_lock);
+	set_pointers();
+	return WALRUS_OK;
+}
+
+int wal_attach(int slot)
+{
+	size_t size;
+	wal_sh = shm_lookup("wal", &size);
+	if (wal_sh == NULL)
+		return wr_error(WALRUS_EPROTO, "shared memory has no WAL region");
+	if (slot < 0 || (uint32_t)slot >= wal_sh->nslots)
+		return wr_error(WALRUS_EINTERNAL, "WAL slot %d out of range", slot);
+	set_pointers();
+	my_slot = slot;
+	wal_forget_segment();
+	return WALRUS_OK;
+}
+
+void wal_detach(void)
+{
+	wal_forget_segment();
+	wal_sh = NULL;
+	my_slot = -1;
+}
+
+_Atomic uint32_t *wal_writer_latch(void)
+{
+	return &wal_sh->writer_latch;
+}
+
+/* ---------------------------------------------------------------- positions */
+
+static uint64_t seg_size(void)
+{
+	return wal_sh->seg_size;
+}
+
+/* The start of the next record after one that ends at @end. */
+static uint64_t next_start(uint64_t end)
+{
+	uint64_t n = wal_align(end);
+	if (n % WAL_PAGE_SIZE == 0)
+		n += wal_page_header_size(n, seg_size());
+	return n;
+}
+
+static void init_page(char *page, uint64_t page_start)
+{
+	memset(page, 0, WAL_PAGE_SIZE);
+	wal_page_header *h = (wal_page_header *)page;
+	h->magic = WAL_PAGE_MAGIC;
+	h->pageaddr = page_start;
+	if (page_start % seg_size() == 0) {
+		wal_long_page_header *lh = (wal_long_page_header *)page;
+		h->info |= WAL_PAGE_LONG;
+		lh->sysid = wal_sh->sysid;
+		lh->seg_size = (uint32_t)seg_size();
+		lh->page_size = WAL_PAGE_SIZE;
+	}
+}
+
+int wal_start_insert_at(wr_lsn end, wr_lsn prev, wr_lsn redo, uint64_t sysid,
+			const void *last_page)
+{
+	uint64_t page_start = end - end % WAL_PAGE_SIZE;
+	wal_sh->sysid = sysid;
+	wal_sh->cur_end = end;
+	wal_sh->cur_start = next_start(end);
+	wal_sh->prev_start = prev;
+	atomic_store(&wal_sh->redo, redo);
+	atomic_store(&wal_sh->write_lsn, end);
+	atomic_store(&wal_sh->flush_lsn, end);
+	atomic_store(&wal_sh->prealloc_end, 0);
+	for (uint32_t i = 0; i < wal_sh->nbufs; i++)
+		atomic_store(&wal_page_end[i], 0);
+	/* The page holding the end continues: it must be rewritten whole, with
+	 * what it already has, when the next record lands on it. */
+	if (end % WAL_PAGE_SIZE != 0) {
+		char *page = wal_buf_page(page_start);
+		memcpy(page, last_page, WAL_PAGE_SIZE);
+		memset(page + end % WAL_PAGE_SIZE, 0, WAL_PAGE_SIZE - end % WAL_PAGE_SIZE);
+		atomic_store(&wal_page_end[wal_buf_index(page_start)], page_start + WAL_PAGE_SIZE);
+	}
+	atomic_store(&wal_sh->started, 1);
+	return WALRUS_OK;
+}
+
+uint64_t wal_reserved_end(void)
+{
+	spin_lock(&wal_sh->insert_lock);
+	uint64_t e = wal_sh->cur_end;
+	spin_unlock(&wal_sh->insert_lock);
+	return e;
+}
+
+wr_lsn wal_insert_lsn(void)
+{
+	return wal_reserved_end();
+}
+
+wr_lsn wal_redo_lsn(void)
+{
+	return atomic_load(&wal_sh->redo);
+}
+
+uint64_t wal_since_redo(void)
+{
+	uint64_t end = wal_reserved_end(), redo = wal_redo_lsn();
+	return end > redo ? end - redo : 0;
+}
+
+wr_lsn wal_set_redo_here(void)
+{
+	spin_lock(&wal_sh->insert_lock);
+	uint64_t redo = wal_sh->cur_start;
+	atomic_store(&wal_sh->redo, redo);
+	spin_unlock(&wal_sh->insert_lock);
+	return redo;
+}
+
+/* ---------------------------------------------------------------- buffer pages */
+
+static void advertise(uint64_t pos)
+{
+	atomic_store(&wal_slots[my_slot].done_upto, WR_MAX(pos, 2));
+}
+
+/*
+ * The buffer for the WAL page starting at @page_start, mapping a ring slot
+ * to it when needed.  The caller has advertised its progress: this may have
+ * to write WAL first, which waits for other inserters.
+ */
+static char *get_page(uint64_t page_start)
+{
+	uint32_t idx = wal_buf_index(page_start);
+	uint64_t want = page_start + WAL_PAGE_SIZE;
+	for (;;) {
+		uint64_t have = atomic_load_explicit(&wal_page_end[idx], memory_order_acquire);
+		if (have == want)
+			return wal_buf_page(page_start);
+		if (have > want)
+			wr_panic("WAL buffer for page " WAL_LSN_FMT " holds a newer page " WAL_LSN_FMT,
+				 WAL_LSN_ARGS(page_start), WAL_LSN_ARGS(have - WAL_PAGE_SIZE));
+		if (have != 0 && atomic_load(&wal_sh->write_lsn) < have) {
+			atomic_fetch_add(&wal_sh->st_buffer_full_waits, 1);
+			wal_write_upto(have);
+			continue;
+		}
+		spin_lock(&wal_sh->buf_lock);
+		if (atomic_load(&wal_page_end[idx]) == have) {
+			init_page(wal_buf_page(page_start), page_start);
+			atomic_store_explicit(&wal_page_end[idx], want, memory_order_release);
+		}
+		spin_unlock(&wal_sh->buf_lock);
+	}
+}
+
+/* The page's buffer; advertises @pos first when getting it may block. */
+static char *page_for(uint64_t page_start, uint64_t pos)
+{
+	uint32_t idx = wal_buf_index(page_start);
+	uint64_t have = atomic_load_explicit(&wal_page_end[idx], memory_order_acquire);
+	if (have == page_start + WAL_PAGE_SIZE)
+		return wal_buf_page(page_start);
+	advertise(pos);
+	return get_page(page_start);
+}
+
+/* Copies @len bytes of a record reserved at @start into the buffers. */
+static void copy_record(uint64_t start, const char *rec, uint32_t len)
+{
+	uint64_t pos = start;
+	uint32_t left = len;
+	while (left > 0) {
+		uint64_t page_start = pos - pos % WAL_PAGE_SIZE;
+		char *page = page_for(page_start, pos);
+		if (pos == page_start) {
+			/* The record continues onto this page. */
+			wal_page_header *h = (wal_page_header *)page;
+			h->info |= WAL_PAGE_CONT;
+			h->rem_len = left;
+			pos += wal_page_header_size(page_start, seg_size());
+		}
+		uint32_t room = (uint32_t)(page_start + WAL_PAGE_SIZE - pos);
+		uint32_t n = WR_MIN(room, left);
+		memcpy(page + (pos - page_start), rec + (len - left), n);
+		pos += n;
+		left -= n;
+	}
+}
+
+/* ---------------------------------------------------------------- insert */
+
+static bool reserve(uint32_t len, uint64_t redo_used, uint64_t *start, uint64_t *end,
+		    uint64_t *prev)
+{
+	spin_lock(&wal_sh->insert_lock);
+	/* A checkpoint moved the redo pointer since we decided the FPIs: a page
+	 * changed for the first time since then needs an image we did not take. */
+	if (wal_sh->fpw && atomic_load(&wal_sh->redo) != redo_used) {
+		spin_unlock(&wal_sh->insert_lock);
+		return false;
+	}
+	*start = wal_sh->cur_start;
+	*prev = wal_sh->prev_start;
+	*end = wal_lsn_advance(*start, len, seg_size());
+	wal_sh->prev_start = *start;
+	wal_sh->cur_end = *end;
+	wal_sh->cur_start = next_start(*end);
+	spin_unlock(&wal_sh->insert_lock);
+	return true;
+}
+
+static void count_insert(const wal_assembled *a)
+{
+	atomic_fetch_add_explicit(&wal_sh->st_records, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&wal_sh->st_bytes, a->len, memory_order_relaxed);
+	if (a->fpi_count) {
+		atomic_fetch_add_explicit(&wal_sh->st_fpis, a->fpi_count, memory_order_relaxed);
+		atomic_fetch_add_explicit(&wal_sh->st_fpi_raw, a->fpi_bytes_raw,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&wal_sh->st_fpi_stored, a->fpi_bytes_stored,
+					  memory_order_relaxed);
+	}
+}
+
+wr_lsn wal_insert_at(uint8_t rmid, uint8_t info, wr_lsn *start_out)
+{
+	uint64_t start, end, prev;
+	if (wal_sh == NULL || my_slot < 0 || !atomic_load(&wal_sh->started))
+		wr_panic("WAL insert before the WAL is ready");
+	wal_slot *slot = &wal_slots[my_slot];
+	for (;;) {
+		uint64_t redo = atomic_load(&wal_sh->redo);
+		int rc = wal_assemble(&scratch, rmid, info, redo, wal_sh->fpw, wal_sh->zstd_level);
+		if (rc != WALRUS_OK)
+			wr_panic("could not assemble a WAL record: %s", walrus_errmsg());
+		/* Busy before reserving, so a writer that read the insert
+		 * position after our reservation waits for our copy. */
+		atomic_store(&slot->done_upto, WAL_SLOT_BUSY);
+		if (reserve(scratch.len, redo, &start, &end, &prev))
+			break;
+		atomic_store(&slot->done_upto, WAL_SLOT_IDLE);
+	}
+	wal_finish_record(&scratch, prev);
+	copy_record(start, scratch.buf, scratch.len);
+	atomic_store(&slot->done_upto, WAL_SLOT_IDLE);
+	count_insert(&scratch);
+	if (start_out)
+		*start_out = start;
+	return end;
+}
+
+wr_lsn wal_insert(uint8_t rmid, uint8_t info)
+{
+	return wal_insert_at(rmid, info, NULL);
+}
+
+void wal_get_stats(wal_stats *s)
+{
+	memset(s, 0, sizeof(*s));
+	if (wal_sh == NULL)
+		return;
+	s->records = atomic_load(&wal_sh->st_records);
+	s->bytes = atomic_load(&wal_sh->st_bytes);
+	s->fpis = atomic_load(&wal_sh->st_fpis);
+	s->fpi_bytes_raw = atomic_load(&wal_sh->st_fpi_raw);
+	s->fpi_bytes_stored = atomic_load(&wal_sh->st_fpi_stored);
+	s->writes = atomic_load(&wal_sh->st_writes);
+	s->write_bytes = atomic_load(&wal_sh->st_write_bytes);
+	s->flushes = atomic_load(&wal_sh->st_flushes);
+	s->flush_ns = atomic_load(&wal_sh->st_flush_ns);
+	s->buffer_full_waits = atomic_load(&wal_sh->st_buffer_full_waits);
+	s->group_waits = atomic_load(&wal_sh->st_group_waits);
+	s->segments_created = atomic_load(&wal_sh->st_seg_created);
+	s->segments_recycled = atomic_load(&wal_sh->st_seg_recycled);
+	s->segments_removed = atomic_load(&wal_sh->st_seg_removed);
+}

@@ -191,15 +191,21 @@ uint32_t wal_page_header_size(wr_lsn page_start, uint64_t seg_size);
 /* ---------------------------------------------------------------- shared WAL, insert, flush */
 
 /* Shared memory needed for the WAL (region "wal"), from the options. */
-size_t wal_shmem_size(const wr_options *o);
+size_t wal_shmem_size(const wr_options *o, int nslots);
 /* In the supervisor, while creating shared memory. */
-int wal_shmem_init(const wr_options *o, const char *datadir);
-/* In every process after attaching: finds the region, sets process-local paths. */
-int wal_attach(const char *datadir);
+int wal_shmem_init(const wr_options *o, const char *datadir, int nslots);
+/* In every process after attaching: finds the region; @slot is the process's
+ * slot (0 <= slot < nslots) for advertising insertion progress. */
+int wal_attach(int slot);
 void wal_detach(void);
 
 /* After recovery: the stream continues at @end (end of the last valid record). */
-int wal_start_insert_at(wr_lsn end, wr_lsn prev, wr_lsn redo, const void *last_page);
+int wal_start_insert_at(wr_lsn end, wr_lsn prev, wr_lsn redo, uint64_t sysid,
+			const void *last_page);
+/* The WAL writer's latch: wal_flush_async wakes it. */
+_Atomic uint32_t *wal_writer_latch(void);
+/* Bytes of WAL since the redo pointer (for max_wal_size checkpoint requests). */
+uint64_t wal_since_redo(void);
 
 /* Inserts the registered record; returns its end LSN (where the next one may start). */
 wr_lsn wal_insert(uint8_t rmid, uint8_t info);
@@ -354,6 +360,8 @@ typedef struct wal_rmgr {
 
 void wal_rmgr_register(int rmid, const wal_rmgr *rm);
 const wal_rmgr *wal_rmgr_get(int rmid);
+/* Registers RM_XLOG and RM_TEST (done on first use of the table; idempotent). */
+void wal_register_builtin_rmgrs(void);
 
 /*
  * The page source redo works through: the storage layer directly now, the

@@ -95,6 +95,19 @@ static int count_children_named(pid_t parent, const char *comm)
 	return n;
 }
 
+/* Aux processes name themselves just after fork: give them a moment. */
+static int wait_children_named(pid_t parent, const char *comm, int want)
+{
+	int n = 0;
+	for (int i = 0; i < 500; i++) {
+		n = count_children_named(parent, comm);
+		if (n == want)
+			break;
+		usleep(10000);
+	}
+	return n;
+}
+
 /* Waits until client_check() reports @code (the supervisor works asynchronously). */
 static void wait_check(int code)
 {
@@ -135,9 +148,9 @@ START_TEST(open_creates_and_starts_processes)
 	ck_assert_ptr_nonnull(fgets(comm, sizeof(comm), cf));
 	fclose(cf);
 	ck_assert_str_eq(comm, "walrus-super\n");
-	ck_assert_int_eq(count_children_named(sup, "walrus-ckpt"), 1);
-	ck_assert_int_eq(count_children_named(sup, "walrus-bgwr"), 1);
-	ck_assert_int_eq(count_children_named(sup, "walrus-walw"), 1);
+	ck_assert_int_eq(wait_children_named(sup, "walrus-ckpt", 1), 1);
+	ck_assert_int_eq(wait_children_named(sup, "walrus-bgwr", 1), 1);
+	ck_assert_int_eq(wait_children_named(sup, "walrus-walw", 1), 1);
 	struct stat st;
 	ck_assert_int_eq(stat(dir, &st), 0);
 	ck_assert_int_eq(st.st_mode & 0777, 0700);
@@ -176,6 +189,32 @@ START_TEST(bad_permissions)
 		ck_assert_int_eq(chown(dir, 0, 0), 0);
 	}
 	walrus_opts_free(o);
+}
+END_TEST
+
+static int open_as_nobody(void *dir)
+{
+	walrus *db = NULL;
+	if (setgid(65534) != 0 || setuid(65534) != 0)
+		return 20;
+	int rc = walrus_open(dir, NULL, &db);
+	if (rc != WALRUS_EPERM)
+		return 21;
+	return strstr(walrus_errmsg(), "not writable") ? 0 : 22;
+}
+
+START_TEST(unwritable_dir)
+{
+	if (geteuid() != 0)
+		return; /* needs root to act as another user; the check itself is covered */
+	const char *base = tu_tmpdir("walrus-eng");
+	char dir[4200];
+	snprintf(dir, sizeof(dir), "%s/ro", base);
+	ck_assert_int_eq(mkdir(dir, 0500), 0);
+	ck_assert_int_eq(chown(dir, 65534, 65534), 0);
+	ck_assert_int_eq(chmod(base, 0711), 0); /* let the other user reach it */
+	pid_t pid = tu_fork(open_as_nobody, dir);
+	ck_assert_int_eq(tu_wait(pid), 0);
 }
 END_TEST
 
@@ -349,7 +388,7 @@ START_TEST(kill9_backend_crash_restart)
 	db = open_ok(dir);
 	ck_assert_uint_eq(client_generation(), gen + 1);
 	ck_assert_int_eq(walrus_supervisor_pid(db), sup); /* the same supervisor restarted it */
-	ck_assert_int_eq(count_children_named(sup, "walrus-ckpt"), 1);
+	ck_assert_int_eq(wait_children_named(sup, "walrus-ckpt", 1), 1);
 	ck_assert_int_eq(client_check(), WALRUS_OK);
 	close_and_wait(db);
 }
@@ -456,6 +495,7 @@ static Suite *engine_suite(void)
 	tcase_add_test(t, open_creates_and_starts_processes);
 	tcase_add_test(t, bad_permissions);
 	tcase_add_test(t, not_a_walrus_dir);
+	tcase_add_test(t, unwritable_dir);
 	tcase_add_test(t, empty_dir_needs_create);
 	tcase_add_test(t, incompatible_version);
 	tcase_add_test(t, bad_option_values);

@@ -1,0 +1,108 @@
+/*
+ * wal_int.h - private to src/wal: the shared WAL state that insert.c and
+ * flush.c both work on.  Nothing outside src/wal includes it.
+ *
+ * Insertion progress (PostgreSQL's insertingAt, one slot per process):
+ *   done_upto == 0      the process is not inserting
+ *   done_upto == 1      inserting, nothing advertised: a writer must wait
+ *                       until it finishes or advertises
+ *   done_upto >= 2      inserting, and every byte it reserved below this
+ *                       position is copied; it may be blocked waiting for
+ *                       a WAL buffer, so a writer must not wait for it
+ * An inserter advertises before anything that can block (getting a buffer
+ * page that still holds unwritten WAL), which is what makes "write WAL to
+ * free a buffer" and "wait for insertions to finish" deadlock-free.
+ */
+#ifndef WALRUS_WAL_INT_H
+#define WALRUS_WAL_INT_H
+
+#include <limits.h>
+
+#include "wal/wal.h"
+
+#define WAL_SLOT_IDLE 0
+#define WAL_SLOT_BUSY 1
+
+typedef struct wal_slot {
+	_Atomic uint64_t done_upto;
+	char pad[56];
+} wal_slot;
+
+typedef struct wal_shared {
+	/* fixed at creation */
+	uint64_t seg_size;
+	uint32_t nbufs, nslots;
+	int sync_method, io_method, zstd_level;
+	bool direct, fpw;
+	int64_t max_wal_size;
+	char waldir[PATH_MAX];
+	uint64_t bufs_off, page_end_off, slots_off; /* offsets in shared memory */
+
+	/* set when insertion may start (after recovery) */
+	_Atomic uint32_t started;
+	uint64_t sysid;
+
+	/* insert position: insert_lock */
+	wr_spinlock insert_lock;
+	uint64_t cur_start;  /* where the next record starts */
+	uint64_t cur_end;    /* end of the last reserved record */
+	uint64_t prev_start; /* start of the last reserved record */
+	_Atomic uint64_t redo;
+
+	/* re-mapping buffer pages to new LSNs: buf_lock */
+	wr_spinlock buf_lock;
+
+	/* writing and flushing: write_lock admits one writer */
+	wr_rwlock write_lock;
+	_Atomic uint64_t write_lsn;
+	_Atomic uint64_t flush_lsn;
+	_Atomic uint32_t flush_seq; /* bumped after every flush: group-commit waiters sleep on it */
+	_Atomic uint32_t flush_sleepers;
+	_Atomic uint64_t async_lsn;
+	_Atomic uint32_t writer_latch;
+	_Atomic uint64_t prealloc_end; /* segments are known to exist up to here */
+
+	/* statistics */
+	_Atomic uint64_t st_records, st_bytes, st_fpis, st_fpi_raw, st_fpi_stored;
+	_Atomic uint64_t st_writes, st_write_bytes, st_flushes, st_flush_ns;
+	_Atomic uint64_t st_buffer_full_waits, st_group_waits;
+	_Atomic uint64_t st_seg_created, st_seg_recycled, st_seg_removed;
+} wal_shared;
+
+/* This process's view, set by wal_attach / wal_shmem_init. */
+extern wal_shared *wal_sh;
+extern char *wal_bufs;
+extern _Atomic uint64_t *wal_page_end;
+extern wal_slot *wal_slots;
+
+static inline char *wal_buf_page(uint64_t page_start)
+{
+	return wal_bufs + ((page_start / WAL_PAGE_SIZE) % wal_sh->nbufs) * WAL_PAGE_SIZE;
+}
+static inline uint32_t wal_buf_index(uint64_t page_start)
+{
+	return (uint32_t)((page_start / WAL_PAGE_SIZE) % wal_sh->nbufs);
+}
+
+static inline void wal_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+/* flush.c */
+/* Writes (without flushing) until write_lsn >= @upto; blocks for the write lock. */
+void wal_write_upto(uint64_t upto);
+/* The position below which every insertion has finished copying (<= @upto). */
+uint64_t wal_wait_insertions(uint64_t upto);
+/* Forgets this process's open segment (after a reset of the fd cache). */
+void wal_forget_segment(void);
+
+/* insert.c */
+uint64_t wal_reserved_end(void);
+
+/* PANIC helper for WAL I/O: the commit contract cannot be kept after it. */
+_Noreturn void wal_io_failed(const char *what, uint64_t seg_start, int err);
+
+#endif /* WALRUS_WAL_INT_H */
