@@ -673,7 +673,7 @@ bool fdc_debug_is_open(fdc_file f)
 
 /* ---------------------------------------------------------------- path operations */
 
-int fdc_rename(const char *from, const char *to)
+static int fdc_rename_flags(const char *from, const char *to, unsigned int flags)
 {
 	int rc = fdc_enter();
 	if (rc != 0)
@@ -684,7 +684,7 @@ int fdc_rename(const char *from, const char *to)
 		errno = injected;
 		res = -1;
 	} else {
-		res = rename(from, to);
+		res = renameat2(AT_FDCWD, from, AT_FDCWD, to, flags);
 	}
 	if (res != 0) {
 		int err = errno;
@@ -694,6 +694,16 @@ int fdc_rename(const char *from, const char *to)
 	}
 	fdc_exit();
 	return rc;
+}
+
+int fdc_rename(const char *from, const char *to)
+{
+	return fdc_rename_flags(from, to, 0);
+}
+
+int fdc_rename_noreplace(const char *from, const char *to)
+{
+	return fdc_rename_flags(from, to, RENAME_NOREPLACE);
 }
 
 int fdc_unlink(const char *path)

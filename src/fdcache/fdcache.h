@@ -94,6 +94,8 @@ void fdc_set_tag(fdc_file f, uint64_t tag);
 
 /* Path operations, all through the seam. */
 int fdc_rename(const char *from, const char *to);
+/* Fails with WALRUS_EBUSY (errno EEXIST) instead of replacing an existing @to. */
+int fdc_rename_noreplace(const char *from, const char *to);
 int fdc_unlink(const char *path);
 int fdc_mkdir(const char *path, mode_t mode); /* EEXIST is not an error */
 int fdc_fsync_path(const char *path);	       /* open + fsync + close: a file or a directory */

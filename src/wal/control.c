@@ -1,1 +1,261 @@
-/* placeholder: being written */
+/*
+ * control.c - the control file (DIR/walrus.control) and bootstrapping a new
+ * instance.
+ *
+ * The control file says where recovery must start: the last checkpoint
+ * record and its redo point, with the sizes the data directory was made
+ * with.  It is the one piece of state that is overwritten in place, so it is
+ * always replaced as a whole (design rule 6): write a temp file, fsync it,
+ * rename it over the old one, fsync the directory.  A crash at any point
+ * leaves either the old or the new file, never a mix.  It is 512 bytes on
+ * disk (the struct then zeros), well under a sector, and carries a CRC32C so
+ * that damage is detected rather than trusted.
+ *
+ * Interface: see wal.h.  Errors are returned, never PANICed: the caller
+ * decides (a failed fsync of the control file during a checkpoint is a
+ * PANIC there; at bootstrap it is just a failed command).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "wal/wal.h"
+
+#define CONTROL_DISK_SIZE 512
+#define CONTROL_CRC_LEN   offsetof(wal_control, crc)
+
+_Static_assert(sizeof(wal_control) <= CONTROL_DISK_SIZE, "the control file fits in 512 bytes");
+
+static void control_path(const char *datadir, const char *suffix, char *buf, size_t len)
+{
+	wr_snprintf(buf, len, "%s/%s%s", datadir, WAL_CONTROL_FILE, suffix);
+}
+
+/* ---------------------------------------------------------------- reading */
+
+/* Reads the whole file into @buf (CONTROL_DISK_SIZE + 1 bytes, to see an overlong file). */
+static int control_load(const char *path, char *buf, ssize_t *got)
+{
+	fdc_file f;
+	int rc = fdc_open(path, O_RDONLY, 0, &f);
+	if (rc != 0 && errno == ENOENT)
+		return wr_error(WALRUS_ENOENT, "control file \"%s\" is missing", path);
+	if (rc != 0)
+		return rc;
+	*got = fdc_pread(f, buf, CONTROL_DISK_SIZE + 1, 0);
+	int err = errno;
+	int crc = fdc_close(f);
+	if (*got < 0) {
+		errno = err;
+		return (int)*got;
+	}
+	return crc;
+}
+
+static int control_check(const char *path, const wal_control *c)
+{
+	if (c->magic != WAL_CONTROL_MAGIC)
+		return wr_error(WALRUS_ECORRUPT,
+		                "control file \"%s\" has a bad magic number (0x%08x, expected "
+		                "0x%08x)",
+		                path, c->magic, WAL_CONTROL_MAGIC);
+	/* Before the CRC: another version may lay the file out differently. */
+	if (c->version != WAL_CONTROL_VERSION)
+		return wr_error(WALRUS_EVERSION,
+		                "control file \"%s\" has version %u, but this walrus reads "
+		                "version %u",
+		                path, c->version, WAL_CONTROL_VERSION);
+	uint32_t crc = crc32c(0, c, CONTROL_CRC_LEN);
+	if (crc != c->crc)
+		return wr_error(WALRUS_ECORRUPT,
+		                "incorrect checksum in control file \"%s\" (stored 0x%08x, "
+		                "computed 0x%08x)",
+		                path, c->crc, crc);
+	if (c->page_size != WR_PAGE_SIZE)
+		return wr_error(WALRUS_EVERSION,
+		                "control file \"%s\" was made with page size %u, but this walrus "
+		                "uses %d",
+		                path, c->page_size, WR_PAGE_SIZE);
+	return 0;
+}
+
+int wal_control_read(const char *datadir, wal_control *c)
+{
+	char path[4096], buf[CONTROL_DISK_SIZE + 1];
+	ssize_t got = 0;
+
+	control_path(datadir, "", path, sizeof(path));
+	int rc = control_load(path, buf, &got);
+	if (rc != 0)
+		return rc;
+	if (got != CONTROL_DISK_SIZE)
+		return wr_error(WALRUS_ECORRUPT,
+		                "control file \"%s\" has %zd bytes, expected %d (truncated or "
+		                "damaged)",
+		                path, got, CONTROL_DISK_SIZE);
+	memcpy(c, buf, sizeof(*c));
+	return control_check(path, c);
+}
+
+/* ---------------------------------------------------------------- writing */
+
+/* Writes and fsyncs the temp file; on error it is removed (best effort). */
+static int control_write_temp(const char *tmp, const char *buf)
+{
+	fdc_file f;
+	int rc = fdc_open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600, &f);
+	if (rc != 0)
+		return rc;
+	rc = fdc_pwrite(f, buf, CONTROL_DISK_SIZE, 0);
+	if (rc == 0)
+		rc = fdc_fsync(f);
+	int err = errno;
+	char msg[1024];
+	wr_snprintf(msg, sizeof(msg), "%s", walrus_errmsg());
+	int crc = fdc_close(f);
+	if (rc == 0)
+		return crc;
+	/* The old control file is untouched; the temp file only holds garbage now. */
+	fdc_unlink(tmp);
+	errno = err;
+	return wr_error(rc, "%s", msg);
+}
+
+int wal_control_write(const char *datadir, const wal_control *c)
+{
+	char path[4096], tmp[4096];
+	char buf[CONTROL_DISK_SIZE];
+	wal_control copy = *c;
+
+	copy.magic = WAL_CONTROL_MAGIC;
+	copy.version = WAL_CONTROL_VERSION;
+	copy.page_size = WR_PAGE_SIZE;
+	memset(buf, 0, sizeof(buf));
+	memcpy(buf, &copy, CONTROL_CRC_LEN); /* not the struct's padding: it is not ours to write */
+	copy.crc = crc32c(0, buf, CONTROL_CRC_LEN);
+	memcpy(buf + CONTROL_CRC_LEN, &copy.crc, sizeof(copy.crc));
+
+	control_path(datadir, "", path, sizeof(path));
+	control_path(datadir, ".tmp", tmp, sizeof(tmp));
+	int rc = control_write_temp(tmp, buf);
+	if (rc == 0)
+		rc = fdc_rename(tmp, path);
+	/* Until the directory is synced, a crash may bring the old file back. */
+	if (rc == 0)
+		rc = fdc_fsync_path(datadir);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- bootstrap */
+
+/*
+ * A system identifier tells this instance's WAL from another's (the reader
+ * checks it in every segment's long header).  Time in microseconds, shifted,
+ * plus the pid, as PostgreSQL's initdb; with random bits when available.
+ */
+static uint64_t new_sysid(void)
+{
+	uint64_t id = (wr_wall_us() << 20) | ((uint64_t)getpid() & 0xfffffu);
+	uint32_t rnd;
+	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) == (ssize_t)sizeof(rnd))
+		id ^= rnd & 0xfffffu;
+	return id;
+}
+
+static int refuse_existing(const char *datadir)
+{
+	char path[4096];
+	fdc_file f;
+	control_path(datadir, "", path, sizeof(path));
+	int rc = fdc_open(path, O_RDONLY, 0, &f);
+	if (rc == 0) {
+		fdc_close(f);
+		return wr_error(WALRUS_EINVAL,
+		                "control file \"%s\" already exists: \"%s\" holds an instance "
+		                "already",
+		                path, datadir);
+	}
+	if (errno != ENOENT)
+		return rc;
+	wr_error_clear();
+	return 0;
+}
+
+static int make_waldir(const char *datadir, char *waldir, size_t len)
+{
+	wr_snprintf(waldir, len, "%s/wal", datadir);
+	int rc = fdc_mkdir(waldir, 0700);
+	if (rc == 0)
+		rc = fdc_fsync_path(datadir);
+	return rc;
+}
+
+/* Writes the first checkpoint record at @start; its redo point is itself. */
+static int write_first_checkpoint(const char *waldir, uint64_t seg_size, uint64_t sysid,
+                                  wr_lsn start, wal_checkpoint_rec *ck)
+{
+	wal_file_writer *w;
+	wal_assembled a = {0};
+	wr_lsn got, end;
+
+	*ck = (wal_checkpoint_rec){.redo = start, .time_us = wr_wall_us(), .next_relid = 1};
+	int rc = wal_fw_open(waldir, seg_size, sysid, start, 0, &w);
+	if (rc != 0)
+		return rc;
+	wal_begin();
+	wal_register_data(ck, sizeof(*ck));
+	rc = wal_assemble(&a, RM_XLOG, XLOG_CHECKPOINT_SHUTDOWN, 0, false, 0);
+	if (rc == 0)
+		rc = wal_fw_append(w, &a, &got, &end);
+	if (rc == 0 && got != start)
+		rc = wr_error(WALRUS_EINTERNAL,
+		              "bootstrap checkpoint record written at " WAL_LSN_FMT
+		              ", expected " WAL_LSN_FMT,
+		              WAL_LSN_ARGS(got), WAL_LSN_ARGS(start));
+	if (rc == 0)
+		rc = wal_fw_flush(w, true);
+	wal_fw_close(w);
+	free(a.buf);
+	return rc;
+}
+
+int wal_bootstrap(const char *datadir, const wr_options *o)
+{
+	char waldir[4096];
+	wal_checkpoint_rec ck;
+	uint64_t seg_size = (uint64_t)o->wal_segment_size;
+
+	int rc = refuse_existing(datadir);
+	if (rc == 0)
+		rc = make_waldir(datadir, waldir, sizeof(waldir));
+	if (rc != 0)
+		return rc;
+	uint64_t sysid = new_sysid();
+	/* LSN 0 is invalid, so the stream starts with the segment at seg_size. */
+	wr_lsn start = seg_size + WAL_LONG_PHD;
+	rc = write_first_checkpoint(waldir, seg_size, sysid, start, &ck);
+	if (rc != 0)
+		return rc;
+	/* Only now: a control file must never point at WAL that is not durable. */
+	wal_control c = {
+	    .sysid = sysid,
+	    .state = WAL_DB_SHUTDOWN,
+	    .wal_seg_size = seg_size,
+	    .data_seg_size = (uint64_t)o->data_segment_size,
+	    .checkpoint_lsn = start,
+	    .redo_lsn = start,
+	    .checkpoint_time_us = ck.time_us,
+	    .next_relid = ck.next_relid,
+	};
+	rc = wal_control_write(datadir, &c);
+	if (rc == 0)
+		wr_log(WR_LOG,
+		       "bootstrapped \"%s\": system identifier %llu, checkpoint at " WAL_LSN_FMT,
+		       datadir, (unsigned long long)sysid, WAL_LSN_ARGS(start));
+	return rc;
+}

@@ -162,11 +162,13 @@ int wal_start_insert_at(wr_lsn end, wr_lsn prev, wr_lsn redo, uint64_t sysid,
 		atomic_store(&wal_page_end[i], 0);
 	/* The page holding the end continues: it must be rewritten whole, with
 	 * what it already has, when the next record lands on it. */
+	wal_sh->init_upto = page_start;
 	if (end % WAL_PAGE_SIZE != 0) {
 		char *page = wal_buf_page(page_start);
 		memcpy(page, last_page, WAL_PAGE_SIZE);
 		memset(page + end % WAL_PAGE_SIZE, 0, WAL_PAGE_SIZE - end % WAL_PAGE_SIZE);
 		atomic_store(&wal_page_end[wal_buf_index(page_start)], page_start + WAL_PAGE_SIZE);
+		wal_sh->init_upto = page_start + WAL_PAGE_SIZE;
 	}
 	atomic_store(&wal_sh->started, 1);
 	return WALRUS_OK;
@@ -213,9 +215,36 @@ static void advertise(uint64_t pos)
 }
 
 /*
- * The buffer for the WAL page starting at @page_start, mapping a ring slot
- * to it when needed.  The caller has advertised its progress: this may have
- * to write WAL first, which waits for other inserters.
+ * Maps the next page in LSN order (init_upto) to its ring slot, once the
+ * page that slot held is written.  Pages are mapped strictly in order:
+ * mapping a later page first could take the slot of a page an inserter has
+ * reserved but not reached yet.  Returns false when it had to write first.
+ */
+static bool map_next_page(void)
+{
+	spin_lock(&wal_sh->buf_lock);
+	uint64_t next = wal_sh->init_upto;
+	uint32_t idx = wal_buf_index(next);
+	uint64_t old = atomic_load(&wal_page_end[idx]);
+	if (old != 0 && atomic_load(&wal_sh->write_lsn) < old) {
+		spin_unlock(&wal_sh->buf_lock);
+		atomic_fetch_add_explicit(&wal_sh->st_buffer_full_waits, 1, memory_order_relaxed);
+		wal_write_upto(old);
+		return false;
+	}
+	init_page(wal_buf_page(next), next);
+	atomic_store_explicit(&wal_page_end[idx], next + WAL_PAGE_SIZE, memory_order_release);
+	wal_sh->init_upto = next + WAL_PAGE_SIZE;
+	spin_unlock(&wal_sh->buf_lock);
+	return true;
+}
+
+/*
+ * The buffer for the WAL page starting at @page_start, mapping pages up to
+ * it when needed.  The caller has advertised its progress: this may have to
+ * write WAL first, which waits for other inserters.  A reserved page cannot
+ * be written out (and its slot reused) before its inserter has finished
+ * with it, because writers never pass an unfinished insertion.
  */
 static char *get_page(uint64_t page_start)
 {
@@ -228,17 +257,7 @@ static char *get_page(uint64_t page_start)
 		if (have > want)
 			wr_panic("WAL buffer for page " WAL_LSN_FMT " holds a newer page " WAL_LSN_FMT,
 				 WAL_LSN_ARGS(page_start), WAL_LSN_ARGS(have - WAL_PAGE_SIZE));
-		if (have != 0 && atomic_load(&wal_sh->write_lsn) < have) {
-			atomic_fetch_add(&wal_sh->st_buffer_full_waits, 1);
-			wal_write_upto(have);
-			continue;
-		}
-		spin_lock(&wal_sh->buf_lock);
-		if (atomic_load(&wal_page_end[idx]) == have) {
-			init_page(wal_buf_page(page_start), page_start);
-			atomic_store_explicit(&wal_page_end[idx], want, memory_order_release);
-		}
-		spin_unlock(&wal_sh->buf_lock);
+		map_next_page();
 	}
 }
 

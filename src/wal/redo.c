@@ -1,1 +1,710 @@
-/* placeholder: being written */
+/*
+ * redo.c - the redo framework: the table of resource managers, the built-in
+ * ones (XLOG, and TEST for the test suites), the page source that redo
+ * functions read and write blocks through, and crash recovery itself.
+ *
+ * Recovery (wal_recover) follows PostgreSQL's: the control file names the
+ * last checkpoint record; that record names its redo point; every record
+ * from the redo point to the end of the WAL is handed to its resource
+ * manager.  A page's LSN is the end LSN of the last record that changed it,
+ * so replaying a record again is skipped for pages that already hold it,
+ * and running recovery twice is harmless.  Full-page images are always
+ * restored: they repair pages torn by a crash in the middle of a write.
+ *
+ * A redo function cannot return an error (its signature is void, as in
+ * PostgreSQL), so the page source records the first error it meets and
+ * recovery checks it after every record: the error comes back from
+ * wal_recover with the record's LSN, instead of a half-applied record.
+ *
+ * Interface: see wal.h.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wal/wal.h"
+
+/* ---------------------------------------------------------------- rmgr table */
+
+static wal_rmgr rmgr_table[RM_MAX];
+static bool rmgr_present[RM_MAX];
+static bool rmgr_builtins_done;
+
+static void rmgr_ensure_builtins(void)
+{
+	if (!rmgr_builtins_done)
+		wal_register_builtin_rmgrs();
+}
+
+void wal_rmgr_register(int rmid, const wal_rmgr *rm)
+{
+	/* Built-ins first, so that a later registration can replace one. */
+	rmgr_ensure_builtins();
+	if (rmid < 0 || rmid >= RM_MAX)
+		wr_panic("resource manager id %d out of range (0..%d)", rmid, RM_MAX - 1);
+	rmgr_table[rmid] = *rm;
+	rmgr_present[rmid] = true;
+}
+
+const wal_rmgr *wal_rmgr_get(int rmid)
+{
+	rmgr_ensure_builtins();
+	if (rmid < 0 || rmid >= RM_MAX || !rmgr_present[rmid])
+		return NULL;
+	return &rmgr_table[rmid];
+}
+
+/* ---------------------------------------------------------------- redo errors */
+
+/* The first error of the current record's redo (0 = none), with its message. */
+static int redo_err;
+static char redo_errmsg[1024];
+
+static void redo_fail(int rc)
+{
+	if (redo_err != 0)
+		return;
+	redo_err = rc;
+	wr_snprintf(redo_errmsg, sizeof(redo_errmsg), "%s", walrus_errmsg());
+}
+
+static const wal_decoded_block *redo_find_block(const wal_decoded *rec, int id)
+{
+	for (int i = 0; i < rec->nblocks; i++)
+		if (rec->blocks[i].id == id)
+			return &rec->blocks[i];
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- default page source */
+
+/*
+ * Redo straight on the storage layer: one page buffer per block id, the
+ * block read (or built from its image, or zeroed) on get and written back
+ * on release.  Every relation written is fsynced at the end of recovery,
+ * because the checkpoint that follows recovery will not know about them.
+ */
+typedef struct smgr_slot {
+	char page[WR_PAGE_SIZE];
+	smgr_rel *rel;
+	bool restored; /* image applied: write back even if redo changed nothing */
+	bool beyond;   /* past the relation's end: written by extending it */
+} smgr_slot;
+
+static smgr_slot smgr_slots[WAL_MAX_BLOCKS];
+static wr_relid *touched;
+static size_t ntouched, touched_cap;
+
+static int touch_rel(wr_relid rel)
+{
+	for (size_t i = 0; i < ntouched; i++)
+		if (touched[i] == rel)
+			return 0;
+	if (ntouched == touched_cap) {
+		size_t cap = touched_cap ? touched_cap * 2 : 16;
+		wr_relid *t = realloc(touched, cap * sizeof(*t));
+		if (t == NULL)
+			return wr_error(WALRUS_ENOMEM, "out of memory");
+		touched = t;
+		touched_cap = cap;
+	}
+	touched[ntouched++] = rel;
+	return 0;
+}
+
+/* Opens the block's relation, creating it when a record refers to one not on disk. */
+static int smgr_src_open(const wal_decoded_block *b, smgr_rel **r)
+{
+	int rc = touch_rel(b->rel);
+	if (rc == 0 && !smgr_exists(b->rel))
+		rc = smgr_create(b->rel);
+	if (rc == 0)
+		rc = smgr_open(b->rel, r);
+	return rc;
+}
+
+/*
+ * Where the block is: past the relation's end it starts as a zero page (the
+ * relation grows when it is written back).
+ */
+static int smgr_src_locate(const wal_decoded_block *b, smgr_slot *s)
+{
+	wr_blkno nblocks;
+	int rc = smgr_nblocks(s->rel, &nblocks);
+	if (rc == 0)
+		s->beyond = b->blkno >= nblocks;
+	return rc;
+}
+
+/*
+ * The page to redo on.  An image or an init flag means the block is not
+ * read at all: it may be torn (bad checksum), which is why the image is
+ * there.
+ */
+static int smgr_src_page(const wal_decoded *rec, const wal_decoded_block *b, smgr_slot *s,
+                         int *action)
+{
+	if (b->flags & WAL_BLK_HAS_IMAGE) {
+		int rc = wal_fpi_decode(b->image, &b->ih, b->flags, s->page);
+		s->restored = rc == 0;
+		*action = REDO_RESTORED_IMAGE;
+		return rc;
+	}
+	*action = REDO_NEEDED;
+	if ((b->flags & WAL_BLK_WILL_INIT) || s->beyond) {
+		memset(s->page, 0, WR_PAGE_SIZE);
+		return 0;
+	}
+	int rc = smgr_read(s->rel, b->blkno, s->page);
+	if (rc == 0 && page_get_lsn(s->page) >= rec->end)
+		*action = REDO_DONE_ALREADY;
+	return rc;
+}
+
+static int smgr_src_get(const wal_decoded *rec, int id, void **page, int *action)
+{
+	const wal_decoded_block *b = redo_find_block(rec, id);
+	smgr_slot *s = &smgr_slots[id];
+	s->restored = false;
+	int rc = smgr_src_open(b, &s->rel);
+	if (rc == 0)
+		rc = smgr_src_locate(b, s);
+	if (rc == 0)
+		rc = smgr_src_page(rec, b, s, action);
+	if (rc == 0)
+		*page = s->page;
+	return rc;
+}
+
+static void smgr_src_release(const wal_decoded *rec, int id, void *page, bool changed)
+{
+	const wal_decoded_block *b = redo_find_block(rec, id);
+	smgr_slot *s = &smgr_slots[id];
+	if (!changed && !s->restored)
+		return;
+	page_set_lsn(page, rec->end);
+	int rc =
+	    s->beyond ? smgr_extend(s->rel, b->blkno, page) : smgr_write(s->rel, b->blkno, page);
+	if (rc != 0)
+		redo_fail(rc);
+	s->beyond = false;
+	s->restored = false;
+}
+
+static void smgr_src_finish(void)
+{
+	for (size_t i = 0; i < ntouched; i++) {
+		smgr_rel *r;
+		if (smgr_open(touched[i], &r) != 0)
+			wr_panic("could not open relation %u to fsync it: %s", touched[i],
+			         walrus_errmsg());
+		smgr_immedsync(r); /* PANICs on error */
+	}
+	ntouched = 0;
+}
+
+static const wal_redo_pages smgr_pages = {
+    .get = smgr_src_get,
+    .release = smgr_src_release,
+    .finish = smgr_src_finish,
+};
+
+/* ---------------------------------------------------------------- page source plumbing */
+
+static const wal_redo_pages *redo_pages = &smgr_pages;
+
+void wal_redo_set_pages(const wal_redo_pages *p)
+{
+	redo_pages = p != NULL ? p : &smgr_pages;
+}
+
+int wal_redo_get_block(const wal_decoded *rec, int id, void **page, int *action)
+{
+	*page = NULL;
+	*action = REDO_DONE_ALREADY;
+	if (redo_err != 0)
+		return redo_err; /* the record already failed: change nothing more */
+	int rc;
+	if (id < 0 || id >= WAL_MAX_BLOCKS || redo_find_block(rec, id) == NULL)
+		rc =
+		    wr_error(WALRUS_ECORRUPT, "record at " WAL_LSN_FMT " has no block reference %d",
+		             WAL_LSN_ARGS(rec->lsn), id);
+	else
+		rc = redo_pages->get(rec, id, page, action);
+	if (rc != 0) {
+		*page = NULL;
+		redo_fail(rc);
+	}
+	return rc;
+}
+
+void wal_redo_release_block(const wal_decoded *rec, int id, void *page, bool changed)
+{
+	if (page != NULL)
+		redo_pages->release(rec, id, page, changed);
+}
+
+/* ---------------------------------------------------------------- RM_XLOG */
+
+static bool xlog_is_checkpoint(uint8_t info)
+{
+	return info == XLOG_CHECKPOINT_SHUTDOWN || info == XLOG_CHECKPOINT_ONLINE;
+}
+
+/* The checkpoint record's main data; false if it has the wrong size. */
+static bool xlog_checkpoint_data(const wal_decoded *rec, wal_checkpoint_rec *ck)
+{
+	if (rec->main_len != sizeof(*ck))
+		return false;
+	memcpy(ck, rec->main_data, sizeof(*ck));
+	return true;
+}
+
+static void xlog_redo(const wal_decoded *rec)
+{
+	/* Checkpoints and no-ops change no page; recovery reads checkpoints itself. */
+	if (rec->hdr.info != XLOG_FPI)
+		return;
+	for (int i = 0; i < rec->nblocks; i++) {
+		void *page;
+		int action;
+		if (wal_redo_get_block(rec, rec->blocks[i].id, &page, &action) != 0)
+			return;
+		wal_redo_release_block(rec, rec->blocks[i].id, page, false);
+	}
+}
+
+static const char *xlog_info_name(uint8_t info)
+{
+	switch (info) {
+	case XLOG_CHECKPOINT_SHUTDOWN:
+		return "CHECKPOINT_SHUTDOWN";
+	case XLOG_CHECKPOINT_ONLINE:
+		return "CHECKPOINT_ONLINE";
+	case XLOG_NOOP:
+		return "NOOP";
+	case XLOG_FPI:
+		return "FPI";
+	default:
+		return NULL;
+	}
+}
+
+/* Appends "rel R blk B" for each block: what an FPI record holds. */
+static void describe_blocks(const wal_decoded *rec, char *buf, size_t len)
+{
+	size_t used = strlen(buf);
+	for (int i = 0; i < rec->nblocks && used < len; i++) {
+		const wal_decoded_block *b = &rec->blocks[i];
+		snprintf(buf + used, len - used, "%srel %u blk %u%s", used ? "; " : "", b->rel,
+		         b->blkno, (b->flags & WAL_BLK_HAS_IMAGE) ? " FPW" : "");
+		used += strlen(buf + used);
+	}
+}
+
+static void xlog_describe(const wal_decoded *rec, char *buf, size_t len)
+{
+	wal_checkpoint_rec ck;
+	buf[0] = '\0';
+	if (xlog_is_checkpoint(rec->hdr.info)) {
+		if (!xlog_checkpoint_data(rec, &ck)) {
+			snprintf(buf, len, "malformed checkpoint (%u bytes of main data)",
+			         rec->main_len);
+			return;
+		}
+		snprintf(buf, len, "redo " WAL_LSN_FMT ", next relid %llu, %s",
+		         WAL_LSN_ARGS(ck.redo), (unsigned long long)ck.next_relid,
+		         rec->hdr.info == XLOG_CHECKPOINT_SHUTDOWN ? "shutdown" : "online");
+	} else if (rec->hdr.info == XLOG_FPI) {
+		describe_blocks(rec, buf, len);
+	}
+}
+
+static const wal_rmgr xlog_rmgr = {
+    .name = "XLOG",
+    .redo = xlog_redo,
+    .describe = xlog_describe,
+    .info_name = xlog_info_name,
+};
+
+/* ---------------------------------------------------------------- RM_TEST */
+
+/*
+ * A resource manager for the test suites: "set bytes" writes
+ * {uint16 offset, uint16 len, bytes} (the main data) into block 0's page.
+ * A new page is initialised first, so that it verifies when read, with
+ * everything after the header as special space: a page with no hole between
+ * lower and upper, so that a full-page image keeps every byte set.
+ */
+#define TEST_SET_BYTES 0x10
+
+typedef struct test_set {
+	uint16_t off, len;
+	const char *bytes;
+} test_set;
+
+static bool test_parse(const wal_decoded *rec, test_set *t)
+{
+	if (rec->hdr.info != TEST_SET_BYTES || rec->main_len < 4)
+		return false;
+	memcpy(&t->off, rec->main_data, 2);
+	memcpy(&t->len, rec->main_data + 2, 2);
+	t->bytes = rec->main_data + 4;
+	return (uint32_t)t->len + 4 <= rec->main_len && t->off >= WR_PAGE_HEADER_SIZE &&
+	       (uint32_t)t->off + t->len <= WR_PAGE_SIZE;
+}
+
+static void test_redo(const wal_decoded *rec)
+{
+	test_set t;
+	void *page;
+	int action;
+	if (!test_parse(rec, &t)) {
+		redo_fail(wr_error(WALRUS_ECORRUPT, "malformed TEST record at " WAL_LSN_FMT,
+		                   WAL_LSN_ARGS(rec->lsn)));
+		return;
+	}
+	if (wal_redo_get_block(rec, 0, &page, &action) != 0)
+		return;
+	bool apply = action == REDO_NEEDED;
+	if (apply) {
+		if (page_is_new(page))
+			page_init(page, WR_PAGE_SIZE - WR_PAGE_HEADER_SIZE, 0);
+		memcpy((char *)page + t.off, t.bytes, t.len);
+	}
+	wal_redo_release_block(rec, 0, page, apply);
+}
+
+static void test_describe(const wal_decoded *rec, char *buf, size_t len)
+{
+	test_set t;
+	if (!test_parse(rec, &t)) {
+		snprintf(buf, len, "malformed");
+		return;
+	}
+	const wal_decoded_block *b = redo_find_block(rec, 0);
+	snprintf(buf, len, "set %u bytes at offset %u of rel %u blk %u%s", t.len, t.off,
+	         b ? b->rel : 0, b ? b->blkno : 0,
+	         b && (b->flags & WAL_BLK_HAS_IMAGE) ? " FPW" : "");
+}
+
+static const char *test_info_name(uint8_t info)
+{
+	return info == TEST_SET_BYTES ? "SET_BYTES" : NULL;
+}
+
+static const wal_rmgr test_rmgr = {
+    .name = "TEST",
+    .redo = test_redo,
+    .describe = test_describe,
+    .info_name = test_info_name,
+};
+
+void wal_register_builtin_rmgrs(void)
+{
+	rmgr_builtins_done = true;
+	wal_rmgr_register(RM_XLOG, &xlog_rmgr);
+	wal_rmgr_register(RM_TEST, &test_rmgr);
+}
+
+/* ---------------------------------------------------------------- recovery */
+
+typedef struct recovery {
+	const char *datadir;
+	char waldir[4096];
+	wal_control c;
+	wal_reader *r;
+	wr_lsn ckpt_end; /* the WAL must reach this far: the checkpoint was durable */
+	wal_recovery_result *res;
+} recovery;
+
+static int bad_checkpoint(const recovery *rv, const char *why)
+{
+	return wr_error(WALRUS_ECORRUPT,
+	                "could not locate a valid checkpoint record at LSN " WAL_LSN_FMT ": %s",
+	                WAL_LSN_ARGS(rv->c.checkpoint_lsn), why);
+}
+
+/* Reads the checkpoint record the control file names and checks it against the file. */
+static int read_checkpoint(recovery *rv)
+{
+	wal_decoded *rec;
+	wal_checkpoint_rec ck;
+	char why[1024];
+
+	int rc = wal_read_record(rv->r, rv->c.checkpoint_lsn, &rec);
+	if (rc != 0) {
+		wr_snprintf(why, sizeof(why), "%s", walrus_errmsg());
+		return bad_checkpoint(rv, why);
+	}
+	if (rec->hdr.rmid != RM_XLOG || !xlog_is_checkpoint(rec->hdr.info))
+		return bad_checkpoint(rv, "the record there is not a checkpoint");
+	if (!xlog_checkpoint_data(rec, &ck))
+		return bad_checkpoint(rv, "its main data has the wrong size");
+	if (ck.redo != rv->c.redo_lsn || ck.redo > rv->c.checkpoint_lsn) {
+		wr_snprintf(why, sizeof(why),
+		            "its redo point " WAL_LSN_FMT
+		            " differs from the control file's " WAL_LSN_FMT,
+		            WAL_LSN_ARGS(ck.redo), WAL_LSN_ARGS(rv->c.redo_lsn));
+		return bad_checkpoint(rv, why);
+	}
+	rv->ckpt_end = rec->end;
+	rv->res->next_relid = ck.next_relid;
+	rv->res->last_redo = ck.redo;
+	return 0;
+}
+
+/* Replays one record; checkpoint records also carry the state recovery reports. */
+static int replay(recovery *rv, const wal_decoded *rec)
+{
+	const wal_rmgr *rm = wal_rmgr_get(rec->hdr.rmid);
+	if (rm == NULL || rm->redo == NULL)
+		return wr_error(WALRUS_ECORRUPT,
+		                "record at " WAL_LSN_FMT " has an unknown resource manager id %u",
+		                WAL_LSN_ARGS(rec->lsn), rec->hdr.rmid);
+	redo_err = 0;
+	rm->redo(rec);
+	if (redo_err != 0)
+		return wr_error(redo_err, "redo of record at " WAL_LSN_FMT " (%s) failed: %s",
+		                WAL_LSN_ARGS(rec->lsn), rm->name, redo_errmsg);
+	wal_checkpoint_rec ck;
+	if (rec->hdr.rmid == RM_XLOG && xlog_is_checkpoint(rec->hdr.info) &&
+	    xlog_checkpoint_data(rec, &ck)) {
+		rv->res->next_relid = ck.next_relid;
+		rv->res->last_redo = ck.redo;
+	}
+	rv->res->records++;
+	rv->res->last_lsn = rec->lsn;
+	rv->res->end = rec->end;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- the end of WAL */
+
+/* The segment file names in DIR/wal at or after @from, as start LSNs (sorted not needed). */
+static int list_segments(const recovery *rv, wr_lsn from, wr_lsn **out, size_t *n)
+{
+	DIR *d = opendir(rv->waldir);
+	if (d == NULL)
+		return wr_error(wr_errno_code(errno), "could not open directory \"%s\": %m",
+		                rv->waldir);
+	size_t cap = 0;
+	struct dirent *e;
+	*out = NULL;
+	*n = 0;
+	while ((e = readdir(d)) != NULL) {
+		wr_lsn start;
+		if (!wal_segment_parse_name(e->d_name, rv->c.wal_seg_size, &start) || start < from)
+			continue;
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 16;
+			wr_lsn *p = realloc(*out, cap * sizeof(*p));
+			if (p == NULL) {
+				closedir(d);
+				return wr_error(WALRUS_ENOMEM, "out of memory");
+			}
+			*out = p;
+		}
+		(*out)[(*n)++] = start;
+	}
+	closedir(d);
+	return 0;
+}
+
+/*
+ * Whether the segment at @start holds WAL written for its own place in this
+ * system's stream: a preallocated segment is zero, a recycled one carries
+ * its old page address.  Also checks its size: a segment file of the wrong
+ * size is never left by a crash (they are created whole, then renamed).
+ */
+static int probe_segment(const recovery *rv, wr_lsn start, bool *written)
+{
+	char path[4096];
+	wal_long_page_header h;
+	fdc_file f;
+	off_t size;
+
+	wal_segment_path(rv->waldir, rv->c.wal_seg_size, start, path, sizeof(path));
+	int rc = fdc_open(path, O_RDONLY, 0, &f);
+	if (rc != 0)
+		return rc;
+	rc = fdc_size(f, &size);
+	ssize_t got = rc == 0 ? fdc_pread(f, &h, sizeof(h), 0) : 0;
+	fdc_close(f);
+	if (rc != 0 || got < 0)
+		return rc != 0 ? rc : (int)got;
+	if ((uint64_t)size != rv->c.wal_seg_size)
+		return wr_error(WALRUS_ECORRUPT,
+		                "WAL segment \"%s\" has size %lld, expected %llu bytes", path,
+		                (long long)size, (unsigned long long)rv->c.wal_seg_size);
+	*written = got == (ssize_t)sizeof(h) && h.std.magic == WAL_PAGE_MAGIC &&
+	           (h.std.info & WAL_PAGE_LONG) && h.std.pageaddr == start &&
+	           h.sysid == rv->c.sysid;
+	return 0;
+}
+
+static bool segment_listed(const wr_lsn *segs, size_t n, wr_lsn start)
+{
+	for (size_t i = 0; i < n; i++)
+		if (segs[i] == start)
+			return true;
+	return false;
+}
+
+/*
+ * At the end of WAL: a crash leaves a torn or zero tail, but never a missing
+ * segment file in the middle (segments are created durably before they are
+ * written), nor one of the wrong size.  If a later segment holds this
+ * system's WAL and a segment between is missing, WAL was lost: corruption.
+ */
+static int check_after_end(const recovery *rv, wr_lsn end)
+{
+	uint64_t seg = rv->c.wal_seg_size;
+	wr_lsn end_seg = end - end % seg;
+	wr_lsn *segs = NULL, later = 0;
+	size_t n = 0;
+	int rc = list_segments(rv, end_seg, &segs, &n);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		bool written = false;
+		rc = probe_segment(rv, segs[i], &written);
+		if (rc == 0 && written && segs[i] > end_seg && (later == 0 || segs[i] < later))
+			later = segs[i];
+	}
+	for (wr_lsn s = end_seg + seg; rc == 0 && later != 0 && s < later; s += seg) {
+		if (segment_listed(segs, n, s))
+			continue;
+		char missing[4096], found[4096];
+		wal_segment_path(rv->waldir, seg, s, missing, sizeof(missing));
+		wal_segment_path(rv->waldir, seg, later, found, sizeof(found));
+		rc = wr_error(
+		    WALRUS_ECORRUPT,
+		    "WAL segment \"%s\" is missing, but the later segment \"%s\" holds WAL "
+		    "of this system (WAL ends at " WAL_LSN_FMT ")",
+		    missing, found, WAL_LSN_ARGS(end));
+	}
+	free(segs);
+	return rc;
+}
+
+/*
+ * The WAL page holding @end, up to @end (zeros after), so that insertion can
+ * continue that page.  A page not yet on disk (its segment not created, the
+ * stream ending at a page's header) reads as zeros.
+ */
+static int read_last_page(const recovery *rv, wr_lsn end, char *page)
+{
+	uint64_t seg = rv->c.wal_seg_size;
+	wr_lsn page_start = end - end % WAL_PAGE_SIZE;
+	uint32_t used = (uint32_t)(end - page_start);
+	char path[4096];
+	fdc_file f;
+
+	memset(page, 0, WAL_PAGE_SIZE);
+	if (used == 0)
+		return 0;
+	wal_segment_path(rv->waldir, seg, page_start, path, sizeof(path));
+	int rc = fdc_open(path, O_RDONLY, 0, &f);
+	bool header_only = used <= wal_page_header_size(page_start, seg);
+	if (rc != 0 && errno == ENOENT && header_only) {
+		wr_error_clear();
+		return 0;
+	}
+	if (rc != 0)
+		return rc;
+	ssize_t got = fdc_pread(f, page, used, (off_t)(page_start % seg));
+	int err = errno;
+	fdc_close(f);
+	if (got < 0) {
+		errno = err;
+		return (int)got;
+	}
+	if ((uint32_t)got < used && !header_only)
+		return wr_error(WALRUS_ECORRUPT,
+		                "could not read the last WAL page at " WAL_LSN_FMT
+		                " from \"%s\": read only %zd of %u bytes",
+		                WAL_LSN_ARGS(page_start), path, got, used);
+	return 0;
+}
+
+/* The reader said "end of WAL": fine after the checkpoint record, corruption before it. */
+static int end_of_wal(recovery *rv, wr_lsn at)
+{
+	char why[1024];
+	wr_snprintf(why, sizeof(why), "%s", walrus_errmsg());
+	if (rv->res->end < rv->ckpt_end)
+		return wr_error(WALRUS_ECORRUPT,
+		                "WAL ends at " WAL_LSN_FMT " before the end of the checkpoint "
+		                "record at " WAL_LSN_FMT ": %s",
+		                WAL_LSN_ARGS(at), WAL_LSN_ARGS(rv->c.checkpoint_lsn), why);
+	wr_log(WR_LOG, "end of WAL at " WAL_LSN_FMT ": %s", WAL_LSN_ARGS(rv->res->end), why);
+	wr_error_clear();
+	int rc = check_after_end(rv, rv->res->end);
+	if (rc == 0)
+		rc = read_last_page(rv, rv->res->end, rv->res->last_page);
+	return rc;
+}
+
+static int redo_loop(recovery *rv)
+{
+	wal_decoded *rec;
+	wr_lsn next = rv->c.redo_lsn;
+	uint64_t t0 = wr_now_ns();
+
+	wr_log(WR_LOG, "redo starts at " WAL_LSN_FMT, WAL_LSN_ARGS(next));
+	for (;;) {
+		int rc = wal_read_record(rv->r, next, &rec);
+		if (rc == WALRUS_ENOTFOUND) {
+			rc = end_of_wal(rv, rv->res->end ? rv->res->end : rv->c.redo_lsn);
+			if (rc == 0)
+				wr_log(WR_LOG,
+				       "redo done at " WAL_LSN_FMT " (%llu records, %.3f s)",
+				       WAL_LSN_ARGS(rv->res->last_lsn),
+				       (unsigned long long)rv->res->records,
+				       (double)(wr_now_ns() - t0) / 1e9);
+			return rc;
+		}
+		if (rc == 0)
+			rc = replay(rv, rec);
+		if (rc != 0)
+			return rc;
+		next = 0;
+	}
+}
+
+static int recover(recovery *rv)
+{
+	int rc = wal_control_read(rv->datadir, &rv->c);
+	if (rc != 0)
+		return rc;
+	wr_snprintf(rv->waldir, sizeof(rv->waldir), "%s/wal", rv->datadir);
+	rc = wal_reader_open(rv->waldir, rv->c.wal_seg_size, rv->c.sysid, &rv->r);
+	if (rc != 0)
+		return rc;
+	rc = read_checkpoint(rv);
+	if (rc == 0)
+		rc = redo_loop(rv);
+	wal_reader_close(rv->r);
+	if (rc == 0)
+		redo_pages->finish();
+	return rc;
+}
+
+int wal_recover(const char *datadir, const wr_options *o, wal_recovery_result *res)
+{
+	recovery rv = {.datadir = datadir, .res = res};
+
+	memset(res, 0, sizeof(*res));
+	ntouched = 0;
+	redo_err = 0;
+	int rc = recover(&rv);
+	/* The control file's sizes are the instance's: the options cannot change them. */
+	if (rc == 0 && (uint64_t)o->wal_segment_size != rv.c.wal_seg_size)
+		wr_log(WR_LOG,
+		       "wal_segment_size is %llu bytes as set when the instance was created, not "
+		       "%lld",
+		       (unsigned long long)rv.c.wal_seg_size, (long long)o->wal_segment_size);
+	return rc;
+}

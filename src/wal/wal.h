@@ -304,7 +304,7 @@ typedef struct wal_decoded_block {
 } wal_decoded_block;
 
 typedef struct wal_decoded {
-	wr_lsn lsn, end; /* start of the record; end = start of the next one */
+	wr_lsn lsn, end; /* start of the record; end = just past its last byte */
 	wal_record hdr;
 	int nblocks;
 	wal_decoded_block blocks[WAL_MAX_BLOCKS];

@@ -49,8 +49,9 @@ typedef struct wal_shared {
 	uint64_t prev_start; /* start of the last reserved record */
 	_Atomic uint64_t redo;
 
-	/* re-mapping buffer pages to new LSNs: buf_lock */
+	/* re-mapping buffer pages to new LSNs, strictly in LSN order: buf_lock */
 	wr_spinlock buf_lock;
+	uint64_t init_upto; /* the next page to map starts here */
 
 	/* writing and flushing: write_lock admits one writer */
 	wr_rwlock write_lock;
