@@ -44,24 +44,24 @@ extern "C" {
 
 enum walrus_error {
 	WALRUS_OK = 0,
-	WALRUS_ENOTFOUND = -1,	/* key absent */
-	WALRUS_EINVAL = -2,	/* bad argument or option value */
-	WALRUS_EIO = -3,	/* an I/O error (the message names file and errno) */
-	WALRUS_ENOSPC = -4,	/* no space left on a device */
-	WALRUS_ECORRUPT = -5,	/* a checksum or structural check failed */
-	WALRUS_EBUSY = -6,	/* directory owned by another instance, or in use */
-	WALRUS_EPERM = -7,	/* permissions (or bad permissions on the directory) */
-	WALRUS_ENOENT = -8,	/* missing directory or file */
-	WALRUS_ERESTART = -9,	/* instance crashed and restarted: reopen */
-	WALRUS_EPANIC = -10,	/* this call hit a PANIC; the instance restarts */
-	WALRUS_ENOMEM = -11,	/* out of memory */
-	WALRUS_EVERSION = -12,	/* data directory of an incompatible version */
-	WALRUS_ETOOBIG = -13,	/* key or value over its limit */
-	WALRUS_ESHUTDOWN = -14, /* instance shutting down */
-	WALRUS_EPROTO = -15,	/* unexpected message from the supervisor */
+	WALRUS_ENOTFOUND = -1,   /* key absent */
+	WALRUS_EINVAL = -2,      /* bad argument or option value */
+	WALRUS_EIO = -3,         /* an I/O error (the message names file and errno) */
+	WALRUS_ENOSPC = -4,      /* no space left on a device */
+	WALRUS_ECORRUPT = -5,    /* a checksum or structural check failed */
+	WALRUS_EBUSY = -6,       /* directory owned by another instance, or in use */
+	WALRUS_EPERM = -7,       /* permissions (or bad permissions on the directory) */
+	WALRUS_ENOENT = -8,      /* missing directory or file */
+	WALRUS_ERESTART = -9,    /* instance crashed and restarted: reopen */
+	WALRUS_EPANIC = -10,     /* this call hit a PANIC; the instance restarts */
+	WALRUS_ENOMEM = -11,     /* out of memory */
+	WALRUS_EVERSION = -12,   /* data directory of an incompatible version */
+	WALRUS_ETOOBIG = -13,    /* key or value over its limit */
+	WALRUS_ESHUTDOWN = -14,  /* instance shutting down */
+	WALRUS_EPROTO = -15,     /* unexpected message from the supervisor */
 	WALRUS_ENOTWALRUS = -16, /* not a walrus data directory */
-	WALRUS_EINTERNAL = -17, /* a bug: please report with the log */
-	WALRUS_ELIMIT = -18,	/* a configured limit reached (connections, fds) */
+	WALRUS_EINTERNAL = -17,  /* a bug: please report with the log */
+	WALRUS_ELIMIT = -18,     /* a configured limit reached (connections, fds) */
 };
 
 /* A short description of an error code; never NULL. */

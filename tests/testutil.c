@@ -35,7 +35,7 @@ const char *tu_tmpdir(const char *prefix)
 	const char *base = getenv("TMPDIR");
 	char tmpl[4096];
 	snprintf(tmpl, sizeof(tmpl), "%s/%s-XXXXXX", base && *base ? base : "/tmp",
-		 prefix ? prefix : "walrus-test");
+	         prefix ? prefix : "walrus-test");
 	char *d = mkdtemp(tmpl);
 	ck_assert_msg(d != NULL, "mkdtemp: %s", strerror(errno));
 	if (tu_ndirs == 0)

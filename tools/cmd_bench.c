@@ -112,9 +112,10 @@ static int parse_args(int argc, char **argv, bench_args *a)
 		a->value_size = strcmp(a->workload, "walwrite") == 0 ? 1048576 : 100;
 	if (a->clients < 1 || a->clients > BENCH_MAX_CLIENTS || a->duration_s <= 0 ||
 	    a->value_size > 64u * 1024 * 1024) {
-		fprintf(stderr, "walrus bench: --clients 1..%d, --duration > 0, --value-size <= "
-				"64MiB\n",
-			BENCH_MAX_CLIENTS);
+		fprintf(stderr,
+		        "walrus bench: --clients 1..%d, --duration > 0, --value-size <= "
+		        "64MiB\n",
+		        BENCH_MAX_CLIENTS);
 		return TOOL_EXIT_USAGE;
 	}
 	return 0;
@@ -143,7 +144,7 @@ static void client_loop(const bench_args *a, client_result *r, uint32_t *lat, ch
 }
 
 static int client_main(tool_ctx *ctx, const bench_args *a, bench_shared *sh, int id, int ready,
-		       int go)
+                       int go)
 {
 	walrus *db;
 	char c;
@@ -252,19 +253,18 @@ static void summarise(const bench_args *a, bench_shared *sh, bench_summary *s)
 	free(all);
 }
 
-static void report(tool_ctx *ctx, const bench_args *a, const bench_summary *s,
-		   const wal_stats *w0, const wal_stats *w1)
+static void report(tool_ctx *ctx, const bench_args *a, const bench_summary *s, const wal_stats *w0,
+                   const wal_stats *w1)
 {
 	uint64_t flushes = w1->flushes - w0->flushes;
 	char sync[32], io[32], direct[8];
 	wr_opts_get(&engine_sh()->opts, "wal_sync_method", sync, sizeof(sync));
 	wr_opts_get(&engine_sh()->opts, "io_method", io, sizeof(io));
 	wr_opts_get(&engine_sh()->opts, "wal_direct_io", direct, sizeof(direct));
-	printf("%s: %d client(s), %s%s, io_method=%s, %u-byte records\n", a->workload,
-	       a->clients, sync, strcmp(direct, "on") == 0 ? " + O_DIRECT" : "", io,
-	       a->value_size);
-	printf("  %llu ops in %.2f s: %.0f ops/s, %.1f MB/s\n", (unsigned long long)s->ops,
-	       s->secs, s->ops_s, s->mb_s);
+	printf("%s: %d client(s), %s%s, io_method=%s, %u-byte records\n", a->workload, a->clients,
+	       sync, strcmp(direct, "on") == 0 ? " + O_DIRECT" : "", io, a->value_size);
+	printf("  %llu ops in %.2f s: %.0f ops/s, %.1f MB/s\n", (unsigned long long)s->ops, s->secs,
+	       s->ops_s, s->mb_s);
 	printf("  latency us: avg %.0f  p50 %u  p99 %u  p99.9 %u  max %u\n", s->avg_us, s->p50,
 	       s->p99, s->p999, s->max);
 	printf("  WAL: %llu flushes, %.2f commits per flush\n", (unsigned long long)flushes,
@@ -294,10 +294,10 @@ int cmd_bench(tool_ctx *ctx, int argc, char **argv)
 	int ex = parse_args(argc, argv, &a);
 	if (ex != 0)
 		return ex;
-	size_t size = sizeof(bench_shared) +
-		      sizeof(uint32_t) * (size_t)BENCH_MAX_SAMPLES * (size_t)a.clients;
-	bench_shared *sh = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-				-1, 0);
+	size_t size =
+	    sizeof(bench_shared) + sizeof(uint32_t) * (size_t)BENCH_MAX_SAMPLES * (size_t)a.clients;
+	bench_shared *sh =
+	    mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED) {
 		perror("walrus bench: mmap");
 		return TOOL_EXIT_ENGINE;

@@ -47,7 +47,8 @@ static void crc_speed(void)
 	uint64_t t2 = wr_now_ns();
 	(void)c;
 	printf("  crc32c: %.1f GB/s (%s), %.1f GB/s (table)\n", (double)len / (double)(t1 - t0),
-	       crc32c_hw_available() ? "sse4.2" : "no sse4.2: table", (double)(len / 4) / (double)(t2 - t1));
+	       crc32c_hw_available() ? "sse4.2" : "no sse4.2: table",
+	       (double)(len / 4) / (double)(t2 - t1));
 	free(buf);
 }
 
@@ -65,8 +66,8 @@ static int write_pages(smgr_rel *r, int n, char *page)
 	smgr_immedsync(r);
 	uint64_t t2 = wr_now_ns();
 	double mib = (double)n * WR_PAGE_SIZE / 1048576.0;
-	printf("  wrote %d pages (%.1f MiB) in %.3f s (%.0f MiB/s), then fsync in %.3f s\n", n,
-	       mib, secs(t1 - t0), mib / secs(t1 - t0 + 1), secs(t2 - t1));
+	printf("  wrote %d pages (%.1f MiB) in %.3f s (%.0f MiB/s), then fsync in %.3f s\n", n, mib,
+	       secs(t1 - t0), mib / secs(t1 - t0 + 1), secs(t2 - t1));
 	return 0;
 }
 
@@ -79,7 +80,7 @@ static int read_pages(smgr_rel *r, int n, char *page, char *expect)
 			return tool_fail(rc, "read");
 		fill_page(expect, (wr_blkno)b);
 		if (memcmp(page + WR_PAGE_HEADER_SIZE, expect + WR_PAGE_HEADER_SIZE,
-			   WR_PAGE_SIZE - WR_PAGE_HEADER_SIZE) != 0) {
+		           WR_PAGE_SIZE - WR_PAGE_HEADER_SIZE) != 0) {
 			fprintf(stderr, "walrus selftest: block %d read back different\n", b);
 			return TOOL_EXIT_DAMAGE;
 		}

@@ -82,7 +82,7 @@ int cmd_status(tool_ctx *ctx, int argc, char **argv)
 	}
 	if (ctx->datadir == NULL || realpath(ctx->datadir, abs) == NULL) {
 		fprintf(stderr, "walrus status: no such data directory \"%s\"\n",
-			ctx->datadir ? ctx->datadir : "");
+		        ctx->datadir ? ctx->datadir : "");
 		return TOOL_EXIT_USAGE;
 	}
 	long pid = running_pid(abs);

@@ -13,11 +13,11 @@
 #include "common/common.h"
 #include "walrus.h"
 
-#define TOOL_EXIT_OK 0
+#define TOOL_EXIT_OK       0
 #define TOOL_EXIT_NOTFOUND 1
-#define TOOL_EXIT_USAGE 2
-#define TOOL_EXIT_DAMAGE 2
-#define TOOL_EXIT_ENGINE 3
+#define TOOL_EXIT_USAGE    2
+#define TOOL_EXIT_DAMAGE   2
+#define TOOL_EXIT_ENGINE   3
 
 typedef struct tool_ctx {
 	const char *datadir;

@@ -14,35 +14,35 @@
 #include <string.h>
 
 static const tool_cmd commands[] = {
-	{"serve", cmd_serve, "run the instance's supervisor in the foreground"},
-	{"status", cmd_status, "is an instance running on DIR, and its processes"},
-	{"selftest", cmd_selftest, "write, sync, read back and damage pages: the I/O path at work"},
-	{"options", cmd_options, "list every engine option with its default and range"},
-	{"waldump", cmd_waldump, "print the WAL's records, one per line (--stats: per rmgr)"},
-	{"controldata", cmd_controldata, "print the control file"},
-	{"bench", cmd_bench, "run a benchmark workload (walrus bench --help)"},
+    {"serve", cmd_serve, "run the instance's supervisor in the foreground"},
+    {"status", cmd_status, "is an instance running on DIR, and its processes"},
+    {"selftest", cmd_selftest, "write, sync, read back and damage pages: the I/O path at work"},
+    {"options", cmd_options, "list every engine option with its default and range"},
+    {"waldump", cmd_waldump, "print the WAL's records, one per line (--stats: per rmgr)"},
+    {"controldata", cmd_controldata, "print the control file"},
+    {"bench", cmd_bench, "run a benchmark workload (walrus bench --help)"},
 };
 
 static void usage(FILE *out)
 {
 	fprintf(out, "usage: walrus [-D DIR] [-o name=value ...] COMMAND [ARGS]\n\n"
-		     "commands:\n");
+	             "commands:\n");
 	for (size_t i = 0; i < WR_ARRAY_LEN(commands); i++)
 		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
 	fprintf(out, "\n  -D DIR         data directory (or set WALRUS_DATA)\n"
-		     "  -o name=value  set an engine option (see `walrus options`)\n"
-		     "  COMMAND --help for the command's own options\n\n"
-		     "exit codes: 0 ok, 1 not found, 2 damage or usage, 3 engine error\n");
+	             "  -o name=value  set an engine option (see `walrus options`)\n"
+	             "  COMMAND --help for the command's own options\n\n"
+	             "exit codes: 0 ok, 1 not found, 2 damage or usage, 3 engine error\n");
 }
 
 int tool_fail(int code, const char *what)
 {
-	fprintf(stderr, "walrus: %s: %s\n", what, walrus_errmsg()[0] ? walrus_errmsg()
-								: walrus_strerror(code));
-	return code == WALRUS_ECORRUPT ? TOOL_EXIT_DAMAGE
+	fprintf(stderr, "walrus: %s: %s\n", what,
+	        walrus_errmsg()[0] ? walrus_errmsg() : walrus_strerror(code));
+	return code == WALRUS_ECORRUPT    ? TOOL_EXIT_DAMAGE
 	       : code == WALRUS_ENOTFOUND ? TOOL_EXIT_NOTFOUND
-	       : code == WALRUS_EINVAL	  ? TOOL_EXIT_USAGE
-					  : TOOL_EXIT_ENGINE;
+	       : code == WALRUS_EINVAL    ? TOOL_EXIT_USAGE
+	                                  : TOOL_EXIT_ENGINE;
 }
 
 int tool_open(tool_ctx *ctx, bool create, walrus **db)
@@ -113,7 +113,7 @@ int main(int argc, char **argv)
 			rc = commands[i].fn(&ctx, argc - next, argv + next);
 	if (rc == -1) {
 		fprintf(stderr, "walrus: unknown command \"%s\" (walrus --help lists them)\n",
-			argv[next]);
+		        argv[next]);
 		rc = TOOL_EXIT_USAGE;
 	}
 out:

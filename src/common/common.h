@@ -22,14 +22,14 @@
 
 #include "walrus.h"
 
-#define WR_PAGE_SIZE 8192
-#define WR_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-#define WR_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define WR_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define WR_PAGE_SIZE      8192
+#define WR_ARRAY_LEN(a)   (sizeof(a) / sizeof((a)[0]))
+#define WR_MIN(a, b)      ((a) < (b) ? (a) : (b))
+#define WR_MAX(a, b)      ((a) > (b) ? (a) : (b))
 #define WR_ALIGN_UP(x, a) (((x) + ((a)-1)) & ~((uint64_t)(a)-1))
-#define WR_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#define WR_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#define WR_LIKELY(x) __builtin_expect(!!(x), 1)
+#define WR_PRINTF(f, a)   __attribute__((format(printf, f, a)))
+#define WR_UNLIKELY(x)    __builtin_expect(!!(x), 0)
+#define WR_LIKELY(x)      __builtin_expect(!!(x), 1)
 
 /* ---------------------------------------------------------------- CRC32C */
 
@@ -55,7 +55,7 @@ int wr_level_parse(const char *name);
  *   2026-12-03 09:30:00.123 UTC [4242] walrus-ckpt LOG:  message
  */
 void wr_log_set_file(int fd, int min_level); /* fd < 0 to disable */
-void wr_log_set_stderr(int min_level);	     /* > WR_PANIC to silence */
+void wr_log_set_stderr(int min_level);       /* > WR_PANIC to silence */
 void wr_log_set_process_name(const char *name);
 const char *wr_log_process_name(void);
 
@@ -96,8 +96,8 @@ void wr_error_clear(void);
 
 /* ---------------------------------------------------------------- time */
 
-uint64_t wr_now_ns(void);     /* CLOCK_MONOTONIC */
-uint64_t wr_wall_us(void);    /* CLOCK_REALTIME, microseconds since the epoch */
+uint64_t wr_now_ns(void);      /* CLOCK_MONOTONIC */
+uint64_t wr_wall_us(void);     /* CLOCK_REALTIME, microseconds since the epoch */
 void wr_sleep_us(uint64_t us); /* sleeps the whole time, retrying on EINTR */
 
 /* ---------------------------------------------------------------- options */
@@ -121,25 +121,25 @@ enum wr_wal_compression { WR_COMPRESS_OFF, WR_COMPRESS_ZSTD };
 
 typedef struct wr_options {
 	/* memory and files */
-	int64_t shared_buffers;	  /* bytes, multiple of WR_PAGE_SIZE */
-	int64_t max_open_files;	  /* per-process real fds of the fd cache */
+	int64_t shared_buffers;    /* bytes, multiple of WR_PAGE_SIZE */
+	int64_t max_open_files;    /* per-process real fds of the fd cache */
 	int64_t data_segment_size; /* bytes per data file segment, multiple of WR_PAGE_SIZE */
-	int64_t max_connections;  /* processes attached at once */
+	int64_t max_connections;   /* processes attached at once */
 	/* WAL */
 	int64_t wal_segment_size; /* bytes, power of two */
-	int64_t wal_buffers;	  /* bytes */
-	int wal_sync_method;	  /* enum wr_sync_method */
+	int64_t wal_buffers;      /* bytes */
+	int wal_sync_method;      /* enum wr_sync_method */
 	bool wal_direct_io;
-	int io_method;		/* enum wr_io_method */
-	int wal_compression;	/* enum wr_wal_compression */
+	int io_method;       /* enum wr_io_method */
+	int wal_compression; /* enum wr_wal_compression */
 	int64_t wal_compression_level;
 	int64_t wal_writer_delay_us;
 	bool full_page_writes;
 	bool synchronous_commit;
 	/* checkpoints */
 	int64_t checkpoint_timeout_us;
-	int64_t max_wal_size;	/* bytes */
-	int64_t min_wal_size;	/* bytes */
+	int64_t max_wal_size; /* bytes */
+	int64_t min_wal_size; /* bytes */
 	double checkpoint_completion_target;
 	int64_t checkpoint_flush_after; /* bytes, 0 = no write-back hints */
 	bool checkpoint_sort;
@@ -151,17 +151,17 @@ typedef struct wr_options {
 	int64_t bgwriter_flush_after; /* bytes */
 	/* instance and session */
 	int64_t supervisor_linger_us; /* how long the supervisor waits after the last detach */
-	int log_min_messages;	      /* enum wr_level, for DIR/log/walrus.log */
+	int log_min_messages;         /* enum wr_level, for DIR/log/walrus.log */
 	bool create_if_missing;
 } wr_options;
 
 typedef struct wr_opt_desc {
 	const char *name;
-	int type;  /* enum wr_opt_type */
-	int scope; /* enum wr_opt_scope */
-	size_t offset; /* of the field in wr_options */
-	const char *def; /* default, as text */
-	double min, max; /* for INT/SIZE/TIME/REAL, in the field's unit */
+	int type;                      /* enum wr_opt_type */
+	int scope;                     /* enum wr_opt_scope */
+	size_t offset;                 /* of the field in wr_options */
+	const char *def;               /* default, as text */
+	double min, max;               /* for INT/SIZE/TIME/REAL, in the field's unit */
 	const char *const *enum_names; /* for ENUM: NULL-terminated */
 	const char *help;
 } wr_opt_desc;

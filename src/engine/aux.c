@@ -18,15 +18,16 @@
 
 #include <stdlib.h>
 
+#include "checkpointer/checkpointer.h"
 #include "fdcache/fdcache.h"
 #include "storage/storage.h"
 #include "wal/wal.h"
 
 static const char *const aux_names[WR_AUX_NKINDS] = {
-	[WR_AUX_CKPT] = "walrus-ckpt",
-	[WR_AUX_BGWR] = "walrus-bgwr",
-	[WR_AUX_WALW] = "walrus-walw",
-	[WR_AUX_STARTUP] = "walrus-startup",
+    [WR_AUX_CKPT] = "walrus-ckpt",
+    [WR_AUX_BGWR] = "walrus-bgwr",
+    [WR_AUX_WALW] = "walrus-walw",
+    [WR_AUX_STARTUP] = "walrus-startup",
 };
 
 const char *aux_name(int kind)
@@ -67,8 +68,6 @@ static void aux_setup(int kind, pid_t supervisor)
 		wr_panic("%s could not start: %s", aux_name(kind), walrus_errmsg());
 }
 
-static void quiet_checkpoint(const char *why, int state, uint64_t next_relid);
-
 static bool supervisor_gone(pid_t supervisor)
 {
 	return getppid() != supervisor;
@@ -81,56 +80,19 @@ static bool supervisor_gone(pid_t supervisor)
 static _Noreturn void aux_idle_loop(int kind, pid_t supervisor)
 {
 	engine_shared *e = engine_sh();
-	int64_t period_us = kind == WR_AUX_BGWR	  ? e->opts.bgwriter_delay_us
-			    : kind == WR_AUX_WALW ? e->opts.wal_writer_delay_us
-						  : 1000000;
+	int64_t period_us = kind == WR_AUX_BGWR   ? e->opts.bgwriter_delay_us
+	                    : kind == WR_AUX_WALW ? e->opts.wal_writer_delay_us
+	                                          : 1000000;
 	wr_log(WR_DEBUG, "%s started", aux_name(kind));
 	for (;;) {
-		if (atomic_load(&e->shutdown_requested)) {
-			if (kind == WR_AUX_CKPT)
-				quiet_checkpoint("shutdown", WAL_DB_SHUTDOWN, 0);
+		if (atomic_load(&e->shutdown_requested))
 			_exit(0);
-		}
 		if (supervisor_gone(supervisor))
 			_exit(1);
 		uint32_t seen = atomic_load(&e->aux_wakeup[kind]);
 		int rc = ipc_wait_u32(&e->aux_wakeup[kind], seen, (uint64_t)period_us * 1000);
 		(void)rc; /* any wake-up just re-checks the conditions above */
 	}
-}
-
-/*
- * Writes a checkpoint record whose redo point is itself and points the
- * control file at it.  Valid only while nothing else changes data: at the
- * end of recovery (redo wrote and synced every page it touched) and at
- * shutdown (no backend is left).  The buffer pool's sync phase joins the
- * shutdown case when the buffer pool exists.
- */
-static void quiet_checkpoint(const char *why, int state, uint64_t next_relid)
-{
-	engine_shared *e = engine_sh();
-	wal_control c;
-	if (wal_control_read(e->datadir, &c) != WALRUS_OK)
-		wr_panic("could not read the control file for the %s checkpoint: %s", why,
-			 walrus_errmsg());
-	wr_lsn redo = wal_set_redo_here(), start;
-	wal_checkpoint_rec ck = {.redo = redo, .time_us = wr_wall_us(),
-				 .next_relid = WR_MAX(next_relid, c.next_relid)};
-	wal_begin();
-	wal_register_data(&ck, sizeof(ck));
-	wr_lsn end = wal_insert_at(RM_XLOG, XLOG_CHECKPOINT_SHUTDOWN, &start);
-	wal_flush_to(end);
-	c.prev_checkpoint_lsn = c.checkpoint_lsn;
-	c.checkpoint_lsn = start;
-	c.redo_lsn = redo;
-	c.checkpoint_time_us = ck.time_us;
-	c.next_relid = ck.next_relid;
-	c.state = (uint32_t)state;
-	/* The control file must point at a durable checkpoint or at the old
-	 * one: a failure to replace it leaves nothing we can trust. */
-	if (wal_control_write(e->datadir, &c) != WALRUS_OK)
-		wr_panic("could not write the control file: %s", walrus_errmsg());
-	wr_log(WR_LOG, "%s checkpoint at " WAL_LSN_FMT, why, WAL_LSN_ARGS(start));
 }
 
 static _Noreturn void startup_main(void)
@@ -150,7 +112,11 @@ static _Noreturn void startup_main(void)
 		_exit(1);
 	}
 	wal_start_insert_at(res->end, res->last_lsn, res->last_redo, c.sysid, res->last_page);
-	quiet_checkpoint("end-of-recovery", WAL_DB_IN_PRODUCTION, res->next_relid);
+	/* Redo wrote and synced every page it touched, and nothing else runs:
+	 * a checkpoint here means the next crash replays only what follows. */
+	ckpt_result r;
+	ckpt_perform(e->datadir, &e->opts, CKPT_END_OF_RECOVERY, "end-of-recovery",
+		     res->next_relid, &r);
 	free(res);
 	_exit(0);
 }
@@ -181,5 +147,8 @@ _Noreturn void aux_main(int kind, int keep_fd)
 		startup_main();
 	if (kind == WR_AUX_WALW)
 		walwriter_main(supervisor);
+	if (kind == WR_AUX_CKPT)
+		ckpt_main(engine_sh()->datadir, &engine_sh()->opts, &engine_sh()->shutdown_requested,
+			  supervisor);
 	aux_idle_loop(kind, supervisor);
 }

@@ -59,8 +59,8 @@ static int guard_enter(void)
 	if (state == SHM_STATE_CRASHED) {
 		atomic_store(&p->in_io, 0);
 		return wr_error(WALRUS_ERESTART,
-				"the instance crashed and is restarting; close and reopen the "
-				"database");
+		                "the instance crashed and is restarting; close and reopen the "
+		                "database");
 	}
 	return WALRUS_OK;
 }
@@ -83,8 +83,10 @@ static void client_panic_handler(void)
 	guard_exit();
 	C.poisoned = true;
 	if (C.sock >= 0) {
-		wr_msg m = {.magic = WR_PROTO_MAGIC, .version = WR_PROTO_VERSION,
-			    .type = WR_MSG_PANIC, .pid = (uint32_t)getpid()};
+		wr_msg m = {.magic = WR_PROTO_MAGIC,
+		            .version = WR_PROTO_VERSION,
+		            .type = WR_MSG_PANIC,
+		            .pid = (uint32_t)getpid()};
 		(void)ipc_send(C.sock, &m, sizeof(m), NULL, 0);
 	}
 	if (C.jb != NULL) {
@@ -108,17 +110,19 @@ void client_leave(void)
 int client_panicked(void)
 {
 	return wr_error(WALRUS_EPANIC,
-			"PANIC: the instance is restarting after an unrecoverable error (see "
-			"%s/%s); close and reopen the database",
-			C.abs, WR_LOG_FILE);
+	                "PANIC: the instance is restarting after an unrecoverable error (see "
+	                "%s/%s); close and reopen the database",
+	                C.abs, WR_LOG_FILE);
 }
 
 /* ---------------------------------------------------------------- attach */
 
 static int send_msg(int type)
 {
-	wr_msg m = {.magic = WR_PROTO_MAGIC, .version = WR_PROTO_VERSION, .type = (uint32_t)type,
-		    .pid = (uint32_t)getpid()};
+	wr_msg m = {.magic = WR_PROTO_MAGIC,
+	            .version = WR_PROTO_VERSION,
+	            .type = (uint32_t)type,
+	            .pid = (uint32_t)getpid()};
 	return ipc_send(C.sock, &m, sizeof(m), NULL, 0);
 }
 
@@ -155,13 +159,15 @@ static int attach_once(const char *abs, bool *retry)
 		*retry = true; /* the supervisor went away (shutting down): start another */
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
-		return rc != WALRUS_OK ? rc : wr_error(WALRUS_ESHUTDOWN, "the supervisor closed the connection");
+		return rc != WALRUS_OK
+		           ? rc
+		           : wr_error(WALRUS_ESHUTDOWN, "the supervisor closed the connection");
 	}
 	if (len != sizeof(m) || m.magic != WR_PROTO_MAGIC || m.version != WR_PROTO_VERSION) {
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		return wr_error(WALRUS_EPROTO, "unexpected answer from the supervisor of \"%s\"",
-				abs);
+		                abs);
 	}
 	if (m.type == WR_MSG_ERROR) {
 		for (int i = 0; i < nfds; i++)
@@ -174,7 +180,7 @@ static int attach_once(const char *abs, bool *retry)
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		return wr_error(WALRUS_EPROTO, "unexpected answer from the supervisor of \"%s\"",
-				abs);
+		                abs);
 	}
 	rc = shm_attach(fds[0]);
 	close(fds[0]);
@@ -212,10 +218,11 @@ static void note_option_differences(const wr_options *mine)
 		    wr_opts_get(inst, t[i].name, b, sizeof(b)) != WALRUS_OK)
 			continue;
 		if (strcmp(a, b) != 0)
-			wr_log(WR_LOG,
-			       "option %s=%s ignored: the running instance uses %s (instance options "
-			       "are fixed when it starts)",
-			       t[i].name, a, b);
+			wr_log(
+			    WR_LOG,
+			    "option %s=%s ignored: the running instance uses %s (instance options "
+			    "are fixed when it starts)",
+			    t[i].name, a, b);
 	}
 }
 
@@ -280,9 +287,9 @@ int client_attach(const char *abs, const wr_options *opts)
 		if (strcmp(C.abs, abs) == 0)
 			return WALRUS_OK;
 		return wr_error(WALRUS_EBUSY,
-				"this process already has \"%s\" open; a process serves one data "
-				"directory",
-				C.abs);
+		                "this process already has \"%s\" open; a process serves one data "
+		                "directory",
+		                C.abs);
 	}
 	int rc = fdc_init(opts->max_open_files);
 	if (rc != WALRUS_OK)
@@ -325,20 +332,20 @@ int client_check(void)
 		return wr_error(WALRUS_EINVAL, "the database handle is not open");
 	if (C.poisoned)
 		return wr_error(WALRUS_ERESTART,
-				"this process hit a PANIC; close and reopen the database");
+		                "this process hit a PANIC; close and reopen the database");
 	uint32_t state = atomic_load(&shm_hdr()->state);
 	if (state == SHM_STATE_CRASHED)
 		return wr_error(WALRUS_ERESTART,
-				"the instance crashed and restarted from its log (see %s/%s); "
-				"close and reopen the database",
-				C.abs, WR_LOG_FILE);
+		                "the instance crashed and restarted from its log (see %s/%s); "
+		                "close and reopen the database",
+		                C.abs, WR_LOG_FILE);
 	if (state == SHM_STATE_SHUTDOWN)
 		return wr_error(WALRUS_ESHUTDOWN, "the instance is shutting down");
 	if (!supervisor_connection_alive())
 		return wr_error(WALRUS_ERESTART,
-				"the supervisor (pid %d) of \"%s\" has exited; close and reopen "
-				"the database",
-				(int)C.supervisor, C.abs);
+		                "the supervisor (pid %d) of \"%s\" has exited; close and reopen "
+		                "the database",
+		                (int)C.supervisor, C.abs);
 	return WALRUS_OK;
 }
 

@@ -33,8 +33,8 @@ static int mkdir_p(const char *path)
 			continue;
 		*p = '\0';
 		if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-			return wr_error(wr_errno_code(errno), "could not create directory \"%s\": %m",
-					buf);
+			return wr_error(wr_errno_code(errno),
+			                "could not create directory \"%s\": %m", buf);
 		*p = '/';
 	}
 	if (mkdir(buf, 0700) != 0 && errno != EEXIST)
@@ -47,15 +47,17 @@ int datadir_resolve(const char *dir, bool create, char *out)
 	struct stat st;
 
 	if (dir == NULL || *dir == '\0')
-		return wr_error(WALRUS_EINVAL, "no data directory given (use -D DIR or WALRUS_DATA)");
+		return wr_error(WALRUS_EINVAL,
+		                "no data directory given (use -D DIR or WALRUS_DATA)");
 	if (stat(dir, &st) != 0) {
 		if (errno != ENOENT)
 			return wr_error(wr_errno_code(errno), "could not access \"%s\": %m", dir);
 		if (!create)
-			return wr_error(WALRUS_ENOENT,
-					"data directory \"%s\" does not exist (create_if_missing=on "
-					"creates it)",
-					dir);
+			return wr_error(
+			    WALRUS_ENOENT,
+			    "data directory \"%s\" does not exist (create_if_missing=on "
+			    "creates it)",
+			    dir);
 		int rc = mkdir_p(dir);
 		if (rc != WALRUS_OK)
 			return rc;
@@ -75,15 +77,16 @@ int datadir_check(const char *abs)
 		return wr_error(wr_errno_code(errno), "could not access \"%s\": %m", abs);
 	if (st.st_uid != geteuid())
 		return wr_error(WALRUS_EPERM,
-				"data directory \"%s\" has wrong ownership (owned by uid %u, this "
-				"process runs as uid %u)",
-				abs, (unsigned)st.st_uid, (unsigned)geteuid());
+		                "data directory \"%s\" has wrong ownership (owned by uid %u, this "
+		                "process runs as uid %u)",
+		                abs, (unsigned)st.st_uid, (unsigned)geteuid());
 	/* Like PostgreSQL: the data may hold anything, so nobody else may read it. */
 	if ((st.st_mode & 077) != 0)
-		return wr_error(WALRUS_EPERM,
-				"data directory \"%s\" has invalid permissions %04o: it must not be "
-				"accessible by group or others (chmod 0700 \"%s\")",
-				abs, (unsigned)(st.st_mode & 07777), abs);
+		return wr_error(
+		    WALRUS_EPERM,
+		    "data directory \"%s\" has invalid permissions %04o: it must not be "
+		    "accessible by group or others (chmod 0700 \"%s\")",
+		    abs, (unsigned)(st.st_mode & 07777), abs);
 	if (access(abs, R_OK | W_OK | X_OK) != 0)
 		return wr_error(WALRUS_EPERM, "data directory \"%s\" is not writable: %m", abs);
 	return WALRUS_OK;
@@ -186,7 +189,8 @@ static int read_version(const char *path, int *version)
 	char *end;
 	long v = strtol(buf, &end, 10);
 	if (end == buf || (*end != '\n' && *end != '\0') || v <= 0 || v > 1000000)
-		return wr_error(WALRUS_ECORRUPT, "file \"%s\" does not hold a format version", path);
+		return wr_error(WALRUS_ECORRUPT, "file \"%s\" does not hold a format version",
+		                path);
 	*version = (int)v;
 	return WALRUS_OK;
 }
@@ -202,14 +206,15 @@ int datadir_init_or_verify(const char *abs, const wr_options *opts)
 	if (access(path, F_OK) != 0) {
 		if (!dir_is_empty_for_init(abs))
 			return wr_error(WALRUS_ENOTWALRUS,
-					"\"%s\" is not a walrus data directory (no %s file, and it "
-					"is not empty)",
-					abs, WR_VERSION_FILE);
+			                "\"%s\" is not a walrus data directory (no %s file, and it "
+			                "is not empty)",
+			                abs, WR_VERSION_FILE);
 		if (!create)
-			return wr_error(WALRUS_ENOTWALRUS,
-					"\"%s\" is not a walrus data directory (create_if_missing=on "
-					"initialises an empty directory)",
-					abs);
+			return wr_error(
+			    WALRUS_ENOTWALRUS,
+			    "\"%s\" is not a walrus data directory (create_if_missing=on "
+			    "initialises an empty directory)",
+			    abs);
 		return initialise(abs, opts);
 	}
 	int rc = read_version(path, &version);
@@ -217,9 +222,9 @@ int datadir_init_or_verify(const char *abs, const wr_options *opts)
 		return rc;
 	if (version != WR_FORMAT_VERSION)
 		return wr_error(WALRUS_EVERSION,
-				"data directory \"%s\" has format version %d, but this walrus "
-				"reads format %d",
-				abs, version, WR_FORMAT_VERSION);
+		                "data directory \"%s\" has format version %d, but this walrus "
+		                "reads format %d",
+		                abs, version, WR_FORMAT_VERSION);
 	return make_subdirs(abs); /* a lost log/ or base/ is recreated, not an error */
 }
 
@@ -270,9 +275,9 @@ int datadir_lock_instance(const char *abs, int *lock_fd)
 	close(fd);
 	if (err == EAGAIN || err == EACCES)
 		return wr_error(WALRUS_EBUSY,
-				"data directory \"%s\" is in use by another instance (supervisor "
-				"pid %ld)",
-				abs, owner);
+		                "data directory \"%s\" is in use by another instance (supervisor "
+		                "pid %ld)",
+		                abs, owner);
 	errno = err;
 	return wr_error(wr_errno_code(err), "could not lock \"%s/%s\": %m", abs, WR_PID_FILE);
 }
@@ -284,23 +289,25 @@ int datadir_wait_old_backends(int lock_fd, const char *abs, uint64_t timeout_us)
 		int err = ofd_lock(lock_fd, F_WRLCK, 1, false);
 		if (err == 0) {
 			/* Only a probe: backends of this instance take read locks on it. */
-			struct flock fl = {.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 1,
-					   .l_len = 1};
+			struct flock fl = {
+			    .l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 1, .l_len = 1};
 			if (fcntl(lock_fd, F_OFD_SETLK, &fl) != 0)
 				return wr_error(WALRUS_EIO, "could not unlock \"%s/%s\": %m", abs,
-						WR_PID_FILE);
+				                WR_PID_FILE);
 			return WALRUS_OK;
 		}
 		if (err != EAGAIN && err != EACCES) {
 			errno = err;
-			return wr_error(WALRUS_EIO, "could not lock \"%s/%s\": %m", abs, WR_PID_FILE);
+			return wr_error(WALRUS_EIO, "could not lock \"%s/%s\": %m", abs,
+			                WR_PID_FILE);
 		}
 		uint64_t waited_us = (wr_now_ns() - start) / 1000;
 		if (waited_us >= timeout_us)
-			return wr_error(WALRUS_EBUSY,
-					"processes attached to a previous instance of \"%s\" are still "
-					"running; they must close the database first",
-					abs);
+			return wr_error(
+			    WALRUS_EBUSY,
+			    "processes attached to a previous instance of \"%s\" are still "
+			    "running; they must close the database first",
+			    abs);
 		if (waited_us >= next_note) {
 			wr_log(WR_LOG, "waiting for processes of a previous instance to detach");
 			next_note = waited_us + 5000000;
@@ -313,12 +320,12 @@ int datadir_write_pid(int lock_fd, const char *abs)
 {
 	char text[PATH_MAX + 64];
 	int n = snprintf(text, sizeof(text), "%d\n%s\n%llu\n", (int)getpid(), abs,
-			 (unsigned long long)(wr_wall_us() / 1000000));
+	                 (unsigned long long)(wr_wall_us() / 1000000));
 	if (n < 0 || (size_t)n >= sizeof(text))
 		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
 	if (ftruncate(lock_fd, 0) != 0)
 		return wr_error(wr_errno_code(errno), "could not truncate \"%s/%s\": %m", abs,
-				WR_PID_FILE);
+		                WR_PID_FILE);
 	ssize_t done = 0;
 	while (done < n) {
 		ssize_t w = pwrite(lock_fd, text + done, (size_t)(n - done), done);
@@ -326,7 +333,7 @@ int datadir_write_pid(int lock_fd, const char *abs)
 			continue;
 		if (w <= 0)
 			return wr_error(wr_errno_code(errno), "could not write \"%s/%s\": %m", abs,
-					WR_PID_FILE);
+			                WR_PID_FILE);
 		done += w;
 	}
 	return WALRUS_OK;

@@ -41,14 +41,14 @@
 #include "ipc/ipc.h"
 
 #define WR_FORMAT_VERSION 1
-#define WR_VERSION_FILE "WALRUS_VERSION"
-#define WR_PID_FILE "walrus.pid"
-#define WR_SOCKET_NAME "walrus.sock"
-#define WR_LOG_DIR "log"
-#define WR_LOG_FILE "log/walrus.log"
-#define WR_PANIC_EXIT 86 /* exit code of a process that PANICked */
-#define WR_PROTO_MAGIC 0x57524d31u /* "WRM1" */
-#define WR_PROTO_VERSION 1
+#define WR_VERSION_FILE   "WALRUS_VERSION"
+#define WR_PID_FILE       "walrus.pid"
+#define WR_SOCKET_NAME    "walrus.sock"
+#define WR_LOG_DIR        "log"
+#define WR_LOG_FILE       "log/walrus.log"
+#define WR_PANIC_EXIT     86          /* exit code of a process that PANICked */
+#define WR_PROTO_MAGIC    0x57524d31u /* "WRM1" */
+#define WR_PROTO_VERSION  1
 
 /* ---------------------------------------------------------------- data directory */
 
@@ -73,9 +73,9 @@ int datadir_lock_attach(const char *abs, int *fd);
 enum wr_proc_kind { WR_PROC_FREE = 0, WR_PROC_BACKEND, WR_PROC_AUX };
 
 typedef struct wr_proc {
-	_Atomic uint32_t pid;	/* 0 when the slot is free */
+	_Atomic uint32_t pid;   /* 0 when the slot is free */
 	_Atomic uint32_t in_io; /* 1 while its owner does I/O on the instance's files */
-	uint32_t kind;		/* enum wr_proc_kind */
+	uint32_t kind;          /* enum wr_proc_kind */
 	uint32_t index;
 	char _pad[48];
 } wr_proc;
@@ -90,15 +90,15 @@ typedef struct engine_shared {
 	uint64_t crash_restarts; /* before this generation */
 	_Atomic uint64_t attaches;
 	_Atomic uint32_t shutdown_requested; /* futex word the aux processes wait on */
-	_Atomic uint32_t aux_wakeup[4];	     /* one latch per auxiliary process kind */
-	char startup_error[512];	     /* why recovery failed, for the clients */
+	_Atomic uint32_t aux_wakeup[4];      /* one latch per auxiliary process kind */
+	char startup_error[512];             /* why recovery failed, for the clients */
 } engine_shared;
 
 #define ENGINE_SCRATCH_SIZE 4096 /* region "scratch": free for tests and tools */
 
 engine_shared *engine_sh(void);
 wr_proc *engine_procs(void);
-wr_proc *engine_my_proc(void); /* NULL outside an attached process */
+wr_proc *engine_my_proc(void);     /* NULL outside an attached process */
 void engine_my_proc_set(int slot); /* -1: none */
 /* Whether shared memory says the instance is usable (RUNNING). */
 bool engine_running(void);
@@ -109,9 +109,9 @@ bool engine_running(void);
 enum wr_msg_type {
 	WR_MSG_ATTACH = 1, /* backend -> supervisor */
 	WR_MSG_ATTACH_OK,  /* supervisor -> backend, with the shm fd */
-	WR_MSG_ERROR,	   /* supervisor -> backend: status + text */
-	WR_MSG_DETACH,	   /* backend -> supervisor: clean detach */
-	WR_MSG_PANIC,	   /* backend -> supervisor: this backend PANICked */
+	WR_MSG_ERROR,      /* supervisor -> backend: status + text */
+	WR_MSG_DETACH,     /* backend -> supervisor: clean detach */
+	WR_MSG_PANIC,      /* backend -> supervisor: this backend PANICked */
 };
 
 typedef struct wr_msg {
@@ -131,7 +131,7 @@ typedef struct wr_msg {
  * the supervisor listens (or failed to start), then it is closed.
  */
 _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int ready_fd,
-			       bool foreground);
+                               bool foreground);
 /* Forks a detached supervisor (double fork + setsid); waits for its readiness line. */
 int supervisor_launch(const char *abs, const wr_options *opts);
 

@@ -37,10 +37,10 @@ enum sup_phase { SUP_STARTING, SUP_RUNNING, SUP_SHUTDOWN };
 typedef struct sup_conn {
 	int fd;
 	pid_t pid;
-	int slot;	    /* proc slot, -1 until attached */
-	uint64_t gen;	    /* generation it attached to */
-	bool pending;	    /* ATTACH received, not yet answered */
-	bool detached;	    /* clean DETACH received */
+	int slot;      /* proc slot, -1 until attached */
+	uint64_t gen;  /* generation it attached to */
+	bool pending;  /* ATTACH received, not yet answered */
+	bool detached; /* clean DETACH received */
 } sup_conn;
 
 #define SUP_MAX_CONNS 4096
@@ -49,6 +49,7 @@ static struct {
 	char abs[PATH_MAX];
 	wr_options opts;
 	int lock_fd, listen_fd, sig_fd, shm_fd;
+	int ready_fd; /* the opener's pipe until start-up is reported */
 	int phase;
 	uint64_t generation;
 	uint64_t crash_restarts;
@@ -59,7 +60,7 @@ static struct {
 	bool foreground;
 	bool ever_attached;
 	bool shutdown_failed; /* an auxiliary process failed its last duty */
-} S = {.lock_fd = -1, .listen_fd = -1, .sig_fd = -1, .shm_fd = -1};
+} S = {.lock_fd = -1, .listen_fd = -1, .sig_fd = -1, .shm_fd = -1, .ready_fd = -1};
 
 static const char *const aux_kinds_started[] = {"checkpointer", "background writer", "WAL writer"};
 
@@ -141,10 +142,11 @@ static int adopt_control_file(void)
 		return rc;
 	if ((uint64_t)S.opts.wal_segment_size != c.wal_seg_size ||
 	    (uint64_t)S.opts.data_segment_size != c.data_seg_size)
-		wr_log(WR_LOG,
-		       "using the data directory's wal_segment_size=%llu and data_segment_size=%llu "
-		       "(fixed when it was initialised)",
-		       (unsigned long long)c.wal_seg_size, (unsigned long long)c.data_seg_size);
+		wr_log(
+		    WR_LOG,
+		    "using the data directory's wal_segment_size=%llu and data_segment_size=%llu "
+		    "(fixed when it was initialised)",
+		    (unsigned long long)c.wal_seg_size, (unsigned long long)c.data_seg_size);
 	S.opts.wal_segment_size = (int64_t)c.wal_seg_size;
 	S.opts.data_segment_size = (int64_t)c.data_seg_size;
 	return WALRUS_OK;
@@ -156,7 +158,7 @@ static int create_shared_memory(void)
 {
 	uint32_t nprocs = (uint32_t)S.opts.max_connections + WR_AUX_NKINDS;
 	size_t sizes[] = {sizeof(engine_shared), nprocs * sizeof(wr_proc), ENGINE_SCRATCH_SIZE,
-			  wal_shmem_size(&S.opts, (int)nprocs)};
+	                  wal_shmem_size(&S.opts, (int)nprocs)};
 	size_t total = shm_size_for(sizes, (int)WR_ARRAY_LEN(sizes));
 	int rc = shm_create(total, &S.shm_fd);
 	if (rc != WALRUS_OK)
@@ -211,6 +213,8 @@ static pid_t fork_child(int kind)
 		close(S.conns[i].fd);
 	if (S.shm_fd >= 0)
 		close(S.shm_fd);
+	if (S.ready_fd >= 0)
+		close(S.ready_fd); /* or the opener would wait for our EOF too */
 	aux_main(kind, S.lock_fd);
 }
 
@@ -222,7 +226,7 @@ static const char *describe_status(int st, char *buf, size_t len)
 		snprintf(buf, len, "exited with exit code %d", WEXITSTATUS(st));
 	else if (WIFSIGNALED(st))
 		snprintf(buf, len, "was terminated by signal %d: %s", WTERMSIG(st),
-			 strsignal(WTERMSIG(st)));
+		         strsignal(WTERMSIG(st)));
 	else
 		snprintf(buf, len, "ended with status 0x%x", (unsigned)st);
 	return buf;
@@ -245,7 +249,7 @@ static int run_startup(void)
 	if (e->startup_error[0])
 		return wr_error(WALRUS_ECORRUPT, "recovery failed: %s", e->startup_error);
 	return wr_error(WALRUS_EIO, "startup process %s (see %s/%s)",
-			describe_status(st, why, sizeof(why)), S.abs, WR_LOG_FILE);
+	                describe_status(st, why, sizeof(why)), S.abs, WR_LOG_FILE);
 }
 
 static int start_aux_processes(void)
@@ -254,7 +258,7 @@ static int start_aux_processes(void)
 		S.aux[k] = fork_child(k);
 		if (S.aux[k] < 0)
 			return wr_error(WALRUS_EINTERNAL, "could not start the %s: %m",
-					aux_kinds_started[k]);
+			                aux_kinds_started[k]);
 	}
 	return WALRUS_OK;
 }
@@ -336,8 +340,7 @@ static _Noreturn void sup_exit(int code)
 		if (wr_snprintf(path, sizeof(path), "%s/%s", S.abs, WR_PID_FILE))
 			unlink(path);
 	}
-	wr_log(WR_LOG, code == 0 ? "supervisor shut down" : "supervisor exits with code %d",
-	       code);
+	wr_log(WR_LOG, code == 0 ? "supervisor shut down" : "supervisor exits with code %d", code);
 	_exit(code);
 }
 
@@ -364,11 +367,15 @@ static void crash_restart(const char *why)
 /* ---------------------------------------------------------------- connections */
 
 static void send_reply(sup_conn *c, int type, int status, const char *text, const int *fds,
-		       int nfds)
+                       int nfds)
 {
-	wr_msg m = {.magic = WR_PROTO_MAGIC, .version = WR_PROTO_VERSION, .type = (uint32_t)type,
-		    .status = status, .pid = (uint32_t)getpid(), .slot = (uint32_t)c->slot,
-		    .generation = S.generation};
+	wr_msg m = {.magic = WR_PROTO_MAGIC,
+	            .version = WR_PROTO_VERSION,
+	            .type = (uint32_t)type,
+	            .status = status,
+	            .pid = (uint32_t)getpid(),
+	            .slot = (uint32_t)c->slot,
+	            .generation = S.generation};
 	if (text)
 		wr_snprintf(m.text, sizeof(m.text), "%s", text);
 	if (ipc_send(c->fd, &m, sizeof(m), fds, nfds) != WALRUS_OK)
@@ -390,14 +397,14 @@ static void answer_attach(sup_conn *c)
 	c->pending = false;
 	if (S.phase == SUP_SHUTDOWN) {
 		send_reply(c, WR_MSG_ERROR, WALRUS_ESHUTDOWN, "the instance is shutting down", NULL,
-			   0);
+		           0);
 		return;
 	}
 	int slot = free_backend_slot();
 	if (slot < 0) {
 		char text[128];
 		snprintf(text, sizeof(text), "too many processes attached (max_connections=%lld)",
-			 (long long)S.opts.max_connections);
+		         (long long)S.opts.max_connections);
 		send_reply(c, WR_MSG_ERROR, WALRUS_ELIMIT, text, NULL, 0);
 		return;
 	}
@@ -465,8 +472,8 @@ static bool handle_conn(int i, char *crash_why, size_t why_len)
 	bool current = c->slot >= 0 && c->gen == S.generation && !c->detached;
 	if (rc != WALRUS_OK || len == 0) {
 		if (current)
-			snprintf(crash_why, why_len,
-				 "backend process %d ended without detaching", (int)c->pid);
+			snprintf(crash_why, why_len, "backend process %d ended without detaching",
+			         (int)c->pid);
 		release_slot(c);
 		return true;
 	}
@@ -475,7 +482,7 @@ static bool handle_conn(int i, char *crash_why, size_t why_len)
 		       (int)c->pid);
 		if (current)
 			snprintf(crash_why, why_len, "backend process %d broke the protocol",
-				 (int)c->pid);
+			         (int)c->pid);
 		release_slot(c);
 		return true;
 	}
@@ -496,8 +503,7 @@ static bool handle_conn(int i, char *crash_why, size_t why_len)
 			snprintf(crash_why, why_len, "backend process %d PANICked", (int)c->pid);
 		break;
 	default:
-		wr_log(WR_WARNING, "process %d sent unknown message type %u", (int)c->pid,
-		       m.type);
+		wr_log(WR_WARNING, "process %d sent unknown message type %u", (int)c->pid, m.type);
 	}
 	return false;
 }
@@ -530,6 +536,7 @@ static void begin_shutdown(const char *why)
 	ipc_wake_all(&e->shutdown_requested);
 	for (int k = 0; k < WR_AUX_NKINDS; k++)
 		ipc_wake_all(&e->aux_wakeup[k]);
+	wal_wake_workers();
 }
 
 static bool aux_all_gone(void)
@@ -694,12 +701,13 @@ static void detach_from_caller(int ready_fd)
 }
 
 _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int ready_fd,
-			       bool foreground)
+                               bool foreground)
 {
 	int rc;
 
 	S.opts = *opts;
 	S.foreground = foreground;
+	S.ready_fd = ready_fd;
 	wr_snprintf(S.abs, sizeof(S.abs), "%s", abs);
 	prctl(PR_SET_NAME, "walrus-super", 0, 0, 0);
 	wr_log_set_process_name("walrus-super");
@@ -728,16 +736,16 @@ _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int read
 	if ((rc = ipc_listen(abs, WR_SOCKET_NAME, &S.listen_fd)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
 	wr_log(WR_LOG, "supervisor starting for \"%s\" (pid %d)", abs, (int)getpid());
-	report_ready(ready_fd, 0, "ok");
+	/* Readiness is reported after recovery, so that the opener gets
+	 * recovery's error itself; others wait on the socket meanwhile. */
 	if ((rc = instance_start()) != WALRUS_OK) {
 		wr_log(WR_FATAL, "could not start the instance: %s", walrus_errmsg());
 		kill_aux_processes();
-		S.phase = SUP_SHUTDOWN;
-		for (int i = 0; i < S.nconns; i++)
-			if (S.conns[i].pending)
-				send_reply(&S.conns[i], WR_MSG_ERROR, rc, walrus_errmsg(), NULL, 0);
+		report_ready(ready_fd, rc, walrus_errmsg());
 		sup_exit(1);
 	}
+	report_ready(ready_fd, 0, "ok");
+	S.ready_fd = -1;
 	event_loop();
 	sup_exit(S.shutdown_failed ? 1 : 0);
 }
@@ -780,15 +788,16 @@ int supervisor_launch(const char *abs, const wr_options *opts)
 		if (n <= 0)
 			break;
 		got += (size_t)n;
-		if (got == sizeof(line) - 1)
+		/* One line is the whole answer: do not wait for EOF, which a
+		 * child holding the pipe by mistake would delay. */
+		if (got == sizeof(line) - 1 || memchr(line, '\n', got) != NULL)
 			break;
 	}
 	close(p[0]);
 	line[got] = '\0';
 	if (got == 0)
-		return wr_error(WALRUS_EIO,
-				"the supervisor exited during start-up (see %s/%s)", abs,
-				WR_LOG_FILE);
+		return wr_error(WALRUS_EIO, "the supervisor exited during start-up (see %s/%s)",
+		                abs, WR_LOG_FILE);
 	char *nl = strchr(line, '\n');
 	if (nl)
 		*nl = '\0';

@@ -72,7 +72,8 @@ int fdc_fallocate(fdc_file f, off_t off, off_t len); /* zero-filled space, posix
 int fdc_size(fdc_file f, off_t *size);
 int fdc_advise_willneed(fdc_file f, off_t off, off_t len);
 
-/* The real fd (opening it if needed): for fd passing and io_uring.  Valid until the next fdc call. */
+/* The real fd (opening it if needed): for fd passing and io_uring.  Valid until the next fdc call.
+ */
 int fdc_fd(fdc_file f, int *fd);
 const char *fdc_path(fdc_file f);
 /* A number increasing with every real open() of this process, for "oldest fd" ordering. */
@@ -98,8 +99,8 @@ int fdc_rename(const char *from, const char *to);
 int fdc_rename_noreplace(const char *from, const char *to);
 int fdc_unlink(const char *path);
 int fdc_mkdir(const char *path, mode_t mode); /* EEXIST is not an error */
-int fdc_fsync_path(const char *path);	       /* open + fsync + close: a file or a directory */
-int fdc_fsync_parent(const char *path);	       /* fsync the directory that holds path */
+int fdc_fsync_path(const char *path);         /* open + fsync + close: a file or a directory */
+int fdc_fsync_parent(const char *path);       /* fsync the directory that holds path */
 
 /* ---------------------------------------------------------------- hooks */
 
@@ -156,12 +157,12 @@ uint64_t fdc_failpoint_hits(void);
 /* ---------------------------------------------------------------- stats */
 
 typedef struct fdc_stats {
-	uint64_t opens;	   /* real open() calls */
-	uint64_t reopens;  /* of which reopens after LRU closing */
+	uint64_t opens;   /* real open() calls */
+	uint64_t reopens; /* of which reopens after LRU closing */
 	uint64_t lru_closes;
 	uint64_t hook_calls; /* before-close hook invocations */
-	int open_now;	     /* real fds open now */
-	int handles;	     /* handles in use */
+	int open_now;        /* real fds open now */
+	int handles;         /* handles in use */
 } fdc_stats;
 void fdc_get_stats(fdc_stats *s);
 

@@ -52,15 +52,15 @@
 
 /* ---------------------------------------------------------------- shared memory */
 
-#define SHM_MAGIC 0x57414c5255534d31ULL /* "WALRUSM1" */
+#define SHM_MAGIC          0x57414c5255534d31ULL /* "WALRUSM1" */
 #define SHM_LAYOUT_VERSION 1
-#define SHM_MAX_REGIONS 32
-#define SHM_REGION_NAME 24
+#define SHM_MAX_REGIONS    32
+#define SHM_REGION_NAME    24
 
 enum shm_state {
 	SHM_STATE_STARTING = 0, /* being initialised / recovering */
 	SHM_STATE_RUNNING = 1,
-	SHM_STATE_CRASHED = 2, /* a process died or PANICked: stop, return ERESTART */
+	SHM_STATE_CRASHED = 2,  /* a process died or PANICked: stop, return ERESTART */
 	SHM_STATE_SHUTDOWN = 3, /* clean shutdown in progress */
 };
 
@@ -75,10 +75,10 @@ typedef struct shm_header {
 	uint32_t layout_version;
 	uint32_t nregions;
 	uint64_t size;
-	uint64_t alloc_off;		   /* next free byte, during creation */
-	_Atomic uint64_t generation;	   /* bumped by every crash restart */
-	_Atomic uint32_t state;		   /* enum shm_state; futex-waitable */
-	_Atomic uint32_t panic_pid;	   /* who PANICked, if anyone */
+	uint64_t alloc_off;          /* next free byte, during creation */
+	_Atomic uint64_t generation; /* bumped by every crash restart */
+	_Atomic uint32_t state;      /* enum shm_state; futex-waitable */
+	_Atomic uint32_t panic_pid;  /* who PANICked, if anyone */
 	shm_region regions[SHM_MAX_REGIONS];
 } shm_header;
 

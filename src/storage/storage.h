@@ -42,19 +42,19 @@ typedef uint32_t wr_blkno;
 /* ---------------------------------------------------------------- pages */
 
 typedef struct wr_page_header {
-	uint64_t lsn;	   /* LSN of the last WAL record that changed the page */
+	uint64_t lsn;      /* LSN of the last WAL record that changed the page */
 	uint32_t checksum; /* CRC32C, see page_checksum() */
 	uint16_t flags;
-	uint16_t lower;	  /* end of the slot array */
-	uint16_t upper;	  /* start of the tuple space */
+	uint16_t lower;   /* end of the slot array */
+	uint16_t upper;   /* start of the tuple space */
 	uint16_t special; /* start of the access method's special space */
-	uint8_t type;	  /* access-method page type (0 = unset) */
+	uint8_t type;     /* access-method page type (0 = unset) */
 	uint8_t version;  /* WR_PAGE_VERSION */
 	uint16_t reserved;
 } wr_page_header;
 
 #define WR_PAGE_HEADER_SIZE ((uint16_t)sizeof(wr_page_header)) /* 24 */
-#define WR_PAGE_VERSION 1
+#define WR_PAGE_VERSION     1
 
 /* Initialises an empty slotted page with @special bytes of special space at its end. */
 void page_init(void *page, uint16_t special, uint8_t type);
@@ -78,7 +78,7 @@ int smgr_init(const char *datadir, int64_t segment_size);
 /* Closes every relation (dirty fds go through the fd cache's before-close hook). */
 void smgr_shutdown(void);
 
-int smgr_create(wr_relid rel);	/* new empty relation: file + directory fsynced */
+int smgr_create(wr_relid rel); /* new empty relation: file + directory fsynced */
 bool smgr_exists(wr_relid rel);
 int smgr_open(wr_relid rel, smgr_rel **out); /* cached per process */
 int smgr_nblocks(smgr_rel *r, wr_blkno *out);

@@ -74,7 +74,7 @@ static void ensure_segment(uint64_t seg_start)
 	int rc = wal_segment_create(wal_sh->waldir, wal_sh->seg_size, seg_start);
 	if (rc != WALRUS_OK)
 		wr_panic("could not create WAL segment for " WAL_LSN_FMT ": %s",
-			 WAL_LSN_ARGS(seg_start), walrus_errmsg());
+		         WAL_LSN_ARGS(seg_start), walrus_errmsg());
 }
 
 static fdc_file segment_fd(uint64_t seg_start)
@@ -109,8 +109,8 @@ static void sync_segment(fdc_file f, uint64_t seg_start)
 	if (rc == WALRUS_ERESTART)
 		wr_panic("WAL flush refused: the instance crashed");
 	if (rc != WALRUS_OK)
-		wal_io_failed(wal_sh->sync_method == WR_SYNC_FSYNC ? "fsync" : "fdatasync", seg_start,
-			      errno);
+		wal_io_failed(wal_sh->sync_method == WR_SYNC_FSYNC ? "fsync" : "fdatasync",
+		              seg_start, errno);
 	fdc_clear_dirty(f);
 }
 
@@ -121,14 +121,14 @@ static void write_pages_sync(fdc_file f, uint64_t seg_start, uint64_t page_start
 		uint32_t idx = wal_buf_index(page_start);
 		uint32_t run = WR_MIN(npages, wal_sh->nbufs - idx); /* up to the ring's end */
 		int rc = fdc_pwrite(f, wal_bufs + (size_t)idx * WAL_PAGE_SIZE,
-				    (size_t)run * WAL_PAGE_SIZE, (off_t)(page_start - seg_start));
+		                    (size_t)run * WAL_PAGE_SIZE, (off_t)(page_start - seg_start));
 		if (rc == WALRUS_ERESTART)
 			wr_panic("WAL write refused: the instance crashed");
 		if (rc != WALRUS_OK)
 			wal_io_failed("write to", seg_start, errno);
 		atomic_fetch_add_explicit(&wal_sh->st_writes, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&wal_sh->st_write_bytes, (uint64_t)run * WAL_PAGE_SIZE,
-					  memory_order_relaxed);
+		                          memory_order_relaxed);
 		page_start += (uint64_t)run * WAL_PAGE_SIZE;
 		npages -= run;
 	}
@@ -156,7 +156,7 @@ static void uring_fail(const char *what, uint64_t seg_start, int err)
 
 /* Completes a write the kernel did only part of, on the sync path. */
 static void finish_short_write(fdc_file f, uint64_t seg_start, uint64_t page, uint32_t done,
-			       uint32_t len)
+                               uint32_t len)
 {
 	char *buf = wal_bufs + (size_t)wal_buf_index(page) * WAL_PAGE_SIZE;
 	int rc = fdc_pwrite(f, buf + done, len - done, (off_t)(page - seg_start + done));
@@ -170,7 +170,7 @@ typedef struct uring_run {
 } uring_run;
 
 static int queue_writes(int fd, uint64_t seg_start, uint64_t *page_start, uint32_t *npages,
-			uring_run *runs)
+                        uring_run *runs)
 {
 	int n = 0;
 	while (*npages > 0 && n < WAL_URING_DEPTH - 1) {
@@ -178,7 +178,7 @@ static int queue_writes(int fd, uint64_t seg_start, uint64_t *page_start, uint32
 		uint32_t run = WR_MIN(*npages, wal_sh->nbufs - idx);
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
 		io_uring_prep_write(sqe, fd, wal_bufs + (size_t)idx * WAL_PAGE_SIZE,
-				    run * WAL_PAGE_SIZE, *page_start - seg_start);
+		                    run * WAL_PAGE_SIZE, *page_start - seg_start);
 		io_uring_sqe_set_data64(sqe, (uint64_t)n);
 		runs[n].page = *page_start;
 		runs[n++].len = run * WAL_PAGE_SIZE;
@@ -195,8 +195,7 @@ static int queue_writes(int fd, uint64_t seg_start, uint64_t *page_start, uint32
  * on the sync path, which then also flushes again.  Returns whether the
  * batch's flush covered everything.
  */
-static bool write_pages_uring(fdc_file f, uint64_t seg_start, uint64_t page_start,
-			      uint32_t npages)
+static bool write_pages_uring(fdc_file f, uint64_t seg_start, uint64_t page_start, uint32_t npages)
 {
 	int fd, injected;
 	uring_run runs[WAL_URING_DEPTH];
@@ -216,9 +215,9 @@ static bool write_pages_uring(fdc_file f, uint64_t seg_start, uint64_t page_star
 			if (injected)
 				uring_fail("fdatasync", seg_start, injected);
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-			io_uring_prep_fsync(sqe, fd,
-					    wal_sh->sync_method == WR_SYNC_FSYNC ? 0
-										 : IORING_FSYNC_DATASYNC);
+			io_uring_prep_fsync(
+			    sqe, fd,
+			    wal_sh->sync_method == WR_SYNC_FSYNC ? 0 : IORING_FSYNC_DATASYNC);
 			sqe->flags |= IOSQE_IO_DRAIN;
 			io_uring_sqe_set_data64(sqe, UINT64_MAX);
 		}
@@ -237,17 +236,17 @@ static bool write_pages_uring(fdc_file f, uint64_t seg_start, uint64_t page_star
 			io_uring_cqe_seen(&ring, cqe);
 			if (res < 0)
 				uring_fail(id == UINT64_MAX ? "fdatasync" : "write to", seg_start,
-					   -res);
+				           -res);
 			if (id == UINT64_MAX)
 				continue;
 			if ((uint32_t)res < runs[id].len) {
 				finish_short_write(f, seg_start, runs[id].page, (uint32_t)res,
-						   runs[id].len);
+				                   runs[id].len);
 				short_write = true;
 			}
 			atomic_fetch_add_explicit(&wal_sh->st_writes, 1, memory_order_relaxed);
 			atomic_fetch_add_explicit(&wal_sh->st_write_bytes, runs[id].len,
-						  memory_order_relaxed);
+			                          memory_order_relaxed);
 		}
 		fdc_io_end();
 		if (npages == 0)
@@ -402,7 +401,8 @@ static void preallocate(void)
 	for (uint64_t s = end - end % wal_sh->seg_size; s <= next; s += wal_sh->seg_size) {
 		int rc = wal_segment_create(wal_sh->waldir, wal_sh->seg_size, s);
 		if (rc != WALRUS_OK) {
-			wr_log(WR_WARNING, "could not preallocate WAL segment: %s", walrus_errmsg());
+			wr_log(WR_WARNING, "could not preallocate WAL segment: %s",
+			       walrus_errmsg());
 			return;
 		}
 	}

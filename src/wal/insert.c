@@ -68,10 +68,14 @@ int wal_shmem_init(const wr_options *o, const char *datadir, int nslots)
 	wal_sh->nslots = (uint32_t)nslots;
 	wal_sh->sync_method = o->wal_sync_method;
 	wal_sh->io_method = o->io_method;
-	wal_sh->zstd_level = o->wal_compression == WR_COMPRESS_ZSTD ? (int)o->wal_compression_level : 0;
+	wal_sh->zstd_level =
+	    o->wal_compression == WR_COMPRESS_ZSTD ? (int)o->wal_compression_level : 0;
 	wal_sh->direct = o->wal_direct_io;
 	wal_sh->fpw = o->full_page_writes;
 	wal_sh->max_wal_size = o->max_wal_size;
+	/* As PostgreSQL: leave room for the checkpoint to finish within max_wal_size. */
+	wal_sh->ckpt_wal_bytes =
+		(uint64_t)((double)o->max_wal_size / (1.0 + o->checkpoint_completion_target));
 	if (!wr_snprintf(wal_sh->waldir, sizeof(wal_sh->waldir), "%s/wal", datadir))
 		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", datadir);
 	char *p = base + WR_ALIGN_UP(sizeof(wal_shared), 64);
@@ -115,6 +119,37 @@ _Atomic uint32_t *wal_writer_latch(void)
 	return &wal_sh->writer_latch;
 }
 
+_Atomic uint32_t *wal_ckpt_latch(void)
+{
+	return &wal_sh->ckpt_latch;
+}
+
+void wal_wake_workers(void)
+{
+	atomic_fetch_add(&wal_sh->ckpt_latch, 1);
+	ipc_wake_all(&wal_sh->ckpt_latch);
+	atomic_fetch_add(&wal_sh->writer_latch, 1);
+	ipc_wake_all(&wal_sh->writer_latch);
+}
+
+bool wal_take_ckpt_request(void)
+{
+	return atomic_exchange(&wal_sh->ckpt_requested, 0) != 0;
+}
+
+/* Checked only when a record enters a new segment: cheap, and often enough. */
+static void maybe_request_checkpoint(uint64_t start, uint64_t end)
+{
+	if (start / wal_sh->seg_size == end / wal_sh->seg_size)
+		return;
+	uint64_t redo = atomic_load(&wal_sh->redo);
+	if (end - redo < wal_sh->ckpt_wal_bytes || atomic_load(&wal_sh->ckpt_requested))
+		return;
+	atomic_store(&wal_sh->ckpt_requested, 1);
+	atomic_fetch_add(&wal_sh->ckpt_latch, 1);
+	ipc_wake_all(&wal_sh->ckpt_latch);
+}
+
 /* ---------------------------------------------------------------- positions */
 
 static uint64_t seg_size(void)
@@ -146,8 +181,7 @@ static void init_page(char *page, uint64_t page_start)
 	}
 }
 
-int wal_start_insert_at(wr_lsn end, wr_lsn prev, wr_lsn redo, uint64_t sysid,
-			const void *last_page)
+int wal_start_insert_at(wr_lsn end, wr_lsn prev, wr_lsn redo, uint64_t sysid, const void *last_page)
 {
 	uint64_t page_start = end - end % WAL_PAGE_SIZE;
 	wal_sh->sysid = sysid;
@@ -255,8 +289,9 @@ static char *get_page(uint64_t page_start)
 		if (have == want)
 			return wal_buf_page(page_start);
 		if (have > want)
-			wr_panic("WAL buffer for page " WAL_LSN_FMT " holds a newer page " WAL_LSN_FMT,
-				 WAL_LSN_ARGS(page_start), WAL_LSN_ARGS(have - WAL_PAGE_SIZE));
+			wr_panic("WAL buffer for page " WAL_LSN_FMT
+			         " holds a newer page " WAL_LSN_FMT,
+			         WAL_LSN_ARGS(page_start), WAL_LSN_ARGS(have - WAL_PAGE_SIZE));
 		map_next_page();
 	}
 }
@@ -298,7 +333,7 @@ static void copy_record(uint64_t start, const char *rec, uint32_t len)
 /* ---------------------------------------------------------------- insert */
 
 static bool reserve(uint32_t len, uint64_t redo_used, uint64_t *start, uint64_t *end,
-		    uint64_t *prev)
+                    uint64_t *prev)
 {
 	spin_lock(&wal_sh->insert_lock);
 	/* A checkpoint moved the redo pointer since we decided the FPIs: a page
@@ -324,9 +359,9 @@ static void count_insert(const wal_assembled *a)
 	if (a->fpi_count) {
 		atomic_fetch_add_explicit(&wal_sh->st_fpis, a->fpi_count, memory_order_relaxed);
 		atomic_fetch_add_explicit(&wal_sh->st_fpi_raw, a->fpi_bytes_raw,
-					  memory_order_relaxed);
+		                          memory_order_relaxed);
 		atomic_fetch_add_explicit(&wal_sh->st_fpi_stored, a->fpi_bytes_stored,
-					  memory_order_relaxed);
+		                          memory_order_relaxed);
 	}
 }
 
@@ -352,6 +387,7 @@ wr_lsn wal_insert_at(uint8_t rmid, uint8_t info, wr_lsn *start_out)
 	copy_record(start, scratch.buf, scratch.len);
 	atomic_store(&slot->done_upto, WAL_SLOT_IDLE);
 	count_insert(&scratch);
+	maybe_request_checkpoint(start, end);
 	if (start_out)
 		*start_out = start;
 	return end;

@@ -49,47 +49,47 @@
 
 /* ---------------------------------------------------------------- format */
 
-#define WAL_PAGE_SIZE 8192
-#define WAL_PAGE_MAGIC 0xD17Eu
-#define WAL_PAGE_CONT 0x0001u /* the page starts with the rest of a record */
-#define WAL_PAGE_LONG 0x0002u /* first page of a segment: wal_long_page_header */
-#define WAL_ALIGN 8
-#define WAL_MAX_RECORD (1024u * 1024u * 1024u) /* 1 GiB */
-#define WAL_MAX_BLOCKS 32
+#define WAL_PAGE_SIZE    8192
+#define WAL_PAGE_MAGIC   0xD17Eu
+#define WAL_PAGE_CONT    0x0001u /* the page starts with the rest of a record */
+#define WAL_PAGE_LONG    0x0002u /* first page of a segment: wal_long_page_header */
+#define WAL_ALIGN        8
+#define WAL_MAX_RECORD   (1024u * 1024u * 1024u) /* 1 GiB */
+#define WAL_MAX_BLOCKS   32
 #define WAL_MAIN_DATA_ID 0xFF
 
 typedef struct wal_page_header {
 	uint16_t magic;
-	uint16_t info;	   /* WAL_PAGE_CONT | WAL_PAGE_LONG */
+	uint16_t info;     /* WAL_PAGE_CONT | WAL_PAGE_LONG */
 	uint32_t rem_len;  /* bytes of a continued record still to come at the page start */
 	uint64_t pageaddr; /* LSN of the page's first byte: catches recycled segments */
 } wal_page_header;
 
 typedef struct wal_long_page_header {
 	wal_page_header std;
-	uint64_t sysid;	   /* the instance's system identifier (control file) */
+	uint64_t sysid;    /* the instance's system identifier (control file) */
 	uint32_t seg_size; /* wal_segment_size of the stream */
 	uint32_t page_size;
 } wal_long_page_header;
 
 #define WAL_SHORT_PHD ((uint32_t)sizeof(wal_page_header))      /* 16 */
-#define WAL_LONG_PHD ((uint32_t)sizeof(wal_long_page_header)) /* 32 */
+#define WAL_LONG_PHD  ((uint32_t)sizeof(wal_long_page_header)) /* 32 */
 
 typedef struct wal_record {
 	uint32_t tot_len; /* header + payload */
-	uint8_t rmid;	  /* resource manager */
-	uint8_t info;	  /* rmgr-specific */
-	uint16_t flags;	  /* reserved, 0 */
-	uint64_t prev;	  /* LSN of the previous record */
+	uint8_t rmid;     /* resource manager */
+	uint8_t info;     /* rmgr-specific */
+	uint16_t flags;   /* reserved, 0 */
+	uint64_t prev;    /* LSN of the previous record */
 	uint32_t reserved;
 	uint32_t crc; /* CRC32C(payload, then the 20 bytes above) */
 } wal_record;
 #define WAL_RECORD_HEADER ((uint32_t)sizeof(wal_record)) /* 24 */
 
 /* Block reference flags. */
-#define WAL_BLK_HAS_IMAGE 0x01
-#define WAL_BLK_HAS_DATA 0x02
-#define WAL_BLK_WILL_INIT 0x04 /* redo rebuilds the page from scratch: no read needed */
+#define WAL_BLK_HAS_IMAGE  0x01
+#define WAL_BLK_HAS_DATA   0x02
+#define WAL_BLK_WILL_INIT  0x04 /* redo rebuilds the page from scratch: no read needed */
 #define WAL_BLK_IMAGE_ZSTD 0x08
 #define WAL_BLK_IMAGE_HOLE 0x10
 
@@ -109,7 +109,7 @@ typedef struct wal_image_header {
 } wal_image_header;
 
 /* LSN helpers. */
-#define WAL_LSN_FMT "%X/%08X"
+#define WAL_LSN_FMT     "%X/%08X"
 #define WAL_LSN_ARGS(l) (unsigned)((uint64_t)(l) >> 32), (unsigned)((uint64_t)(l)&0xffffffffu)
 static inline uint64_t wal_align(uint64_t x)
 {
@@ -155,13 +155,13 @@ void wal_register_data(const void *data, size_t len);
 typedef struct wal_assembled {
 	char *buf;
 	size_t cap;
-	uint32_t len;	   /* tot_len */
+	uint32_t len;         /* tot_len */
 	uint32_t payload_crc; /* CRC32C of the payload, to be finished with the header */
 	uint32_t fpi_count;
 	uint64_t fpi_bytes_raw, fpi_bytes_stored;
 } wal_assembled;
 int wal_assemble(wal_assembled *a, uint8_t rmid, uint8_t info, wr_lsn redo, bool fpw,
-		 int zstd_level);
+                 int zstd_level);
 /* Stamps prev and the CRC into an assembled record. */
 void wal_finish_record(wal_assembled *a, wr_lsn prev);
 
@@ -175,8 +175,8 @@ void wal_finish_record(wal_assembled *a, wr_lsn prev);
  * same WAL at the same time.
  */
 typedef struct wal_file_writer wal_file_writer;
-int wal_fw_open(const char *waldir, uint64_t seg_size, uint64_t sysid, wr_lsn start,
-		wr_lsn prev, wal_file_writer **out);
+int wal_fw_open(const char *waldir, uint64_t seg_size, uint64_t sysid, wr_lsn start, wr_lsn prev,
+                wal_file_writer **out);
 /* Stamps prev and CRC into @a (wal_finish_record) and appends it; returns its start and end. */
 int wal_fw_append(wal_file_writer *w, wal_assembled *a, wr_lsn *start, wr_lsn *end);
 /* Writes what is buffered; with @sync, fdatasync (errors returned, not PANIC: no instance yet). */
@@ -201,11 +201,21 @@ void wal_detach(void);
 
 /* After recovery: the stream continues at @end (end of the last valid record). */
 int wal_start_insert_at(wr_lsn end, wr_lsn prev, wr_lsn redo, uint64_t sysid,
-			const void *last_page);
+                        const void *last_page);
 /* The WAL writer's latch: wal_flush_async wakes it. */
 _Atomic uint32_t *wal_writer_latch(void);
 /* Bytes of WAL since the redo pointer (for max_wal_size checkpoint requests). */
 uint64_t wal_since_redo(void);
+/*
+ * Checkpoint requests by WAL volume: an insert that enters a new segment
+ * when more than max_wal_size / (1 + checkpoint_completion_target) bytes
+ * were written since the redo pointer sets the request and wakes the
+ * checkpointer's latch; the checkpointer takes it (true once per request).
+ */
+bool wal_take_ckpt_request(void);
+/* Wakes the WAL writer and the checkpointer (shutdown: they re-check at once). */
+void wal_wake_workers(void);
+_Atomic uint32_t *wal_ckpt_latch(void);
 
 /* Inserts the registered record; returns its end LSN (where the next one may start). */
 wr_lsn wal_insert(uint8_t rmid, uint8_t info);
@@ -233,7 +243,7 @@ typedef struct wal_stats {
 	uint64_t records, bytes, fpis, fpi_bytes_raw, fpi_bytes_stored;
 	uint64_t writes, flushes, flush_ns, write_bytes;
 	uint64_t buffer_full_waits; /* inserts that had to write WAL to get a buffer */
-	uint64_t group_waits;	    /* flush_to calls served by someone else's flush */
+	uint64_t group_waits;       /* flush_to calls served by someone else's flush */
 	uint64_t segments_created, segments_recycled, segments_removed;
 } wal_stats;
 void wal_get_stats(wal_stats *s);
@@ -252,17 +262,17 @@ int wal_segment_create(const char *waldir, uint64_t seg_size, wr_lsn start);
  * renamed to future names (keeping enough for min_wal_size .. max_wal_size)
  * or removed; counts go to the stats.
  */
-int wal_recycle(const char *waldir, const wr_options *o, wr_lsn redo, wr_lsn insert,
-		int *recycled, int *removed);
+int wal_recycle(const char *waldir, const wr_options *o, wr_lsn redo, wr_lsn insert, int *recycled,
+                int *removed);
 
 /* ---------------------------------------------------------------- control file */
 
-#define WAL_CONTROL_FILE "walrus.control"
-#define WAL_CONTROL_MAGIC 0x574c4354u /* "WLCT" */
+#define WAL_CONTROL_FILE    "walrus.control"
+#define WAL_CONTROL_MAGIC   0x574c4354u /* "WLCT" */
 #define WAL_CONTROL_VERSION 1
 
 enum wal_db_state {
-	WAL_DB_SHUTDOWN = 1,	  /* clean: no redo needed */
+	WAL_DB_SHUTDOWN = 1,      /* clean: no redo needed */
 	WAL_DB_IN_PRODUCTION = 2, /* running, or crashed */
 	WAL_DB_IN_RECOVERY = 3,
 };
@@ -276,7 +286,7 @@ typedef struct wal_control {
 	uint64_t wal_seg_size;
 	uint64_t data_seg_size;
 	uint64_t checkpoint_lsn; /* where the last checkpoint record starts */
-	uint64_t redo_lsn;	 /* its redo point: replay starts here */
+	uint64_t redo_lsn;       /* its redo point: replay starts here */
 	uint64_t prev_checkpoint_lsn;
 	uint64_t checkpoint_time_us;
 	uint64_t next_relid; /* first relation id not yet used */
@@ -337,9 +347,9 @@ enum wal_rmid { RM_XLOG = 0, RM_STORAGE = 1, RM_KV = 2, RM_TEST = 3, RM_MAX = 16
 
 /* RM_XLOG infos */
 #define XLOG_CHECKPOINT_SHUTDOWN 0x10
-#define XLOG_CHECKPOINT_ONLINE 0x20
-#define XLOG_NOOP 0x30
-#define XLOG_FPI 0x40 /* a page image on its own */
+#define XLOG_CHECKPOINT_ONLINE   0x20
+#define XLOG_NOOP                0x30
+#define XLOG_FPI                 0x40 /* a page image on its own */
 
 typedef struct wal_checkpoint_rec {
 	wr_lsn redo;

@@ -35,6 +35,7 @@ typedef struct wal_shared {
 	int sync_method, io_method, zstd_level;
 	bool direct, fpw;
 	int64_t max_wal_size;
+	uint64_t ckpt_wal_bytes; /* WAL since redo that asks for a checkpoint */
 	char waldir[PATH_MAX];
 	uint64_t bufs_off, page_end_off, slots_off; /* offsets in shared memory */
 
@@ -62,6 +63,8 @@ typedef struct wal_shared {
 	_Atomic uint64_t async_lsn;
 	_Atomic uint32_t writer_latch;
 	_Atomic uint64_t prealloc_end; /* segments are known to exist up to here */
+	_Atomic uint32_t ckpt_requested; /* by WAL volume: consumed by the checkpointer */
+	_Atomic uint32_t ckpt_latch;
 
 	/* statistics */
 	_Atomic uint64_t st_records, st_bytes, st_fpis, st_fpi_raw, st_fpi_stored;

@@ -154,8 +154,8 @@ START_TEST(open_creates_and_starts_processes)
 	struct stat st;
 	ck_assert_int_eq(stat(dir, &st), 0);
 	ck_assert_int_eq(st.st_mode & 0777, 0700);
-	const char *expect[] = {WR_VERSION_FILE, WR_PID_FILE, WR_SOCKET_NAME, "base", "wal",
-				WR_LOG_FILE};
+	const char *expect[] = {WR_VERSION_FILE, WR_PID_FILE, WR_SOCKET_NAME,
+	                        "base",          "wal",       WR_LOG_FILE};
 	for (size_t i = 0; i < WR_ARRAY_LEN(expect); i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, expect[i]);
 		ck_assert_msg(access(path, F_OK) == 0, "missing %s", path);
@@ -404,8 +404,10 @@ START_TEST(kill9_supervisor_then_reopen)
 	wait_check(WALRUS_ERESTART);
 	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "supervisor"));
 	/* The auxiliary processes die with their supervisor. */
-	for (int i = 0; i < 500 && count_children_named(1, "walrus-ckpt") +
-					   count_children_named(sup, "walrus-ckpt") > 0; i++)
+	for (int i = 0;
+	     i < 500 &&
+	     count_children_named(1, "walrus-ckpt") + count_children_named(sup, "walrus-ckpt") > 0;
+	     i++)
 		usleep(10000);
 	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
 	/* The stale pid file and socket are still there; the next open copes. */

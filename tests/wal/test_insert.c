@@ -21,7 +21,7 @@
 #include "fdcache/fdcache.h"
 #include "wal/wal.h"
 
-#define SYSID 0x1234567890abcdefULL
+#define SYSID  0x1234567890abcdefULL
 #define NSLOTS 16
 
 typedef struct rec_payload {
@@ -61,7 +61,7 @@ static void setup_wal(const char *dir)
 	lh->seg_size = (uint32_t)opts.wal_segment_size;
 	lh->page_size = WAL_PAGE_SIZE;
 	ck_assert_int_eq(wal_start_insert_at(WAL_LONG_PHD, 0, WAL_LONG_PHD, SYSID, page),
-			 WALRUS_OK);
+	                 WALRUS_OK);
 	close(fd);
 }
 
@@ -108,12 +108,12 @@ static int read_all(uint32_t *per_who_next, int nwho)
 	wal_decoded *rec;
 	int n = 0;
 	ck_assert_int_eq(wal_reader_open(waldir, (uint64_t)opts.wal_segment_size, SYSID, &r),
-			 WALRUS_OK);
+	                 WALRUS_OK);
 	int rc = wal_read_record(r, WAL_LONG_PHD, &rec);
 	while (rc == WALRUS_OK) {
 		rec_payload p;
 		ck_assert_msg(payload_ok(rec, &p), "bad payload at " WAL_LSN_FMT,
-			      WAL_LSN_ARGS(rec->lsn));
+		              WAL_LSN_ARGS(rec->lsn));
 		ck_assert_int_lt((int)p.who, nwho);
 		ck_assert_uint_eq(p.seq, per_who_next[p.who]); /* each once, in its order */
 		per_who_next[p.who]++;
@@ -265,7 +265,7 @@ static void compare_segments(const char *a, const char *b, wr_lsn end)
 		/* Past the end, a page may hold leftovers of nothing: compare up to end. */
 		size_t n = end - s < seg ? (size_t)(end - s) : seg;
 		ck_assert_msg(memcmp(ba, bb, n) == 0, "segment %016llX differs",
-			      (unsigned long long)s);
+		              (unsigned long long)s);
 	}
 }
 
@@ -281,10 +281,10 @@ static int run_variant(void *p)
 START_TEST(every_write_path_writes_the_same_bytes)
 {
 	const char *variants[][2] = {
-		{"wal_direct_io", "on"},
-		{"io_method", "io_uring"},
-		{"wal_sync_method", "open_datasync"},
-		{"wal_sync_method", "fsync"},
+	    {"wal_direct_io", "on"},
+	    {"io_method", "io_uring"},
+	    {"wal_sync_method", "open_datasync"},
+	    {"wal_sync_method", "fsync"},
 	};
 	const char *ref = tu_tmpdir("walrus-walref");
 	wr_lsn end = fill_fixed(ref, NULL, NULL);

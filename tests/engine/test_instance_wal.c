@@ -1,0 +1,207 @@
+/*
+ * test_instance_wal.c - the WAL inside a running instance: checkpoints
+ * requested by WAL volume recycle segments, a clean shutdown leaves a
+ * shutdown checkpoint, records flushed before a kill -9 survive it, and a
+ * damaged control file or WAL stops the start with a clear error.
+ */
+#include "testutil.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "wal/wal.h"
+
+static walrus *open_small(const char *dir)
+{
+	walrus_opts *o = walrus_opts_new();
+	const char *set[][2] = {{"create_if_missing", "on"},  {"supervisor_linger", "50ms"},
+				{"wal_segment_size", "64kB"}, {"max_wal_size", "512kB"},
+				{"min_wal_size", "128kB"},    {"wal_buffers", "256kB"}};
+	for (size_t i = 0; i < WR_ARRAY_LEN(set); i++)
+		ck_assert_int_eq(walrus_opts_set(o, set[i][0], set[i][1]), WALRUS_OK);
+	walrus *db = NULL;
+	int rc = walrus_open(dir, o, &db);
+	ck_assert_msg(rc == WALRUS_OK, "open: %s", walrus_errmsg());
+	walrus_opts_free(o);
+	return db;
+}
+
+static bool gone(pid_t pid)
+{
+	char path[64], buf[256];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		return true;
+	bool ok = fgets(buf, sizeof(buf), f) != NULL;
+	fclose(f);
+	char *p = strrchr(buf, ')');
+	return !ok || p == NULL || p[2] == 'Z';
+}
+
+static void close_and_wait(walrus *db)
+{
+	pid_t sup = walrus_supervisor_pid(db);
+	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
+	for (int i = 0; i < 2000 && !gone(sup); i++)
+		usleep(10000);
+	ck_assert(gone(sup));
+}
+
+static int count_segments(const char *dir)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/wal", dir);
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int n = 0;
+	while ((e = readdir(d)) != NULL)
+		n += strlen(e->d_name) == 16;
+	closedir(d);
+	return n;
+}
+
+static wr_lsn insert_noops(int n, size_t size)
+{
+	static char buf[8192];
+	wr_lsn end = 0;
+	for (int i = 0; i < n; i++) {
+		memset(buf, i, size);
+		wal_begin();
+		wal_register_data(buf, size);
+		end = wal_insert(RM_XLOG, XLOG_NOOP);
+		if (i % 50 == 0)
+			wal_flush_to(end);
+	}
+	wal_flush_to(end);
+	return end;
+}
+
+static bool log_has(const char *dir, const char *needle)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", dir, WR_LOG_FILE);
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		return false;
+	char line[2048];
+	bool found = false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, needle) != NULL;
+	fclose(f);
+	return found;
+}
+
+START_TEST(wal_volume_checkpoints_and_recycles)
+{
+	const char *dir = tu_tmpdir("walrus-iwal");
+	walrus *db = open_small(dir);
+	wal_control c0, c1;
+	ck_assert_int_eq(wal_control_read(dir, &c0), WALRUS_OK);
+	insert_noops(1000, 4000); /* ~4 MB: 60+ segments of 64 kB */
+	for (int i = 0; i < 1000; i++) {
+		ck_assert_int_eq(wal_control_read(dir, &c1), WALRUS_OK);
+		if (c1.checkpoint_lsn > c0.checkpoint_lsn + 1024 * 1024)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_gt(c1.checkpoint_lsn, c0.checkpoint_lsn + 1024 * 1024);
+	ck_assert_uint_eq(c1.state, WAL_DB_IN_PRODUCTION);
+	/* Old segments were recycled or removed: far fewer than were written. */
+	ck_assert_int_le(count_segments(dir), 24);
+	wal_stats st;
+	wal_get_stats(&st);
+	ck_assert_uint_gt(st.segments_recycled + st.segments_removed, 0);
+	close_and_wait(db);
+	ck_assert(log_has(dir, "checkpoint complete (wal)"));
+}
+END_TEST
+
+START_TEST(clean_shutdown_leaves_shutdown_checkpoint)
+{
+	const char *dir = tu_tmpdir("walrus-iwal");
+	walrus *db = open_small(dir);
+	insert_noops(100, 100);
+	close_and_wait(db);
+	wal_control c;
+	ck_assert_int_eq(wal_control_read(dir, &c), WALRUS_OK);
+	ck_assert_uint_eq(c.state, WAL_DB_SHUTDOWN);
+	ck_assert_uint_eq(c.checkpoint_lsn, c.redo_lsn); /* nothing to replay */
+	ck_assert(log_has(dir, "checkpoint complete (shutdown)"));
+}
+END_TEST
+
+START_TEST(flushed_records_survive_kill9)
+{
+	const char *dir = tu_tmpdir("walrus-iwal");
+	walrus *db = open_small(dir);
+	pid_t sup = walrus_supervisor_pid(db);
+	wr_lsn end = insert_noops(300, 1000);
+	ck_assert_uint_ge(wal_flushed_lsn(), end);
+	kill(sup, SIGKILL);
+	for (int i = 0; i < 2000 && !gone(sup); i++)
+		usleep(10000);
+	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
+	db = open_small(dir);
+	/* Recovery continued the stream after our records. */
+	ck_assert_uint_gt(wal_insert_lsn(), end);
+	close_and_wait(db);
+	wal_control c;
+	ck_assert_int_eq(wal_control_read(dir, &c), WALRUS_OK);
+	ck_assert_uint_gt(c.redo_lsn, end); /* a checkpoint after them all */
+}
+END_TEST
+
+START_TEST(damaged_control_file_stops_start)
+{
+	const char *dir = tu_tmpdir("walrus-iwal");
+	close_and_wait(open_small(dir));
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", dir, WAL_CONTROL_FILE);
+	tu_flip_bit(path, 40, 2);
+	walrus *db = NULL;
+	ck_assert_int_eq(walrus_open(dir, NULL, &db), WALRUS_ECORRUPT);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "walrus.control"));
+}
+END_TEST
+
+START_TEST(missing_wal_segment_stops_start)
+{
+	const char *dir = tu_tmpdir("walrus-iwal");
+	walrus *db = open_small(dir);
+	wal_control c;
+	ck_assert_int_eq(wal_control_read(dir, &c), WALRUS_OK);
+	close_and_wait(db);
+	/* Remove the segment holding the last checkpoint record. */
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/wal/%016llX", dir,
+		 (unsigned long long)(c.checkpoint_lsn - c.checkpoint_lsn % (64 * 1024)));
+	ck_assert_int_eq(unlink(path), 0);
+	ck_assert_int_eq(walrus_open(dir, NULL, &db), WALRUS_ECORRUPT);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "checkpoint"));
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("instance-wal");
+	TCase *t = tcase_create("wal");
+	tcase_set_timeout(t, 240);
+	tcase_add_test(t, wal_volume_checkpoints_and_recycles);
+	tcase_add_test(t, clean_shutdown_leaves_shutdown_checkpoint);
+	tcase_add_test(t, flushed_records_survive_kill9);
+	tcase_add_test(t, damaged_control_file_stops_start);
+	tcase_add_test(t, missing_wal_segment_stops_start);
+	suite_add_tcase(s, t);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run(suite());
+}
