@@ -29,7 +29,7 @@ static void fill_page(char *page, wr_blkno b)
 	page_init(page, 0, 1);
 	wr_page_header *h = (wr_page_header *)page;
 	for (size_t i = WR_PAGE_HEADER_SIZE; i < WR_PAGE_SIZE; i++)
-		page[i] = (char)((b * 31 + i) & 0xff);
+		page[i] = (char)(((size_t)b * 31 + i) & 0xff);
 	h->lower = h->upper; /* the page is "full" of our pattern */
 }
 
@@ -48,7 +48,7 @@ static void crc_speed(void)
 	(void)c;
 	printf("  crc32c: %.1f GB/s (%s), %.1f GB/s (table)\n", (double)len / (double)(t1 - t0),
 	       crc32c_hw_available() ? "sse4.2" : "no sse4.2: table",
-	       (double)(len / 4) / (double)(t2 - t1));
+	       (double)len / 4.0 / (double)(t2 - t1));
 	free(buf);
 }
 

@@ -18,14 +18,14 @@ static void read_control(const char *datadir, wal_control *c)
 {
 	if (wal_control_read(datadir, c) != WALRUS_OK)
 		wr_panic("could not read the control file during a checkpoint: %s",
-			 walrus_errmsg());
+		         walrus_errmsg());
 }
 
 static wr_lsn write_record(wr_lsn redo, uint64_t next_relid, int flags, wr_lsn *start)
 {
 	wal_checkpoint_rec ck = {.redo = redo, .time_us = wr_wall_us(), .next_relid = next_relid};
 	uint8_t info = flags & (CKPT_SHUTDOWN | CKPT_END_OF_RECOVERY) ? XLOG_CHECKPOINT_SHUTDOWN
-								     : XLOG_CHECKPOINT_ONLINE;
+	                                                              : XLOG_CHECKPOINT_ONLINE;
 	wal_begin();
 	wal_register_data(&ck, sizeof(ck));
 	wr_lsn end = wal_insert_at(RM_XLOG, info, start);
@@ -34,7 +34,7 @@ static wr_lsn write_record(wr_lsn redo, uint64_t next_relid, int flags, wr_lsn *
 }
 
 static void update_control(const char *datadir, wal_control *c, wr_lsn start, wr_lsn redo,
-			   uint64_t next_relid, int flags)
+                           uint64_t next_relid, int flags)
 {
 	c->prev_checkpoint_lsn = c->checkpoint_lsn;
 	c->checkpoint_lsn = start;
@@ -51,18 +51,18 @@ static void update_control(const char *datadir, wal_control *c, wr_lsn start, wr
 
 static void log_checkpoint(const char *reason, const ckpt_result *r)
 {
-	wr_log(WR_LOG,
-	       "checkpoint complete (%s): wrote 0 buffers (0.0%%); %d WAL file(s) added, %d removed, "
-	       "%d recycled; write=0.000 s, sync=0.000 s, total=%.3f s; sync files=0, "
-	       "longest=0.000 s, average=0.000 s; distance=%llu kB; lsn=" WAL_LSN_FMT
-	       ", redo lsn=" WAL_LSN_FMT,
-	       reason, r->segs_added, r->segs_removed, r->segs_recycled, r->total_s,
-	       (unsigned long long)(r->distance / 1024), WAL_LSN_ARGS(r->lsn),
-	       WAL_LSN_ARGS(r->redo));
+	wr_log(
+	    WR_LOG,
+	    "checkpoint complete (%s): wrote 0 buffers (0.0%%); %d WAL file(s) added, %d removed, "
+	    "%d recycled; write=0.000 s, sync=0.000 s, total=%.3f s; sync files=0, "
+	    "longest=0.000 s, average=0.000 s; distance=%llu kB; lsn=" WAL_LSN_FMT
+	    ", redo lsn=" WAL_LSN_FMT,
+	    reason, r->segs_added, r->segs_removed, r->segs_recycled, r->total_s,
+	    (unsigned long long)(r->distance / 1024), WAL_LSN_ARGS(r->lsn), WAL_LSN_ARGS(r->redo));
 }
 
 void ckpt_perform(const char *datadir, const wr_options *o, int flags, const char *reason,
-		  uint64_t next_relid, ckpt_result *r)
+                  uint64_t next_relid, ckpt_result *r)
 {
 	wal_control c;
 	wal_stats s0, s1;
@@ -90,7 +90,7 @@ void ckpt_perform(const char *datadir, const wr_options *o, int flags, const cha
 }
 
 _Noreturn void ckpt_main(const char *datadir, const wr_options *o, _Atomic uint32_t *shutdown,
-			 pid_t supervisor)
+                         pid_t supervisor)
 {
 	_Atomic uint32_t *latch = wal_ckpt_latch();
 	uint64_t last = wr_now_ns();
@@ -115,7 +115,8 @@ _Noreturn void ckpt_main(const char *datadir, const wr_options *o, _Atomic uint3
 		} else if (timed) {
 			last = now;
 		}
-		uint64_t period = (uint64_t)o->checkpoint_timeout_us * 1000, gone = wr_now_ns() - last;
+		uint64_t period = (uint64_t)o->checkpoint_timeout_us * 1000,
+		         gone = wr_now_ns() - last;
 		uint64_t left = gone < period ? period - gone : 1;
 		ipc_wait_u32(latch, seen, WR_MIN(left, 1000000000ULL));
 	}

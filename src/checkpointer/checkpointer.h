@@ -27,7 +27,7 @@
 #include "wal/wal.h"
 
 enum ckpt_flags {
-	CKPT_SHUTDOWN = 1 << 0,	       /* quiet system: record type SHUTDOWN, state shut down */
+	CKPT_SHUTDOWN = 1 << 0,        /* quiet system: record type SHUTDOWN, state shut down */
 	CKPT_END_OF_RECOVERY = 1 << 1, /* quiet system at start: state in production */
 };
 
@@ -40,7 +40,7 @@ typedef struct ckpt_result {
 
 /* Performs one checkpoint now and logs it. */
 void ckpt_perform(const char *datadir, const wr_options *o, int flags, const char *reason,
-		  uint64_t next_relid, ckpt_result *r);
+                  uint64_t next_relid, ckpt_result *r);
 
 /*
  * The checkpointer's loop: a checkpoint every checkpoint_timeout (skipped
@@ -48,6 +48,6 @@ void ckpt_perform(const char *datadir, const wr_options *o, int flags, const cha
  * (max_wal_size), and a shutdown checkpoint when *shutdown becomes non-zero.
  */
 _Noreturn void ckpt_main(const char *datadir, const wr_options *o, _Atomic uint32_t *shutdown,
-			 pid_t supervisor);
+                         pid_t supervisor);
 
 #endif /* WALRUS_CHECKPOINTER_H */

@@ -139,7 +139,7 @@ static size_t format_line(char *buf, size_t size, int level, int saved_errno, co
 	if (n < 0)
 		n = 0;
 	if ((size_t)n > room) {
-		memcpy(buf + used + room - 3, "...", 3);
+		memcpy(buf + used + room - 3, "...", 4); /* and the terminator */
 		n = (int)room;
 	}
 	used += (size_t)n;

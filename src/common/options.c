@@ -43,9 +43,10 @@ static const char *const log_level_names[] = {"debug", "log",   "warning", "erro
 
 #define OPT(name_, type_, scope_, field_, def_, min_, max_, enums_, help_)                         \
 	{                                                                                          \
-		.name = name_, .type = type_, .scope = scope_,                                     \
-		.offset = offsetof(wr_options, field_), .def = def_, .min = min_, .max = max_,     \
-		.enum_names = enums_, .help = help_                                                \
+		.name = (name_), .type = (type_), .scope = (scope_),                               \
+		.offset = offsetof(wr_options, field_), /* NOLINT(bugprone-macro-parentheses) */   \
+		    .def = (def_), .min = (min_), .max = (max_), .enum_names = (enums_),           \
+		.help = (help_)                                                                    \
 	}
 #define INST WR_SCOPE_INSTANCE
 #define SESS WR_SCOPE_SESSION

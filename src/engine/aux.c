@@ -115,8 +115,8 @@ static _Noreturn void startup_main(void)
 	/* Redo wrote and synced every page it touched, and nothing else runs:
 	 * a checkpoint here means the next crash replays only what follows. */
 	ckpt_result r;
-	ckpt_perform(e->datadir, &e->opts, CKPT_END_OF_RECOVERY, "end-of-recovery",
-		     res->next_relid, &r);
+	ckpt_perform(e->datadir, &e->opts, CKPT_END_OF_RECOVERY, "end-of-recovery", res->next_relid,
+	             &r);
 	free(res);
 	_exit(0);
 }
@@ -148,7 +148,7 @@ _Noreturn void aux_main(int kind, int keep_fd)
 	if (kind == WR_AUX_WALW)
 		walwriter_main(supervisor);
 	if (kind == WR_AUX_CKPT)
-		ckpt_main(engine_sh()->datadir, &engine_sh()->opts, &engine_sh()->shutdown_requested,
-			  supervisor);
+		ckpt_main(engine_sh()->datadir, &engine_sh()->opts,
+		          &engine_sh()->shutdown_requested, supervisor);
 	aux_idle_loop(kind, supervisor);
 }

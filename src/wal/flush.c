@@ -342,7 +342,7 @@ static void wait_for_flush(uint32_t seen)
 {
 	atomic_fetch_add(&wal_sh->flush_sleepers, 1);
 	if (atomic_load(&wal_sh->flush_seq) == seen)
-		ipc_wait_u32(&wal_sh->flush_seq, seen, 10 * 1000 * 1000);
+		ipc_wait_u32(&wal_sh->flush_seq, seen, 10ULL * 1000 * 1000);
 	atomic_fetch_sub(&wal_sh->flush_sleepers, 1);
 }
 

@@ -75,7 +75,7 @@ int wal_shmem_init(const wr_options *o, const char *datadir, int nslots)
 	wal_sh->max_wal_size = o->max_wal_size;
 	/* As PostgreSQL: leave room for the checkpoint to finish within max_wal_size. */
 	wal_sh->ckpt_wal_bytes =
-		(uint64_t)((double)o->max_wal_size / (1.0 + o->checkpoint_completion_target));
+	    (uint64_t)((double)o->max_wal_size / (1.0 + o->checkpoint_completion_target));
 	if (!wr_snprintf(wal_sh->waldir, sizeof(wal_sh->waldir), "%s/wal", datadir))
 		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", datadir);
 	char *p = base + WR_ALIGN_UP(sizeof(wal_shared), 64);

@@ -54,7 +54,7 @@
 #define WAL_PAGE_CONT    0x0001u /* the page starts with the rest of a record */
 #define WAL_PAGE_LONG    0x0002u /* first page of a segment: wal_long_page_header */
 #define WAL_ALIGN        8
-#define WAL_MAX_RECORD   (1024u * 1024u * 1024u) /* 1 GiB */
+#define WAL_MAX_RECORD   (1u << 30) /* 1 GiB */
 #define WAL_MAX_BLOCKS   32
 #define WAL_MAIN_DATA_ID 0xFF
 

@@ -62,7 +62,7 @@ typedef struct wal_shared {
 	_Atomic uint32_t flush_sleepers;
 	_Atomic uint64_t async_lsn;
 	_Atomic uint32_t writer_latch;
-	_Atomic uint64_t prealloc_end; /* segments are known to exist up to here */
+	_Atomic uint64_t prealloc_end;   /* segments are known to exist up to here */
 	_Atomic uint32_t ckpt_requested; /* by WAL volume: consumed by the checkpointer */
 	_Atomic uint32_t ckpt_latch;
 

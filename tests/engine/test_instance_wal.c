@@ -20,8 +20,8 @@ static walrus *open_small(const char *dir)
 {
 	walrus_opts *o = walrus_opts_new();
 	const char *set[][2] = {{"create_if_missing", "on"},  {"supervisor_linger", "50ms"},
-				{"wal_segment_size", "64kB"}, {"max_wal_size", "512kB"},
-				{"min_wal_size", "128kB"},    {"wal_buffers", "256kB"}};
+	                        {"wal_segment_size", "64kB"}, {"max_wal_size", "512kB"},
+	                        {"min_wal_size", "128kB"},    {"wal_buffers", "256kB"}};
 	for (size_t i = 0; i < WR_ARRAY_LEN(set); i++)
 		ck_assert_int_eq(walrus_opts_set(o, set[i][0], set[i][1]), WALRUS_OK);
 	walrus *db = NULL;
@@ -180,7 +180,7 @@ START_TEST(missing_wal_segment_stops_start)
 	/* Remove the segment holding the last checkpoint record. */
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/wal/%016llX", dir,
-		 (unsigned long long)(c.checkpoint_lsn - c.checkpoint_lsn % (64 * 1024)));
+	         (unsigned long long)(c.checkpoint_lsn - c.checkpoint_lsn % (64 * 1024)));
 	ck_assert_int_eq(unlink(path), 0);
 	ck_assert_int_eq(walrus_open(dir, NULL, &db), WALRUS_ECORRUPT);
 	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "checkpoint"));
