@@ -267,8 +267,10 @@ static void report(tool_ctx *ctx, const bench_args *a, const bench_summary *s, c
 	       s->ops_s, s->mb_s);
 	printf("  latency us: avg %.0f  p50 %u  p99 %u  p99.9 %u  max %u\n", s->avg_us, s->p50,
 	       s->p99, s->p999, s->max);
-	printf("  WAL: %llu flushes, %.2f commits per flush\n", (unsigned long long)flushes,
-	       flushes ? (double)s->ops / (double)flushes : 0.0);
+	uint64_t flush_ns = w1->flush_ns - w0->flush_ns;
+	printf("  WAL: %llu flushes, %.2f commits per flush, %.0f us per write+flush\n",
+	       (unsigned long long)flushes, flushes ? (double)s->ops / (double)flushes : 0.0,
+	       flushes ? (double)flush_ns / 1000.0 / (double)flushes : 0.0);
 	if (!a->json)
 		return;
 	char opts[8192];

@@ -136,6 +136,7 @@ typedef struct wr_options {
 	int64_t wal_writer_delay_us;
 	bool full_page_writes;
 	bool synchronous_commit;
+	int64_t commit_gather_us; /* group commit: how long a leader may wait for committers */
 	/* checkpoints */
 	int64_t checkpoint_timeout_us;
 	int64_t max_wal_size; /* bytes */

@@ -27,8 +27,9 @@
 
 #include "fdcache/fdcache.h"
 
-#define WAL_SPIN_ROUNDS 200
-#define WAL_URING_DEPTH 64
+#define WAL_SPIN_ROUNDS     200
+#define WAL_URING_DEPTH     64
+#define WAL_GATHER_QUIET_NS 15000
 
 static struct {
 	uint64_t start; /* of the segment this process has open, or UINT64_MAX */
@@ -302,9 +303,37 @@ uint64_t wal_wait_insertions(uint64_t upto)
 	return done;
 }
 
+/*
+ * Group commit's other half.  Committers fall into two alternating groups
+ * when the leader flushes at once: those released by one flush insert their
+ * next record while the next flush is already under way, so each flush
+ * covers about half of them.  When other committers are inside
+ * wal_flush_to, the leader waits while more keep arriving (each new one
+ * restarts a short quiet window), at most commit_gather.  Measured on 2
+ * vCPUs with 8 committers: commits per flush 4.3 -> 6, commits/s about +30%
+ * (docs/performance.md).
+ */
+static void gather_committers(void)
+{
+	if (wal_sh->gather_ns == 0 || atomic_load(&wal_sh->in_flush) < 2)
+		return;
+	uint64_t start = wr_now_ns(), changed = start, now = start;
+	uint32_t seen = atomic_load(&wal_sh->in_flush);
+	while (now - start < wal_sh->gather_ns && now - changed < WAL_GATHER_QUIET_NS) {
+		sched_yield(); /* on 2 CPUs the arriving committers need ours */
+		now = wr_now_ns();
+		uint32_t n = atomic_load(&wal_sh->in_flush);
+		if (n != seen) {
+			seen = n;
+			changed = now;
+		}
+	}
+}
+
 /* One writer round under write_lock: write and flush what is inserted, at least up to @want. */
 static void write_round(uint64_t want)
 {
+	gather_committers();
 	uint64_t target = WR_MAX(want, wal_reserved_end());
 	uint64_t upto = wal_wait_insertions(target);
 	uint64_t from = atomic_load(&wal_sh->write_lsn);
@@ -353,6 +382,7 @@ void wal_flush_to(wr_lsn lsn)
 	uint64_t reserved = wal_reserved_end();
 	if (lsn > reserved)
 		lsn = reserved; /* nothing beyond the inserted WAL can be asked for */
+	atomic_fetch_add(&wal_sh->in_flush, 1);
 	while (atomic_load(&wal_sh->flush_lsn) < lsn) {
 		uint32_t seen = atomic_load(&wal_sh->flush_seq);
 		if (rw_trylock_excl(&wal_sh->write_lock)) {
@@ -371,6 +401,7 @@ void wal_flush_to(wr_lsn lsn)
 		else
 			wait_for_flush(seen);
 	}
+	atomic_fetch_sub(&wal_sh->in_flush, 1);
 }
 
 wr_lsn wal_flushed_lsn(void)

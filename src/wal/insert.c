@@ -73,6 +73,7 @@ int wal_shmem_init(const wr_options *o, const char *datadir, int nslots)
 	wal_sh->direct = o->wal_direct_io;
 	wal_sh->fpw = o->full_page_writes;
 	wal_sh->max_wal_size = o->max_wal_size;
+	wal_sh->gather_ns = (uint64_t)o->commit_gather_us * 1000;
 	/* As PostgreSQL: leave room for the checkpoint to finish within max_wal_size. */
 	wal_sh->ckpt_wal_bytes =
 	    (uint64_t)((double)o->max_wal_size / (1.0 + o->checkpoint_completion_target));

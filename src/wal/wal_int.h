@@ -35,6 +35,7 @@ typedef struct wal_shared {
 	int sync_method, io_method, zstd_level;
 	bool direct, fpw;
 	int64_t max_wal_size;
+	uint64_t gather_ns;      /* commit_gather */
 	uint64_t ckpt_wal_bytes; /* WAL since redo that asks for a checkpoint */
 	char waldir[PATH_MAX];
 	uint64_t bufs_off, page_end_off, slots_off; /* offsets in shared memory */
@@ -60,6 +61,7 @@ typedef struct wal_shared {
 	_Atomic uint64_t flush_lsn;
 	_Atomic uint32_t flush_seq; /* bumped after every flush: group-commit waiters sleep on it */
 	_Atomic uint32_t flush_sleepers;
+	_Atomic uint32_t in_flush; /* processes inside wal_flush_to: committers */
 	_Atomic uint64_t async_lsn;
 	_Atomic uint32_t writer_latch;
 	_Atomic uint64_t prealloc_end;   /* segments are known to exist up to here */

@@ -47,6 +47,7 @@ START_TEST(test_defaults)
 	ck_assert_double_eq(o.bgwriter_lru_multiplier, 2.0);
 	ck_assert_int_eq(o.bgwriter_flush_after, 512 * 1024);
 	ck_assert_int_eq(o.supervisor_linger_us, 1000000);
+	ck_assert_int_eq(o.commit_gather_us, 250);
 	ck_assert_int_eq(o.log_min_messages, WR_LOG);
 	ck_assert(!o.create_if_missing);
 	ck_assert_int_eq(wr_opts_validate(&o), WALRUS_OK);
@@ -59,7 +60,7 @@ START_TEST(test_table_covers_struct)
 	const wr_opt_desc *t = wr_opts_table(&n);
 	bool covered[sizeof(wr_options)] = {false};
 
-	ck_assert_uint_eq(n, 28);
+	ck_assert_uint_eq(n, 29);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_lt(t[i].offset, sizeof(wr_options));
 		ck_assert_msg(!covered[t[i].offset], "%s shares a field", t[i].name);
