@@ -101,6 +101,26 @@ int tu_wait(pid_t pid)
 	return 128 + WTERMSIG(st);
 }
 
+bool tu_proc_gone(pid_t pid)
+{
+	char path[64], buf[256];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		return true;
+	bool ok = fgets(buf, sizeof(buf), f) != NULL;
+	fclose(f);
+	char *p = strrchr(buf, ')');
+	return !ok || p == NULL || p[2] == 'Z' || p[2] == 'X';
+}
+
+void tu_wait_gone(pid_t pid)
+{
+	for (int i = 0; i < 2000 && !tu_proc_gone(pid); i++)
+		usleep(10000);
+	ck_assert_msg(tu_proc_gone(pid), "process %d still running", (int)pid);
+}
+
 int tu_write_file(const char *path, const void *buf, size_t len)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);

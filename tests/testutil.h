@@ -25,6 +25,10 @@ bool tu_long_mode(void);
 pid_t tu_fork(int (*fn)(void *), void *arg);
 /* Waits for pid; returns its exit status, or 128+signal. */
 int tu_wait(pid_t pid);
+/* A process is gone when it does not exist or is a zombie nobody reaped yet. */
+bool tu_proc_gone(pid_t pid);
+/* Waits up to 20 s for tu_proc_gone (fails the test otherwise). */
+void tu_wait_gone(pid_t pid);
 /* Writes/reads a whole small file; return 0 on success. */
 int tu_write_file(const char *path, const void *buf, size_t len);
 /* Flips one bit of a file in place. */

@@ -261,10 +261,9 @@ static int finish_attach(const char *abs, const wr_options *opts)
  * attached: drop its copies quietly.  Closing copies of the socket and of
  * the lock file's fd releases nothing: the parent's descriptions stay open.
  */
-static void forget_inherited(void)
+/* The process-local half of detaching: hooks, mapping, fds, state. */
+static void drop_attachment(void)
 {
-	fdc_reset();
-	wal_detach();
 	fdc_set_io_guard(NULL, NULL);
 	wr_set_panic_handler(NULL);
 	engine_my_proc_set(-1);
@@ -277,6 +276,13 @@ static void forget_inherited(void)
 	}
 	C.attached = false;
 	C.poisoned = false;
+}
+
+static void forget_inherited(void)
+{
+	fdc_reset();
+	wal_detach();
+	drop_attachment();
 }
 
 int client_attach(const char *abs, const wr_options *opts)
@@ -388,17 +394,6 @@ int client_detach(void)
 	int rc = WALRUS_OK;
 	if (supervisor_connection_alive())
 		rc = send_msg(WR_MSG_DETACH);
-	fdc_set_io_guard(NULL, NULL);
-	wr_set_panic_handler(NULL);
-	engine_my_proc_set(-1);
-	shm_detach();
-	close_fd(&C.sock);
-	close_fd(&C.attach_fd);
-	if (C.log_fd >= 0) {
-		wr_log_set_file(-1, WR_PANIC);
-		close_fd(&C.log_fd);
-	}
-	C.attached = false;
-	C.poisoned = false;
+	drop_attachment();
 	return rc;
 }

@@ -42,32 +42,11 @@ static walrus *open_ok(const char *dir)
 	return db;
 }
 
-/* A process is gone when it no longer exists or is a zombie nobody reaped. */
-static bool proc_gone(pid_t pid)
-{
-	char path[64], buf[256];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (f == NULL)
-		return true;
-	bool ok = fgets(buf, sizeof(buf), f) != NULL;
-	fclose(f);
-	char *p = strrchr(buf, ')');
-	return !ok || p == NULL || p[2] == 'Z' || p[2] == 'X';
-}
-
-static void wait_gone(pid_t pid)
-{
-	for (int i = 0; i < 2000 && !proc_gone(pid); i++)
-		usleep(10000);
-	ck_assert_msg(proc_gone(pid), "process %d still running", (int)pid);
-}
-
 static void close_and_wait(walrus *db)
 {
 	pid_t sup = walrus_supervisor_pid(db);
 	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
-	wait_gone(sup);
+	tu_wait_gone(sup);
 }
 
 static int count_children_named(pid_t parent, const char *comm)
@@ -400,7 +379,7 @@ START_TEST(kill9_supervisor_then_reopen)
 	walrus *db = open_ok(dir);
 	pid_t sup = walrus_supervisor_pid(db);
 	ck_assert_int_eq(kill(sup, SIGKILL), 0);
-	wait_gone(sup);
+	tu_wait_gone(sup);
 	wait_check(WALRUS_ERESTART);
 	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "supervisor"));
 	/* The auxiliary processes die with their supervisor. */

@@ -31,26 +31,11 @@ static walrus *open_small(const char *dir)
 	return db;
 }
 
-static bool gone(pid_t pid)
-{
-	char path[64], buf[256];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (f == NULL)
-		return true;
-	bool ok = fgets(buf, sizeof(buf), f) != NULL;
-	fclose(f);
-	char *p = strrchr(buf, ')');
-	return !ok || p == NULL || p[2] == 'Z';
-}
-
 static void close_and_wait(walrus *db)
 {
 	pid_t sup = walrus_supervisor_pid(db);
 	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
-	for (int i = 0; i < 2000 && !gone(sup); i++)
-		usleep(10000);
-	ck_assert(gone(sup));
+	tu_wait_gone(sup);
 }
 
 static int count_segments(const char *dir)
@@ -144,8 +129,7 @@ START_TEST(flushed_records_survive_kill9)
 	wr_lsn end = insert_noops(300, 1000);
 	ck_assert_uint_ge(wal_flushed_lsn(), end);
 	kill(sup, SIGKILL);
-	for (int i = 0; i < 2000 && !gone(sup); i++)
-		usleep(10000);
+	tu_wait_gone(sup);
 	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
 	db = open_small(dir);
 	/* Recovery continued the stream after our records. */
