@@ -107,6 +107,23 @@ START_TEST(wal_volume_checkpoints_and_recycles)
 }
 END_TEST
 
+START_TEST(async_commit_flushed_by_wal_writer)
+{
+	const char *dir = tu_tmpdir("walrus-iwal");
+	walrus *db = open_small(dir);
+	char buf[100] = {1};
+	wal_begin();
+	wal_register_data(buf, sizeof(buf));
+	wr_lsn end = wal_insert(RM_XLOG, XLOG_NOOP);
+	wal_flush_async(end);
+	/* Nobody here flushes: the WAL writer does, within wal_writer_delay. */
+	for (int i = 0; i < 500 && wal_flushed_lsn() < end; i++)
+		usleep(10000);
+	ck_assert_uint_ge(wal_flushed_lsn(), end);
+	close_and_wait(db);
+}
+END_TEST
+
 START_TEST(clean_shutdown_leaves_shutdown_checkpoint)
 {
 	const char *dir = tu_tmpdir("walrus-iwal");
@@ -177,6 +194,7 @@ static Suite *suite(void)
 	TCase *t = tcase_create("wal");
 	tcase_set_timeout(t, 240);
 	tcase_add_test(t, wal_volume_checkpoints_and_recycles);
+	tcase_add_test(t, async_commit_flushed_by_wal_writer);
 	tcase_add_test(t, clean_shutdown_leaves_shutdown_checkpoint);
 	tcase_add_test(t, flushed_records_survive_kill9);
 	tcase_add_test(t, damaged_control_file_stops_start);

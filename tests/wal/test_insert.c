@@ -148,6 +148,39 @@ START_TEST(single_process_round_trip)
 }
 END_TEST
 
+START_TEST(huge_record_through_small_ring)
+{
+	/* 24 MiB through 8 buffer pages and 64 kB segments: the record crosses
+	 * hundreds of segments while the ring wraps thousands of times. */
+	size_t len = 24u << 20;
+	char *big = malloc(len);
+	ck_assert_ptr_nonnull(big);
+	for (size_t i = 0; i < len; i++)
+		big[i] = (char)(i * 131 + (i >> 16));
+	base_opts(NULL, NULL);
+	setup_wal(tu_tmpdir("walrus-walins"));
+	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
+	wr_lsn start;
+	insert_one(0, 0, NULL);
+	wal_begin();
+	wal_register_data(big, len);
+	wr_lsn end = wal_insert_at(RM_XLOG, XLOG_NOOP, &start);
+	insert_one(0, 1, NULL);
+	wal_flush_to(wal_insert_lsn());
+	wal_reader *r;
+	wal_decoded *rec;
+	ck_assert_int_eq(wal_reader_open(waldir, (uint64_t)opts.wal_segment_size, SYSID, &r),
+	                 WALRUS_OK);
+	ck_assert_int_eq(wal_read_record(r, start, &rec), WALRUS_OK);
+	ck_assert_uint_eq(rec->end, end);
+	ck_assert_uint_eq(rec->main_len, len);
+	ck_assert_int_eq(memcmp(rec->main_data, big, len), 0);
+	ck_assert_int_eq(wal_read_record(r, 0, &rec), WALRUS_OK); /* the one after it */
+	wal_reader_close(r);
+	free(big);
+}
+END_TEST
+
 struct child_arg {
 	uint32_t who, count;
 	int flush_every;
@@ -305,6 +338,7 @@ static Suite *insert_suite(void)
 	TCase *t = tcase_create("insert");
 	tcase_set_timeout(t, 240);
 	tcase_add_test(t, single_process_round_trip);
+	tcase_add_test(t, huge_record_through_small_ring);
 	tcase_add_test(t, concurrent_inserters);
 	tcase_add_test(t, group_commit_releases_waiters);
 	tcase_add_test(t, every_write_path_writes_the_same_bytes);
