@@ -1,0 +1,106 @@
+/*
+ * buf_int.h - shared layout and internal interfaces of the buffer pool
+ * (between bufmgr.c, buf_table.c and freelist.c; not for other modules).
+ */
+#ifndef WALRUS_BUF_INT_H
+#define WALRUS_BUF_INT_H
+
+#include <stdatomic.h>
+
+#include "buffer/buffer.h"
+#include "ipc/ipc.h"
+
+/*
+ * The state word, as PostgreSQL's: refcount in the low 18 bits, usage count
+ * in the next 4, flags above.  Everyone but the header-lock holder changes
+ * it by CAS only while BM_LOCKED is clear, so the holder can write the whole
+ * word back at unlock without losing an update.
+ */
+#define BUF_REFCOUNT_ONE     1u
+#define BUF_REFCOUNT_MASK    ((1u << 18) - 1)
+#define BUF_USAGE_SHIFT      18
+#define BUF_USAGE_ONE        (1u << BUF_USAGE_SHIFT)
+#define BUF_USAGE_MASK       (0xfu << BUF_USAGE_SHIFT)
+#define BUF_MAX_USAGE        5
+#define BM_LOCKED            (1u << 22) /* header lock */
+#define BM_DIRTY             (1u << 23)
+#define BM_VALID             (1u << 24) /* page content is the block's */
+#define BM_TAG_VALID         (1u << 25) /* tag is set and in the mapping table */
+#define BM_IO_IN_PROGRESS    (1u << 26)
+#define BM_IO_ERROR          (1u << 27) /* the last I/O failed */
+#define BM_CHECKPOINT_NEEDED (1u << 28) /* dirty before the current checkpoint began */
+
+#define BUF_REFCOUNT(s) ((s)&BUF_REFCOUNT_MASK)
+#define BUF_USAGE(s)    (((s)&BUF_USAGE_MASK) >> BUF_USAGE_SHIFT)
+
+#define BUF_PARTITIONS 16 /* power of two */
+#define BUF_EXT_LOCKS  16
+
+typedef struct buf_desc {
+	wr_relid rel; /* tag: changed only with refcount 1, header and partition locks held */
+	wr_blkno blk;
+	_Atomic uint32_t state;
+	_Atomic uint32_t io_seq; /* futex word: bumped when an I/O on the buffer ends */
+	wr_rwlock content;
+	char pad[64 - 16 - sizeof(wr_rwlock)];
+} buf_desc;
+
+typedef struct buf_shared_stats {
+	_Atomic uint64_t hits, reads, extends, backend_writes, flush_writes, evictions;
+	_Atomic uint64_t content_wait_ns, io_wait_ns;
+} buf_shared_stats;
+
+/* A mapping table entry: entry i belongs to buffer i + 1 (a buffer has at most one tag). */
+typedef struct buf_entry {
+	wr_relid rel;
+	wr_blkno blk;
+	int32_t next; /* next buffer number in the bucket chain, 0 = end */
+} buf_entry;
+
+typedef struct buf_region {
+	uint32_t nbuffers;
+	uint32_t nbuckets;                                  /* power of two >= 2 * nbuffers */
+	uint64_t desc_off, bucket_off, entry_off, page_off; /* from the region start */
+	_Atomic uint64_t clock_hand;
+	wr_rwlock partition[BUF_PARTITIONS];
+	wr_rwlock ext_lock[BUF_EXT_LOCKS];
+	buf_shared_stats stats;
+} buf_region;
+
+/* Per-process view (pointers are this process's, computed at attach). */
+typedef struct buf_local {
+	buf_region *r;
+	buf_desc *desc;
+	int32_t *buckets;
+	buf_entry *entries;
+	char *pages;
+	int32_t *pins;   /* private pin counts, by buffer number - 1 */
+	uint8_t *locked; /* 0, BUF_LOCK_SHARED or BUF_LOCK_EXCL */
+} buf_local;
+#define BUF_LOCK_SHARED 1
+#define BUF_LOCK_EXCL   2
+
+extern buf_local buf_l;
+
+static inline buf_desc *buf_get_desc(int buf)
+{
+	return &buf_l.desc[buf - 1];
+}
+
+/* freelist.c: header lock, pins, clock sweep */
+uint32_t buf_hdr_lock(buf_desc *d);
+void buf_hdr_unlock(buf_desc *d, uint32_t state);
+bool buf_pin(int buf);                         /* true if valid */
+void buf_pin_locked(int buf, uint32_t *state); /* header locked: adds the shared pin */
+void buf_unpin(int buf);
+int buf_clock_victim(int *buf, uint32_t *state); /* pinned, header unlocked */
+
+/* buf_table.c: the caller holds the tag's partition lock (shared for lookup) */
+uint32_t buf_tag_hash(wr_relid rel, wr_blkno blk);
+wr_rwlock *buf_partition_lock(uint32_t hash);
+int buf_table_lookup(uint32_t hash, wr_relid rel, wr_blkno blk); /* 0 if absent */
+void buf_table_insert(uint32_t hash, int buf, wr_relid rel, wr_blkno blk);
+void buf_table_delete(uint32_t hash, int buf);
+void buf_table_init(void);
+
+#endif /* WALRUS_BUF_INT_H */

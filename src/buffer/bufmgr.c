@@ -1,0 +1,551 @@
+/*
+ * bufmgr.c - the buffer pool's region, reads, extension, I/O, content locks
+ * and private pin bookkeeping.
+ *
+ * Interface: buffer.h.  Locking rules and invariants: README.md here.
+ *
+ * Reading a page: look the tag up under its partition lock (shared) and pin
+ * the buffer before letting the lock go, so it cannot be retagged in
+ * between.  On a miss, take a victim from the clock sweep, write it if it is
+ * dirty (WAL first), then under the old and new partition locks (exclusive)
+ * check that nobody mapped the new tag meanwhile and nobody pinned or
+ * dirtied the victim, and move its table entry.  The I/O itself happens with
+ * only a pin and the I/O-in-progress flag held: whoever sets the flag first
+ * reads, everyone else sleeps on the buffer's futex word until it clears.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer/buf_int.h"
+#include "wal/wal.h"
+
+buf_local buf_l;
+static buf_write_observer buf_observer;
+
+/* Waits for another process's I/O re-check this often (a wake is never
+ * lost, but a crash restart may leave the flag set forever). */
+#define BUF_IO_WAIT_NS (10u * 1000 * 1000)
+
+/* ---------------------------------------------------------------- region */
+
+typedef struct buf_layout_t {
+	uint32_t nbuckets;
+	uint64_t desc_off, bucket_off, entry_off, page_off, total;
+} buf_layout_t;
+
+static buf_layout_t buf_layout(uint32_t n)
+{
+	buf_layout_t l;
+	l.nbuckets = 32;
+	while (l.nbuckets < 2 * n)
+		l.nbuckets <<= 1;
+	l.desc_off = WR_ALIGN_UP(sizeof(buf_region), 64);
+	l.bucket_off = l.desc_off + (uint64_t)n * sizeof(buf_desc);
+	l.entry_off = WR_ALIGN_UP(l.bucket_off + (uint64_t)l.nbuckets * sizeof(int32_t), 64);
+	/* Pages on a 4 KiB boundary of the region: whole cache lines and pages. */
+	l.page_off = WR_ALIGN_UP(l.entry_off + (uint64_t)n * sizeof(buf_entry), 4096);
+	l.total = l.page_off + (uint64_t)n * WR_PAGE_SIZE;
+	return l;
+}
+
+static uint32_t buf_count(const wr_options *o)
+{
+	int64_t n = o->shared_buffers / WR_PAGE_SIZE;
+	return n < 0 ? 0 : (uint32_t)WR_MIN(n, (int64_t)INT32_MAX);
+}
+
+size_t buf_shmem_size(const wr_options *o)
+{
+	return (size_t)buf_layout(WR_MAX(buf_count(o), BUF_MIN_BUFFERS)).total;
+}
+
+/* Points this process's view at @r. */
+static void buf_map(buf_region *r)
+{
+	char *base = (char *)r;
+	buf_l.r = r;
+	buf_l.desc = (buf_desc *)(base + r->desc_off);
+	buf_l.buckets = (int32_t *)(base + r->bucket_off);
+	buf_l.entries = (buf_entry *)(base + r->entry_off);
+	buf_l.pages = base + r->page_off;
+}
+
+int buf_shmem_init(const wr_options *o)
+{
+	uint32_t n = buf_count(o);
+	if (n < BUF_MIN_BUFFERS)
+		return wr_error(WALRUS_EINVAL,
+		                "shared_buffers = %lld bytes is %u pages; the buffer pool needs at "
+		                "least %d pages of %d bytes (%d kB)",
+		                (long long)o->shared_buffers, n, BUF_MIN_BUFFERS, WR_PAGE_SIZE,
+		                BUF_MIN_BUFFERS * WR_PAGE_SIZE / 1024);
+	buf_layout_t l = buf_layout(n);
+	buf_region *r = shm_alloc("buffers", l.total);
+	if (r == NULL)
+		return wr_error(WALRUS_ENOMEM,
+		                "no room in shared memory for %u buffers (%llu bytes)", n,
+		                (unsigned long long)l.total);
+	r->nbuffers = n;
+	r->nbuckets = l.nbuckets;
+	r->desc_off = l.desc_off;
+	r->bucket_off = l.bucket_off;
+	r->entry_off = l.entry_off;
+	r->page_off = l.page_off;
+	for (int i = 0; i < BUF_PARTITIONS; i++)
+		rw_init(&r->partition[i]);
+	for (int i = 0; i < BUF_EXT_LOCKS; i++)
+		rw_init(&r->ext_lock[i]);
+	buf_map(r);
+	for (uint32_t i = 0; i < n; i++) {
+		buf_desc *d = &buf_l.desc[i];
+		d->rel = 0;
+		d->blk = WR_INVALID_BLKNO;
+		rw_init(&d->content);
+	}
+	buf_table_init();
+	return WALRUS_OK;
+}
+
+static void buf_free_private(void)
+{
+	free(buf_l.pins);
+	free(buf_l.locked);
+	buf_l.pins = NULL;
+	buf_l.locked = NULL;
+}
+
+int buf_attach(void)
+{
+	buf_region *r = shm_lookup("buffers", NULL);
+	if (r == NULL)
+		return wr_error(WALRUS_EINTERNAL, "shared memory has no \"buffers\" region");
+	/* A forked child inherits its parent's private counts, which name the
+	 * parent's pins, not its own: start from zero. */
+	buf_free_private();
+	buf_map(r);
+	buf_l.pins = calloc(r->nbuffers, sizeof(int32_t));
+	buf_l.locked = calloc(r->nbuffers, sizeof(uint8_t));
+	if (buf_l.pins == NULL || buf_l.locked == NULL) {
+		buf_free_private();
+		return wr_error(WALRUS_ENOMEM, "out of memory for %u private pin counts",
+		                r->nbuffers);
+	}
+	return WALRUS_OK;
+}
+
+int buf_detach_check(void)
+{
+	if (buf_l.pins == NULL)
+		return WALRUS_OK;
+	int leaked = 0, first = 0;
+	for (uint32_t i = 0; i < buf_l.r->nbuffers; i++) {
+		int buf = (int)i + 1;
+		if (buf_l.locked[i] != 0) {
+			rw_unlock(&buf_get_desc(buf)->content);
+			buf_l.locked[i] = 0;
+		}
+		if (buf_l.pins[i] > 0) {
+			leaked += buf_l.pins[i];
+			first = first ? first : buf;
+			buf_l.pins[i] = 1;
+			buf_unpin(buf);
+		}
+	}
+	int rc = WALRUS_OK;
+	if (leaked > 0) {
+		const buf_desc *d = buf_get_desc(first);
+		rc = wr_error(WALRUS_EINTERNAL,
+		              "buffer pin leak at detach: %d pin(s) still held, first buffer %d "
+		              "(relation %u block %u)",
+		              leaked, first, d->rel, d->blk);
+	}
+	buf_free_private();
+	return rc;
+}
+
+/* ---------------------------------------------------------------- I/O state */
+
+static void buf_wait_io(buf_desc *d)
+{
+	uint64_t t0 = 0;
+	for (;;) {
+		/* Read the sequence before the flag: a wake between the two
+		 * changes the sequence, so the futex wait returns at once. */
+		uint32_t seq = atomic_load(&d->io_seq);
+		if (!(atomic_load(&d->state) & BM_IO_IN_PROGRESS))
+			break;
+		t0 = t0 ? t0 : wr_now_ns();
+		/* The process doing the I/O may have died: then nobody ends it. */
+		if (atomic_load(&shm_hdr()->state) == SHM_STATE_CRASHED)
+			wr_panic("instance crashed while waiting for I/O on buffer %d",
+			         (int)(d - buf_l.desc) + 1);
+		(void)ipc_wait_u32(&d->io_seq, seq, BUF_IO_WAIT_NS); /* re-checked above */
+	}
+	if (t0)
+		atomic_fetch_add(&buf_l.r->stats.io_wait_ns, wr_now_ns() - t0);
+}
+
+/* True when the caller must do the I/O (it now owns BM_IO_IN_PROGRESS). */
+static bool buf_start_io(buf_desc *d, bool for_input)
+{
+	for (;;) {
+		uint32_t s = buf_hdr_lock(d);
+		if (!(s & BM_IO_IN_PROGRESS)) {
+			bool done = for_input ? (s & BM_VALID) : !(s & BM_DIRTY);
+			buf_hdr_unlock(d, done ? s : s | BM_IO_IN_PROGRESS);
+			return !done;
+		}
+		buf_hdr_unlock(d, s);
+		buf_wait_io(d);
+	}
+}
+
+static void buf_end_io(buf_desc *d, uint32_t clear, uint32_t set)
+{
+	uint32_t s = buf_hdr_lock(d);
+	s = (s & ~(clear | BM_IO_IN_PROGRESS)) | set;
+	buf_hdr_unlock(d, s);
+	atomic_fetch_add(&d->io_seq, 1);
+	ipc_wake_all(&d->io_seq);
+}
+
+static char *buf_page_ptr(int buf)
+{
+	return buf_l.pages + (size_t)(buf - 1) * WR_PAGE_SIZE;
+}
+
+/*
+ * Writes a pinned buffer whose content lock this process holds (either
+ * mode: nobody can change the page meanwhile).  No-op if it is clean.
+ */
+static int buf_write(int buf, _Atomic uint64_t *counter)
+{
+	buf_desc *d = buf_get_desc(buf);
+	if (!buf_start_io(d, false))
+		return WALRUS_OK;
+	/* smgr_write stamps the checksum into the page it writes; a private
+	 * copy keeps that off the shared page other processes are reading. */
+	static _Alignas(4096) char copy[WR_PAGE_SIZE];
+	memcpy(copy, buf_page_ptr(buf), WR_PAGE_SIZE);
+	wr_lsn lsn = page_get_lsn(copy);
+	if (lsn != 0 && lsn > wal_flushed_lsn())
+		wal_flush_to(lsn); /* WAL before data */
+	if (buf_observer)
+		buf_observer(d->rel, d->blk, lsn);
+	smgr_rel *r;
+	int rc = smgr_open(d->rel, &r);
+	if (rc == WALRUS_OK)
+		rc = smgr_write(r, d->blk, copy);
+	if (rc != WALRUS_OK) {
+		buf_end_io(d, 0, BM_IO_ERROR); /* still dirty: a later write retries */
+		return rc;
+	}
+	buf_end_io(d, BM_DIRTY | BM_CHECKPOINT_NEEDED | BM_IO_ERROR, 0);
+	atomic_fetch_add(counter, 1);
+	return WALRUS_OK;
+}
+
+/* ---------------------------------------------------------------- lookup and replacement */
+
+static void buf_lock_partitions(wr_rwlock *a, wr_rwlock *b)
+{
+	if (b == NULL || a == b) {
+		rw_lock_excl(a);
+		return;
+	}
+	/* Lower address (= lower partition index) first: no deadlock. */
+	rw_lock_excl(a < b ? a : b);
+	rw_lock_excl(a < b ? b : a);
+}
+
+static void buf_unlock_partitions(wr_rwlock *a, wr_rwlock *b)
+{
+	rw_unlock(a);
+	if (b != NULL && b != a)
+		rw_unlock(b);
+}
+
+/* A dirty victim: written by us, the process that needs the slot.  Returns
+ * WALRUS_EBUSY (no message) when its content lock is taken: pick another. */
+static int buf_clean_victim(int victim)
+{
+	buf_desc *d = buf_get_desc(victim);
+	/* Only try: a caller may hold content locks on other buffers, and the
+	 * victim's locker may be waiting for one of them. */
+	if (!rw_trylock_shared(&d->content))
+		return WALRUS_EBUSY;
+	int rc = buf_write(victim, &buf_l.r->stats.backend_writes);
+	rw_unlock(&d->content);
+	return rc;
+}
+
+/*
+ * Gives @victim (pinned by us, clean) the tag (rel, blk).  Returns the
+ * buffer now mapped to the tag, pinned: @victim, or another process's
+ * buffer that got there first (then the victim is unpinned); 0 when the
+ * victim was pinned or dirtied meanwhile (unpinned: sweep again).
+ */
+static int buf_retag(int victim, uint32_t state, wr_relid rel, wr_blkno blk, uint32_t hash)
+{
+	buf_desc *d = buf_get_desc(victim);
+	bool had_tag = state & BM_TAG_VALID;
+	uint32_t ohash = had_tag ? buf_tag_hash(d->rel, d->blk) : 0;
+	wr_rwlock *newp = buf_partition_lock(hash);
+	wr_rwlock *oldp = had_tag ? buf_partition_lock(ohash) : NULL;
+	buf_lock_partitions(newp, oldp);
+	int existing = buf_table_lookup(hash, rel, blk);
+	if (existing != 0) {
+		buf_pin(existing); /* under the partition lock: cannot be retagged */
+		buf_unlock_partitions(newp, oldp);
+		buf_unpin(victim);
+		return existing;
+	}
+	uint32_t s = buf_hdr_lock(d);
+	if (BUF_REFCOUNT(s) != 1 || (s & BM_DIRTY)) {
+		buf_hdr_unlock(d, s);
+		buf_unlock_partitions(newp, oldp);
+		buf_unpin(victim);
+		return 0;
+	}
+	bool evicted = s & BM_VALID;
+	if (had_tag)
+		buf_table_delete(ohash, victim);
+	d->rel = rel;
+	d->blk = blk;
+	s &= ~(BM_VALID | BM_DIRTY | BM_IO_ERROR | BM_CHECKPOINT_NEEDED | BUF_USAGE_MASK);
+	buf_hdr_unlock(d, s | BM_TAG_VALID | BUF_USAGE_ONE);
+	buf_table_insert(hash, victim, rel, blk);
+	buf_unlock_partitions(newp, oldp);
+	if (evicted)
+		atomic_fetch_add(&buf_l.r->stats.evictions, 1);
+	return victim;
+}
+
+/* The buffer mapped to (rel, blk), pinned, valid or not: found or made. */
+static int buf_get(wr_relid rel, wr_blkno blk, int *out)
+{
+	uint32_t hash = buf_tag_hash(rel, blk);
+	wr_rwlock *part = buf_partition_lock(hash);
+	rw_lock_shared(part);
+	int buf = buf_table_lookup(hash, rel, blk);
+	if (buf != 0)
+		buf_pin(buf); /* before the lock goes: it cannot be retagged */
+	rw_unlock(part);
+	while (buf == 0) {
+		int victim;
+		uint32_t state;
+		int rc = buf_clock_victim(&victim, &state);
+		if (rc != WALRUS_OK)
+			return rc;
+		if (state & BM_DIRTY) {
+			rc = buf_clean_victim(victim);
+			if (rc != WALRUS_OK) {
+				buf_unpin(victim);
+				if (rc == WALRUS_EBUSY)
+					continue;
+				return rc;
+			}
+		}
+		buf = buf_retag(victim, state, rel, blk, hash);
+	}
+	*out = buf;
+	return WALRUS_OK;
+}
+
+int buf_read(wr_relid rel, wr_blkno blk, int *out)
+{
+	int buf;
+	*out = BUF_INVALID;
+	int rc = buf_get(rel, blk, &buf);
+	if (rc != WALRUS_OK)
+		return rc;
+	buf_desc *d = buf_get_desc(buf);
+	if (!buf_start_io(d, true)) {
+		atomic_fetch_add(&buf_l.r->stats.hits, 1);
+		*out = buf;
+		return WALRUS_OK;
+	}
+	smgr_rel *r;
+	rc = smgr_open(rel, &r);
+	if (rc == WALRUS_OK)
+		rc = smgr_read(r, blk, buf_page_ptr(buf));
+	if (rc != WALRUS_OK) {
+		/* Left mapped but invalid: the next reader tries the I/O again. */
+		buf_end_io(d, 0, BM_IO_ERROR);
+		buf_unpin(buf);
+		return rc;
+	}
+	buf_end_io(d, BM_IO_ERROR, BM_VALID);
+	atomic_fetch_add(&buf_l.r->stats.reads, 1);
+	*out = buf;
+	return WALRUS_OK;
+}
+
+/* Writes a new page_init'ed block at the end of @r under the extension lock. */
+static int buf_extend_file(smgr_rel *r, wr_relid rel, wr_blkno *blk)
+{
+	static _Alignas(4096) char page[WR_PAGE_SIZE];
+	wr_rwlock *ext = &buf_l.r->ext_lock[rel % BUF_EXT_LOCKS];
+	/* Two extenders must not pick the same block number. */
+	rw_lock_excl(ext);
+	int rc = smgr_nblocks(r, blk);
+	if (rc == WALRUS_OK) {
+		page_init(page, 0, 0);
+		rc = smgr_extend(r, *blk, page);
+	}
+	rw_unlock(ext);
+	return rc;
+}
+
+int buf_extend(wr_relid rel, int *out, wr_blkno *blk)
+{
+	smgr_rel *r;
+	int buf;
+	*out = BUF_INVALID;
+	int rc = smgr_open(rel, &r);
+	if (rc == WALRUS_OK)
+		rc = buf_extend_file(r, rel, blk);
+	if (rc == WALRUS_OK)
+		rc = buf_get(rel, *blk, &buf);
+	if (rc != WALRUS_OK)
+		return rc;
+	buf_desc *d = buf_get_desc(buf);
+	/* The block is on disk already; a reader may have raced us to it,
+	 * then its read (or ours here) fills the same content. */
+	if (buf_start_io(d, true)) {
+		page_init(buf_page_ptr(buf), 0, 0);
+		buf_end_io(d, BM_IO_ERROR, BM_VALID);
+	}
+	atomic_fetch_add(&buf_l.r->stats.extends, 1);
+	buf_lock(buf, true);
+	*out = buf;
+	return WALRUS_OK;
+}
+
+/* ---------------------------------------------------------------- pins and content locks */
+
+static void buf_check_pinned(int buf, const char *what)
+{
+	if (buf < 1 || buf_l.pins == NULL || (uint32_t)buf > buf_l.r->nbuffers ||
+	    buf_l.pins[buf - 1] <= 0)
+		wr_panic("%s of buffer %d, which this process has not pinned", what, buf);
+}
+
+void buf_release(int buf)
+{
+	buf_check_pinned(buf, "release");
+	if (buf_l.pins[buf - 1] == 1 && buf_l.locked[buf - 1] != 0)
+		wr_panic("buffer %d released while its content lock is held", buf);
+	buf_unpin(buf);
+}
+
+void buf_lock(int buf, bool exclusive)
+{
+	buf_check_pinned(buf, "content lock");
+	if (buf_l.locked[buf - 1] != 0)
+		wr_panic("buffer %d content-locked twice by one process", buf);
+	wr_rwlock *l = &buf_get_desc(buf)->content;
+	if (!(exclusive ? rw_trylock_excl(l) : rw_trylock_shared(l))) {
+		uint64_t t0 = wr_now_ns();
+		if (exclusive)
+			rw_lock_excl(l);
+		else
+			rw_lock_shared(l);
+		atomic_fetch_add(&buf_l.r->stats.content_wait_ns, wr_now_ns() - t0);
+	}
+	buf_l.locked[buf - 1] = exclusive ? BUF_LOCK_EXCL : BUF_LOCK_SHARED;
+}
+
+void buf_unlock(int buf)
+{
+	buf_check_pinned(buf, "content unlock");
+	if (buf_l.locked[buf - 1] == 0)
+		wr_panic("buffer %d unlocked but not content-locked by this process", buf);
+	buf_l.locked[buf - 1] = 0;
+	rw_unlock(&buf_get_desc(buf)->content);
+}
+
+void *buf_page(int buf)
+{
+	buf_check_pinned(buf, "page access");
+	return buf_page_ptr(buf);
+}
+
+void buf_mark_dirty(int buf)
+{
+	buf_check_pinned(buf, "mark dirty");
+	if (buf_l.locked[buf - 1] != BUF_LOCK_EXCL)
+		wr_panic("buffer %d marked dirty without its exclusive content lock", buf);
+	buf_desc *d = buf_get_desc(buf);
+	uint32_t s = buf_hdr_lock(d);
+	if (!(s & BM_VALID)) {
+		buf_hdr_unlock(d, s);
+		wr_panic("buffer %d marked dirty but not valid", buf);
+	}
+	buf_hdr_unlock(d, s | BM_DIRTY);
+}
+
+void buf_tag(int buf, wr_relid *rel, wr_blkno *blk)
+{
+	buf_check_pinned(buf, "tag");
+	const buf_desc *d = buf_get_desc(buf);
+	*rel = d->rel;
+	*blk = d->blk;
+}
+
+/* ---------------------------------------------------------------- flush, stats, hooks */
+
+/* Pins @buf if it is valid and dirty (header lock: its tag cannot change). */
+static bool buf_pin_if_dirty(int buf)
+{
+	buf_desc *d = buf_get_desc(buf);
+	uint32_t want = BM_VALID | BM_DIRTY;
+	if ((atomic_load(&d->state) & want) != want)
+		return false;
+	uint32_t s = buf_hdr_lock(d);
+	bool dirty = (s & want) == want;
+	if (dirty)
+		buf_pin_locked(buf, &s);
+	buf_hdr_unlock(d, s);
+	return dirty;
+}
+
+int buf_flush_all(void)
+{
+	int first_rc = WALRUS_OK;
+	for (uint32_t i = 0; i < buf_l.r->nbuffers; i++) {
+		int buf = (int)i + 1;
+		if (!buf_pin_if_dirty(buf))
+			continue;
+		/* If this process holds the content lock already, write under it. */
+		bool take = buf_l.locked[i] == 0;
+		if (take)
+			buf_lock(buf, false);
+		int rc = buf_write(buf, &buf_l.r->stats.flush_writes);
+		if (take)
+			buf_unlock(buf);
+		buf_unpin(buf);
+		if (rc != WALRUS_OK && first_rc == WALRUS_OK)
+			first_rc = rc;
+	}
+	return first_rc;
+}
+
+void buf_get_stats(buf_stats *s)
+{
+	const buf_shared_stats *st = &buf_l.r->stats;
+	s->hits = atomic_load(&st->hits);
+	s->reads = atomic_load(&st->reads);
+	s->extends = atomic_load(&st->extends);
+	s->backend_writes = atomic_load(&st->backend_writes);
+	s->flush_writes = atomic_load(&st->flush_writes);
+	s->evictions = atomic_load(&st->evictions);
+	s->content_wait_ns = atomic_load(&st->content_wait_ns);
+	s->io_wait_ns = atomic_load(&st->io_wait_ns);
+	s->nbuffers = buf_l.r->nbuffers;
+}
+
+void buf_set_write_observer(buf_write_observer fn)
+{
+	buf_observer = fn;
+}

@@ -1,0 +1,454 @@
+/*
+ * test_buffer.c - the shared buffer pool: concurrent updates from several
+ * processes, eviction through a small pool, WAL before data, checksum
+ * failures, pin leaks, one I/O for concurrent readers of a missing page,
+ * and the minimum pool size.
+ *
+ * As in tests/wal/test_insert.c, there is no instance: the test creates a
+ * shared memory segment with the "wal" and "buffers" regions (and a small
+ * "buftest" region for barriers), and forked children inherit it, as the
+ * supervisor's children do.  Children report failures by exit code, since a
+ * libcheck assertion in a grandchild would not reach the runner.
+ */
+#include "testutil.h"
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "buffer/buf_int.h"
+#include "fdcache/fdcache.h"
+#include "wal/wal.h"
+
+#define SYSID  0x1234567890abcdefULL
+#define NSLOTS 16
+#define REL    7
+#define CTR    WR_PAGE_HEADER_SIZE       /* where a page keeps its counter */
+#define STAMP  (WR_PAGE_HEADER_SIZE + 8) /* where it keeps its own block number */
+
+typedef struct test_shared {
+	_Atomic uint32_t arrived;
+} test_shared;
+
+static wr_options opts;
+static const char *datadir;
+static test_shared *tsh;
+
+/* Write observer state (per process). */
+static uint64_t obs_writes, obs_violations;
+static wr_blkno obs_last_blk = WR_INVALID_BLKNO;
+
+static void observer(wr_relid rel, wr_blkno blk, wr_lsn lsn)
+{
+	(void)rel;
+	obs_writes++;
+	obs_last_blk = blk;
+	if (lsn > wal_flushed_lsn())
+		obs_violations++;
+}
+
+static void setup(int64_t nbuffers)
+{
+	int fd;
+	char waldir[4200];
+	wr_opts_defaults(&opts);
+	ck_assert_int_eq(wr_opts_set(&opts, "wal_segment_size", "1MB"), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_set(&opts, "wal_buffers", "256kB"), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_set(&opts, "data_segment_size", "256kB"), WALRUS_OK);
+	opts.shared_buffers = nbuffers * WR_PAGE_SIZE;
+	datadir = tu_tmpdir("walrus-buf");
+	ck_assert_int_eq(fdc_init(200), WALRUS_OK);
+	ck_assert_int_eq(smgr_init(datadir, opts.data_segment_size), WALRUS_OK);
+	snprintf(waldir, sizeof(waldir), "%s/wal", datadir);
+	ck_assert_int_eq(mkdir(waldir, 0700), 0);
+	size_t sizes[] = {wal_shmem_size(&opts, NSLOTS), buf_shmem_size(&opts),
+	                  sizeof(test_shared)};
+	ck_assert_int_eq(shm_create(shm_size_for(sizes, 3), &fd), WALRUS_OK);
+	ck_assert_int_eq(wal_shmem_init(&opts, datadir, NSLOTS), WALRUS_OK);
+	ck_assert_int_eq(buf_shmem_init(&opts), WALRUS_OK);
+	tsh = shm_alloc("buftest", sizeof(test_shared));
+	ck_assert_ptr_nonnull(tsh);
+	char page[WAL_PAGE_SIZE] = {0};
+	wal_long_page_header *lh = (wal_long_page_header *)page;
+	lh->std.magic = WAL_PAGE_MAGIC;
+	lh->std.info = WAL_PAGE_LONG;
+	lh->sysid = SYSID;
+	lh->seg_size = (uint32_t)opts.wal_segment_size;
+	lh->page_size = WAL_PAGE_SIZE;
+	ck_assert_int_eq(wal_start_insert_at(WAL_LONG_PHD, 0, WAL_LONG_PHD, SYSID, page),
+	                 WALRUS_OK);
+	close(fd);
+	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
+	ck_assert_int_eq(buf_attach(), WALRUS_OK);
+	ck_assert_int_eq(smgr_create(REL), WALRUS_OK);
+	obs_writes = obs_violations = 0;
+	buf_set_write_observer(observer);
+}
+
+/* In a forked child: its own WAL slot and private pin counts. */
+static int child_attach(int slot)
+{
+	if (wal_attach(slot) != WALRUS_OK || buf_attach() != WALRUS_OK)
+		return 10;
+	obs_writes = obs_violations = 0;
+	return 0;
+}
+
+static uint64_t get_u64(const void *page, size_t off)
+{
+	uint64_t v;
+	memcpy(&v, (const char *)page + off, sizeof(v));
+	return v;
+}
+
+static void put_u64(void *page, size_t off, uint64_t v)
+{
+	memcpy((char *)page + off, &v, sizeof(v));
+}
+
+/* A WAL record for a change, whose end becomes the page LSN. */
+static wr_lsn log_change(uint64_t v)
+{
+	wal_begin();
+	wal_register_data(&v, sizeof(v));
+	return wal_insert(RM_XLOG, XLOG_NOOP);
+}
+
+/* Increments the counter of @blk under the exclusive lock; checks its stamp. */
+static int bump(wr_blkno blk)
+{
+	int buf;
+	int rc = buf_read(REL, blk, &buf);
+	if (rc != WALRUS_OK)
+		return rc;
+	buf_lock(buf, true);
+	char *page = buf_page(buf);
+	bool ok = get_u64(page, STAMP) == blk;
+	uint64_t v = get_u64(page, CTR) + 1;
+	put_u64(page, CTR, v);
+	page_set_lsn(page, log_change(v));
+	buf_mark_dirty(buf);
+	buf_unlock(buf);
+	buf_release(buf);
+	return ok ? WALRUS_OK : WALRUS_ECORRUPT;
+}
+
+/* Adds @n blocks through the pool, each stamped with its number, counter 0. */
+static void make_blocks(wr_blkno n)
+{
+	for (wr_blkno i = 0; i < n; i++) {
+		int buf;
+		wr_blkno blk;
+		ck_assert_int_eq(buf_extend(REL, &buf, &blk), WALRUS_OK);
+		ck_assert_uint_eq(blk, i);
+		char *page = buf_page(buf);
+		ck_assert(!page_is_new(page));
+		put_u64(page, STAMP, blk);
+		page_set_lsn(page, log_change(blk));
+		buf_mark_dirty(buf);
+		buf_unlock(buf);
+		buf_release(buf);
+	}
+}
+
+/* Every block's counter, through the pool and (after a flush) from disk. */
+static void check_counters(wr_blkno n, uint64_t expect)
+{
+	for (wr_blkno b = 0; b < n; b++) {
+		int buf;
+		ck_assert_int_eq(buf_read(REL, b, &buf), WALRUS_OK);
+		buf_lock(buf, false);
+		ck_assert_uint_eq(get_u64(buf_page(buf), CTR), expect);
+		buf_unlock(buf);
+		buf_release(buf);
+	}
+	ck_assert_int_eq(buf_flush_all(), WALRUS_OK);
+	smgr_rel *r;
+	static char page[WR_PAGE_SIZE];
+	ck_assert_int_eq(smgr_open(REL, &r), WALRUS_OK);
+	for (wr_blkno b = 0; b < n; b++) {
+		ck_assert_int_eq(smgr_read(r, b, page), WALRUS_OK);
+		ck_assert_uint_eq(get_u64(page, STAMP), b);
+		ck_assert_uint_eq(get_u64(page, CTR), expect);
+	}
+}
+
+struct worker {
+	int who;
+	int iters;
+	wr_blkno nblocks;
+};
+
+/* Each iteration bumps one block; who and i spread the blocks around. */
+static int counter_worker(void *p)
+{
+	struct worker *w = p;
+	int rc = child_attach(w->who + 1);
+	if (rc != 0)
+		return rc;
+	for (int i = 0; i < w->iters; i++) {
+		if (bump((wr_blkno)((i * 7 + w->who) % (int)w->nblocks)) != WALRUS_OK)
+			return 11;
+		/* One worker also writes everything now and then, racing the others. */
+		if (w->who == 0 && i % 100 == 99 && buf_flush_all() != WALRUS_OK)
+			return 14;
+	}
+	if (obs_violations != 0)
+		return 12;
+	return buf_detach_check() == WALRUS_OK ? 0 : 13;
+}
+
+static void run_workers(int nproc, int iters, wr_blkno nblocks)
+{
+	struct worker w[8];
+	pid_t pids[8];
+	for (int i = 0; i < nproc; i++) {
+		w[i] = (struct worker){i, iters, nblocks};
+		pids[i] = tu_fork(counter_worker, &w[i]);
+	}
+	for (int i = 0; i < nproc; i++)
+		ck_assert_int_eq(tu_wait(pids[i]), 0);
+}
+
+START_TEST(concurrent_counters_sum_exactly)
+{
+	enum { NPROC = 4, NBLK = 3 };
+	int iters = tu_long_mode() ? 60000 : 3000;
+	setup(16);
+	make_blocks(NBLK);
+	run_workers(NPROC, iters, NBLK);
+	/* Each worker bumps block (i*7+who)%3, i.e. every block iters/3 times. */
+	check_counters(NBLK, (uint64_t)(NPROC * iters / NBLK));
+	ck_assert_uint_eq(obs_violations, 0);
+	buf_stats st;
+	buf_get_stats(&st);
+	ck_assert_uint_eq(st.nbuffers, 16);
+	ck_assert_uint_ge(st.hits, (uint64_t)(NPROC * iters));
+	ck_assert_uint_eq(st.evictions, 0); /* 3 pages in 16 buffers */
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
+START_TEST(eviction_through_small_pool)
+{
+	enum { NPROC = 4, NBLK = 200 };
+	int passes = tu_long_mode() ? 50 : 3;
+	setup(16);
+	make_blocks(NBLK); /* 200 dirty pages through 16 buffers: evictions write them */
+	run_workers(NPROC, passes * NBLK, NBLK);
+	/* (i*7+who) % 200 over passes*200 iterations visits every block passes times. */
+	check_counters(NBLK, (uint64_t)(NPROC * passes));
+	buf_stats st;
+	buf_get_stats(&st);
+	ck_assert_uint_gt(st.evictions, NBLK);
+	ck_assert_uint_gt(st.backend_writes, NBLK);
+	ck_assert_uint_gt(st.reads, NBLK);
+	ck_assert_uint_eq(obs_violations, 0);
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
+START_TEST(wal_flushed_before_dirty_victim_is_written)
+{
+	setup(16);
+	make_blocks(40);
+	ck_assert_int_eq(buf_flush_all(), WALRUS_OK);
+	/* Dirty block 0 with an LSN that is not yet flushed. */
+	int buf;
+	ck_assert_int_eq(buf_read(REL, 0, &buf), WALRUS_OK);
+	buf_lock(buf, true);
+	wr_lsn lsn = log_change(42);
+	page_set_lsn(buf_page(buf), lsn);
+	buf_mark_dirty(buf);
+	buf_unlock(buf);
+	buf_release(buf);
+	ck_assert_uint_lt(wal_flushed_lsn(), lsn);
+	uint64_t before = obs_writes;
+	buf_stats st0, st;
+	buf_get_stats(&st0);
+	/* Enough misses to sweep the clock around many times. */
+	for (int pass = 0; pass < 3 && obs_writes == before; pass++)
+		for (wr_blkno b = 1; b < 40; b++) {
+			ck_assert_int_eq(buf_read(REL, b, &buf), WALRUS_OK);
+			buf_release(buf);
+		}
+	ck_assert_uint_eq(obs_writes, before + 1); /* only block 0 was dirty */
+	ck_assert_uint_eq(obs_last_blk, 0);
+	ck_assert_uint_eq(obs_violations, 0);
+	ck_assert_uint_ge(wal_flushed_lsn(), lsn);
+	buf_get_stats(&st);
+	ck_assert_uint_eq(st.backend_writes, st0.backend_writes + 1);
+}
+END_TEST
+
+START_TEST(corrupt_page_is_reported_without_leaking_pins)
+{
+	setup(16);
+	make_blocks(40);
+	ck_assert_int_eq(buf_flush_all(), WALRUS_OK);
+	for (int pass = 0; pass < 3; pass++)
+		for (wr_blkno b = 1; b < 40; b++) {
+			int buf;
+			ck_assert_int_eq(buf_read(REL, b, &buf), WALRUS_OK);
+			buf_release(buf);
+		}
+	char path[4200];
+	smgr_segment_path(REL, 0, path, sizeof(path));
+	tu_flip_bit(path, 4000, 3);
+	buf_stats st0, st1;
+	buf_get_stats(&st0);
+	int buf = 123;
+	ck_assert_int_eq(buf_read(REL, 0, &buf), WALRUS_ECORRUPT);
+	ck_assert_int_eq(buf, BUF_INVALID);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "block 0"));
+	/* The failed read is retried, not served from the pool. */
+	ck_assert_int_eq(buf_read(REL, 0, &buf), WALRUS_ECORRUPT);
+	buf_get_stats(&st1);
+	ck_assert_uint_eq(st1.reads, st0.reads); /* failed reads are not counted as reads */
+	ck_assert_int_eq(buf_read(REL, 1, &buf), WALRUS_OK);
+	buf_release(buf);
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+	for (uint32_t i = 0; i < 16; i++)
+		ck_assert_uint_eq(BUF_REFCOUNT(atomic_load(&buf_l.desc[i].state)), 0);
+}
+END_TEST
+
+START_TEST(leaked_pin_is_reported_at_detach)
+{
+	setup(16);
+	make_blocks(4);
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK); /* balanced so far */
+	ck_assert_int_eq(buf_attach(), WALRUS_OK);
+	int a, b, c;
+	ck_assert_int_eq(buf_read(REL, 2, &a), WALRUS_OK);
+	ck_assert_int_eq(buf_read(REL, 2, &b), WALRUS_OK);
+	ck_assert_int_eq(a, b);
+	/* Pinned twice by one process: one shared pin, two private. */
+	ck_assert_uint_eq(BUF_REFCOUNT(atomic_load(&buf_get_desc(a)->state)), 1);
+	buf_release(b);
+	ck_assert_int_eq(buf_read(REL, 3, &c), WALRUS_OK);
+	buf_lock(c, true);
+	ck_assert_int_eq(buf_detach_check(), WALRUS_EINTERNAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "pin leak"));
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "2 pin(s)"));
+	/* The leaked pins and the lock were released. */
+	for (uint32_t i = 0; i < 16; i++)
+		ck_assert_uint_eq(BUF_REFCOUNT(atomic_load(&buf_l.desc[i].state)), 0);
+	ck_assert(rw_trylock_excl(&buf_get_desc(c)->content));
+	rw_unlock(&buf_get_desc(c)->content);
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK); /* detached: nothing to check */
+}
+END_TEST
+
+struct reader_arg {
+	int who, nproc;
+	wr_blkno nblocks;
+};
+
+/* Waits for every reader, then reads each block once and checks its stamp. */
+static int same_page_reader(void *p)
+{
+	struct reader_arg *a = p;
+	if (child_attach(a->who + 1) != 0)
+		return 10;
+	for (wr_blkno b = 0; b < a->nblocks; b++) {
+		/* A barrier per block: all readers ask for it at about once. */
+		uint32_t target = (uint32_t)(a->nproc * (int)(b + 1));
+		atomic_fetch_add(&tsh->arrived, 1);
+		while (atomic_load(&tsh->arrived) < target)
+			sched_yield();
+		int buf;
+		if (buf_read(REL, b, &buf) != WALRUS_OK)
+			return 11;
+		bool ok = get_u64(buf_page(buf), STAMP) == b;
+		buf_release(buf);
+		if (!ok)
+			return 12;
+	}
+	return buf_detach_check() == WALRUS_OK ? 0 : 13;
+}
+
+START_TEST(concurrent_readers_do_one_io)
+{
+	enum { NPROC = 4, NBLK = 12 };
+	setup(16);
+	/* Blocks written straight through storage: none is in the pool. */
+	smgr_rel *r;
+	static char page[WR_PAGE_SIZE];
+	ck_assert_int_eq(smgr_open(REL, &r), WALRUS_OK);
+	for (wr_blkno b = 0; b < NBLK; b++) {
+		page_init(page, 0, 0);
+		put_u64(page, STAMP, b);
+		ck_assert_int_eq(smgr_extend(r, b, page), WALRUS_OK);
+	}
+	struct reader_arg args[NPROC];
+	pid_t pids[NPROC];
+	for (int i = 0; i < NPROC; i++) {
+		args[i] = (struct reader_arg){i, NPROC, NBLK};
+		pids[i] = tu_fork(same_page_reader, &args[i]);
+	}
+	for (int i = 0; i < NPROC; i++)
+		ck_assert_int_eq(tu_wait(pids[i]), 0);
+	buf_stats st;
+	buf_get_stats(&st);
+	ck_assert_uint_eq(st.reads, NBLK); /* one I/O per block, however many readers */
+	ck_assert_uint_eq(st.hits, (NPROC - 1) * NBLK);
+	ck_assert_uint_eq(st.evictions, 0);
+}
+END_TEST
+
+START_TEST(too_small_pool_is_refused)
+{
+	wr_opts_defaults(&opts);
+	opts.shared_buffers = 15 * WR_PAGE_SIZE;
+	ck_assert_uint_gt(buf_shmem_size(&opts), 16 * WR_PAGE_SIZE);
+	ck_assert_int_eq(buf_shmem_init(&opts), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "shared_buffers"));
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "at least 16 pages"));
+	opts.shared_buffers = 0;
+	ck_assert_int_eq(buf_shmem_init(&opts), WALRUS_EINVAL);
+}
+END_TEST
+
+START_TEST(every_buffer_pinned_is_busy)
+{
+	setup(16);
+	make_blocks(17);
+	int bufs[16], extra;
+	for (wr_blkno b = 0; b < 16; b++)
+		ck_assert_int_eq(buf_read(REL, b, &bufs[b]), WALRUS_OK);
+	ck_assert_int_eq(buf_read(REL, 16, &extra), WALRUS_EBUSY);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "no unpinned buffers"));
+	for (int i = 0; i < 16; i++)
+		buf_release(bufs[i]);
+	ck_assert_int_eq(buf_read(REL, 16, &extra), WALRUS_OK);
+	buf_release(extra);
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
+static Suite *buffer_suite(void)
+{
+	Suite *s = suite_create("buffer");
+	TCase *t = tcase_create("pool");
+	tcase_set_timeout(t, 60);
+	tcase_add_test(t, concurrent_counters_sum_exactly);
+	tcase_add_test(t, eviction_through_small_pool);
+	tcase_add_test(t, wal_flushed_before_dirty_victim_is_written);
+	tcase_add_test(t, corrupt_page_is_reported_without_leaking_pins);
+	tcase_add_test(t, leaked_pin_is_reported_at_detach);
+	tcase_add_test(t, concurrent_readers_do_one_io);
+	tcase_add_test(t, too_small_pool_is_refused);
+	tcase_add_test(t, every_buffer_pinned_is_busy);
+	suite_add_tcase(s, t);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run(buffer_suite());
+}
