@@ -202,6 +202,8 @@ _Noreturn void wr_panic(const char *fmt, ...)
 
 	if (panic_handler != NULL)
 		panic_handler();
+	/* Reached only in the instance's own processes: every public call of the
+	 * library installs a handler that unwinds to its boundary. */
 	abort();
 }
 

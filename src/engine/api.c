@@ -51,7 +51,19 @@ int walrus_open(const char *dir, const walrus_opts *opts, walrus **db)
 	walrus *h = calloc(1, sizeof(*h));
 	if (h == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory");
+	/* Every public call is a PANIC boundary, so wr_panic's abort() is never
+	 * reached in the application's process: it only unwinds to here. */
+	jmp_buf jb;
+	if (setjmp(jb)) {
+		client_leave();
+		free(h);
+		rc = client_panicked();
+		client_detach();
+		return rc;
+	}
+	client_enter(&jb);
 	rc = client_attach(abs, &o);
+	client_leave();
 	if (rc != WALRUS_OK) {
 		free(h);
 		return rc;

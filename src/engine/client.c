@@ -297,6 +297,8 @@ int client_attach(const char *abs, const wr_options *opts)
 		                "directory",
 		                C.abs);
 	}
+	/* From here a PANIC unwinds to walrus_open's boundary, never aborts. */
+	wr_set_panic_handler(client_panic_handler);
 	int rc = fdc_init(opts->max_open_files);
 	if (rc != WALRUS_OK)
 		return rc;
