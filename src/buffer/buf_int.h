@@ -48,6 +48,7 @@ typedef struct buf_desc {
 typedef struct buf_shared_stats {
 	_Atomic uint64_t hits, reads, extends, backend_writes, flush_writes, evictions;
 	_Atomic uint64_t content_wait_ns, io_wait_ns;
+	_Atomic uint64_t ckpt_writes, bgwriter_writes, bgwriter_stops, allocs, writebacks;
 } buf_shared_stats;
 
 /* A mapping table entry: entry i belongs to buffer i + 1 (a buffer has at most one tag). */
@@ -86,6 +87,9 @@ static inline buf_desc *buf_get_desc(int buf)
 {
 	return &buf_l.desc[buf - 1];
 }
+
+/* bufmgr.c: writes a pinned, content-locked buffer if dirty (WAL first); counts it in @counter */
+int buf_write_page(int buf, _Atomic uint64_t *counter, bool *written);
 
 /* freelist.c: header lock, pins, clock sweep */
 uint32_t buf_hdr_lock(buf_desc *d);

@@ -64,6 +64,9 @@ int buf_detach_check(void);
 
 /* Pins the buffer holding (rel, blk), reading it on a miss; *buf = BUF_INVALID on error. */
 int buf_read(wr_relid rel, wr_blkno blk, int *buf);
+/* Pins and exclusively locks (rel, blk) without reading it: a zero page if it
+ * was not in the pool (for pages about to be rebuilt whole, e.g. by redo). */
+int buf_read_zero(wr_relid rel, wr_blkno blk, int *buf);
 /* Adds a new page_init'ed block at the end of @rel: pinned and exclusively locked. */
 int buf_extend(wr_relid rel, int *buf, wr_blkno *blk);
 void buf_release(int buf);
@@ -75,9 +78,93 @@ void *buf_page(int buf);
 void buf_mark_dirty(int buf);
 void buf_tag(int buf, wr_relid *rel, wr_blkno *blk);
 
+/*
+ * Logged changes (PostgreSQL's START_CRIT_SECTION ... XLogInsert ... pattern):
+ *   buf_change_begin();
+ *   buf_change_register(0, buf, 0);         buffer pinned and exclusively locked
+ *   buf_change_data(0, &op, sizeof(op));    redo data for block 0
+ *   buf_change_main(&hdr, sizeof(hdr));     record-wide data
+ *   ...change the registered pages in memory...
+ *   lsn = buf_change_insert(RM_KV, info);   marks dirty, inserts, stamps page LSNs
+ *   buf_change_end();
+ * The page changes may be made before or after the register calls but before
+ * buf_change_insert; the WAL decides each block's full-page image against
+ * the redo pointer at insert time (first change after a checkpoint's redo
+ * LSN), so a block is registered with its page as it will be after the
+ * change.  Buffers are marked dirty *before* the record is inserted, so a
+ * checkpoint whose redo point falls after the record always finds them
+ * dirty.  Flags are WAL_BLK_WILL_INIT (redo rebuilds the page from the data
+ * alone: no image, no read).  At most WAL_MAX_BLOCKS blocks per record.
+ * Pointers passed stay valid until buf_change_insert returns.
+ * PANICs when a registered buffer is not exclusively locked by the caller,
+ * on a block id registered twice, or on a change begun twice.
+ */
+void buf_change_begin(void);
+void buf_change_register(int id, int buf, uint8_t flags);
+void buf_change_data(int id, const void *data, size_t len);
+void buf_change_main(const void *data, size_t len);
+/* Returns the record's end LSN: the LSN a commit waits for with wal_flush_to. */
+wr_lsn buf_change_insert(uint8_t rmid, uint8_t info);
+void buf_change_end(void);
+
 /* Writes every dirty buffer (tests, shutdown); the first error is returned.
  * Waits for each content lock: call it holding none but your own buffers'. */
 int buf_flush_all(void);
+
+uint32_t buf_nbuffers(void);
+
+/* ---------------------------------------------------------------- writing for others */
+
+/*
+ * Write-back hints (PostgreSQL's WritebackContext): the tags of pages just
+ * written collect here; every @max_pages of them are sorted, merged into
+ * runs of adjacent blocks and handed to sync_file_range(WRITE), so the
+ * kernel starts writing early and the later fsync finds little to do.
+ * max_pages 0 disables.  A sync_file_range error is a PANIC (rule 5).
+ */
+typedef struct buf_wb {
+	uint32_t max, n;
+	struct buf_wb_tag {
+		wr_relid rel;
+		wr_blkno blk;
+	} *tags;
+} buf_wb;
+int buf_wb_init(buf_wb *w, uint32_t max_pages);
+void buf_wb_add(buf_wb *w, wr_relid rel, wr_blkno blk);
+void buf_wb_issue(buf_wb *w);
+void buf_wb_free(buf_wb *w);
+
+/*
+ * Checkpoint support.  buf_ckpt_mark flags every dirty buffer
+ * CHECKPOINT_NEEDED and lists it (@items has room for buf_nbuffers()); a
+ * page dirtied later is the next checkpoint's.  buf_ckpt_write writes one
+ * listed buffer if it still needs it (whoever writes it first clears the
+ * flag), waiting for its share content lock.
+ */
+typedef struct buf_ckpt_item {
+	wr_relid rel;
+	wr_blkno blk;
+	int buf;
+} buf_ckpt_item;
+uint32_t buf_ckpt_mark(buf_ckpt_item *items);
+int buf_ckpt_write(const buf_ckpt_item *it, buf_wb *wb, bool *written);
+
+/*
+ * One round of the background writer: estimates from recent allocations
+ * how many buffers the clock sweep will need before the next round
+ * (times bgwriter_lru_multiplier) and cleans that many ahead of the clock
+ * hand, writing at most bgwriter_lru_maxpages.  Returns true when nothing
+ * was allocated or written (the caller may sleep longer).
+ */
+typedef struct buf_bgw {
+	uint64_t next_to_clean; /* clock position this writer reached */
+	uint64_t prev_allocs;
+	double smoothed_allocs;
+} buf_bgw;
+bool buf_bgwriter_round(buf_bgw *st, int64_t maxpages, double multiplier, buf_wb *wb);
+
+/* Redo through the pool: install with wal_redo_set_pages(&buf_redo_pages). */
+extern const struct wal_redo_pages buf_redo_pages;
 
 typedef struct buf_stats {
 	uint64_t hits;            /* buf_read found the page valid in the pool */
@@ -86,6 +173,11 @@ typedef struct buf_stats {
 	uint64_t backend_writes;  /* dirty victims written by the process needing the slot */
 	uint64_t flush_writes;    /* pages written by buf_flush_all */
 	uint64_t evictions;       /* valid pages replaced by another */
+	uint64_t ckpt_writes;     /* pages written by checkpoints */
+	uint64_t bgwriter_writes; /* pages written by the background writer */
+	uint64_t bgwriter_stops;  /* rounds the bgwriter ended at bgwriter_lru_maxpages */
+	uint64_t allocs;          /* buffers taken by the clock sweep */
+	uint64_t writebacks;      /* sync_file_range write-back requests issued */
 	uint64_t content_wait_ns; /* time blocked on content locks */
 	uint64_t io_wait_ns;      /* time waiting for another process's I/O */
 	uint32_t nbuffers;

@@ -15,6 +15,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "buffer/buf_int.h"
 #include "wal/wal.h"
@@ -70,6 +71,26 @@ static void buf_map(buf_region *r)
 	buf_l.pages = base + r->page_off;
 }
 
+/*
+ * A pool larger than the machine's memory would be created (memfd pages are
+ * allocated lazily) and then kill processes with SIGBUS or the OOM killer
+ * while they run: refuse it at open instead.
+ */
+static int buf_check_memory(const wr_options *o, uint64_t bytes)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	if (pages <= 0 || psize <= 0)
+		return WALRUS_OK; /* unknown: the memfd reservation still checks */
+	uint64_t phys = (uint64_t)pages * (uint64_t)psize;
+	if (bytes > phys / 4 * 3)
+		return wr_error(WALRUS_EINVAL,
+		                "shared_buffers = %lld MB needs %llu MB of shared memory, more than "
+		                "3/4 of this machine's %llu MB of memory",
+		                (long long)(o->shared_buffers >> 20), (unsigned long long)(bytes >> 20),
+		                (unsigned long long)(phys >> 20));
+	return WALRUS_OK;
+}
+
 int buf_shmem_init(const wr_options *o)
 {
 	uint32_t n = buf_count(o);
@@ -80,6 +101,9 @@ int buf_shmem_init(const wr_options *o)
 		                (long long)o->shared_buffers, n, BUF_MIN_BUFFERS, WR_PAGE_SIZE,
 		                BUF_MIN_BUFFERS * WR_PAGE_SIZE / 1024);
 	buf_layout_t l = buf_layout(n);
+	int rc = buf_check_memory(o, l.total);
+	if (rc != WALRUS_OK)
+		return rc;
 	buf_region *r = shm_alloc("buffers", l.total);
 	if (r == NULL)
 		return wr_error(WALRUS_ENOMEM,
@@ -218,9 +242,11 @@ static char *buf_page_ptr(int buf)
  * Writes a pinned buffer whose content lock this process holds (either
  * mode: nobody can change the page meanwhile).  No-op if it is clean.
  */
-static int buf_write(int buf, _Atomic uint64_t *counter)
+int buf_write_page(int buf, _Atomic uint64_t *counter, bool *written)
 {
 	buf_desc *d = buf_get_desc(buf);
+	if (written)
+		*written = false;
 	if (!buf_start_io(d, false))
 		return WALRUS_OK;
 	/* smgr_write stamps the checksum into the page it writes; a private
@@ -242,6 +268,8 @@ static int buf_write(int buf, _Atomic uint64_t *counter)
 	}
 	buf_end_io(d, BM_DIRTY | BM_CHECKPOINT_NEEDED | BM_IO_ERROR, 0);
 	atomic_fetch_add(counter, 1);
+	if (written)
+		*written = true;
 	return WALRUS_OK;
 }
 
@@ -274,7 +302,7 @@ static int buf_clean_victim(int victim)
 	 * victim's locker may be waiting for one of them. */
 	if (!rw_trylock_shared(&d->content))
 		return WALRUS_EBUSY;
-	int rc = buf_write(victim, &buf_l.r->stats.backend_writes);
+	int rc = buf_write_page(victim, &buf_l.r->stats.backend_writes, NULL);
 	rw_unlock(&d->content);
 	return rc;
 }
@@ -377,6 +405,23 @@ int buf_read(wr_relid rel, wr_blkno blk, int *out)
 	}
 	buf_end_io(d, BM_IO_ERROR, BM_VALID);
 	atomic_fetch_add(&buf_l.r->stats.reads, 1);
+	*out = buf;
+	return WALRUS_OK;
+}
+
+int buf_read_zero(wr_relid rel, wr_blkno blk, int *out)
+{
+	int buf;
+	*out = BUF_INVALID;
+	int rc = buf_get(rel, blk, &buf);
+	if (rc != WALRUS_OK)
+		return rc;
+	buf_desc *d = buf_get_desc(buf);
+	if (buf_start_io(d, true)) {
+		memset(buf_page_ptr(buf), 0, WR_PAGE_SIZE);
+		buf_end_io(d, BM_IO_ERROR, BM_VALID);
+	}
+	buf_lock(buf, true);
 	*out = buf;
 	return WALRUS_OK;
 }
@@ -521,7 +566,7 @@ int buf_flush_all(void)
 		bool take = buf_l.locked[i] == 0;
 		if (take)
 			buf_lock(buf, false);
-		int rc = buf_write(buf, &buf_l.r->stats.flush_writes);
+		int rc = buf_write_page(buf, &buf_l.r->stats.flush_writes, NULL);
 		if (take)
 			buf_unlock(buf);
 		buf_unpin(buf);
@@ -540,6 +585,11 @@ void buf_get_stats(buf_stats *s)
 	s->backend_writes = atomic_load(&st->backend_writes);
 	s->flush_writes = atomic_load(&st->flush_writes);
 	s->evictions = atomic_load(&st->evictions);
+	s->ckpt_writes = atomic_load(&st->ckpt_writes);
+	s->bgwriter_writes = atomic_load(&st->bgwriter_writes);
+	s->bgwriter_stops = atomic_load(&st->bgwriter_stops);
+	s->allocs = atomic_load(&st->allocs);
+	s->writebacks = atomic_load(&st->writebacks);
 	s->content_wait_ns = atomic_load(&st->content_wait_ns);
 	s->io_wait_ns = atomic_load(&st->io_wait_ns);
 	s->nbuffers = buf_l.r->nbuffers;

@@ -148,6 +148,7 @@ int buf_clock_victim(int *out, uint32_t *state)
 			int buf = (int)(hand % n) + 1;
 			bool touched;
 			if (buf_sweep_one(buf, state, &touched)) {
+				atomic_fetch_add(&buf_l.r->stats.allocs, 1);
 				*out = buf;
 				return WALRUS_OK;
 			}

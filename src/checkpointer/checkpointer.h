@@ -21,6 +21,7 @@
 #ifndef WALRUS_CHECKPOINTER_H
 #define WALRUS_CHECKPOINTER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/common.h"
@@ -29,14 +30,47 @@
 enum ckpt_flags {
 	CKPT_SHUTDOWN = 1 << 0,        /* quiet system: record type SHUTDOWN, state shut down */
 	CKPT_END_OF_RECOVERY = 1 << 1, /* quiet system at start: state in production */
+	CKPT_IMMEDIATE = 1 << 2,       /* write as fast as possible (no spreading) */
+	CKPT_FORCE = 1 << 3,           /* even if no WAL was written since the last one */
+	CKPT_REQUESTED = 1 << 8,       /* internal: some request is pending */
 };
 
 typedef struct ckpt_result {
 	wr_lsn lsn, redo;
 	uint64_t distance; /* WAL bytes since the previous checkpoint's redo */
+	uint64_t estimate; /* smoothed distance, as PostgreSQL's */
+	uint32_t bufs_written, nbuffers, bufs_marked;
 	int segs_added, segs_removed, segs_recycled;
-	double total_s;
+	uint32_t sync_files;
+	double write_s, sync_s, total_s, sync_longest_s, sync_avg_s;
 } ckpt_result;
+
+/*
+ * Shared state (region "ckpt"): pending request flags, counters of
+ * checkpoints started/done/failed with a futex word bumped at each change,
+ * and the last checkpoint's figures for `walrus stats`.
+ */
+typedef struct ckpt_shared {
+	_Atomic uint32_t requested; /* enum ckpt_flags, taken by the checkpointer */
+	_Atomic uint32_t seq;       /* futex word */
+	_Atomic uint64_t started, done, failed, count;
+	_Atomic uint64_t num_timed, num_requested;
+	ckpt_result last;
+} ckpt_shared;
+size_t ckpt_shmem_size(void);
+int ckpt_shmem_init(void);
+int ckpt_attach(void);
+ckpt_shared *ckpt_shared_state(void);
+/*
+ * Asks for a checkpoint (CKPT_IMMEDIATE / CKPT_FORCE); requests coalesce.
+ * With @wait, returns when a checkpoint that started after the request has
+ * ended: WALRUS_OK, WALRUS_EIO if it failed, WALRUS_ERESTART on a crash.
+ */
+int ckpt_request(int flags, bool wait);
+/* Checkpointer side. */
+uint32_t ckpt_take_requests(void);
+void ckpt_note_started(void);
+void ckpt_note_done(bool ok, const ckpt_result *r);
 
 /* Performs one checkpoint now and logs it. */
 void ckpt_perform(const char *datadir, const wr_options *o, int flags, const char *reason,

@@ -18,6 +18,7 @@
 
 #include <stdlib.h>
 
+#include "buffer/buffer.h"
 #include "checkpointer/checkpointer.h"
 #include "fdcache/fdcache.h"
 #include "storage/storage.h"
@@ -64,35 +65,14 @@ static void aux_setup(int kind, pid_t supervisor)
 	engine_my_proc_set(kind);
 	engine_shared *e = engine_sh();
 	if (smgr_init(e->datadir, e->opts.data_segment_size) != WALRUS_OK ||
-	    wal_attach(kind) != WALRUS_OK)
+	    wal_attach(kind) != WALRUS_OK || buf_attach() != WALRUS_OK ||
+	    ckpt_attach() != WALRUS_OK)
 		wr_panic("%s could not start: %s", aux_name(kind), walrus_errmsg());
 }
 
 static bool supervisor_gone(pid_t supervisor)
 {
 	return getppid() != supervisor;
-}
-
-/*
- * The idle loop of the checkpointer, background writer and WAL writer until
- * their work arrives with later modules: wait on the latch, exit on shutdown.
- */
-static _Noreturn void aux_idle_loop(int kind, pid_t supervisor)
-{
-	engine_shared *e = engine_sh();
-	int64_t period_us = kind == WR_AUX_BGWR   ? e->opts.bgwriter_delay_us
-	                    : kind == WR_AUX_WALW ? e->opts.wal_writer_delay_us
-	                                          : 1000000;
-	wr_log(WR_DEBUG, "%s started", aux_name(kind));
-	for (;;) {
-		if (atomic_load(&e->shutdown_requested))
-			_exit(0);
-		if (supervisor_gone(supervisor))
-			_exit(1);
-		uint32_t seen = atomic_load(&e->aux_wakeup[kind]);
-		int rc = ipc_wait_u32(&e->aux_wakeup[kind], seen, (uint64_t)period_us * 1000);
-		(void)rc; /* any wake-up just re-checks the conditions above */
-	}
 }
 
 static _Noreturn void startup_main(void)
@@ -103,6 +83,7 @@ static _Noreturn void startup_main(void)
 	if (res == NULL)
 		wr_panic("out of memory in the startup process");
 	wal_register_builtin_rmgrs();
+	wal_redo_set_pages(&buf_redo_pages);
 	int rc = wal_control_read(e->datadir, &c);
 	if (rc == WALRUS_OK)
 		rc = wal_recover(e->datadir, &e->opts, res);
@@ -112,8 +93,9 @@ static _Noreturn void startup_main(void)
 		_exit(1);
 	}
 	wal_start_insert_at(res->end, res->last_lsn, res->last_redo, c.sysid, res->last_page);
-	/* Redo wrote and synced every page it touched, and nothing else runs:
-	 * a checkpoint here means the next crash replays only what follows. */
+	/* Redo left its pages dirty in the pool and nothing else runs yet: the
+	 * checkpoint writes and syncs them, so the next crash replays only what
+	 * follows. */
 	ckpt_result r;
 	ckpt_perform(e->datadir, &e->opts, CKPT_END_OF_RECOVERY, "end-of-recovery", res->next_relid,
 	             &r);
@@ -138,6 +120,28 @@ static _Noreturn void walwriter_main(pid_t supervisor)
 	}
 }
 
+static _Noreturn void bgwriter_main(pid_t supervisor)
+{
+	engine_shared *e = engine_sh();
+	const wr_options *o = &e->opts;
+	buf_bgw st = {0};
+	buf_wb wb;
+	if (buf_wb_init(&wb, (uint32_t)(o->bgwriter_flush_after / WR_PAGE_SIZE)) != WALRUS_OK)
+		wr_panic("background writer could not start: %s", walrus_errmsg());
+	for (;;) {
+		if (atomic_load(&e->shutdown_requested))
+			_exit(0);
+		if (supervisor_gone(supervisor))
+			_exit(1);
+		uint32_t seen = atomic_load(&e->aux_wakeup[WR_AUX_BGWR]);
+		bool idle = buf_bgwriter_round(&st, o->bgwriter_lru_maxpages,
+		                               o->bgwriter_lru_multiplier, &wb);
+		/* Idle: sleep 50 rounds (as PostgreSQL's hibernation); a shutdown wakes us. */
+		uint64_t us = (uint64_t)o->bgwriter_delay_us * (idle ? 50 : 1);
+		(void)ipc_wait_u32(&e->aux_wakeup[WR_AUX_BGWR], seen, us * 1000);
+	}
+}
+
 _Noreturn void aux_main(int kind, int keep_fd)
 {
 	(void)keep_fd;
@@ -147,8 +151,10 @@ _Noreturn void aux_main(int kind, int keep_fd)
 		startup_main();
 	if (kind == WR_AUX_WALW)
 		walwriter_main(supervisor);
+	if (kind == WR_AUX_BGWR)
+		bgwriter_main(supervisor);
 	if (kind == WR_AUX_CKPT)
 		ckpt_main(engine_sh()->datadir, &engine_sh()->opts,
 		          &engine_sh()->shutdown_requested, supervisor);
-	aux_idle_loop(kind, supervisor);
+	wr_panic("unknown auxiliary process kind %d", kind);
 }

@@ -27,6 +27,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "buffer/buffer.h"
+#include "checkpointer/checkpointer.h"
 #include "fdcache/fdcache.h"
 #include "storage/storage.h"
 #include "wal/wal.h"
@@ -240,6 +242,10 @@ static int finish_attach(const char *abs, const wr_options *opts)
 {
 	int rc = wal_attach(C.slot);
 	if (rc == WALRUS_OK)
+		rc = buf_attach();
+	if (rc == WALRUS_OK)
+		rc = ckpt_attach();
+	if (rc == WALRUS_OK)
 		rc = smgr_init(abs, engine_sh()->opts.data_segment_size);
 	if (rc != WALRUS_OK)
 		return rc;
@@ -386,6 +392,7 @@ int client_detach(void)
 	bool healthy = !C.poisoned && engine_running() && supervisor_connection_alive();
 	/* Dirty fds are handed to the checkpointer before they close, unless the
 	 * instance is gone: then recovery rewrites whatever they held. */
+	int leak = healthy ? buf_detach_check() : WALRUS_OK;
 	wal_detach();
 	if (healthy) {
 		smgr_shutdown();
@@ -397,5 +404,5 @@ int client_detach(void)
 	if (supervisor_connection_alive())
 		rc = send_msg(WR_MSG_DETACH);
 	drop_attachment();
-	return rc;
+	return leak != WALRUS_OK ? leak : rc;
 }

@@ -154,6 +154,9 @@ bool client_attached(const char *abs);
 /* At the start of every public call: ERESTART if the instance crashed or its supervisor died. */
 int client_check(void);
 pid_t client_supervisor_pid(void);
+
+/* The instance's counters as a JSON object (malloc'd); attached processes only. */
+int engine_stats_json(char **out);
 uint64_t client_generation(void);
 /* Region "scratch" of the attached instance (tests, tools). */
 void *client_scratch(void);

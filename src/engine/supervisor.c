@@ -29,6 +29,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "buffer/buffer.h"
+#include "checkpointer/checkpointer.h"
 #include "fdcache/fdcache.h"
 #include "wal/wal.h"
 
@@ -158,7 +160,8 @@ static int create_shared_memory(void)
 {
 	uint32_t nprocs = (uint32_t)S.opts.max_connections + WR_AUX_NKINDS;
 	size_t sizes[] = {sizeof(engine_shared), nprocs * sizeof(wr_proc), ENGINE_SCRATCH_SIZE,
-	                  wal_shmem_size(&S.opts, (int)nprocs)};
+	                  wal_shmem_size(&S.opts, (int)nprocs), buf_shmem_size(&S.opts),
+	                  ckpt_shmem_size()};
 	size_t total = shm_size_for(sizes, (int)WR_ARRAY_LEN(sizes));
 	int rc = shm_create(total, &S.shm_fd);
 	if (rc != WALRUS_OK)
@@ -169,6 +172,10 @@ static int create_shared_memory(void)
 	if (e == NULL || procs == NULL || scratch == NULL)
 		return wr_error(WALRUS_EINTERNAL, "shared memory layout does not fit");
 	rc = wal_shmem_init(&S.opts, S.abs, (int)nprocs);
+	if (rc == WALRUS_OK)
+		rc = buf_shmem_init(&S.opts);
+	if (rc == WALRUS_OK)
+		rc = ckpt_shmem_init();
 	if (rc != WALRUS_OK)
 		return rc;
 	e->opts = S.opts;

@@ -1,0 +1,181 @@
+/*
+ * stats.c - the instance's counters as one JSON object (walrus_stats and
+ * `walrus stats --json`): WAL, buffer pool, checkpoints, and the key-value
+ * layer when present.  Every figure is read from shared memory, so any
+ * attached process sees the whole instance's.
+ */
+#include "engine/engine.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer/buffer.h"
+#include "checkpointer/checkpointer.h"
+#include "wal/wal.h"
+
+typedef struct jbuf {
+	char *s;
+	size_t len, cap;
+	bool oom;
+	bool first; /* no comma before the next member */
+} jbuf;
+
+static void jb_add(jbuf *j, const char *fmt, ...)
+{
+	va_list ap;
+	for (;;) {
+		va_start(ap, fmt);
+		int n = vsnprintf(j->s + j->len, j->cap - j->len, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			j->oom = true;
+			return;
+		}
+		if ((size_t)n < j->cap - j->len) {
+			j->len += (size_t)n;
+			return;
+		}
+		size_t cap = (j->cap + (size_t)n) * 2;
+		char *s = realloc(j->s, cap);
+		if (s == NULL) {
+			j->oom = true;
+			return;
+		}
+		j->s = s;
+		j->cap = cap;
+	}
+}
+
+static void jb_open(jbuf *j, const char *name)
+{
+	jb_add(j, "%s\"%s\":{", j->first ? "" : ",", name);
+	j->first = true;
+}
+
+static void jb_close(jbuf *j)
+{
+	jb_add(j, "}");
+	j->first = false;
+}
+
+static void jb_u64(jbuf *j, const char *name, uint64_t v)
+{
+	jb_add(j, "%s\"%s\":%llu", j->first ? "" : ",", name, (unsigned long long)v);
+	j->first = false;
+}
+
+static void jb_dbl(jbuf *j, const char *name, double v)
+{
+	jb_add(j, "%s\"%s\":%.6f", j->first ? "" : ",", name, v);
+	j->first = false;
+}
+
+static void jb_lsn(jbuf *j, const char *name, wr_lsn v)
+{
+	jb_add(j, "%s\"%s\":\"" WAL_LSN_FMT "\"", j->first ? "" : ",", name, WAL_LSN_ARGS(v));
+	j->first = false;
+}
+
+static void stats_wal(jbuf *j)
+{
+	wal_stats w;
+	wal_get_stats(&w);
+	jb_open(j, "wal");
+	jb_lsn(j, "insert_lsn", wal_insert_lsn());
+	jb_lsn(j, "flush_lsn", wal_flushed_lsn());
+	jb_lsn(j, "redo_lsn", wal_redo_lsn());
+	jb_u64(j, "records", w.records);
+	jb_u64(j, "bytes", w.bytes);
+	jb_u64(j, "fpi", w.fpis);
+	jb_u64(j, "fpi_bytes_raw", w.fpi_bytes_raw);
+	jb_u64(j, "fpi_bytes_stored", w.fpi_bytes_stored);
+	jb_u64(j, "writes", w.writes);
+	jb_u64(j, "write_bytes", w.write_bytes);
+	jb_u64(j, "flushes", w.flushes);
+	jb_dbl(j, "flush_s", (double)w.flush_ns / 1e9);
+	jb_u64(j, "group_waits", w.group_waits);
+	jb_u64(j, "buffer_full_waits", w.buffer_full_waits);
+	jb_u64(j, "segments_created", w.segments_created);
+	jb_u64(j, "segments_recycled", w.segments_recycled);
+	jb_u64(j, "segments_removed", w.segments_removed);
+	jb_close(j);
+}
+
+static void stats_buffers(jbuf *j)
+{
+	buf_stats b;
+	buf_get_stats(&b);
+	jb_open(j, "buffers");
+	jb_u64(j, "nbuffers", b.nbuffers);
+	jb_u64(j, "hits", b.hits);
+	jb_u64(j, "reads", b.reads);
+	uint64_t total = b.hits + b.reads;
+	jb_dbl(j, "hit_ratio", total ? (double)b.hits / (double)total : 0.0);
+	jb_u64(j, "extends", b.extends);
+	jb_u64(j, "written_checkpoint", b.ckpt_writes);
+	jb_u64(j, "written_bgwriter", b.bgwriter_writes);
+	jb_u64(j, "written_backend", b.backend_writes);
+	jb_u64(j, "written_flush", b.flush_writes);
+	jb_u64(j, "bgwriter_maxwritten_stops", b.bgwriter_stops);
+	jb_u64(j, "allocs", b.allocs);
+	jb_u64(j, "evictions", b.evictions);
+	jb_u64(j, "writeback_requests", b.writebacks);
+	jb_dbl(j, "content_lock_wait_s", (double)b.content_wait_ns / 1e9);
+	jb_dbl(j, "io_wait_s", (double)b.io_wait_ns / 1e9);
+	jb_close(j);
+}
+
+static void stats_checkpoints(jbuf *j)
+{
+	ckpt_shared *c = ckpt_shared_state();
+	jb_open(j, "checkpoints");
+	jb_u64(j, "completed", atomic_load(&c->count));
+	jb_u64(j, "failed", atomic_load(&c->failed));
+	jb_u64(j, "timed", atomic_load(&c->num_timed));
+	jb_u64(j, "requested", atomic_load(&c->num_requested));
+	ckpt_result r = c->last; /* a torn read only mixes two checkpoints' figures */
+	jb_open(j, "last");
+	jb_lsn(j, "lsn", r.lsn);
+	jb_lsn(j, "redo_lsn", r.redo);
+	jb_u64(j, "buffers_written", r.bufs_written);
+	jb_dbl(j, "buffers_written_pct",
+	       r.nbuffers ? 100.0 * (double)r.bufs_written / (double)r.nbuffers : 0.0);
+	jb_u64(j, "wal_added", (uint64_t)r.segs_added);
+	jb_u64(j, "wal_removed", (uint64_t)r.segs_removed);
+	jb_u64(j, "wal_recycled", (uint64_t)r.segs_recycled);
+	jb_dbl(j, "write_s", r.write_s);
+	jb_dbl(j, "sync_s", r.sync_s);
+	jb_dbl(j, "total_s", r.total_s);
+	jb_u64(j, "sync_files", r.sync_files);
+	jb_dbl(j, "sync_longest_s", r.sync_longest_s);
+	jb_dbl(j, "sync_average_s", r.sync_avg_s);
+	jb_u64(j, "distance_kb", r.distance / 1024);
+	jb_u64(j, "estimate_kb", r.estimate / 1024);
+	jb_close(j);
+	jb_close(j);
+}
+
+int engine_stats_json(char **out)
+{
+	jbuf j = {.first = true};
+	*out = NULL;
+	jb_add(&j, "{");
+	engine_shared *e = engine_sh();
+	jb_open(&j, "instance");
+	jb_u64(&j, "supervisor_pid", e->supervisor_pid);
+	jb_u64(&j, "crash_restarts", e->crash_restarts);
+	jb_u64(&j, "uptime_s", (wr_wall_us() - e->start_time_us) / 1000000);
+	jb_close(&j);
+	stats_wal(&j);
+	stats_buffers(&j);
+	stats_checkpoints(&j);
+	jb_add(&j, "}");
+	if (j.oom) {
+		free(j.s);
+		return wr_error(WALRUS_ENOMEM, "out of memory building statistics");
+	}
+	*out = j.s;
+	return WALRUS_OK;
+}
