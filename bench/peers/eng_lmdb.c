@@ -1,0 +1,168 @@
+/*
+ * eng_lmdb.c - the LMDB peer of walrus-peers.
+ *
+ * The environment is the database directory (data.mdb, lock.mdb), its main
+ * unnamed database holds the pairs. Each put is its own write transaction
+ * (mdb_txn_begin, mdb_put, mdb_txn_commit); asynchronous workloads open the
+ * environment with MDB_NOSYNC (commits are not flushed; the OS writes them
+ * back), durable ones with the default flags, where mdb_txn_commit flushes
+ * the data pages and then the meta page before it returns. Reads go through
+ * one read-only transaction per handle, renewed for each get and reset after
+ * it (LMDB's idiom for short read transactions). The map is sparse: at least
+ * 4 GiB, 1 KiB per key beyond that.
+ *
+ * An environment may be used only by the process that opened it: a handle is
+ * never carried across fork(), each client process opens its own.
+ */
+#include "peers.h"
+
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LM_MIN_MAP ((size_t)4 << 30)
+
+typedef struct lm_handle {
+	MDB_env *env;
+	MDB_dbi dbi;
+	MDB_txn *rtxn; /* reset between gets */
+} lm_handle;
+
+static _Noreturn void lm_fail(const char *op, int rc)
+{
+	peers_fatal("lmdb", op, "%s (code %d)", mdb_strerror(rc), rc);
+}
+
+static const char *lm_version(void)
+{
+	static char buf[32];
+	int major, minor, patch;
+
+	mdb_version(&major, &minor, &patch);
+	snprintf(buf, sizeof(buf), "%d.%d.%d", major, minor, patch);
+	return buf;
+}
+
+static void *lm_open(const peers_open_args *a)
+{
+	lm_handle *l = peers_xmalloc("lmdb handle", sizeof(*l));
+	size_t map = LM_MIN_MAP;
+	MDB_txn *txn;
+	int rc;
+
+	if (a->nkeys > map / 1024)
+		map = (size_t)a->nkeys * 1024;
+	rc = mdb_env_create(&l->env);
+	if (rc != 0)
+		lm_fail("mdb_env_create", rc);
+	rc = mdb_env_set_mapsize(l->env, map);
+	if (rc != 0)
+		lm_fail("mdb_env_set_mapsize", rc);
+	rc = mdb_env_open(l->env, a->dir, a->sync ? 0 : MDB_NOSYNC, 0644);
+	if (rc != 0)
+		peers_fatal("lmdb", "mdb_env_open", "\"%s\": %s (code %d)", a->dir,
+		            mdb_strerror(rc), rc);
+
+	rc = mdb_txn_begin(l->env, NULL, MDB_RDONLY, &txn);
+	if (rc != 0)
+		lm_fail("mdb_txn_begin", rc);
+	rc = mdb_dbi_open(txn, NULL, 0, &l->dbi);
+	if (rc != 0)
+		lm_fail("mdb_dbi_open", rc);
+	rc = mdb_txn_commit(txn);
+	if (rc != 0)
+		lm_fail("mdb_txn_commit", rc);
+
+	rc = mdb_txn_begin(l->env, NULL, MDB_RDONLY, &l->rtxn);
+	if (rc != 0)
+		lm_fail("mdb_txn_begin(MDB_RDONLY)", rc);
+	mdb_txn_reset(l->rtxn);
+	return l;
+}
+
+static void lm_close(void *h)
+{
+	lm_handle *l = h;
+
+	mdb_txn_abort(l->rtxn);
+	mdb_env_close(l->env);
+	free(l);
+}
+
+static void lm_put(void *h, const char *key, size_t klen, const char *val, size_t vlen)
+{
+	lm_handle *l = h;
+	MDB_val k = {.mv_size = klen, .mv_data = (void *)key};
+	MDB_val v = {.mv_size = vlen, .mv_data = (void *)val};
+	MDB_txn *txn;
+	int rc;
+
+	rc = mdb_txn_begin(l->env, NULL, 0, &txn);
+	if (rc != 0)
+		lm_fail("mdb_txn_begin", rc);
+	rc = mdb_put(txn, l->dbi, &k, &v, 0);
+	if (rc != 0) {
+		mdb_txn_abort(txn);
+		lm_fail("mdb_put", rc);
+	}
+	rc = mdb_txn_commit(txn);
+	if (rc != 0)
+		lm_fail("mdb_txn_commit", rc);
+}
+
+static bool lm_get(void *h, const char *key, size_t klen, char *buf, size_t cap, size_t *vlen)
+{
+	lm_handle *l = h;
+	MDB_val k = {.mv_size = klen, .mv_data = (void *)key};
+	MDB_val v;
+	int rc;
+
+	rc = mdb_txn_renew(l->rtxn);
+	if (rc != 0)
+		lm_fail("mdb_txn_renew", rc);
+	rc = mdb_get(l->rtxn, l->dbi, &k, &v);
+	if (rc == MDB_NOTFOUND) {
+		mdb_txn_reset(l->rtxn);
+		return false;
+	}
+	if (rc != 0)
+		lm_fail("mdb_get", rc);
+	*vlen = v.mv_size;
+	memcpy(buf, v.mv_data, v.mv_size < cap ? v.mv_size : cap);
+	mdb_txn_reset(l->rtxn);
+	return true;
+}
+
+static void lm_scan(void *h, peers_scan_cb cb, void *arg)
+{
+	lm_handle *l = h;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	int rc;
+
+	rc = mdb_txn_renew(l->rtxn);
+	if (rc != 0)
+		lm_fail("mdb_txn_renew", rc);
+	rc = mdb_cursor_open(l->rtxn, l->dbi, &cur);
+	if (rc != 0)
+		lm_fail("mdb_cursor_open", rc);
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+		cb(arg, k.mv_data, k.mv_size, v.mv_data, v.mv_size);
+	if (rc != MDB_NOTFOUND)
+		lm_fail("mdb_cursor_get", rc);
+	mdb_cursor_close(cur);
+	mdb_txn_reset(l->rtxn);
+}
+
+const peers_engine peers_lmdb = {
+    .name = "lmdb",
+    .threads = false,
+    .version = lm_version,
+    .open = lm_open,
+    .close = lm_close,
+    .put = lm_put,
+    .get = lm_get,
+    .scan = lm_scan,
+};
