@@ -104,6 +104,77 @@ int walrus_close(walrus *db);
 /* Pid of the supervisor serving @db. */
 int walrus_supervisor_pid(const walrus *db);
 
+/* ---------------------------------------------------------------- key-value API */
+
+/*
+ * Keys are binary strings of 1..WALRUS_MAX_KEY bytes, ordered bytewise
+ * (memcmp; a prefix sorts first); values are 0..WALRUS_MAX_VALUE bytes.
+ * Every call returns WALRUS_OK or an error code with a message in
+ * walrus_errmsg(); WALRUS_ERESTART means the instance crashed and restarted
+ * under the handle: close it and open again (committed data is safe).
+ */
+#define WALRUS_MAX_KEY   1024u
+#define WALRUS_MAX_VALUE (64u << 20)
+
+/* Per-write durability (the @flags of writes). */
+#define WALRUS_SYNC  0x1 /* return once the write is durable (group commit) */
+#define WALRUS_ASYNC 0x0 /* return at once; durable within wal_writer_delay */
+
+int walrus_put(walrus *db, const void *key, size_t klen, const void *val, size_t vlen,
+               int flags);
+/* WALRUS_ENOTFOUND when absent; else *val is malloc'd (free with walrus_free). */
+int walrus_get(walrus *db, const void *key, size_t klen, void **val, size_t *vlen);
+/* Into the caller's buffer: *vlen gets the value's size; ETOOBIG (nothing
+ * copied) when it exceeds @cap. */
+int walrus_get_into(walrus *db, const void *key, size_t klen, void *buf, size_t cap,
+                    size_t *vlen);
+/* WALRUS_ENOTFOUND when the key was absent (nothing written). */
+int walrus_delete(walrus *db, const void *key, size_t klen, int flags);
+void walrus_free(void *p);
+
+/* Atomic write batches: all operations become visible, and survive a
+ * crash, together or not at all.  A batch copies keys and values. */
+typedef struct walrus_batch walrus_batch;
+walrus_batch *walrus_batch_new(void); /* NULL when out of memory */
+int walrus_batch_put(walrus_batch *b, const void *key, size_t klen, const void *val,
+                     size_t vlen);
+int walrus_batch_delete(walrus_batch *b, const void *key, size_t klen);
+size_t walrus_batch_count(const walrus_batch *b);
+void walrus_batch_clear(walrus_batch *b);
+void walrus_batch_free(walrus_batch *b);
+/* Applies the batch (left unchanged: clear it to reuse). */
+int walrus_batch_commit(walrus *db, walrus_batch *b, int flags);
+
+/*
+ * Ordered iteration over [lo, hi) (NULL = unbounded; hi exclusive), positioned
+ * on the first key >= lo.  Under concurrent writes a key present for the whole
+ * scan is returned exactly once, and values are never torn.  Key and value
+ * pointers stay valid until the iterator moves or closes.
+ */
+typedef struct walrus_iter walrus_iter;
+int walrus_iter_open(walrus *db, const void *lo, size_t lolen, const void *hi, size_t hilen,
+                     walrus_iter **it);
+int walrus_iter_seek(walrus_iter *it, const void *key, size_t klen); /* first key >= key */
+int walrus_iter_seek_last(walrus_iter *it);
+int walrus_iter_next(walrus_iter *it);
+int walrus_iter_prev(walrus_iter *it);
+int walrus_iter_valid(const walrus_iter *it); /* 1 on a key, 0 past either end */
+void walrus_iter_key(const walrus_iter *it, const void **key, size_t *klen);
+void walrus_iter_value(const walrus_iter *it, const void **val, size_t *vlen);
+void walrus_iter_close(walrus_iter *it);
+
+/* An immediate checkpoint; returns when it is complete (EIO if it failed). */
+int walrus_checkpoint(walrus *db);
+/* The instance's counters as a JSON object; free *json with walrus_free. */
+int walrus_stats(walrus *db, char **json);
+/*
+ * Checks every page checksum and the tree's invariants; @report (may be
+ * NULL) is called for each problem with the block it concerns.  Returns
+ * WALRUS_OK when clean, WALRUS_ECORRUPT when problems were found.
+ */
+typedef void (*walrus_report_fn)(void *arg, uint32_t block, const char *msg);
+int walrus_verify(walrus *db, walrus_report_fn report, void *arg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,18 +1,29 @@
 /*
  * checkpoint.c - performing a checkpoint and the checkpointer's loop.
  *
- * The order is DESIGN.md rule 7 with the buffer phases still empty: redo
- * pointer; (write and sync dirty buffers: with the buffer pool); checkpoint
- * record, flushed; control file; WAL recycling.  The control file is only
- * replaced after the record is durable, so it always names a checkpoint
- * that recovery can read.
+ * The order is DESIGN.md rule 7: redo pointer; mark the dirty buffers; sort
+ * them by (file, block); write them, spread over the interval, with
+ * write-back hints; sync every file written since the last checkpoint
+ * through the fds handed to us; then the checkpoint record, flushed; the
+ * control file; WAL recycling.  The control file is only replaced after the
+ * record is durable, so it always names a checkpoint that recovery can read,
+ * and the record is only written after every sync succeeded: a failed
+ * fsync PANICs before it (sync.c), so no checkpoint ever claims pages that
+ * did not reach the disk.
  */
 #include "checkpointer/checkpointer.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
+
+#include "buffer/buffer.h"
+#include "ipc/ipc.h"
+
+static _Atomic uint32_t *ckpt_shutdown; /* set by ckpt_main: a shutdown hurries the writes */
+static uint64_t ckpt_estimate;          /* smoothed distance between checkpoints */
 
 static void read_control(const char *datadir, wal_control *c)
 {
@@ -51,18 +62,120 @@ static void update_control(const char *datadir, wal_control *c, wr_lsn start, wr
 
 static void log_checkpoint(const char *reason, const ckpt_result *r)
 {
-	wr_log(
-	    WR_LOG,
-	    "checkpoint complete (%s): wrote 0 buffers (0.0%%); %d WAL file(s) added, %d removed, "
-	    "%d recycled; write=0.000 s, sync=0.000 s, total=%.3f s; sync files=0, "
-	    "longest=0.000 s, average=0.000 s; distance=%llu kB; lsn=" WAL_LSN_FMT
-	    ", redo lsn=" WAL_LSN_FMT,
-	    reason, r->segs_added, r->segs_removed, r->segs_recycled, r->total_s,
-	    (unsigned long long)(r->distance / 1024), WAL_LSN_ARGS(r->lsn), WAL_LSN_ARGS(r->redo));
+	wr_log(WR_LOG,
+	       "checkpoint complete (%s): wrote %u buffers (%.1f%%); %d WAL file(s) added, %d "
+	       "removed, %d recycled; write=%.3f s, sync=%.3f s, total=%.3f s; sync files=%u, "
+	       "longest=%.3f s, average=%.3f s; distance=%llu kB, estimate=%llu kB; lsn=" WAL_LSN_FMT
+	       ", redo lsn=" WAL_LSN_FMT,
+	       reason, r->bufs_written,
+	       r->nbuffers ? 100.0 * (double)r->bufs_written / (double)r->nbuffers : 0.0,
+	       r->segs_added, r->segs_removed, r->segs_recycled, r->write_s, r->sync_s, r->total_s,
+	       r->sync_files, r->sync_longest_s, r->sync_avg_s,
+	       (unsigned long long)(r->distance / 1024), (unsigned long long)(r->estimate / 1024),
+	       WAL_LSN_ARGS(r->lsn), WAL_LSN_ARGS(r->redo));
 }
 
-void ckpt_perform(const char *datadir, const wr_options *o, int flags, const char *reason,
-                  uint64_t next_relid, ckpt_result *r)
+/* ---------------------------------------------------------------- write phase */
+
+static ckpt_write_observer write_observer;
+
+
+void ckpt_set_write_observer(ckpt_write_observer fn)
+{
+	write_observer = fn;
+}
+
+/* Someone wants this checkpoint over quickly: shutdown or an immediate request. */
+static bool hurry(void)
+{
+	ckpt_shared *sh = ckpt_shared_state();
+	return (ckpt_shutdown != NULL && atomic_load(ckpt_shutdown)) ||
+	       (sh != NULL && (atomic_load(&sh->requested) & CKPT_IMMEDIATE));
+}
+
+/* Between two page writes: absorb sync requests, then sleep if ahead of schedule. */
+static void write_delay(ckpt_pacer *p, double progress)
+{
+	if (ckpt_sync_pending())
+		ckpt_sync_absorb();
+	if (hurry())
+		p->immediate = true;
+	uint64_t us = ckpt_pace_sleep_us(p, progress, wr_now_ns() / 1000, wal_insert_lsn());
+	if (us == 0)
+		return;
+	_Atomic uint32_t *latch = wal_ckpt_latch();
+	(void)ipc_wait_u32(latch, atomic_load(latch), us * 1000);
+	ckpt_sync_absorb();
+}
+
+static int write_buffers(const wr_options *o, int flags, ckpt_result *r)
+{
+	static buf_ckpt_item *items;
+	uint32_t nbuf = buf_nbuffers();
+	if (items == NULL && (items = malloc(nbuf * sizeof(*items))) == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory for %u checkpoint items", nbuf);
+	uint32_t n = buf_ckpt_mark(items);
+	r->nbuffers = nbuf;
+	r->bufs_marked = n;
+	if (o->checkpoint_sort)
+		ckpt_sort_items(items, n);
+	buf_wb wb;
+	int rc = buf_wb_init(&wb, (uint32_t)(o->checkpoint_flush_after / WR_PAGE_SIZE));
+	if (rc != WALRUS_OK)
+		return rc;
+	ckpt_pacer p;
+	bool immediate = flags & (CKPT_IMMEDIATE | CKPT_SHUTDOWN | CKPT_END_OF_RECOVERY);
+	ckpt_pace_start(&p, o, wr_now_ns() / 1000, wal_insert_lsn(), immediate);
+	for (uint32_t i = 0; i < n && rc == WALRUS_OK; i++) {
+		bool written;
+		if (write_observer)
+			write_observer(&items[i]);
+		rc = buf_ckpt_write(&items[i], &wb, &written);
+		r->bufs_written += written;
+		write_delay(&p, (double)(i + 1) / (double)n);
+	}
+	buf_wb_issue(&wb);
+	buf_wb_free(&wb);
+	return rc;
+}
+
+static void sync_files(ckpt_result *r)
+{
+	ckpt_sync_result sr;
+	/* Not being the checkpointer is a bug of the caller: the record that
+	 * follows would claim files nobody synced. */
+	if (ckpt_sync_all(&sr) != WALRUS_OK)
+		wr_panic("checkpoint sync phase: %s", walrus_errmsg());
+	r->sync_files = (uint32_t)sr.files;
+	r->sync_longest_s = sr.longest_s;
+	r->sync_avg_s = sr.average_s;
+}
+
+/* ---------------------------------------------------------------- the checkpoint */
+
+static void recycle_wal(const char *datadir, const wr_options *o, ckpt_result *r)
+{
+	char waldir[PATH_MAX];
+	int recycled = 0, removed = 0;
+	if (wr_snprintf(waldir, sizeof(waldir), "%s/wal", datadir) &&
+	    wal_recycle(waldir, o, r->redo, wal_insert_lsn(), &recycled, &removed) != WALRUS_OK)
+		wr_log(WR_WARNING, "could not recycle WAL segments: %s", walrus_errmsg());
+	r->segs_recycled = recycled;
+	r->segs_removed = removed;
+}
+
+static void update_estimate(ckpt_result *r)
+{
+	/* As PostgreSQL: follow a rise at once, a fall slowly. */
+	if (r->distance > ckpt_estimate)
+		ckpt_estimate = r->distance;
+	else
+		ckpt_estimate = (uint64_t)(0.9 * (double)ckpt_estimate + 0.1 * (double)r->distance);
+	r->estimate = ckpt_estimate;
+}
+
+int ckpt_perform(const char *datadir, const wr_options *o, int flags, const char *reason,
+                 uint64_t next_relid, ckpt_result *r)
 {
 	wal_control c;
 	wal_stats s0, s1;
@@ -70,23 +183,53 @@ void ckpt_perform(const char *datadir, const wr_options *o, int flags, const cha
 	read_control(datadir, &c);
 	wal_get_stats(&s0);
 	*r = (ckpt_result){0};
+	if (o->log_checkpoints)
+		wr_log(WR_LOG, "checkpoint starting: %s", reason);
 	r->redo = wal_set_redo_here();
 	r->distance = r->redo > c.redo_lsn ? r->redo - c.redo_lsn : 0;
+	int rc = write_buffers(o, flags, r);
+	uint64_t t1 = wr_now_ns();
+	r->write_s = (double)(t1 - t0) / 1e9;
+	if (rc != WALRUS_OK) {
+		wr_log(WR_ERROR, "checkpoint (%s) failed: %s", reason, walrus_errmsg());
+		return rc;
+	}
+	sync_files(r);
+	r->sync_s = (double)(wr_now_ns() - t1) / 1e9;
 	next_relid = WR_MAX(next_relid, c.next_relid);
 	write_record(r->redo, next_relid, flags, &r->lsn);
 	update_control(datadir, &c, r->lsn, r->redo, next_relid, flags);
-	char waldir[PATH_MAX];
-	int recycled = 0, removed = 0;
-	if (wr_snprintf(waldir, sizeof(waldir), "%s/wal", datadir) &&
-	    wal_recycle(waldir, o, r->redo, wal_insert_lsn(), &recycled, &removed) != WALRUS_OK)
-		wr_log(WR_WARNING, "could not recycle WAL segments: %s", walrus_errmsg());
+	recycle_wal(datadir, o, r);
 	wal_get_stats(&s1);
-	r->segs_recycled = recycled;
-	r->segs_removed = removed;
 	r->segs_added = (int)(s1.segments_created - s0.segments_created);
 	r->total_s = (double)(wr_now_ns() - t0) / 1e9;
+	update_estimate(r);
 	if (o->log_checkpoints)
 		log_checkpoint(reason, r);
+	return WALRUS_OK;
+}
+
+/* ---------------------------------------------------------------- the checkpointer */
+
+static const char *reason_of(uint32_t req, bool wal, int *flags)
+{
+	*flags = (int)(req & (CKPT_IMMEDIATE | CKPT_FORCE));
+	if (req & CKPT_REQUESTED)
+		return req & CKPT_IMMEDIATE ? "immediate" : "requested";
+	return wal ? "wal" : "time";
+}
+
+static void run_one(const char *datadir, const wr_options *o, int flags, const char *reason)
+{
+	ckpt_result r;
+	ckpt_shared *sh = ckpt_shared_state();
+	ckpt_note_started();
+	if (flags & CKPT_REQUESTED)
+		atomic_fetch_add(&sh->num_requested, 1);
+	else
+		atomic_fetch_add(&sh->num_timed, 1);
+	int rc = ckpt_perform(datadir, o, flags, reason, 0, &r);
+	ckpt_note_done(rc == WALRUS_OK, &r);
 }
 
 _Noreturn void ckpt_main(const char *datadir, const wr_options *o, _Atomic uint32_t *shutdown,
@@ -95,11 +238,16 @@ _Noreturn void ckpt_main(const char *datadir, const wr_options *o, _Atomic uint3
 	_Atomic uint32_t *latch = wal_ckpt_latch();
 	uint64_t last = wr_now_ns();
 	wr_lsn last_end = wal_insert_lsn();
-	ckpt_result r;
+	ckpt_shutdown = shutdown;
+	if (ckpt_sync_listen(datadir) != WALRUS_OK)
+		wr_panic("checkpointer could not listen for sync requests: %s", walrus_errmsg());
+	ckpt_sync_set_latch(latch);
 	for (;;) {
 		uint32_t seen = atomic_load(latch);
+		ckpt_sync_absorb();
 		if (atomic_load(shutdown)) {
-			ckpt_perform(datadir, o, CKPT_SHUTDOWN, "shutdown", 0, &r);
+			run_one(datadir, o, CKPT_SHUTDOWN | CKPT_IMMEDIATE, "shutdown");
+			ckpt_sync_shutdown();
 			_exit(0);
 		}
 		if (getppid() != supervisor)
@@ -107,9 +255,16 @@ _Noreturn void ckpt_main(const char *datadir, const wr_options *o, _Atomic uint3
 		uint64_t now = wr_now_ns();
 		bool timed = now - last >= (uint64_t)o->checkpoint_timeout_us * 1000;
 		bool wal = wal_take_ckpt_request();
+		uint32_t req = ckpt_take_requests();
+		int flags;
+		const char *reason = reason_of(req, wal, &flags);
 		/* An idle instance needs no checkpoint: nothing to replay since. */
-		if (wal || (timed && wal_insert_lsn() != last_end)) {
-			ckpt_perform(datadir, o, 0, wal ? "wal" : "time", 0, &r);
+		bool busy = wal_insert_lsn() != last_end;
+		if ((req & CKPT_REQUESTED) || wal || (timed && busy)) {
+			if ((req & CKPT_REQUESTED) && !busy && !(req & CKPT_FORCE))
+				ckpt_note_skipped();
+			else
+				run_one(datadir, o, flags | (int)(req & CKPT_REQUESTED), reason);
 			last_end = wal_insert_lsn();
 			last = wr_now_ns();
 		} else if (timed) {

@@ -102,10 +102,17 @@ void ckpt_note_done(bool ok, const ckpt_result *r)
 	if (!ok)
 		atomic_fetch_add(&ckpt_sh->failed, 1);
 	else {
-		ckpt_sh->last = *r;
+		if (r != &ckpt_sh->last)
+			ckpt_sh->last = *r;
 		atomic_fetch_add(&ckpt_sh->count, 1);
 	}
 	atomic_store(&ckpt_sh->done, atomic_load(&ckpt_sh->started));
 	atomic_fetch_add(&ckpt_sh->seq, 1);
 	ipc_wake_all(&ckpt_sh->seq);
+}
+
+void ckpt_note_skipped(void)
+{
+	ckpt_note_started();
+	ckpt_note_done(true, &ckpt_sh->last);
 }

@@ -100,6 +100,18 @@ int walrus_close(walrus *db)
 	return rc;
 }
 
+int api_handle_check(const walrus *db, const char *fn)
+{
+	if (db == NULL || db->magic != WALRUS_HANDLE_MAGIC)
+		return wr_error(WALRUS_EINVAL, "%s: not an open handle", fn);
+	int rc = client_check();
+	if (rc == WALRUS_OK && db->generation != client_generation())
+		rc = wr_error(WALRUS_ERESTART,
+		              "the instance restarted since this handle was opened; close and reopen "
+		              "the database");
+	return rc;
+}
+
 int walrus_supervisor_pid(const walrus *db)
 {
 	if (db == NULL || db->magic != WALRUS_HANDLE_MAGIC)

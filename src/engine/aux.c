@@ -66,7 +66,8 @@ static void aux_setup(int kind, pid_t supervisor)
 	engine_shared *e = engine_sh();
 	if (smgr_init(e->datadir, e->opts.data_segment_size) != WALRUS_OK ||
 	    wal_attach(kind) != WALRUS_OK || buf_attach() != WALRUS_OK ||
-	    ckpt_attach() != WALRUS_OK)
+	    ckpt_attach() != WALRUS_OK || ckpt_sync_attach() != WALRUS_OK ||
+	    ckpt_sync_install_hooks(e->datadir) != WALRUS_OK)
 		wr_panic("%s could not start: %s", aux_name(kind), walrus_errmsg());
 }
 
@@ -84,6 +85,10 @@ static _Noreturn void startup_main(void)
 		wr_panic("out of memory in the startup process");
 	wal_register_builtin_rmgrs();
 	wal_redo_set_pages(&buf_redo_pages);
+	/* Until the checkpointer starts, this process is it: redo's evictions
+	 * and the end-of-recovery checkpoint hand their fds to itself. */
+	if (ckpt_sync_listen(e->datadir) != WALRUS_OK)
+		wr_panic("startup process: %s", walrus_errmsg());
 	int rc = wal_control_read(e->datadir, &c);
 	if (rc == WALRUS_OK)
 		rc = wal_recover(e->datadir, &e->opts, res);
@@ -97,8 +102,13 @@ static _Noreturn void startup_main(void)
 	 * checkpoint writes and syncs them, so the next crash replays only what
 	 * follows. */
 	ckpt_result r;
-	ckpt_perform(e->datadir, &e->opts, CKPT_END_OF_RECOVERY, "end-of-recovery", res->next_relid,
-	             &r);
+	if (ckpt_perform(e->datadir, &e->opts, CKPT_END_OF_RECOVERY, "end-of-recovery",
+	                 res->next_relid, &r) != WALRUS_OK) {
+		wr_snprintf(e->startup_error, sizeof(e->startup_error),
+		            "end-of-recovery checkpoint failed: %s", walrus_errmsg());
+		_exit(1);
+	}
+	ckpt_sync_shutdown();
 	free(res);
 	_exit(0);
 }

@@ -246,6 +246,10 @@ static int finish_attach(const char *abs, const wr_options *opts)
 	if (rc == WALRUS_OK)
 		rc = ckpt_attach();
 	if (rc == WALRUS_OK)
+		rc = ckpt_sync_attach();
+	if (rc == WALRUS_OK)
+		rc = ckpt_sync_install_hooks(abs);
+	if (rc == WALRUS_OK)
 		rc = smgr_init(abs, engine_sh()->opts.data_segment_size);
 	if (rc != WALRUS_OK)
 		return rc;
@@ -270,6 +274,7 @@ static int finish_attach(const char *abs, const wr_options *opts)
 /* The process-local half of detaching: hooks, mapping, fds, state. */
 static void drop_attachment(void)
 {
+	ckpt_sync_shutdown(); /* our connection to the checkpointer */
 	fdc_set_io_guard(NULL, NULL);
 	wr_set_panic_handler(NULL);
 	engine_my_proc_set(-1);

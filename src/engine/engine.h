@@ -169,6 +169,8 @@ void *client_scratch(void);
  *     client_enter(&jb); ... rc = ...; client_leave(); return rc;
  */
 void client_enter(jmp_buf *jb);
+/* A public call's handle checks: open, same instance generation, instance healthy. */
+int api_handle_check(const walrus *db, const char *fn);
 void client_leave(void);
 int client_panicked(void);
 

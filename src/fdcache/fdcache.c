@@ -286,10 +286,26 @@ static int fdc_open_slot(const char *path, int flags, mode_t mode, bool cached, 
 	return 0;
 }
 
+/*
+ * The open sequence is CLOCK_MONOTONIC nanoseconds, so "the oldest fd of a
+ * file" compares across processes (the checkpointer keeps the oldest fd it
+ * is sent).  It is read *after* open() returned: then every fd's real open
+ * precedes its stamp, and every write through an fd follows that fd's stamp,
+ * so the fd with the smallest stamp was opened before every write through
+ * any fd with a larger one, which is what its fsync must cover (errseq_t
+ * samples the error state at open).  Strictly increasing within a process.
+ */
+static uint64_t fdc_next_seq(void)
+{
+	uint64_t now = wr_now_ns();
+	fdc_seq = now > fdc_seq ? now : fdc_seq + 1;
+	return fdc_seq;
+}
+
 static void fdc_attach_fd(int i, int fd)
 {
 	fdc_entries[i].fd = fd;
-	fdc_entries[i].open_seq = ++fdc_seq;
+	fdc_entries[i].open_seq = fdc_next_seq();
 	fdc_lru_push_head(i);
 	fdc_st.open_now++;
 	fdc_st.opens++;
@@ -535,6 +551,37 @@ static int fdc_sync_common(fdc_file f, const char *op, const char *what, int how
 	fdc_exit();
 	errno = err;
 	return rc;
+}
+
+int fdc_fsync_fd(int fd, const char *path)
+{
+	int rc = fdc_enter();
+	if (rc != 0)
+		return rc;
+	int injected = fdc_fp_check("fsync", path, NULL);
+	int res;
+	if (injected > 0) {
+		errno = injected;
+		res = -1;
+	} else {
+		res = fsync(fd); /* once: see fdc_sync_common */
+	}
+	rc = res == 0 ? 0 : fdc_syserr(errno, "fsync", path);
+	int err = errno;
+	fdc_exit();
+	errno = err;
+	return rc;
+}
+
+int fdc_close_fd(int fd, const char *path)
+{
+	int injected = fdc_fp_check("close", path, NULL);
+	int res = close(fd); /* never retried: see fdc_close_real */
+	if (injected > 0) {
+		errno = injected;
+		res = -1;
+	}
+	return res == 0 ? 0 : fdc_syserr(errno, "close", path);
 }
 
 int fdc_fsync(fdc_file f)

@@ -64,6 +64,18 @@ ssize_t fdc_pread(fdc_file f, void *buf, size_t len, off_t off);
 /* Writes all of buf (short writes and EINTR handled); marks the handle dirty. */
 int fdc_pwrite(fdc_file f, const void *buf, size_t len, off_t off);
 int fdc_fsync(fdc_file f);
+/*
+ * fsync of a raw fd that is not a handle (the checkpointer's received fds, a
+ * sender's fd), through the I/O guard and the "fsync" failpoints on @path.
+ * Once, never retried; reports the error, the caller decides (a PANIC).
+ */
+int fdc_fsync_fd(int fd, const char *path);
+/*
+ * close of a raw fd through the "close" failpoints on @path.  Never retried
+ * (not even after EINTR); reports the error: for a written fd the caller
+ * PANICs, since the error may be a write-back error reported only once.
+ */
+int fdc_close_fd(int fd, const char *path);
 int fdc_fdatasync(fdc_file f);
 /* sync_file_range(2) with its flags; used for write-back hints. */
 int fdc_sync_range(fdc_file f, off_t off, off_t len, unsigned int flags);
@@ -76,7 +88,11 @@ int fdc_advise_willneed(fdc_file f, off_t off, off_t len);
  */
 int fdc_fd(fdc_file f, int *fd);
 const char *fdc_path(fdc_file f);
-/* A number increasing with every real open() of this process, for "oldest fd" ordering. */
+/*
+ * When the handle's real fd was opened: CLOCK_MONOTONIC nanoseconds read just
+ * after open() returned (wr_now_ns), strictly increasing within the process.
+ * Comparable across the processes of a machine, for "oldest fd" ordering.
+ */
 uint64_t fdc_open_seq(fdc_file f);
 
 /*
