@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv/kv.h"
 #include "wal/wal.h"
 
 typedef struct waldump_args {
@@ -251,6 +252,7 @@ int cmd_waldump(tool_ctx *ctx, int argc, char **argv)
 		return TOOL_EXIT_USAGE;
 	}
 	snprintf(waldir, sizeof(waldir), "%s/wal", ctx->datadir);
+	kv_register_rmgr(); /* to describe its records */
 	code = waldump_oldest(waldir, &oldest);
 	if (code != 0)
 		return code;

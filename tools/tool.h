@@ -45,5 +45,13 @@ int cmd_options(tool_ctx *ctx, int argc, char **argv);
 int cmd_waldump(tool_ctx *ctx, int argc, char **argv);
 int cmd_controldata(tool_ctx *ctx, int argc, char **argv);
 int cmd_bench(tool_ctx *ctx, int argc, char **argv);
+int cmd_put(tool_ctx *ctx, int argc, char **argv);
+int cmd_get(tool_ctx *ctx, int argc, char **argv);
+int cmd_del(tool_ctx *ctx, int argc, char **argv);
+int cmd_scan(tool_ctx *ctx, int argc, char **argv);
+int cmd_load(tool_ctx *ctx, int argc, char **argv);
+int cmd_checkpoint(tool_ctx *ctx, int argc, char **argv);
+int cmd_stats(tool_ctx *ctx, int argc, char **argv);
+int cmd_verify(tool_ctx *ctx, int argc, char **argv);
 
 #endif

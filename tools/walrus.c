@@ -14,6 +14,14 @@
 #include <string.h>
 
 static const tool_cmd commands[] = {
+    {"put", cmd_put, "store KEY VALUE (durable when it returns)"},
+    {"get", cmd_get, "print the value of KEY (exit 1 when absent)"},
+    {"del", cmd_del, "delete KEY (exit 1 when absent)"},
+    {"scan", cmd_scan, "print KEY<TAB>VALUE lines in key order"},
+    {"load", cmd_load, "KEY<TAB>VALUE lines from stdin (--sync, --ack)"},
+    {"checkpoint", cmd_checkpoint, "run an immediate checkpoint"},
+    {"stats", cmd_stats, "the instance's counters (--json)"},
+    {"verify", cmd_verify, "check every page checksum and the tree (exit 2 on damage)"},
     {"serve", cmd_serve, "run the instance's supervisor in the foreground"},
     {"status", cmd_status, "is an instance running on DIR, and its processes"},
     {"selftest", cmd_selftest, "write, sync, read back and damage pages: the I/O path at work"},

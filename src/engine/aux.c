@@ -21,6 +21,7 @@
 #include "buffer/buffer.h"
 #include "checkpointer/checkpointer.h"
 #include "fdcache/fdcache.h"
+#include "kv/kv.h"
 #include "storage/storage.h"
 #include "wal/wal.h"
 
@@ -67,7 +68,7 @@ static void aux_setup(int kind, pid_t supervisor)
 	if (smgr_init(e->datadir, e->opts.data_segment_size) != WALRUS_OK ||
 	    wal_attach(kind) != WALRUS_OK || buf_attach() != WALRUS_OK ||
 	    ckpt_attach() != WALRUS_OK || ckpt_sync_attach() != WALRUS_OK ||
-	    ckpt_sync_install_hooks(e->datadir) != WALRUS_OK)
+	    ckpt_sync_install_hooks(e->datadir) != WALRUS_OK || kv_attach() != WALRUS_OK)
 		wr_panic("%s could not start: %s", aux_name(kind), walrus_errmsg());
 }
 
@@ -84,6 +85,7 @@ static _Noreturn void startup_main(void)
 	if (res == NULL)
 		wr_panic("out of memory in the startup process");
 	wal_register_builtin_rmgrs();
+	kv_register_rmgr();
 	wal_redo_set_pages(&buf_redo_pages);
 	/* Until the checkpointer starts, this process is it: redo's evictions
 	 * and the end-of-recovery checkpoint hand their fds to itself. */
@@ -97,7 +99,13 @@ static _Noreturn void startup_main(void)
 		wr_log(WR_FATAL, "recovery failed: %s", walrus_errmsg());
 		_exit(1);
 	}
+	kv_redo_end(); /* a batch cut short by the crash is dropped */
 	wal_start_insert_at(res->end, res->last_lsn, res->last_redo, c.sysid, res->last_page);
+	if (kv_create_if_missing() != WALRUS_OK) {
+		wr_snprintf(e->startup_error, sizeof(e->startup_error),
+		            "could not create the key-value tree: %s", walrus_errmsg());
+		_exit(1);
+	}
 	/* Redo left its pages dirty in the pool and nothing else runs yet: the
 	 * checkpoint writes and syncs them, so the next crash replays only what
 	 * follows. */

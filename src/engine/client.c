@@ -30,6 +30,7 @@
 #include "buffer/buffer.h"
 #include "checkpointer/checkpointer.h"
 #include "fdcache/fdcache.h"
+#include "kv/kv.h"
 #include "storage/storage.h"
 #include "wal/wal.h"
 
@@ -249,6 +250,8 @@ static int finish_attach(const char *abs, const wr_options *opts)
 		rc = ckpt_sync_attach();
 	if (rc == WALRUS_OK)
 		rc = ckpt_sync_install_hooks(abs);
+	if (rc == WALRUS_OK)
+		rc = kv_attach();
 	if (rc == WALRUS_OK)
 		rc = smgr_init(abs, engine_sh()->opts.data_segment_size);
 	if (rc != WALRUS_OK)

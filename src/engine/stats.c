@@ -13,6 +13,7 @@
 
 #include "buffer/buffer.h"
 #include "checkpointer/checkpointer.h"
+#include "kv/kv.h"
 #include "wal/wal.h"
 
 typedef struct jbuf {
@@ -157,6 +158,26 @@ static void stats_checkpoints(jbuf *j)
 	jb_close(j);
 }
 
+static void stats_kv(jbuf *j)
+{
+	kv_stats k;
+	kv_get_stats(&k);
+	jb_open(j, "kv");
+	jb_u64(j, "keys", k.keys);
+	jb_u64(j, "height", k.height);
+	jb_u64(j, "pages", k.pages);
+	jb_u64(j, "free_pages", k.free_pages);
+	jb_u64(j, "gets", k.gets);
+	jb_u64(j, "puts", k.puts);
+	jb_u64(j, "deletes", k.deletes);
+	jb_u64(j, "batches", k.batches);
+	jb_u64(j, "batch_aborts", k.batch_aborts);
+	jb_u64(j, "splits", k.splits);
+	jb_u64(j, "pages_freed", k.pages_freed);
+	jb_u64(j, "pages_reused", k.pages_reused);
+	jb_close(j);
+}
+
 int engine_stats_json(char **out)
 {
 	jbuf j = {.first = true};
@@ -171,6 +192,7 @@ int engine_stats_json(char **out)
 	stats_wal(&j);
 	stats_buffers(&j);
 	stats_checkpoints(&j);
+	stats_kv(&j);
 	jb_add(&j, "}");
 	if (j.oom) {
 		free(j.s);

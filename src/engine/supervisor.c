@@ -32,6 +32,7 @@
 #include "buffer/buffer.h"
 #include "checkpointer/checkpointer.h"
 #include "fdcache/fdcache.h"
+#include "kv/kv.h"
 #include "wal/wal.h"
 
 enum sup_phase { SUP_STARTING, SUP_RUNNING, SUP_SHUTDOWN };
@@ -161,7 +162,7 @@ static int create_shared_memory(void)
 	uint32_t nprocs = (uint32_t)S.opts.max_connections + WR_AUX_NKINDS;
 	size_t sizes[] = {sizeof(engine_shared), nprocs * sizeof(wr_proc), ENGINE_SCRATCH_SIZE,
 	                  wal_shmem_size(&S.opts, (int)nprocs), buf_shmem_size(&S.opts),
-	                  ckpt_shmem_size(), ckpt_sync_shmem_size()};
+	                  ckpt_shmem_size(), ckpt_sync_shmem_size(), kv_shmem_size()};
 	size_t total = shm_size_for(sizes, (int)WR_ARRAY_LEN(sizes));
 	int rc = shm_create(total, &S.shm_fd);
 	if (rc != WALRUS_OK)
@@ -178,6 +179,8 @@ static int create_shared_memory(void)
 		rc = ckpt_shmem_init();
 	if (rc == WALRUS_OK)
 		rc = ckpt_sync_shmem_init();
+	if (rc == WALRUS_OK)
+		rc = kv_shmem_init();
 	if (rc != WALRUS_OK)
 		return rc;
 	e->opts = S.opts;

@@ -1,0 +1,272 @@
+/*
+ * api_kv.c - the key-value calls of include/walrus.h: handle checks, the
+ * PANIC boundary, and translation to src/kv.  A PANIC inside a call
+ * longjmps back to its boundary, so the application's process never
+ * aborts: the call returns WALRUS_EPANIC and the instance restarts.
+ */
+#include "engine/engine.h"
+
+#include <stdlib.h>
+
+#include "checkpointer/checkpointer.h"
+#include "kv/kv.h"
+
+struct walrus_batch {
+	kv_batch *kb;
+};
+
+struct walrus_iter {
+	walrus *db;
+	kv_iter *it;
+};
+
+/*
+ * Runs @body between client_enter and client_leave with a fresh boundary.
+ * A macro because setjmp must be called in the frame that stays alive.
+ */
+#define API_CALL(db, fn, body)                                                                   \
+	do {                                                                                     \
+		wr_error_clear();                                                                \
+		int rc_ = api_handle_check((db), (fn));                                          \
+		if (rc_ != WALRUS_OK)                                                            \
+			return rc_;                                                              \
+		jmp_buf jb_;                                                                     \
+		if (setjmp(jb_)) {                                                               \
+			client_leave();                                                          \
+			return client_panicked();                                                \
+		}                                                                                \
+		client_enter(&jb_);                                                              \
+		rc_ = (body);                                                                    \
+		client_leave();                                                                  \
+		return rc_;                                                                      \
+	} while (0)
+
+static int check_flags(int flags, const char *fn)
+{
+	if (flags & ~WALRUS_SYNC)
+		return wr_error(WALRUS_EINVAL, "%s: unknown flags 0x%x", fn, (unsigned)flags);
+	return WALRUS_OK;
+}
+
+/* An expression, not a variable: nothing local lives across the setjmp. */
+#define DURABILITY(flags) ((flags)&WALRUS_SYNC ? KV_SYNC : KV_ASYNC)
+
+int walrus_put(walrus *db, const void *key, size_t klen, const void *val, size_t vlen, int flags)
+{
+	int rc = check_flags(flags, "walrus_put");
+	if (rc != WALRUS_OK)
+		return rc;
+	API_CALL(db, "walrus_put", kv_put(key, klen, val, vlen, DURABILITY(flags)));
+}
+
+int walrus_get(walrus *db, const void *key, size_t klen, void **val, size_t *vlen)
+{
+	if (val == NULL || vlen == NULL)
+		return wr_error(WALRUS_EINVAL, "walrus_get: val and vlen must not be NULL");
+	*val = NULL;
+	*vlen = 0;
+	API_CALL(db, "walrus_get", kv_get(key, klen, val, vlen));
+}
+
+int walrus_get_into(walrus *db, const void *key, size_t klen, void *buf, size_t cap,
+                    size_t *vlen)
+{
+	if (vlen == NULL || (buf == NULL && cap > 0))
+		return wr_error(WALRUS_EINVAL, "walrus_get_into: vlen must not be NULL");
+	API_CALL(db, "walrus_get_into", kv_get_into(key, klen, buf, cap, vlen));
+}
+
+int walrus_delete(walrus *db, const void *key, size_t klen, int flags)
+{
+	int rc = check_flags(flags, "walrus_delete");
+	if (rc != WALRUS_OK)
+		return rc;
+	API_CALL(db, "walrus_delete", kv_delete(key, klen, DURABILITY(flags)));
+}
+
+void walrus_free(void *p)
+{
+	free(p);
+}
+
+/* ---------------------------------------------------------------- batches */
+
+walrus_batch *walrus_batch_new(void)
+{
+	walrus_batch *b = calloc(1, sizeof(*b));
+	if (b != NULL && (b->kb = kv_batch_new()) == NULL) {
+		free(b);
+		b = NULL;
+	}
+	if (b == NULL)
+		wr_error(WALRUS_ENOMEM, "out of memory for a batch");
+	return b;
+}
+
+int walrus_batch_put(walrus_batch *b, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	if (b == NULL)
+		return wr_error(WALRUS_EINVAL, "walrus_batch_put: batch is NULL");
+	return kv_batch_put(b->kb, key, klen, val, vlen);
+}
+
+int walrus_batch_delete(walrus_batch *b, const void *key, size_t klen)
+{
+	if (b == NULL)
+		return wr_error(WALRUS_EINVAL, "walrus_batch_delete: batch is NULL");
+	return kv_batch_delete(b->kb, key, klen);
+}
+
+size_t walrus_batch_count(const walrus_batch *b)
+{
+	return b == NULL ? 0 : kv_batch_count(b->kb);
+}
+
+void walrus_batch_clear(walrus_batch *b)
+{
+	if (b != NULL)
+		kv_batch_clear(b->kb);
+}
+
+void walrus_batch_free(walrus_batch *b)
+{
+	if (b == NULL)
+		return;
+	kv_batch_free(b->kb);
+	free(b);
+}
+
+int walrus_batch_commit(walrus *db, walrus_batch *b, int flags)
+{
+	int rc = check_flags(flags, "walrus_batch_commit");
+	if (rc == WALRUS_OK && b == NULL)
+		rc = wr_error(WALRUS_EINVAL, "walrus_batch_commit: batch is NULL");
+	if (rc != WALRUS_OK)
+		return rc;
+	API_CALL(db, "walrus_batch_commit", kv_batch_commit(b->kb, DURABILITY(flags), NULL));
+}
+
+/* ---------------------------------------------------------------- iterators */
+
+static int iter_open(walrus_iter *w, const void *lo, size_t lolen, const void *hi, size_t hilen)
+{
+	return kv_iter_open(lo, lolen, hi, hilen, &w->it);
+}
+
+int walrus_iter_open(walrus *db, const void *lo, size_t lolen, const void *hi, size_t hilen,
+                     walrus_iter **it)
+{
+	if (it == NULL)
+		return wr_error(WALRUS_EINVAL, "walrus_iter_open: it must not be NULL");
+	*it = NULL;
+	walrus_iter *w = calloc(1, sizeof(*w));
+	if (w == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory for an iterator");
+	w->db = db;
+	*it = w;
+	/* On failure the caller still owns *it: walrus_iter_close frees it. */
+	API_CALL(db, "walrus_iter_open", iter_open(w, lo, lolen, hi, hilen));
+}
+
+static int iter_ready(const walrus_iter *it, const char *fn)
+{
+	if (it == NULL || it->it == NULL)
+		return wr_error(WALRUS_EINVAL, "%s: not an open iterator", fn);
+	return WALRUS_OK;
+}
+
+int walrus_iter_seek(walrus_iter *it, const void *key, size_t klen)
+{
+	int rc = iter_ready(it, "walrus_iter_seek");
+	if (rc != WALRUS_OK)
+		return rc;
+	API_CALL(it->db, "walrus_iter_seek", kv_iter_seek(it->it, key, klen));
+}
+
+int walrus_iter_seek_last(walrus_iter *it)
+{
+	int rc = iter_ready(it, "walrus_iter_seek_last");
+	if (rc != WALRUS_OK)
+		return rc;
+	API_CALL(it->db, "walrus_iter_seek_last", kv_iter_seek_last(it->it));
+}
+
+int walrus_iter_next(walrus_iter *it)
+{
+	int rc = iter_ready(it, "walrus_iter_next");
+	if (rc != WALRUS_OK)
+		return rc;
+	API_CALL(it->db, "walrus_iter_next", kv_iter_next(it->it));
+}
+
+int walrus_iter_prev(walrus_iter *it)
+{
+	int rc = iter_ready(it, "walrus_iter_prev");
+	if (rc != WALRUS_OK)
+		return rc;
+	API_CALL(it->db, "walrus_iter_prev", kv_iter_prev(it->it));
+}
+
+int walrus_iter_valid(const walrus_iter *it)
+{
+	return it != NULL && it->it != NULL && kv_iter_valid(it->it);
+}
+
+void walrus_iter_key(const walrus_iter *it, const void **key, size_t *klen)
+{
+	*key = NULL;
+	*klen = 0;
+	if (walrus_iter_valid(it))
+		kv_iter_key(it->it, key, klen);
+}
+
+void walrus_iter_value(const walrus_iter *it, const void **val, size_t *vlen)
+{
+	*val = NULL;
+	*vlen = 0;
+	if (walrus_iter_valid(it))
+		kv_iter_value(it->it, val, vlen);
+}
+
+void walrus_iter_close(walrus_iter *it)
+{
+	if (it == NULL)
+		return;
+	if (it->it != NULL)
+		kv_iter_close(it->it);
+	free(it);
+}
+
+/* ---------------------------------------------------------------- admin */
+
+int walrus_checkpoint(walrus *db)
+{
+	API_CALL(db, "walrus_checkpoint", ckpt_request(CKPT_IMMEDIATE | CKPT_FORCE, true));
+}
+
+int walrus_stats(walrus *db, char **json)
+{
+	if (json == NULL)
+		return wr_error(WALRUS_EINVAL, "walrus_stats: json must not be NULL");
+	*json = NULL;
+	API_CALL(db, "walrus_stats", engine_stats_json(json));
+}
+
+typedef struct verify_ctx {
+	walrus_report_fn fn;
+	void *arg;
+} verify_ctx;
+
+static void verify_report(void *arg, wr_blkno blk, const char *msg)
+{
+	verify_ctx *v = arg;
+	if (v->fn != NULL)
+		v->fn(v->arg, blk, msg);
+}
+
+int walrus_verify(walrus *db, walrus_report_fn report, void *arg)
+{
+	static verify_ctx v; /* not a local: it must survive the setjmp */
+	v = (verify_ctx){report, arg};
+	API_CALL(db, "walrus_verify", kv_verify(verify_report, &v, NULL));
+}

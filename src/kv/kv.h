@@ -1,0 +1,190 @@
+/*
+ * kv.h - the ordered key-value store: one B+tree on 8 KiB pages in
+ * relation KV_REL (DIR/base/1...), every change WAL-logged (RM_KV), shared
+ * by every process of the instance through the buffer pool.
+ *
+ * Keys are binary strings of 1..KV_MAX_KEY bytes ordered by memcmp (a
+ * prefix sorts first); values are binary strings of 0..KV_MAX_VALUE bytes.
+ * Small entries live inline in the leaves; larger values go to a chain of
+ * overflow pages.  Block 0 is the meta page (root, height, free list, key
+ * count); freed pages go to the free list and are reused before the file
+ * grows.  Layout and invariants: src/kv/README.md.
+ *
+ * Owns: relation KV_REL; region "kv" (the tree writer lock, a root hint and
+ * the counters); per process, the writer's batch state and the redo stash.
+ *
+ * Locks: writers (kv_batch_commit, kv_put, kv_delete, kv_create_if_missing)
+ * take the tree lock exclusive while they apply a batch in memory and
+ * insert its WAL records, and release it *before* waiting for the WAL flush
+ * (group commit).  A writer keeps every page it changed pinned and
+ * exclusively content-locked until the batch's last record is inserted.
+ * Readers (kv_get*, iterators) never take the tree lock and hold at most one
+ * page content lock (shared) at a time, B-link style: they check each
+ * page's fences, move right past a split, and restart from the root when a
+ * page was freed or reused.  kv_verify takes the tree lock shared (writers
+ * wait while it runs).
+ *
+ * Durability: a batch is atomic across crashes.  KV_SYNC returns after the
+ * batch's commit record is durable; KV_ASYNC returns at once and the WAL
+ * writer flushes soon (a crash may lose the batch, never half of it).
+ *
+ * Returns: WALRUS_OK or a WALRUS_E* code with a message (walrus_errmsg()):
+ * EINVAL (empty key, bad durability), ETOOBIG (key over 1 KiB, value over
+ * 64 MiB, a batch needing more than a quarter of shared_buffers pinned at
+ * once, or kv_get_into's buffer too small), ENOTFOUND (absent key), ENOMEM,
+ * EBUSY (every buffer pinned), and I/O errors from the buffer pool (EIO,
+ * ECORRUPT for a page whose checksum fails).  A batch that fails changes
+ * nothing: its pages are restored and its WAL records are discarded by redo.
+ * PANICs: when a redo record is malformed (recovery cannot continue), and
+ * through the WAL when a record cannot be inserted.
+ */
+#ifndef WALRUS_KV_H
+#define WALRUS_KV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "storage/storage.h"
+
+#define KV_REL       1u         /* the tree's relation: DIR/base/1 */
+#define KV_MAX_KEY   1024u      /* bytes */
+#define KV_MAX_VALUE (64u << 20) /* bytes */
+
+/* Durability of a commit. */
+enum kv_durability {
+	KV_SYNC = 1,  /* return once the commit record is flushed (group commit) */
+	KV_ASYNC = 2, /* return at once; the WAL writer flushes soon */
+};
+
+/* ---------------------------------------------------------------- setup */
+
+/* Shared memory for region "kv". */
+size_t kv_shmem_size(void);
+/* While creating shared memory: carves and initialises region "kv". */
+int kv_shmem_init(void);
+/* In every process after shm attach: finds region "kv". */
+int kv_attach(void);
+/* Registers RM_KV (redo and describe, for recovery and waldump). */
+void kv_register_rmgr(void);
+/*
+ * Called by the recovery driver at the end of WAL: discards a batch whose
+ * commit record never arrived.  Safe to skip: the next batch's first record
+ * (or a new recovery) discards it too.
+ */
+void kv_redo_end(void);
+/*
+ * Creates relation KV_REL with its meta page and an empty root leaf (one
+ * WAL record, flushed) unless it exists.  Idempotent; call once after
+ * recovery, with the WAL, the buffer pool and region "kv" attached.
+ */
+int kv_create_if_missing(void);
+
+/* ---------------------------------------------------------------- reads */
+
+/* The value of @k in a malloc'd buffer (*v, *vl; free it); ENOTFOUND when absent. */
+int kv_get(const void *k, size_t kl, void **v, size_t *vl);
+/*
+ * The value of @k into @buf.  *vl gets the value's size; when it exceeds
+ * @cap the call fails with ETOOBIG ("buffer too small") and copies nothing.
+ */
+int kv_get_into(const void *k, size_t kl, void *buf, size_t cap, size_t *vl);
+
+/* ---------------------------------------------------------------- writes */
+
+typedef struct kv_batch kv_batch;
+
+/* An empty batch; NULL when out of memory. */
+kv_batch *kv_batch_new(void);
+/* Adds a put / delete (copies key and value); EINVAL/ETOOBIG on bad input. */
+int kv_batch_put(kv_batch *b, const void *k, size_t kl, const void *v, size_t vl);
+int kv_batch_delete(kv_batch *b, const void *k, size_t kl);
+size_t kv_batch_count(const kv_batch *b);
+void kv_batch_clear(kv_batch *b);
+void kv_batch_free(kv_batch *b);
+/*
+ * Applies the batch's operations in order, atomically: after a crash either
+ * all of them or none are there.  A delete of an absent key is a no-op.
+ * *commit_lsn (may be NULL) gets the LSN the commit is durable at (0 when
+ * nothing was logged).  The batch is left as it was (clear it to reuse).
+ */
+int kv_batch_commit(kv_batch *b, int durability, wr_lsn *commit_lsn);
+/* One put as a batch of one. */
+int kv_put(const void *k, size_t kl, const void *v, size_t vl, int durability);
+/* One delete; ENOTFOUND (and nothing logged) when the key is absent. */
+int kv_delete(const void *k, size_t kl, int durability);
+
+/* ---------------------------------------------------------------- iterators */
+
+/*
+ * Ordered iteration over [lo, hi) (NULL = unbounded; hi is exclusive).  An
+ * iterator takes no lock between calls and sees concurrent writes loosely:
+ * a key present for the whole scan is returned exactly once, keys added or
+ * removed meanwhile may or may not be, and every value returned is one that
+ * was committed (never torn).  Key and value pointers stay valid until the
+ * iterator moves or closes.  Moves return I/O errors; at either end the
+ * iterator becomes invalid.
+ */
+typedef struct kv_iter kv_iter;
+
+/* Opens an iterator positioned on the first key >= lo. */
+int kv_iter_open(const void *lo, size_t lol, const void *hi, size_t hil, kv_iter **it);
+/* First key >= k (and >= lo); k NULL = the first key of the range. */
+int kv_iter_seek(kv_iter *it, const void *k, size_t kl);
+/* The last key of the range. */
+int kv_iter_seek_last(kv_iter *it);
+int kv_iter_next(kv_iter *it);
+int kv_iter_prev(kv_iter *it);
+bool kv_iter_valid(const kv_iter *it);
+void kv_iter_key(const kv_iter *it, const void **k, size_t *kl);
+void kv_iter_value(const kv_iter *it, const void **v, size_t *vl);
+void kv_iter_close(kv_iter *it);
+
+/* ---------------------------------------------------------------- verify and stats */
+
+/* Called for each problem found, with the block it concerns. */
+typedef void (*kv_verify_report_fn)(void *arg, wr_blkno blk, const char *msg);
+typedef struct kv_verify_result {
+	uint64_t errors;           /* problems reported */
+	uint64_t pages;            /* blocks of the tree (meta page included) */
+	uint64_t leaves, internal; /* tree nodes */
+	uint64_t overflow;         /* pages of live overflow chains */
+	uint64_t free;             /* pages on the free list */
+	uint64_t keys;
+	uint32_t height;
+	uint64_t unused_tail; /* blocks past the tree's end left by a crash (reused later) */
+} kv_verify_result;
+/*
+ * Reads every block of the tree through the buffer pool (checksums) and
+ * checks the tree's invariants: key order in pages, parent/child key
+ * bounds, levels, sibling links, overflow chains, the free list, the key
+ * count, and that every block is used exactly once.  Returns WALRUS_OK when
+ * clean, WALRUS_ECORRUPT when problems were reported, another error when it
+ * could not run.  @fn may be NULL; @r may be NULL.
+ */
+int kv_verify(kv_verify_report_fn fn, void *arg, kv_verify_result *r);
+
+typedef struct kv_stats {
+	uint64_t gets, puts, deletes, batches;
+	uint64_t batch_aborts; /* batches that failed and were undone */
+	uint64_t splits, pages_freed, pages_reused;
+	uint32_t height; /* from the meta page */
+	uint64_t pages;  /* blocks in use, meta page included */
+	uint64_t free_pages, keys;
+} kv_stats;
+/* Counters since shared memory was created, and the tree's shape (zeros if no tree). */
+void kv_get_stats(kv_stats *s);
+
+/* ---------------------------------------------------------------- test hooks */
+
+/* Exit code of a process stopped by kv_test_crash_after_records. */
+#define KV_TEST_CRASH_EXIT 77
+/*
+ * This process flushes the WAL and _exit()s right after inserting the n-th
+ * record of a batch (n counts from 1; 0 turns the hook off), leaving the
+ * batch unfinished in a durable WAL: recovery must discard it.
+ */
+void kv_test_crash_after_records(int n);
+
+#endif /* WALRUS_KV_H */

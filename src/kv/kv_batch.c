@@ -1,0 +1,244 @@
+/*
+ * kv_batch.c - write batches: collecting operations, and applying them
+ * atomically under the tree lock.
+ *
+ * Commit: take the tree lock; apply every operation in memory, logging as
+ * it goes (kv_modify.c, kv_write.c); insert the commit record; release the
+ * pages and the tree lock; only then wait for the WAL flush, so the next
+ * writer works while this one waits and one flush serves them all (group
+ * commit).  A failure on the way undoes the batch in memory (kvw_abort).
+ *
+ * Interface: kv.h (kv_batch_*, kv_put, kv_delete).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer/buffer.h"
+#include "kv/kv_int.h"
+
+enum { OP_PUT = 1, OP_DELETE = 2 };
+
+/* One operation; key and value point into the batch's arena or the caller's memory. */
+typedef struct kv_op {
+	uint8_t type;
+	uint16_t kl;
+	uint32_t vl;
+	size_t koff, voff; /* in the arena */
+	const char *k, *v; /* resolved at commit */
+} kv_op;
+
+struct kv_batch {
+	kv_op *ops;
+	size_t n, cap;
+	char *arena;
+	size_t used, acap;
+};
+
+/* ---------------------------------------------------------------- building */
+
+kv_batch *kv_batch_new(void)
+{
+	return calloc(1, sizeof(kv_batch));
+}
+
+static int check_value(size_t vl)
+{
+	if (vl > KV_MAX_VALUE)
+		return wr_error(WALRUS_ETOOBIG, "value of %zu bytes is over the limit of %u bytes", vl,
+		                KV_MAX_VALUE);
+	return WALRUS_OK;
+}
+
+static int arena_add(kv_batch *b, const void *p, size_t len, size_t *off)
+{
+	if (b->used + len > b->acap) {
+		size_t cap = b->acap ? b->acap : 4096;
+		while (cap < b->used + len)
+			cap *= 2;
+		char *a = realloc(b->arena, cap);
+		if (a == NULL)
+			return wr_error(WALRUS_ENOMEM, "out of memory adding %zu bytes to a batch", len);
+		b->arena = a;
+		b->acap = cap;
+	}
+	*off = b->used;
+	if (len > 0)
+		memcpy(b->arena + b->used, p, len);
+	b->used += len;
+	return WALRUS_OK;
+}
+
+static int add_op(kv_batch *b, uint8_t type, const void *k, size_t kl, const void *v, size_t vl)
+{
+	if (b->n == b->cap) {
+		size_t cap = b->cap ? b->cap * 2 : 16;
+		kv_op *o = realloc(b->ops, cap * sizeof(*o));
+		if (o == NULL)
+			return wr_error(WALRUS_ENOMEM, "out of memory growing a batch");
+		b->ops = o;
+		b->cap = cap;
+	}
+	kv_op op = {.type = type, .kl = (uint16_t)kl, .vl = (uint32_t)vl};
+	size_t mark = b->used;
+	int rc = arena_add(b, k, kl, &op.koff);
+	if (rc == WALRUS_OK)
+		rc = arena_add(b, v, vl, &op.voff);
+	if (rc != WALRUS_OK) {
+		b->used = mark;
+		return rc;
+	}
+	b->ops[b->n++] = op;
+	return WALRUS_OK;
+}
+
+int kv_batch_put(kv_batch *b, const void *k, size_t kl, const void *v, size_t vl)
+{
+	int rc = kv_check_key(kl);
+	if (rc == WALRUS_OK)
+		rc = check_value(vl);
+	return rc == WALRUS_OK ? add_op(b, OP_PUT, k, kl, v, vl) : rc;
+}
+
+int kv_batch_delete(kv_batch *b, const void *k, size_t kl)
+{
+	int rc = kv_check_key(kl);
+	return rc == WALRUS_OK ? add_op(b, OP_DELETE, k, kl, NULL, 0) : rc;
+}
+
+size_t kv_batch_count(const kv_batch *b)
+{
+	return b->n;
+}
+
+void kv_batch_clear(kv_batch *b)
+{
+	b->n = 0;
+	b->used = 0;
+}
+
+void kv_batch_free(kv_batch *b)
+{
+	if (b == NULL)
+		return;
+	free(b->ops);
+	free(b->arena);
+	free(b);
+}
+
+/* ---------------------------------------------------------------- applying */
+
+/*
+ * A lower bound of the pages the batch keeps pinned: every overflow page of
+ * its values, a leaf and the meta page.  Over the limit, fail before
+ * touching anything; otherwise the writer checks as it goes (kv_write.c).
+ */
+static int precheck(const kv_op *ops, size_t n)
+{
+	uint64_t pages = 2;
+	uint32_t limit = buf_nbuffers() / 4;
+	for (size_t i = 0; i < n; i++)
+		if (ops[i].type == OP_PUT && !kvl_fits_inline(ops[i].kl, ops[i].vl))
+			pages += (ops[i].vl + KV_OVF_CHUNK - 1) / KV_OVF_CHUNK;
+	if (pages <= limit)
+		return WALRUS_OK;
+	return wr_error(WALRUS_ETOOBIG,
+	                "batch too large: its values alone need %llu pages pinned at once, over a "
+	                "quarter of shared_buffers (%u pages)",
+	                (unsigned long long)pages, limit);
+}
+
+/* Applies the operations; *notfound counts deletes of absent keys. */
+static int apply_ops(const kv_op *ops, size_t n, size_t *notfound)
+{
+	int rc = kvw_batch_begin();
+	for (size_t i = 0; rc == WALRUS_OK && i < n; i++) {
+		if (ops[i].type == OP_PUT) {
+			rc = kvm_put(ops[i].k, ops[i].kl, ops[i].v, ops[i].vl);
+		} else {
+			rc = kvm_delete(ops[i].k, ops[i].kl);
+			if (rc == WALRUS_ENOTFOUND) {
+				(*notfound)++;
+				rc = WALRUS_OK;
+			}
+		}
+	}
+	return rc;
+}
+
+static void count_ops(const kv_op *ops, size_t n)
+{
+	uint64_t puts = 0;
+	for (size_t i = 0; i < n; i++)
+		puts += ops[i].type == OP_PUT;
+	atomic_fetch_add(&kv_sh->puts, puts);
+	atomic_fetch_add(&kv_sh->deletes, n - puts);
+	atomic_fetch_add(&kv_sh->batches, 1);
+}
+
+/* Applies and commits @ops under the tree lock, then waits for durability outside it. */
+static int commit_ops(const kv_op *ops, size_t n, int durability, wr_lsn *lsn_out,
+                      size_t *notfound)
+{
+	wr_lsn lsn = 0;
+	*notfound = 0;
+	if (durability != KV_SYNC && durability != KV_ASYNC)
+		return wr_error(WALRUS_EINVAL, "durability must be KV_SYNC or KV_ASYNC, not %d",
+		                durability);
+	int rc = precheck(ops, n);
+	if (rc != WALRUS_OK)
+		return rc;
+	rw_lock_excl(&kv_sh->tree_lock);
+	rc = apply_ops(ops, n, notfound);
+	if (rc == WALRUS_OK)
+		rc = kvw_commit(&lsn);
+	if (rc != WALRUS_OK)
+		kvw_abort();
+	rw_unlock(&kv_sh->tree_lock);
+	if (rc != WALRUS_OK)
+		return rc;
+	count_ops(ops, n);
+	if (lsn != 0 && durability == KV_SYNC)
+		wal_flush_to(lsn);
+	else if (lsn != 0)
+		wal_flush_async(lsn);
+	if (lsn_out != NULL)
+		*lsn_out = lsn;
+	return WALRUS_OK;
+}
+
+int kv_batch_commit(kv_batch *b, int durability, wr_lsn *commit_lsn)
+{
+	size_t notfound;
+	if (commit_lsn != NULL)
+		*commit_lsn = 0;
+	for (size_t i = 0; i < b->n; i++) {
+		b->ops[i].k = b->arena + b->ops[i].koff;
+		b->ops[i].v = b->arena + b->ops[i].voff;
+	}
+	return commit_ops(b->ops, b->n, durability, commit_lsn, &notfound);
+}
+
+int kv_put(const void *k, size_t kl, const void *v, size_t vl, int durability)
+{
+	size_t notfound;
+	int rc = kv_check_key(kl);
+	if (rc == WALRUS_OK)
+		rc = check_value(vl);
+	if (rc != WALRUS_OK)
+		return rc;
+	kv_op op = {.type = OP_PUT, .kl = (uint16_t)kl, .vl = (uint32_t)vl, .k = k, .v = v};
+	return commit_ops(&op, 1, durability, NULL, &notfound);
+}
+
+int kv_delete(const void *k, size_t kl, int durability)
+{
+	size_t notfound;
+	int rc = kv_check_key(kl);
+	if (rc != WALRUS_OK)
+		return rc;
+	kv_op op = {.type = OP_DELETE, .kl = (uint16_t)kl, .k = k};
+	rc = commit_ops(&op, 1, durability, NULL, &notfound);
+	if (rc == WALRUS_OK && notfound > 0)
+		return wr_error(WALRUS_ENOTFOUND, "key not found");
+	return rc;
+}

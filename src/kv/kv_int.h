@@ -1,0 +1,307 @@
+/*
+ * kv_int.h - the tree's on-disk layout and the interfaces between the files
+ * of src/kv (not for other modules).  See README.md for the invariants.
+ *
+ * Files: kv_page.c (slotted pages, node layout, page ops shared by the
+ * writer and redo), kv_tree.c (region "kv", readers' descent, gets,
+ * overflow reads, creation, stats), kv_write.c (the writer's pages, page
+ * allocation and the record builder), kv_modify.c (put and delete: splits,
+ * leaf removal, overflow chains), kv_batch.c (batches, commit, abort),
+ * kv_iter.c, kv_redo.c, kv_verify.c.
+ */
+#ifndef WALRUS_KV_INT_H
+#define WALRUS_KV_INT_H
+
+#include <stdatomic.h>
+
+#include "ipc/ipc.h"
+#include "kv/kv.h"
+#include "wal/wal.h"
+
+/* ---------------------------------------------------------------- page layout */
+
+/* wr_page_header.type of the tree's pages. */
+enum kv_page_type {
+	KV_PT_META = 0x4b, /* block 0 */
+	KV_PT_NODE = 0x4c, /* leaf or internal node */
+	KV_PT_OVF = 0x4d,  /* a piece of an overflow value */
+	KV_PT_FREE = 0x4e, /* on the free list */
+};
+
+/* The special space at the end of every tree page (16 bytes). */
+typedef struct kv_special {
+	uint32_t left;  /* left sibling (nodes) */
+	uint32_t right; /* right sibling (nodes), next page (overflow chain, free list) */
+	uint16_t level; /* 0 = leaf */
+	uint16_t flags; /* KVN_* */
+	uint32_t reserved;
+} kv_special;
+
+#define KVN_LOW_INF  0x0001 /* the low fence is minus infinity */
+#define KVN_HIGH_INF 0x0002 /* the high fence is plus infinity */
+
+#define KV_SPECIAL_OFF ((uint16_t)(WR_PAGE_SIZE - sizeof(kv_special)))
+/* Bytes for line pointers and items on a node page. */
+#define KV_NODE_SPACE (KV_SPECIAL_OFF - WR_PAGE_HEADER_SIZE) /* 8152 */
+
+/* A line pointer: where an item lies on the page. */
+typedef struct kv_lp {
+	uint16_t off, len;
+} kv_lp;
+#define KV_LP_SIZE ((uint16_t)sizeof(kv_lp))
+
+/*
+ * Node items: slot 0 holds the low fence, slot 1 the high fence (empty when
+ * infinite, see the flags), entries start at slot KV_FIRST_SLOT.
+ *   leaf entry:     u16 klen, u8 kind, key, then the value (KV_INLINE) or a
+ *                   kv_ovf_ref (KV_OVERFLOW)
+ *   internal entry: u32 child, key (the first entry's key is empty: it
+ *                   stands for the node's low fence)
+ */
+#define KV_FIRST_SLOT 2
+#define KV_INLINE     0
+#define KV_OVERFLOW   1
+#define KV_LEAF_HDR   3u
+#define KV_INNER_HDR  4u
+
+typedef struct kv_ovf_ref {
+	uint32_t vlen;  /* value length */
+	uint32_t first; /* first page of the chain */
+	uint32_t last;  /* last page: freeing links it to the free list */
+	uint64_t id;    /* value id, stamped on every page of the chain */
+} __attribute__((packed)) kv_ovf_ref;
+#define KV_OVF_REF_SIZE ((uint16_t)sizeof(kv_ovf_ref)) /* 20 */
+
+/*
+ * Size limits that make every split possible: with items of at most T bytes
+ * (line pointer included) a full page plus one item splits into halves of at
+ * most (KV_NODE_SPACE - 8 + 2T) / 2 bytes, which must fit beside two
+ * maximal fences (2 * (KV_MAX_KEY + 4)): T <= 2024.
+ */
+#define KV_FENCE_MAX      (KV_MAX_KEY + KV_LP_SIZE)
+#define KV_LEAF_ITEM_MAX  2024u /* item + line pointer */
+#define KV_INNER_ITEM_MAX (KV_INNER_HDR + KV_MAX_KEY + KV_LP_SIZE)
+_Static_assert((KV_NODE_SPACE - 2 * KV_LP_SIZE + 2 * KV_LEAF_ITEM_MAX) / 2 <=
+                   KV_NODE_SPACE - 2 * KV_FENCE_MAX,
+               "a split must always find halves that fit");
+_Static_assert(KV_LEAF_HDR + KV_MAX_KEY + KV_OVF_REF_SIZE + KV_LP_SIZE <= KV_LEAF_ITEM_MAX,
+               "an overflow entry with a maximal key must fit");
+
+/* The meta page (block 0): this struct right after the page header. */
+typedef struct kv_meta {
+	uint32_t magic;   /* KV_META_MAGIC */
+	uint32_t version; /* KV_META_VERSION */
+	uint32_t root;
+	uint32_t height;  /* levels; 1 = the root is a leaf */
+	uint32_t nblocks; /* blocks [0, nblocks) belong to the tree; later ones are unused */
+	uint32_t free_head;
+	uint32_t nfree;
+	uint32_t reserved;
+	uint64_t nkeys;
+	uint64_t next_value_id; /* for overflow chains */
+} kv_meta;
+#define KV_META_MAGIC   0x4b564d54u /* "KVMT" */
+#define KV_META_VERSION 1
+
+/* An overflow page: this header after the page header, then len bytes of the value. */
+typedef struct kv_ovf_hdr {
+	uint64_t id;
+	uint32_t seq; /* position in the chain, from 0 */
+	uint32_t len;
+} kv_ovf_hdr;
+#define KV_OVF_CHUNK (KV_SPECIAL_OFF - WR_PAGE_HEADER_SIZE - (uint32_t)sizeof(kv_ovf_hdr))
+
+#define KV_MAX_HEIGHT 20
+
+/* Keys with an "infinite" flag, for fences and search bounds. */
+typedef struct kv_key {
+	const char *p;
+	uint16_t len;
+	bool inf; /* minus infinity as a low bound, plus infinity as a high bound */
+} kv_key;
+
+/* ---------------------------------------------------------------- kv_page.c */
+
+int kv_cmp(const void *a, size_t al, const void *b, size_t bl);
+
+wr_page_header kvp_header(const char *page);
+int kvp_nslots(const char *page);
+const char *kvp_item(const char *page, int slot, uint16_t *len);
+/* Free bytes, counting the space that compaction would reclaim. */
+int kvp_free_space(const char *page);
+bool kvp_insert(char *page, int slot, const void *item, uint16_t len);
+void kvp_delete(char *page, int slot);
+bool kvp_replace(char *page, int slot, const void *item, uint16_t len);
+void kvp_truncate(char *page, int nslots);
+void kvp_compact(char *page);
+/* Structural sanity of the header and line pointers (for pages read from disk). */
+bool kvp_sane(const char *page);
+
+kv_special kvp_special(const char *page);
+void kvp_set_special(char *page, const kv_special *s);
+uint8_t kvp_type(const char *page);
+
+/* Node pages. */
+void kvn_init(char *page, uint16_t level, uint16_t flags, wr_blkno left, wr_blkno right,
+              const kv_key *low, const kv_key *high);
+kv_key kvn_low(const char *page);
+kv_key kvn_high(const char *page);
+int kvn_nentries(const char *page);
+/* The key of entry slot (leaf or internal). */
+kv_key kvn_entry_key(const char *page, int slot);
+/* First entry slot whose key is >= k (nslots if none); *eq when equal. */
+int kvn_lower_bound(const char *page, const void *k, size_t kl, bool *eq);
+/* Internal: the slot of the child covering k (or, with @before, the keys just below k). */
+int kvn_child_slot(const char *page, const kv_key *k, bool before);
+wr_blkno kvn_child(const char *page, int slot);
+
+/* Leaf entries. */
+typedef struct kv_leaf_ent {
+	const char *key;
+	uint16_t klen;
+	uint8_t kind;
+	const char *val; /* inline */
+	uint32_t vlen;
+	kv_ovf_ref ref; /* overflow */
+} kv_leaf_ent;
+bool kvl_decode(const char *item, uint16_t len, kv_leaf_ent *e);
+uint16_t kvl_encode_inline(char *out, const void *k, uint16_t kl, const void *v, uint32_t vl);
+uint16_t kvl_encode_ovf(char *out, const void *k, uint16_t kl, const kv_ovf_ref *ref);
+bool kvl_fits_inline(size_t kl, size_t vl);
+uint16_t kvi_encode(char *out, wr_blkno child, const void *k, uint16_t kl);
+
+/* Overflow, free and meta pages. */
+void kvo_init(char *page, uint64_t id, uint32_t seq, const void *data, uint32_t len,
+              wr_blkno next);
+kv_ovf_hdr kvo_header(const char *page);
+const char *kvo_data(const char *page);
+void kvf_init(char *page, wr_blkno next);
+void kvm_init(char *page, const kv_meta *m);
+kv_meta kvm_get(const char *page);
+void kvm_set(char *page, const kv_meta *m);
+
+/*
+ * Page ops: what a WAL record's block data holds, applied by the writer and
+ * by redo through the same function, so both produce the same bytes.
+ * Each op is: u8 code, u16 slot, u16 len, len bytes.
+ */
+enum kv_op_code {
+	KVOP_INIT = 1, /* the whole page: bytes [0, lower) and [upper, 8192) */
+	KVOP_INSERT,   /* item at slot */
+	KVOP_DELETE,   /* slot */
+	KVOP_REPLACE,  /* item at slot */
+	KVOP_TRUNCATE, /* keep slots [0, slot) */
+	KVOP_SPECIAL,  /* kv_special */
+	KVOP_META,     /* kv_meta */
+};
+#define KVOP_HDR 5u
+/* Appends to @out the compact image op of @page; returns its size. */
+size_t kvop_image_size(const char *page);
+void kvop_image(const char *page, char *out);
+/* Applies a sequence of ops; false (page unspecified) when malformed or an item does not fit. */
+bool kvop_apply(char *page, const char *ops, size_t len, char *why, size_t whylen);
+/* "insert slot 3 (40 B); ..." */
+void kvop_describe(const char *ops, size_t len, char *buf, size_t buflen);
+
+/* ---------------------------------------------------------------- kv_tree.c */
+
+typedef struct kv_shared {
+	wr_rwlock tree_lock;
+	_Atomic uint64_t root_hint; /* root block | (level + 1) << 32; 0 = unknown */
+	_Atomic uint64_t gets, puts, deletes, batches, aborts;
+	_Atomic uint64_t splits, pages_freed, pages_reused;
+} kv_shared;
+extern kv_shared *kv_sh;
+
+static inline uint64_t kv_hint_make(wr_blkno root, uint32_t height)
+{
+	return (uint64_t)root | ((uint64_t)height << 32);
+}
+
+/* Internal return code: a value's overflow chain changed under a reader. */
+#define KV_RETRY 1
+
+/* A reader's position: a pinned, share-locked node. */
+typedef struct kv_rpage {
+	int buf;
+	wr_blkno blk;
+	const char *page;
+} kv_rpage;
+enum kv_seek_mode {
+	KV_SEEK_GE, /* the node covering k (k NULL with inf = minus infinity) */
+	KV_SEEK_LT, /* the node covering the keys just below k (inf = plus infinity) */
+};
+int kv_descend(const kv_key *k, int mode, kv_rpage *out);
+void kv_rpage_done(kv_rpage *p);
+/* Reads an overflow value into dst (ref->vlen bytes); KV_RETRY if the chain changed. */
+int kv_ovf_read(const kv_ovf_ref *ref, char *dst);
+int kv_check_key(size_t kl);
+
+/* ---------------------------------------------------------------- kv_write.c */
+
+/* The writer's view of a page in the current batch. */
+typedef struct kvw_page {
+	wr_blkno blk;
+	int buf;
+	char *page;
+	char *pre;   /* image before the batch changed it (NULL: not changed, or new) */
+	bool locked; /* exclusive content lock held */
+	bool member; /* changed in this batch: stays pinned and locked to the end */
+	bool fresh;  /* past the tree's end before the batch: nothing to restore */
+} kvw_page;
+
+/* Starts a batch (tree lock held): loads the meta page. */
+int kvw_batch_begin(void);
+/* The page of @blk, pinned (for reading: the writer needs no content lock). */
+int kvw_get(wr_blkno blk, kvw_page **p);
+/* Before a change: exclusive lock, kept to the batch's end, and the image to undo it. */
+int kvw_modify(kvw_page *p);
+/* A new page (free list, unused tail, or extension), locked; to be initialised by an op. */
+int kvw_alloc(kvw_page **p);
+/* Puts @p on the free list (the page becomes a free page). */
+int kvw_free_page(kvw_page *p);
+/* Links the overflow chain [first .. @last] of @n pages to the free list. */
+int kvw_free_chain(kvw_page *last, wr_blkno first, uint32_t n);
+/* The batch's working copy of the meta page (logged at commit). */
+kv_meta *kvw_meta(void);
+uint32_t kvw_pinned(void);
+uint64_t kvw_next_value_id(void);
+void kvw_count_split(void);
+/* Logs an op for @p after applying it to the page (the same code redo runs). */
+int kvw_op(kvw_page *p, uint8_t code, uint16_t slot, const void *payload, uint16_t len);
+int kvw_op_image(kvw_page *p, const char *image_page);
+int kvw_op_special(kvw_page *p, const kv_special *s);
+/* Inserts the record being built, if any (KV_INFO_CHANGE | KV_MORE). */
+int kvw_flush_record(void);
+/* Ends the batch with its commit record (*lsn 0 if nothing was logged), releasing
+ * every page; on error the caller must kvw_abort(). */
+int kvw_commit(wr_lsn *lsn);
+/* Undoes the batch in memory, voids its records, releases every page. */
+void kvw_abort(void);
+bool kvw_logged(void);
+
+/* ---------------------------------------------------------------- kv_modify.c */
+
+/* Put and delete inside a batch (tree lock held).  Delete: ENOTFOUND if absent. */
+int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl);
+int kvm_delete(const void *k, uint16_t kl);
+/*
+ * Where a split of @page inserting @item at @slot cuts (for tests): the left
+ * half keeps entries [0, k) of the entries with the new one in place;
+ * returns k (-1 if no cut fits) and the separator.
+ */
+int kvm_split_point(const char *page, int slot, const char *item, uint16_t len, char *sep,
+                    uint16_t *seplen);
+
+/* ---------------------------------------------------------------- kv_redo.c */
+
+/* RM_KV info: the op in the low bits, flags above. */
+#define KV_INFO_CREATE 0x01 /* meta page and first root */
+#define KV_INFO_CHANGE 0x02 /* page ops */
+#define KV_INFO_COMMIT 0x03 /* end of a batch (may carry the meta page) */
+#define KV_INFO_ABORT  0x04 /* the batch's records so far are void */
+#define KV_INFO_OP     0x0f
+#define KV_FIRST       0x40 /* the first record of a batch: forget unfinished ones */
+#define KV_MORE        0x80 /* more records of the batch follow */
+
+#endif /* WALRUS_KV_INT_H */

@@ -1,0 +1,333 @@
+/*
+ * kv_iter.c - ordered iterators over a key range.
+ *
+ * An iterator copies the leaf it is on (under the leaf's shared lock, held
+ * for the copy only) and walks the copy.  Leaving the copy forward, it
+ * continues at the node whose low fence is the copy's high fence: the right
+ * sibling if it still starts there, otherwise the leaf a fresh descent finds
+ * for that fence.  Since fences partition the keys at every instant, every
+ * key that existed from the copy until now lies either in the copy or at or
+ * past its high fence, so none is skipped or returned twice.  Backward, it
+ * descends for the keys just below the copy's low fence.
+ *
+ * An overflow value is read when the iterator lands on its entry.  If its
+ * chain was freed meanwhile (the key was replaced or deleted), the iterator
+ * looks the key up again: it returns the newer value, or, if the key is
+ * gone, moves on in the same direction.
+ *
+ * Interface: kv.h (kv_iter_*).
+ */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer/buffer.h"
+#include "kv/kv_int.h"
+
+#define ITER_MAX_RETRIES 100000
+
+enum { FWD, BACK };
+
+struct kv_iter {
+	char lo[KV_MAX_KEY], hi[KV_MAX_KEY];
+	uint16_t lol, hil;
+	bool has_lo, has_hi;
+	char leaf[WR_PAGE_SIZE]; /* copy of the current leaf */
+	int pos;                 /* entry slot in the copy */
+	bool valid;
+	const char *val; /* the current value: in the copy, or vbuf */
+	size_t vlen;
+	char *vbuf;
+	size_t vcap;
+};
+
+/* ---------------------------------------------------------------- leaves */
+
+/* Copies the leaf a descent for @k finds. */
+static int load_leaf(kv_iter *it, const kv_key *k, int mode)
+{
+	kv_rpage p;
+	int rc = kv_descend(k, mode, &p);
+	if (rc != WALRUS_OK)
+		return rc;
+	memcpy(it->leaf, p.page, WR_PAGE_SIZE);
+	kv_rpage_done(&p);
+	return WALRUS_OK;
+}
+
+static bool same_key(const kv_key *a, const kv_key *b)
+{
+	return a->inf == b->inf && (a->inf || kv_cmp(a->p, a->len, b->p, b->len) == 0);
+}
+
+/* The right sibling, if it still starts at @high: copies it and returns true. */
+static int try_right(kv_iter *it, const kv_key *high, bool *done)
+{
+	int buf;
+	*done = false;
+	wr_blkno right = kvp_special(it->leaf).right;
+	if (right == WR_INVALID_BLKNO)
+		return WALRUS_OK;
+	int rc = buf_read(KV_REL, right, &buf);
+	if (rc != WALRUS_OK)
+		return rc;
+	buf_lock(buf, false);
+	const char *page = buf_page(buf);
+	if (kvp_type(page) == KV_PT_NODE && kvp_sane(page) && kvp_nslots(page) >= KV_FIRST_SLOT &&
+	    kvp_special(page).level == 0) {
+		kv_key low = kvn_low(page);
+		if (same_key(&low, high)) {
+			memcpy(it->leaf, page, WR_PAGE_SIZE);
+			*done = true;
+		}
+	}
+	buf_unlock(buf);
+	buf_release(buf);
+	return WALRUS_OK;
+}
+
+/* Moves to the leaf holding the keys at and after the copy's high fence. */
+static int next_leaf(kv_iter *it)
+{
+	char hk[KV_MAX_KEY];
+	kv_key high = kvn_high(it->leaf);
+	memcpy(hk, high.p, high.len);
+	high.p = hk;
+	bool done;
+	int rc = try_right(it, &high, &done);
+	if (rc == WALRUS_OK && !done)
+		rc = load_leaf(it, &high, KV_SEEK_GE);
+	if (rc == WALRUS_OK) {
+		bool eq;
+		it->pos = kvn_lower_bound(it->leaf, high.p, high.len, &eq);
+	}
+	return rc;
+}
+
+/* Moves to the leaf holding the keys just below the copy's low fence. */
+static int prev_leaf(kv_iter *it)
+{
+	char lk[KV_MAX_KEY];
+	kv_key low = kvn_low(it->leaf);
+	memcpy(lk, low.p, low.len);
+	low.p = lk;
+	int rc = load_leaf(it, &low, KV_SEEK_LT);
+	if (rc == WALRUS_OK) {
+		bool eq;
+		it->pos = kvn_lower_bound(it->leaf, low.p, low.len, &eq) - 1;
+	}
+	return rc;
+}
+
+/* ---------------------------------------------------------------- positioning */
+
+static kv_key cur_key(const kv_iter *it)
+{
+	return kvn_entry_key(it->leaf, it->pos);
+}
+
+static bool out_of_range(const kv_iter *it, int dir)
+{
+	kv_key k = cur_key(it);
+	if (dir == FWD)
+		return it->has_hi && kv_cmp(k.p, k.len, it->hi, it->hil) >= 0;
+	return it->has_lo && kv_cmp(k.p, k.len, it->lo, it->lol) < 0;
+}
+
+/* The value of the current entry; KV_RETRY when its overflow chain changed. */
+static int load_value(kv_iter *it)
+{
+	uint16_t len;
+	kv_leaf_ent e;
+	const char *item = kvp_item(it->leaf, it->pos, &len);
+	if (!kvl_decode(item, len, &e))
+		return wr_error(WALRUS_ECORRUPT, "bad leaf entry in a leaf of relation %u", KV_REL);
+	if (e.kind == KV_INLINE) {
+		it->val = e.val;
+		it->vlen = e.vlen;
+		return WALRUS_OK;
+	}
+	if (e.vlen > it->vcap) {
+		char *b = realloc(it->vbuf, e.vlen);
+		if (b == NULL)
+			return wr_error(WALRUS_ENOMEM, "out of memory for a value of %u bytes", e.vlen);
+		it->vbuf = b;
+		it->vcap = e.vlen;
+	}
+	it->val = it->vbuf;
+	it->vlen = e.vlen;
+	return kv_ovf_read(&e.ref, it->vbuf);
+}
+
+/* From it->pos, the first entry in direction @dir (crossing leaves) within the range. */
+static int settle_once(kv_iter *it, int dir)
+{
+	for (;;) {
+		int n = kvp_nslots(it->leaf);
+		if (it->pos >= KV_FIRST_SLOT && it->pos < n) {
+			if (out_of_range(it, dir))
+				return WALRUS_OK;
+			it->valid = true;
+			return load_value(it);
+		}
+		kv_key edge = dir == FWD ? kvn_high(it->leaf) : kvn_low(it->leaf);
+		if (edge.inf)
+			return WALRUS_OK;
+		int rc = dir == FWD ? next_leaf(it) : prev_leaf(it);
+		if (rc != WALRUS_OK)
+			return rc;
+	}
+}
+
+/* Finds the current key again after its value changed under us. */
+static int relocate(kv_iter *it, int dir)
+{
+	char k[KV_MAX_KEY];
+	kv_key key = cur_key(it);
+	memcpy(k, key.p, key.len);
+	key.p = k;
+	int rc = load_leaf(it, &key, KV_SEEK_GE);
+	if (rc == WALRUS_OK) {
+		bool eq;
+		it->pos = kvn_lower_bound(it->leaf, key.p, key.len, &eq);
+		if (!eq && dir == BACK)
+			it->pos--;
+	}
+	return rc;
+}
+
+static int settle(kv_iter *it, int dir)
+{
+	for (int tries = 0; tries < ITER_MAX_RETRIES; tries++) {
+		it->valid = false;
+		int rc = settle_once(it, dir);
+		if (rc != KV_RETRY) {
+			if (rc != WALRUS_OK)
+				it->valid = false;
+			return rc;
+		}
+		if (tries >= 8)
+			sched_yield();
+		rc = relocate(it, dir);
+		if (rc != WALRUS_OK)
+			return rc;
+	}
+	it->valid = false;
+	return wr_error(WALRUS_ECORRUPT, "an overflow value never matched its leaf entry: the "
+	                                 "tree is damaged (run verify)");
+}
+
+/* ---------------------------------------------------------------- interface */
+
+static int set_bound(char *dst, uint16_t *len, bool *has, const void *k, size_t kl)
+{
+	*has = k != NULL;
+	if (k == NULL)
+		return WALRUS_OK;
+	if (kl > KV_MAX_KEY)
+		return wr_error(WALRUS_ETOOBIG, "range bound of %zu bytes is over the limit of %u",
+		                kl, KV_MAX_KEY);
+	if (kl > 0)
+		memcpy(dst, k, kl);
+	*len = (uint16_t)kl;
+	return WALRUS_OK;
+}
+
+int kv_iter_open(const void *lo, size_t lol, const void *hi, size_t hil, kv_iter **out)
+{
+	*out = NULL;
+	kv_iter *it = calloc(1, sizeof(*it));
+	if (it == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory for an iterator");
+	int rc = set_bound(it->lo, &it->lol, &it->has_lo, lo, lol);
+	if (rc == WALRUS_OK)
+		rc = set_bound(it->hi, &it->hil, &it->has_hi, hi, hil);
+	if (rc == WALRUS_OK)
+		rc = kv_iter_seek(it, NULL, 0);
+	if (rc != WALRUS_OK) {
+		kv_iter_close(it);
+		return rc;
+	}
+	*out = it;
+	return WALRUS_OK;
+}
+
+int kv_iter_seek(kv_iter *it, const void *k, size_t kl)
+{
+	kv_key key = {.inf = true};
+	if (k != NULL && kl > KV_MAX_KEY)
+		return wr_error(WALRUS_ETOOBIG, "seek key of %zu bytes is over the limit of %u", kl,
+		                KV_MAX_KEY);
+	if (it->has_lo && (k == NULL || kv_cmp(k, kl, it->lo, it->lol) < 0)) {
+		k = it->lo;
+		kl = it->lol;
+	}
+	if (k != NULL && kl > 0)
+		key = (kv_key){.p = k, .len = (uint16_t)kl};
+	it->valid = false;
+	int rc = load_leaf(it, &key, KV_SEEK_GE);
+	if (rc != WALRUS_OK)
+		return rc;
+	bool eq;
+	it->pos = key.inf ? KV_FIRST_SLOT : kvn_lower_bound(it->leaf, key.p, key.len, &eq);
+	return settle(it, FWD);
+}
+
+int kv_iter_seek_last(kv_iter *it)
+{
+	kv_key key = {.inf = true};
+	if (it->has_hi)
+		key = (kv_key){.p = it->hi, .len = it->hil};
+	it->valid = false;
+	if (it->has_hi && it->hil == 0)
+		return WALRUS_OK; /* nothing sorts below the empty key */
+	int rc = load_leaf(it, &key, KV_SEEK_LT);
+	if (rc != WALRUS_OK)
+		return rc;
+	bool eq;
+	it->pos = (key.inf ? kvp_nslots(it->leaf) : kvn_lower_bound(it->leaf, key.p, key.len, &eq)) -
+	          1;
+	return settle(it, BACK);
+}
+
+int kv_iter_next(kv_iter *it)
+{
+	if (!it->valid)
+		return WALRUS_OK;
+	it->pos++;
+	return settle(it, FWD);
+}
+
+int kv_iter_prev(kv_iter *it)
+{
+	if (!it->valid)
+		return WALRUS_OK;
+	it->pos--;
+	return settle(it, BACK);
+}
+
+bool kv_iter_valid(const kv_iter *it)
+{
+	return it->valid;
+}
+
+void kv_iter_key(const kv_iter *it, const void **k, size_t *kl)
+{
+	kv_key key = cur_key(it);
+	*k = key.p;
+	*kl = key.len;
+}
+
+void kv_iter_value(const kv_iter *it, const void **v, size_t *vl)
+{
+	*v = it->val;
+	*vl = it->vlen;
+}
+
+void kv_iter_close(kv_iter *it)
+{
+	if (it == NULL)
+		return;
+	free(it->vbuf);
+	free(it);
+}

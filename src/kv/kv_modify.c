@@ -1,0 +1,520 @@
+/*
+ * kv_modify.c - put and delete inside a batch: leaf changes, splits up to a
+ * new root, removal of empty leaves, overflow chains.
+ *
+ * The writer holds the tree lock, so the path it read from the root stays
+ * true until it changes the tree itself; no move-right is needed here.
+ * Every change goes through kvw_op (kv_write.c), which applies it and logs
+ * it; the records of one operation may be several (a long overflow chain
+ * needs one per 31 pages), which is safe because redo applies a batch whole.
+ *
+ * Splits: the items of the full page plus the new one are cut where both
+ * halves fit with their fences and are closest in size (or, when appending
+ * at the right end of the tree, where the left half is fullest, for
+ * sequential loads).  A leaf split pushes up the shortest prefix of the
+ * right half's first key that is above the left half's last key (suffix
+ * truncation), so separators and fences stay short.  Size limits in
+ * kv_int.h guarantee a cut exists.
+ *
+ * Deletes: a leaf left empty is unlinked when its parent has another child:
+ * its key range goes to the sibling under the same parent (the left one,
+ * or the right one for a first child), the sibling chain skips it, and it
+ * goes to the free list.  An empty leaf that is its parent's only child
+ * stays (removing it would change the parent's fences and those of a whole
+ * subtree edge); a root left with one child is replaced by that child.
+ *
+ * Interface: kv_int.h (kvm_put, kvm_delete).
+ */
+#include <string.h>
+
+#include "kv/kv_int.h"
+
+/* The path of the last descent: node[l] at level l, slot[l] its entry in node[l + 1]. */
+typedef struct wpath {
+	int height;
+	kvw_page *node[KV_MAX_HEIGHT];
+	int slot[KV_MAX_HEIGHT];
+} wpath;
+
+static int bad_node(const kvw_page *p, const char *what)
+{
+	return wr_error(WALRUS_ECORRUPT, "block %u of relation %u: %s", p->blk, KV_REL, what);
+}
+
+static int descend(const void *k, uint16_t kl, wpath *path)
+{
+	kv_meta *m = kvw_meta();
+	kv_key key = {.p = k, .len = kl};
+	wr_blkno blk = m->root;
+	path->height = (int)m->height;
+	for (int level = path->height - 1; level >= 0; level--) {
+		kvw_page *p;
+		int rc = kvw_get(blk, &p);
+		if (rc != WALRUS_OK)
+			return rc;
+		if (kvp_type(p->page) != KV_PT_NODE || !kvp_sane(p->page) ||
+		    kvp_special(p->page).level != level ||
+		    kvp_nslots(p->page) < KV_FIRST_SLOT + (level > 0))
+			return bad_node(p, "not a tree node of the expected level");
+		path->node[level] = p;
+		if (level > 0) {
+			path->slot[level - 1] = kvn_child_slot(p->page, &key, false);
+			blk = kvn_child(p->page, path->slot[level - 1]);
+		}
+	}
+	return WALRUS_OK;
+}
+
+/* ---------------------------------------------------------------- overflow chains */
+
+static uint32_t chunks(uint32_t vlen)
+{
+	return (vlen + KV_OVF_CHUNK - 1) / KV_OVF_CHUNK;
+}
+
+/* Writes @v into new overflow pages, each naming the next. */
+static int ovf_write(const char *v, uint32_t vl, kv_ovf_ref *ref)
+{
+	static char img[WR_PAGE_SIZE];
+	uint32_t n = chunks(vl);
+	kvw_page *cur, *next = NULL;
+	int rc = kvw_alloc(&cur);
+	ref->vlen = vl;
+	ref->id = kvw_next_value_id();
+	ref->first = rc == WALRUS_OK ? cur->blk : WR_INVALID_BLKNO;
+	for (uint32_t i = 0; rc == WALRUS_OK && i < n; i++) {
+		uint32_t off = i * KV_OVF_CHUNK, len = WR_MIN(KV_OVF_CHUNK, vl - off);
+		next = NULL;
+		if (i + 1 < n)
+			rc = kvw_alloc(&next);
+		if (rc != WALRUS_OK)
+			break;
+		kvo_init(img, ref->id, i, v + off, len, next ? next->blk : WR_INVALID_BLKNO);
+		rc = kvw_op_image(cur, img);
+		ref->last = cur->blk;
+		cur = next;
+	}
+	return rc;
+}
+
+static int ovf_free(const kv_ovf_ref *ref)
+{
+	kvw_page *last;
+	int rc = kvw_get(ref->last, &last);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (kvp_type(last->page) != KV_PT_OVF || kvo_header(last->page).id != ref->id)
+		return bad_node(last, "not the last page of the overflow chain that names it");
+	return kvw_free_chain(last, ref->first, chunks(ref->vlen));
+}
+
+/* ---------------------------------------------------------------- splits */
+
+/* The entries of a full node with the new item in place, and the chosen cut. */
+typedef struct split_plan {
+	int m;                                    /* entries, new one included */
+	const char *item[WR_PAGE_SIZE / 4 + 1];   /* item bytes */
+	uint16_t len[WR_PAGE_SIZE / 4 + 1];       /* item lengths */
+	int k;                                    /* left gets [0, k), right [k, m) */
+	char sep[KV_MAX_KEY];                     /* the separator pushed up */
+	uint16_t seplen;
+} split_plan;
+
+static kv_key item_key(const char *item, uint16_t len, int level)
+{
+	kv_key k = {.inf = false};
+	if (level == 0) {
+		memcpy(&k.len, item, sizeof(k.len));
+		k.p = item + KV_LEAF_HDR;
+	} else {
+		k.p = item + KV_INNER_HDR;
+		k.len = (uint16_t)(len - KV_INNER_HDR);
+	}
+	return k;
+}
+
+/* The shortest prefix of @b that sorts after @a (a < b). */
+static uint16_t shortest_sep(const kv_key *a, const kv_key *b)
+{
+	uint16_t p = 0;
+	while (p < a->len && p < b->len && a->p[p] == b->p[p])
+		p++;
+	return (uint16_t)WR_MIN(p + 1, b->len);
+}
+
+static int fence_size(const kv_key *f)
+{
+	return (f->inf ? 0 : f->len) + KV_LP_SIZE;
+}
+
+/* Separator length for a cut at @k; internal nodes push up the first right key whole. */
+static uint16_t sep_len(const split_plan *sp, int k, int level)
+{
+	kv_key b = item_key(sp->item[k], sp->len[k], level);
+	if (level > 0)
+		return b.len;
+	kv_key a = item_key(sp->item[k - 1], sp->len[k - 1], level);
+	return shortest_sep(&a, &b);
+}
+
+/* Sizes of both halves for a cut at @k (items, line pointers and fences). */
+static void cut_sizes(const split_plan *sp, int k, int level, const char *page, int *left,
+                      int *right)
+{
+	kv_key low = kvn_low(page), high = kvn_high(page);
+	int sep = sep_len(sp, k, level) + KV_LP_SIZE;
+	*left = fence_size(&low) + sep;
+	*right = sep + fence_size(&high);
+	for (int j = 0; j < sp->m; j++)
+		*(j < k ? left : right) += sp->len[j] + KV_LP_SIZE;
+	if (level > 0) /* the right half's first entry loses its key */
+		*right -= sp->len[k] - KV_INNER_HDR;
+}
+
+/* Picks the cut: balanced, or fullest-left when appending at the tree's right end. */
+static bool choose_cut(split_plan *sp, int level, const char *page, bool append)
+{
+	int best = -1, best_diff = 0;
+	for (int k = 1; k < sp->m; k++) {
+		int l, r;
+		cut_sizes(sp, k, level, page, &l, &r);
+		if (l > KV_NODE_SPACE || r > KV_NODE_SPACE)
+			continue;
+		int diff = append ? sp->m - k : (l > r ? l - r : r - l);
+		if (best < 0 || diff < best_diff) {
+			best = k;
+			best_diff = diff;
+		}
+	}
+	if (best < 0)
+		return false;
+	sp->k = best;
+	kv_key b = item_key(sp->item[best], sp->len[best], level);
+	sp->seplen = sep_len(sp, best, level);
+	memcpy(sp->sep, b.p, sp->seplen);
+	return true;
+}
+
+static void plan_entries(split_plan *sp, const char *page, int slot, const char *item,
+                         uint16_t len)
+{
+	int n = kvp_nslots(page);
+	sp->m = 0;
+	for (int s = KV_FIRST_SLOT; s <= n; s++) {
+		if (s == slot) {
+			sp->item[sp->m] = item;
+			sp->len[sp->m++] = len;
+		}
+		if (s < n) {
+			sp->item[sp->m] = kvp_item(page, s, &sp->len[sp->m]);
+			sp->m++;
+		}
+	}
+}
+
+/* The new right node: fences [sep, high), entries [k, m). */
+static int build_right(const split_plan *sp, int level, const kvw_page *left, kvw_page *right)
+{
+	static char img[WR_PAGE_SIZE];
+	kv_special ls = kvp_special(left->page);
+	kv_key sep = {.p = sp->sep, .len = sp->seplen}, high = kvn_high(left->page);
+	kvn_init(img, (uint16_t)level, 0, left->blk, ls.right, &sep, &high);
+	for (int j = sp->k; j < sp->m; j++) {
+		char first[KV_INNER_HDR];
+		const char *it = sp->item[j];
+		uint16_t len = sp->len[j];
+		if (level > 0 && j == sp->k) { /* stands for the low fence: no key */
+			memcpy(first, it, KV_INNER_HDR);
+			it = first;
+			len = KV_INNER_HDR;
+		}
+		if (!kvp_insert(img, KV_FIRST_SLOT + j - sp->k, it, len))
+			return bad_node(left, "split: the right half does not fit");
+	}
+	return kvw_op_image(right, img);
+}
+
+/* The old node keeps [0, k): cut, maybe insert the new item, new high fence and link. */
+static int shrink_left(const split_plan *sp, kvw_page *left, kvw_page *right, int slot,
+                       const char *item, uint16_t len)
+{
+	int keep = KV_FIRST_SLOT + sp->k;
+	bool new_left = slot < keep;
+	int rc = kvw_op(left, KVOP_TRUNCATE, (uint16_t)(new_left ? keep - 1 : keep), NULL, 0);
+	if (rc == WALRUS_OK && new_left)
+		rc = kvw_op(left, KVOP_INSERT, (uint16_t)slot, item, len);
+	if (rc == WALRUS_OK)
+		rc = kvw_op(left, KVOP_REPLACE, 1, sp->sep, sp->seplen);
+	kv_special s = kvp_special(left->page);
+	s.right = right->blk;
+	s.flags &= (uint16_t)~KVN_HIGH_INF;
+	return rc == WALRUS_OK ? kvw_op_special(left, &s) : rc;
+}
+
+/* The old right neighbour's left link now names the new node. */
+static int relink_right(wr_blkno neighbour, wr_blkno new_left)
+{
+	kvw_page *o;
+	if (neighbour == WR_INVALID_BLKNO)
+		return WALRUS_OK;
+	int rc = kvw_get(neighbour, &o);
+	if (rc != WALRUS_OK)
+		return rc;
+	kv_special s = kvp_special(o->page);
+	s.left = new_left;
+	return kvw_op_special(o, &s);
+}
+
+/* A new root over the two halves of the old one. */
+static int grow_root(wr_blkno left, wr_blkno right, const split_plan *sp, int level)
+{
+	static char img[WR_PAGE_SIZE];
+	char it[KV_INNER_HDR + KV_MAX_KEY];
+	kv_key inf = {.inf = true};
+	kvw_page *root;
+	int rc = kvw_alloc(&root);
+	if (rc != WALRUS_OK)
+		return rc;
+	kvn_init(img, (uint16_t)(level + 1), 0, WR_INVALID_BLKNO, WR_INVALID_BLKNO, &inf, &inf);
+	kvp_insert(img, KV_FIRST_SLOT, it, kvi_encode(it, left, NULL, 0));
+	kvp_insert(img, KV_FIRST_SLOT + 1, it, kvi_encode(it, right, sp->sep, sp->seplen));
+	rc = kvw_op_image(root, img);
+	kv_meta *m = kvw_meta();
+	m->root = root->blk;
+	m->height++;
+	return rc;
+}
+
+int kvm_split_point(const char *page, int slot, const char *item, uint16_t len, char *sep,
+                    uint16_t *seplen)
+{
+	static split_plan sp;
+	int level = kvp_special(page).level;
+	bool append = (kvp_special(page).flags & KVN_HIGH_INF) && slot == kvp_nslots(page);
+	plan_entries(&sp, page, slot, item, len);
+	if (!choose_cut(&sp, level, page, append))
+		return -1;
+	memcpy(sep, sp.sep, sp.seplen);
+	*seplen = sp.seplen;
+	return sp.k;
+}
+
+static int insert_item(wpath *path, int level, int slot, const char *item, uint16_t len);
+
+/*
+ * Splits node path->node[level] to insert @item at @slot, then inserts the
+ * separator into the parent (which may split in turn) or grows a new root.
+ */
+static int split_insert(wpath *path, int level, int slot, const char *item, uint16_t len)
+{
+	static split_plan sp; /* used up before the recursion into the parent */
+	kvw_page *node = path->node[level], *right;
+	kv_special s = kvp_special(node->page);
+	bool append = (s.flags & KVN_HIGH_INF) && slot == kvp_nslots(node->page);
+	plan_entries(&sp, node->page, slot, item, len);
+	if (!choose_cut(&sp, level, node->page, append))
+		return bad_node(node, "split: no cut point fits");
+	int rc = kvw_alloc(&right);
+	if (rc == WALRUS_OK)
+		rc = build_right(&sp, level, node, right);
+	if (rc == WALRUS_OK)
+		rc = relink_right(s.right, right->blk);
+	char sep[KV_INNER_HDR + KV_MAX_KEY];
+	uint16_t seplen = sp.seplen;
+	memcpy(sep + KV_INNER_HDR, sp.sep, seplen);
+	if (rc == WALRUS_OK)
+		rc = shrink_left(&sp, node, right, slot, item, len);
+	if (rc != WALRUS_OK)
+		return rc;
+	kvw_count_split();
+	if (level + 1 == path->height)
+		return grow_root(node->blk, right->blk, &sp, level);
+	uint16_t ilen = kvi_encode(sep, right->blk, sep + KV_INNER_HDR, seplen);
+	return insert_item(path, level + 1, path->slot[level] + 1, sep, ilen);
+}
+
+static int insert_item(wpath *path, int level, int slot, const char *item, uint16_t len)
+{
+	kvw_page *node = path->node[level];
+	if (kvp_free_space(node->page) >= len + KV_LP_SIZE)
+		return kvw_op(node, KVOP_INSERT, (uint16_t)slot, item, len);
+	return split_insert(path, level, slot, item, len);
+}
+
+/* ---------------------------------------------------------------- put */
+
+static int decode_entry(const kvw_page *leaf, int slot, kv_leaf_ent *e)
+{
+	uint16_t len;
+	const char *item = kvp_item(leaf->page, slot, &len);
+	return kvl_decode(item, len, e) ? WALRUS_OK : bad_node(leaf, "bad leaf entry");
+}
+
+/* Replaces the entry at @slot; the old value's chain goes to the free list. */
+static int replace_entry(wpath *path, int slot, const char *item, uint16_t len)
+{
+	kvw_page *leaf = path->node[0];
+	kv_leaf_ent old;
+	uint16_t oldlen;
+	int rc = decode_entry(leaf, slot, &old);
+	if (rc == WALRUS_OK && old.kind == KV_OVERFLOW)
+		rc = ovf_free(&old.ref);
+	if (rc != WALRUS_OK)
+		return rc;
+	kvp_item(leaf->page, slot, &oldlen);
+	if (kvp_free_space(leaf->page) + oldlen >= len)
+		return kvw_op(leaf, KVOP_REPLACE, (uint16_t)slot, item, len);
+	rc = kvw_op(leaf, KVOP_DELETE, (uint16_t)slot, NULL, 0);
+	return rc == WALRUS_OK ? insert_item(path, 0, slot, item, len) : rc;
+}
+
+int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl)
+{
+	char item[KV_LEAF_ITEM_MAX];
+	uint16_t len;
+	int rc = WALRUS_OK;
+	if (kvl_fits_inline(kl, vl)) {
+		len = kvl_encode_inline(item, k, kl, v, vl);
+	} else {
+		kv_ovf_ref ref;
+		rc = ovf_write(v, vl, &ref);
+		len = kvl_encode_ovf(item, k, kl, &ref);
+	}
+	wpath path;
+	if (rc == WALRUS_OK)
+		rc = descend(k, kl, &path);
+	if (rc != WALRUS_OK)
+		return rc;
+	bool eq;
+	int slot = kvn_lower_bound(path.node[0]->page, k, kl, &eq);
+	if (eq)
+		return replace_entry(&path, slot, item, len);
+	kvw_meta()->nkeys++;
+	return insert_item(&path, 0, slot, item, len);
+}
+
+/* ---------------------------------------------------------------- delete */
+
+/* Whether @page has room to exchange fence @slot for @f. */
+static bool fence_fits(const char *page, int slot, const kv_key *f)
+{
+	uint16_t old;
+	kvp_item(page, slot, &old);
+	return kvp_free_space(page) + old >= (f->inf ? 0 : f->len);
+}
+
+static int set_fence(kvw_page *p, int slot, const kv_key *f, uint16_t inf_flag, bool left,
+                     wr_blkno link)
+{
+	int rc = kvw_op(p, KVOP_REPLACE, (uint16_t)slot, f->p, f->inf ? 0 : f->len);
+	kv_special s = kvp_special(p->page);
+	s.flags = (uint16_t)((s.flags & ~inf_flag) | (f->inf ? inf_flag : 0));
+	if (left)
+		s.left = link;
+	else
+		s.right = link;
+	return rc == WALRUS_OK ? kvw_op_special(p, &s) : rc;
+}
+
+/* Empty leaf @x (entry @ps of @parent, not the first) goes into its left sibling. */
+static int merge_left(kvw_page *parent, int ps, kvw_page *x, bool *done)
+{
+	kvw_page *l;
+	kv_special xs = kvp_special(x->page);
+	kv_key high = kvn_high(x->page);
+	int rc = kvw_get(kvn_child(parent->page, ps - 1), &l);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (l->blk != xs.left)
+		return bad_node(x, "left link differs from the parent's previous child");
+	if (!fence_fits(l->page, 1, &high))
+		return WALRUS_OK; /* the leaf stays, empty */
+	rc = set_fence(l, 1, &high, KVN_HIGH_INF, false, xs.right);
+	if (rc == WALRUS_OK)
+		rc = relink_right(xs.right, l->blk);
+	if (rc == WALRUS_OK)
+		rc = kvw_op(parent, KVOP_DELETE, (uint16_t)ps, NULL, 0);
+	*done = rc == WALRUS_OK;
+	return rc;
+}
+
+/* Empty first child @x of @parent goes into its right sibling, which becomes the first. */
+static int merge_right(kvw_page *parent, kvw_page *x, bool *done)
+{
+	kvw_page *r, *l;
+	kv_special xs = kvp_special(x->page);
+	kv_key low = kvn_low(x->page);
+	char it[KV_INNER_HDR];
+	int rc = kvw_get(kvn_child(parent->page, KV_FIRST_SLOT + 1), &r);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (r->blk != xs.right)
+		return bad_node(x, "right link differs from the parent's next child");
+	if (!fence_fits(r->page, 0, &low))
+		return WALRUS_OK;
+	rc = set_fence(r, 0, &low, KVN_LOW_INF, true, xs.left);
+	if (rc == WALRUS_OK && xs.left != WR_INVALID_BLKNO)
+		rc = kvw_get(xs.left, &l);
+	if (rc == WALRUS_OK && xs.left != WR_INVALID_BLKNO) {
+		kv_special ls = kvp_special(l->page);
+		ls.right = r->blk;
+		rc = kvw_op_special(l, &ls);
+	}
+	if (rc == WALRUS_OK)
+		rc = kvw_op(parent, KVOP_DELETE, KV_FIRST_SLOT, NULL, 0);
+	if (rc == WALRUS_OK)
+		rc = kvw_op(parent, KVOP_REPLACE, KV_FIRST_SLOT, it, kvi_encode(it, r->blk, NULL, 0));
+	*done = rc == WALRUS_OK;
+	return rc;
+}
+
+/* A root with a single child hands the root over to it. */
+static int collapse_root(kvw_page *root)
+{
+	kv_meta *m = kvw_meta();
+	m->root = kvn_child(root->page, KV_FIRST_SLOT);
+	m->height--;
+	return kvw_free_page(root);
+}
+
+/* Unlinks the empty leaf at the bottom of @path when its parent has another child. */
+static int remove_leaf(wpath *path)
+{
+	kvw_page *x = path->node[0], *parent = path->node[1];
+	int ps = path->slot[0];
+	bool done = false;
+	if (kvn_nentries(parent->page) < 2)
+		return WALRUS_OK;
+	int rc = ps > KV_FIRST_SLOT ? merge_left(parent, ps, x, &done) : merge_right(parent, x, &done);
+	if (rc != WALRUS_OK || !done)
+		return rc;
+	rc = kvw_free_page(x);
+	if (rc == WALRUS_OK && path->height == 2 && kvn_nentries(parent->page) == 1)
+		rc = collapse_root(parent);
+	return rc;
+}
+
+int kvm_delete(const void *k, uint16_t kl)
+{
+	wpath path;
+	int rc = descend(k, kl, &path);
+	if (rc != WALRUS_OK)
+		return rc;
+	kvw_page *leaf = path.node[0];
+	bool eq;
+	int slot = kvn_lower_bound(leaf->page, k, kl, &eq);
+	if (!eq)
+		return wr_error(WALRUS_ENOTFOUND, "key not found");
+	kv_leaf_ent e;
+	rc = decode_entry(leaf, slot, &e);
+	if (rc == WALRUS_OK && e.kind == KV_OVERFLOW)
+		rc = ovf_free(&e.ref);
+	if (rc == WALRUS_OK)
+		rc = kvw_op(leaf, KVOP_DELETE, (uint16_t)slot, NULL, 0);
+	if (rc != WALRUS_OK)
+		return rc;
+	kvw_meta()->nkeys--;
+	if (kvn_nentries(leaf->page) == 0 && path.height > 1)
+		rc = remove_leaf(&path);
+	return rc;
+}

@@ -1,0 +1,562 @@
+/*
+ * kv_page.c - the tree's pages: a slotted page (line pointers growing up
+ * from the header, items growing down from pd_upper to the special space),
+ * node, overflow, free and meta page layouts, and the page ops that WAL
+ * records carry.
+ *
+ * The writer changes a page only by building an op and applying it with
+ * kvop_apply, the same function redo uses, so replaying a record produces
+ * the very bytes the writer produced (compaction included: it is
+ * deterministic).
+ *
+ * Interface: kv_int.h, "kv_page.c".
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "kv/kv_int.h"
+
+#define HDR_LOWER offsetof(wr_page_header, lower)
+#define HDR_UPPER offsetof(wr_page_header, upper)
+
+int kv_cmp(const void *a, size_t al, const void *b, size_t bl)
+{
+	int c = memcmp(a, b, WR_MIN(al, bl));
+	if (c != 0)
+		return c;
+	return al < bl ? -1 : al > bl ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- slotted page */
+
+wr_page_header kvp_header(const char *page)
+{
+	wr_page_header h;
+	memcpy(&h, page, sizeof(h));
+	return h;
+}
+
+static void set_u16(char *page, size_t off, uint16_t v)
+{
+	memcpy(page + off, &v, sizeof(v));
+}
+
+int kvp_nslots(const char *page)
+{
+	wr_page_header h = kvp_header(page);
+	return h.lower > WR_PAGE_HEADER_SIZE ? (h.lower - WR_PAGE_HEADER_SIZE) / KV_LP_SIZE : 0;
+}
+
+static kv_lp get_lp(const char *page, int slot)
+{
+	kv_lp lp;
+	memcpy(&lp, page + WR_PAGE_HEADER_SIZE + (size_t)slot * KV_LP_SIZE, sizeof(lp));
+	return lp;
+}
+
+static void put_lp(char *page, int slot, kv_lp lp)
+{
+	memcpy(page + WR_PAGE_HEADER_SIZE + (size_t)slot * KV_LP_SIZE, &lp, sizeof(lp));
+}
+
+const char *kvp_item(const char *page, int slot, uint16_t *len)
+{
+	kv_lp lp = get_lp(page, slot);
+	*len = lp.len;
+	return page + lp.off;
+}
+
+static int live_bytes(const char *page)
+{
+	int n = kvp_nslots(page), sum = 0;
+	for (int i = 0; i < n; i++)
+		sum += get_lp(page, i).len;
+	return sum;
+}
+
+int kvp_free_space(const char *page)
+{
+	wr_page_header h = kvp_header(page);
+	return (h.special - h.lower) - live_bytes(page);
+}
+
+/* Rewrites the items packed against the special space, in slot order. */
+void kvp_compact(char *page)
+{
+	static char tmp[WR_PAGE_SIZE];
+	wr_page_header h = kvp_header(page);
+	int n = kvp_nslots(page);
+	uint16_t upper = h.special;
+	memcpy(tmp, page, WR_PAGE_SIZE);
+	for (int i = 0; i < n; i++) {
+		kv_lp lp = get_lp(tmp, i);
+		upper = (uint16_t)(upper - lp.len);
+		memcpy(page + upper, tmp + lp.off, lp.len);
+		lp.off = upper;
+		put_lp(page, i, lp);
+	}
+	memset(page + h.lower, 0, (size_t)(upper - h.lower)); /* deterministic free space */
+	set_u16(page, HDR_UPPER, upper);
+}
+
+/* Makes @need contiguous bytes between lower and upper, compacting if needed. */
+static bool make_room(char *page, int need)
+{
+	wr_page_header h = kvp_header(page);
+	if (h.upper - h.lower >= need)
+		return true;
+	if (kvp_free_space(page) < need)
+		return false;
+	kvp_compact(page);
+	return true;
+}
+
+/* Places @item under upper; the caller made room. */
+static uint16_t place(char *page, const void *item, uint16_t len)
+{
+	wr_page_header h = kvp_header(page);
+	uint16_t upper = (uint16_t)(h.upper - len);
+	if (len > 0)
+		memcpy(page + upper, item, len);
+	set_u16(page, HDR_UPPER, upper);
+	return upper;
+}
+
+bool kvp_insert(char *page, int slot, const void *item, uint16_t len)
+{
+	int n = kvp_nslots(page);
+	if (slot < 0 || slot > n || !make_room(page, len + KV_LP_SIZE))
+		return false;
+	char *lps = page + WR_PAGE_HEADER_SIZE;
+	memmove(lps + (size_t)(slot + 1) * KV_LP_SIZE, lps + (size_t)slot * KV_LP_SIZE,
+	        (size_t)(n - slot) * KV_LP_SIZE);
+	wr_page_header h = kvp_header(page);
+	set_u16(page, HDR_LOWER, (uint16_t)(h.lower + KV_LP_SIZE));
+	put_lp(page, slot, (kv_lp){0, 0}); /* counts as nothing while placing */
+	uint16_t off = place(page, item, len);
+	put_lp(page, slot, (kv_lp){off, len});
+	return true;
+}
+
+void kvp_delete(char *page, int slot)
+{
+	int n = kvp_nslots(page);
+	char *lps = page + WR_PAGE_HEADER_SIZE;
+	memmove(lps + (size_t)slot * KV_LP_SIZE, lps + (size_t)(slot + 1) * KV_LP_SIZE,
+	        (size_t)(n - slot - 1) * KV_LP_SIZE);
+	wr_page_header h = kvp_header(page);
+	set_u16(page, HDR_LOWER, (uint16_t)(h.lower - KV_LP_SIZE));
+	memset(page + h.lower - KV_LP_SIZE, 0, KV_LP_SIZE);
+}
+
+bool kvp_replace(char *page, int slot, const void *item, uint16_t len)
+{
+	kv_lp lp = get_lp(page, slot);
+	if (len <= lp.len) {
+		if (len > 0)
+			memmove(page + lp.off, item, len); /* item may point into the page */
+		put_lp(page, slot, (kv_lp){lp.off, len});
+		return true;
+	}
+	put_lp(page, slot, (kv_lp){0, 0}); /* the old item becomes reclaimable */
+	if (!make_room(page, len)) {
+		put_lp(page, slot, lp);
+		return false;
+	}
+	uint16_t off = place(page, item, len);
+	put_lp(page, slot, (kv_lp){off, len});
+	return true;
+}
+
+void kvp_truncate(char *page, int nslots)
+{
+	wr_page_header h = kvp_header(page);
+	uint16_t lower = (uint16_t)(WR_PAGE_HEADER_SIZE + nslots * KV_LP_SIZE);
+	if (lower < h.lower)
+		memset(page + lower, 0, (size_t)(h.lower - lower));
+	set_u16(page, HDR_LOWER, lower);
+}
+
+bool kvp_sane(const char *page)
+{
+	wr_page_header h = kvp_header(page);
+	if (h.version != WR_PAGE_VERSION || h.lower < WR_PAGE_HEADER_SIZE || h.lower > h.upper ||
+	    h.upper > h.special || h.special != KV_SPECIAL_OFF ||
+	    (h.lower - WR_PAGE_HEADER_SIZE) % KV_LP_SIZE != 0)
+		return false;
+	int n = kvp_nslots(page);
+	for (int i = 0; i < n; i++) {
+		kv_lp lp = get_lp(page, i);
+		if (lp.off < h.upper || lp.off + lp.len > h.special)
+			return false;
+	}
+	return true;
+}
+
+kv_special kvp_special(const char *page)
+{
+	kv_special s;
+	memcpy(&s, page + KV_SPECIAL_OFF, sizeof(s));
+	return s;
+}
+
+void kvp_set_special(char *page, const kv_special *s)
+{
+	memcpy(page + KV_SPECIAL_OFF, s, sizeof(*s));
+}
+
+uint8_t kvp_type(const char *page)
+{
+	return kvp_header(page).type;
+}
+
+/* ---------------------------------------------------------------- nodes */
+
+void kvn_init(char *page, uint16_t level, uint16_t flags, wr_blkno left, wr_blkno right,
+              const kv_key *low, const kv_key *high)
+{
+	page_init(page, sizeof(kv_special), KV_PT_NODE);
+	flags &= (uint16_t) ~(KVN_LOW_INF | KVN_HIGH_INF);
+	flags |= (uint16_t)((low->inf ? KVN_LOW_INF : 0) | (high->inf ? KVN_HIGH_INF : 0));
+	kv_special s = {.left = left, .right = right, .level = level, .flags = flags};
+	kvp_set_special(page, &s);
+	kvp_insert(page, 0, low->p, low->inf ? 0 : low->len);
+	kvp_insert(page, 1, high->p, high->inf ? 0 : high->len);
+}
+
+static kv_key fence(const char *page, int slot, uint16_t inf_flag)
+{
+	kv_key k;
+	k.p = kvp_item(page, slot, &k.len);
+	k.inf = (kvp_special(page).flags & inf_flag) != 0;
+	return k;
+}
+
+kv_key kvn_low(const char *page)
+{
+	return fence(page, 0, KVN_LOW_INF);
+}
+
+kv_key kvn_high(const char *page)
+{
+	return fence(page, 1, KVN_HIGH_INF);
+}
+
+int kvn_nentries(const char *page)
+{
+	int n = kvp_nslots(page) - KV_FIRST_SLOT;
+	return n > 0 ? n : 0;
+}
+
+kv_key kvn_entry_key(const char *page, int slot)
+{
+	uint16_t len;
+	const char *item = kvp_item(page, slot, &len);
+	kv_key k = {.inf = false};
+	if (kvp_special(page).level == 0) {
+		uint16_t kl;
+		memcpy(&kl, item, sizeof(kl));
+		k.p = item + KV_LEAF_HDR;
+		k.len = kl;
+	} else {
+		k.p = item + KV_INNER_HDR;
+		k.len = (uint16_t)(len - KV_INNER_HDR);
+	}
+	return k;
+}
+
+int kvn_lower_bound(const char *page, const void *k, size_t kl, bool *eq)
+{
+	int lo = KV_FIRST_SLOT, hi = kvp_nslots(page);
+	*eq = false;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		kv_key e = kvn_entry_key(page, mid);
+		int c = kv_cmp(e.p, e.len, k, kl);
+		if (c < 0) {
+			lo = mid + 1;
+		} else {
+			hi = mid;
+			if (c == 0)
+				*eq = true;
+		}
+	}
+	return lo;
+}
+
+/*
+ * The first internal entry stands for minus infinity.  A child covers k
+ * when its key is <= k; with @before, the child holding keys just below k
+ * is the last whose key is < k.  k->inf means plus infinity here.
+ */
+int kvn_child_slot(const char *page, const kv_key *k, bool before)
+{
+	int lo = KV_FIRST_SLOT + 1, hi = kvp_nslots(page);
+	if (k->inf)
+		return hi - 1;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		kv_key e = kvn_entry_key(page, mid);
+		int c = kv_cmp(e.p, e.len, k->p, k->len);
+		if (c < 0 || (c == 0 && !before))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo - 1;
+}
+
+wr_blkno kvn_child(const char *page, int slot)
+{
+	uint16_t len;
+	uint32_t child;
+	memcpy(&child, kvp_item(page, slot, &len), sizeof(child));
+	return child;
+}
+
+/* ---------------------------------------------------------------- entries */
+
+bool kvl_fits_inline(size_t kl, size_t vl)
+{
+	return KV_LEAF_HDR + kl + vl + KV_LP_SIZE <= KV_LEAF_ITEM_MAX;
+}
+
+bool kvl_decode(const char *item, uint16_t len, kv_leaf_ent *e)
+{
+	if (len < KV_LEAF_HDR)
+		return false;
+	memcpy(&e->klen, item, sizeof(e->klen));
+	e->kind = (uint8_t)item[2];
+	e->key = item + KV_LEAF_HDR;
+	if ((uint32_t)KV_LEAF_HDR + e->klen > len || e->klen == 0 || e->klen > KV_MAX_KEY)
+		return false;
+	const char *rest = e->key + e->klen;
+	uint32_t rlen = len - KV_LEAF_HDR - e->klen;
+	if (e->kind == KV_INLINE) {
+		e->val = rest;
+		e->vlen = rlen;
+		return true;
+	}
+	if (e->kind != KV_OVERFLOW || rlen != KV_OVF_REF_SIZE)
+		return false;
+	memcpy(&e->ref, rest, sizeof(e->ref));
+	e->val = NULL;
+	e->vlen = e->ref.vlen;
+	return true;
+}
+
+static uint16_t leaf_head(char *out, const void *k, uint16_t kl, uint8_t kind)
+{
+	memcpy(out, &kl, sizeof(kl));
+	out[2] = (char)kind;
+	memcpy(out + KV_LEAF_HDR, k, kl);
+	return (uint16_t)(KV_LEAF_HDR + kl);
+}
+
+uint16_t kvl_encode_inline(char *out, const void *k, uint16_t kl, const void *v, uint32_t vl)
+{
+	uint16_t n = leaf_head(out, k, kl, KV_INLINE);
+	if (vl > 0)
+		memcpy(out + n, v, vl);
+	return (uint16_t)(n + vl);
+}
+
+uint16_t kvl_encode_ovf(char *out, const void *k, uint16_t kl, const kv_ovf_ref *ref)
+{
+	uint16_t n = leaf_head(out, k, kl, KV_OVERFLOW);
+	memcpy(out + n, ref, sizeof(*ref));
+	return (uint16_t)(n + KV_OVF_REF_SIZE);
+}
+
+uint16_t kvi_encode(char *out, wr_blkno child, const void *k, uint16_t kl)
+{
+	memcpy(out, &child, sizeof(child));
+	if (kl > 0)
+		memcpy(out + KV_INNER_HDR, k, kl);
+	return (uint16_t)(KV_INNER_HDR + kl);
+}
+
+/* ---------------------------------------------------------------- overflow, free, meta */
+
+void kvo_init(char *page, uint64_t id, uint32_t seq, const void *data, uint32_t len,
+              wr_blkno next)
+{
+	page_init(page, sizeof(kv_special), KV_PT_OVF);
+	kv_ovf_hdr h = {.id = id, .seq = seq, .len = len};
+	memcpy(page + WR_PAGE_HEADER_SIZE, &h, sizeof(h));
+	memcpy(page + WR_PAGE_HEADER_SIZE + sizeof(h), data, len);
+	/* The data sits below pd_lower, so a full-page image drops only the unused tail. */
+	set_u16(page, HDR_LOWER, (uint16_t)(WR_PAGE_HEADER_SIZE + sizeof(h) + len));
+	kv_special s = {.left = WR_INVALID_BLKNO, .right = next};
+	kvp_set_special(page, &s);
+}
+
+kv_ovf_hdr kvo_header(const char *page)
+{
+	kv_ovf_hdr h;
+	memcpy(&h, page + WR_PAGE_HEADER_SIZE, sizeof(h));
+	return h;
+}
+
+const char *kvo_data(const char *page)
+{
+	return page + WR_PAGE_HEADER_SIZE + sizeof(kv_ovf_hdr);
+}
+
+void kvf_init(char *page, wr_blkno next)
+{
+	page_init(page, sizeof(kv_special), KV_PT_FREE);
+	kv_special s = {.left = WR_INVALID_BLKNO, .right = next};
+	kvp_set_special(page, &s);
+}
+
+void kvm_init(char *page, const kv_meta *m)
+{
+	page_init(page, sizeof(kv_special), KV_PT_META);
+	set_u16(page, HDR_LOWER, (uint16_t)(WR_PAGE_HEADER_SIZE + sizeof(*m)));
+	kv_special s = {.left = WR_INVALID_BLKNO, .right = WR_INVALID_BLKNO};
+	kvp_set_special(page, &s);
+	kvm_set(page, m);
+}
+
+kv_meta kvm_get(const char *page)
+{
+	kv_meta m;
+	memcpy(&m, page + WR_PAGE_HEADER_SIZE, sizeof(m));
+	return m;
+}
+
+void kvm_set(char *page, const kv_meta *m)
+{
+	memcpy(page + WR_PAGE_HEADER_SIZE, m, sizeof(*m));
+}
+
+/* ---------------------------------------------------------------- ops */
+
+size_t kvop_image_size(const char *page)
+{
+	wr_page_header h = kvp_header(page);
+	return (size_t)h.lower + (WR_PAGE_SIZE - h.upper);
+}
+
+void kvop_image(const char *page, char *out)
+{
+	wr_page_header h = kvp_header(page);
+	memcpy(out, page, h.lower);
+	/* LSN and checksum are not part of the content. */
+	memset(out, 0, offsetof(wr_page_header, flags));
+	memcpy(out + h.lower, page + h.upper, WR_PAGE_SIZE - h.upper);
+}
+
+static bool apply_image(char *page, const char *img, uint16_t len)
+{
+	wr_page_header h;
+	if (len < sizeof(h))
+		return false;
+	memcpy(&h, img, sizeof(h));
+	if (h.lower < WR_PAGE_HEADER_SIZE || h.lower > h.upper || h.upper > WR_PAGE_SIZE ||
+	    (size_t)h.lower + (WR_PAGE_SIZE - h.upper) != len)
+		return false;
+	memset(page, 0, WR_PAGE_SIZE);
+	memcpy(page, img, h.lower);
+	memcpy(page + h.upper, img + h.lower, WR_PAGE_SIZE - h.upper);
+	return true;
+}
+
+static bool slot_ok(const char *page, uint16_t slot, bool insert)
+{
+	int n = kvp_nslots(page);
+	return insert ? slot <= n : slot < n;
+}
+
+/* One op; false when it does not apply to this page. */
+static bool apply_one(char *page, uint8_t code, uint16_t slot, const char *p, uint16_t len)
+{
+	bool node = kvp_type(page) != 0;
+	switch (code) {
+	case KVOP_INIT:
+		return apply_image(page, p, len);
+	case KVOP_INSERT:
+		return node && slot_ok(page, slot, true) && kvp_insert(page, slot, p, len);
+	case KVOP_DELETE:
+		if (!node || !slot_ok(page, slot, false))
+			return false;
+		kvp_delete(page, slot);
+		return true;
+	case KVOP_REPLACE:
+		return node && slot_ok(page, slot, false) && kvp_replace(page, slot, p, len);
+	case KVOP_TRUNCATE:
+		if (!node || !slot_ok(page, slot, true))
+			return false;
+		kvp_truncate(page, slot);
+		return true;
+	case KVOP_SPECIAL:
+		if (!node || len != sizeof(kv_special))
+			return false;
+		memcpy(page + KV_SPECIAL_OFF, p, len);
+		return true;
+	case KVOP_META:
+		if (kvp_type(page) != KV_PT_META || len != sizeof(kv_meta))
+			return false;
+		memcpy(page + WR_PAGE_HEADER_SIZE, p, len);
+		return true;
+	default:
+		return false;
+	}
+}
+
+bool kvop_apply(char *page, const char *ops, size_t len, char *why, size_t whylen)
+{
+	size_t pos = 0;
+	while (pos < len) {
+		uint16_t slot, l;
+		if (len - pos < KVOP_HDR) {
+			snprintf(why, whylen, "truncated op header at byte %zu", pos);
+			return false;
+		}
+		uint8_t code = (uint8_t)ops[pos];
+		memcpy(&slot, ops + pos + 1, 2);
+		memcpy(&l, ops + pos + 3, 2);
+		if (len - pos - KVOP_HDR < l) {
+			snprintf(why, whylen, "op %u at byte %zu overruns its data", code, pos);
+			return false;
+		}
+		if (!apply_one(page, code, slot, ops + pos + KVOP_HDR, l)) {
+			snprintf(why, whylen, "op %u (slot %u, %u bytes) at byte %zu does not apply",
+			         code, slot, l, pos);
+			return false;
+		}
+		pos += KVOP_HDR + l;
+	}
+	return true;
+}
+
+static const char *op_name(uint8_t code)
+{
+	static const char *const names[] = {"?",       "init",     "insert", "delete",
+	                                    "replace", "truncate", "links",  "meta"};
+	return code < WR_ARRAY_LEN(names) ? names[code] : "?";
+}
+
+void kvop_describe(const char *ops, size_t len, char *buf, size_t buflen)
+{
+	size_t pos = 0, used = 0;
+	buf[0] = '\0';
+	while (pos + KVOP_HDR <= len && used + 1 < buflen) {
+		uint16_t slot, l;
+		uint8_t code = (uint8_t)ops[pos];
+		memcpy(&slot, ops + pos + 1, 2);
+		memcpy(&l, ops + pos + 3, 2);
+		if (code == KVOP_DELETE || code == KVOP_TRUNCATE)
+			snprintf(buf + used, buflen - used, "%s%s %u", used ? ", " : "", op_name(code),
+			         slot);
+		else if (code == KVOP_INSERT || code == KVOP_REPLACE)
+			snprintf(buf + used, buflen - used, "%s%s %u (%u B)", used ? ", " : "",
+			         op_name(code), slot, l);
+		else
+			snprintf(buf + used, buflen - used, "%s%s (%u B)", used ? ", " : "",
+			         op_name(code), l);
+		used += strlen(buf + used);
+		pos += KVOP_HDR + l;
+	}
+}

@@ -1,0 +1,179 @@
+/*
+ * kv_redo.c - the RM_KV resource manager: redo and describe.
+ *
+ * Every RM_KV record carries, per block, a list of page ops (kv_page.c) to
+ * apply when the page is older than the record.  Records of a batch are
+ * applied only once the batch's last record (the one without KV_MORE) is
+ * read: until then they are copied aside.  A batch whose last record never
+ * arrives (a crash in the middle) is dropped: at the end of recovery
+ * (kv_redo_end), when the next batch starts (KV_FIRST), when an ABORT
+ * record says so, or when a new recovery starts (LSNs go back).  Nothing of
+ * such a batch reached the data files, since its pages stayed locked in the
+ * pool until its last record was in the WAL.
+ *
+ * Recovery may also start in the middle of a batch (its first records lie
+ * before the checkpoint's redo point).  Then the pages it changed before
+ * that point were written by the checkpoint with the whole batch in them
+ * (the checkpoint waited for their locks), so their LSNs skip the records
+ * replayed here, and the rest applies as usual.
+ *
+ * Interface: kv.h (kv_register_rmgr, kv_redo_end).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv_int.h"
+
+/* Copies of the records of the batch in progress. */
+typedef struct stashed {
+	char *raw;
+	uint32_t len;
+	wr_lsn lsn, end;
+} stashed;
+
+static struct {
+	stashed *recs;
+	size_t n, cap;
+	wr_lsn last; /* LSN of the last record seen, to notice a new recovery */
+} stash;
+
+/* Forgets the kept records; @unfinished says they belong to a batch that never ended. */
+static void stash_clear(bool unfinished)
+{
+	if (unfinished && stash.n > 0)
+		wr_log(WR_LOG, "discarding %zu WAL record(s) of an unfinished key-value batch",
+		       stash.n);
+	for (size_t i = 0; i < stash.n; i++)
+		free(stash.recs[i].raw);
+	stash.n = 0;
+}
+
+void kv_redo_end(void)
+{
+	stash_clear(true);
+	free(stash.recs);
+	stash.recs = NULL;
+	stash.cap = 0;
+	stash.last = 0;
+}
+
+static void stash_add(const wal_decoded *rec)
+{
+	if (stash.n == stash.cap) {
+		size_t cap = stash.cap ? stash.cap * 2 : 64;
+		stashed *r = realloc(stash.recs, cap * sizeof(*r));
+		if (r == NULL)
+			wr_panic("out of memory keeping a key-value batch for redo");
+		stash.recs = r;
+		stash.cap = cap;
+	}
+	stashed *s = &stash.recs[stash.n];
+	s->raw = malloc(rec->hdr.tot_len);
+	if (s->raw == NULL)
+		wr_panic("out of memory keeping a key-value batch for redo");
+	memcpy(s->raw, rec->raw, rec->hdr.tot_len);
+	s->len = rec->hdr.tot_len;
+	s->lsn = rec->lsn;
+	s->end = rec->end;
+	stash.n++;
+}
+
+/* Applies one record's page ops to every block that needs them. */
+static void apply_record(const wal_decoded *rec)
+{
+	for (int i = 0; i < rec->nblocks; i++) {
+		const wal_decoded_block *b = &rec->blocks[i];
+		void *page;
+		int action;
+		if (wal_redo_get_block(rec, b->id, &page, &action) != WALRUS_OK)
+			return; /* recorded by the page source; recovery reports it */
+		bool apply = action == REDO_NEEDED;
+		char why[160];
+		if (apply && !kvop_apply(page, b->data, b->data_len, why, sizeof(why)))
+			wr_panic("redo of key-value record at " WAL_LSN_FMT
+			         " failed on block %u of relation %u: %s",
+			         WAL_LSN_ARGS(rec->lsn), b->blkno, b->rel, why);
+		wal_redo_release_block(rec, b->id, page, apply);
+	}
+}
+
+static void stash_apply(void)
+{
+	static wal_decoded dec;
+	for (size_t i = 0; i < stash.n; i++) {
+		stashed *s = &stash.recs[i];
+		if (wal_decode(s->raw, s->len, s->lsn, &dec) != WALRUS_OK)
+			wr_panic("could not decode a kept key-value record: %s", walrus_errmsg());
+		dec.end = s->end;
+		apply_record(&dec);
+	}
+}
+
+static void kv_redo(const wal_decoded *rec)
+{
+	uint8_t info = rec->hdr.info;
+	if ((info & KV_FIRST) || rec->lsn <= stash.last)
+		stash_clear(true);
+	stash.last = rec->lsn;
+	if ((info & KV_INFO_OP) == KV_INFO_ABORT) {
+		stash_clear(true);
+		return;
+	}
+	if (info & KV_MORE) {
+		stash_add(rec);
+		return;
+	}
+	stash_apply();
+	apply_record(rec);
+	stash_clear(false);
+}
+
+/* ---------------------------------------------------------------- describe */
+
+static const char *kv_info_name(uint8_t info)
+{
+	switch (info & KV_INFO_OP) {
+	case KV_INFO_CREATE:
+		return "CREATE";
+	case KV_INFO_CHANGE:
+		return "CHANGE";
+	case KV_INFO_COMMIT:
+		return "COMMIT";
+	case KV_INFO_ABORT:
+		return "ABORT";
+	default:
+		return NULL;
+	}
+}
+
+static void kv_describe(const wal_decoded *rec, char *buf, size_t len)
+{
+	uint8_t info = rec->hdr.info;
+	size_t used = 0;
+	buf[0] = '\0';
+	snprintf(buf, len, "%s%s", (info & KV_FIRST) ? "first " : "",
+	         (info & KV_MORE) ? "more follow" : "batch ends");
+	used = strlen(buf);
+	for (int i = 0; i < rec->nblocks && used + 1 < len; i++) {
+		const wal_decoded_block *b = &rec->blocks[i];
+		char ops[512];
+		kvop_describe(b->data, b->data_len, ops, sizeof(ops));
+		snprintf(buf + used, len - used, "; blk %u%s%s: %s", b->blkno,
+		         (b->flags & WAL_BLK_HAS_IMAGE) ? " FPW" : "",
+		         (b->flags & WAL_BLK_WILL_INIT) ? " INIT" : "", ops);
+		used += strlen(buf + used);
+	}
+}
+
+static const wal_rmgr kv_rmgr = {
+    .name = "KV",
+    .redo = kv_redo,
+    .describe = kv_describe,
+    .info_name = kv_info_name,
+};
+
+void kv_register_rmgr(void)
+{
+	wal_rmgr_register(RM_KV, &kv_rmgr);
+}

@@ -1,0 +1,483 @@
+/*
+ * kv_tree.c - the tree's shared state and its readers: region "kv", the
+ * B-link descent, point lookups, overflow reads, creation and statistics.
+ *
+ * Readers take no tree lock.  A descent holds one page content lock
+ * (shared) at a time and trusts only what the page itself says: its type,
+ * level and fences.  A key at or past the high fence means the page split
+ * (or its right neighbour was merged into it) since the parent was read:
+ * move right.  A key below the low fence, a free page, or a page of the
+ * wrong level means the page was freed or reused: start again from the
+ * root.  Since a writer changes pages only under exclusive locks that it
+ * keeps until its whole batch is in memory, a reader sees each page either
+ * before or after a batch, never in between.
+ *
+ * Overflow values are read one page at a time after the leaf lock is gone;
+ * every page carries the value's id and its position in the chain, so a
+ * chain freed and reused meanwhile is noticed and the lookup starts over.
+ *
+ * Interface: kv.h (kv_shmem_*, kv_attach, kv_get*, kv_create_if_missing,
+ * kv_get_stats), kv_int.h (kv_descend, kv_ovf_read).
+ */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer/buffer.h"
+#include "kv/kv_int.h"
+
+#define KV_MAX_RESTARTS 100000 /* a descent that never settles means a damaged tree */
+#define KV_MAX_MOVES    100000 /* right-moves within one descent */
+
+kv_shared *kv_sh;
+
+/* ---------------------------------------------------------------- region */
+
+size_t kv_shmem_size(void)
+{
+	return sizeof(kv_shared);
+}
+
+int kv_shmem_init(void)
+{
+	kv_sh = shm_alloc("kv", sizeof(kv_shared));
+	if (kv_sh == NULL)
+		return wr_error(WALRUS_ENOMEM, "no room for region \"kv\" in shared memory");
+	rw_init(&kv_sh->tree_lock);
+	return WALRUS_OK;
+}
+
+int kv_attach(void)
+{
+	kv_sh = shm_lookup("kv", NULL);
+	if (kv_sh == NULL)
+		return wr_error(WALRUS_EPROTO, "shared memory has no \"kv\" region");
+	return WALRUS_OK;
+}
+
+int kv_check_key(size_t kl)
+{
+	if (kl == 0)
+		return wr_error(WALRUS_EINVAL, "key must not be empty");
+	if (kl > KV_MAX_KEY)
+		return wr_error(WALRUS_ETOOBIG, "key of %zu bytes is over the limit of %u bytes", kl,
+		                KV_MAX_KEY);
+	return WALRUS_OK;
+}
+
+/* ---------------------------------------------------------------- descent */
+
+static int read_meta(kv_meta *m)
+{
+	int buf;
+	int rc = buf_read(KV_REL, 0, &buf);
+	if (rc != WALRUS_OK)
+		return rc;
+	buf_lock(buf, false);
+	const char *page = buf_page(buf);
+	bool ok = kvp_type(page) == KV_PT_META;
+	*m = kvm_get(page);
+	buf_unlock(buf);
+	buf_release(buf);
+	if (!ok || m->magic != KV_META_MAGIC || m->height == 0 || m->height > KV_MAX_HEIGHT)
+		return wr_error(WALRUS_ECORRUPT, "block 0 of relation %u is not a valid meta page",
+		                KV_REL);
+	return WALRUS_OK;
+}
+
+/*
+ * Where a descent starts: the root hint, or the meta page.  A reader only
+ * fills an empty hint (compare-and-swap from 0): the writer publishes every
+ * root change before it unlocks the pages of its batch, so a reader can
+ * never put back a root older than the writer's.
+ */
+static int start_point(bool use_meta, wr_blkno *blk, int *level)
+{
+	uint64_t h = use_meta ? 0 : atomic_load(&kv_sh->root_hint);
+	if (h == 0) {
+		kv_meta m;
+		int rc = read_meta(&m);
+		if (rc != WALRUS_OK)
+			return rc;
+		h = kv_hint_make(m.root, m.height);
+		uint64_t zero = 0;
+		atomic_compare_exchange_strong(&kv_sh->root_hint, &zero, h);
+	}
+	*blk = (wr_blkno)h;
+	*level = (int)(h >> 32) - 1;
+	return WALRUS_OK;
+}
+
+enum { AT_HERE, AT_RIGHT, AT_RESTART };
+
+static bool below_low(const kv_key *low, const kv_key *k, int mode)
+{
+	if (low->inf)
+		return false;
+	if (mode == KV_SEEK_GE)
+		return k->inf || kv_cmp(k->p, k->len, low->p, low->len) < 0;
+	return !k->inf && kv_cmp(k->p, k->len, low->p, low->len) <= 0;
+}
+
+static bool past_high(const kv_key *high, const kv_key *k, int mode)
+{
+	if (high->inf)
+		return false;
+	if (mode == KV_SEEK_GE)
+		return !k->inf && kv_cmp(k->p, k->len, high->p, high->len) >= 0;
+	return k->inf || kv_cmp(k->p, k->len, high->p, high->len) > 0;
+}
+
+/* Whether @page is the node of @level covering @k, lies left of it, or is not usable. */
+static int locate(const char *page, int level, const kv_key *k, int mode)
+{
+	if (kvp_type(page) != KV_PT_NODE || !kvp_sane(page) || kvp_nslots(page) < KV_FIRST_SLOT)
+		return AT_RESTART;
+	kv_special s = kvp_special(page);
+	if (s.level != level || (level > 0 && kvn_nentries(page) == 0))
+		return AT_RESTART;
+	kv_key low = kvn_low(page), high = kvn_high(page);
+	if (below_low(&low, k, mode))
+		return AT_RESTART;
+	if (past_high(&high, k, mode))
+		return s.right == WR_INVALID_BLKNO ? AT_RESTART : AT_RIGHT;
+	return AT_HERE;
+}
+
+static wr_blkno pick_child(const char *page, const kv_key *k, int mode)
+{
+	if (mode == KV_SEEK_GE && k->inf)
+		return kvn_child(page, KV_FIRST_SLOT);
+	return kvn_child(page, kvn_child_slot(page, k, mode == KV_SEEK_LT));
+}
+
+/* One try from the root; KV_RETRY when the tree changed under us. */
+static int descend_once(const kv_key *k, int mode, bool use_meta, kv_rpage *out)
+{
+	wr_blkno blk;
+	int level, moves = 0;
+	int rc = start_point(use_meta, &blk, &level);
+	while (rc == WALRUS_OK) {
+		int buf;
+		rc = buf_read(KV_REL, blk, &buf);
+		if (rc != WALRUS_OK)
+			break;
+		buf_lock(buf, false);
+		const char *page = buf_page(buf);
+		int where = locate(page, level, k, mode);
+		if (where == AT_HERE && level == 0) {
+			*out = (kv_rpage){.buf = buf, .blk = blk, .page = page};
+			return WALRUS_OK;
+		}
+		wr_blkno next = where == AT_RIGHT  ? kvp_special(page).right
+		                : where == AT_HERE ? pick_child(page, k, mode)
+		                                   : WR_INVALID_BLKNO;
+		buf_unlock(buf);
+		buf_release(buf);
+		if (where == AT_RESTART || (where == AT_RIGHT && ++moves > KV_MAX_MOVES))
+			return KV_RETRY;
+		if (where == AT_HERE)
+			level--;
+		blk = next;
+	}
+	return rc;
+}
+
+int kv_descend(const kv_key *k, int mode, kv_rpage *out)
+{
+	for (int restarts = 0; restarts < KV_MAX_RESTARTS; restarts++) {
+		if (restarts >= 8)
+			sched_yield(); /* let the writer finish its batch */
+		int rc = descend_once(k, mode, restarts > 0, out);
+		if (rc != KV_RETRY)
+			return rc;
+	}
+	return wr_error(WALRUS_ECORRUPT,
+	                "no stable path to a leaf of relation %u after %d restarts: the tree is "
+	                "damaged (run verify)",
+	                KV_REL, KV_MAX_RESTARTS);
+}
+
+void kv_rpage_done(kv_rpage *p)
+{
+	buf_unlock(p->buf);
+	buf_release(p->buf);
+	p->buf = BUF_INVALID;
+	p->page = NULL;
+}
+
+/* ---------------------------------------------------------------- overflow reads */
+
+/* Copies one page of the chain; false when it is not the expected piece. */
+static bool ovf_piece(const char *page, const kv_ovf_ref *ref, uint32_t seq, uint32_t off,
+                      char *dst, wr_blkno *next)
+{
+	if (kvp_type(page) != KV_PT_OVF)
+		return false;
+	kv_ovf_hdr h = kvo_header(page);
+	if (h.id != ref->id || h.seq != seq || h.len == 0 || h.len > ref->vlen - off ||
+	    h.len > KV_OVF_CHUNK)
+		return false;
+	memcpy(dst + off, kvo_data(page), h.len);
+	*next = kvp_special(page).right;
+	return true;
+}
+
+int kv_ovf_read(const kv_ovf_ref *ref, char *dst)
+{
+	uint32_t off = 0, seq = 0;
+	wr_blkno blk = ref->first;
+	while (off < ref->vlen) {
+		int buf;
+		if (blk == WR_INVALID_BLKNO)
+			return KV_RETRY;
+		int rc = buf_read(KV_REL, blk, &buf);
+		if (rc != WALRUS_OK)
+			return rc;
+		buf_lock(buf, false);
+		const char *page = buf_page(buf);
+		bool ok = ovf_piece(page, ref, seq, off, dst, &blk);
+		if (ok)
+			off += kvo_header(page).len;
+		buf_unlock(buf);
+		buf_release(buf);
+		if (!ok)
+			return KV_RETRY;
+		seq++;
+	}
+	return WALRUS_OK;
+}
+
+/* ---------------------------------------------------------------- point lookups */
+
+/* Where kv_get / kv_get_into put the value. */
+typedef struct get_dst {
+	char *buf; /* caller's buffer, or NULL to malloc */
+	size_t cap;
+	char *out; /* the value's bytes */
+	size_t len;
+} get_dst;
+
+static int dst_prepare(get_dst *d, size_t len)
+{
+	d->len = len;
+	if (d->buf != NULL) {
+		if (len > d->cap)
+			return wr_error(WALRUS_ETOOBIG,
+			                "buffer too small: the value is %zu bytes, the buffer %zu",
+			                len, d->cap);
+		d->out = d->buf;
+		return WALRUS_OK;
+	}
+	d->out = malloc(len > 0 ? len : 1);
+	if (d->out == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory for a value of %zu bytes", len);
+	return WALRUS_OK;
+}
+
+static void dst_discard(get_dst *d)
+{
+	if (d->buf == NULL)
+		free(d->out);
+	d->out = NULL;
+}
+
+/* One try: the leaf entry, then the value (inline under the lock, overflow after it). */
+static int lookup_once(const void *k, size_t kl, get_dst *d)
+{
+	kv_rpage p;
+	kv_key key = {.p = k, .len = (uint16_t)kl};
+	int rc = kv_descend(&key, KV_SEEK_GE, &p);
+	if (rc != WALRUS_OK)
+		return rc;
+	bool eq;
+	int slot = kvn_lower_bound(p.page, k, kl, &eq);
+	kv_leaf_ent e = {0};
+	uint16_t len;
+	const char *item = eq ? kvp_item(p.page, slot, &len) : NULL;
+	if (!eq)
+		rc = wr_error(WALRUS_ENOTFOUND, "key not found");
+	else if (!kvl_decode(item, len, &e))
+		rc = wr_error(WALRUS_ECORRUPT, "bad leaf entry at slot %d of block %u of relation %u",
+		              slot, p.blk, KV_REL);
+	else
+		rc = dst_prepare(d, e.vlen);
+	if (rc == WALRUS_OK && e.kind == KV_INLINE && e.vlen > 0)
+		memcpy(d->out, e.val, e.vlen);
+	kv_rpage_done(&p);
+	if (rc != WALRUS_OK || e.kind == KV_INLINE)
+		return rc;
+	rc = kv_ovf_read(&e.ref, d->out);
+	if (rc != WALRUS_OK)
+		dst_discard(d);
+	return rc;
+}
+
+static int lookup(const void *k, size_t kl, get_dst *d)
+{
+	int rc = kv_check_key(kl);
+	if (rc != WALRUS_OK)
+		return rc;
+	atomic_fetch_add_explicit(&kv_sh->gets, 1, memory_order_relaxed);
+	for (int tries = 0; tries < KV_MAX_RESTARTS; tries++) {
+		rc = lookup_once(k, kl, d);
+		if (rc != KV_RETRY)
+			return rc;
+		if (tries >= 8)
+			sched_yield();
+	}
+	return wr_error(WALRUS_ECORRUPT,
+	                "the overflow chain of a value never matched its leaf entry: the tree is "
+	                "damaged (run verify)");
+}
+
+int kv_get(const void *k, size_t kl, void **v, size_t *vl)
+{
+	get_dst d = {0};
+	*v = NULL;
+	*vl = 0;
+	int rc = lookup(k, kl, &d);
+	if (rc == WALRUS_OK) {
+		*v = d.out;
+		*vl = d.len;
+	}
+	return rc;
+}
+
+int kv_get_into(const void *k, size_t kl, void *buf, size_t cap, size_t *vl)
+{
+	static char dummy;
+	get_dst d = {.buf = buf != NULL ? buf : &dummy, .cap = buf != NULL ? cap : 0};
+	int rc = lookup(k, kl, &d);
+	*vl = d.len;
+	return rc;
+}
+
+/* ---------------------------------------------------------------- creation */
+
+/* Block @blk of a relation of @n blocks, pinned and exclusively locked, to be rebuilt. */
+static int new_block(wr_blkno blk, wr_blkno n, int *buf)
+{
+	if (blk < n)
+		return buf_read_zero(KV_REL, blk, buf);
+	wr_blkno got;
+	int rc = buf_extend(KV_REL, buf, &got);
+	if (rc == WALRUS_OK && got != blk) {
+		buf_unlock(*buf);
+		buf_release(*buf);
+		return wr_error(WALRUS_EINTERNAL, "relation %u grew to block %u, expected %u", KV_REL,
+		                got, blk);
+	}
+	return rc;
+}
+
+/* Rebuilds the page of @buf from @img as a logged op of block @id (no image needed). */
+static void init_block(int id, int buf, const char *img, char *op)
+{
+	size_t ilen = kvop_image_size(img);
+	uint16_t len = (uint16_t)ilen, zero = 0;
+	op[0] = KVOP_INIT;
+	memcpy(op + 1, &zero, 2);
+	memcpy(op + 3, &len, 2);
+	kvop_image(img, op + KVOP_HDR);
+	char why[128];
+	if (!kvop_apply(buf_page(buf), op, KVOP_HDR + ilen, why, sizeof(why)))
+		wr_panic("could not build a new page of relation %u: %s", KV_REL, why);
+	page_set_lsn(buf_page(buf), wal_insert_lsn() + 1); /* after the redo point: no image */
+	buf_change_register(id, buf, WAL_BLK_WILL_INIT);
+	buf_change_data(id, op, KVOP_HDR + ilen);
+}
+
+/* The meta page and an empty root leaf, in one record. */
+static int create_tree(wr_blkno n)
+{
+	static char img[WR_PAGE_SIZE], op0[WR_PAGE_SIZE + KVOP_HDR], op1[WR_PAGE_SIZE + KVOP_HDR];
+	int mbuf, rbuf;
+	int rc = new_block(0, n, &mbuf);
+	if (rc != WALRUS_OK)
+		return rc;
+	rc = new_block(1, n, &rbuf);
+	if (rc != WALRUS_OK) {
+		buf_unlock(mbuf);
+		buf_release(mbuf);
+		return rc;
+	}
+	kv_meta m = {.magic = KV_META_MAGIC, .version = KV_META_VERSION, .root = 1, .height = 1,
+	             .nblocks = 2, .free_head = WR_INVALID_BLKNO, .next_value_id = 1};
+	kv_key inf = {.inf = true};
+	buf_change_begin();
+	kvm_init(img, &m);
+	init_block(0, mbuf, img, op0);
+	kvn_init(img, 0, 0, WR_INVALID_BLKNO, WR_INVALID_BLKNO, &inf, &inf);
+	init_block(1, rbuf, img, op1);
+	wr_lsn lsn = buf_change_insert(RM_KV, KV_INFO_CREATE | KV_FIRST);
+	buf_change_end();
+	buf_unlock(rbuf);
+	buf_release(rbuf);
+	buf_unlock(mbuf);
+	buf_release(mbuf);
+	wal_flush_to(lsn);
+	atomic_store(&kv_sh->root_hint, kv_hint_make(m.root, m.height));
+	wr_log(WR_LOG, "created the key-value tree in relation %u", KV_REL);
+	return WALRUS_OK;
+}
+
+static int create_locked(void)
+{
+	smgr_rel *r;
+	wr_blkno n;
+	int rc = smgr_exists(KV_REL) ? WALRUS_OK : smgr_create(KV_REL);
+	if (rc == WALRUS_OK)
+		rc = smgr_open(KV_REL, &r);
+	if (rc == WALRUS_OK)
+		rc = smgr_nblocks(r, &n);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (n > 0) {
+		int buf;
+		rc = buf_read(KV_REL, 0, &buf);
+		if (rc != WALRUS_OK)
+			return rc;
+		bool exists = kvp_type(buf_page(buf)) == KV_PT_META;
+		buf_release(buf);
+		/* A crash between extending the file and logging the meta page leaves
+		 * blocks that are not a tree yet: build it over them. */
+		if (exists)
+			return WALRUS_OK;
+	}
+	return create_tree(n);
+}
+
+int kv_create_if_missing(void)
+{
+	rw_lock_excl(&kv_sh->tree_lock);
+	int rc = create_locked();
+	rw_unlock(&kv_sh->tree_lock);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- statistics */
+
+void kv_get_stats(kv_stats *s)
+{
+	memset(s, 0, sizeof(*s));
+	if (kv_sh == NULL)
+		return;
+	s->gets = atomic_load(&kv_sh->gets);
+	s->puts = atomic_load(&kv_sh->puts);
+	s->deletes = atomic_load(&kv_sh->deletes);
+	s->batches = atomic_load(&kv_sh->batches);
+	s->batch_aborts = atomic_load(&kv_sh->aborts);
+	s->splits = atomic_load(&kv_sh->splits);
+	s->pages_freed = atomic_load(&kv_sh->pages_freed);
+	s->pages_reused = atomic_load(&kv_sh->pages_reused);
+	kv_meta m;
+	if (smgr_exists(KV_REL) && read_meta(&m) == WALRUS_OK) {
+		s->height = m.height;
+		s->pages = m.nblocks;
+		s->free_pages = m.nfree;
+		s->keys = m.nkeys;
+	} else {
+		wr_error_clear();
+	}
+}

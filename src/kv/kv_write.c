@@ -1,0 +1,489 @@
+/*
+ * kv_write.c - the writer's side of a batch: the pages it holds, page
+ * allocation and freeing, and the WAL records it builds.
+ *
+ * Only the holder of the tree lock (exclusive) writes, so it reads pages
+ * with a pin and no content lock: nobody else changes them.  Before its
+ * first change to a page it takes the exclusive content lock and keeps it,
+ * with the pin, until the batch ends: then no process can write the page
+ * out before the batch's last record is in the WAL buffers, and WAL before
+ * data makes that record durable before any page of the batch reaches
+ * disk.  Redo applies a batch only when its last record arrives, so a
+ * crash shows either the whole batch or nothing.
+ *
+ * The same locks make a failed batch easy to undo: the image of every page
+ * before its first change is kept, and an abort puts the images back (new
+ * pages past the tree's end need nothing: the restored meta page does not
+ * count them).  Its records are then void: an ABORT record says so, and
+ * redo drops them anyway when the next batch starts.
+ *
+ * The meta page is kept in memory during a batch and logged once, in the
+ * commit record: redo applies a batch whole, so only its final state
+ * matters.
+ *
+ * Interface: kv_int.h, "kv_write.c".
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "buffer/buffer.h"
+#include "kv/kv_int.h"
+
+#define RB_DATA_MAX 60000u /* block data per record stays under the WAL's 64 KiB */
+
+/* A block of the record being built. */
+typedef struct rb_block {
+	kvw_page *p;
+	uint8_t flags;
+	char *ops;
+	size_t len, cap;
+} rb_block;
+
+static struct {
+	kvw_page **pages; /* every page this batch pinned */
+	uint32_t n, cap;
+	kvw_page **hash; /* open addressing by block number */
+	uint32_t hcap;
+	kv_meta meta, meta0; /* working copy, and as the batch found it */
+	rb_block rb[WAL_MAX_BLOCKS];
+	int nrb;
+	int nrec;        /* records inserted by this batch */
+	int crash_after; /* test hook */
+	uint64_t splits, freed, reused;
+} w;
+
+/* ---------------------------------------------------------------- the page set */
+
+static uint32_t hash_blk(wr_blkno blk)
+{
+	return (blk * 2654435761u) & (w.hcap - 1);
+}
+
+static kvw_page *set_find(wr_blkno blk)
+{
+	if (w.hcap == 0)
+		return NULL;
+	for (uint32_t i = hash_blk(blk);; i = (i + 1) & (w.hcap - 1)) {
+		if (w.hash[i] == NULL || w.hash[i]->blk == blk)
+			return w.hash[i];
+	}
+}
+
+static void hash_put(kvw_page *p)
+{
+	uint32_t i = hash_blk(p->blk);
+	while (w.hash[i] != NULL)
+		i = (i + 1) & (w.hcap - 1);
+	w.hash[i] = p;
+}
+
+/* Room for one more page in the array and the hash (kept at most half full). */
+static int set_grow(void)
+{
+	if (w.n == w.cap) {
+		uint32_t cap = w.cap ? w.cap * 2 : 64;
+		kvw_page **a = realloc(w.pages, cap * sizeof(*a));
+		if (a == NULL)
+			return wr_error(WALRUS_ENOMEM, "out of memory for a batch's pages");
+		w.pages = a;
+		w.cap = cap;
+	}
+	if ((w.n + 1) * 2 <= w.hcap)
+		return WALRUS_OK;
+	uint32_t hcap = w.hcap ? w.hcap * 2 : 128;
+	kvw_page **h = calloc(hcap, sizeof(*h));
+	if (h == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory for a batch's pages");
+	free(w.hash);
+	w.hash = h;
+	w.hcap = hcap;
+	for (uint32_t i = 0; i < w.n; i++)
+		hash_put(w.pages[i]);
+	return WALRUS_OK;
+}
+
+/*
+ * A batch may keep at most a quarter of the pool pinned: the rest must stay
+ * available to readers and to the buffers the batch still has to read.
+ */
+static int check_pin_limit(void)
+{
+	uint32_t limit = buf_nbuffers() / 4;
+	if (w.n < limit)
+		return WALRUS_OK;
+	return wr_error(WALRUS_ETOOBIG,
+	                "batch too large: it needs more than %u pages pinned at once (a quarter "
+	                "of shared_buffers); use smaller batches or a larger shared_buffers",
+	                limit);
+}
+
+static int set_add(wr_blkno blk, int buf, bool locked, bool fresh, kvw_page **out)
+{
+	kvw_page *p = calloc(1, sizeof(*p));
+	int rc = p == NULL ? wr_error(WALRUS_ENOMEM, "out of memory") : set_grow();
+	if (rc != WALRUS_OK) {
+		free(p);
+		if (locked)
+			buf_unlock(buf);
+		buf_release(buf);
+		return rc;
+	}
+	*p = (kvw_page){.blk = blk, .buf = buf, .page = buf_page(buf), .locked = locked,
+	                .member = fresh, .fresh = fresh};
+	w.pages[w.n++] = p;
+	hash_put(p);
+	*out = p;
+	return WALRUS_OK;
+}
+
+int kvw_get(wr_blkno blk, kvw_page **out)
+{
+	*out = set_find(blk);
+	if (*out != NULL)
+		return WALRUS_OK;
+	if (blk >= w.meta.nblocks)
+		return wr_error(WALRUS_ECORRUPT,
+		                "block %u of relation %u is past the tree's end (%u blocks)", blk,
+		                KV_REL, w.meta.nblocks);
+	int rc = check_pin_limit();
+	int buf;
+	if (rc == WALRUS_OK)
+		rc = buf_read(KV_REL, blk, &buf);
+	if (rc == WALRUS_OK)
+		rc = set_add(blk, buf, false, false, out);
+	return rc;
+}
+
+int kvw_modify(kvw_page *p)
+{
+	if (!p->locked) {
+		buf_lock(p->buf, true);
+		p->locked = true;
+	}
+	if (p->member)
+		return WALRUS_OK;
+	p->pre = malloc(WR_PAGE_SIZE);
+	if (p->pre == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory saving a page image");
+	memcpy(p->pre, p->page, WR_PAGE_SIZE);
+	p->member = true;
+	return WALRUS_OK;
+}
+
+kv_meta *kvw_meta(void)
+{
+	return &w.meta;
+}
+
+uint32_t kvw_pinned(void)
+{
+	return w.n;
+}
+
+uint64_t kvw_next_value_id(void)
+{
+	return w.meta.next_value_id++;
+}
+
+void kvw_count_split(void)
+{
+	w.splits++;
+}
+
+/* ---------------------------------------------------------------- allocation */
+
+static int alloc_from_free_list(kvw_page **out)
+{
+	int rc = kvw_get(w.meta.free_head, out);
+	if (rc != WALRUS_OK)
+		return rc;
+	uint8_t t = kvp_type((*out)->page);
+	if (t != KV_PT_FREE && t != KV_PT_OVF)
+		return wr_error(WALRUS_ECORRUPT,
+		                "block %u of relation %u is on the free list but is not free",
+		                (*out)->blk, KV_REL);
+	w.meta.free_head = kvp_special((*out)->page).right;
+	w.meta.nfree--;
+	w.reused++;
+	return kvw_modify(*out);
+}
+
+/* Block meta.nblocks: a leftover of a crash inside the file, or a new one at its end. */
+static int alloc_at_end(kvw_page **out)
+{
+	smgr_rel *r;
+	wr_blkno nfile, blk = w.meta.nblocks;
+	int buf;
+	int rc = check_pin_limit();
+	if (rc == WALRUS_OK)
+		rc = smgr_open(KV_REL, &r);
+	if (rc == WALRUS_OK)
+		rc = smgr_nblocks(r, &nfile);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (blk < nfile) {
+		rc = buf_read_zero(KV_REL, blk, &buf);
+	} else {
+		wr_blkno got;
+		rc = buf_extend(KV_REL, &buf, &got);
+		if (rc == WALRUS_OK && got != blk) {
+			buf_unlock(buf);
+			buf_release(buf);
+			rc = wr_error(WALRUS_EINTERNAL, "relation %u grew to block %u, expected %u",
+			              KV_REL, got, blk);
+		}
+	}
+	if (rc != WALRUS_OK)
+		return rc;
+	w.meta.nblocks++;
+	return set_add(blk, buf, true, true, out);
+}
+
+int kvw_alloc(kvw_page **out)
+{
+	if (w.meta.free_head != WR_INVALID_BLKNO)
+		return alloc_from_free_list(out);
+	return alloc_at_end(out);
+}
+
+int kvw_free_page(kvw_page *p)
+{
+	static char img[WR_PAGE_SIZE];
+	kvf_init(img, w.meta.free_head);
+	int rc = kvw_op_image(p, img);
+	if (rc == WALRUS_OK) {
+		w.meta.free_head = p->blk;
+		w.meta.nfree++;
+		w.freed++;
+	}
+	return rc;
+}
+
+/* Links a chain of @n overflow pages [first .. last] to the free list as it is. */
+int kvw_free_chain(kvw_page *last, wr_blkno first, uint32_t n)
+{
+	kv_special s = kvp_special(last->page);
+	s.right = w.meta.free_head;
+	int rc = kvw_op_special(last, &s);
+	if (rc == WALRUS_OK) {
+		w.meta.free_head = first;
+		w.meta.nfree += n;
+		w.freed += n;
+	}
+	return rc;
+}
+
+/* ---------------------------------------------------------------- the record builder */
+
+static rb_block *rb_slot(kvw_page *p, size_t need)
+{
+	for (int i = 0; i < w.nrb; i++)
+		if (w.rb[i].p == p)
+			return &w.rb[i];
+	if (w.nrb == WAL_MAX_BLOCKS)
+		return NULL;
+	rb_block *b = &w.rb[w.nrb++];
+	b->p = p;
+	b->flags = 0;
+	b->len = 0;
+	(void)need;
+	return b;
+}
+
+static int rb_reserve(rb_block *b, size_t need)
+{
+	if (b->len + need <= b->cap)
+		return WALRUS_OK;
+	size_t cap = b->cap ? b->cap : 4096;
+	while (cap < b->len + need)
+		cap *= 2;
+	char *o = realloc(b->ops, cap);
+	if (o == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory building a WAL record");
+	b->ops = o;
+	b->cap = cap;
+	return WALRUS_OK;
+}
+
+/* The record block of @p with room for @need more bytes, inserting the record when full. */
+static int rb_block_for(kvw_page *p, size_t need, rb_block **out)
+{
+	rb_block *b = rb_slot(p, need);
+	if (b == NULL || b->len + need > RB_DATA_MAX) {
+		int rc = kvw_flush_record();
+		if (rc != WALRUS_OK)
+			return rc;
+		b = rb_slot(p, need);
+	}
+	*out = b;
+	return rb_reserve(b, need);
+}
+
+int kvw_op(kvw_page *p, uint8_t code, uint16_t slot, const void *payload, uint16_t len)
+{
+	rb_block *b;
+	int rc = kvw_modify(p);
+	if (rc == WALRUS_OK)
+		rc = rb_block_for(p, KVOP_HDR + (size_t)len, &b);
+	if (rc != WALRUS_OK)
+		return rc;
+	char *op = b->ops + b->len;
+	op[0] = (char)code;
+	memcpy(op + 1, &slot, 2);
+	memcpy(op + 3, &len, 2);
+	if (len > 0)
+		memcpy(op + KVOP_HDR, payload, len);
+	char why[160];
+	if (!kvop_apply(p->page, op, KVOP_HDR + (size_t)len, why, sizeof(why)))
+		return wr_error(WALRUS_EINTERNAL, "page op on block %u of relation %u failed: %s",
+		                p->blk, KV_REL, why);
+	if (code == KVOP_INIT && b->len == 0)
+		b->flags |= WAL_BLK_WILL_INIT; /* rebuilt from the data alone */
+	b->len += KVOP_HDR + (size_t)len;
+	return WALRUS_OK;
+}
+
+int kvw_op_image(kvw_page *p, const char *image_page)
+{
+	static char img[WR_PAGE_SIZE];
+	size_t len = kvop_image_size(image_page);
+	kvop_image(image_page, img);
+	return kvw_op(p, KVOP_INIT, 0, img, (uint16_t)len);
+}
+
+int kvw_op_special(kvw_page *p, const kv_special *s)
+{
+	return kvw_op(p, KVOP_SPECIAL, 0, s, sizeof(*s));
+}
+
+static void rb_register(void)
+{
+	for (int i = 0; i < w.nrb; i++) {
+		rb_block *b = &w.rb[i];
+		/* A rebuilt page needs no full-page image: an LSN after the redo
+		 * point says so to the WAL (the record's end replaces it). */
+		if (b->flags & WAL_BLK_WILL_INIT)
+			page_set_lsn(b->p->page, wal_insert_lsn() + 1);
+		buf_change_register(i, b->p->buf, b->flags);
+		buf_change_data(i, b->ops, b->len);
+	}
+}
+
+static wr_lsn insert_record(uint8_t info)
+{
+	buf_change_begin();
+	rb_register();
+	if (w.nrec == 0)
+		info |= KV_FIRST;
+	wr_lsn lsn = buf_change_insert(RM_KV, info);
+	buf_change_end();
+	w.nrb = 0;
+	w.nrec++;
+	if (w.crash_after > 0 && w.nrec == w.crash_after) {
+		wal_flush_to(lsn); /* the unfinished batch is durable: redo must drop it */
+		_exit(KV_TEST_CRASH_EXIT);
+	}
+	return lsn;
+}
+
+int kvw_flush_record(void)
+{
+	if (w.nrb > 0)
+		insert_record(KV_INFO_CHANGE | KV_MORE);
+	return WALRUS_OK;
+}
+
+void kv_test_crash_after_records(int n)
+{
+	w.crash_after = n;
+}
+
+/* ---------------------------------------------------------------- batch boundaries */
+
+int kvw_batch_begin(void)
+{
+	w.n = 0;
+	w.nrb = 0;
+	w.nrec = 0;
+	w.splits = w.freed = w.reused = 0;
+	if (w.hcap)
+		memset(w.hash, 0, w.hcap * sizeof(*w.hash));
+	w.meta.nblocks = 1; /* enough to read the meta page */
+	kvw_page *m;
+	int rc = kvw_get(0, &m);
+	if (rc != WALRUS_OK)
+		return rc;
+	w.meta = kvm_get(m->page);
+	if (kvp_type(m->page) != KV_PT_META || w.meta.magic != KV_META_MAGIC ||
+	    w.meta.height == 0 || w.meta.height > KV_MAX_HEIGHT)
+		return wr_error(WALRUS_ECORRUPT, "block 0 of relation %u is not a valid meta page",
+		                KV_REL);
+	w.meta0 = w.meta;
+	return WALRUS_OK;
+}
+
+bool kvw_logged(void)
+{
+	return w.nrec > 0;
+}
+
+/* Unlocks and unpins everything, forgetting the batch's pages. */
+static void release_all(void)
+{
+	for (uint32_t i = 0; i < w.n; i++) {
+		kvw_page *p = w.pages[i];
+		if (p->locked)
+			buf_unlock(p->buf);
+		buf_release(p->buf);
+		free(p->pre);
+		free(p);
+	}
+	w.n = 0;
+	w.nrb = 0;
+	if (w.hcap)
+		memset(w.hash, 0, w.hcap * sizeof(*w.hash));
+}
+
+static void add_counters(void)
+{
+	atomic_fetch_add(&kv_sh->splits, w.splits);
+	atomic_fetch_add(&kv_sh->pages_freed, w.freed);
+	atomic_fetch_add(&kv_sh->pages_reused, w.reused);
+}
+
+int kvw_commit(wr_lsn *lsn)
+{
+	*lsn = 0;
+	int rc = kvw_flush_record();
+	if (rc == WALRUS_OK && memcmp(&w.meta, &w.meta0, sizeof(w.meta)) != 0) {
+		kvw_page *m;
+		rc = kvw_get(0, &m);
+		if (rc == WALRUS_OK)
+			rc = kvw_op(m, KVOP_META, 0, &w.meta, sizeof(w.meta));
+	}
+	if (rc != WALRUS_OK)
+		return rc; /* the caller aborts */
+	if (w.nrec > 0 || w.nrb > 0)
+		*lsn = insert_record(KV_INFO_COMMIT);
+	/* Readers must find the new root before they can see the pages. */
+	if (w.meta.root != w.meta0.root || w.meta.height != w.meta0.height)
+		atomic_store(&kv_sh->root_hint, kv_hint_make(w.meta.root, w.meta.height));
+	add_counters();
+	release_all();
+	return WALRUS_OK;
+}
+
+void kvw_abort(void)
+{
+	w.nrb = 0;
+	if (w.nrec > 0)
+		insert_record(KV_INFO_ABORT);
+	for (uint32_t i = 0; i < w.n; i++) {
+		kvw_page *p = w.pages[i];
+		if (p->pre != NULL)
+			memcpy(p->page, p->pre, WR_PAGE_SIZE);
+	}
+	atomic_fetch_add(&kv_sh->aborts, 1);
+	release_all();
+}

@@ -1,0 +1,382 @@
+/*
+ * cmd_kv.c - the key-value subcommands: put, get, del, scan, checkpoint,
+ * stats, verify.  Keys and values are taken and printed as they are, or
+ * as hexadecimal with --hex (any binary data round-trips that way).
+ * Writes from the command line are durable before the command returns.
+ */
+#include "tool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- arguments */
+
+typedef struct kv_args {
+	bool hex, json;
+	const char *pos[2]; /* positional arguments */
+	int npos;
+	const char *from, *to;
+	long long limit;
+} kv_args;
+
+static int parse(int argc, char **argv, int want_pos, kv_args *a, const char *usage)
+{
+	memset(a, 0, sizeof(*a));
+	a->limit = -1;
+	for (int i = 1; i < argc; i++) {
+		const char *s = argv[i];
+		bool more = i + 1 < argc;
+		if (strcmp(s, "--hex") == 0)
+			a->hex = true;
+		else if (strcmp(s, "--json") == 0)
+			a->json = true;
+		else if (strcmp(s, "--from") == 0 && more)
+			a->from = argv[++i];
+		else if (strcmp(s, "--to") == 0 && more)
+			a->to = argv[++i];
+		else if (strcmp(s, "--limit") == 0 && more) {
+			char *end;
+			a->limit = strtoll(argv[++i], &end, 10);
+			if (*end != '\0' || a->limit < 0)
+				goto bad;
+		} else if (strcmp(s, "--") == 0 && more) {
+			while (++i < argc && a->npos < 2)
+				a->pos[a->npos++] = argv[i];
+			break;
+		} else if (s[0] == '-' && s[1] != '\0')
+			goto bad;
+		else if (a->npos < 2)
+			a->pos[a->npos++] = s;
+		else
+			goto bad;
+	}
+	if (a->npos == want_pos)
+		return 0;
+bad:
+	fprintf(stderr, "usage: walrus -D DIR %s\n", usage);
+	return TOOL_EXIT_USAGE;
+}
+
+static int hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* Decodes @s (hex when @hex) into a malloc'd buffer; returns 0 or an exit code. */
+static int decode(const char *s, bool hex, char **out, size_t *len)
+{
+	size_t n = strlen(s);
+	if (!hex) {
+		*out = strdup(s);
+		*len = n;
+		return *out ? 0 : TOOL_EXIT_ENGINE;
+	}
+	if (n % 2 != 0)
+		goto bad;
+	*out = malloc(n / 2 + 1);
+	if (*out == NULL)
+		return TOOL_EXIT_ENGINE;
+	for (size_t i = 0; i < n / 2; i++) {
+		int h = hexval(s[2 * i]), l = hexval(s[2 * i + 1]);
+		if (h < 0 || l < 0) {
+			free(*out);
+			goto bad;
+		}
+		(*out)[i] = (char)(h << 4 | l);
+	}
+	*len = n / 2;
+	return 0;
+bad:
+	fprintf(stderr, "walrus: \"%s\" is not hexadecimal (--hex)\n", s);
+	return TOOL_EXIT_USAGE;
+}
+
+static void print_bytes(const void *p, size_t n, bool hex)
+{
+	const unsigned char *b = p;
+	if (!hex) {
+		fwrite(b, 1, n, stdout);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		printf("%02x", b[i]);
+}
+
+/* Opens the database, runs @fn, closes; the first failure decides the exit code. */
+static int with_db(tool_ctx *ctx, bool create, int (*fn)(walrus *, const kv_args *),
+                   const kv_args *a)
+{
+	walrus *db;
+	int rc = tool_open(ctx, create, &db);
+	if (rc != 0)
+		return rc;
+	rc = fn(db, a);
+	int crc = walrus_close(db);
+	if (rc == 0 && crc != WALRUS_OK)
+		rc = tool_fail(crc, "close");
+	return rc;
+}
+
+/* ---------------------------------------------------------------- put, get, del */
+
+static int do_put(walrus *db, const kv_args *a)
+{
+	char *k = NULL, *v = NULL;
+	size_t kl, vl;
+	int rc = decode(a->pos[0], a->hex, &k, &kl);
+	if (rc == 0)
+		rc = decode(a->pos[1], a->hex, &v, &vl);
+	if (rc == 0) {
+		int e = walrus_put(db, k, kl, v, vl, WALRUS_SYNC);
+		rc = e == WALRUS_OK ? 0 : tool_fail(e, "put");
+	}
+	free(k);
+	free(v);
+	return rc;
+}
+
+static int do_get(walrus *db, const kv_args *a)
+{
+	char *k;
+	size_t kl, vl;
+	void *v;
+	int rc = decode(a->pos[0], a->hex, &k, &kl);
+	if (rc != 0)
+		return rc;
+	int e = walrus_get(db, k, kl, &v, &vl);
+	free(k);
+	if (e == WALRUS_ENOTFOUND)
+		return TOOL_EXIT_NOTFOUND; /* quiet, as grep: the exit code says it */
+	if (e != WALRUS_OK)
+		return tool_fail(e, "get");
+	print_bytes(v, vl, a->hex);
+	putchar('\n');
+	walrus_free(v);
+	return fflush(stdout) == 0 ? 0 : TOOL_EXIT_ENGINE;
+}
+
+static int do_del(walrus *db, const kv_args *a)
+{
+	char *k;
+	size_t kl;
+	int rc = decode(a->pos[0], a->hex, &k, &kl);
+	if (rc != 0)
+		return rc;
+	int e = walrus_delete(db, k, kl, WALRUS_SYNC);
+	free(k);
+	if (e == WALRUS_ENOTFOUND)
+		return TOOL_EXIT_NOTFOUND;
+	return e == WALRUS_OK ? 0 : tool_fail(e, "del");
+}
+
+int cmd_put(tool_ctx *ctx, int argc, char **argv)
+{
+	kv_args a;
+	const char *u = "put [--hex] KEY VALUE   (durable when it returns)";
+	if (tool_wants_help(argc, argv)) {
+		printf("usage: walrus -D DIR %s\n", u);
+		return 0;
+	}
+	int rc = parse(argc, argv, 2, &a, u);
+	return rc ? rc : with_db(ctx, true, do_put, &a);
+}
+
+int cmd_get(tool_ctx *ctx, int argc, char **argv)
+{
+	kv_args a;
+	const char *u = "get [--hex] KEY   (exit 1 when absent)";
+	if (tool_wants_help(argc, argv)) {
+		printf("usage: walrus -D DIR %s\n", u);
+		return 0;
+	}
+	int rc = parse(argc, argv, 1, &a, u);
+	return rc ? rc : with_db(ctx, false, do_get, &a);
+}
+
+int cmd_del(tool_ctx *ctx, int argc, char **argv)
+{
+	kv_args a;
+	const char *u = "del [--hex] KEY   (exit 1 when absent)";
+	if (tool_wants_help(argc, argv)) {
+		printf("usage: walrus -D DIR %s\n", u);
+		return 0;
+	}
+	int rc = parse(argc, argv, 1, &a, u);
+	return rc ? rc : with_db(ctx, false, do_del, &a);
+}
+
+/* ---------------------------------------------------------------- scan */
+
+static int scan_loop(walrus_iter *it, const kv_args *a)
+{
+	long long n = 0;
+	int e = WALRUS_OK;
+	while (walrus_iter_valid(it) && (a->limit < 0 || n < a->limit)) {
+		const void *k, *v;
+		size_t kl, vl;
+		walrus_iter_key(it, &k, &kl);
+		walrus_iter_value(it, &v, &vl);
+		print_bytes(k, kl, a->hex);
+		putchar('\t');
+		print_bytes(v, vl, a->hex);
+		putchar('\n');
+		n++;
+		e = walrus_iter_next(it);
+		if (e != WALRUS_OK)
+			return tool_fail(e, "scan");
+	}
+	return fflush(stdout) == 0 ? 0 : TOOL_EXIT_ENGINE;
+}
+
+static int do_scan(walrus *db, const kv_args *a)
+{
+	char *lo = NULL, *hi = NULL;
+	size_t lol = 0, hil = 0;
+	int rc = a->from ? decode(a->from, a->hex, &lo, &lol) : 0;
+	if (rc == 0 && a->to)
+		rc = decode(a->to, a->hex, &hi, &hil);
+	walrus_iter *it = NULL;
+	if (rc == 0) {
+		int e = walrus_iter_open(db, lo, lol, hi, hil, &it);
+		rc = e == WALRUS_OK ? scan_loop(it, a) : tool_fail(e, "scan");
+	}
+	walrus_iter_close(it);
+	free(lo);
+	free(hi);
+	return rc;
+}
+
+int cmd_scan(tool_ctx *ctx, int argc, char **argv)
+{
+	kv_args a;
+	const char *u = "scan [--from KEY] [--to KEY] [--limit N] [--hex]\n"
+	                "  prints KEY<TAB>VALUE lines in key order over [from, to)";
+	if (tool_wants_help(argc, argv)) {
+		printf("usage: walrus -D DIR %s\n", u);
+		return 0;
+	}
+	int rc = parse(argc, argv, 0, &a, u);
+	return rc ? rc : with_db(ctx, false, do_scan, &a);
+}
+
+/* ---------------------------------------------------------------- checkpoint, stats, verify */
+
+static int do_checkpoint(walrus *db, const kv_args *a)
+{
+	(void)a;
+	int e = walrus_checkpoint(db);
+	return e == WALRUS_OK ? 0 : tool_fail(e, "checkpoint");
+}
+
+int cmd_checkpoint(tool_ctx *ctx, int argc, char **argv)
+{
+	kv_args a;
+	const char *u = "checkpoint   (an immediate checkpoint; returns when it is complete)";
+	if (tool_wants_help(argc, argv)) {
+		printf("usage: walrus -D DIR %s\n", u);
+		return 0;
+	}
+	int rc = parse(argc, argv, 0, &a, u);
+	return rc ? rc : with_db(ctx, false, do_checkpoint, &a);
+}
+
+/* Human form of the JSON: one "section.name value" line per figure. */
+static void print_flat(const char *j)
+{
+	char path[256] = "";
+	size_t depth_len[8] = {0};
+	int depth = 0;
+	for (const char *p = j; *p; p++) {
+		if (*p == '"') {
+			const char *e = strchr(p + 1, '"');
+			if (e == NULL)
+				return;
+			size_t base = depth > 0 ? depth_len[depth - 1] : 0;
+			int n = snprintf(path + base, sizeof(path) - base, "%s%.*s", base ? "." : "",
+			                 (int)(e - p - 1), p + 1);
+			(void)n;
+			p = e + 1; /* at ':' */
+			if (p[1] == '{') {
+				if (depth < 7)
+					depth_len[depth++] = strlen(path);
+				p++;
+				continue;
+			}
+			const char *v = p + 1, *end = v;
+			while (*end && *end != ',' && *end != '}')
+				end++;
+			printf("%-40s %.*s\n", path, (int)(end - v), v);
+			p = end - 1;
+		} else if (*p == '}' && depth > 0) {
+			depth--;
+			path[depth > 0 ? depth_len[depth - 1] : 0] = '\0';
+		}
+	}
+}
+
+static int do_stats(walrus *db, const kv_args *a)
+{
+	char *json;
+	int e = walrus_stats(db, &json);
+	if (e != WALRUS_OK)
+		return tool_fail(e, "stats");
+	if (a->json)
+		printf("%s\n", json);
+	else
+		print_flat(json);
+	walrus_free(json);
+	return fflush(stdout) == 0 ? 0 : TOOL_EXIT_ENGINE;
+}
+
+int cmd_stats(tool_ctx *ctx, int argc, char **argv)
+{
+	kv_args a;
+	const char *u = "stats [--json]   (WAL, buffer pool, checkpoint and key-value counters)";
+	if (tool_wants_help(argc, argv)) {
+		printf("usage: walrus -D DIR %s\n", u);
+		return 0;
+	}
+	int rc = parse(argc, argv, 0, &a, u);
+	return rc ? rc : with_db(ctx, false, do_stats, &a);
+}
+
+static void verify_print(void *arg, uint32_t block, const char *msg)
+{
+	(*(unsigned long *)arg)++;
+	printf("block %u: %s\n", block, msg);
+}
+
+static int do_verify(walrus *db, const kv_args *a)
+{
+	(void)a;
+	unsigned long problems = 0;
+	int e = walrus_verify(db, verify_print, &problems);
+	if (e == WALRUS_OK) {
+		printf("verify: ok\n");
+		return 0;
+	}
+	if (e == WALRUS_ECORRUPT) {
+		printf("verify: %lu problem(s) found\n", problems);
+		return TOOL_EXIT_DAMAGE;
+	}
+	return tool_fail(e, "verify");
+}
+
+int cmd_verify(tool_ctx *ctx, int argc, char **argv)
+{
+	kv_args a;
+	const char *u = "verify   (every page checksum and the tree's invariants; exit 2 on damage)";
+	if (tool_wants_help(argc, argv)) {
+		printf("usage: walrus -D DIR %s\n", u);
+		return 0;
+	}
+	int rc = parse(argc, argv, 0, &a, u);
+	return rc ? rc : with_db(ctx, false, do_verify, &a);
+}
