@@ -1,0 +1,566 @@
+/*
+ * test_kv_tree.c - the tree in one process: gets, puts and deletes with
+ * binary keys, the size limits, overflow values and the free list, splits
+ * up to four and more levels and back, iterators, batches (including one
+ * that fails and is undone), and kv_verify finding damage.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv_int.h"
+#include "kvtest.h"
+
+static void put_ok(const void *k, size_t kl, const void *v, size_t vl)
+{
+	int rc = kv_put(k, kl, v, vl, KV_ASYNC);
+	ck_assert_msg(rc == WALRUS_OK, "kv_put: %d %s", rc, walrus_errmsg());
+}
+
+static void get_is(const void *k, size_t kl, const void *v, size_t vl)
+{
+	void *got;
+	size_t gl;
+	int rc = kv_get(k, kl, &got, &gl);
+	ck_assert_msg(rc == WALRUS_OK, "kv_get: %d %s", rc, walrus_errmsg());
+	ck_assert_uint_eq(gl, vl);
+	ck_assert(vl == 0 || memcmp(got, v, vl) == 0);
+	free(got);
+}
+
+static void get_absent(const void *k, size_t kl)
+{
+	void *got = (void *)1;
+	size_t gl = 1;
+	ck_assert_int_eq(kv_get(k, kl, &got, &gl), WALRUS_ENOTFOUND);
+	ck_assert_ptr_null(got);
+}
+
+static char *pattern(size_t len, unsigned seed)
+{
+	char *p = malloc(len ? len : 1);
+	uint64_t s = seed * 7919ULL + 1;
+	for (size_t i = 0; i < len; i++)
+		p[i] = (char)(kt_rand(&s) >> 56);
+	return p;
+}
+
+/* ---------------------------------------------------------------- basics */
+
+START_TEST(put_get_replace_delete)
+{
+	kt_init("walrus-kv", 256);
+	const char k1[] = "a\0b", k2[] = "a", k3[] = "a\0";
+	put_ok(k1, 3, "one", 3);
+	put_ok(k2, 1, "", 0);
+	put_ok(k3, 2, "three", 5);
+	get_is(k1, 3, "one", 3);
+	get_is(k2, 1, "", 0);
+	get_is(k3, 2, "three", 5);
+	get_absent("b", 1);
+	get_absent("a\0b\0", 4);
+	put_ok(k1, 3, "uno!", 4);
+	get_is(k1, 3, "uno!", 4);
+	char buf[8];
+	size_t vl = 0;
+	ck_assert_int_eq(kv_get_into(k3, 2, buf, 3, &vl), WALRUS_ETOOBIG);
+	ck_assert_uint_eq(vl, 5);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "buffer too small"));
+	ck_assert_int_eq(kv_get_into(k3, 2, buf, sizeof(buf), &vl), WALRUS_OK);
+	ck_assert(vl == 5 && memcmp(buf, "three", 5) == 0);
+	ck_assert_int_eq(kv_delete(k3, 2, KV_SYNC), WALRUS_OK);
+	get_absent(k3, 2);
+	wal_stats ws0, ws1;
+	wal_get_stats(&ws0);
+	ck_assert_int_eq(kv_delete(k3, 2, KV_SYNC), WALRUS_ENOTFOUND);
+	wal_get_stats(&ws1);
+	ck_assert_uint_eq(ws1.records, ws0.records); /* nothing logged */
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.keys, 2);
+	ck_assert_uint_eq(st.height, 1);
+	ck_assert_uint_eq(st.puts, 4);
+	kt_verify_clean();
+	kt_crash_restart(); /* the last commit was KV_SYNC: everything is durable */
+	get_is(k1, 3, "uno!", 4);
+	get_is(k2, 1, "", 0);
+	get_absent(k3, 2);
+	kt_verify_clean();
+}
+END_TEST
+
+START_TEST(input_limits)
+{
+	kt_init("walrus-kv", 256);
+	char key[KV_MAX_KEY + 1];
+	memset(key, 'k', sizeof(key));
+	ck_assert_int_eq(kv_put(key, 0, "v", 1, KV_SYNC), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "key must not be empty"));
+	ck_assert_int_eq(kv_put(key, KV_MAX_KEY + 1, "v", 1, KV_SYNC), WALRUS_ETOOBIG);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "1025"));
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "1024"));
+	ck_assert_int_eq(kv_put(key, KV_MAX_KEY, "v", 1, KV_SYNC), WALRUS_OK);
+	get_is(key, KV_MAX_KEY, "v", 1);
+	/* The size is refused before the value is read. */
+	ck_assert_int_eq(kv_put("k", 1, "v", (size_t)KV_MAX_VALUE + 1, KV_SYNC), WALRUS_ETOOBIG);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "67108865"));
+	ck_assert_int_eq(kv_put("k", 1, "v", 1, 7), WALRUS_EINVAL);
+	ck_assert_int_eq(kv_delete(key, 0, KV_SYNC), WALRUS_EINVAL);
+	ck_assert_int_eq(kv_get(key, KV_MAX_KEY + 1, &(void *){0}, &(size_t){0}), WALRUS_ETOOBIG);
+	kv_batch *b = kv_batch_new();
+	ck_assert_int_eq(kv_batch_put(b, key, 0, "v", 1), WALRUS_EINVAL);
+	ck_assert_int_eq(kv_batch_put(b, key, 1, "v", (size_t)KV_MAX_VALUE + 1), WALRUS_ETOOBIG);
+	ck_assert_int_eq(kv_batch_delete(b, key, KV_MAX_KEY + 1), WALRUS_ETOOBIG);
+	ck_assert_uint_eq(kv_batch_count(b), 0);
+	kv_batch_free(b);
+	kt_verify_clean();
+}
+END_TEST
+
+/* ---------------------------------------------------------------- overflow values */
+
+START_TEST(overflow_values_round_trip)
+{
+	kt_init("walrus-kv", 1024);
+	size_t inline_max = KV_LEAF_ITEM_MAX - KV_LP_SIZE - KV_LEAF_HDR - 2;
+	size_t sizes[] = {0,           1,  inline_max, inline_max + 1, KV_OVF_CHUNK,
+	                  KV_OVF_CHUNK + 1, 3 * KV_OVF_CHUNK, 100000, 1 << 20};
+	enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+	for (unsigned i = 0; i < N; i++) {
+		char k[2] = {'k', (char)i};
+		char *v = pattern(sizes[i], i);
+		put_ok(k, 2, v, sizes[i]);
+		free(v);
+	}
+	kt_verify_clean();
+	kt_clean_restart();
+	for (unsigned i = 0; i < N; i++) {
+		char k[2] = {'k', (char)i};
+		char *v = pattern(sizes[i], i);
+		get_is(k, 2, v, sizes[i]);
+		size_t vl;
+		char *buf = malloc(sizes[i] + 1);
+		ck_assert_int_eq(kv_get_into(k, 2, buf, sizes[i], &vl), WALRUS_OK);
+		ck_assert(vl == sizes[i] && memcmp(buf, v, vl) == 0);
+		free(buf);
+		free(v);
+	}
+	/* Replacing changes the form both ways. */
+	char *big = pattern(50000, 99);
+	put_ok("k\0", 2, big, 50000);
+	put_ok("k\x08", 2, "small", 5);
+	get_is("k\0", 2, big, 50000);
+	get_is("k\x08", 2, "small", 5);
+	free(big);
+	kt_verify_clean();
+}
+END_TEST
+
+START_TEST(free_list_keeps_the_file_from_growing)
+{
+	kt_init("walrus-kv", 512);
+	char *v = pattern(40000, 3);
+	kv_stats st;
+	uint64_t pages_after_first = 0;
+	for (int round = 0; round < 6; round++) {
+		for (int i = 0; i < 20; i++) {
+			char k[16];
+			int kl = snprintf(k, sizeof(k), "key-%03d", i);
+			put_ok(k, (size_t)kl, v, 20000 + (size_t)i * 1000);
+		}
+		for (int i = 0; i < 20; i++) {
+			char k[16];
+			int kl = snprintf(k, sizeof(k), "key-%03d", i);
+			ck_assert_int_eq(kv_delete(k, (size_t)kl, KV_ASYNC), WALRUS_OK);
+		}
+		kv_get_stats(&st);
+		if (round == 0)
+			pages_after_first = st.pages;
+		ck_assert_uint_eq(st.pages, pages_after_first);
+		ck_assert_uint_eq(st.keys, 0);
+	}
+	ck_assert_uint_gt(st.pages_reused, 5 * 20 * 3);
+	ck_assert_uint_gt(st.pages_freed, 6 * 20 * 3);
+	kv_verify_result r;
+	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
+	ck_assert_uint_eq(r.free + 2, r.pages); /* the meta page and the empty root leaf */
+	free(v);
+}
+END_TEST
+
+START_TEST(value_of_64_mib)
+{
+	/* A quarter of the pool must hold the value's ~8250 overflow pages. */
+	kt_init("walrus-kv", 34000);
+	char *v = pattern(KV_MAX_VALUE, 64);
+	put_ok("huge", 4, v, KV_MAX_VALUE);
+	void *got;
+	size_t gl;
+	ck_assert_int_eq(kv_get("huge", 4, &got, &gl), WALRUS_OK);
+	ck_assert_uint_eq(gl, KV_MAX_VALUE);
+	ck_assert(memcmp(got, v, gl) == 0);
+	free(got);
+	kt_verify_clean();
+	ck_assert_int_eq(kv_delete("huge", 4, KV_SYNC), WALRUS_OK);
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_ge(st.free_pages, KV_MAX_VALUE / KV_OVF_CHUNK);
+	kt_verify_clean();
+	free(v);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- splits */
+
+/* A 1 KiB key sharing a long prefix: separators stay long, nodes hold few entries. */
+static size_t long_key(char *k, uint32_t i)
+{
+	memset(k, 'p', KV_MAX_KEY);
+	snprintf(k + KV_MAX_KEY - 16, 16, "%015u", (unsigned)(i * 2654435761u % 1000003u));
+	k[KV_MAX_KEY - 1] = (char)i;
+	return KV_MAX_KEY;
+}
+
+static void check_scan(uint32_t n, bool present)
+{
+	kv_iter *it;
+	char prev[KV_MAX_KEY];
+	size_t prevl = 0;
+	uint32_t count = 0;
+	ck_assert_int_eq(kv_iter_open(NULL, 0, NULL, 0, &it), WALRUS_OK);
+	for (int rc = WALRUS_OK; kv_iter_valid(it); rc = kv_iter_next(it)) {
+		ck_assert_int_eq(rc, WALRUS_OK);
+		const void *k, *v;
+		size_t kl, vl;
+		kv_iter_key(it, &k, &kl);
+		kv_iter_value(it, &v, &vl);
+		ck_assert(count == 0 || kv_cmp(prev, prevl, k, kl) < 0);
+		memcpy(prev, k, kl);
+		prevl = kl;
+		ck_assert_uint_eq(vl, 8);
+		count++;
+	}
+	kv_iter_close(it);
+	ck_assert_uint_eq(count, present ? n : 0);
+}
+
+START_TEST(splits_at_every_level_and_back)
+{
+	enum { N = 2500 };
+	char k[KV_MAX_KEY];
+	kt_init("walrus-kv", 2048);
+	for (uint64_t i = 0; i < N; i++)
+		put_ok(k, long_key(k, (uint32_t)i), &i, 8);
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_ge(st.height, 4);
+	ck_assert_uint_eq(st.keys, N);
+	kt_verify_clean();
+	check_scan(N, true);
+	wal_flush_to(wal_insert_lsn()); /* what a last KV_SYNC commit would do */
+	kt_crash_restart();
+	kt_verify_clean();
+	for (uint32_t i = 0; i < N; i += 97) {
+		uint64_t v = i;
+		get_is(k, long_key(k, i), &v, 8);
+	}
+	for (uint32_t i = 0; i < N; i++)
+		ck_assert_int_eq(kv_delete(k, long_key(k, (i * 7) % N), KV_ASYNC), WALRUS_OK);
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.keys, 0);
+	ck_assert_uint_gt(st.free_pages, N / 10);
+	kt_verify_clean();
+	check_scan(N, false);
+	for (uint64_t i = 0; i < N; i++)
+		put_ok(k, long_key(k, (uint32_t)i), &i, 8);
+	kt_verify_clean();
+	check_scan(N, true);
+}
+END_TEST
+
+static void fill(uint32_t n, int vlen)
+{
+	char v[4096];
+	memset(v, 'v', sizeof(v));
+	for (uint32_t i = 0; i < n; i++) {
+		char k[32];
+		int kl = snprintf(k, sizeof(k), "k%06u", i);
+		put_ok(k, (size_t)kl, v, (size_t)vlen);
+	}
+}
+
+START_TEST(sequential_load_fills_pages)
+{
+	kt_init("walrus-kv", 1024);
+	fill(20000, 30);
+	kv_stats st;
+	kv_get_stats(&st);
+	/* 20000 entries of ~44 bytes: ~880 kB, about 110 full leaves. */
+	ck_assert_uint_lt(st.pages, 140);
+	kt_verify_clean();
+}
+END_TEST
+
+/* ---------------------------------------------------------------- iterators */
+
+static int iter_key_num(kv_iter *it)
+{
+	const void *k;
+	size_t kl;
+	kv_iter_key(it, &k, &kl);
+	return atoi((const char *)k + 1);
+}
+
+START_TEST(iterator_bounds_seek_next_prev)
+{
+	kt_init("walrus-kv", 512);
+	kv_iter *it;
+	ck_assert_int_eq(kv_iter_open(NULL, 0, NULL, 0, &it), WALRUS_OK);
+	ck_assert(!kv_iter_valid(it)); /* empty tree */
+	ck_assert_int_eq(kv_iter_seek_last(it), WALRUS_OK);
+	ck_assert(!kv_iter_valid(it));
+	kv_iter_close(it);
+	fill(3000, 100); /* k000000 .. k002999, many leaves */
+	ck_assert_int_eq(kv_iter_open("k000100", 7, "k002000", 7, &it), WALRUS_OK);
+	ck_assert(kv_iter_valid(it));
+	ck_assert_int_eq(iter_key_num(it), 100);
+	int n = 0;
+	while (kv_iter_valid(it)) {
+		ck_assert_int_eq(iter_key_num(it), 100 + n);
+		n++;
+		ck_assert_int_eq(kv_iter_next(it), WALRUS_OK);
+	}
+	ck_assert_int_eq(n, 1900);
+	ck_assert_int_eq(kv_iter_seek_last(it), WALRUS_OK);
+	ck_assert_int_eq(iter_key_num(it), 1999);
+	for (n = 1999; kv_iter_valid(it); n--) {
+		ck_assert_int_eq(iter_key_num(it), n);
+		ck_assert_int_eq(kv_iter_prev(it), WALRUS_OK);
+	}
+	ck_assert_int_eq(n, 99);
+	ck_assert_int_eq(kv_iter_seek(it, "k0005005", 8), WALRUS_OK); /* between keys */
+	ck_assert_int_eq(iter_key_num(it), 501);
+	ck_assert_int_eq(kv_iter_prev(it), WALRUS_OK);
+	ck_assert_int_eq(iter_key_num(it), 500);
+	ck_assert_int_eq(kv_iter_next(it), WALRUS_OK);
+	ck_assert_int_eq(iter_key_num(it), 501);
+	ck_assert_int_eq(kv_iter_seek(it, "a", 1), WALRUS_OK); /* below lo: lo */
+	ck_assert_int_eq(iter_key_num(it), 100);
+	ck_assert_int_eq(kv_iter_seek(it, "k002000", 7), WALRUS_OK); /* hi is exclusive */
+	ck_assert(!kv_iter_valid(it));
+	kv_iter_close(it);
+	/* Unbounded: from the first key, backwards from the last. */
+	ck_assert_int_eq(kv_iter_open(NULL, 0, NULL, 0, &it), WALRUS_OK);
+	ck_assert_int_eq(iter_key_num(it), 0);
+	ck_assert_int_eq(kv_iter_prev(it), WALRUS_OK);
+	ck_assert(!kv_iter_valid(it));
+	ck_assert_int_eq(kv_iter_seek_last(it), WALRUS_OK);
+	ck_assert_int_eq(iter_key_num(it), 2999);
+	ck_assert_int_eq(kv_iter_next(it), WALRUS_OK);
+	ck_assert(!kv_iter_valid(it));
+	kv_iter_close(it);
+	/* An empty range. */
+	ck_assert_int_eq(kv_iter_open("k1", 2, "k2", 2, &it), WALRUS_OK);
+	ck_assert(!kv_iter_valid(it));
+	ck_assert_int_eq(kv_iter_seek_last(it), WALRUS_OK);
+	ck_assert(!kv_iter_valid(it));
+	kv_iter_close(it);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- batches */
+
+START_TEST(batch_applies_in_order)
+{
+	kt_init("walrus-kv", 512);
+	kv_batch *b = kv_batch_new();
+	wr_lsn lsn = 1;
+	ck_assert_int_eq(kv_batch_commit(b, KV_SYNC, &lsn), WALRUS_OK);
+	ck_assert_uint_eq(lsn, 0); /* nothing to log */
+	ck_assert_int_eq(kv_batch_put(b, "a", 1, "1", 1), WALRUS_OK);
+	ck_assert_int_eq(kv_batch_put(b, "b", 1, "2", 1), WALRUS_OK);
+	ck_assert_int_eq(kv_batch_delete(b, "a", 1), WALRUS_OK);
+	ck_assert_int_eq(kv_batch_delete(b, "zz", 2), WALRUS_OK); /* absent: no-op */
+	ck_assert_int_eq(kv_batch_put(b, "b", 1, "3", 1), WALRUS_OK);
+	ck_assert_uint_eq(kv_batch_count(b), 5);
+	ck_assert_int_eq(kv_batch_commit(b, KV_SYNC, &lsn), WALRUS_OK);
+	ck_assert_uint_gt(lsn, 0);
+	ck_assert_uint_ge(wal_flushed_lsn(), lsn);
+	get_absent("a", 1);
+	get_is("b", 1, "3", 1);
+	kv_batch_clear(b);
+	ck_assert_uint_eq(kv_batch_count(b), 0);
+	kv_batch_free(b);
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.batches, 2);
+	kt_crash_restart();
+	get_absent("a", 1);
+	get_is("b", 1, "3", 1);
+	kt_verify_clean();
+}
+END_TEST
+
+/* Keys 0..n-1 with their values as stored by fill_values. */
+static void check_values(uint32_t n, unsigned gen)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		char k[16], v[64];
+		int kl = snprintf(k, sizeof(k), "key%05u", i);
+		int vl = snprintf(v, sizeof(v), "value %u of generation %u", i, gen);
+		get_is(k, (size_t)kl, v, (size_t)vl);
+	}
+}
+
+START_TEST(batch_over_the_pin_limit_is_undone)
+{
+	enum { N = 3000 };
+	kt_init("walrus-kv", 64); /* a batch may pin 16 pages */
+	kv_batch *b = kv_batch_new();
+	for (unsigned gen = 0; gen < 2; gen++) {
+		kv_batch_clear(b);
+		for (uint32_t i = 0; i < N; i++) {
+			char k[16], v[64];
+			int kl = snprintf(k, sizeof(k), "key%05u", (i * 7919) % N);
+			int vl = snprintf(v, sizeof(v), "value %u of generation %u", (i * 7919) % N, gen);
+			if (gen == 0)
+				put_ok(k, (size_t)kl, v, (size_t)vl);
+			else
+				ck_assert_int_eq(kv_batch_put(b, k, (size_t)kl, v, (size_t)vl),
+				                 WALRUS_OK);
+		}
+		if (gen == 0)
+			continue;
+		/* Thousands of keys all over the tree: more pages than 16. */
+		ck_assert_int_eq(kv_batch_commit(b, KV_SYNC, NULL), WALRUS_ETOOBIG);
+		ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "quarter of shared_buffers"));
+	}
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.batch_aborts, 1);
+	check_values(N, 0);
+	kt_verify_clean();
+	/* Its records are in the WAL, voided: recovery must not apply them. */
+	ck_assert_int_eq(kv_put("last", 4, "x", 1, KV_SYNC), WALRUS_OK);
+	kt_crash_restart();
+	check_values(N, 0);
+	kt_verify_clean();
+	/* A value that alone needs too many pages is refused before anything changes. */
+	char *big = pattern(20 * KV_OVF_CHUNK, 5);
+	ck_assert_int_eq(kv_put("big", 3, big, 20 * KV_OVF_CHUNK, KV_SYNC), WALRUS_ETOOBIG);
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.batch_aborts, 0); /* refused up front (a new instance's counters) */
+	free(big);
+	kv_batch_free(b);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- verify */
+
+typedef struct problems {
+	int n;
+	wr_blkno blk[16];
+	char msg[16][256];
+} problems;
+
+static void collect(void *arg, wr_blkno blk, const char *msg)
+{
+	problems *p = arg;
+	if (p->n < 16) {
+		p->blk[p->n] = blk;
+		snprintf(p->msg[p->n], sizeof(p->msg[0]), "%s", msg);
+	}
+	p->n++;
+}
+
+/* A leaf in the middle of the tree (not block 0, not the root). */
+static wr_blkno some_leaf(void)
+{
+	kv_rpage p;
+	kv_key k = {.p = "k001500", .len = 7};
+	ck_assert_int_eq(kv_descend(&k, KV_SEEK_GE, &p), WALRUS_OK);
+	wr_blkno blk = p.blk;
+	kv_rpage_done(&p);
+	return blk;
+}
+
+START_TEST(verify_finds_a_flipped_bit)
+{
+	kt_init("walrus-kv", 512);
+	fill(3000, 100);
+	kt_checkpoint(); /* the pages are on disk and recovery will not rewrite them */
+	wr_blkno leaf = some_leaf();
+	ck_assert_uint_gt(leaf, 1);
+	kt_stop();
+	char path[4200];
+	smgr_segment_path(KV_REL, 0, path, sizeof(path));
+	tu_flip_bit(path, (off_t)leaf * WR_PAGE_SIZE + 5000, 2);
+	kt_start();
+	problems p = {0};
+	ck_assert_int_eq(kv_verify(collect, &p, NULL), WALRUS_ECORRUPT);
+	ck_assert_int_ge(p.n, 1);
+	ck_assert_uint_eq(p.blk[0], leaf);
+	ck_assert_ptr_nonnull(strstr(p.msg[0], "checksum"));
+	/* Readers get the error too, not bad data. */
+	void *v;
+	size_t vl;
+	ck_assert_int_eq(kv_get("k001500", 7, &v, &vl), WALRUS_ECORRUPT);
+}
+END_TEST
+
+START_TEST(verify_finds_keys_out_of_order)
+{
+	kt_init("walrus-kv", 512);
+	fill(3000, 100);
+	kt_verify_clean();
+	wr_blkno leaf = some_leaf();
+	int buf;
+	ck_assert_int_eq(buf_read(KV_REL, leaf, &buf), WALRUS_OK);
+	buf_lock(buf, true);
+	char *page = buf_page(buf);
+	/* Swap the line pointers of two entries. */
+	char *lp = page + WR_PAGE_HEADER_SIZE + (KV_FIRST_SLOT + 3) * KV_LP_SIZE, t[KV_LP_SIZE];
+	memcpy(t, lp, KV_LP_SIZE);
+	memcpy(lp, lp + KV_LP_SIZE, KV_LP_SIZE);
+	memcpy(lp + KV_LP_SIZE, t, KV_LP_SIZE);
+	buf_unlock(buf);
+	buf_release(buf);
+	problems p = {0};
+	ck_assert_int_eq(kv_verify(collect, &p, NULL), WALRUS_ECORRUPT);
+	ck_assert_int_eq(p.n, 1);
+	ck_assert_uint_eq(p.blk[0], leaf);
+	ck_assert_ptr_nonnull(strstr(p.msg[0], "out of order"));
+	char want[32];
+	snprintf(want, sizeof(want), "block %u", leaf);
+	ck_assert_ptr_nonnull(strstr(p.msg[0], want));
+}
+END_TEST
+
+static Suite *tree_suite(void)
+{
+	Suite *s = suite_create("kv-tree");
+	TCase *t = tcase_create("tree");
+	tcase_set_timeout(t, 120);
+	tcase_add_test(t, put_get_replace_delete);
+	tcase_add_test(t, input_limits);
+	tcase_add_test(t, overflow_values_round_trip);
+	tcase_add_test(t, free_list_keeps_the_file_from_growing);
+	tcase_add_test(t, splits_at_every_level_and_back);
+	tcase_add_test(t, sequential_load_fills_pages);
+	tcase_add_test(t, iterator_bounds_seek_next_prev);
+	tcase_add_test(t, batch_applies_in_order);
+	tcase_add_test(t, batch_over_the_pin_limit_is_undone);
+	tcase_add_test(t, verify_finds_a_flipped_bit);
+	tcase_add_test(t, verify_finds_keys_out_of_order);
+	suite_add_tcase(s, t);
+	TCase *big = tcase_create("big");
+	tcase_set_timeout(big, 300);
+	tcase_add_test(big, value_of_64_mib);
+	suite_add_tcase(s, big);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run(tree_suite());
+}
