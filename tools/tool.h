@@ -45,6 +45,7 @@ int cmd_options(tool_ctx *ctx, int argc, char **argv);
 int cmd_waldump(tool_ctx *ctx, int argc, char **argv);
 int cmd_controldata(tool_ctx *ctx, int argc, char **argv);
 int cmd_bench(tool_ctx *ctx, int argc, char **argv);
+int cmd_bench_ckpt(tool_ctx *ctx, int argc, char **argv);
 int cmd_put(tool_ctx *ctx, int argc, char **argv);
 int cmd_get(tool_ctx *ctx, int argc, char **argv);
 int cmd_del(tool_ctx *ctx, int argc, char **argv);
