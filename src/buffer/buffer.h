@@ -106,6 +106,8 @@ void buf_change_main(const void *data, size_t len);
 /* Returns the record's end LSN: the LSN a commit waits for with wal_flush_to. */
 wr_lsn buf_change_insert(uint8_t rmid, uint8_t info);
 void buf_change_end(void);
+/* Forgets a change cut short by a PANIC (at attach). */
+void buf_change_reset(void);
 
 /* Writes every dirty buffer (tests, shutdown); the first error is returned.
  * Waits for each content lock: call it holding none but your own buffers'. */

@@ -65,6 +65,12 @@ wr_lsn buf_change_insert(uint8_t rmid, uint8_t info)
 	return end;
 }
 
+void buf_change_reset(void)
+{
+	chg.active = false;
+	chg.nbufs = 0;
+}
+
 void buf_change_end(void)
 {
 	chg.active = false;

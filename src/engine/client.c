@@ -244,6 +244,7 @@ static int finish_attach(const char *abs, const wr_options *opts)
 	int rc = wal_attach(C.slot);
 	if (rc == WALRUS_OK)
 		rc = buf_attach();
+	buf_change_reset(); /* a PANIC may have cut a change short before a reopen */
 	if (rc == WALRUS_OK)
 		rc = ckpt_attach();
 	if (rc == WALRUS_OK)

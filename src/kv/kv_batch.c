@@ -44,8 +44,8 @@ kv_batch *kv_batch_new(void)
 static int check_value(size_t vl)
 {
 	if (vl > KV_MAX_VALUE)
-		return wr_error(WALRUS_ETOOBIG, "value of %zu bytes is over the limit of %u bytes", vl,
-		                KV_MAX_VALUE);
+		return wr_error(WALRUS_ETOOBIG, "value of %zu bytes is over the limit of %u bytes",
+		                vl, KV_MAX_VALUE);
 	return WALRUS_OK;
 }
 
@@ -57,7 +57,8 @@ static int arena_add(kv_batch *b, const void *p, size_t len, size_t *off)
 			cap *= 2;
 		char *a = realloc(b->arena, cap);
 		if (a == NULL)
-			return wr_error(WALRUS_ENOMEM, "out of memory adding %zu bytes to a batch", len);
+			return wr_error(WALRUS_ENOMEM, "out of memory adding %zu bytes to a batch",
+			                len);
 		b->arena = a;
 		b->acap = cap;
 	}
@@ -176,8 +177,7 @@ static void count_ops(const kv_op *ops, size_t n)
 }
 
 /* Applies and commits @ops under the tree lock, then waits for durability outside it. */
-static int commit_ops(const kv_op *ops, size_t n, int durability, wr_lsn *lsn_out,
-                      size_t *notfound)
+static int commit_ops(const kv_op *ops, size_t n, int durability, wr_lsn *lsn_out, size_t *notfound)
 {
 	wr_lsn lsn = 0;
 	*notfound = 0;

@@ -149,6 +149,8 @@ kv_key kvn_high(const char *page);
 int kvn_nentries(const char *page);
 /* The key of entry slot (leaf or internal). */
 kv_key kvn_entry_key(const char *page, int slot);
+/* Every item of the node well-formed for its level (fences, entries). */
+bool kvn_entries_sane(const char *page);
 /* First entry slot whose key is >= k (nslots if none); *eq when equal. */
 int kvn_lower_bound(const char *page, const void *k, size_t kl, bool *eq);
 /* Internal: the slot of the child covering k (or, with @before, the keys just below k). */
@@ -171,8 +173,7 @@ bool kvl_fits_inline(size_t kl, size_t vl);
 uint16_t kvi_encode(char *out, wr_blkno child, const void *k, uint16_t kl);
 
 /* Overflow, free and meta pages. */
-void kvo_init(char *page, uint64_t id, uint32_t seq, const void *data, uint32_t len,
-              wr_blkno next);
+void kvo_init(char *page, uint64_t id, uint32_t seq, const void *data, uint32_t len, wr_blkno next);
 kv_ovf_hdr kvo_header(const char *page);
 const char *kvo_data(const char *page);
 void kvf_init(char *page, wr_blkno next);
@@ -248,6 +249,7 @@ typedef struct kvw_page {
 	bool locked; /* exclusive content lock held */
 	bool member; /* changed in this batch: stays pinned and locked to the end */
 	bool fresh;  /* past the tree's end before the batch: nothing to restore */
+	bool sane;   /* checked as a node by this batch (kv_modify.c) */
 } kvw_page;
 
 /* Starts a batch (tree lock held): loads the meta page. */
@@ -298,7 +300,7 @@ int kvm_split_point(const char *page, int slot, const char *item, uint16_t len, 
 /* RM_KV info: the op in the low bits, flags above. */
 #define KV_INFO_CREATE 0x01 /* meta page and first root */
 #define KV_INFO_CHANGE 0x02 /* page ops */
-#define KV_INFO_COMMIT 0x03 /* end of a batch (may carry the meta page) */
+#define KV_INFO_COMMIT 0x03 /* the last record of a batch (with the meta page if changed) */
 #define KV_INFO_ABORT  0x04 /* the batch's records so far are void */
 #define KV_INFO_OP     0x0f
 #define KV_FIRST       0x40 /* the first record of a batch: forget unfinished ones */

@@ -150,7 +150,8 @@ static int load_value(kv_iter *it)
 	if (e.vlen > it->vcap) {
 		char *b = realloc(it->vbuf, e.vlen);
 		if (b == NULL)
-			return wr_error(WALRUS_ENOMEM, "out of memory for a value of %u bytes", e.vlen);
+			return wr_error(WALRUS_ENOMEM, "out of memory for a value of %u bytes",
+			                e.vlen);
 		it->vbuf = b;
 		it->vcap = e.vlen;
 	}
@@ -285,8 +286,8 @@ int kv_iter_seek_last(kv_iter *it)
 	if (rc != WALRUS_OK)
 		return rc;
 	bool eq;
-	it->pos = (key.inf ? kvp_nslots(it->leaf) : kvn_lower_bound(it->leaf, key.p, key.len, &eq)) -
-	          1;
+	it->pos =
+	    (key.inf ? kvp_nslots(it->leaf) : kvn_lower_bound(it->leaf, key.p, key.len, &eq)) - 1;
 	return settle(it, BACK);
 }
 

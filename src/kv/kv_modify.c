@@ -16,12 +16,11 @@
  * truncation), so separators and fences stay short.  Size limits in
  * kv_int.h guarantee a cut exists.
  *
- * Deletes: a leaf left empty is unlinked when its parent has another child:
- * its key range goes to the sibling under the same parent (the left one,
- * or the right one for a first child), the sibling chain skips it, and it
- * goes to the free list.  An empty leaf that is its parent's only child
- * stays (removing it would change the parent's fences and those of a whole
- * subtree edge); a root left with one child is replaced by that child.
+ * Deletes: a leaf left empty is unlinked, with the ancestors it leaves
+ * without children; the neighbour under the remaining parent (the left one,
+ * or the right one for a first child) and its descendants along the facing
+ * edge take over the key range, sibling links skip the removed nodes, and
+ * these go to the free list.  A root left with one child is replaced by it.
  *
  * Interface: kv_int.h (kvm_put, kvm_delete).
  */
@@ -41,6 +40,19 @@ static int bad_node(const kvw_page *p, const char *what)
 	return wr_error(WALRUS_ECORRUPT, "block %u of relation %u: %s", p->blk, KV_REL, what);
 }
 
+/* A node of @level, well formed; checked once per batch (the writer's own changes keep it so). */
+static int check_node(kvw_page *p, int level)
+{
+	if (p->sane && kvp_special(p->page).level == level)
+		return WALRUS_OK;
+	if (kvp_type(p->page) != KV_PT_NODE || !kvp_sane(p->page) ||
+	    kvp_special(p->page).level != level || !kvn_entries_sane(p->page) ||
+	    kvp_nslots(p->page) < KV_FIRST_SLOT + (level > 0))
+		return bad_node(p, "not a tree node of the expected level");
+	p->sane = true;
+	return WALRUS_OK;
+}
+
 static int descend(const void *k, uint16_t kl, wpath *path)
 {
 	kv_meta *m = kvw_meta();
@@ -50,12 +62,10 @@ static int descend(const void *k, uint16_t kl, wpath *path)
 	for (int level = path->height - 1; level >= 0; level--) {
 		kvw_page *p;
 		int rc = kvw_get(blk, &p);
+		if (rc == WALRUS_OK)
+			rc = check_node(p, level);
 		if (rc != WALRUS_OK)
 			return rc;
-		if (kvp_type(p->page) != KV_PT_NODE || !kvp_sane(p->page) ||
-		    kvp_special(p->page).level != level ||
-		    kvp_nslots(p->page) < KV_FIRST_SLOT + (level > 0))
-			return bad_node(p, "not a tree node of the expected level");
 		path->node[level] = p;
 		if (level > 0) {
 			path->slot[level - 1] = kvn_child_slot(p->page, &key, false);
@@ -112,11 +122,11 @@ static int ovf_free(const kv_ovf_ref *ref)
 
 /* The entries of a full node with the new item in place, and the chosen cut. */
 typedef struct split_plan {
-	int m;                                    /* entries, new one included */
-	const char *item[WR_PAGE_SIZE / 4 + 1];   /* item bytes */
-	uint16_t len[WR_PAGE_SIZE / 4 + 1];       /* item lengths */
-	int k;                                    /* left gets [0, k), right [k, m) */
-	char sep[KV_MAX_KEY];                     /* the separator pushed up */
+	int m;                                  /* entries, new one included */
+	const char *item[WR_PAGE_SIZE / 4 + 1]; /* item bytes */
+	uint16_t len[WR_PAGE_SIZE / 4 + 1];     /* item lengths */
+	int k;                                  /* left gets [0, k), right [k, m) */
+	char sep[KV_MAX_KEY];                   /* the separator pushed up */
 	uint16_t seplen;
 } split_plan;
 
@@ -168,7 +178,7 @@ static void cut_sizes(const split_plan *sp, int k, int level, const char *page, 
 	for (int j = 0; j < sp->m; j++)
 		*(j < k ? left : right) += sp->len[j] + KV_LP_SIZE;
 	if (level > 0) /* the right half's first entry loses its key */
-		*right -= sp->len[k] - KV_INNER_HDR;
+		*right -= (int)sp->len[k] - (int)KV_INNER_HDR;
 }
 
 /* Picks the cut: balanced, or fullest-left when appending at the tree's right end. */
@@ -195,8 +205,7 @@ static bool choose_cut(split_plan *sp, int level, const char *page, bool append)
 	return true;
 }
 
-static void plan_entries(split_plan *sp, const char *page, int slot, const char *item,
-                         uint16_t len)
+static void plan_entries(split_plan *sp, const char *page, int slot, const char *item, uint16_t len)
 {
 	int n = kvp_nslots(page);
 	sp->m = 0;
@@ -251,8 +260,8 @@ static int shrink_left(const split_plan *sp, kvw_page *left, kvw_page *right, in
 	return rc == WALRUS_OK ? kvw_op_special(left, &s) : rc;
 }
 
-/* The old right neighbour's left link now names the new node. */
-static int relink_right(wr_blkno neighbour, wr_blkno new_left)
+/* @neighbour's left (or right) link now names @to. */
+static int relink(wr_blkno neighbour, bool left_link, wr_blkno to)
 {
 	kvw_page *o;
 	if (neighbour == WR_INVALID_BLKNO)
@@ -261,7 +270,7 @@ static int relink_right(wr_blkno neighbour, wr_blkno new_left)
 	if (rc != WALRUS_OK)
 		return rc;
 	kv_special s = kvp_special(o->page);
-	s.left = new_left;
+	*(left_link ? &s.left : &s.right) = to;
 	return kvw_op_special(o, &s);
 }
 
@@ -318,7 +327,7 @@ static int split_insert(wpath *path, int level, int slot, const char *item, uint
 	if (rc == WALRUS_OK)
 		rc = build_right(&sp, level, node, right);
 	if (rc == WALRUS_OK)
-		rc = relink_right(s.right, right->blk);
+		rc = relink(s.right, true, right->blk);
 	char sep[KV_INNER_HDR + KV_MAX_KEY];
 	uint16_t seplen = sp.seplen;
 	memcpy(sep + KV_INNER_HDR, sp.sep, seplen);
@@ -416,82 +425,114 @@ static int set_fence(kvw_page *p, int slot, const kv_key *f, uint16_t inf_flag, 
 	return rc == WALRUS_OK ? kvw_op_special(p, &s) : rc;
 }
 
-/* Empty leaf @x (entry @ps of @parent, not the first) goes into its left sibling. */
-static int merge_left(kvw_page *parent, int ps, kvw_page *x, bool *done)
-{
-	kvw_page *l;
-	kv_special xs = kvp_special(x->page);
-	kv_key high = kvn_high(x->page);
-	int rc = kvw_get(kvn_child(parent->page, ps - 1), &l);
-	if (rc != WALRUS_OK)
-		return rc;
-	if (l->blk != xs.left)
-		return bad_node(x, "left link differs from the parent's previous child");
-	if (!fence_fits(l->page, 1, &high))
-		return WALRUS_OK; /* the leaf stays, empty */
-	rc = set_fence(l, 1, &high, KVN_HIGH_INF, false, xs.right);
-	if (rc == WALRUS_OK)
-		rc = relink_right(xs.right, l->blk);
-	if (rc == WALRUS_OK)
-		rc = kvw_op(parent, KVOP_DELETE, (uint16_t)ps, NULL, 0);
-	*done = rc == WALRUS_OK;
-	return rc;
-}
+/*
+ * An empty chain: c[0] is the empty leaf, c[1..top] its ancestors that have
+ * no other child; the parent above c[top] has another child S next to it.
+ * S and its descendants along the edge facing the chain (d[top] .. d[0])
+ * take over the chain's key range, level by level.
+ */
+typedef struct chain {
+	int top;
+	bool into_left; /* S is the left neighbour, else the right one */
+	kvw_page *c[KV_MAX_HEIGHT], *d[KV_MAX_HEIGHT];
+	kv_key fence; /* the chain's far fence: S's new high (or low) fence */
+} chain;
 
-/* Empty first child @x of @parent goes into its right sibling, which becomes the first. */
-static int merge_right(kvw_page *parent, kvw_page *x, bool *done)
+/* d[top] .. d[0], checked to be the chain's neighbours level by level. */
+static int edge_path(chain *ch, kvw_page *parent, int ps)
 {
-	kvw_page *r, *l;
-	kv_special xs = kvp_special(x->page);
-	kv_key low = kvn_low(x->page);
-	char it[KV_INNER_HDR];
-	int rc = kvw_get(kvn_child(parent->page, KV_FIRST_SLOT + 1), &r);
-	if (rc != WALRUS_OK)
-		return rc;
-	if (r->blk != xs.right)
-		return bad_node(x, "right link differs from the parent's next child");
-	if (!fence_fits(r->page, 0, &low))
-		return WALRUS_OK;
-	rc = set_fence(r, 0, &low, KVN_LOW_INF, true, xs.left);
-	if (rc == WALRUS_OK && xs.left != WR_INVALID_BLKNO)
-		rc = kvw_get(xs.left, &l);
-	if (rc == WALRUS_OK && xs.left != WR_INVALID_BLKNO) {
-		kv_special ls = kvp_special(l->page);
-		ls.right = r->blk;
-		rc = kvw_op_special(l, &ls);
+	wr_blkno s = kvn_child(parent->page, ch->into_left ? ps - 1 : ps + 1);
+	int rc = kvw_get(s, &ch->d[ch->top]);
+	for (int l = ch->top; rc == WALRUS_OK; l--) {
+		kvw_page *d = ch->d[l], *c = ch->c[l];
+		rc = check_node(d, l);
+		kv_special ds = kvp_special(d->page), cs = kvp_special(c->page);
+		bool linked = ch->into_left ? ds.right == c->blk && cs.left == d->blk
+		                            : ds.left == c->blk && cs.right == d->blk;
+		if (rc == WALRUS_OK && !linked)
+			rc = bad_node(d, "sibling links disagree with the parent");
+		if (rc != WALRUS_OK || l == 0)
+			break;
+		int slot = ch->into_left ? kvp_nslots(d->page) - 1 : KV_FIRST_SLOT;
+		rc = kvw_get(kvn_child(d->page, slot), &ch->d[l - 1]);
 	}
-	if (rc == WALRUS_OK)
-		rc = kvw_op(parent, KVOP_DELETE, KV_FIRST_SLOT, NULL, 0);
-	if (rc == WALRUS_OK)
-		rc = kvw_op(parent, KVOP_REPLACE, KV_FIRST_SLOT, it, kvi_encode(it, r->blk, NULL, 0));
-	*done = rc == WALRUS_OK;
 	return rc;
 }
 
-/* A root with a single child hands the root over to it. */
-static int collapse_root(kvw_page *root)
+static bool edge_fits(const chain *ch)
+{
+	for (int l = 0; l <= ch->top; l++)
+		if (!fence_fits(ch->d[l]->page, ch->into_left ? 1 : 0, &ch->fence))
+			return false;
+	return true;
+}
+
+/* At level @l, d takes c's key range and its place among the siblings. */
+static int take_over(const chain *ch, int l)
+{
+	kv_special cs = kvp_special(ch->c[l]->page);
+	kvw_page *d = ch->d[l];
+	int rc;
+	if (ch->into_left) {
+		rc = set_fence(d, 1, &ch->fence, KVN_HIGH_INF, false, cs.right);
+		return rc == WALRUS_OK ? relink(cs.right, true, d->blk) : rc;
+	}
+	rc = set_fence(d, 0, &ch->fence, KVN_LOW_INF, true, cs.left);
+	return rc == WALRUS_OK ? relink(cs.left, false, d->blk) : rc;
+}
+
+/* The parent drops its downlink to the chain (a new first child loses its key). */
+static int unlink_chain(const chain *ch, kvw_page *parent, int ps)
+{
+	char it[KV_INNER_HDR];
+	int rc = kvw_op(parent, KVOP_DELETE, (uint16_t)ps, NULL, 0);
+	if (rc != WALRUS_OK || ch->into_left)
+		return rc;
+	return kvw_op(parent, KVOP_REPLACE, KV_FIRST_SLOT, it,
+	              kvi_encode(it, ch->d[ch->top]->blk, NULL, 0));
+}
+
+/* While the root has a single child, that child becomes the root. */
+static int collapse_root(void)
 {
 	kv_meta *m = kvw_meta();
-	m->root = kvn_child(root->page, KV_FIRST_SLOT);
-	m->height--;
-	return kvw_free_page(root);
+	int rc = WALRUS_OK;
+	while (rc == WALRUS_OK && m->height > 1) {
+		kvw_page *root;
+		rc = kvw_get(m->root, &root);
+		if (rc != WALRUS_OK || kvn_nentries(root->page) != 1)
+			break;
+		m->root = kvn_child(root->page, KV_FIRST_SLOT);
+		m->height--;
+		rc = kvw_free_page(root);
+	}
+	return rc;
 }
 
-/* Unlinks the empty leaf at the bottom of @path when its parent has another child. */
-static int remove_leaf(wpath *path)
+/* Unlinks the empty leaf at the bottom of @path, with ancestors it leaves empty. */
+static int remove_empty(wpath *path)
 {
-	kvw_page *x = path->node[0], *parent = path->node[1];
-	int ps = path->slot[0];
-	bool done = false;
-	if (kvn_nentries(parent->page) < 2)
-		return WALRUS_OK;
-	int rc = ps > KV_FIRST_SLOT ? merge_left(parent, ps, x, &done) : merge_right(parent, x, &done);
-	if (rc != WALRUS_OK || !done)
-		return rc;
-	rc = kvw_free_page(x);
-	if (rc == WALRUS_OK && path->height == 2 && kvn_nentries(parent->page) == 1)
-		rc = collapse_root(parent);
-	return rc;
+	chain ch = {.top = 0};
+	while (ch.top + 1 < path->height && kvn_nentries(path->node[ch.top + 1]->page) == 1)
+		ch.top++;
+	if (ch.top + 1 >= path->height)
+		return WALRUS_OK; /* the tree's only leaf stays */
+	kvw_page *parent = path->node[ch.top + 1];
+	int ps = path->slot[ch.top];
+	ch.into_left = ps > KV_FIRST_SLOT;
+	for (int l = 0; l <= ch.top; l++)
+		ch.c[l] = path->node[l];
+	ch.fence = ch.into_left ? kvn_high(ch.c[ch.top]->page) : kvn_low(ch.c[ch.top]->page);
+	int rc = edge_path(&ch, parent, ps);
+	if (rc != WALRUS_OK || !edge_fits(&ch))
+		return rc; /* a fence that does not fit: the empty leaf stays */
+	for (int l = ch.top; rc == WALRUS_OK && l >= 0; l--)
+		rc = take_over(&ch, l);
+	if (rc == WALRUS_OK)
+		rc = unlink_chain(&ch, parent, ps);
+	for (int l = ch.top; rc == WALRUS_OK && l >= 0; l--)
+		rc = kvw_free_page(ch.c[l]); /* the fence pointed into c[top]: used up by now */
+	return rc == WALRUS_OK ? collapse_root() : rc;
 }
 
 int kvm_delete(const void *k, uint16_t kl)
@@ -515,6 +556,6 @@ int kvm_delete(const void *k, uint16_t kl)
 		return rc;
 	kvw_meta()->nkeys--;
 	if (kvn_nentries(leaf->page) == 0 && path.height > 1)
-		rc = remove_leaf(&path);
+		rc = remove_empty(&path);
 	return rc;
 }

@@ -248,21 +248,39 @@ int kvn_nentries(const char *page)
 	return n > 0 ? n : 0;
 }
 
+/* The key of entry @slot, clamped to the item (a damaged page never leads a read astray). */
 kv_key kvn_entry_key(const char *page, int slot)
 {
 	uint16_t len;
 	const char *item = kvp_item(page, slot, &len);
 	kv_key k = {.inf = false};
 	if (kvp_special(page).level == 0) {
-		uint16_t kl;
-		memcpy(&kl, item, sizeof(kl));
+		uint16_t kl = 0;
+		if (len >= KV_LEAF_HDR)
+			memcpy(&kl, item, sizeof(kl));
 		k.p = item + KV_LEAF_HDR;
-		k.len = kl;
+		k.len = len >= KV_LEAF_HDR ? (uint16_t)WR_MIN(kl, len - KV_LEAF_HDR) : 0;
 	} else {
 		k.p = item + KV_INNER_HDR;
-		k.len = (uint16_t)(len - KV_INNER_HDR);
+		k.len = len >= KV_INNER_HDR ? (uint16_t)(len - KV_INNER_HDR) : 0;
 	}
 	return k;
+}
+
+bool kvn_entries_sane(const char *page)
+{
+	int level = kvp_special(page).level, n = kvp_nslots(page);
+	for (int s = 0; s < n; s++) {
+		uint16_t len;
+		const char *item = kvp_item(page, s, &len);
+		kv_leaf_ent e;
+		bool ok = s < KV_FIRST_SLOT ? len <= KV_MAX_KEY
+		          : level == 0      ? kvl_decode(item, len, &e)
+		                       : len >= KV_INNER_HDR && len - KV_INNER_HDR <= KV_MAX_KEY;
+		if (!ok)
+			return false;
+	}
+	return true;
 }
 
 int kvn_lower_bound(const char *page, const void *k, size_t kl, bool *eq)
@@ -378,8 +396,7 @@ uint16_t kvi_encode(char *out, wr_blkno child, const void *k, uint16_t kl)
 
 /* ---------------------------------------------------------------- overflow, free, meta */
 
-void kvo_init(char *page, uint64_t id, uint32_t seq, const void *data, uint32_t len,
-              wr_blkno next)
+void kvo_init(char *page, uint64_t id, uint32_t seq, const void *data, uint32_t len, wr_blkno next)
 {
 	page_init(page, sizeof(kv_special), KV_PT_OVF);
 	kv_ovf_hdr h = {.id = id, .seq = seq, .len = len};
@@ -522,8 +539,9 @@ bool kvop_apply(char *page, const char *ops, size_t len, char *why, size_t whyle
 			return false;
 		}
 		if (!apply_one(page, code, slot, ops + pos + KVOP_HDR, l)) {
-			snprintf(why, whylen, "op %u (slot %u, %u bytes) at byte %zu does not apply",
-			         code, slot, l, pos);
+			snprintf(why, whylen,
+			         "op %u (slot %u, %u bytes) at byte %zu does not apply", code, slot,
+			         l, pos);
 			return false;
 		}
 		pos += KVOP_HDR + l;
@@ -548,8 +566,8 @@ void kvop_describe(const char *ops, size_t len, char *buf, size_t buflen)
 		memcpy(&slot, ops + pos + 1, 2);
 		memcpy(&l, ops + pos + 3, 2);
 		if (code == KVOP_DELETE || code == KVOP_TRUNCATE)
-			snprintf(buf + used, buflen - used, "%s%s %u", used ? ", " : "", op_name(code),
-			         slot);
+			snprintf(buf + used, buflen - used, "%s%s %u", used ? ", " : "",
+			         op_name(code), slot);
 		else if (code == KVOP_INSERT || code == KVOP_REPLACE)
 			snprintf(buf + used, buflen - used, "%s%s %u (%u B)", used ? ", " : "",
 			         op_name(code), slot, l);

@@ -147,21 +147,25 @@ static const char *kv_info_name(uint8_t info)
 	}
 }
 
+static const char *batch_part(uint8_t info)
+{
+	bool first = info & KV_FIRST, more = info & KV_MORE;
+	return first && !more ? "whole batch"
+	       : first        ? "batch starts"
+	       : more         ? "batch continues"
+	                      : "batch ends";
+}
+
 static void kv_describe(const wal_decoded *rec, char *buf, size_t len)
 {
-	uint8_t info = rec->hdr.info;
-	size_t used = 0;
-	buf[0] = '\0';
-	snprintf(buf, len, "%s%s", (info & KV_FIRST) ? "first " : "",
-	         (info & KV_MORE) ? "more follow" : "batch ends");
-	used = strlen(buf);
+	snprintf(buf, len, "%s", batch_part(rec->hdr.info));
+	size_t used = strlen(buf);
 	for (int i = 0; i < rec->nblocks && used + 1 < len; i++) {
 		const wal_decoded_block *b = &rec->blocks[i];
 		char ops[512];
 		kvop_describe(b->data, b->data_len, ops, sizeof(ops));
-		snprintf(buf + used, len - used, "; blk %u%s%s: %s", b->blkno,
-		         (b->flags & WAL_BLK_HAS_IMAGE) ? " FPW" : "",
-		         (b->flags & WAL_BLK_WILL_INIT) ? " INIT" : "", ops);
+		snprintf(buf + used, len - used, "; blk %u%s: %s", b->blkno,
+		         (b->flags & WAL_BLK_HAS_IMAGE) ? " FPW" : "", ops);
 		used += strlen(buf + used);
 	}
 }

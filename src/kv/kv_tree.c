@@ -60,8 +60,8 @@ int kv_check_key(size_t kl)
 	if (kl == 0)
 		return wr_error(WALRUS_EINVAL, "key must not be empty");
 	if (kl > KV_MAX_KEY)
-		return wr_error(WALRUS_ETOOBIG, "key of %zu bytes is over the limit of %u bytes", kl,
-		                KV_MAX_KEY);
+		return wr_error(WALRUS_ETOOBIG, "key of %zu bytes is over the limit of %u bytes",
+		                kl, KV_MAX_KEY);
 	return WALRUS_OK;
 }
 
@@ -298,8 +298,9 @@ static int lookup_once(const void *k, size_t kl, get_dst *d)
 	if (!eq)
 		rc = wr_error(WALRUS_ENOTFOUND, "key not found");
 	else if (!kvl_decode(item, len, &e))
-		rc = wr_error(WALRUS_ECORRUPT, "bad leaf entry at slot %d of block %u of relation %u",
-		              slot, p.blk, KV_REL);
+		rc = wr_error(WALRUS_ECORRUPT,
+		              "bad leaf entry at slot %d of block %u of relation %u", slot, p.blk,
+		              KV_REL);
 	else
 		rc = dst_prepare(d, e.vlen);
 	if (rc == WALRUS_OK && e.kind == KV_INLINE && e.vlen > 0)
@@ -365,8 +366,8 @@ static int new_block(wr_blkno blk, wr_blkno n, int *buf)
 	if (rc == WALRUS_OK && got != blk) {
 		buf_unlock(*buf);
 		buf_release(*buf);
-		return wr_error(WALRUS_EINTERNAL, "relation %u grew to block %u, expected %u", KV_REL,
-		                got, blk);
+		return wr_error(WALRUS_EINTERNAL, "relation %u grew to block %u, expected %u",
+		                KV_REL, got, blk);
 	}
 	return rc;
 }
@@ -402,8 +403,13 @@ static int create_tree(wr_blkno n)
 		buf_release(mbuf);
 		return rc;
 	}
-	kv_meta m = {.magic = KV_META_MAGIC, .version = KV_META_VERSION, .root = 1, .height = 1,
-	             .nblocks = 2, .free_head = WR_INVALID_BLKNO, .next_value_id = 1};
+	kv_meta m = {.magic = KV_META_MAGIC,
+	             .version = KV_META_VERSION,
+	             .root = 1,
+	             .height = 1,
+	             .nblocks = 2,
+	             .free_head = WR_INVALID_BLKNO,
+	             .next_value_id = 1};
 	kv_key inf = {.inf = true};
 	buf_change_begin();
 	kvm_init(img, &m);

@@ -81,8 +81,8 @@ static bool read_block(vstate *vs, wr_blkno blk, char *dst)
 /* Marks @blk as used for @what; false (reported) when out of range or used already. */
 static bool claim(vstate *vs, wr_blkno blk, uint8_t what, wr_blkno from)
 {
-	static const char *const names[] = {"", "the meta page", "a tree node",
-	                                    "an overflow page", "a free page"};
+	static const char *const names[] = {"", "the meta page", "a tree node", "an overflow page",
+	                                    "a free page"};
 	if (blk >= vs->m.nblocks) {
 		report(vs, from, "block %u (referenced from block %u) is past the tree's end (%u)",
 		       blk, from, vs->m.nblocks);
@@ -118,7 +118,10 @@ static int level_add(vlevel *l, wr_blkno blk, const kv_key *low, const kv_key *h
 		l->cap = cap;
 	}
 	vnode *n = &l->v[l->n];
-	*n = (vnode){.blk = blk, .lowlen = low->len, .highlen = high->len, .lowinf = low->inf,
+	*n = (vnode){.blk = blk,
+	             .lowlen = low->len,
+	             .highlen = high->len,
+	             .lowinf = low->inf,
 	             .highinf = high->inf};
 	n->low = dup_key(low);
 	n->high = dup_key(high);
@@ -182,8 +185,9 @@ static void check_chain(vstate *vs, wr_blkno leaf, const kv_ovf_ref *ref)
 		kv_ovf_hdr h = kvo_header(page);
 		if (kvp_type(page) != KV_PT_OVF || h.id != ref->id || h.seq != seq || h.len == 0 ||
 		    h.len > ref->vlen - off) {
-			report(vs, blk, "block %u is not piece %u of the value (id %llu) of an entry "
-			                "in leaf %u",
+			report(vs, blk,
+			       "block %u is not piece %u of the value (id %llu) of an entry "
+			       "in leaf %u",
 			       blk, seq, (unsigned long long)ref->id, leaf);
 			return;
 		}
@@ -236,15 +240,17 @@ static void check_order(vstate *vs, const vnode *n, const char *page, int level)
 		kv_key k = kvn_entry_key(page, s);
 		bool first = s == KV_FIRST_SLOT + (level > 0);
 		if (first && !low.inf && kv_cmp(k.p, k.len, low.p, low.len) < (level > 0 ? 1 : 0))
-			report(vs, n->blk, "block %u: key at slot %d is below the low fence", n->blk, s);
+			report(vs, n->blk, "block %u: key at slot %d is below the low fence",
+			       n->blk, s);
 		if (!first) {
 			kv_key p = kvn_entry_key(page, s - 1);
 			if (kv_cmp(p.p, p.len, k.p, k.len) >= 0)
-				report(vs, n->blk, "block %u: keys out of order at slot %d", n->blk, s);
+				report(vs, n->blk, "block %u: keys out of order at slot %d", n->blk,
+				       s);
 		}
 		if (s == nslots - 1 && !high.inf && kv_cmp(k.p, k.len, high.p, high.len) >= 0)
-			report(vs, n->blk, "block %u: key at slot %d is not below the high fence", n->blk,
-			       s);
+			report(vs, n->blk, "block %u: key at slot %d is not below the high fence",
+			       n->blk, s);
 	}
 }
 
@@ -255,7 +261,7 @@ static int check_node(vstate *vs, const vnode *n, int level)
 		return WALRUS_OK;
 	kv_special s = kvp_special(page);
 	if (kvp_type(page) != KV_PT_NODE || !kvp_sane(page) || kvp_nslots(page) < KV_FIRST_SLOT ||
-	    s.level != level) {
+	    s.level != level || !kvn_entries_sane(page)) {
 		report(vs, n->blk, "block %u is not a well-formed tree node of level %d", n->blk,
 		       level);
 		return WALRUS_OK;
@@ -301,8 +307,8 @@ static int check_meta(vstate *vs, wr_blkno nfile)
 		return WALRUS_ECORRUPT;
 	vs->m = kvm_get(vs->page);
 	if (kvp_type(vs->page) != KV_PT_META || vs->m.magic != KV_META_MAGIC ||
-	    vs->m.version != KV_META_VERSION || vs->m.height == 0 ||
-	    vs->m.height > KV_MAX_HEIGHT || vs->m.nblocks < 2 || vs->m.nblocks > nfile) {
+	    vs->m.version != KV_META_VERSION || vs->m.height == 0 || vs->m.height > KV_MAX_HEIGHT ||
+	    vs->m.nblocks < 2 || vs->m.nblocks > nfile) {
 		report(vs, 0, "block 0 is not a valid meta page (height %u, %u blocks of %u)",
 		       vs->m.height, vs->m.nblocks, nfile);
 		return WALRUS_ECORRUPT;
@@ -341,8 +347,9 @@ static void check_leftovers(vstate *vs)
 {
 	for (wr_blkno b = 1; b < vs->m.nblocks; b++)
 		if (vs->seen[b] == SEEN_NONE)
-			report(vs, b, "block %u is lost: not in the tree, an overflow chain or the "
-			              "free list",
+			report(vs, b,
+			       "block %u is lost: not in the tree, an overflow chain or the "
+			       "free list",
 			       b);
 	if (vs->r->keys != vs->m.nkeys)
 		report(vs, 0, "the tree holds %llu keys, the meta page says %llu",
@@ -353,8 +360,9 @@ static int verify_locked(vstate *vs)
 {
 	smgr_rel *rel;
 	wr_blkno nfile;
-	int rc = smgr_exists(KV_REL) ? smgr_open(KV_REL, &rel)
-	                             : wr_error(WALRUS_ENOENT, "relation %u does not exist", KV_REL);
+	int rc = smgr_exists(KV_REL)
+	             ? smgr_open(KV_REL, &rel)
+	             : wr_error(WALRUS_ENOENT, "relation %u does not exist", KV_REL);
 	if (rc == WALRUS_OK)
 		rc = smgr_nblocks(rel, &nfile);
 	if (rc == WALRUS_OK)
@@ -396,7 +404,7 @@ int kv_verify(kv_verify_report_fn fn, void *arg, kv_verify_result *r)
 	uint64_t errors = vs->r->errors;
 	free(vs);
 	if ((rc == WALRUS_OK || rc == WALRUS_ECORRUPT) && errors > 0)
-		rc = wr_error(WALRUS_ECORRUPT, "the tree of relation %u has %llu problem(s)", KV_REL,
-		              (unsigned long long)errors);
+		rc = wr_error(WALRUS_ECORRUPT, "the tree of relation %u has %llu problem(s)",
+		              KV_REL, (unsigned long long)errors);
 	return rc;
 }

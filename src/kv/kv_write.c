@@ -18,7 +18,7 @@
  * redo drops them anyway when the next batch starts.
  *
  * The meta page is kept in memory during a batch and logged once, in the
- * commit record: redo applies a batch whole, so only its final state
+ * batch's last record: redo applies a batch whole, so only its final state
  * matters.
  *
  * Interface: kv_int.h, "kv_write.c".
@@ -83,7 +83,7 @@ static int set_grow(void)
 {
 	if (w.n == w.cap) {
 		uint32_t cap = w.cap ? w.cap * 2 : 64;
-		kvw_page **a = realloc(w.pages, cap * sizeof(*a));
+		kvw_page **a = realloc(w.pages, cap * sizeof(kvw_page *));
 		if (a == NULL)
 			return wr_error(WALRUS_ENOMEM, "out of memory for a batch's pages");
 		w.pages = a;
@@ -92,7 +92,7 @@ static int set_grow(void)
 	if ((w.n + 1) * 2 <= w.hcap)
 		return WALRUS_OK;
 	uint32_t hcap = w.hcap ? w.hcap * 2 : 128;
-	kvw_page **h = calloc(hcap, sizeof(*h));
+	kvw_page **h = calloc(hcap, sizeof(kvw_page *));
 	if (h == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory for a batch's pages");
 	free(w.hash);
@@ -129,8 +129,12 @@ static int set_add(wr_blkno blk, int buf, bool locked, bool fresh, kvw_page **ou
 		buf_release(buf);
 		return rc;
 	}
-	*p = (kvw_page){.blk = blk, .buf = buf, .page = buf_page(buf), .locked = locked,
-	                .member = fresh, .fresh = fresh};
+	*p = (kvw_page){.blk = blk,
+	                .buf = buf,
+	                .page = buf_page(buf),
+	                .locked = locked,
+	                .member = fresh,
+	                .fresh = fresh};
 	w.pages[w.n++] = p;
 	hash_put(p);
 	*out = p;
@@ -403,12 +407,18 @@ void kv_test_crash_after_records(int n)
 
 int kvw_batch_begin(void)
 {
+	/* Left over by a batch a PANIC interrupted: its buffers belonged to
+	 * the shared memory of an instance that is gone. */
+	for (uint32_t i = 0; i < w.n; i++) {
+		free(w.pages[i]->pre);
+		free(w.pages[i]);
+	}
 	w.n = 0;
 	w.nrb = 0;
 	w.nrec = 0;
 	w.splits = w.freed = w.reused = 0;
 	if (w.hcap)
-		memset(w.hash, 0, w.hcap * sizeof(*w.hash));
+		memset(w.hash, 0, w.hcap * sizeof(kvw_page *));
 	w.meta.nblocks = 1; /* enough to read the meta page */
 	kvw_page *m;
 	int rc = kvw_get(0, &m);
@@ -442,7 +452,7 @@ static void release_all(void)
 	w.n = 0;
 	w.nrb = 0;
 	if (w.hcap)
-		memset(w.hash, 0, w.hcap * sizeof(*w.hash));
+		memset(w.hash, 0, w.hcap * sizeof(kvw_page *));
 }
 
 static void add_counters(void)
@@ -452,11 +462,15 @@ static void add_counters(void)
 	atomic_fetch_add(&kv_sh->pages_reused, w.reused);
 }
 
+/*
+ * The last record of the batch carries the changes still being built and
+ * the meta page: a batch of one small operation is one record.
+ */
 int kvw_commit(wr_lsn *lsn)
 {
 	*lsn = 0;
-	int rc = kvw_flush_record();
-	if (rc == WALRUS_OK && memcmp(&w.meta, &w.meta0, sizeof(w.meta)) != 0) {
+	int rc = WALRUS_OK;
+	if (memcmp(&w.meta, &w.meta0, sizeof(w.meta)) != 0) {
 		kvw_page *m;
 		rc = kvw_get(0, &m);
 		if (rc == WALRUS_OK)

@@ -14,6 +14,7 @@ wr_options kt_opts;
 const char *kt_dir;
 kt_shared *kt_sh;
 bool kt_skip_redo_end;
+bool kt_redo_via_storage;
 
 void kt_init(const char *prefix, int64_t nbuffers)
 {
@@ -54,15 +55,15 @@ static void recover(void)
 	wal_control c;
 	wal_register_builtin_rmgrs();
 	kv_register_rmgr();
-	wal_redo_set_pages(&buf_redo_pages);
+	wal_redo_set_pages(kt_redo_via_storage ? NULL : &buf_redo_pages);
 	int rc = wal_recover(kt_dir, &kt_opts, &res);
 	ck_assert_msg(rc == WALRUS_OK, "wal_recover: %s", walrus_errmsg());
 	if (!kt_skip_redo_end)
 		kv_redo_end();
 	ck_assert_int_eq(wal_control_read(kt_dir, &c), WALRUS_OK);
-	ck_assert_int_eq(wal_start_insert_at(res.end, res.last_lsn, res.last_redo, c.sysid,
-	                                     res.last_page),
-	                 WALRUS_OK);
+	ck_assert_int_eq(
+	    wal_start_insert_at(res.end, res.last_lsn, res.last_redo, c.sysid, res.last_page),
+	    WALRUS_OK);
 }
 
 void kt_start(void)
@@ -119,8 +120,7 @@ void kt_checkpoint(void)
 
 int kt_child_attach(int slot)
 {
-	if (wal_attach(slot) != WALRUS_OK || buf_attach() != WALRUS_OK ||
-	    kv_attach() != WALRUS_OK)
+	if (wal_attach(slot) != WALRUS_OK || buf_attach() != WALRUS_OK || kv_attach() != WALRUS_OK)
 		return 90;
 	return 0;
 }

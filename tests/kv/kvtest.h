@@ -24,9 +24,9 @@
 #define KT_SLOTS 16
 
 typedef struct kt_shared {
-	_Atomic uint32_t go;       /* start barrier */
-	_Atomic uint32_t writers;  /* writers still running */
-	_Atomic uint64_t counter;  /* free for tests */
+	_Atomic uint32_t go;      /* start barrier */
+	_Atomic uint32_t writers; /* writers still running */
+	_Atomic uint64_t counter; /* free for tests */
 	_Atomic uint64_t lsn[KT_SLOTS];
 } kt_shared;
 
@@ -35,6 +35,8 @@ extern const char *kt_dir;
 extern kt_shared *kt_sh;
 /* Recovery leaves out kv_redo_end (RM_KV must cope on its own). */
 extern bool kt_skip_redo_end;
+/* Redo writes pages straight to storage instead of through the pool. */
+extern bool kt_redo_via_storage;
 
 /* A new data directory and instance with @nbuffers pages of shared buffers. */
 void kt_init(const char *prefix, int64_t nbuffers);

@@ -48,9 +48,10 @@ static uint32_t value_len(uint64_t r)
 {
 	uint32_t p = (uint32_t)(r % 100);
 	r /= 100;
-	return p < 50 ? (uint32_t)(r % 50) : p < 80 ? (uint32_t)(50 + r % 950)
-	       : p < 95                            ? (uint32_t)(1000 + r % 3000)
-	                                           : (uint32_t)(4000 + r % 16000);
+	return p < 50   ? (uint32_t)(r % 50)
+	       : p < 80 ? (uint32_t)(50 + r % 950)
+	       : p < 95 ? (uint32_t)(1000 + r % 3000)
+	                : (uint32_t)(4000 + r % 16000);
 }
 
 static void make_value(uint32_t seed, uint32_t len, char *v)
@@ -153,8 +154,10 @@ static void gen_units(uint64_t *s, unit *u, int n)
 		u[i].nops = u[i].batch ? 1 + (int)(r / 500 % (uint64_t)most) : 1;
 		for (int j = 0; j < u[i].nops; j++) {
 			uint64_t q = kt_rand(s);
-			u[i].ops[j] = (mop){.put = q % 100 < 65, .kid = (uint32_t)(q / 100 % NKEYS),
-			                    .vseed = (uint32_t)(q >> 40), .vl = value_len(kt_rand(s))};
+			u[i].ops[j] = (mop){.put = q % 100 < 65,
+			                    .kid = (uint32_t)(q / 100 % NKEYS),
+			                    .vseed = (uint32_t)(q >> 40),
+			                    .vl = value_len(kt_rand(s))};
 		}
 	}
 }
@@ -203,7 +206,9 @@ static int phase_child(void *arg)
 		if (ph->ending == END_CKPT_CRASH && i == ph->n / 2)
 			kt_checkpoint();
 		rc = run_unit(&ph->units[i]);
-		ph->res[i] = rc == WALRUS_OK ? RES_OK : rc == WALRUS_ETOOBIG ? RES_TOOBIG : RES_FAILED;
+		ph->res[i] = rc == WALRUS_OK        ? RES_OK
+		             : rc == WALRUS_ETOOBIG ? RES_TOOBIG
+		                                    : RES_FAILED;
 		if (ph->res[i] == RES_FAILED) {
 			fprintf(stderr, "unit %d: %d %s\n", i, rc, walrus_errmsg());
 			return 20;
@@ -211,7 +216,7 @@ static int phase_child(void *arg)
 	}
 	if (ph->ending == END_CRASH || ph->ending == END_CKPT_CRASH) {
 		wal_flush_to(wal_insert_lsn()); /* as a last KV_SYNC commit would */
-		_exit(0);                        /* dirty pages die with the pool */
+		_exit(0);                       /* dirty pages die with the pool */
 	}
 	if (ph->ending == END_CLEAN && buf_flush_all() != WALRUS_OK)
 		return 21;
@@ -316,11 +321,12 @@ static void run_model(int nphases, int units_per_phase, uint64_t seed)
 	kv_get_stats(&st);
 	buf_get_stats(&bs);
 	if (getenv("KV_TEST_VERBOSE"))
-		fprintf(stderr,
-		        "model: %zu keys, height %u, %llu pages (%llu free), %d batches over the pin "
-		        "limit, %llu evictions\n",
-		        mn, st.height, (unsigned long long)st.pages, (unsigned long long)st.free_pages,
-		        aborted, (unsigned long long)bs.evictions);
+		fprintf(
+		    stderr,
+		    "model: %zu keys, height %u, %llu pages (%llu free), %d batches over the pin "
+		    "limit, %llu evictions\n",
+		    mn, st.height, (unsigned long long)st.pages, (unsigned long long)st.free_pages,
+		    aborted, (unsigned long long)bs.evictions);
 	munmap(res, (size_t)units_per_phase);
 	free(units);
 }
@@ -328,7 +334,12 @@ static void run_model(int nphases, int units_per_phase, uint64_t seed)
 START_TEST(random_operations_match_the_model)
 {
 	bool longm = tu_long_mode();
-	run_model(longm ? 200 : 24, longm ? 600 : 300, 0x5eed0000u + (uint64_t)_i);
+	const char *env = getenv("KV_TEST_SEED"); /* soak runs vary it */
+	uint64_t seed = (env ? strtoull(env, NULL, 0) : 0x5eed0000u) + (uint64_t)_i;
+	kt_redo_via_storage = _i == 1; /* redo on storage, as before the pool took it over */
+	if (getenv("KV_TEST_VERBOSE"))
+		fprintf(stderr, "model: seed %llu\n", (unsigned long long)seed);
+	run_model(longm ? 200 : 24, longm ? 600 : 300, seed);
 }
 END_TEST
 

@@ -73,8 +73,12 @@ static wop writer_op(uint32_t w, uint32_t i)
 	uint64_t s = (w + 1) * 1000003ULL + i * 7919ULL;
 	uint64_t r = kt_rand(&s);
 	uint32_t p = (uint32_t)(r % 100);
-	wop o = {.kind = p < 50 ? W_PUT_OWN : p < 65 ? W_DEL_OWN : p < 90 ? W_PUT_SHARED : W_BATCH,
-	         .key = (uint32_t)(r / 100 % OWN_KEYS), .len = val_len(kt_rand(&s))};
+	wop o = {.kind = p < 50   ? W_PUT_OWN
+	                 : p < 65 ? W_DEL_OWN
+	                 : p < 90 ? W_PUT_SHARED
+	                          : W_BATCH,
+	         .key = (uint32_t)(r / 100 % OWN_KEYS),
+	         .len = val_len(kt_rand(&s))};
 	if (o.kind == W_PUT_SHARED)
 		o.key %= SHARED_KEY;
 	return o;
@@ -156,34 +160,64 @@ static int writer(void *arg)
 
 /* ---------------------------------------------------------------- reader and checkpointer */
 
-/* One full scan: keys strictly ascending, every value whole. */
-static int scan_once(uint64_t *keys)
+#define STABLE_KEYS 200
+
+/* Keys written before the writers start and never touched: every scan must see each once. */
+static size_t stable_key(char *k, uint32_t i)
+{
+	return (size_t)sprintf(k, "stable-%03u", i);
+}
+
+static bool is_stable(const void *k, size_t kl)
+{
+	return kl == 10 && memcmp(k, "stable-", 7) == 0;
+}
+
+/* Checks one entry of a scan against the previous key (order in @dir, no repeats). */
+static int scan_entry(kv_iter *it, bool fwd, char *prev, size_t *prevl, uint64_t n)
+{
+	const void *k, *v;
+	size_t kl, vl;
+	kv_iter_key(it, &k, &kl);
+	kv_iter_value(it, &v, &vl);
+	int c = n > 0 ? kv_cmp(prev, *prevl, k, kl) : (fwd ? -1 : 1);
+	if (fwd ? c >= 0 : c <= 0) {
+		fprintf(stderr, "reader: keys out of order or repeated\n");
+		return -100;
+	}
+	if (!is_stable(k, kl) && !val_ok(k, kl, v, vl, NULL)) {
+		fprintf(stderr, "reader: torn value for key %.*s\n", (int)kl, (const char *)k);
+		return -101;
+	}
+	memcpy(prev, k, kl);
+	*prevl = kl;
+	return WALRUS_OK;
+}
+
+/* One full scan, forward or backward: order, whole values, every stable key once. */
+static int scan_once(bool fwd)
 {
 	kv_iter *it;
 	char prev[KV_MAX_KEY];
 	size_t prevl = 0;
-	*keys = 0;
+	uint64_t n = 0, stable = 0;
 	int rc = kv_iter_open(NULL, 0, NULL, 0, &it);
-	for (; rc == WALRUS_OK && kv_iter_valid(it); rc = kv_iter_next(it)) {
-		const void *k, *v;
-		size_t kl, vl;
+	if (rc == WALRUS_OK && !fwd)
+		rc = kv_iter_seek_last(it);
+	for (; rc == WALRUS_OK && kv_iter_valid(it); n++) {
+		const void *k;
+		size_t kl;
+		rc = scan_entry(it, fwd, prev, &prevl, n);
 		kv_iter_key(it, &k, &kl);
-		kv_iter_value(it, &v, &vl);
-		if (*keys > 0 && kv_cmp(prev, prevl, k, kl) >= 0) {
-			fprintf(stderr, "reader: keys out of order or repeated\n");
-			rc = -100;
-			break;
-		}
-		if (!val_ok(k, kl, v, vl, NULL)) {
-			fprintf(stderr, "reader: torn value for key %.*s\n", (int)kl, (const char *)k);
-			rc = -101;
-			break;
-		}
-		memcpy(prev, k, kl);
-		prevl = kl;
-		(*keys)++;
+		stable += is_stable(k, kl);
+		if (rc == WALRUS_OK)
+			rc = fwd ? kv_iter_next(it) : kv_iter_prev(it);
 	}
 	kv_iter_close(it);
+	if (rc == WALRUS_OK && stable != STABLE_KEYS) {
+		fprintf(stderr, "reader: %llu stable keys in a scan\n", (unsigned long long)stable);
+		rc = -103;
+	}
 	return rc;
 }
 
@@ -208,12 +242,12 @@ static int point_reads(uint64_t *s)
 static int reader(void *arg)
 {
 	(void)arg;
-	uint64_t scans = 0, keys, seed = 99;
+	uint64_t scans = 0, seed = 99;
 	int rc = kt_child_attach(NW + 1);
 	while (rc == 0 && atomic_load(&kt_sh->go) == 0)
 		sched_yield();
 	while (rc == 0 && (atomic_load(&kt_sh->writers) > 0 || scans < 3)) {
-		rc = scan_once(&keys);
+		rc = scan_once(scans % 2 == 0);
 		if (rc == WALRUS_OK)
 			rc = point_reads(&seed);
 		scans++;
@@ -266,8 +300,8 @@ static void check_content(uint32_t nops)
 			size_t kl = own_key(k, w, key);
 			vhdr h;
 			int rc = kv_get_into(k, kl, v, sizeof(v), &vl);
-			ck_assert_msg(rc == (present[key] ? WALRUS_OK : WALRUS_ENOTFOUND), "%s: %d", k,
-			              rc);
+			ck_assert_msg(rc == (present[key] ? WALRUS_OK : WALRUS_ENOTFOUND), "%s: %d",
+			              k, rc);
 			if (!present[key])
 				continue;
 			ck_assert(val_ok(k, kl, v, vl, &h));
@@ -290,6 +324,10 @@ START_TEST(writers_reader_and_checkpoints_at_once)
 	wargs a[NW];
 	pid_t pids[NW + 2];
 	kt_init("walrus-kv-mp", 2048);
+	for (uint32_t i = 0; i < STABLE_KEYS; i++) {
+		char k[32];
+		ck_assert_int_eq(kv_put(k, stable_key(k, i), "s", 1, KV_ASYNC), WALRUS_OK);
+	}
 	atomic_store(&kt_sh->writers, NW);
 	for (uint32_t w = 0; w < NW; w++) {
 		a[w] = (wargs){w, nops};
@@ -301,9 +339,12 @@ START_TEST(writers_reader_and_checkpoints_at_once)
 	for (int i = 0; i < NW + 2; i++)
 		ck_assert_int_eq(tu_wait(pids[i]), 0);
 	ck_assert_uint_ge(atomic_load(&kt_sh->counter), 3);
+	if (getenv("KV_TEST_VERBOSE"))
+		fprintf(stderr, "reader: %llu scans while %d writers ran\n",
+		        (unsigned long long)atomic_load(&kt_sh->counter), NW);
 	kv_stats st;
 	kv_get_stats(&st);
-	ck_assert_uint_ge(st.batches, NW * nops);
+	ck_assert_uint_ge(st.batches, (uint64_t)NW * nops);
 	kt_verify_clean();
 	check_content(nops);
 	/* Every writer ended with a KV_SYNC commit: a crash now loses nothing. */
@@ -415,6 +456,7 @@ START_TEST(batch_is_all_or_nothing_after_a_crash)
 	static const int points[] = {1, 2, 0, -1};
 	int crash_after = points[_i % 4];
 	kt_skip_redo_end = _i % 2 == 1;
+	kt_redo_via_storage = _i % 4 >= 2;
 	kt_init("walrus-kv-batch", 2048);
 	crash_args a = {.from = 1, .to = 3, .crash_after = crash_after, .checkpoint = _i >= 4};
 	ck_assert_int_eq(tu_wait(tu_fork(batch_child, &a)), KV_TEST_CRASH_EXIT);

@@ -30,7 +30,7 @@ START_TEST(slotted_page_matches_a_model)
 	int n = 0;
 	uint64_t seed = 42;
 	page_init(page, sizeof(kv_special), KV_PT_NODE);
-	for (int step = 0; step < 20000; step++) {
+	for (int step = 0; step < 5000; step++) {
 		uint64_t r = kt_rand(&seed);
 		int slot = n ? (int)(r % (uint64_t)(n + 1)) : 0;
 		uint16_t len = (uint16_t)(1 + (r >> 20) % 60);
@@ -174,8 +174,9 @@ static size_t put_op(char *buf, uint8_t code, uint16_t slot, const void *p, uint
 START_TEST(ops_replay_to_identical_bytes)
 {
 	static char a[WR_PAGE_SIZE], b[WR_PAGE_SIZE], img[WR_PAGE_SIZE], ops[64 * 1024];
-	char why[128], item[900];
+	char why[128], item[900], val[800];
 	size_t len = 0;
+	memset(val, 'v', sizeof(val));
 	uint64_t seed = 7;
 	leaf_init(img, "a", NULL);
 	kvop_image(img, ops + KVOP_HDR);
@@ -185,15 +186,17 @@ START_TEST(ops_replay_to_identical_bytes)
 		uint64_t r = kt_rand(&seed);
 		char key[8];
 		snprintf(key, sizeof(key), "k%05d", (int)(r % 100000));
-		uint16_t il = kvl_encode_inline(item, key, 6, item, (uint32_t)(r >> 32) % 800);
+		uint16_t il = kvl_encode_inline(item, key, 6, val, (uint32_t)(r >> 32) % 800);
 		if (n > 3 && r % 3 == 0) {
-			len += put_op(ops + len, KVOP_DELETE, (uint16_t)(2 + r % (uint64_t)n), NULL, 0);
+			len += put_op(ops + len, KVOP_DELETE, (uint16_t)(2 + r % (uint64_t)n), NULL,
+			              0);
 			n--;
 		} else if (n > 3 && r % 3 == 1) {
-			len += put_op(ops + len, KVOP_REPLACE, (uint16_t)(2 + r % (uint64_t)n), item, il);
+			len += put_op(ops + len, KVOP_REPLACE, (uint16_t)(2 + r % (uint64_t)n),
+			              item, il);
 		} else if (n < 8) {
-			len += put_op(ops + len, KVOP_INSERT, (uint16_t)(2 + r % (uint64_t)(n + 1)), item,
-			              il);
+			len += put_op(ops + len, KVOP_INSERT, (uint16_t)(2 + r % (uint64_t)(n + 1)),
+			              item, il);
 			n++;
 		}
 	}
@@ -218,7 +221,9 @@ static void max_leaf_item(char *item, uint16_t *len, int i, int keylen)
 {
 	char key[KV_MAX_KEY];
 	memset(key, 'k', sizeof(key));
-	snprintf(key + keylen - 6, 7, "%06d", i % 1000000);
+	char num[16];
+	snprintf(num, sizeof(num), "%06d", i % 1000000);
+	memcpy(key + keylen - 6, num, 6);
 	uint32_t vl = KV_LEAF_ITEM_MAX - KV_LP_SIZE - KV_LEAF_HDR - (uint32_t)keylen;
 	ck_assert(kvl_fits_inline((size_t)keylen, vl));
 	ck_assert(!kvl_fits_inline((size_t)keylen, vl + 1));
