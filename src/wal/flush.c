@@ -422,22 +422,36 @@ void wal_flush_async(wr_lsn lsn)
 	}
 }
 
-/* Creates the next segment before anyone needs it, so commits never wait for a zero-fill. */
+/*
+ * Creates the segments up to the one after the insert position before
+ * anyone needs them, so commits never wait for a zero-fill.  prealloc_end
+ * only grows over segments that exist, contiguously from the flush
+ * position: ensure_segment trusts every name below it.  (Inserts may run
+ * several segments ahead of the flush; creating only the insert's segment
+ * and the next left a gap that ensure_segment then believed created.)
+ */
 static void preallocate(void)
 {
+	uint64_t size = wal_sh->seg_size;
 	uint64_t end = wal_reserved_end();
-	uint64_t next = end - end % wal_sh->seg_size + wal_sh->seg_size;
-	if (atomic_load(&wal_sh->prealloc_end) >= next + wal_sh->seg_size)
+	uint64_t next = end - end % size + size;
+	uint64_t have = atomic_load(&wal_sh->prealloc_end);
+	if (have >= next + size)
 		return;
-	for (uint64_t s = end - end % wal_sh->seg_size; s <= next; s += wal_sh->seg_size) {
-		int rc = wal_segment_create(wal_sh->waldir, wal_sh->seg_size, s);
+	uint64_t flushed = atomic_load(&wal_sh->flush_lsn);
+	for (uint64_t s = WR_MAX(have, flushed - flushed % size); s <= next; s += size) {
+		int rc = wal_segment_create(wal_sh->waldir, size, s);
 		if (rc != WALRUS_OK) {
 			wr_log(WR_WARNING, "could not preallocate WAL segment: %s",
 			       walrus_errmsg());
 			return;
 		}
+		/* Never lower it: a concurrent caller may have gone further. */
+		uint64_t cur = atomic_load(&wal_sh->prealloc_end);
+		while (cur < s + size &&
+		       !atomic_compare_exchange_weak(&wal_sh->prealloc_end, &cur, s + size))
+			;
 	}
-	atomic_store(&wal_sh->prealloc_end, next + wal_sh->seg_size);
 }
 
 void wal_writer_round(void)
