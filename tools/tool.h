@@ -45,6 +45,7 @@ int cmd_options(tool_ctx *ctx, int argc, char **argv);
 int cmd_waldump(tool_ctx *ctx, int argc, char **argv);
 int cmd_controldata(tool_ctx *ctx, int argc, char **argv);
 int cmd_bench(tool_ctx *ctx, int argc, char **argv);
+int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv); /* -1: not a kv workload */
 int cmd_bench_ckpt(tool_ctx *ctx, int argc, char **argv);
 int cmd_put(tool_ctx *ctx, int argc, char **argv);
 int cmd_get(tool_ctx *ctx, int argc, char **argv);

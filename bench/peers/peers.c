@@ -1,993 +1,62 @@
 /*
- * peers.c - walrus-peers: db_bench-style workloads against SQLite, LMDB and
- * RocksDB, defined exactly as `walrus bench` runs them, so that walrus's
- * figures can be set beside its peers'. README.md beside this file states the
- * definitions; this file is their reference implementation.
+ * peers.c - walrus-peers: db_bench-style workloads against walrus, SQLite,
+ * LMDB and RocksDB, defined exactly as `walrus bench` runs them, so that
+ * walrus's figures can be set beside its peers'. This file is the program:
+ * arguments, the scratch directory, and one run of the workload library
+ * (workloads.c) per engine. README.md beside this file states the
+ * definitions.
  *
- * Workloads (N = --num, M = --sync-ops):
- *   fillseq     N puts of keys 0..N-1 in order, asynchronous, one per commit
- *   fillrandom  the same N puts in a fixed random permutation
- *   fillsync    M durable puts per client, P clients on disjoint keys
- *   readrandom  after a fillseq: N random point reads split over P clients
- *   scan        one ordered scan of the N keys
- * Every workload checks its result (fills by a full scan afterwards, reads
- * value by value, the scan key by key) and exits non-zero on a mismatch.
- *
- * Clients: SQLite and LMDB clients are forked processes, each opening the
- * database itself; RocksDB, which one process only may open, runs its
- * clients as threads sharing one handle. A client prepares (opens, warms),
- * signals ready, waits for the start, runs its operations timing each one,
- * and reports: a process through a pipe to the parent, a thread in memory.
- *
- * Errors: every library and system call is checked; a failure prints the
- * engine and the call and exits 3 (peers_fatal), after the parent has killed
- * and reaped its children and removed the scratch directories.
+ * Errors: usage errors exit 2; every failure after that is reported by the
+ * workload library (peers_fatal: exit 3, or 2 for a wrong result).
  */
 #include "peers.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#define KEY_SIZE    16
-#define VALUE_SIZE  100
-#define PAIR_BYTES  (KEY_SIZE + VALUE_SIZE)
-#define GOLDEN      0x9E3779B97F4A7C15ull /* value seeds, reader seeds */
-#define PERM_SEED   0x2545F4914F6CDD1Dull /* fillrandom's permutation */
-#define MAX_KEYS    10000000000000000ull  /* 10^16: keys are 16 decimal digits */
-#define MAX_CLIENTS 64
-#define MAX_LIST    16
+#include "walrus.h"
 
-typedef enum workload {
-	W_FILLSEQ,
-	W_FILLRANDOM,
-	W_FILLSYNC,
-	W_READRANDOM,
-	W_SCAN,
-	W_COUNT
-} workload;
+#define MAX_OPTS 64
 
-static const char *const workload_names[W_COUNT] = {"fillseq", "fillrandom", "fillsync",
-                                                    "readrandom", "scan"};
+/* walrus's buffer pool in walrus-peers: the 256 MiB that SQLite's page cache
+ * and RocksDB's block cache get (-o shared_buffers=... overrides it). */
+#define PEERS_WALRUS_SHARED_BUFFERS "256MB"
 
-static const peers_engine *const all_engines[] = {&peers_sqlite, &peers_lmdb, &peers_rocksdb};
+static const peers_engine *const all_engines[] = {&peers_walrus, &peers_sqlite, &peers_lmdb,
+                                                  &peers_rocksdb};
 #define NENGINES ((int)(sizeof(all_engines) / sizeof(all_engines[0])))
 
 typedef struct config {
-	uint64_t num;
-	uint64_t sync_ops;
-	const peers_engine *engines[MAX_LIST];
+	peers_config run;
+	const peers_engine *engines[PEERS_MAX_LIST];
 	int nengines;
-	workload workloads[MAX_LIST];
-	int nworkloads;
-	int sync_procs[MAX_LIST];
-	int nsync_procs;
-	int read_procs[MAX_LIST];
-	int nread_procs;
 	const char *dir;
-	bool json;
 	bool keep;
+	const char *opts[MAX_OPTS]; /* -o name=value, for walrus */
+	int nopts;
 } config;
 
-/* One client of a workload: its orders, and what it measured. */
-typedef struct client {
-	const peers_engine *e;
-	peers_open_args oa;
-	void *h; /* handle to use; NULL: open one (a forked client) */
-	workload work;
-	int id;
-	uint64_t first;             /* fills: first key index (sequential order) */
-	const uint64_t *order;      /* fillrandom: key index of each op */
-	uint64_t num;               /* readrandom: keys in the database */
-	uint64_t nops;              /* operations to run */
-	pthread_barrier_t *barrier; /* threads: start line */
-	int result_fd;              /* processes: ready byte, then the results */
-	int go_fd;                  /* processes: EOF means start */
-	uint64_t start_ns;
-	uint64_t end_ns;
-	uint32_t *lat; /* nops latencies in ns */
-} client;
-
-/* What a forked client sends after its ready byte, followed by nops uint32
- * latencies. */
-typedef struct client_wire {
-	uint64_t nops;
-	uint64_t start_ns;
-	uint64_t end_ns;
-} client_wire;
-
-typedef struct report {
-	const char *engine;
-	const char *workload;
-	const char *mode;
-	int procs;
-	uint64_t ops;
-	uint64_t ns;
-	bool has_lat;
-	double p50_us;
-	double p99_us;
-} report;
-
-/* Process-wide state the error path needs. */
-static bool g_is_child;
-static _Thread_local int g_client_id = -1; /* in a client process or thread */
-static const char *g_engine;               /* engine being run, NULL outside */
-static pid_t g_children[MAX_CLIENTS];
-static int g_nchildren;
 static char g_base[PATH_MAX];
 static bool g_base_created;
-static char g_subdir[PATH_MAX]; /* the engine directory in use */
-static bool g_keep;
-static atomic_flag g_dying = ATOMIC_FLAG_INIT;
-
-/* ---------------------------------------------------------------- errors */
-
-static int rm_cb(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	return remove(path) == 0 ? 0 : -1;
-}
-
-/* Remove a directory tree; absent is fine. Returns 0 or an errno value. */
-static int rm_tree(const char *path)
-{
-	if (nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS) != 0)
-		return errno == ENOENT ? 0 : (errno ? errno : EIO);
-	return 0;
-}
-
-/*
- * Kill (when asked) and wait for every child still recorded. Returns 0 when
- * all exited 0, else the first non-zero exit code (PEERS_EXIT_ERROR for a
- * child ended by a signal we did not send).
- */
-static int reap_children(bool kill_first)
-{
-	int code = 0;
-
-	for (int i = 0; i < g_nchildren; i++) {
-		int st;
-		pid_t r;
-
-		if (g_children[i] <= 0)
-			continue;
-		if (kill_first && kill(g_children[i], SIGKILL) != 0 && errno != ESRCH)
-			fprintf(stderr, "walrus-peers: kill(%d) failed: %s\n", (int)g_children[i],
-			        strerror(errno));
-		do
-			r = waitpid(g_children[i], &st, 0);
-		while (r < 0 && errno == EINTR);
-		if (r < 0) {
-			fprintf(stderr, "walrus-peers: waitpid(%d) failed: %s\n",
-			        (int)g_children[i], strerror(errno));
-			if (code == 0)
-				code = PEERS_EXIT_ERROR;
-		} else if (WIFEXITED(st) && WEXITSTATUS(st) != 0) {
-			if (code == 0)
-				code = WEXITSTATUS(st);
-		} else if (WIFSIGNALED(st) && !kill_first) {
-			fprintf(stderr, "walrus-peers: %s: client process %d killed by signal %d\n",
-			        g_engine, (int)g_children[i], WTERMSIG(st));
-			if (code == 0)
-				code = PEERS_EXIT_ERROR;
-		}
-		g_children[i] = 0;
-	}
-	g_nchildren = 0;
-	return code;
-}
-
-static void remove_scratch(void)
-{
-	int err;
-
-	if (g_keep)
-		return;
-	if (g_subdir[0] && (err = rm_tree(g_subdir)) != 0)
-		fprintf(stderr, "walrus-peers: could not remove \"%s\": %s\n", g_subdir,
-		        strerror(err));
-	if (g_base_created && (err = rm_tree(g_base)) != 0)
-		fprintf(stderr, "walrus-peers: could not remove \"%s\": %s\n", g_base,
-		        strerror(err));
-}
-
-static _Noreturn void die(int code)
-{
-	if (g_is_child)
-		_exit(code);
-	/* A second thread failing at the same time waits for the first to end
-	 * the process. */
-	if (atomic_flag_test_and_set(&g_dying))
-		for (;;)
-			pause();
-	reap_children(true);
-	remove_scratch();
-	fflush(stdout);
-	_exit(code);
-}
-
-/* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
-static void vreport(const char *who, const char *what, const char *fmt, va_list ap)
-{
-	char msg[1024];
-
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	if (who == NULL)
-		fprintf(stderr, "walrus-peers: %s: %s\n", what, msg);
-	else if (g_client_id >= 0)
-		fprintf(stderr, "walrus-peers: %s (client %d): %s: %s\n", who, g_client_id, what,
-		        msg);
-	else
-		fprintf(stderr, "walrus-peers: %s: %s: %s\n", who, what, msg);
-}
-
-/* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
-void peers_fatal(const char *who, const char *op, const char *fmt, ...)
-{
-	char what[256];
-	va_list ap;
-
-	snprintf(what, sizeof(what), "%s failed", op);
-	va_start(ap, fmt);
-	vreport(who, what, fmt, ap);
-	va_end(ap);
-	die(PEERS_EXIT_ERROR);
-}
-
-/* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
-void peers_mismatch(const char *who, const char *workload, const char *fmt, ...)
-{
-	char what[256];
-	va_list ap;
-
-	snprintf(what, sizeof(what), "%s: wrong result", workload);
-	va_start(ap, fmt);
-	vreport(who, what, fmt, ap);
-	va_end(ap);
-	die(PEERS_EXIT_DAMAGE);
-}
-
-/* A failed system call during the current engine's run. */
-static _Noreturn void sys_fail(const char *op)
-{
-	peers_fatal(g_engine, op, "%s", strerror(errno));
-}
-
-void *peers_xmalloc(const char *what, size_t n)
-{
-	void *p = malloc(n ? n : 1);
-
-	if (p == NULL)
-		peers_fatal(g_engine, "malloc", "%zu bytes for %s: out of memory", n, what);
-	return p;
-}
-
-static void xclose(int fd)
-{
-	if (close(fd) != 0)
-		sys_fail("close");
-}
-
-/* Read exactly n bytes unless EOF comes first; returns the bytes read. */
-static size_t read_full(int fd, void *buf, size_t n)
-{
-	size_t done = 0;
-
-	while (done < n) {
-		ssize_t r = read(fd, (char *)buf + done, n - done);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			sys_fail("read(pipe)");
-		if (r == 0)
-			break;
-		done += (size_t)r;
-	}
-	return done;
-}
-
-static void write_full(int fd, const void *buf, size_t n)
-{
-	size_t done = 0;
-
-	while (done < n) {
-		ssize_t r = write(fd, (const char *)buf + done, n - done);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			sys_fail("write(pipe)");
-		done += (size_t)r;
-	}
-}
-
-/* ------------------------------------------------------ keys and values */
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
-		sys_fail("clock_gettime(CLOCK_MONOTONIC)");
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static inline uint64_t xorshift64(uint64_t *s)
-{
-	uint64_t x = *s;
-
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	*s = x;
-	return x;
-}
-
-/* The key of index i: snprintf("%016llu", i), i < 10^16 (checked against
- * snprintf at start). */
-static inline void make_key(uint64_t i, char *k)
-{
-	for (int j = KEY_SIZE - 1; j >= 0; j--) {
-		k[j] = (char)('0' + i % 10);
-		i /= 10;
-	}
-}
-
-static char printable[256]; /* byte b -> ' ' + b % 95 */
-
-static void init_printable(void)
-{
-	for (int b = 0; b < 256; b++)
-		printable[b] = (char)(' ' + b % 95);
-}
-
-/*
- * The value of key index i written in round r (every workload writes round
- * 0): xorshift64 seeded with i * GOLDEN + r (GOLDEN if that is 0) is stepped
- * once per 8 bytes, and byte j of the value is printable[byte j % 8 of the
- * state], bytes taken from the least significant one.
- */
-static inline void make_value(uint64_t i, uint64_t round, char *v)
-{
-	uint64_t x = i * GOLDEN + round;
-
-	if (x == 0)
-		x = GOLDEN;
-	for (int j = 0; j < VALUE_SIZE; j += 8) {
-		uint64_t w = xorshift64(&x);
-
-		for (int b = 0; b < 8 && j + b < VALUE_SIZE; b++)
-			v[j + b] = printable[(w >> (8 * b)) & 0xff];
-	}
-}
-
-/* Order-sensitive fingerprint of a value sequence (the scan's check). */
-static inline uint64_t fold_value(uint64_t acc, const char *v)
-{
-	uint64_t h = 0, w;
-	uint32_t t;
-
-	for (int j = 0; j + 8 <= VALUE_SIZE; j += 8) {
-		memcpy(&w, v + j, 8);
-		h ^= w;
-	}
-	memcpy(&t, v + VALUE_SIZE - 4, 4);
-	h ^= (uint64_t)t << 32;
-	return (acc ^ h) * 0x100000001B3ull;
-}
-
-/* Readrandom client c draws key indexes from xorshift64 seeded so. */
-static uint64_t reader_seed(int id)
-{
-	return (uint64_t)(id + 1) * GOLDEN;
-}
-
-/* fillrandom's order: Fisher-Yates over 0..n-1, j = xorshift64 % (i + 1)
- * for i from n-1 down to 1, state seeded with PERM_SEED. */
-static uint64_t *make_permutation(uint64_t n)
-{
-	uint64_t *p = peers_xmalloc("permutation", n * sizeof(*p));
-	uint64_t x = PERM_SEED;
-
-	for (uint64_t i = 0; i < n; i++)
-		p[i] = i;
-	for (uint64_t i = n - 1; i > 0; i--) {
-		uint64_t j = xorshift64(&x) % (i + 1);
-		uint64_t t = p[i];
-
-		p[i] = p[j];
-		p[j] = t;
-	}
-	return p;
-}
-
-static void self_check(void)
-{
-	static const uint64_t probe[] = {0, 1, 9, 10, 12345678901234ull, MAX_KEYS - 1};
-
-	for (size_t i = 0; i < sizeof(probe) / sizeof(probe[0]); i++) {
-		char want[KEY_SIZE + 1], got[KEY_SIZE];
-
-		snprintf(want, sizeof(want), "%016llu", (unsigned long long)probe[i]);
-		make_key(probe[i], got);
-		if (memcmp(want, got, KEY_SIZE) != 0)
-			peers_mismatch(NULL, "self-check", "key of %" PRIu64 " is %.16s", probe[i],
-			               got);
-	}
-}
-
-/* --------------------------------------------------------- verification */
-
-typedef struct verify_state {
-	const char *engine;
-	const char *what;
-	uint64_t n;
-	uint64_t next;
-	uint64_t fold;
-	char value[VALUE_SIZE];
-} verify_state;
-
-static void verify_cb(void *arg, const char *k, size_t klen, const char *v, size_t vlen)
-{
-	verify_state *s = arg;
-	char key[KEY_SIZE];
-
-	if (s->next >= s->n)
-		peers_mismatch(s->engine, s->what, "more than %" PRIu64 " keys", s->n);
-	make_key(s->next, key);
-	if (klen != KEY_SIZE || memcmp(k, key, KEY_SIZE) != 0)
-		peers_mismatch(s->engine, s->what, "key #%" PRIu64 " is \"%.*s\", expected %.16s",
-		               s->next, (int)(klen < 64 ? klen : 64), k, key);
-	make_value(s->next, 0, s->value);
-	if (vlen != VALUE_SIZE || memcmp(v, s->value, VALUE_SIZE) != 0)
-		peers_mismatch(s->engine, s->what, "value of key %.16s differs (%zu bytes)", key,
-		               vlen);
-	s->fold = fold_value(s->fold, v);
-	s->next++;
-}
-
-/* Check by an ordered scan that the database holds exactly keys 0..n-1 with
- * their round-0 values; returns the fingerprint of the values. */
-static uint64_t verify_all(const peers_engine *e, void *h, uint64_t n, const char *what)
-{
-	verify_state s = {.engine = e->name, .what = what, .n = n};
-
-	e->scan(h, verify_cb, &s);
-	if (s.next != n)
-		peers_mismatch(e->name, what, "scan found %" PRIu64 " keys, expected %" PRIu64,
-		               s.next, n);
-	return s.fold;
-}
-
-/* -------------------------------------------------------------- clients */
-
-static inline uint32_t lat32(uint64_t ns)
-{
-	return ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
-}
-
-static void client_ready(client *c)
-{
-	if (c->barrier != NULL) {
-		int rc = pthread_barrier_wait(c->barrier);
-
-		if (rc != 0 && rc != PTHREAD_BARRIER_SERIAL_THREAD)
-			peers_fatal(c->e->name, "pthread_barrier_wait", "%s", strerror(rc));
-	} else if (c->result_fd >= 0) {
-		char b = 'R';
-
-		write_full(c->result_fd, &b, 1);
-		/* The parent never writes: its closing the pipe is the start. */
-		while (read_full(c->go_fd, &b, 1) != 0)
-			;
-	}
-}
-
-static void client_fill(client *c, void *h)
-{
-	char key[KEY_SIZE], val[VALUE_SIZE];
-
-	for (uint64_t j = 0; j < c->nops; j++) {
-		uint64_t idx = c->order ? c->order[j] : c->first + j;
-		uint64_t t0;
-
-		make_key(idx, key);
-		make_value(idx, 0, val);
-		t0 = now_ns();
-		c->e->put(h, key, KEY_SIZE, val, VALUE_SIZE);
-		c->lat[j] = lat32(now_ns() - t0);
-	}
-}
-
-static void client_read(client *c, void *h)
-{
-	char key[KEY_SIZE], val[VALUE_SIZE], buf[VALUE_SIZE];
-	uint64_t x = reader_seed(c->id);
-
-	for (uint64_t j = 0; j < c->nops; j++) {
-		uint64_t idx = xorshift64(&x) % c->num;
-		size_t vlen = 0;
-		uint64_t t0;
-		bool found;
-
-		make_key(idx, key);
-		t0 = now_ns();
-		found = c->e->get(h, key, KEY_SIZE, buf, sizeof(buf), &vlen);
-		c->lat[j] = lat32(now_ns() - t0);
-		if (!found)
-			peers_mismatch(c->e->name, "readrandom", "key %.16s not found", key);
-		make_value(idx, 0, val);
-		if (vlen != VALUE_SIZE || memcmp(buf, val, VALUE_SIZE) != 0)
-			peers_mismatch(c->e->name, "readrandom",
-			               "value of key %.16s differs (%zu bytes)", key, vlen);
-	}
-}
-
-/* Prepare, wait for the start, run the timed operations. */
-static void client_run(client *c)
-{
-	void *h = c->h ? c->h : c->e->open(&c->oa);
-
-	if (c->work == W_READRANDOM)
-		verify_all(c->e, h, c->num, "readrandom warm pass");
-	client_ready(c);
-	c->start_ns = now_ns();
-	if (c->work == W_READRANDOM)
-		client_read(c, h);
-	else
-		client_fill(c, h);
-	c->end_ns = now_ns();
-	if (c->h == NULL)
-		c->e->close(h);
-}
-
-static void *thread_main(void *arg)
-{
-	client *c = arg;
-
-	g_client_id = c->id;
-	client_run(c);
-	return NULL;
-}
-
-static void run_threads(client *cl, int n)
-{
-	pthread_t tid[MAX_CLIENTS];
-	pthread_barrier_t barrier;
-	int rc = pthread_barrier_init(&barrier, NULL, (unsigned)n);
-
-	if (rc != 0)
-		peers_fatal(cl[0].e->name, "pthread_barrier_init", "%s", strerror(rc));
-	for (int i = 0; i < n; i++) {
-		cl[i].barrier = &barrier;
-		rc = pthread_create(&tid[i], NULL, thread_main, &cl[i]);
-		if (rc != 0)
-			peers_fatal(cl[0].e->name, "pthread_create", "%s", strerror(rc));
-	}
-	for (int i = 0; i < n; i++) {
-		rc = pthread_join(tid[i], NULL);
-		if (rc != 0)
-			peers_fatal(cl[0].e->name, "pthread_join", "%s", strerror(rc));
-	}
-	rc = pthread_barrier_destroy(&barrier);
-	if (rc != 0)
-		peers_fatal(cl[0].e->name, "pthread_barrier_destroy", "%s", strerror(rc));
-}
-
-static _Noreturn void children_failed(int id, const char *what)
-{
-	int code = reap_children(true);
-
-	fprintf(stderr, "walrus-peers: %s: client process %d %s\n", g_engine, id, what);
-	die(code ? code : PEERS_EXIT_ERROR);
-}
-
-static _Noreturn void child_main(client *c)
-{
-	client_wire w;
-
-	g_is_child = true;
-	g_client_id = c->id;
-	g_nchildren = 0;
-	client_run(c);
-	w.nops = c->nops;
-	w.start_ns = c->start_ns;
-	w.end_ns = c->end_ns;
-	write_full(c->result_fd, &w, sizeof(w));
-	write_full(c->result_fd, c->lat, c->nops * sizeof(uint32_t));
-	xclose(c->result_fd);
-	_exit(0);
-}
-
-static void run_processes(client *cl, int n)
-{
-	int go[2];
-	int code;
-
-	if (pipe(go) != 0)
-		sys_fail("pipe");
-	if (fflush(stdout) != 0 || fflush(stderr) != 0) /* or children write it again */
-		sys_fail("fflush");
-	for (int i = 0; i < n; i++) {
-		int fds[2];
-		pid_t pid;
-
-		if (pipe(fds) != 0)
-			sys_fail("pipe");
-		pid = fork();
-		if (pid < 0)
-			sys_fail("fork");
-		if (pid == 0) {
-			g_is_child = true;
-			xclose(go[1]);
-			xclose(fds[0]);
-			for (int j = 0; j < i; j++)
-				xclose(cl[j].result_fd);
-			cl[i].go_fd = go[0];
-			cl[i].result_fd = fds[1];
-			child_main(&cl[i]);
-		}
-		g_children[g_nchildren++] = pid;
-		xclose(fds[1]);
-		cl[i].result_fd = fds[0];
-	}
-	xclose(go[0]);
-
-	for (int i = 0; i < n; i++) {
-		char b;
-
-		if (read_full(cl[i].result_fd, &b, 1) != 1)
-			children_failed(cl[i].id, "failed while preparing");
-	}
-	xclose(go[1]); /* start */
-	for (int i = 0; i < n; i++) {
-		client_wire w;
-
-		if (read_full(cl[i].result_fd, &w, sizeof(w)) != sizeof(w))
-			children_failed(cl[i].id, "ended without reporting");
-		if (w.nops != cl[i].nops)
-			children_failed(cl[i].id, "reported a wrong operation count");
-		cl[i].start_ns = w.start_ns;
-		cl[i].end_ns = w.end_ns;
-		if (read_full(cl[i].result_fd, cl[i].lat, w.nops * sizeof(uint32_t)) !=
-		    w.nops * sizeof(uint32_t))
-			children_failed(cl[i].id, "sent truncated latencies");
-		xclose(cl[i].result_fd);
-		cl[i].result_fd = -1;
-	}
-	code = reap_children(false);
-	if (code != 0) {
-		fprintf(stderr, "walrus-peers: %s: a client process failed\n", g_engine);
-		die(code);
-	}
-}
-
-/* ------------------------------------------------------------ reporting */
-
-/* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
-static int cmp_u32(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Output goes out line by line; a failed write (a closed pipe: SIGPIPE is
- * ignored) is an error like any other. */
-static void flush_out(FILE *f)
-{
-	if (fflush(f) != 0 || ferror(f))
-		sys_fail(f == stdout ? "write(stdout)" : "write(stderr)");
-}
-
-/* Nearest-rank percentile of sorted samples, in microseconds. */
-static double percentile_us(const uint32_t *v, uint64_t n, unsigned pct)
-{
-	uint64_t rank = (n * pct + 99) / 100;
-
-	return n == 0 ? 0.0 : (double)v[rank ? rank - 1 : 0] / 1000.0;
-}
-
-static void emit(const config *cfg, const report *r)
-{
-	double secs = (double)r->ns / 1e9;
-	double ops_s = secs > 0 ? (double)r->ops / secs : 0.0;
-	double mb_s = secs > 0 ? (double)r->ops * PAIR_BYTES / secs / 1048576.0 : 0.0;
-	FILE *human = cfg->json ? stderr : stdout;
-	bool keys = strcmp(r->workload, "scan") == 0;
-
-	fprintf(human,
-	        "%-8s %-10s procs=%-2d %-9s %10" PRIu64 " %-4s %8.3f s %11.0f %-6s %8.1f MB/s",
-	        r->engine, r->workload, r->procs, r->mode, r->ops, keys ? "keys" : "ops", secs,
-	        ops_s, keys ? "keys/s" : "ops/s", mb_s);
-	if (r->has_lat)
-		fprintf(human, "  p50 %9.2f us  p99 %9.2f us", r->p50_us, r->p99_us);
-	fputc('\n', human);
-	flush_out(human);
-	if (!cfg->json)
-		return;
-	printf("{\"engine\":\"%s\",\"workload\":\"%s\",\"procs\":%d,\"mode\":\"%s\","
-	       "\"ops\":%" PRIu64 ",\"seconds\":%.6f,\"ops_per_s\":%.1f,\"mb_per_s\":%.3f,",
-	       r->engine, r->workload, r->procs, r->mode, r->ops, secs, ops_s, mb_s);
-	if (r->has_lat)
-		printf("\"p50_us\":%.3f,\"p99_us\":%.3f}\n", r->p50_us, r->p99_us);
-	else
-		printf("\"p50_us\":null,\"p99_us\":null}\n");
-	flush_out(stdout);
-}
-
-/* Merge the clients' figures: the run lasts from the first start to the
- * last end, latencies are pooled. */
-static void report_clients(const config *cfg, const client *cl, int n, workload w, const char *mode)
-{
-	uint64_t ops = 0, start = UINT64_MAX, end = 0, at = 0;
-	uint32_t *all;
-	report r;
-
-	for (int i = 0; i < n; i++) {
-		ops += cl[i].nops;
-		start = cl[i].start_ns < start ? cl[i].start_ns : start;
-		end = cl[i].end_ns > end ? cl[i].end_ns : end;
-	}
-	all = peers_xmalloc("latencies", ops * sizeof(uint32_t));
-	for (int i = 0; i < n; i++) {
-		memcpy(all + at, cl[i].lat, cl[i].nops * sizeof(uint32_t));
-		at += cl[i].nops;
-	}
-	qsort(all, ops, sizeof(uint32_t), cmp_u32);
-	r = (report){
-	    .engine = cl[0].e->name,
-	    .workload = workload_names[w],
-	    .mode = mode,
-	    .procs = n,
-	    .ops = ops,
-	    .ns = end - start,
-	    .has_lat = true,
-	    .p50_us = percentile_us(all, ops, 50),
-	    .p99_us = percentile_us(all, ops, 99),
-	};
-	emit(cfg, &r);
-	free(all);
-}
-
-/* ------------------------------------------------------------ workloads */
-
-static void reset_dir(const char *dir)
-{
-	int err = rm_tree(dir);
-
-	if (err != 0)
-		peers_fatal(g_engine, "remove", "\"%s\": %s", dir, strerror(err));
-	if (mkdir(dir, 0755) != 0)
-		peers_fatal(g_engine, "mkdir", "\"%s\": %s", dir, strerror(errno));
-}
-
-static client client_new(const peers_engine *e, const peers_open_args *oa, workload w,
-                         uint64_t nops)
-{
-	client c = {
-	    .e = e,
-	    .oa = *oa,
-	    .work = w,
-	    .nops = nops,
-	    .result_fd = -1,
-	    .go_fd = -1,
-	};
-
-	c.lat = peers_xmalloc("latencies", (nops ? nops : 1) * sizeof(uint32_t));
-	return c;
-}
-
-/* fillseq / fillrandom on a new database, in this process. With report ==
- * false, the untimed load that readrandom and scan start from. */
-static void wl_fill(const config *cfg, const peers_engine *e, workload w, bool report)
-{
-	peers_open_args oa = {.dir = g_subdir, .sync = false, .nkeys = cfg->num};
-	client c = client_new(e, &oa, w, cfg->num);
-	uint64_t *order = w == W_FILLRANDOM ? make_permutation(cfg->num) : NULL;
-
-	reset_dir(g_subdir);
-	c.h = e->open(&oa);
-	c.order = order;
-	client_run(&c);
-	if (report) {
-		verify_all(e, c.h, cfg->num, workload_names[w]);
-		report_clients(cfg, &c, 1, w, "processes");
-	}
-	e->close(c.h);
-	free(order);
-	free(c.lat);
-}
-
-/* Run n clients as forked processes, or as threads on one handle. */
-static const char *run_clients(const peers_engine *e, const peers_open_args *oa, client *cl, int n)
-{
-	if (!e->threads) {
-		run_processes(cl, n);
-		return "processes";
-	}
-	void *h = e->open(oa);
-
-	for (int i = 0; i < n; i++)
-		cl[i].h = h;
-	run_threads(cl, n);
-	e->close(h);
-	return "threads";
-}
-
-static void wl_fillsync(const config *cfg, const peers_engine *e, int procs)
-{
-	uint64_t total = cfg->sync_ops * (uint64_t)procs;
-	peers_open_args oa = {.dir = g_subdir, .sync = true, .nkeys = total};
-	client cl[MAX_CLIENTS];
-	const char *mode;
-	void *h;
-
-	/* Create the database here, so the clients only open it. */
-	reset_dir(g_subdir);
-	e->close(e->open(&oa));
-	for (int i = 0; i < procs; i++) {
-		cl[i] = client_new(e, &oa, W_FILLSYNC, cfg->sync_ops);
-		cl[i].id = i;
-		cl[i].first = (uint64_t)i * cfg->sync_ops;
-	}
-	mode = run_clients(e, &oa, cl, procs);
-
-	h = e->open(&oa);
-	verify_all(e, h, total, "fillsync");
-	e->close(h);
-	report_clients(cfg, cl, procs, W_FILLSYNC, mode);
-	for (int i = 0; i < procs; i++)
-		free(cl[i].lat);
-}
-
-static void wl_readrandom(const config *cfg, const peers_engine *e, int procs)
-{
-	peers_open_args oa = {.dir = g_subdir, .sync = false, .nkeys = cfg->num};
-	client cl[MAX_CLIENTS];
-	const char *mode;
-
-	for (int i = 0; i < procs; i++) {
-		uint64_t share =
-		    cfg->num / (uint64_t)procs + ((uint64_t)i < cfg->num % (uint64_t)procs ? 1 : 0);
-
-		cl[i] = client_new(e, &oa, W_READRANDOM, share);
-		cl[i].id = i;
-		cl[i].num = cfg->num;
-	}
-	mode = run_clients(e, &oa, cl, procs);
-	report_clients(cfg, cl, procs, W_READRANDOM, mode);
-	for (int i = 0; i < procs; i++)
-		free(cl[i].lat);
-}
-
-typedef struct scan_state {
-	const char *engine;
-	uint64_t n;
-	uint64_t count;
-	uint64_t fold;
-	char key[KEY_SIZE]; /* the key expected next, as decimal digits */
-} scan_state;
-
-static void scan_cb(void *arg, const char *k, size_t klen, const char *v, size_t vlen)
-{
-	scan_state *s = arg;
-
-	if (s->count >= s->n)
-		peers_mismatch(s->engine, "scan", "more than %" PRIu64 " keys", s->n);
-	if (klen != KEY_SIZE || memcmp(k, s->key, KEY_SIZE) != 0)
-		peers_mismatch(s->engine, "scan", "key #%" PRIu64 " is \"%.*s\", expected %.16s",
-		               s->count, (int)(klen < 64 ? klen : 64), k, s->key);
-	if (vlen != VALUE_SIZE)
-		peers_mismatch(s->engine, "scan", "value of key %.16s has %zu bytes", s->key, vlen);
-	s->fold = fold_value(s->fold, v);
-	s->count++;
-	for (int j = KEY_SIZE - 1; j >= 0; j--) {
-		if (s->key[j] != '9') {
-			s->key[j]++;
-			break;
-		}
-		s->key[j] = '0';
-	}
-}
-
-static void wl_scan(const config *cfg, const peers_engine *e)
-{
-	peers_open_args oa = {.dir = g_subdir, .sync = false, .nkeys = cfg->num};
-	void *h = e->open(&oa);
-	uint64_t want = verify_all(e, h, cfg->num, "scan warm pass");
-	scan_state s = {.engine = e->name, .n = cfg->num};
-	uint64_t t0, t1;
-	report r;
-
-	make_key(0, s.key);
-	t0 = now_ns();
-	e->scan(h, scan_cb, &s);
-	t1 = now_ns();
-	if (s.count != cfg->num)
-		peers_mismatch(e->name, "scan", "found %" PRIu64 " keys, expected %" PRIu64,
-		               s.count, cfg->num);
-	if (s.fold != want)
-		peers_mismatch(e->name, "scan", "values differ from the warm pass's");
-	e->close(h);
-	r = (report){
-	    .engine = e->name,
-	    .workload = "scan",
-	    .mode = "processes",
-	    .procs = 1,
-	    .ops = s.count,
-	    .ns = t1 - t0,
-	};
-	emit(cfg, &r);
-}
-
-static void run_engine(const config *cfg, const peers_engine *e)
-{
-	/* Does g_subdir hold exactly a fillseq load of --num keys? */
-	bool loaded = false;
-
-	for (int i = 0; i < cfg->nworkloads; i++) {
-		switch (cfg->workloads[i]) {
-		case W_FILLSEQ:
-			wl_fill(cfg, e, W_FILLSEQ, true);
-			loaded = true;
-			break;
-		case W_FILLRANDOM:
-			wl_fill(cfg, e, W_FILLRANDOM, true);
-			loaded = false;
-			break;
-		case W_FILLSYNC:
-			for (int j = 0; j < cfg->nsync_procs; j++)
-				wl_fillsync(cfg, e, cfg->sync_procs[j]);
-			loaded = false;
-			break;
-		case W_READRANDOM:
-			if (!loaded)
-				wl_fill(cfg, e, W_FILLSEQ, false);
-			loaded = true;
-			for (int j = 0; j < cfg->nread_procs; j++)
-				wl_readrandom(cfg, e, cfg->read_procs[j]);
-			break;
-		case W_SCAN:
-			if (!loaded)
-				wl_fill(cfg, e, W_FILLSEQ, false);
-			loaded = true;
-			wl_scan(cfg, e);
-			break;
-		case W_COUNT:
-			break;
-		}
-	}
-}
 
 /* ------------------------------------------------------------ arguments */
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: walrus-peers [options]\n\n"
-	           "db_bench-style workloads against SQLite, LMDB and RocksDB (see "
+	           "db_bench-style workloads against walrus, SQLite, LMDB and RocksDB (see "
 	           "bench/peers/README.md).\n\n"
 	           "options:\n"
 	           "  --num N            keys for fillseq, fillrandom, readrandom, scan "
 	           "(default 1000000)\n"
 	           "  --sync-ops M       durable writes per client in fillsync (default 2000)\n"
-	           "  --engines LIST     among sqlite,lmdb,rocksdb (default all)\n"
+	           "  --engines LIST     among walrus,sqlite,lmdb,rocksdb (default all)\n"
 	           "  --workloads LIST   among fillseq,fillrandom,fillsync,readrandom,scan "
 	           "(default all)\n"
 	           "  --sync-procs LIST  fillsync client counts (default 1,8)\n"
@@ -997,6 +66,10 @@ static void usage(FILE *f)
 	           "  --keep             keep the databases at the end\n"
 	           "  --json             one JSON object per result on stdout (human lines go "
 	           "to stderr)\n"
+	           "  -o name=value      a walrus option (repeatable; see `walrus options`); "
+	           "walrus-peers\n"
+	           "                     starts from shared_buffers=" PEERS_WALRUS_SHARED_BUFFERS
+	           ", the peers' cache size\n"
 	           "exit: 0 ok, 2 usage or wrong result, 3 engine or system error\n");
 }
 
@@ -1043,7 +116,7 @@ static void add_engine(config *cfg, const char *opt, const char *name)
 {
 	for (int i = 0; i < NENGINES; i++) {
 		if (strcmp(all_engines[i]->name, name) == 0) {
-			if (cfg->nengines == MAX_LIST)
+			if (cfg->nengines == PEERS_MAX_LIST)
 				bad_usage("too many entries in %s", opt);
 			cfg->engines[cfg->nengines++] = all_engines[i];
 			return;
@@ -1054,42 +127,40 @@ static void add_engine(config *cfg, const char *opt, const char *name)
 
 static void add_workload(config *cfg, const char *opt, const char *name)
 {
-	for (int i = 0; i < W_COUNT; i++) {
-		if (strcmp(workload_names[i], name) == 0) {
-			if (cfg->nworkloads == MAX_LIST)
-				bad_usage("too many entries in %s", opt);
-			cfg->workloads[cfg->nworkloads++] = (workload)i;
-			return;
-		}
-	}
-	bad_usage("unknown workload \"%s\"", name);
+	int w = peers_workload_by_name(name);
+
+	if (w < 0)
+		bad_usage("unknown workload \"%s\"", name);
+	if (cfg->run.nworkloads == PEERS_MAX_LIST)
+		bad_usage("too many entries in %s", opt);
+	cfg->run.workloads[cfg->run.nworkloads++] = (peers_workload)w;
 }
 
 static void add_procs(int *v, int *n, const char *opt, const char *s)
 {
-	if (*n == MAX_LIST)
+	if (*n == PEERS_MAX_LIST)
 		bad_usage("too many entries in %s", opt);
-	v[(*n)++] = (int)parse_u64(opt, s, MAX_CLIENTS);
+	v[(*n)++] = (int)parse_u64(opt, s, PEERS_MAX_CLIENTS);
 }
 
 static void add_sync_procs(config *cfg, const char *opt, const char *s)
 {
-	add_procs(cfg->sync_procs, &cfg->nsync_procs, opt, s);
+	add_procs(cfg->run.sync_procs, &cfg->run.nsync_procs, opt, s);
 }
 
 static void add_read_procs(config *cfg, const char *opt, const char *s)
 {
-	add_procs(cfg->read_procs, &cfg->nread_procs, opt, s);
+	add_procs(cfg->run.read_procs, &cfg->run.nread_procs, opt, s);
 }
 
 static void parse_args(int argc, char **argv, config *cfg)
 {
-	*cfg = (config){.num = 1000000, .sync_ops = 2000};
+	*cfg = (config){.run = {.num = 1000000, .sync_ops = 2000, .fresh_dirs = true}};
 	for (int i = 1; i < argc; i++) {
 		const char *k = argv[i];
 
 		if (strcmp(k, "--json") == 0) {
-			cfg->json = true;
+			cfg->run.json = true;
 			continue;
 		}
 		if (strcmp(k, "--keep") == 0) {
@@ -1105,9 +176,9 @@ static void parse_args(int argc, char **argv, config *cfg)
 		const char *v = argv[++i];
 
 		if (strcmp(k, "--num") == 0)
-			cfg->num = parse_u64(k, v, MAX_KEYS);
+			cfg->run.num = parse_u64(k, v, PEERS_MAX_KEYS);
 		else if (strcmp(k, "--sync-ops") == 0)
-			cfg->sync_ops = parse_u64(k, v, MAX_KEYS / MAX_CLIENTS);
+			cfg->run.sync_ops = parse_u64(k, v, PEERS_MAX_KEYS / PEERS_MAX_CLIENTS);
 		else if (strcmp(k, "--engines") == 0)
 			parse_list(k, v, cfg, add_engine);
 		else if (strcmp(k, "--workloads") == 0)
@@ -1118,18 +189,53 @@ static void parse_args(int argc, char **argv, config *cfg)
 			parse_list(k, v, cfg, add_read_procs);
 		else if (strcmp(k, "--dir") == 0)
 			cfg->dir = v;
-		else
+		else if (strcmp(k, "-o") == 0) {
+			if (cfg->nopts == MAX_OPTS)
+				bad_usage("too many %s options", k);
+			cfg->opts[cfg->nopts++] = v;
+		} else
 			bad_usage("unknown option \"%s\"", k);
 	}
 	if (cfg->nengines == 0)
-		parse_list("--engines", "sqlite,lmdb,rocksdb", cfg, add_engine);
-	if (cfg->nworkloads == 0)
+		parse_list("--engines", "walrus,sqlite,lmdb,rocksdb", cfg, add_engine);
+	if (cfg->run.nworkloads == 0)
 		parse_list("--workloads", "fillseq,fillrandom,fillsync,readrandom,scan", cfg,
 		           add_workload);
-	if (cfg->nsync_procs == 0)
+	if (cfg->run.nsync_procs == 0)
 		parse_list("--sync-procs", "1,8", cfg, add_sync_procs);
-	if (cfg->nread_procs == 0)
+	if (cfg->run.nread_procs == 0)
 		parse_list("--read-procs", "1,2", cfg, add_read_procs);
+}
+
+/* The walrus engine's options: the peers' cache size, then every -o. */
+static walrus_opts *make_walrus_opts(const config *cfg)
+{
+	walrus_opts *o = walrus_opts_new();
+
+	if (o == NULL) {
+		fprintf(stderr, "walrus-peers: walrus_opts_new failed: out of memory\n");
+		exit(PEERS_EXIT_ERROR);
+	}
+	if (walrus_opts_set(o, "shared_buffers", PEERS_WALRUS_SHARED_BUFFERS) != WALRUS_OK) {
+		fprintf(stderr, "walrus-peers: shared_buffers: %s\n", walrus_errmsg());
+		exit(PEERS_EXIT_ERROR);
+	}
+	for (int i = 0; i < cfg->nopts; i++) {
+		char name[128];
+		const char *eq = strchr(cfg->opts[i], '=');
+		size_t n = eq ? (size_t)(eq - cfg->opts[i]) : 0;
+
+		if (eq == NULL || n == 0 || n >= sizeof(name))
+			bad_usage("-o wants name=value, not \"%s\"", cfg->opts[i]);
+		memcpy(name, cfg->opts[i], n);
+		name[n] = '\0';
+		if (walrus_opts_set(o, name, eq + 1) != WALRUS_OK) {
+			fprintf(stderr, "walrus-peers: -o %s: %s\n", cfg->opts[i], walrus_errmsg());
+			usage(stderr);
+			exit(PEERS_EXIT_DAMAGE);
+		}
+	}
+	return o;
 }
 
 static void make_base(const config *cfg)
@@ -1164,47 +270,47 @@ static void make_base(const config *cfg)
 int main(int argc, char **argv)
 {
 	config cfg;
+	walrus_opts *wopts;
 
 	parse_args(argc, argv, &cfg);
-	if (sigaction(SIGPIPE, &(struct sigaction){.sa_handler = SIG_IGN}, NULL) != 0)
-		sys_fail("sigaction(SIGPIPE)");
-	g_keep = cfg.keep;
-	init_printable();
-	self_check();
+	wopts = make_walrus_opts(&cfg);
+	peers_walrus_use_opts(wopts);
+	peers_init("walrus-peers");
 	make_base(&cfg);
+	peers_set_scratch(g_base, g_base_created, cfg.keep);
 
-	FILE *human = cfg.json ? stderr : stdout;
+	FILE *human = cfg.run.json ? stderr : stdout;
 
-	fprintf(human, "walrus-peers: num=%" PRIu64 " sync-ops=%" PRIu64 " dir=%s", cfg.num,
-	        cfg.sync_ops, g_base);
+	fprintf(human, "walrus-peers: num=%" PRIu64 " sync-ops=%" PRIu64 " dir=%s", cfg.run.num,
+	        cfg.run.sync_ops, g_base);
 	for (int i = 0; i < cfg.nengines; i++)
 		fprintf(human, " %s=%s", cfg.engines[i]->name, cfg.engines[i]->version());
+	for (int i = 0; i < cfg.nopts; i++)
+		fprintf(human, " -o %s", cfg.opts[i]);
 	fputc('\n', human);
-	flush_out(human);
+	peers_flush(human);
 
 	for (int i = 0; i < cfg.nengines; i++) {
 		const peers_engine *e = cfg.engines[i];
-		int err;
+		char sub[PATH_MAX];
 
-		g_engine = e->name;
-		if ((size_t)snprintf(g_subdir, sizeof(g_subdir), "%s/%s", g_base, e->name) >=
-		    sizeof(g_subdir))
+		if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", g_base, e->name) >= sizeof(sub))
 			peers_fatal(e->name, "--dir", "path too long");
-		run_engine(&cfg, e);
-		if (!cfg.keep && (err = rm_tree(g_subdir)) != 0)
-			peers_fatal(e->name, "remove", "\"%s\": %s", g_subdir, strerror(err));
-		g_subdir[0] = '\0';
+		peers_run_engine(&cfg.run, e, sub);
+		if (!cfg.keep)
+			peers_remove_dir(e, sub);
 	}
-	g_engine = NULL;
 	if (cfg.keep) {
 		fprintf(human, "walrus-peers: kept %s\n", g_base);
 	} else if (g_base_created) {
-		int err = rm_tree(g_base);
+		int err = peers_rm_tree(g_base);
 
-		g_base_created = false;
+		peers_set_scratch(NULL, false, false);
 		if (err != 0)
 			peers_fatal(NULL, "remove", "\"%s\": %s", g_base, strerror(err));
 	}
-	flush_out(stdout);
+	peers_flush(stdout);
+	peers_walrus_use_opts(NULL);
+	walrus_opts_free(wopts);
 	return 0;
 }

@@ -21,8 +21,8 @@ static pid_t handles_owner; /* a forked child starts with no handles of its own 
 
 static void own_handles(void)
 {
-	if (handles_owner != getpid()) {
-		handles_owner = getpid();
+	if (handles_owner != client_self_pid()) {
+		handles_owner = client_self_pid();
 		open_handles = 0;
 	}
 }

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,9 +47,12 @@ static struct {
 	uint64_t generation;
 	pid_t supervisor;
 	jmp_buf *jb;
+	uint64_t polled_ns; /* when the supervisor's socket was last looked at */
+	bool sup_alive;     /* what it said then */
 } C = {.sock = -1, .attach_fd = -1, .log_fd = -1, .slot = -1};
 
 #define CLIENT_ATTACH_TIMEOUT_NS (120ULL * 1000000000ULL)
+#define CLIENT_POLL_NS           (5ULL * 1000000) /* 5 ms */
 
 /* ---------------------------------------------------------------- guard and PANIC */
 
@@ -127,6 +131,30 @@ static int send_msg(int type)
 	            .type = (uint32_t)type,
 	            .pid = (uint32_t)getpid()};
 	return ipc_send(C.sock, &m, sizeof(m), NULL, 0);
+}
+
+/*
+ * glibc's getpid() is a system call, and every public call checks it (a
+ * forked child must not use its parent's attachment): cache it, refreshed
+ * in the child by an atfork handler.
+ */
+static pid_t self_pid;
+static bool self_pid_hooked;
+
+static void self_pid_after_fork(void)
+{
+	self_pid = getpid();
+}
+
+pid_t client_self_pid(void)
+{
+	if (!self_pid_hooked) {
+		self_pid_hooked = pthread_atfork(NULL, NULL, self_pid_after_fork) == 0;
+		self_pid = getpid();
+		if (!self_pid_hooked)
+			return getpid();
+	}
+	return self_pid;
 }
 
 static bool supervisor_connection_alive(void)
@@ -259,7 +287,8 @@ static int finish_attach(const char *abs, const wr_options *opts)
 		return rc;
 	C.attached = true;
 	C.poisoned = false;
-	C.owner = getpid();
+	C.owner = client_self_pid();
+	C.polled_ns = 0; /* look at the new socket at the first call */
 	wr_snprintf(C.abs, sizeof(C.abs), "%s", abs);
 	engine_my_proc_set(C.slot);
 	fdc_set_io_guard(guard_enter, guard_exit);
@@ -302,7 +331,7 @@ static void forget_inherited(void)
 
 int client_attach(const char *abs, const wr_options *opts)
 {
-	if (C.attached && C.owner != getpid())
+	if (C.attached && C.owner != client_self_pid())
 		forget_inherited();
 	if (C.attached) {
 		if (strcmp(C.abs, abs) == 0)
@@ -351,7 +380,7 @@ int client_attach(const char *abs, const wr_options *opts)
 
 int client_check(void)
 {
-	if (!C.attached || C.owner != getpid())
+	if (!C.attached || C.owner != client_self_pid())
 		return wr_error(WALRUS_EINVAL, "the database handle is not open");
 	if (C.poisoned)
 		return wr_error(WALRUS_ERESTART,
@@ -364,7 +393,15 @@ int client_check(void)
 		                C.abs, WR_LOG_FILE);
 	if (state == SHM_STATE_SHUTDOWN)
 		return wr_error(WALRUS_ESHUTDOWN, "the instance is shutting down");
-	if (!supervisor_connection_alive())
+	/* A dead supervisor leaves no mark in shared memory, only a closed
+	 * socket; a poll per call would cost more than a cached read, so the
+	 * socket is looked at every CLIENT_POLL_NS at most. */
+	uint64_t now = wr_now_ns();
+	if (now - C.polled_ns >= CLIENT_POLL_NS) {
+		C.sup_alive = supervisor_connection_alive();
+		C.polled_ns = now;
+	}
+	if (!C.sup_alive)
 		return wr_error(WALRUS_ERESTART,
 		                "the supervisor (pid %d) of \"%s\" has exited; close and reopen "
 		                "the database",

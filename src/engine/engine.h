@@ -154,6 +154,8 @@ bool client_attached(const char *abs);
 /* At the start of every public call: ERESTART if the instance crashed or its supervisor died. */
 int client_check(void);
 pid_t client_supervisor_pid(void);
+/* getpid() without a system call (refreshed after fork). */
+pid_t client_self_pid(void);
 
 /* The instance's counters as a JSON object (malloc'd); attached processes only. */
 int engine_stats_json(char **out);

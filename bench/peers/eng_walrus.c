@@ -1,0 +1,206 @@
+/*
+ * eng_walrus.c - the walrus engine of the workloads, through the public API
+ * (include/walrus.h) only.
+ *
+ * The database is a walrus data directory, opened with create_if_missing=on
+ * and the options the program gave (peers_walrus_use_opts: walrus-peers'
+ * -o, the walrus command's -o). Each put is walrus_put, WALRUS_SYNC for the
+ * durable workloads (it returns once the WAL is flushed; concurrent
+ * committers share a flush) and WALRUS_ASYNC otherwise (the WAL writer
+ * flushes within wal_writer_delay); each get is walrus_get_into; the scan
+ * is a walrus_iter over the whole key space.
+ *
+ * walrus is multi-process: every client process opens its own handle after
+ * fork() (a handle belongs to the process that opened it), so threads is
+ * false. The first open starts the instance's supervisor; after the last
+ * close it lingers (supervisor_linger), checkpoints and exits. Before a
+ * directory is removed, idle waits for that: the supervisor and its
+ * auxiliary processes hold a lock on byte 0 of DIR/walrus.pid for as long as
+ * any of them lives (the data directory lock of DESIGN.md).
+ */
+#include "peers.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "walrus.h"
+
+#ifndef PEERS_WALRUS_VERSION
+#define PEERS_WALRUS_VERSION "dev"
+#endif
+
+#define WA_IDLE_TIMEOUT_S 300 /* a shutdown checkpoint of a large pool takes a while */
+
+typedef struct wa_handle {
+	walrus *db;
+	int flags; /* WALRUS_SYNC or WALRUS_ASYNC */
+} wa_handle;
+
+static walrus_opts *wa_opts; /* the program's, or wa_own */
+static walrus_opts *wa_own;
+
+/* Report and end on a walrus error code. */
+static _Noreturn void wa_fail(const char *op, int rc)
+{
+	const char *msg = walrus_errmsg();
+
+	peers_fatal("walrus", op, "%s (%s)", msg[0] ? msg : walrus_strerror(rc),
+	            walrus_strerror(rc));
+}
+
+void peers_walrus_use_opts(walrus_opts *opts)
+{
+	if (wa_own != NULL) {
+		walrus_opts_free(wa_own);
+		wa_own = NULL;
+	}
+	wa_opts = opts;
+}
+
+static const char *wa_version(void)
+{
+	return PEERS_WALRUS_VERSION;
+}
+
+static void *wa_open(const peers_open_args *a)
+{
+	wa_handle *w = peers_xmalloc("walrus handle", sizeof(*w));
+	int rc;
+
+	if (wa_opts == NULL) {
+		if (wa_own == NULL && (wa_own = walrus_opts_new()) == NULL)
+			peers_fatal("walrus", "walrus_opts_new", "out of memory");
+		wa_opts = wa_own;
+	}
+	rc = walrus_opts_set(wa_opts, "create_if_missing", "on");
+	if (rc != WALRUS_OK)
+		wa_fail("walrus_opts_set(create_if_missing)", rc);
+	rc = walrus_open(a->dir, wa_opts, &w->db);
+	if (rc != WALRUS_OK) {
+		const char *msg = walrus_errmsg();
+
+		peers_fatal("walrus", "walrus_open", "\"%s\": %s (%s)", a->dir,
+		            msg[0] ? msg : walrus_strerror(rc), walrus_strerror(rc));
+	}
+	w->flags = a->sync ? WALRUS_SYNC : WALRUS_ASYNC;
+	return w;
+}
+
+static void wa_close(void *h)
+{
+	wa_handle *w = h;
+	int rc = walrus_close(w->db);
+
+	free(w);
+	if (rc != WALRUS_OK)
+		wa_fail("walrus_close", rc);
+}
+
+static void wa_put(void *h, const char *key, size_t klen, const char *val, size_t vlen)
+{
+	wa_handle *w = h;
+	int rc = walrus_put(w->db, key, klen, val, vlen, w->flags);
+
+	if (rc != WALRUS_OK)
+		wa_fail(w->flags == WALRUS_SYNC ? "walrus_put(WALRUS_SYNC)"
+		                                : "walrus_put(WALRUS_ASYNC)",
+		        rc);
+}
+
+static bool wa_get(void *h, const char *key, size_t klen, char *buf, size_t cap, size_t *vlen)
+{
+	wa_handle *w = h;
+	int rc = walrus_get_into(w->db, key, klen, buf, cap, vlen);
+
+	if (rc == WALRUS_ENOTFOUND)
+		return false;
+	/* Too big for the buffer: *vlen has the size, which the caller finds wrong. */
+	if (rc != WALRUS_OK && rc != WALRUS_ETOOBIG)
+		wa_fail("walrus_get_into", rc);
+	return true;
+}
+
+static void wa_scan(void *h, peers_scan_cb cb, void *arg)
+{
+	wa_handle *w = h;
+	walrus_iter *it = NULL;
+	int rc = walrus_iter_open(w->db, NULL, 0, NULL, 0, &it);
+
+	if (rc != WALRUS_OK) {
+		walrus_iter_close(it);
+		wa_fail("walrus_iter_open", rc);
+	}
+	while (walrus_iter_valid(it)) {
+		const void *k, *v;
+		size_t kn, vn;
+
+		walrus_iter_key(it, &k, &kn);
+		walrus_iter_value(it, &v, &vn);
+		cb(arg, k, kn, v, vn);
+		rc = walrus_iter_next(it);
+		if (rc != WALRUS_OK) {
+			walrus_iter_close(it);
+			wa_fail("walrus_iter_next", rc);
+		}
+	}
+	walrus_iter_close(it);
+}
+
+/* Is byte 0 of walrus.pid (the instance lock) held? */
+static bool wa_instance_running(int fd, const char *path)
+{
+	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+
+	while (fcntl(fd, F_OFD_GETLK, &fl) != 0) {
+		if (errno != EINTR)
+			peers_fatal("walrus", "fcntl(F_OFD_GETLK)", "\"%s\": %s", path,
+			            strerror(errno));
+	}
+	return fl.l_type != F_UNLCK;
+}
+
+static void wa_idle(const char *dir)
+{
+	char path[PATH_MAX];
+	struct timespec nap = {.tv_sec = 0, .tv_nsec = 10000000L};
+	int fd;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/walrus.pid", dir) >= sizeof(path))
+		peers_fatal("walrus", "idle", "path too long: \"%s\"", dir);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return;
+		peers_fatal("walrus", "open", "\"%s\": %s", path, strerror(errno));
+	}
+	for (long waited = 0; wa_instance_running(fd, path); waited++) {
+		if (waited >= WA_IDLE_TIMEOUT_S * 100L) {
+			close(fd);
+			peers_fatal("walrus", "idle",
+			            "the instance serving \"%s\" is still running after %d s (see "
+			            "%s/log/walrus.log)",
+			            dir, WA_IDLE_TIMEOUT_S, dir);
+		}
+		nanosleep(&nap, NULL);
+	}
+	if (close(fd) != 0)
+		peers_fatal("walrus", "close", "\"%s\": %s", path, strerror(errno));
+}
+
+const peers_engine peers_walrus = {
+    .name = "walrus",
+    .threads = false,
+    .version = wa_version,
+    .open = wa_open,
+    .close = wa_close,
+    .put = wa_put,
+    .get = wa_get,
+    .scan = wa_scan,
+    .idle = wa_idle,
+};

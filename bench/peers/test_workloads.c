@@ -1,0 +1,56 @@
+/*
+ * test_workloads.c - the smoke test of the workload library when walrus-peers
+ * is not built (no peer libraries): every workload, small, against the
+ * walrus engine alone, in a new directory under $TMPDIR or /tmp that it
+ * removes. The workloads check their own results and end the process with
+ * exit code 2 (wrong result) or 3 (engine or system error) on a failure;
+ * timings are printed, never asserted.
+ */
+#include "peers.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int main(void)
+{
+	peers_config cfg = {
+	    .num = 2000,
+	    .sync_ops = 20,
+	    .workloads = {PEERS_FILLSEQ, PEERS_FILLRANDOM, PEERS_FILLSYNC, PEERS_READRANDOM,
+	                  PEERS_SCAN},
+	    .nworkloads = 5,
+	    .sync_procs = {1, 4},
+	    .nsync_procs = 2,
+	    .read_procs = {1, 2},
+	    .nread_procs = 2,
+	    .fresh_dirs = true,
+	};
+	const char *tmp = getenv("TMPDIR");
+	char base[PATH_MAX], sub[PATH_MAX];
+	int err;
+
+	peers_init("kvbench-smoke");
+	if (tmp == NULL || tmp[0] == '\0')
+		tmp = "/tmp";
+	if ((size_t)snprintf(base, sizeof(base), "%s/kvbench-smoke.XXXXXX", tmp) >=
+	    sizeof(base) - 16)
+		peers_fatal(NULL, "mkdtemp", "path too long under \"%s\"", tmp);
+	if (mkdtemp(base) == NULL)
+		peers_fatal(NULL, "mkdtemp", "\"%s\": %s", base, strerror(errno));
+	peers_set_scratch(base, true, false);
+	if ((size_t)snprintf(sub, sizeof(sub), "%s/walrus", base) >= sizeof(sub))
+		peers_fatal(NULL, "directory", "path too long under \"%s\"", base);
+
+	peers_run_engine(&cfg, &peers_walrus, sub);
+	peers_remove_dir(&peers_walrus, sub);
+	peers_set_scratch(NULL, false, false);
+	err = peers_rm_tree(base);
+	if (err != 0)
+		peers_fatal(NULL, "remove", "\"%s\": %s", base, strerror(err));
+	peers_flush(stdout);
+	return 0;
+}

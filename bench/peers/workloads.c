@@ -1,0 +1,1023 @@
+/*
+ * workloads.c - the db_bench-style key-value workloads of walrus-peers and
+ * `walrus bench`, defined exactly (README.md beside this file states the
+ * definitions; this file is their reference implementation), run against
+ * any engine of peers.h.
+ *
+ * Workloads (N = num, M = sync_ops):
+ *   fillseq     N puts of keys 0..N-1 in order, asynchronous, one per commit
+ *   fillrandom  the same N puts in a fixed random permutation
+ *   fillsync    M durable puts per client, P clients on disjoint keys
+ *   readrandom  after a fillseq: N random point reads split over P clients
+ *   scan        one ordered scan of the N keys
+ * Every workload checks its result (fills by a full scan afterwards, reads
+ * value by value, the scan key by key) and exits non-zero on a mismatch.
+ *
+ * Clients: the clients of a multi-process engine (walrus, SQLite, LMDB) are
+ * forked processes, each opening the database itself; an engine that one
+ * process only may open (RocksDB) runs its clients as threads sharing one
+ * handle. A client prepares (opens, warms), signals ready, waits for the
+ * start, runs its operations timing each one, and reports: a process
+ * through a pipe to the parent, a thread in memory.
+ *
+ * Errors: every library and system call is checked; a failure prints the
+ * engine and the call and exits 3 (peers_fatal), after the parent has killed
+ * and reaped its children and removed the scratch directories (unless they
+ * are kept: always for an engine with an idle routine, walrus, whose
+ * instance may still be running and whose log tells what happened).
+ */
+#include "peers.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KEY_SIZE    16
+#define VALUE_SIZE  100
+#define PAIR_BYTES  (KEY_SIZE + VALUE_SIZE)
+#define GOLDEN      0x9E3779B97F4A7C15ull /* value seeds, reader seeds */
+#define PERM_SEED   0x2545F4914F6CDD1Dull /* fillrandom's permutation */
+#define MAX_CLIENTS PEERS_MAX_CLIENTS
+
+const char *const peers_workload_names[PEERS_WORKLOAD_COUNT] = {"fillseq", "fillrandom", "fillsync",
+                                                                "readrandom", "scan"};
+
+/* One client of a workload: its orders, and what it measured. */
+typedef struct client {
+	const peers_engine *e;
+	peers_open_args oa;
+	void *h; /* handle to use; NULL: open one (a forked client) */
+	peers_workload work;
+	int id;
+	uint64_t first;             /* fills: first key index (sequential order) */
+	const uint64_t *order;      /* fillrandom: key index of each op */
+	uint64_t num;               /* readrandom: keys in the database */
+	uint64_t nops;              /* operations to run */
+	pthread_barrier_t *barrier; /* threads: start line */
+	int result_fd;              /* processes: ready byte, then the results */
+	int go_fd;                  /* processes: EOF means start */
+	uint64_t start_ns;
+	uint64_t end_ns;
+	uint32_t *lat; /* nops latencies in ns */
+} client;
+
+/* What a forked client sends after its ready byte, followed by nops uint32
+ * latencies. */
+typedef struct client_wire {
+	uint64_t nops;
+	uint64_t start_ns;
+	uint64_t end_ns;
+} client_wire;
+
+typedef struct report {
+	const char *engine;
+	const char *workload;
+	const char *mode;
+	int procs;
+	uint64_t ops;
+	uint64_t ns;
+	bool has_lat;
+	double p50_us;
+	double p99_us;
+} report;
+
+/* Process-wide state the error path needs. */
+static bool g_is_child;
+static _Thread_local int g_client_id = -1;  /* in a client process or thread */
+static const char *g_prog = "walrus-peers"; /* the program, in messages */
+static const peers_engine *g_engine_e;      /* engine being run, NULL outside */
+static const char *g_engine;                /* its name */
+static pid_t g_children[MAX_CLIENTS];
+static int g_nchildren;
+static char g_base[PATH_MAX]; /* the scratch directory, "" if none */
+static bool g_base_created;
+static char g_subdir[PATH_MAX]; /* the engine directory in use */
+static bool g_keep;
+static atomic_flag g_dying = ATOMIC_FLAG_INIT;
+
+/* ---------------------------------------------------------------- errors */
+
+static int rm_cb(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)st;
+	(void)type;
+	(void)ftw;
+	return remove(path) == 0 ? 0 : -1;
+}
+
+int peers_rm_tree(const char *path)
+{
+	if (nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS) != 0)
+		return errno == ENOENT ? 0 : (errno ? errno : EIO);
+	return 0;
+}
+
+/*
+ * Kill (when asked) and wait for every child still recorded. Returns 0 when
+ * all exited 0, else the first non-zero exit code (PEERS_EXIT_ERROR for a
+ * child ended by a signal we did not send).
+ */
+static int reap_children(bool kill_first)
+{
+	int code = 0;
+
+	for (int i = 0; i < g_nchildren; i++) {
+		int st;
+		pid_t r;
+
+		if (g_children[i] <= 0)
+			continue;
+		if (kill_first && kill(g_children[i], SIGKILL) != 0 && errno != ESRCH)
+			fprintf(stderr, "%s: kill(%d) failed: %s\n", g_prog, (int)g_children[i],
+			        strerror(errno));
+		do
+			r = waitpid(g_children[i], &st, 0);
+		while (r < 0 && errno == EINTR);
+		if (r < 0) {
+			fprintf(stderr, "%s: waitpid(%d) failed: %s\n", g_prog, (int)g_children[i],
+			        strerror(errno));
+			if (code == 0)
+				code = PEERS_EXIT_ERROR;
+		} else if (WIFEXITED(st) && WEXITSTATUS(st) != 0) {
+			if (code == 0)
+				code = WEXITSTATUS(st);
+		} else if (WIFSIGNALED(st) && !kill_first) {
+			fprintf(stderr, "%s: %s: client process %d killed by signal %d\n", g_prog,
+			        g_engine, (int)g_children[i], WTERMSIG(st));
+			if (code == 0)
+				code = PEERS_EXIT_ERROR;
+		}
+		g_children[i] = 0;
+	}
+	g_nchildren = 0;
+	return code;
+}
+
+static void remove_scratch(void)
+{
+	int err;
+
+	if (g_keep)
+		return;
+	if (g_engine_e != NULL && g_engine_e->idle != NULL && g_subdir[0]) {
+		fprintf(stderr,
+		        "%s: %s: kept \"%s\" for inspection (its processes may still be "
+		        "running)\n",
+		        g_prog, g_engine, g_subdir);
+		return;
+	}
+	if (g_subdir[0] && (err = peers_rm_tree(g_subdir)) != 0)
+		fprintf(stderr, "%s: could not remove \"%s\": %s\n", g_prog, g_subdir,
+		        strerror(err));
+	if (g_base_created && (err = peers_rm_tree(g_base)) != 0)
+		fprintf(stderr, "%s: could not remove \"%s\": %s\n", g_prog, g_base, strerror(err));
+}
+
+static _Noreturn void die(int code)
+{
+	if (g_is_child)
+		_exit(code);
+	/* A second thread failing at the same time waits for the first to end
+	 * the process. */
+	if (atomic_flag_test_and_set(&g_dying))
+		for (;;)
+			pause();
+	reap_children(true);
+	remove_scratch();
+	fflush(stdout);
+	_exit(code);
+}
+
+/* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
+static void vreport(const char *who, const char *what, const char *fmt, va_list ap)
+{
+	char msg[1024];
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (who == NULL)
+		fprintf(stderr, "%s: %s: %s\n", g_prog, what, msg);
+	else if (g_client_id >= 0)
+		fprintf(stderr, "%s: %s (client %d): %s: %s\n", g_prog, who, g_client_id, what,
+		        msg);
+	else
+		fprintf(stderr, "%s: %s: %s: %s\n", g_prog, who, what, msg);
+}
+
+/* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
+void peers_fatal(const char *who, const char *op, const char *fmt, ...)
+{
+	char what[256];
+	va_list ap;
+
+	snprintf(what, sizeof(what), "%s failed", op);
+	va_start(ap, fmt);
+	vreport(who, what, fmt, ap);
+	va_end(ap);
+	die(PEERS_EXIT_ERROR);
+}
+
+/* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
+void peers_mismatch(const char *who, const char *workload, const char *fmt, ...)
+{
+	char what[256];
+	va_list ap;
+
+	snprintf(what, sizeof(what), "%s: wrong result", workload);
+	va_start(ap, fmt);
+	vreport(who, what, fmt, ap);
+	va_end(ap);
+	die(PEERS_EXIT_DAMAGE);
+}
+
+/* A failed system call during the current engine's run. */
+static _Noreturn void sys_fail(const char *op)
+{
+	peers_fatal(g_engine, op, "%s", strerror(errno));
+}
+
+void *peers_xmalloc(const char *what, size_t n)
+{
+	void *p = malloc(n ? n : 1);
+
+	if (p == NULL)
+		peers_fatal(g_engine, "malloc", "%zu bytes for %s: out of memory", n, what);
+	return p;
+}
+
+static void xclose(int fd)
+{
+	if (close(fd) != 0)
+		sys_fail("close");
+}
+
+/* Read exactly n bytes unless EOF comes first; returns the bytes read. */
+static size_t read_full(int fd, void *buf, size_t n)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t r = read(fd, (char *)buf + done, n - done);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			sys_fail("read(pipe)");
+		if (r == 0)
+			break;
+		done += (size_t)r;
+	}
+	return done;
+}
+
+static void write_full(int fd, const void *buf, size_t n)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t r = write(fd, (const char *)buf + done, n - done);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			sys_fail("write(pipe)");
+		done += (size_t)r;
+	}
+}
+
+/* ------------------------------------------------------ keys and values */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+		sys_fail("clock_gettime(CLOCK_MONOTONIC)");
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t xorshift64(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	*s = x;
+	return x;
+}
+
+/* The key of index i: snprintf("%016llu", i), i < 10^16 (checked against
+ * snprintf at start). */
+static inline void make_key(uint64_t i, char *k)
+{
+	for (int j = KEY_SIZE - 1; j >= 0; j--) {
+		k[j] = (char)('0' + i % 10);
+		i /= 10;
+	}
+}
+
+static char printable[256]; /* byte b -> ' ' + b % 95 */
+
+static void init_printable(void)
+{
+	for (int b = 0; b < 256; b++)
+		printable[b] = (char)(' ' + b % 95);
+}
+
+/*
+ * The value of key index i written in round r (every workload writes round
+ * 0): xorshift64 seeded with i * GOLDEN + r (GOLDEN if that is 0) is stepped
+ * once per 8 bytes, and byte j of the value is printable[byte j % 8 of the
+ * state], bytes taken from the least significant one.
+ */
+static inline void make_value(uint64_t i, uint64_t round, char *v)
+{
+	uint64_t x = i * GOLDEN + round;
+
+	if (x == 0)
+		x = GOLDEN;
+	for (int j = 0; j < VALUE_SIZE; j += 8) {
+		uint64_t w = xorshift64(&x);
+
+		for (int b = 0; b < 8 && j + b < VALUE_SIZE; b++)
+			v[j + b] = printable[(w >> (8 * b)) & 0xff];
+	}
+}
+
+/* Order-sensitive fingerprint of a value sequence (the scan's check). */
+static inline uint64_t fold_value(uint64_t acc, const char *v)
+{
+	uint64_t h = 0, w;
+	uint32_t t;
+
+	for (int j = 0; j + 8 <= VALUE_SIZE; j += 8) {
+		memcpy(&w, v + j, 8);
+		h ^= w;
+	}
+	memcpy(&t, v + VALUE_SIZE - 4, 4);
+	h ^= (uint64_t)t << 32;
+	return (acc ^ h) * 0x100000001B3ull;
+}
+
+/* Readrandom client c draws key indexes from xorshift64 seeded so. */
+static uint64_t reader_seed(int id)
+{
+	return (uint64_t)(id + 1) * GOLDEN;
+}
+
+/* fillrandom's order: Fisher-Yates over 0..n-1, j = xorshift64 % (i + 1)
+ * for i from n-1 down to 1, state seeded with PERM_SEED. */
+static uint64_t *make_permutation(uint64_t n)
+{
+	uint64_t *p = peers_xmalloc("permutation", n * sizeof(*p));
+	uint64_t x = PERM_SEED;
+
+	for (uint64_t i = 0; i < n; i++)
+		p[i] = i;
+	for (uint64_t i = n - 1; i > 0; i--) {
+		uint64_t j = xorshift64(&x) % (i + 1);
+		uint64_t t = p[i];
+
+		p[i] = p[j];
+		p[j] = t;
+	}
+	return p;
+}
+
+static void self_check(void)
+{
+	static const uint64_t probe[] = {0, 1, 9, 10, 12345678901234ull, PEERS_MAX_KEYS - 1};
+
+	for (size_t i = 0; i < sizeof(probe) / sizeof(probe[0]); i++) {
+		char want[KEY_SIZE + 1], got[KEY_SIZE];
+
+		snprintf(want, sizeof(want), "%016llu", (unsigned long long)probe[i]);
+		make_key(probe[i], got);
+		if (memcmp(want, got, KEY_SIZE) != 0)
+			peers_mismatch(NULL, "self-check", "key of %" PRIu64 " is %.16s", probe[i],
+			               got);
+	}
+}
+
+/* --------------------------------------------------------- verification */
+
+typedef struct verify_state {
+	const char *engine;
+	const char *what;
+	uint64_t n;
+	uint64_t next;
+	uint64_t fold;
+	char value[VALUE_SIZE];
+} verify_state;
+
+static void verify_cb(void *arg, const char *k, size_t klen, const char *v, size_t vlen)
+{
+	verify_state *s = arg;
+	char key[KEY_SIZE];
+
+	if (s->next >= s->n)
+		peers_mismatch(s->engine, s->what, "more than %" PRIu64 " keys", s->n);
+	make_key(s->next, key);
+	if (klen != KEY_SIZE || memcmp(k, key, KEY_SIZE) != 0)
+		peers_mismatch(s->engine, s->what, "key #%" PRIu64 " is \"%.*s\", expected %.16s",
+		               s->next, (int)(klen < 64 ? klen : 64), k, key);
+	make_value(s->next, 0, s->value);
+	if (vlen != VALUE_SIZE || memcmp(v, s->value, VALUE_SIZE) != 0)
+		peers_mismatch(s->engine, s->what, "value of key %.16s differs (%zu bytes)", key,
+		               vlen);
+	s->fold = fold_value(s->fold, v);
+	s->next++;
+}
+
+/* Check by an ordered scan that the database holds exactly keys 0..n-1 with
+ * their round-0 values; returns the fingerprint of the values. */
+static uint64_t verify_all(const peers_engine *e, void *h, uint64_t n, const char *what)
+{
+	verify_state s = {.engine = e->name, .what = what, .n = n};
+
+	e->scan(h, verify_cb, &s);
+	if (s.next != n)
+		peers_mismatch(e->name, what, "scan found %" PRIu64 " keys, expected %" PRIu64,
+		               s.next, n);
+	return s.fold;
+}
+
+/* -------------------------------------------------------------- clients */
+
+static inline uint32_t lat32(uint64_t ns)
+{
+	return ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
+}
+
+static void client_ready(client *c)
+{
+	if (c->barrier != NULL) {
+		int rc = pthread_barrier_wait(c->barrier);
+
+		if (rc != 0 && rc != PTHREAD_BARRIER_SERIAL_THREAD)
+			peers_fatal(c->e->name, "pthread_barrier_wait", "%s", strerror(rc));
+	} else if (c->result_fd >= 0) {
+		char b = 'R';
+
+		write_full(c->result_fd, &b, 1);
+		/* The parent never writes: its closing the pipe is the start. */
+		while (read_full(c->go_fd, &b, 1) != 0)
+			;
+	}
+}
+
+static void client_fill(client *c, void *h)
+{
+	char key[KEY_SIZE], val[VALUE_SIZE];
+
+	for (uint64_t j = 0; j < c->nops; j++) {
+		uint64_t idx = c->order ? c->order[j] : c->first + j;
+		uint64_t t0;
+
+		make_key(idx, key);
+		make_value(idx, 0, val);
+		t0 = now_ns();
+		c->e->put(h, key, KEY_SIZE, val, VALUE_SIZE);
+		c->lat[j] = lat32(now_ns() - t0);
+	}
+}
+
+static void client_read(client *c, void *h)
+{
+	char key[KEY_SIZE], val[VALUE_SIZE], buf[VALUE_SIZE];
+	uint64_t x = reader_seed(c->id);
+
+	for (uint64_t j = 0; j < c->nops; j++) {
+		uint64_t idx = xorshift64(&x) % c->num;
+		size_t vlen = 0;
+		uint64_t t0;
+		bool found;
+
+		make_key(idx, key);
+		t0 = now_ns();
+		found = c->e->get(h, key, KEY_SIZE, buf, sizeof(buf), &vlen);
+		c->lat[j] = lat32(now_ns() - t0);
+		if (!found)
+			peers_mismatch(c->e->name, "readrandom", "key %.16s not found", key);
+		make_value(idx, 0, val);
+		if (vlen != VALUE_SIZE || memcmp(buf, val, VALUE_SIZE) != 0)
+			peers_mismatch(c->e->name, "readrandom",
+			               "value of key %.16s differs (%zu bytes)", key, vlen);
+	}
+}
+
+/* Prepare, wait for the start, run the timed operations. */
+static void client_run(client *c)
+{
+	void *h = c->h ? c->h : c->e->open(&c->oa);
+
+	if (c->work == PEERS_READRANDOM)
+		verify_all(c->e, h, c->num, "readrandom warm pass");
+	client_ready(c);
+	c->start_ns = now_ns();
+	if (c->work == PEERS_READRANDOM)
+		client_read(c, h);
+	else
+		client_fill(c, h);
+	c->end_ns = now_ns();
+	if (c->h == NULL)
+		c->e->close(h);
+}
+
+static void *thread_main(void *arg)
+{
+	client *c = arg;
+
+	g_client_id = c->id;
+	client_run(c);
+	return NULL;
+}
+
+static void run_threads(client *cl, int n)
+{
+	pthread_t tid[MAX_CLIENTS];
+	pthread_barrier_t barrier;
+	int rc = pthread_barrier_init(&barrier, NULL, (unsigned)n);
+
+	if (rc != 0)
+		peers_fatal(cl[0].e->name, "pthread_barrier_init", "%s", strerror(rc));
+	for (int i = 0; i < n; i++) {
+		cl[i].barrier = &barrier;
+		rc = pthread_create(&tid[i], NULL, thread_main, &cl[i]);
+		if (rc != 0)
+			peers_fatal(cl[0].e->name, "pthread_create", "%s", strerror(rc));
+	}
+	for (int i = 0; i < n; i++) {
+		rc = pthread_join(tid[i], NULL);
+		if (rc != 0)
+			peers_fatal(cl[0].e->name, "pthread_join", "%s", strerror(rc));
+	}
+	rc = pthread_barrier_destroy(&barrier);
+	if (rc != 0)
+		peers_fatal(cl[0].e->name, "pthread_barrier_destroy", "%s", strerror(rc));
+}
+
+static _Noreturn void children_failed(int id, const char *what)
+{
+	int code = reap_children(true);
+
+	fprintf(stderr, "%s: %s: client process %d %s\n", g_prog, g_engine, id, what);
+	die(code ? code : PEERS_EXIT_ERROR);
+}
+
+static _Noreturn void child_main(client *c)
+{
+	client_wire w;
+
+	g_is_child = true;
+	g_client_id = c->id;
+	g_nchildren = 0;
+	client_run(c);
+	w.nops = c->nops;
+	w.start_ns = c->start_ns;
+	w.end_ns = c->end_ns;
+	write_full(c->result_fd, &w, sizeof(w));
+	write_full(c->result_fd, c->lat, c->nops * sizeof(uint32_t));
+	xclose(c->result_fd);
+	_exit(0);
+}
+
+static void run_processes(client *cl, int n)
+{
+	int go[2];
+	int code;
+
+	if (pipe(go) != 0)
+		sys_fail("pipe");
+	if (fflush(stdout) != 0 || fflush(stderr) != 0) /* or children write it again */
+		sys_fail("fflush");
+	for (int i = 0; i < n; i++) {
+		int fds[2];
+		pid_t pid;
+
+		if (pipe(fds) != 0)
+			sys_fail("pipe");
+		pid = fork();
+		if (pid < 0)
+			sys_fail("fork");
+		if (pid == 0) {
+			g_is_child = true;
+			xclose(go[1]);
+			xclose(fds[0]);
+			for (int j = 0; j < i; j++)
+				xclose(cl[j].result_fd);
+			cl[i].go_fd = go[0];
+			cl[i].result_fd = fds[1];
+			child_main(&cl[i]);
+		}
+		g_children[g_nchildren++] = pid;
+		xclose(fds[1]);
+		cl[i].result_fd = fds[0];
+	}
+	xclose(go[0]);
+
+	for (int i = 0; i < n; i++) {
+		char b;
+
+		if (read_full(cl[i].result_fd, &b, 1) != 1)
+			children_failed(cl[i].id, "failed while preparing");
+	}
+	xclose(go[1]); /* start */
+	for (int i = 0; i < n; i++) {
+		client_wire w;
+
+		if (read_full(cl[i].result_fd, &w, sizeof(w)) != sizeof(w))
+			children_failed(cl[i].id, "ended without reporting");
+		if (w.nops != cl[i].nops)
+			children_failed(cl[i].id, "reported a wrong operation count");
+		cl[i].start_ns = w.start_ns;
+		cl[i].end_ns = w.end_ns;
+		if (read_full(cl[i].result_fd, cl[i].lat, w.nops * sizeof(uint32_t)) !=
+		    w.nops * sizeof(uint32_t))
+			children_failed(cl[i].id, "sent truncated latencies");
+		xclose(cl[i].result_fd);
+		cl[i].result_fd = -1;
+	}
+	code = reap_children(false);
+	if (code != 0) {
+		fprintf(stderr, "%s: %s: a client process failed\n", g_prog, g_engine);
+		die(code);
+	}
+}
+
+/* ------------------------------------------------------------ reporting */
+
+/* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Output goes out line by line; a failed write (a closed pipe: SIGPIPE is
+ * ignored) is an error like any other. */
+void peers_flush(FILE *f)
+{
+	if (fflush(f) != 0 || ferror(f))
+		sys_fail(f == stdout ? "write(stdout)" : "write(stderr)");
+}
+
+/* Nearest-rank percentile of sorted samples, in microseconds. */
+static double percentile_us(const uint32_t *v, uint64_t n, unsigned pct)
+{
+	uint64_t rank = (n * pct + 99) / 100;
+
+	return n == 0 ? 0.0 : (double)v[rank ? rank - 1 : 0] / 1000.0;
+}
+
+static void emit(const peers_config *cfg, const report *r)
+{
+	double secs = (double)r->ns / 1e9;
+	double ops_s = secs > 0 ? (double)r->ops / secs : 0.0;
+	double mb_s = secs > 0 ? (double)r->ops * PAIR_BYTES / secs / 1048576.0 : 0.0;
+	FILE *human = cfg->json ? stderr : stdout;
+	bool keys = strcmp(r->workload, "scan") == 0;
+
+	fprintf(human,
+	        "%-8s %-10s procs=%-2d %-9s %10" PRIu64 " %-4s %8.3f s %11.0f %-6s %8.1f MB/s",
+	        r->engine, r->workload, r->procs, r->mode, r->ops, keys ? "keys" : "ops", secs,
+	        ops_s, keys ? "keys/s" : "ops/s", mb_s);
+	if (r->has_lat)
+		fprintf(human, "  p50 %9.2f us  p99 %9.2f us", r->p50_us, r->p99_us);
+	fputc('\n', human);
+	peers_flush(human);
+	if (!cfg->json)
+		return;
+	printf("{\"engine\":\"%s\",\"workload\":\"%s\",\"procs\":%d,\"mode\":\"%s\","
+	       "\"ops\":%" PRIu64 ",\"seconds\":%.6f,\"ops_per_s\":%.1f,\"mb_per_s\":%.3f,",
+	       r->engine, r->workload, r->procs, r->mode, r->ops, secs, ops_s, mb_s);
+	if (r->has_lat)
+		printf("\"p50_us\":%.3f,\"p99_us\":%.3f}\n", r->p50_us, r->p99_us);
+	else
+		printf("\"p50_us\":null,\"p99_us\":null}\n");
+	peers_flush(stdout);
+}
+
+/* Merge the clients' figures: the run lasts from the first start to the
+ * last end, latencies are pooled. */
+static void report_clients(const peers_config *cfg, const client *cl, int n, peers_workload w,
+                           const char *mode)
+{
+	uint64_t ops = 0, start = UINT64_MAX, end = 0, at = 0;
+	uint32_t *all;
+	report r;
+
+	for (int i = 0; i < n; i++) {
+		ops += cl[i].nops;
+		start = cl[i].start_ns < start ? cl[i].start_ns : start;
+		end = cl[i].end_ns > end ? cl[i].end_ns : end;
+	}
+	all = peers_xmalloc("latencies", ops * sizeof(uint32_t));
+	for (int i = 0; i < n; i++) {
+		memcpy(all + at, cl[i].lat, cl[i].nops * sizeof(uint32_t));
+		at += cl[i].nops;
+	}
+	qsort(all, ops, sizeof(uint32_t), cmp_u32);
+	r = (report){
+	    .engine = cl[0].e->name,
+	    .workload = peers_workload_names[w],
+	    .mode = mode,
+	    .procs = n,
+	    .ops = ops,
+	    .ns = end - start,
+	    .has_lat = true,
+	    .p50_us = percentile_us(all, ops, 50),
+	    .p99_us = percentile_us(all, ops, 99),
+	};
+	emit(cfg, &r);
+	free(all);
+}
+
+/* ------------------------------------------------------------ workloads */
+
+/* A new, empty directory for a database (walrus-peers); with fresh_dirs
+ * off (walrus bench), the directory as it is. Mode 0700: walrus refuses a
+ * data directory open to group or others. */
+static void reset_dir(const peers_config *cfg, const peers_engine *e, const char *dir)
+{
+	int err;
+
+	if (!cfg->fresh_dirs)
+		return;
+	if (e->idle != NULL)
+		e->idle(dir);
+	err = peers_rm_tree(dir);
+	if (err != 0)
+		peers_fatal(g_engine, "remove", "\"%s\": %s", dir, strerror(err));
+	if (mkdir(dir, 0700) != 0)
+		peers_fatal(g_engine, "mkdir", "\"%s\": %s", dir, strerror(errno));
+}
+
+static client client_new(const peers_engine *e, const peers_open_args *oa, peers_workload w,
+                         uint64_t nops)
+{
+	client c = {
+	    .e = e,
+	    .oa = *oa,
+	    .work = w,
+	    .nops = nops,
+	    .result_fd = -1,
+	    .go_fd = -1,
+	};
+
+	c.lat = peers_xmalloc("latencies", (nops ? nops : 1) * sizeof(uint32_t));
+	return c;
+}
+
+/* fillseq / fillrandom on a new database, in this process. With report ==
+ * false, the untimed load that readrandom and scan start from. */
+static void wl_fill(const peers_config *cfg, const peers_engine *e, peers_workload w, bool report)
+{
+	peers_open_args oa = {.dir = g_subdir, .sync = false, .nkeys = cfg->num};
+	client c = client_new(e, &oa, w, cfg->num);
+	uint64_t *order = w == PEERS_FILLRANDOM ? make_permutation(cfg->num) : NULL;
+
+	reset_dir(cfg, e, g_subdir);
+	c.h = e->open(&oa);
+	c.order = order;
+	client_run(&c);
+	if (report) {
+		verify_all(e, c.h, cfg->num, peers_workload_names[w]);
+		report_clients(cfg, &c, 1, w, "processes");
+	}
+	e->close(c.h);
+	free(order);
+	free(c.lat);
+}
+
+/* Run n clients as forked processes, or as threads on one handle. */
+static const char *run_clients(const peers_engine *e, const peers_open_args *oa, client *cl, int n)
+{
+	if (!e->threads) {
+		run_processes(cl, n);
+		return "processes";
+	}
+	void *h = e->open(oa);
+
+	for (int i = 0; i < n; i++)
+		cl[i].h = h;
+	run_threads(cl, n);
+	e->close(h);
+	return "threads";
+}
+
+static void wl_fillsync(const peers_config *cfg, const peers_engine *e, int procs)
+{
+	uint64_t total = cfg->sync_ops * (uint64_t)procs;
+	peers_open_args oa = {.dir = g_subdir, .sync = true, .nkeys = total};
+	client cl[MAX_CLIENTS];
+	const char *mode;
+	void *h;
+
+	/* Create the database here, so the clients only open it. */
+	reset_dir(cfg, e, g_subdir);
+	e->close(e->open(&oa));
+	for (int i = 0; i < procs; i++) {
+		cl[i] = client_new(e, &oa, PEERS_FILLSYNC, cfg->sync_ops);
+		cl[i].id = i;
+		cl[i].first = (uint64_t)i * cfg->sync_ops;
+	}
+	mode = run_clients(e, &oa, cl, procs);
+
+	h = e->open(&oa);
+	verify_all(e, h, total, "fillsync");
+	e->close(h);
+	report_clients(cfg, cl, procs, PEERS_FILLSYNC, mode);
+	for (int i = 0; i < procs; i++)
+		free(cl[i].lat);
+}
+
+static void wl_readrandom(const peers_config *cfg, const peers_engine *e, int procs)
+{
+	peers_open_args oa = {.dir = g_subdir, .sync = false, .nkeys = cfg->num};
+	client cl[MAX_CLIENTS];
+	const char *mode;
+
+	for (int i = 0; i < procs; i++) {
+		uint64_t share =
+		    cfg->num / (uint64_t)procs + ((uint64_t)i < cfg->num % (uint64_t)procs ? 1 : 0);
+
+		cl[i] = client_new(e, &oa, PEERS_READRANDOM, share);
+		cl[i].id = i;
+		cl[i].num = cfg->num;
+	}
+	mode = run_clients(e, &oa, cl, procs);
+	report_clients(cfg, cl, procs, PEERS_READRANDOM, mode);
+	for (int i = 0; i < procs; i++)
+		free(cl[i].lat);
+}
+
+typedef struct scan_state {
+	const char *engine;
+	uint64_t n;
+	uint64_t count;
+	uint64_t fold;
+	char key[KEY_SIZE]; /* the key expected next, as decimal digits */
+} scan_state;
+
+static void scan_cb(void *arg, const char *k, size_t klen, const char *v, size_t vlen)
+{
+	scan_state *s = arg;
+
+	if (s->count >= s->n)
+		peers_mismatch(s->engine, "scan", "more than %" PRIu64 " keys", s->n);
+	if (klen != KEY_SIZE || memcmp(k, s->key, KEY_SIZE) != 0)
+		peers_mismatch(s->engine, "scan", "key #%" PRIu64 " is \"%.*s\", expected %.16s",
+		               s->count, (int)(klen < 64 ? klen : 64), k, s->key);
+	if (vlen != VALUE_SIZE)
+		peers_mismatch(s->engine, "scan", "value of key %.16s has %zu bytes", s->key, vlen);
+	s->fold = fold_value(s->fold, v);
+	s->count++;
+	for (int j = KEY_SIZE - 1; j >= 0; j--) {
+		if (s->key[j] != '9') {
+			s->key[j]++;
+			break;
+		}
+		s->key[j] = '0';
+	}
+}
+
+static void wl_scan(const peers_config *cfg, const peers_engine *e)
+{
+	peers_open_args oa = {.dir = g_subdir, .sync = false, .nkeys = cfg->num};
+	void *h = e->open(&oa);
+	uint64_t want = verify_all(e, h, cfg->num, "scan warm pass");
+	scan_state s = {.engine = e->name, .n = cfg->num};
+	uint64_t t0, t1;
+	report r;
+
+	make_key(0, s.key);
+	t0 = now_ns();
+	e->scan(h, scan_cb, &s);
+	t1 = now_ns();
+	if (s.count != cfg->num)
+		peers_mismatch(e->name, "scan", "found %" PRIu64 " keys, expected %" PRIu64,
+		               s.count, cfg->num);
+	if (s.fold != want)
+		peers_mismatch(e->name, "scan", "values differ from the warm pass's");
+	e->close(h);
+	r = (report){
+	    .engine = e->name,
+	    .workload = "scan",
+	    .mode = "processes",
+	    .procs = 1,
+	    .ops = s.count,
+	    .ns = t1 - t0,
+	};
+	emit(cfg, &r);
+}
+
+void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char *dir)
+{
+	/* Does g_subdir hold exactly a fillseq load of num keys? */
+	bool loaded = cfg->loaded;
+
+	g_engine_e = e;
+	g_engine = e->name;
+	if ((size_t)snprintf(g_subdir, sizeof(g_subdir), "%s", dir) >= sizeof(g_subdir))
+		peers_fatal(e->name, "directory", "path too long: \"%s\"", dir);
+
+	for (int i = 0; i < cfg->nworkloads; i++) {
+		switch (cfg->workloads[i]) {
+		case PEERS_FILLSEQ:
+			wl_fill(cfg, e, PEERS_FILLSEQ, true);
+			loaded = true;
+			break;
+		case PEERS_FILLRANDOM:
+			wl_fill(cfg, e, PEERS_FILLRANDOM, true);
+			loaded = false;
+			break;
+		case PEERS_FILLSYNC:
+			for (int j = 0; j < cfg->nsync_procs; j++)
+				wl_fillsync(cfg, e, cfg->sync_procs[j]);
+			loaded = false;
+			break;
+		case PEERS_READRANDOM:
+			if (!loaded)
+				wl_fill(cfg, e, PEERS_FILLSEQ, false);
+			loaded = true;
+			for (int j = 0; j < cfg->nread_procs; j++)
+				wl_readrandom(cfg, e, cfg->read_procs[j]);
+			break;
+		case PEERS_SCAN:
+			if (!loaded)
+				wl_fill(cfg, e, PEERS_FILLSEQ, false);
+			loaded = true;
+			wl_scan(cfg, e);
+			break;
+		case PEERS_WORKLOAD_COUNT:
+			break;
+		}
+	}
+	g_subdir[0] = '\0';
+	g_engine = NULL;
+	g_engine_e = NULL;
+}
+
+void peers_remove_dir(const peers_engine *e, const char *dir)
+{
+	int err;
+
+	g_engine_e = e;
+	g_engine = e->name;
+	if ((size_t)snprintf(g_subdir, sizeof(g_subdir), "%s", dir) >= sizeof(g_subdir))
+		peers_fatal(e->name, "directory", "path too long: \"%s\"", dir);
+	if (e->idle != NULL)
+		e->idle(dir);
+	err = peers_rm_tree(dir);
+	if (err != 0)
+		peers_fatal(e->name, "remove", "\"%s\": %s", dir, strerror(err));
+	g_subdir[0] = '\0';
+	g_engine = NULL;
+	g_engine_e = NULL;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+int peers_workload_by_name(const char *name)
+{
+	for (int i = 0; i < PEERS_WORKLOAD_COUNT; i++)
+		if (strcmp(peers_workload_names[i], name) == 0)
+			return i;
+	return -1;
+}
+
+void peers_init(const char *prog)
+{
+	g_prog = prog;
+	if (sigaction(SIGPIPE, &(struct sigaction){.sa_handler = SIG_IGN}, NULL) != 0)
+		sys_fail("sigaction(SIGPIPE)");
+	init_printable();
+	self_check();
+}
+
+void peers_set_scratch(const char *base, bool created, bool keep)
+{
+	g_keep = keep;
+	g_base_created = false;
+	g_base[0] = '\0';
+	if (base == NULL)
+		return;
+	if ((size_t)snprintf(g_base, sizeof(g_base), "%s", base) >= sizeof(g_base))
+		peers_fatal(NULL, "directory", "path too long: \"%s\"", base);
+	g_base_created = created;
+}
