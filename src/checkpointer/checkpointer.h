@@ -72,6 +72,8 @@ ckpt_shared *ckpt_shared_state(void);
  * ended: WALRUS_OK, WALRUS_EIO if it failed, WALRUS_ERESTART on a crash.
  */
 int ckpt_request(int flags, bool wait);
+/* How a waiting requester learns that the supervisor died (it marks nothing in shared memory). */
+void ckpt_set_alive_check(bool (*fn)(void));
 /* Checkpointer side. */
 uint32_t ckpt_take_requests(void);
 void ckpt_note_started(void);

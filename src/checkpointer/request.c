@@ -13,6 +13,19 @@
 #include "ipc/ipc.h"
 
 static ckpt_shared *ckpt_sh;
+static bool (*ckpt_alive)(void); /* is the instance's supervisor still there? */
+
+void ckpt_set_alive_check(bool (*fn)(void))
+{
+	ckpt_alive = fn;
+}
+
+/* A crashed instance marks shared memory; a dead supervisor marks nothing. */
+static bool ckpt_instance_gone(void)
+{
+	return atomic_load(&shm_hdr()->state) == SHM_STATE_CRASHED ||
+	       (ckpt_alive != NULL && !ckpt_alive());
+}
 
 size_t ckpt_shmem_size(void)
 {
@@ -49,7 +62,7 @@ static bool ckpt_wait_done(uint64_t target)
 		uint64_t done = atomic_load(&ckpt_sh->done);
 		if (done >= target)
 			return true;
-		if (atomic_load(&shm_hdr()->state) == SHM_STATE_CRASHED)
+		if (ckpt_instance_gone())
 			return false;
 		(void)ipc_wait_u32(&ckpt_sh->seq, seq, 100u * 1000 * 1000);
 	}
@@ -73,7 +86,7 @@ int ckpt_request(int flags, bool wait)
 		if (started > started0)
 			break;
 		uint32_t seq = atomic_load(&ckpt_sh->seq);
-		if (atomic_load(&shm_hdr()->state) == SHM_STATE_CRASHED)
+		if (ckpt_instance_gone())
 			return wr_error(WALRUS_ERESTART, "the instance crashed during the checkpoint");
 		if (atomic_load(&ckpt_sh->started) == started0)
 			(void)ipc_wait_u32(&ckpt_sh->seq, seq, 100u * 1000 * 1000);

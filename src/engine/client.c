@@ -275,6 +275,7 @@ static int finish_attach(const char *abs, const wr_options *opts)
 	buf_change_reset(); /* a PANIC may have cut a change short before a reopen */
 	if (rc == WALRUS_OK)
 		rc = ckpt_attach();
+	ckpt_set_alive_check(supervisor_connection_alive);
 	if (rc == WALRUS_OK)
 		rc = ckpt_sync_attach();
 	if (rc == WALRUS_OK)

@@ -373,6 +373,12 @@ static void wait_for_flush(uint32_t seen)
 	if (atomic_load(&wal_sh->flush_seq) == seen)
 		ipc_wait_u32(&wal_sh->flush_seq, seen, 10ULL * 1000 * 1000);
 	atomic_fetch_sub(&wal_sh->flush_sleepers, 1);
+	/* The flusher may have died holding the write lock: then nobody will
+	 * ever flush this instance's WAL again, and the commit's fate is
+	 * decided by recovery.  The supervisor's PANIC handling ignores a
+	 * PANIC from a process of an instance it already restarted. */
+	if (atomic_load(&shm_hdr()->state) == SHM_STATE_CRASHED)
+		wr_panic("instance crashed while this process waited for the WAL flush");
 }
 
 void wal_flush_to(wr_lsn lsn)
