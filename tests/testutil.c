@@ -16,6 +16,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "buffer/buffer.h"
+#include "fdcache/fdcache.h"
+#include "ipc/ipc.h"
+#include "wal/wal.h"
+
 #define TU_MAX_DIRS 64
 static char *tu_dirs[TU_MAX_DIRS];
 static pid_t tu_dirs_owner[TU_MAX_DIRS];
@@ -170,4 +175,43 @@ int tu_run(Suite *s)
 	srunner_free(sr);
 	reap_orphans();
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+void *tu_shm_wal_buffers_setup(const wr_options *o, const char *dir, int nslots, bool buffers,
+                               size_t extra)
+{
+	int fd;
+	char waldir[4200];
+	ck_assert_int_eq(fdc_init(200), WALRUS_OK);
+	if (buffers)
+		ck_assert_int_eq(smgr_init(dir, o->data_segment_size), WALRUS_OK);
+	snprintf(waldir, sizeof(waldir), "%s/wal", dir);
+	ck_assert_int_eq(mkdir(waldir, 0700), 0);
+	size_t sizes[3];
+	int n = 0;
+	sizes[n++] = wal_shmem_size(o, nslots);
+	if (buffers)
+		sizes[n++] = buf_shmem_size(o);
+	if (extra > 0)
+		sizes[n++] = extra;
+	ck_assert_int_eq(shm_create(shm_size_for(sizes, n), &fd), WALRUS_OK);
+	ck_assert_int_eq(wal_shmem_init(o, dir, nslots), WALRUS_OK);
+	if (buffers)
+		ck_assert_int_eq(buf_shmem_init(o), WALRUS_OK);
+	void *region = NULL;
+	if (extra > 0) {
+		region = shm_alloc("tutest", extra);
+		ck_assert_ptr_nonnull(region);
+	}
+	char page[WAL_PAGE_SIZE] = {0};
+	wal_long_page_header *lh = (wal_long_page_header *)page;
+	lh->std.magic = WAL_PAGE_MAGIC;
+	lh->std.info = WAL_PAGE_LONG;
+	lh->sysid = TU_SYSID;
+	lh->seg_size = (uint32_t)o->wal_segment_size;
+	lh->page_size = WAL_PAGE_SIZE;
+	ck_assert_int_eq(wal_start_insert_at(WAL_LONG_PHD, 0, WAL_LONG_PHD, TU_SYSID, page),
+	                 WALRUS_OK);
+	close(fd);
+	return region;
 }

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "common/common.h"
+
 /* A new empty directory, mode 0700; removed (recursively) at process exit. */
 const char *tu_tmpdir(const char *prefix);
 /* rm -rf */
@@ -35,5 +37,20 @@ int tu_write_file(const char *path, const void *buf, size_t len);
 void tu_flip_bit(const char *path, off_t byte, int bit);
 /* Runs an SRunner over @s, returns EXIT_SUCCESS/FAILURE (for main()). */
 int tu_run(Suite *s);
+
+/*
+ * Shared memory as an instance has it, without an instance (for suites of
+ * the WAL and the buffer pool): initialises the fd cache (200 fds), makes
+ * DIR/wal and a segment with the "wal" region (@nslots inserter slots; a
+ * fresh WAL whose first record starts right after the long header of its
+ * first segment, system id TU_SYSID), the "buffers" region when @buffers
+ * (then storage is initialised in @dir too), and a zeroed region "tutest"
+ * of @extra bytes when @extra > 0, whose address is returned (else NULL).
+ * Forked children inherit the segment, as the supervisor's children do.
+ * Attaches nothing: call wal_attach(slot) and buf_attach() after it.
+ */
+#define TU_SYSID 0x1234567890abcdefULL
+void *tu_shm_wal_buffers_setup(const wr_options *o, const char *dir, int nslots, bool buffers,
+                               size_t extra);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * buf_int.h - shared layout and internal interfaces of the buffer pool
- * (between bufmgr.c, buf_table.c and freelist.c; not for other modules).
+ * (between bufmgr.c, buf_table.c, freelist.c and stream.c; not for other
+ * modules).
  */
 #ifndef WALRUS_BUF_INT_H
 #define WALRUS_BUF_INT_H
@@ -62,6 +63,7 @@ typedef struct buf_region {
 	uint32_t nbuffers;
 	uint32_t nbuckets;                                  /* power of two >= 2 * nbuffers */
 	uint64_t desc_off, bucket_off, entry_off, page_off; /* from the region start */
+	int io_method;                                      /* enum wr_io_method: read streams */
 	_Atomic uint64_t clock_hand;
 	wr_rwlock partition[BUF_PARTITIONS];
 	wr_rwlock ext_lock[BUF_EXT_LOCKS];
@@ -91,6 +93,39 @@ static inline buf_desc *buf_get_desc(int buf)
 /* bufmgr.c: writes a pinned, content-locked buffer if dirty (WAL first); counts it in @counter */
 int buf_write_page(int buf, _Atomic uint64_t *counter, bool *written);
 
+/*
+ * bufmgr.c: the steps of a read, for buf_read and the read streams.
+ * buf_get: the buffer mapped to (rel, blk), pinned, valid or not: found, or
+ * a victim retagged (written first if dirty); *valid (unless NULL) says it
+ * was valid when pinned, which it stays while pinned.
+ * buf_try_start_io: under the header lock, BUF_IO_DONE when there is nothing
+ * to do (valid for input, clean for output), BUF_IO_MINE when the caller now
+ * owns BM_IO_IN_PROGRESS and must end it with buf_end_io; while another I/O
+ * is in progress it waits (@wait) or returns BUF_IO_BUSY.
+ * buf_start_io: the waiting form; true for BUF_IO_MINE.
+ * buf_end_io: clears the flag and @clear, sets @set, wakes the waiters.
+ * buf_load: makes pinned @buf valid (a hit, another process's read waited
+ * for, or a read of ours); on error it is unpinned and the error returned.
+ */
+#define BUF_IO_DONE 0
+#define BUF_IO_MINE 1
+#define BUF_IO_BUSY 2
+int buf_get(wr_relid rel, wr_blkno blk, int *out, bool *valid);
+int buf_try_start_io(buf_desc *d, bool for_input, bool wait);
+bool buf_start_io(buf_desc *d, bool for_input);
+void buf_end_io(buf_desc *d, uint32_t clear, uint32_t set);
+char *buf_page_ptr(int buf);
+int buf_load(int buf);
+
+/*
+ * stream.c: this process's stream reads in flight (io_uring), and
+ * completing them all.  A process sleeping for another (an I/O flag, a
+ * content lock) drains its own first: the other may be waiting for one of
+ * those reads, which only this process can complete.
+ */
+uint32_t buf_stream_inflight(void);
+void buf_stream_drain(void);
+
 /* freelist.c: header lock, pins, clock sweep */
 uint32_t buf_hdr_lock(buf_desc *d);
 void buf_hdr_unlock(buf_desc *d, uint32_t state);
@@ -106,5 +141,8 @@ int buf_table_lookup(uint32_t hash, wr_relid rel, wr_blkno blk); /* 0 if absent 
 void buf_table_insert(uint32_t hash, int buf, wr_relid rel, wr_blkno blk);
 void buf_table_delete(uint32_t hash, int buf);
 void buf_table_init(void);
+
+/* bufmgr.c: the write observer (test hook), for every path that writes a page */
+void buf_notify_write(wr_relid rel, wr_blkno blk, wr_lsn lsn);
 
 #endif /* WALRUS_BUF_INT_H */

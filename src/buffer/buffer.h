@@ -150,6 +150,15 @@ typedef struct buf_ckpt_item {
 } buf_ckpt_item;
 uint32_t buf_ckpt_mark(buf_ckpt_item *items);
 int buf_ckpt_write(const buf_ckpt_item *it, buf_wb *wb, bool *written);
+/*
+ * The same for io_method=io_uring: writes a batch of the listed items from
+ * @items (up to 16 in flight), all covered by one WAL flush; *used says how
+ * many items it went through (at least one), *written how many it wrote.
+ * Only the batch's first buffer may wait for its content lock; a buffer
+ * whose lock is taken ends the batch and starts the next one.
+ */
+int buf_ckpt_write_batch(const buf_ckpt_item *items, uint32_t n, buf_wb *wb, uint32_t *used,
+                         uint32_t *written);
 
 /*
  * One round of the background writer: estimates from recent allocations
@@ -189,5 +198,69 @@ void buf_get_stats(buf_stats *s);
 /* Test hook: called just before each data page write (per process; NULL removes). */
 typedef void (*buf_write_observer)(wr_relid rel, wr_blkno blk, wr_lsn page_lsn);
 void buf_set_write_observer(buf_write_observer fn);
+
+/* ---------------------------------------------------------------- read streams */
+
+/*
+ * A read stream returns the blocks [from, to) of a relation in order,
+ * pinned, reading ahead of its caller (PostgreSQL's read_stream.c):
+ *
+ *   buf_stream *s;
+ *   rc = buf_stream_open(&s, rel, 0, nblocks, 32);
+ *   while ((rc = buf_stream_next(s, &buf, &blk)) != WALRUS_ENOTFOUND) {
+ *       if (rc != WALRUS_OK) ...             block blk failed; the stream goes on
+ *       buf_lock(buf, false); ...; buf_unlock(buf); buf_release(buf);
+ *   }
+ *   buf_stream_close(s);
+ *
+ * With io_method=io_uring up to @depth blocks are read ahead: for each
+ * upcoming block not valid in the pool the stream maps a buffer, takes its
+ * I/O-in-progress flag and reads straight into the page (adjacent blocks
+ * in one vectored read of up to 128 kB); each block is verified as
+ * smgr_read verifies (short read, checksum) and its I/O ended, valid or
+ * with the error flag.  Other processes wanting such
+ * a block wait on the flag as for any read; blocks already valid are just
+ * pinned.  The pinned look-ahead is capped at a quarter of the pool and at
+ * BUF_STREAM_MAX_DEPTH.  The io_uring is per process, made at the first
+ * stream (again in a forked child); if it cannot be made, streams read as
+ * with io_method=sync (a WARNING says so once).
+ * With io_method=sync: posix_fadvise(WILLNEED) for the blocks not in the
+ * pool, @depth blocks ahead, then buf_read; a run of such blocks that
+ * continues the previous one is left to the kernel's readahead (as in
+ * PostgreSQL: advice there only shrinks the kernel's window).
+ *
+ * buf_stream_next: WALRUS_ENOTFOUND (no message) after the last block.
+ * Otherwise *blk is the next block and, on WALRUS_OK, *buf its buffer,
+ * pinned, not locked: the caller locks and releases it.  A block whose read
+ * failed returns that error with smgr_read's message (WALRUS_ECORRUPT,
+ * WALRUS_EIO ...) and *buf = BUF_INVALID, nothing pinned; the next call
+ * goes on with the following block.
+ * buf_stream_close: releases every buffer the stream still pins, after
+ * waiting for its reads in flight.  No error path leaves a pin or an I/O
+ * flag behind.
+ *
+ * A stream belongs to the process that opened it (a forked child may only
+ * close its copy, which frees memory).  Its completed reads are processed
+ * at each buf_stream_next, and before this process sleeps for another one
+ * (an I/O flag, a content lock) it completes all its reads in flight,
+ * since the other may be waiting for one of them.  Segment files of the
+ * relation must not be truncated or removed while a stream is open.
+ * Returns: WALRUS_EINVAL for from > to or depth < 1, WALRUS_ENOMEM.
+ */
+#define BUF_STREAM_MAX_DEPTH 256
+typedef struct buf_stream buf_stream;
+int buf_stream_open(buf_stream **s, wr_relid rel, wr_blkno from, wr_blkno to, int depth);
+int buf_stream_next(buf_stream *s, int *buf, wr_blkno *blk);
+void buf_stream_close(buf_stream *s);
+
+typedef struct buf_stream_stats {
+	int io_method;         /* enum wr_io_method the stream runs with */
+	int depth;             /* after the caps */
+	uint64_t hits;         /* io_uring: blocks valid already when looked at */
+	uint64_t submitted;    /* io_uring: reads submitted; sync: blocks advised */
+	uint64_t blocks;       /* io_uring: blocks those reads covered */
+	uint32_t max_inflight; /* io_uring: most blocks being read at once */
+} buf_stream_stats;
+void buf_stream_get_stats(const buf_stream *s, buf_stream_stats *st);
 
 #endif /* WALRUS_BUFFER_H */

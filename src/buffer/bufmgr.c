@@ -25,7 +25,7 @@ static buf_write_observer buf_observer;
 
 /* Waits for another process's I/O re-check this often (a wake is never
  * lost, but a crash restart may leave the flag set forever). */
-#define BUF_IO_WAIT_NS (10u * 1000 * 1000)
+#define BUF_IO_WAIT_NS (10ull * 1000 * 1000)
 
 /* ---------------------------------------------------------------- region */
 
@@ -115,6 +115,7 @@ int buf_shmem_init(const wr_options *o)
 	r->bucket_off = l.bucket_off;
 	r->entry_off = l.entry_off;
 	r->page_off = l.page_off;
+	r->io_method = o->io_method;
 	for (int i = 0; i < BUF_PARTITIONS; i++)
 		rw_init(&r->partition[i]);
 	for (int i = 0; i < BUF_EXT_LOCKS; i++)
@@ -161,6 +162,8 @@ int buf_detach_check(void)
 {
 	if (buf_l.pins == NULL)
 		return WALRUS_OK;
+	/* A stream left open: its reads must land before its pins go. */
+	buf_stream_drain();
 	int leaked = 0, first = 0;
 	for (uint32_t i = 0; i < buf_l.r->nbuffers; i++) {
 		int buf = (int)i + 1;
@@ -198,6 +201,12 @@ static void buf_wait_io(buf_desc *d)
 		uint32_t seq = atomic_load(&d->io_seq);
 		if (!(atomic_load(&d->state) & BM_IO_IN_PROGRESS))
 			break;
+		/* The I/O may be one of our own streams' reads, or its owner may
+		 * be waiting for one of them: complete ours before sleeping. */
+		if (t0 == 0 && buf_stream_inflight() > 0) {
+			buf_stream_drain();
+			continue;
+		}
 		t0 = t0 ? t0 : wr_now_ns();
 		/* The process doing the I/O may have died: then nobody ends it. */
 		if (atomic_load(&shm_hdr()->state) == SHM_STATE_CRASHED)
@@ -209,22 +218,28 @@ static void buf_wait_io(buf_desc *d)
 		atomic_fetch_add(&buf_l.r->stats.io_wait_ns, wr_now_ns() - t0);
 }
 
-/* True when the caller must do the I/O (it now owns BM_IO_IN_PROGRESS). */
-static bool buf_start_io(buf_desc *d, bool for_input)
+int buf_try_start_io(buf_desc *d, bool for_input, bool wait)
 {
 	for (;;) {
 		uint32_t s = buf_hdr_lock(d);
 		if (!(s & BM_IO_IN_PROGRESS)) {
 			bool done = for_input ? (s & BM_VALID) : !(s & BM_DIRTY);
 			buf_hdr_unlock(d, done ? s : s | BM_IO_IN_PROGRESS);
-			return !done;
+			return done ? BUF_IO_DONE : BUF_IO_MINE;
 		}
 		buf_hdr_unlock(d, s);
+		if (!wait)
+			return BUF_IO_BUSY;
 		buf_wait_io(d);
 	}
 }
 
-static void buf_end_io(buf_desc *d, uint32_t clear, uint32_t set)
+bool buf_start_io(buf_desc *d, bool for_input)
+{
+	return buf_try_start_io(d, for_input, true) == BUF_IO_MINE;
+}
+
+void buf_end_io(buf_desc *d, uint32_t clear, uint32_t set)
 {
 	uint32_t s = buf_hdr_lock(d);
 	s = (s & ~(clear | BM_IO_IN_PROGRESS)) | set;
@@ -233,7 +248,7 @@ static void buf_end_io(buf_desc *d, uint32_t clear, uint32_t set)
 	ipc_wake_all(&d->io_seq);
 }
 
-static char *buf_page_ptr(int buf)
+char *buf_page_ptr(int buf)
 {
 	return buf_l.pages + (size_t)(buf - 1) * WR_PAGE_SIZE;
 }
@@ -256,8 +271,7 @@ int buf_write_page(int buf, _Atomic uint64_t *counter, bool *written)
 	wr_lsn lsn = page_get_lsn(copy);
 	if (lsn != 0 && lsn > wal_flushed_lsn())
 		wal_flush_to(lsn); /* WAL before data */
-	if (buf_observer)
-		buf_observer(d->rel, d->blk, lsn);
+	buf_notify_write(d->rel, d->blk, lsn);
 	smgr_rel *r;
 	int rc = smgr_open(d->rel, &r);
 	if (rc == WALRUS_OK)
@@ -310,10 +324,12 @@ static int buf_clean_victim(int victim)
 /*
  * Gives @victim (pinned by us, clean) the tag (rel, blk).  Returns the
  * buffer now mapped to the tag, pinned: @victim, or another process's
- * buffer that got there first (then the victim is unpinned); 0 when the
- * victim was pinned or dirtied meanwhile (unpinned: sweep again).
+ * buffer that got there first (then the victim is unpinned, and *valid
+ * says whether that one was valid when pinned); 0 when the victim was
+ * pinned or dirtied meanwhile (unpinned: sweep again).
  */
-static int buf_retag(int victim, uint32_t state, wr_relid rel, wr_blkno blk, uint32_t hash)
+static int buf_retag(int victim, uint32_t state, wr_relid rel, wr_blkno blk, uint32_t hash,
+                     bool *valid)
 {
 	buf_desc *d = buf_get_desc(victim);
 	bool had_tag = state & BM_TAG_VALID;
@@ -323,7 +339,7 @@ static int buf_retag(int victim, uint32_t state, wr_relid rel, wr_blkno blk, uin
 	buf_lock_partitions(newp, oldp);
 	int existing = buf_table_lookup(hash, rel, blk);
 	if (existing != 0) {
-		buf_pin(existing); /* under the partition lock: cannot be retagged */
+		*valid = buf_pin(existing); /* under the partition lock: cannot be retagged */
 		buf_unlock_partitions(newp, oldp);
 		buf_unpin(victim);
 		return existing;
@@ -349,15 +365,15 @@ static int buf_retag(int victim, uint32_t state, wr_relid rel, wr_blkno blk, uin
 	return victim;
 }
 
-/* The buffer mapped to (rel, blk), pinned, valid or not: found or made. */
-static int buf_get(wr_relid rel, wr_blkno blk, int *out)
+int buf_get(wr_relid rel, wr_blkno blk, int *out, bool *valid)
 {
+	bool v = false;
 	uint32_t hash = buf_tag_hash(rel, blk);
 	wr_rwlock *part = buf_partition_lock(hash);
 	rw_lock_shared(part);
 	int buf = buf_table_lookup(hash, rel, blk);
 	if (buf != 0)
-		buf_pin(buf); /* before the lock goes: it cannot be retagged */
+		v = buf_pin(buf); /* before the lock goes: it cannot be retagged */
 	rw_unlock(part);
 	while (buf == 0) {
 		int victim;
@@ -374,29 +390,26 @@ static int buf_get(wr_relid rel, wr_blkno blk, int *out)
 				return rc;
 			}
 		}
-		buf = buf_retag(victim, state, rel, blk, hash);
+		buf = buf_retag(victim, state, rel, blk, hash, &v);
 	}
+	/* Valid when pinned stays valid while pinned: only a retag clears it. */
+	if (valid != NULL)
+		*valid = v;
 	*out = buf;
 	return WALRUS_OK;
 }
 
-int buf_read(wr_relid rel, wr_blkno blk, int *out)
+int buf_load(int buf)
 {
-	int buf;
-	*out = BUF_INVALID;
-	int rc = buf_get(rel, blk, &buf);
-	if (rc != WALRUS_OK)
-		return rc;
 	buf_desc *d = buf_get_desc(buf);
 	if (!buf_start_io(d, true)) {
 		atomic_fetch_add(&buf_l.r->stats.hits, 1);
-		*out = buf;
 		return WALRUS_OK;
 	}
 	smgr_rel *r;
-	rc = smgr_open(rel, &r);
+	int rc = smgr_open(d->rel, &r); /* pinned: the tag cannot change */
 	if (rc == WALRUS_OK)
-		rc = smgr_read(r, blk, buf_page_ptr(buf));
+		rc = smgr_read(r, d->blk, buf_page_ptr(buf));
 	if (rc != WALRUS_OK) {
 		/* Left mapped but invalid: the next reader tries the I/O again. */
 		buf_end_io(d, 0, BM_IO_ERROR);
@@ -405,15 +418,33 @@ int buf_read(wr_relid rel, wr_blkno blk, int *out)
 	}
 	buf_end_io(d, BM_IO_ERROR, BM_VALID);
 	atomic_fetch_add(&buf_l.r->stats.reads, 1);
-	*out = buf;
 	return WALRUS_OK;
+}
+
+int buf_read(wr_relid rel, wr_blkno blk, int *out)
+{
+	int buf;
+	bool valid;
+	*out = BUF_INVALID;
+	int rc = buf_get(rel, blk, &buf, &valid);
+	if (rc == WALRUS_OK && valid) {
+		/* A hit seen by the pin itself: no header lock needed. */
+		atomic_fetch_add(&buf_l.r->stats.hits, 1);
+		*out = buf;
+		return WALRUS_OK;
+	}
+	if (rc == WALRUS_OK)
+		rc = buf_load(buf);
+	if (rc == WALRUS_OK)
+		*out = buf;
+	return rc;
 }
 
 int buf_read_zero(wr_relid rel, wr_blkno blk, int *out)
 {
 	int buf;
 	*out = BUF_INVALID;
-	int rc = buf_get(rel, blk, &buf);
+	int rc = buf_get(rel, blk, &buf, NULL);
 	if (rc != WALRUS_OK)
 		return rc;
 	buf_desc *d = buf_get_desc(buf);
@@ -451,7 +482,7 @@ int buf_extend(wr_relid rel, int *out, wr_blkno *blk)
 	if (rc == WALRUS_OK)
 		rc = buf_extend_file(r, rel, blk);
 	if (rc == WALRUS_OK)
-		rc = buf_get(rel, *blk, &buf);
+		rc = buf_get(rel, *blk, &buf, NULL);
 	if (rc != WALRUS_OK)
 		return rc;
 	buf_desc *d = buf_get_desc(buf);
@@ -491,6 +522,9 @@ void buf_lock(int buf, bool exclusive)
 		wr_panic("buffer %d content-locked twice by one process", buf);
 	wr_rwlock *l = &buf_get_desc(buf)->content;
 	if (!(exclusive ? rw_trylock_excl(l) : rw_trylock_shared(l))) {
+		/* The holder may be waiting for one of our streams' reads. */
+		if (buf_stream_inflight() > 0)
+			buf_stream_drain();
 		uint64_t t0 = wr_now_ns();
 		if (exclusive)
 			rw_lock_excl(l);
@@ -593,6 +627,12 @@ void buf_get_stats(buf_stats *s)
 	s->content_wait_ns = atomic_load(&st->content_wait_ns);
 	s->io_wait_ns = atomic_load(&st->io_wait_ns);
 	s->nbuffers = buf_l.r->nbuffers;
+}
+
+void buf_notify_write(wr_relid rel, wr_blkno blk, wr_lsn lsn)
+{
+	if (buf_observer)
+		buf_observer(rel, blk, lsn);
 }
 
 void buf_set_write_observer(buf_write_observer fn)

@@ -126,13 +126,21 @@ static int write_buffers(const wr_options *o, int flags, ckpt_result *r)
 	ckpt_pacer p;
 	bool immediate = flags & (CKPT_IMMEDIATE | CKPT_SHUTDOWN | CKPT_END_OF_RECOVERY);
 	ckpt_pace_start(&p, o, wr_now_ns() / 1000, wal_insert_lsn(), immediate);
-	for (uint32_t i = 0; i < n && rc == WALRUS_OK; i++) {
-		bool written;
-		if (write_observer)
-			write_observer(&items[i]);
-		rc = buf_ckpt_write(&items[i], &wb, &written);
+	bool uring = o->io_method == WR_IO_URING;
+	for (uint32_t i = 0; i < n && rc == WALRUS_OK;) {
+		uint32_t used = 1, written = 0;
+		if (uring) {
+			rc = buf_ckpt_write_batch(&items[i], n - i, &wb, &used, &written);
+		} else {
+			bool one;
+			rc = buf_ckpt_write(&items[i], &wb, &one);
+			written = one;
+		}
+		for (uint32_t k = i; write_observer && k < i + used; k++)
+			write_observer(&items[k]);
 		r->bufs_written += written;
-		write_delay(&p, (double)(i + 1) / (double)n);
+		i += used;
+		write_delay(&p, (double)i / (double)n);
 	}
 	buf_wb_issue(&wb);
 	buf_wb_free(&wb);

@@ -538,9 +538,11 @@ int smgr_unlink(wr_relid rel)
 
 /* ---------------------------------------------------------------- block I/O */
 
+/* A read that returned fewer bytes than a page (@page NULL: nothing to zero). */
 static int smgr_short_read(wr_blkno b, const char *path, ssize_t got, void *page)
 {
-	memset(page, 0, WR_PAGE_SIZE);
+	if (page != NULL)
+		memset(page, 0, WR_PAGE_SIZE);
 	return wr_error(WALRUS_EIO,
 	                "could not read block %u in file \"%s\": read only %zd of %d bytes", b,
 	                path, got, WR_PAGE_SIZE);
@@ -561,29 +563,51 @@ static int smgr_corrupt(wr_blkno b, const char *path, void *page)
 	    path, h.checksum, computed);
 }
 
-int smgr_read(smgr_rel *r, wr_blkno b, void *page)
+int smgr_block_handle(smgr_rel *r, wr_blkno b, fdc_file *f, off_t *off)
 {
 	uint32_t seg = b / smgr_bps;
-	off_t off = (off_t)(b % smgr_bps) * WR_PAGE_SIZE;
-	fdc_file f;
-	int rc = smgr_seg(r, seg, false, &f);
+	*off = (off_t)(b % smgr_bps) * WR_PAGE_SIZE;
+	int rc = smgr_seg(r, seg, false, f);
 	if (smgr_missing(rc)) {
 		char path[4096];
 		smgr_segment_path(r->relid, seg, path, sizeof(path));
-		return smgr_short_read(b, path, 0, page);
+		return smgr_short_read(b, path, 0, NULL);
 	}
-	if (rc != 0)
+	return rc;
+}
+
+int smgr_check_read(smgr_rel *r, wr_blkno b, void *page, ssize_t got)
+{
+	if (got >= WR_PAGE_SIZE && page_verify(page, b))
+		return 0;
+	/* The segment's path, as the fd cache names it (the same string). */
+	char path[4096];
+	smgr_segment_path(r->relid, b / smgr_bps, path, sizeof(path));
+	if (got < 0) {
+		memset(page, 0, WR_PAGE_SIZE);
+		errno = (int)-got;
+		return wr_error(wr_errno_code((int)-got), "could not read file \"%s\": %m", path);
+	}
+	if (got < WR_PAGE_SIZE)
+		return smgr_short_read(b, path, got, page);
+	return smgr_corrupt(b, path, page);
+}
+
+int smgr_read(smgr_rel *r, wr_blkno b, void *page)
+{
+	fdc_file f;
+	off_t off;
+	int rc = smgr_block_handle(r, b, &f, &off);
+	if (rc != 0) {
+		memset(page, 0, WR_PAGE_SIZE);
 		return rc;
+	}
 	ssize_t n = fdc_pread(f, page, WR_PAGE_SIZE, off);
 	if (n < 0) {
 		memset(page, 0, WR_PAGE_SIZE);
-		return (int)n;
+		return (int)n; /* the fd cache's message names the file and errno */
 	}
-	if (n < WR_PAGE_SIZE)
-		return smgr_short_read(b, fdc_path(f), n, page);
-	if (!page_verify(page, b))
-		return smgr_corrupt(b, fdc_path(f), page);
-	return 0;
+	return smgr_check_read(r, b, page, n);
 }
 
 static int smgr_write_at(smgr_rel *r, uint32_t seg, fdc_file f, wr_blkno b, void *page)
@@ -591,6 +615,16 @@ static int smgr_write_at(smgr_rel *r, uint32_t seg, fdc_file f, wr_blkno b, void
 	page_set_checksum(page, b);
 	off_t off = (off_t)(b % smgr_bps) * WR_PAGE_SIZE;
 	int rc = fdc_pwrite(f, page, WR_PAGE_SIZE, off);
+	if (rc != 0)
+		return rc;
+	return smgr_register_write(r->relid, seg, f);
+}
+
+int smgr_written(smgr_rel *r, wr_blkno b)
+{
+	uint32_t seg = b / smgr_bps;
+	fdc_file f;
+	int rc = smgr_seg(r, seg, false, &f);
 	if (rc != 0)
 		return rc;
 	return smgr_register_write(r->relid, seg, f);
@@ -682,6 +716,36 @@ int smgr_truncate(smgr_rel *r, wr_blkno nblocks)
 	if (rc == 0)
 		rc = smgr_register_write(r->relid, keep, f);
 	return rc;
+}
+
+/* ---------------------------------------------------------------- reading ahead */
+
+void smgr_prefetch(smgr_rel *r, wr_blkno b, wr_blkno n)
+{
+	while (n > 0) {
+		uint32_t seg = b / smgr_bps;
+		wr_blkno first = b % smgr_bps;
+		wr_blkno cnt = WR_MIN(n, smgr_bps - first);
+		fdc_file f;
+		int rc = smgr_seg(r, seg, false, &f);
+		if (rc == 0)
+			rc = fdc_advise_willneed(f, (off_t)first * WR_PAGE_SIZE,
+			                         (off_t)cnt * WR_PAGE_SIZE);
+		if (rc != 0) {
+			/* A hint: the read itself will report real trouble.  A missing
+			 * segment is past the end, and so is every later one. */
+			bool missing = smgr_missing(rc);
+			if (!missing)
+				wr_log(WR_DEBUG,
+				       "could not prefetch blocks %u..%u of relation %u: %s", b,
+				       b + cnt - 1, r->relid, walrus_errmsg());
+			wr_error_clear();
+			if (missing)
+				return;
+		}
+		b += cnt;
+		n -= cnt;
+	}
 }
 
 /* ---------------------------------------------------------------- sync */

@@ -87,6 +87,8 @@ int smgr_nblocks(smgr_rel *r, wr_blkno *out);
 int smgr_read(smgr_rel *r, wr_blkno b, void *page);
 /* Stamps the checksum into @page and writes it (the page is modified in place). */
 int smgr_write(smgr_rel *r, wr_blkno b, void *page);
+/* After a write of block @b made outside smgr_write (io_uring): the sync hand-off it owes. */
+int smgr_written(smgr_rel *r, wr_blkno b);
 /* Adds block @b (== nblocks, or beyond: the gap is zero-filled) with @page's content. */
 int smgr_extend(smgr_rel *r, wr_blkno b, void *page);
 /* Cuts the relation to @nblocks; forgets pending sync requests for removed segments. */
@@ -100,6 +102,32 @@ int smgr_unlink(wr_relid rel);
 /* "DIR/base/<rel>[.<seg>]" into buf. */
 void smgr_segment_path(wr_relid rel, uint32_t seg, char *buf, size_t len);
 uint32_t smgr_blocks_per_segment(void);
+
+/* ---------------------------------------------------------------- reading ahead */
+
+/*
+ * For readers that ask ahead (the buffer pool's read streams).
+ *
+ * smgr_prefetch: posix_fadvise(WILLNEED) over blocks [b, b+n), so the kernel
+ * starts reading them.  Only a hint: errors are logged at DEBUG and ignored,
+ * blocks in missing segments (past the end) are skipped.
+ *
+ * smgr_block_handle: the fd cache handle of the segment holding block @b
+ * and the block's offset in it, for a read submitted outside the seam
+ * (io_uring).  The caller fdc_pin()s the handle while the read is in
+ * flight, so the LRU does not close its fd.  A missing segment is the same
+ * WALRUS_EIO short read ("read only 0 of 8192 bytes") smgr_read reports.
+ *
+ * smgr_check_read: the checks smgr_read applies after its pread, for a read
+ * done elsewhere: @got is the number of bytes read, or -errno of a read
+ * that failed (io_uring's result).  Returns what smgr_read would have
+ * returned, with the same messages: EIO-class errors naming the file,
+ * WALRUS_EIO for a short read, WALRUS_ECORRUPT for a bad checksum (also
+ * logged at WARNING).  On any error @page is zeroed.
+ */
+void smgr_prefetch(smgr_rel *r, wr_blkno b, wr_blkno n);
+int smgr_block_handle(smgr_rel *r, wr_blkno b, fdc_file *f, off_t *off);
+int smgr_check_read(smgr_rel *r, wr_blkno b, void *page, ssize_t got);
 
 /*
  * PANIC for a failed fsync/fdatasync/sync_file_range/close on a data file.

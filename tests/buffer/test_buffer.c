@@ -6,9 +6,10 @@
  *
  * As in tests/wal/test_insert.c, there is no instance: the test creates a
  * shared memory segment with the "wal" and "buffers" regions (and a small
- * "buftest" region for barriers), and forked children inherit it, as the
- * supervisor's children do.  Children report failures by exit code, since a
- * libcheck assertion in a grandchild would not reach the runner.
+ * test region for barriers) with tu_shm_wal_buffers_setup, and forked
+ * children inherit it, as the supervisor's children do.  Children report
+ * failures by exit code, since a libcheck assertion in a grandchild would
+ * not reach the runner.
  */
 #include "testutil.h"
 
@@ -24,7 +25,6 @@
 #include "fdcache/fdcache.h"
 #include "wal/wal.h"
 
-#define SYSID  0x1234567890abcdefULL
 #define NSLOTS 16
 #define REL    7
 #define CTR    WR_PAGE_HEADER_SIZE       /* where a page keeps its counter */
@@ -53,35 +53,13 @@ static void observer(wr_relid rel, wr_blkno blk, wr_lsn lsn)
 
 static void setup(int64_t nbuffers)
 {
-	int fd;
-	char waldir[4200];
 	wr_opts_defaults(&opts);
 	ck_assert_int_eq(wr_opts_set(&opts, "wal_segment_size", "1MB"), WALRUS_OK);
 	ck_assert_int_eq(wr_opts_set(&opts, "wal_buffers", "256kB"), WALRUS_OK);
 	ck_assert_int_eq(wr_opts_set(&opts, "data_segment_size", "256kB"), WALRUS_OK);
 	opts.shared_buffers = nbuffers * WR_PAGE_SIZE;
 	datadir = tu_tmpdir("walrus-buf");
-	ck_assert_int_eq(fdc_init(200), WALRUS_OK);
-	ck_assert_int_eq(smgr_init(datadir, opts.data_segment_size), WALRUS_OK);
-	snprintf(waldir, sizeof(waldir), "%s/wal", datadir);
-	ck_assert_int_eq(mkdir(waldir, 0700), 0);
-	size_t sizes[] = {wal_shmem_size(&opts, NSLOTS), buf_shmem_size(&opts),
-	                  sizeof(test_shared)};
-	ck_assert_int_eq(shm_create(shm_size_for(sizes, 3), &fd), WALRUS_OK);
-	ck_assert_int_eq(wal_shmem_init(&opts, datadir, NSLOTS), WALRUS_OK);
-	ck_assert_int_eq(buf_shmem_init(&opts), WALRUS_OK);
-	tsh = shm_alloc("buftest", sizeof(test_shared));
-	ck_assert_ptr_nonnull(tsh);
-	char page[WAL_PAGE_SIZE] = {0};
-	wal_long_page_header *lh = (wal_long_page_header *)page;
-	lh->std.magic = WAL_PAGE_MAGIC;
-	lh->std.info = WAL_PAGE_LONG;
-	lh->sysid = SYSID;
-	lh->seg_size = (uint32_t)opts.wal_segment_size;
-	lh->page_size = WAL_PAGE_SIZE;
-	ck_assert_int_eq(wal_start_insert_at(WAL_LONG_PHD, 0, WAL_LONG_PHD, SYSID, page),
-	                 WALRUS_OK);
-	close(fd);
+	tsh = tu_shm_wal_buffers_setup(&opts, datadir, NSLOTS, true, sizeof(test_shared));
 	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
 	ck_assert_int_eq(buf_attach(), WALRUS_OK);
 	ck_assert_int_eq(smgr_create(REL), WALRUS_OK);

@@ -1,10 +1,11 @@
 #!/bin/sh
 # Installs the build into a staging directory, builds examples/hello.c
 # against the installed pkg-config file only, runs it, and checks its output.
-# usage: test_install.sh BUILD_DIR SOURCE_DIR
+# usage: test_install.sh BUILD_DIR SOURCE_DIR [EXTRA_CFLAGS]
 set -eu
 build=$1
 src=$2
+extra=${3:-}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 meson install -C "$build" --destdir "$stage" --no-rebuild >/dev/null
@@ -15,7 +16,7 @@ export PKG_CONFIG_SYSROOT_DIR=$stage
 cflags=$(pkg-config --cflags walrus)
 libs=$(pkg-config --libs walrus)
 libdir=$(pkg-config --variable=libdir walrus)
-cc -std=c11 -Wall -Wextra -Werror $cflags "$src/examples/hello.c" $libs -o "$stage/hello"
+cc -std=c11 -Wall -Wextra -Werror $extra $cflags "$src/examples/hello.c" $libs -o "$stage/hello"
 for f in walrus; do
 	find "$stage" -type f -name "$f" -path '*/bin/*' | grep -q . || { echo "tool $f not installed"; exit 1; }
 done

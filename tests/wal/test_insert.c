@@ -21,7 +21,7 @@
 #include "fdcache/fdcache.h"
 #include "wal/wal.h"
 
-#define SYSID  0x1234567890abcdefULL
+#define SYSID  TU_SYSID
 #define NSLOTS 16
 
 typedef struct rec_payload {
@@ -46,23 +46,8 @@ static void base_opts(const char *extra_name, const char *extra_value)
 /* A fresh WAL in @dir whose first record starts right after the long header of segment 0. */
 static void setup_wal(const char *dir)
 {
-	int fd;
-	ck_assert_int_eq(fdc_init(200), WALRUS_OK);
 	snprintf(waldir, sizeof(waldir), "%s/wal", dir);
-	ck_assert_int_eq(mkdir(waldir, 0700), 0);
-	size_t sizes[] = {wal_shmem_size(&opts, NSLOTS)};
-	ck_assert_int_eq(shm_create(shm_size_for(sizes, 1), &fd), WALRUS_OK);
-	ck_assert_int_eq(wal_shmem_init(&opts, dir, NSLOTS), WALRUS_OK);
-	char page[WAL_PAGE_SIZE] = {0};
-	wal_long_page_header *lh = (wal_long_page_header *)page;
-	lh->std.magic = WAL_PAGE_MAGIC;
-	lh->std.info = WAL_PAGE_LONG;
-	lh->sysid = SYSID;
-	lh->seg_size = (uint32_t)opts.wal_segment_size;
-	lh->page_size = WAL_PAGE_SIZE;
-	ck_assert_int_eq(wal_start_insert_at(WAL_LONG_PHD, 0, WAL_LONG_PHD, SYSID, page),
-	                 WALRUS_OK);
-	close(fd);
+	(void)tu_shm_wal_buffers_setup(&opts, dir, NSLOTS, false, 0);
 }
 
 static uint32_t payload_len(uint32_t who, uint32_t seq)

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""tests/tools/test_bench.py - `walrus bench`'s buffer pool workloads run
+briefly (bufhit with 1 and 2 clients, bufscan sequential with both
+io_methods and random), plus a WAL workload and a bad one: the exit status,
+and the final JSON line with the keys scripts rely on.  No timing is
+asserted: the machine is shared.
+
+usage: test_bench.py --walrus PATH
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+BUF_KEYS = ["workload", "clients", "mode", "io_method", "depth", "effective_depth", "pages",
+            "nbuffers", "setup_s", "ops", "seconds", "ops_per_s", "pages_per_s", "MBps",
+            "passes", "first_pass_s", "hits", "reads", "hit_ratio", "evictions",
+            "cpu_ns_per_op", "batch", "avg_ns", "p50_ns", "p99_ns", "p999_ns", "max_ns",
+            "datadir", "options"]
+WAL_KEYS = ["workload", "clients", "value_size", "ops", "seconds", "ops_per_s", "MBps",
+            "avg_us", "p50_us", "p99_us", "p999_us", "max_us", "wal_flushes", "options"]
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def wait_stopped(d):
+    """The supervisor removes walrus.pid when it exits (after its 200 ms linger)."""
+    for _ in range(400):
+        if not os.path.exists(os.path.join(d, "walrus.pid")):
+            return
+        time.sleep(0.05)
+    fail("instance in %s still running after 20 s" % d)
+
+
+def bench(walrus, opts, args, expect_rc=0):
+    d = tempfile.mkdtemp(prefix="walrus-tbench-")
+    try:
+        cmd = [walrus, "-D", d, "-o", "supervisor_linger=200ms", "-o", "shared_buffers=1MB"]
+        for o in opts:
+            cmd += ["-o", o]
+        cmd += ["bench"] + args
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=300)
+        print("$ " + " ".join(cmd))
+        print(p.stdout, end="")
+        if p.returncode != expect_rc:
+            fail("exit status %d, expected %d; stderr:\n%s" % (p.returncode, expect_rc,
+                                                                p.stderr))
+        if expect_rc != 0:
+            return None
+        lines = p.stdout.strip().splitlines()
+        if not lines:
+            fail("no output")
+        try:
+            j = json.loads(lines[-1])
+        except ValueError as e:
+            fail("last line is not JSON (%s): %r" % (e, lines[-1]))
+        return j
+    finally:
+        wait_stopped(d)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def check_keys(j, keys):
+    missing = [k for k in keys if k not in j]
+    if missing:
+        fail("JSON misses %s: %s" % (missing, j))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--walrus", default=os.environ.get("WALRUS_BIN"))
+    a = ap.parse_args()
+    if not a.walrus:
+        fail("--walrus or WALRUS_BIN is needed")
+
+    for clients in (1, 2):
+        j = bench(a.walrus, [], ["--workload", "bufhit", "--duration", "0.5", "--clients",
+                                 str(clients), "--json"])
+        check_keys(j, BUF_KEYS)
+        if j["workload"] != "bufhit" or j["clients"] != clients or j["mode"] != "random":
+            fail("bufhit: %s" % j)
+        # Half of a 128-page pool; every read of the run is a hit once warm.
+        if j["nbuffers"] != 128 or j["pages"] != 64 or j["ops"] <= 0:
+            fail("bufhit: %s" % j)
+        if j["hits"] + j["reads"] != j["ops"] or j["options"]["shared_buffers"] != "1MB":
+            fail("bufhit counters: %s" % j)
+
+    for method in ("sync", "io_uring"):
+        j = bench(a.walrus, ["io_method=" + method],
+                  ["--workload", "bufscan", "--duration", "0.5", "--depth", "16", "--json"])
+        check_keys(j, BUF_KEYS)
+        if j["workload"] != "bufscan" or j["mode"] != "sequential" or j["io_method"] != method:
+            fail("bufscan: %s" % j)
+        if j["pages"] != 512 or j["depth"] != 16 or j["effective_depth"] != 16:
+            fail("bufscan: %s" % j)
+        # A relation 4x the pool, read in order: (nearly) every page is a read.
+        if j["ops"] <= 0 or j["reads"] <= 0 or j["hits"] + j["reads"] < j["ops"]:
+            fail("bufscan counters: %s" % j)
+
+    j = bench(a.walrus, ["io_method=io_uring"],
+              ["--workload", "bufscan", "--random", "--clients", "2", "--duration", "0.5",
+               "--json"])
+    check_keys(j, BUF_KEYS)
+    if j["mode"] != "random" or j["clients"] != 2 or j["hits"] + j["reads"] != j["ops"]:
+        fail("bufscan --random: %s" % j)
+
+    j = bench(a.walrus, [], ["--workload", "walcommit", "--num", "20", "--json"])
+    check_keys(j, WAL_KEYS)
+    if j["workload"] != "walcommit" or j["ops"] != 20:
+        fail("walcommit: %s" % j)
+
+    bench(a.walrus, [], ["--workload", "bufnothing"], expect_rc=2)
+    bench(a.walrus, [], ["--workload", "bufscan", "--depth", "0"], expect_rc=2)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
