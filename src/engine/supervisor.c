@@ -48,6 +48,8 @@ typedef struct sup_conn {
 
 #define SUP_MAX_CONNS 4096
 
+#define SUP_FIRST_ATTACH_NS (10ULL * 1000000000ULL) /* wait for the first client this long */
+
 static struct {
 	char abs[PATH_MAX];
 	wr_options opts;
@@ -640,7 +642,12 @@ static void update_linger(void)
 	}
 	uint64_t now = wr_now_ns();
 	if (S.linger_deadline_ns == 0) {
-		S.linger_deadline_ns = now + (uint64_t)S.opts.supervisor_linger_us * 1000;
+		uint64_t linger = (uint64_t)S.opts.supervisor_linger_us * 1000;
+		/* The opener that started us connects only after reading the
+		 * ready line: give it time even with supervisor_linger=0. */
+		if (!S.ever_attached)
+			linger = WR_MAX(linger, SUP_FIRST_ATTACH_NS);
+		S.linger_deadline_ns = now + linger;
 		return;
 	}
 	if (now >= S.linger_deadline_ns)
