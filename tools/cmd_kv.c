@@ -58,17 +58,6 @@ bad:
 	return TOOL_EXIT_USAGE;
 }
 
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Decodes @s (hex when @hex) into a malloc'd buffer; returns 0 or an exit code. */
 static int decode(const char *s, bool hex, char **out, size_t *len)
 {
@@ -78,18 +67,13 @@ static int decode(const char *s, bool hex, char **out, size_t *len)
 		*len = n;
 		return *out ? 0 : TOOL_EXIT_ENGINE;
 	}
-	if (n % 2 != 0)
-		goto bad;
 	*out = malloc(n / 2 + 1);
 	if (*out == NULL)
 		return TOOL_EXIT_ENGINE;
-	for (size_t i = 0; i < n / 2; i++) {
-		int h = hexval(s[2 * i]), l = hexval(s[2 * i + 1]);
-		if (h < 0 || l < 0) {
-			free(*out);
-			goto bad;
-		}
-		(*out)[i] = (char)(h << 4 | l);
+	if (!tool_hex_decode(s, n, *out)) {
+		free(*out);
+		*out = NULL;
+		goto bad;
 	}
 	*len = n / 2;
 	return 0;
@@ -122,6 +106,19 @@ static int with_db(tool_ctx *ctx, bool create, int (*fn)(walrus *, const kv_args
 	if (rc == 0 && crc != WALRUS_OK)
 		rc = tool_fail(crc, "close");
 	return rc;
+}
+
+/* The shape of every subcommand here: --help, arguments, the call on an open database. */
+static int run(tool_ctx *ctx, int argc, char **argv, int npos, bool create, const char *u,
+               int (*fn)(walrus *, const kv_args *))
+{
+	kv_args a;
+	if (tool_wants_help(argc, argv)) {
+		printf("usage: walrus -D DIR %s\n", u);
+		return 0;
+	}
+	int rc = parse(argc, argv, npos, &a, u);
+	return rc ? rc : with_db(ctx, create, fn, &a);
 }
 
 /* ---------------------------------------------------------------- put, get, del */
@@ -178,38 +175,18 @@ static int do_del(walrus *db, const kv_args *a)
 
 int cmd_put(tool_ctx *ctx, int argc, char **argv)
 {
-	kv_args a;
-	const char *u = "put [--hex] KEY VALUE   (durable when it returns)";
-	if (tool_wants_help(argc, argv)) {
-		printf("usage: walrus -D DIR %s\n", u);
-		return 0;
-	}
-	int rc = parse(argc, argv, 2, &a, u);
-	return rc ? rc : with_db(ctx, true, do_put, &a);
+	return run(ctx, argc, argv, 2, true, "put [--hex] KEY VALUE   (durable when it returns)",
+	           do_put);
 }
 
 int cmd_get(tool_ctx *ctx, int argc, char **argv)
 {
-	kv_args a;
-	const char *u = "get [--hex] KEY   (exit 1 when absent)";
-	if (tool_wants_help(argc, argv)) {
-		printf("usage: walrus -D DIR %s\n", u);
-		return 0;
-	}
-	int rc = parse(argc, argv, 1, &a, u);
-	return rc ? rc : with_db(ctx, false, do_get, &a);
+	return run(ctx, argc, argv, 1, false, "get [--hex] KEY   (exit 1 when absent)", do_get);
 }
 
 int cmd_del(tool_ctx *ctx, int argc, char **argv)
 {
-	kv_args a;
-	const char *u = "del [--hex] KEY   (exit 1 when absent)";
-	if (tool_wants_help(argc, argv)) {
-		printf("usage: walrus -D DIR %s\n", u);
-		return 0;
-	}
-	int rc = parse(argc, argv, 1, &a, u);
-	return rc ? rc : with_db(ctx, false, do_del, &a);
+	return run(ctx, argc, argv, 1, false, "del [--hex] KEY   (exit 1 when absent)", do_del);
 }
 
 /* ---------------------------------------------------------------- scan */
@@ -255,15 +232,10 @@ static int do_scan(walrus *db, const kv_args *a)
 
 int cmd_scan(tool_ctx *ctx, int argc, char **argv)
 {
-	kv_args a;
-	const char *u = "scan [--from KEY] [--to KEY] [--limit N] [--hex]\n"
-	                "  prints KEY<TAB>VALUE lines in key order over [from, to)";
-	if (tool_wants_help(argc, argv)) {
-		printf("usage: walrus -D DIR %s\n", u);
-		return 0;
-	}
-	int rc = parse(argc, argv, 0, &a, u);
-	return rc ? rc : with_db(ctx, false, do_scan, &a);
+	return run(ctx, argc, argv, 0, false,
+	           "scan [--from KEY] [--to KEY] [--limit N] [--hex]\n"
+	           "  prints KEY<TAB>VALUE lines in key order over [from, to)",
+	           do_scan);
 }
 
 /* ---------------------------------------------------------------- checkpoint, stats, verify */
@@ -277,14 +249,9 @@ static int do_checkpoint(walrus *db, const kv_args *a)
 
 int cmd_checkpoint(tool_ctx *ctx, int argc, char **argv)
 {
-	kv_args a;
-	const char *u = "checkpoint   (an immediate checkpoint; returns when it is complete)";
-	if (tool_wants_help(argc, argv)) {
-		printf("usage: walrus -D DIR %s\n", u);
-		return 0;
-	}
-	int rc = parse(argc, argv, 0, &a, u);
-	return rc ? rc : with_db(ctx, false, do_checkpoint, &a);
+	return run(ctx, argc, argv, 0, false,
+	           "checkpoint   (an immediate checkpoint; returns when it is complete)",
+	           do_checkpoint);
 }
 
 /* Human form of the JSON: one "section.name value" line per figure. */
@@ -299,8 +266,8 @@ static void print_flat(const char *j)
 			if (e == NULL)
 				return;
 			size_t base = depth > 0 ? depth_len[depth - 1] : 0;
-			int n = snprintf(path + base, sizeof(path) - base, "%s%.*s", base ? "." : "",
-			                 (int)(e - p - 1), p + 1);
+			int n = snprintf(path + base, sizeof(path) - base, "%s%.*s",
+			                 base ? "." : "", (int)(e - p - 1), p + 1);
 			(void)n;
 			p = e + 1; /* at ':' */
 			if (p[1] == '{') {
@@ -337,14 +304,9 @@ static int do_stats(walrus *db, const kv_args *a)
 
 int cmd_stats(tool_ctx *ctx, int argc, char **argv)
 {
-	kv_args a;
-	const char *u = "stats [--json]   (WAL, buffer pool, checkpoint and key-value counters)";
-	if (tool_wants_help(argc, argv)) {
-		printf("usage: walrus -D DIR %s\n", u);
-		return 0;
-	}
-	int rc = parse(argc, argv, 0, &a, u);
-	return rc ? rc : with_db(ctx, false, do_stats, &a);
+	return run(ctx, argc, argv, 0, false,
+	           "stats [--json]   (WAL, buffer pool, checkpoint and key-value counters)",
+	           do_stats);
 }
 
 static void verify_print(void *arg, uint32_t block, const char *msg)
@@ -371,12 +333,7 @@ static int do_verify(walrus *db, const kv_args *a)
 
 int cmd_verify(tool_ctx *ctx, int argc, char **argv)
 {
-	kv_args a;
-	const char *u = "verify   (every page checksum and the tree's invariants; exit 2 on damage)";
-	if (tool_wants_help(argc, argv)) {
-		printf("usage: walrus -D DIR %s\n", u);
-		return 0;
-	}
-	int rc = parse(argc, argv, 0, &a, u);
-	return rc ? rc : with_db(ctx, false, do_verify, &a);
+	return run(ctx, argc, argv, 0, false,
+	           "verify   (every page checksum and the tree's invariants; exit 2 on damage)",
+	           do_verify);
 }

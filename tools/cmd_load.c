@@ -44,16 +44,11 @@ bad:
 	return TOOL_EXIT_USAGE;
 }
 
+/* In place: the decoded bytes are never longer than the text. */
 static int unhex(char *s, size_t n, size_t *out)
 {
-	if (n % 2 != 0)
+	if (!tool_hex_decode(s, n, s))
 		return -1;
-	for (size_t i = 0; i < n / 2; i++) {
-		unsigned v;
-		if (sscanf(s + 2 * i, "%2x", &v) != 1)
-			return -1;
-		s[i] = (char)v;
-	}
 	*out = n / 2;
 	return 0;
 }
@@ -93,7 +88,8 @@ static int add_line(walrus_batch *b, char *line, size_t len, long lineno, const 
 {
 	char *tab = memchr(line, '\t', len);
 	if (tab == NULL) {
-		fprintf(stderr, "walrus: load: line %ld has no TAB between key and value\n", lineno);
+		fprintf(stderr, "walrus: load: line %ld has no TAB between key and value\n",
+		        lineno);
 		return TOOL_EXIT_USAGE;
 	}
 	size_t kl = (size_t)(tab - line), vl = len - kl - 1;
@@ -121,8 +117,8 @@ static int add_line(walrus_batch *b, char *line, size_t len, long lineno, const 
 static int load_loop(walrus *db, const load_args *a)
 {
 	walrus_batch *b = walrus_batch_new();
-	acks ak = {calloc((size_t)a->batch, sizeof(char *)), calloc((size_t)a->batch, sizeof(size_t)),
-	           0};
+	acks ak = {calloc((size_t)a->batch, sizeof(char *)),
+	           calloc((size_t)a->batch, sizeof(size_t)), 0};
 	char *line = NULL;
 	size_t cap = 0;
 	long lineno = 0;

@@ -9,6 +9,7 @@
 #define WALRUS_TOOL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "common/common.h"
 #include "walrus.h"
@@ -35,6 +36,8 @@ typedef struct tool_cmd {
 int tool_fail(int code, const char *what);
 /* Opens ctx->datadir (creating it when @create); prints and returns an exit code on failure. */
 int tool_open(tool_ctx *ctx, bool create, walrus **db);
+/* Decodes @n hex digits of @s into @out (n/2 bytes; may be @s itself); false if not hex. */
+bool tool_hex_decode(const char *s, size_t n, char *out);
 /* True when argv holds -h or --help. */
 bool tool_wants_help(int argc, char **argv);
 

@@ -136,3 +136,27 @@ bool tool_wants_help(int argc, char **argv)
 			return true;
 	return false;
 }
+
+static int hex_nibble(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+bool tool_hex_decode(const char *s, size_t n, char *out)
+{
+	if (n % 2 != 0)
+		return false;
+	for (size_t i = 0; i < n / 2; i++) {
+		int h = hex_nibble(s[2 * i]), l = hex_nibble(s[2 * i + 1]);
+		if (h < 0 || l < 0)
+			return false;
+		out[i] = (char)(h << 4 | l);
+	}
+	return true;
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The `walrus` command's key-value contract, black-box: put/get/del/scan/load,
+--hex round trips of binary data, exit codes (0 ok, 1 not found, 2 usage or
+damage, 3 engine error), and the bad inputs of the key-value issue: empty key,
+key over 1 KiB, value over the limit, a directory that is not walrus's, one of
+an incompatible version.  Prints 'N passed, N failed' last."""
+import os, shutil, signal, subprocess, sys, tempfile
+
+WALRUS = sys.argv[1] if len(sys.argv) > 1 else "build/tools/walrus"
+passed = failed = 0
+
+def run(d, *args, stdin=None):
+    r = subprocess.run([WALRUS, "-D", d, "-o", "supervisor_linger=0", *args], input=stdin,
+                       capture_output=True, timeout=120)
+    return r.returncode, r.stdout, r.stderr
+
+def check(name, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL {name}: {detail}")
+
+def stop_instance(d):
+    """Waits for the lingering supervisor of d to exit (kills it after 15 s)."""
+    try:
+        pid = int(open(os.path.join(d, "walrus.pid")).readline().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    for _ in range(150):
+        try:
+            st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return
+        if st == "Z":
+            return
+        subprocess.run(["sleep", "0.1"])
+    os.kill(pid, signal.SIGKILL)
+
+def main():
+    base = tempfile.mkdtemp(prefix="walrus-cli-")
+    d = os.path.join(base, "db")
+    try:
+        rc, out, err = run(d, "get", "nothing")
+        check("get on a missing directory is an engine error", rc == 3, (rc, err))
+        rc, _, err = run(d, "put", "k1", "v1")
+        check("put creates the directory", rc == 0, err)
+        rc, out, _ = run(d, "get", "k1")
+        check("get prints the value", rc == 0 and out == b"v1\n", out)
+        rc, out, _ = run(d, "get", "absent")
+        check("get of an absent key exits 1", rc == 1 and out == b"", (rc, out))
+        rc, _, _ = run(d, "del", "absent")
+        check("del of an absent key exits 1", rc == 1, rc)
+        rc, _, err = run(d, "put", "", "v")
+        check("empty key is a usage error", rc == 2 and b"empty" in err, (rc, err))
+        rc, _, err = run(d, "put", "k" * 1025, "v")
+        check("key over 1 KiB refused", rc == 3 and b"1024" in err, (rc, err))
+        rc, _, _ = run(d, "put", "k" * 1024, "v")
+        check("key of exactly 1 KiB accepted", rc == 0, rc)
+        big = "aa" * (64 * 1024 * 1024 + 1)
+        rc, _, err = run(d, "load", "--hex", stdin=("6b62\t" + big + "\n").encode())
+        check("value over 64 MiB refused with a message", rc == 3 and b"64" in err,
+              (rc, err[-300:]))
+        rc, out, _ = run(d, "get", "kb")
+        check("nothing of a refused value stored", rc == 1, rc)
+        binkey, binval = bytes([0, 255, 9, 10, 0x80]), bytes(range(256))
+        rc, _, err = run(d, "put", "--hex", binkey.hex(), binval.hex())
+        check("binary put with --hex", rc == 0, err)
+        rc, out, _ = run(d, "get", "--hex", binkey.hex())
+        check("binary round trip with --hex", rc == 0 and bytes.fromhex(out.decode().strip()) == binval, out[:80])
+        rc, _, err = run(d, "put", "--hex", "zz", "00")
+        check("bad hex is a usage error", rc == 2, (rc, err))
+        utf = "clé-ключ-鍵".encode()
+        rc, _, _ = run(d, "put", utf.decode(), "\udcff" if False else "x")
+        check("non-ASCII key", rc == 0, rc)
+        lines = b"".join(b"key%03d\tval%03d\n" % (i, i) for i in range(50))
+        rc, out, err = run(d, "load", "--sync", "--ack", stdin=lines)
+        acks = out.decode().split()
+        check("load --ack acknowledges every line", rc == 0 and acks.count("ack") == 50, (rc, out[:200], err))
+        rc, out, _ = run(d, "scan", "--from", "key010", "--to", "key020")
+        got = [l.split(b"\t")[0] for l in out.splitlines()]
+        check("scan [from, to) in order", rc == 0 and got == [b"key%03d" % i for i in range(10, 20)], got)
+        rc, out, _ = run(d, "scan", "--limit", "3", "--hex")
+        check("scan --limit", rc == 0 and len(out.splitlines()) == 3, out)
+        rc, _, err = run(d, "load", stdin=b"no tab here\n")
+        check("a load line without TAB is a usage error", rc == 2 and b"line 1" in err, (rc, err))
+        rc, _, _ = run(d, "del", "key000")
+        check("del", rc == 0, rc)
+        rc, _, _ = run(d, "get", "key000")
+        check("deleted key is gone", rc == 1, rc)
+        rc, out, _ = run(d, "stats", "--json")
+        check("stats --json", rc == 0 and b'"kv":{' in out and b'"checkpoints":{' in out, out[:200])
+        rc, _, _ = run(d, "checkpoint")
+        check("checkpoint", rc == 0, rc)
+        rc, out, _ = run(d, "verify")
+        check("verify clean", rc == 0 and b"ok" in out, out)
+        rc, _, _ = run(d, "frobnicate")
+        check("unknown command exits 2", rc == 2, rc)
+        for sub in ("put", "get", "del", "scan", "load", "checkpoint", "stats", "verify"):
+            rc, out, _ = run(d, sub, "--help")
+            check(f"{sub} --help", rc == 0 and b"usage" in out, (rc, out))
+        stop_instance(d)
+        # A directory that is not walrus's, and one of another format version.
+        other = os.path.join(base, "other")
+        os.mkdir(other, 0o700)
+        open(os.path.join(other, "precious.txt"), "w").write("keep me")
+        rc, _, err = run(other, "put", "a", "b")
+        check("a foreign directory is refused", rc == 3 and b"walrus" in err, (rc, err))
+        check("the foreign file is untouched", open(os.path.join(other, "precious.txt")).read() == "keep me")
+        ver = os.path.join(d, "WALRUS_VERSION")
+        old = open(ver).read()
+        open(ver, "w").write("999\n")
+        rc, _, err = run(d, "get", "k1")
+        check("an incompatible version is refused", rc == 3 and b"version" in err.lower(), (rc, err))
+        open(ver, "w").write(old)
+        rc, out, _ = run(d, "get", "k1")
+        check("data intact after the refusals", rc == 0 and out == b"v1\n", (rc, out))
+        stop_instance(d)
+    finally:
+        stop_instance(d)
+        shutil.rmtree(base, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+if __name__ == "__main__":
+    sys.exit(main())
