@@ -101,6 +101,28 @@ def main():
             rc, out, _ = run(d, sub, "--help")
             check(f"{sub} --help", rc == 0 and b"usage" in out, (rc, out))
         stop_instance(d)
+        # Buffer pool options at open: too large for this machine, too small.
+        for size, word in (("60GB", b"memory"), ("64kB", b"between 128kB")):
+            r = subprocess.run([WALRUS, "-D", os.path.join(base, "sb" + size), "-o",
+                                f"shared_buffers={size}", "put", "a", "b"],
+                               capture_output=True, timeout=60)
+            check(f"shared_buffers={size} refused at open", r.returncode in (2, 3) and
+                  b"shared_buffers" in r.stderr and word in r.stderr, (r.returncode, r.stderr))
+        # The background writer cleans ahead of the clock sweep of a small pool.
+        bg = os.path.join(base, "bg")
+        lines = b"".join(b"bg%07d\t%s\n" % (i, b"v" * 200) for i in range(40000))
+        r = subprocess.run([WALRUS, "-D", bg, "-o", "shared_buffers=1MB", "-o", "bgwriter_delay=10ms",
+                            "-o", "supervisor_linger=2s", "load", "--batch", "10"], input=lines,
+                           capture_output=True, timeout=300)
+        check("load into a 1 MB pool", r.returncode == 0, r.stderr)
+        rc, out, _ = run(bg, "stats", "--json")
+        import json
+        st = json.loads(out) if rc == 0 else {}
+        b = st.get("buffers", {})
+        check("the background writer wrote pages", b.get("written_bgwriter", 0) > 0, b)
+        rc, out, _ = run(bg, "verify")
+        check("verify after evictions", rc == 0, out)
+        stop_instance(bg)
         # A directory that is not walrus's, and one of another format version.
         other = os.path.join(base, "other")
         os.mkdir(other, 0o700)
