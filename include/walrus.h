@@ -120,14 +120,12 @@ int walrus_supervisor_pid(const walrus *db);
 #define WALRUS_SYNC  0x1 /* return once the write is durable (group commit) */
 #define WALRUS_ASYNC 0x0 /* return at once; durable within wal_writer_delay */
 
-int walrus_put(walrus *db, const void *key, size_t klen, const void *val, size_t vlen,
-               int flags);
+int walrus_put(walrus *db, const void *key, size_t klen, const void *val, size_t vlen, int flags);
 /* WALRUS_ENOTFOUND when absent; else *val is malloc'd (free with walrus_free). */
 int walrus_get(walrus *db, const void *key, size_t klen, void **val, size_t *vlen);
 /* Into the caller's buffer: *vlen gets the value's size; ETOOBIG (nothing
  * copied) when it exceeds @cap. */
-int walrus_get_into(walrus *db, const void *key, size_t klen, void *buf, size_t cap,
-                    size_t *vlen);
+int walrus_get_into(walrus *db, const void *key, size_t klen, void *buf, size_t cap, size_t *vlen);
 /* WALRUS_ENOTFOUND when the key was absent (nothing written). */
 int walrus_delete(walrus *db, const void *key, size_t klen, int flags);
 void walrus_free(void *p);
@@ -136,8 +134,7 @@ void walrus_free(void *p);
  * crash, together or not at all.  A batch copies keys and values. */
 typedef struct walrus_batch walrus_batch;
 walrus_batch *walrus_batch_new(void); /* NULL when out of memory */
-int walrus_batch_put(walrus_batch *b, const void *key, size_t klen, const void *val,
-                     size_t vlen);
+int walrus_batch_put(walrus_batch *b, const void *key, size_t klen, const void *val, size_t vlen);
 int walrus_batch_delete(walrus_batch *b, const void *key, size_t klen);
 size_t walrus_batch_count(const walrus_batch *b);
 void walrus_batch_clear(walrus_batch *b);

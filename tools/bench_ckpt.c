@@ -157,7 +157,8 @@ static void ck_report(tool_ctx *ctx, const ck_args *a, uint64_t pages, const ck_
 	const wr_options *o = &engine_sh()->opts; /* the instance's, not ours */
 	(void)ctx;
 	double mb = (double)t->written * WR_PAGE_SIZE / 1048576.0;
-	double wr = t->write_s > 0 ? mb / t->write_s : 0, all = t->total_s > 0 ? mb / t->total_s : 0;
+	double wr = t->write_s > 0 ? mb / t->write_s : 0,
+	       all = t->total_s > 0 ? mb / t->total_s : 0;
 	const char *io = o->io_method == WR_IO_SYNC ? "sync" : "io_uring";
 	if (a->json) {
 		printf("{\"workload\":\"checkpoint\",\"pages\":%llu,\"rounds\":%d,\"written\":%llu,"

@@ -129,7 +129,7 @@ typedef struct buf_wb {
 	struct buf_wb_tag {
 		wr_relid rel;
 		wr_blkno blk;
-	} *tags;
+	} * tags;
 } buf_wb;
 int buf_wb_init(buf_wb *w, uint32_t max_pages);
 void buf_wb_add(buf_wb *w, wr_relid rel, wr_blkno blk);

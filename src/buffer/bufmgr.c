@@ -83,11 +83,12 @@ static int buf_check_memory(const wr_options *o, uint64_t bytes)
 		return WALRUS_OK; /* unknown: the memfd reservation still checks */
 	uint64_t phys = (uint64_t)pages * (uint64_t)psize;
 	if (bytes > phys / 4 * 3)
-		return wr_error(WALRUS_EINVAL,
-		                "shared_buffers = %lld MB needs %llu MB of shared memory, more than "
-		                "3/4 of this machine's %llu MB of memory",
-		                (long long)(o->shared_buffers >> 20), (unsigned long long)(bytes >> 20),
-		                (unsigned long long)(phys >> 20));
+		return wr_error(
+		    WALRUS_EINVAL,
+		    "shared_buffers = %lld MB needs %llu MB of shared memory, more than "
+		    "3/4 of this machine's %llu MB of memory",
+		    (long long)(o->shared_buffers >> 20), (unsigned long long)(bytes >> 20),
+		    (unsigned long long)(phys >> 20));
 	return WALRUS_OK;
 }
 

@@ -99,9 +99,7 @@ static void redo_release(const wal_decoded *rec, int id, void *page, bool change
 }
 
 /* Nothing to do: the end-of-recovery checkpoint writes and syncs the pool. */
-static void redo_finish(void)
-{
-}
+static void redo_finish(void) {}
 
 const wal_redo_pages buf_redo_pages = {
     .get = redo_get,

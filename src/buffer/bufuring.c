@@ -189,7 +189,8 @@ int buf_ckpt_write_batch(const buf_ckpt_item *items, uint32_t n, buf_wb *wb, uin
 		queued += slots[k].err == 0;
 	int sub = queued ? io_uring_submit(&ck_ring) : 0;
 	if (sub < 0 || sub != queued)
-		wr_panic("io_uring submit of checkpoint writes: %s", strerror(sub < 0 ? -sub : EIO));
+		wr_panic("io_uring submit of checkpoint writes: %s",
+		         strerror(sub < 0 ? -sub : EIO));
 	int rrc = ck_reap(slots, queued);
 	if (rrc != WALRUS_OK)
 		wr_panic("%s", walrus_errmsg()); /* writes in flight we cannot account for */

@@ -62,23 +62,23 @@ static void update_control(const char *datadir, wal_control *c, wr_lsn start, wr
 
 static void log_checkpoint(const char *reason, const ckpt_result *r)
 {
-	wr_log(WR_LOG,
-	       "checkpoint complete (%s): wrote %u buffers (%.1f%%); %d WAL file(s) added, %d "
-	       "removed, %d recycled; write=%.3f s, sync=%.3f s, total=%.3f s; sync files=%u, "
-	       "longest=%.3f s, average=%.3f s; distance=%llu kB, estimate=%llu kB; lsn=" WAL_LSN_FMT
-	       ", redo lsn=" WAL_LSN_FMT,
-	       reason, r->bufs_written,
-	       r->nbuffers ? 100.0 * (double)r->bufs_written / (double)r->nbuffers : 0.0,
-	       r->segs_added, r->segs_removed, r->segs_recycled, r->write_s, r->sync_s, r->total_s,
-	       r->sync_files, r->sync_longest_s, r->sync_avg_s,
-	       (unsigned long long)(r->distance / 1024), (unsigned long long)(r->estimate / 1024),
-	       WAL_LSN_ARGS(r->lsn), WAL_LSN_ARGS(r->redo));
+	wr_log(
+	    WR_LOG,
+	    "checkpoint complete (%s): wrote %u buffers (%.1f%%); %d WAL file(s) added, %d "
+	    "removed, %d recycled; write=%.3f s, sync=%.3f s, total=%.3f s; sync files=%u, "
+	    "longest=%.3f s, average=%.3f s; distance=%llu kB, estimate=%llu kB; lsn=" WAL_LSN_FMT
+	    ", redo lsn=" WAL_LSN_FMT,
+	    reason, r->bufs_written,
+	    r->nbuffers ? 100.0 * (double)r->bufs_written / (double)r->nbuffers : 0.0,
+	    r->segs_added, r->segs_removed, r->segs_recycled, r->write_s, r->sync_s, r->total_s,
+	    r->sync_files, r->sync_longest_s, r->sync_avg_s,
+	    (unsigned long long)(r->distance / 1024), (unsigned long long)(r->estimate / 1024),
+	    WAL_LSN_ARGS(r->lsn), WAL_LSN_ARGS(r->redo));
 }
 
 /* ---------------------------------------------------------------- write phase */
 
 static ckpt_write_observer write_observer;
-
 
 void ckpt_set_write_observer(ckpt_write_observer fn)
 {

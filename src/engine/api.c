@@ -106,9 +106,10 @@ int api_handle_check(const walrus *db, const char *fn)
 		return wr_error(WALRUS_EINVAL, "%s: not an open handle", fn);
 	int rc = client_check();
 	if (rc == WALRUS_OK && db->generation != client_generation())
-		rc = wr_error(WALRUS_ERESTART,
-		              "the instance restarted since this handle was opened; close and reopen "
-		              "the database");
+		rc = wr_error(
+		    WALRUS_ERESTART,
+		    "the instance restarted since this handle was opened; close and reopen "
+		    "the database");
 	return rc;
 }
 

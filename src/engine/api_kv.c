@@ -24,21 +24,21 @@ struct walrus_iter {
  * Runs @body between client_enter and client_leave with a fresh boundary.
  * A macro because setjmp must be called in the frame that stays alive.
  */
-#define API_CALL(db, fn, body)                                                                   \
-	do {                                                                                     \
-		wr_error_clear();                                                                \
-		int rc_ = api_handle_check((db), (fn));                                          \
-		if (rc_ != WALRUS_OK)                                                            \
-			return rc_;                                                              \
-		jmp_buf jb_;                                                                     \
-		if (setjmp(jb_)) {                                                               \
-			client_leave();                                                          \
-			return client_panicked();                                                \
-		}                                                                                \
-		client_enter(&jb_);                                                              \
-		rc_ = (body);                                                                    \
-		client_leave();                                                                  \
-		return rc_;                                                                      \
+#define API_CALL(db, fn, body)                                                                     \
+	do {                                                                                       \
+		wr_error_clear();                                                                  \
+		int rc_ = api_handle_check((db), (fn));                                            \
+		if (rc_ != WALRUS_OK)                                                              \
+			return rc_;                                                                \
+		jmp_buf jb_;                                                                       \
+		if (setjmp(jb_)) {                                                                 \
+			client_leave();                                                            \
+			return client_panicked();                                                  \
+		}                                                                                  \
+		client_enter(&jb_);                                                                \
+		rc_ = (body);                                                                      \
+		client_leave();                                                                    \
+		return rc_;                                                                        \
 	} while (0)
 
 static int check_flags(int flags, const char *fn)
@@ -68,8 +68,7 @@ int walrus_get(walrus *db, const void *key, size_t klen, void **val, size_t *vle
 	API_CALL(db, "walrus_get", kv_get(key, klen, val, vlen));
 }
 
-int walrus_get_into(walrus *db, const void *key, size_t klen, void *buf, size_t cap,
-                    size_t *vlen)
+int walrus_get_into(walrus *db, const void *key, size_t klen, void *buf, size_t cap, size_t *vlen)
 {
 	if (vlen == NULL || (buf == NULL && cap > 0))
 		return wr_error(WALRUS_EINVAL, "walrus_get_into: vlen must not be NULL");

@@ -162,9 +162,10 @@ static int adopt_control_file(void)
 static int create_shared_memory(void)
 {
 	uint32_t nprocs = (uint32_t)S.opts.max_connections + WR_AUX_NKINDS;
-	size_t sizes[] = {sizeof(engine_shared), nprocs * sizeof(wr_proc), ENGINE_SCRATCH_SIZE,
-	                  wal_shmem_size(&S.opts, (int)nprocs), buf_shmem_size(&S.opts),
-	                  ckpt_shmem_size(), ckpt_sync_shmem_size(), kv_shmem_size()};
+	size_t sizes[] = {sizeof(engine_shared),   nprocs * sizeof(wr_proc),
+	                  ENGINE_SCRATCH_SIZE,     wal_shmem_size(&S.opts, (int)nprocs),
+	                  buf_shmem_size(&S.opts), ckpt_shmem_size(),
+	                  ckpt_sync_shmem_size(),  kv_shmem_size()};
 	size_t total = shm_size_for(sizes, (int)WR_ARRAY_LEN(sizes));
 	int rc = shm_create(total, &S.shm_fd);
 	if (rc != WALRUS_OK)

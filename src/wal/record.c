@@ -156,7 +156,8 @@ static bool wal_wants_image(const wal_reg_block *b, wr_lsn redo, bool fpw)
 	if (b->flags & WAL_BLK_HAS_IMAGE)
 		return true; /* forced by the caller */
 	if (b->flags & WAL_BLK_WILL_INIT)
-		return false; /* redo rebuilds the page from the record alone: nothing can be torn */
+		return false; /* redo rebuilds the page from the record alone: nothing can be torn
+		               */
 	return fpw && b->page != NULL && page_get_lsn(b->page) <= redo;
 }
 
