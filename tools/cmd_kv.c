@@ -44,10 +44,8 @@ static int parse(int argc, char **argv, int want_pos, kv_args *a, const char *us
 			while (++i < argc && a->npos < 2)
 				a->pos[a->npos++] = argv[i];
 			break;
-		} else if (s[0] == '-' && s[1] != '\0')
-			goto bad;
-		else if (a->npos < 2)
-			a->pos[a->npos++] = s;
+		} else if ((s[0] != '-' || s[1] == '\0') && a->npos < 2)
+			a->pos[a->npos++] = s; /* "-" alone is a key */
 		else
 			goto bad;
 	}

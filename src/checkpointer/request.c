@@ -64,7 +64,7 @@ static bool ckpt_wait_done(uint64_t target)
 			return true;
 		if (ckpt_instance_gone())
 			return false;
-		(void)ipc_wait_u32(&ckpt_sh->seq, seq, 100u * 1000 * 1000);
+		(void)ipc_wait_u32(&ckpt_sh->seq, seq, 100ULL * 1000 * 1000);
 	}
 }
 
@@ -89,7 +89,7 @@ int ckpt_request(int flags, bool wait)
 		if (ckpt_instance_gone())
 			return wr_error(WALRUS_ERESTART, "the instance crashed during the checkpoint");
 		if (atomic_load(&ckpt_sh->started) == started0)
-			(void)ipc_wait_u32(&ckpt_sh->seq, seq, 100u * 1000 * 1000);
+			(void)ipc_wait_u32(&ckpt_sh->seq, seq, 100ULL * 1000 * 1000);
 	}
 	if (!ckpt_wait_done(started0 + 1))
 		return wr_error(WALRUS_ERESTART, "the instance crashed during the checkpoint");
@@ -103,8 +103,17 @@ uint32_t ckpt_take_requests(void)
 	return atomic_exchange(&ckpt_sh->requested, 0);
 }
 
+void ckpt_note_phase(int phase)
+{
+	if (ckpt_sh == NULL)
+		return;
+	atomic_store(&ckpt_sh->phase_start_ns, wr_now_ns());
+	atomic_store(&ckpt_sh->phase, (uint32_t)phase);
+}
+
 void ckpt_note_started(void)
 {
+	ckpt_note_phase(CKPT_PHASE_WRITE);
 	atomic_fetch_add(&ckpt_sh->started, 1);
 	atomic_fetch_add(&ckpt_sh->seq, 1);
 	ipc_wake_all(&ckpt_sh->seq);
@@ -119,6 +128,7 @@ void ckpt_note_done(bool ok, const ckpt_result *r)
 			ckpt_sh->last = *r;
 		atomic_fetch_add(&ckpt_sh->count, 1);
 	}
+	ckpt_note_phase(CKPT_PHASE_IDLE);
 	atomic_store(&ckpt_sh->done, atomic_load(&ckpt_sh->started));
 	atomic_fetch_add(&ckpt_sh->seq, 1);
 	ipc_wake_all(&ckpt_sh->seq);
