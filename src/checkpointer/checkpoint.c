@@ -202,8 +202,10 @@ int ckpt_perform(const char *datadir, const wr_options *o, int flags, const char
 		wr_log(WR_ERROR, "checkpoint (%s) failed: %s", reason, walrus_errmsg());
 		return rc;
 	}
+	ckpt_note_phase(CKPT_PHASE_SYNC);
 	sync_files(r);
 	r->sync_s = (double)(wr_now_ns() - t1) / 1e9;
+	ckpt_note_phase(CKPT_PHASE_FINISH);
 	next_relid = WR_MAX(next_relid, c.next_relid);
 	write_record(r->redo, next_relid, flags, &r->lsn);
 	update_control(datadir, &c, r->lsn, r->redo, next_relid, flags);

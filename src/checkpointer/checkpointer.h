@@ -61,7 +61,23 @@ typedef struct ckpt_shared {
 	_Atomic uint64_t started, done, failed, count;
 	_Atomic uint64_t num_timed, num_requested;
 	ckpt_result last;
+	/* What the running checkpoint is doing (enum ckpt_phase) and since when
+	 * (wr_now_ns: CLOCK_MONOTONIC, comparable across processes), for
+	 * observers such as `walrus bench --progress`; written by the
+	 * checkpointer only. */
+	_Atomic uint32_t phase;
+	_Atomic uint64_t phase_start_ns;
 } ckpt_shared;
+
+enum ckpt_phase {
+	CKPT_PHASE_IDLE = 0,   /* no checkpoint running */
+	CKPT_PHASE_WRITE = 1,  /* set by ckpt_note_started: redo point, then the writes */
+	CKPT_PHASE_SYNC = 2,   /* fsync of every file written */
+	CKPT_PHASE_FINISH = 3, /* checkpoint record, control file, WAL recycling */
+};
+/* The checkpointer enters @phase (ckpt_note_started and ckpt_note_done set
+ * WRITE and IDLE themselves); a no-op outside an instance. */
+void ckpt_note_phase(int phase);
 size_t ckpt_shmem_size(void);
 int ckpt_shmem_init(void);
 int ckpt_attach(void);
