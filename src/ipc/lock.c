@@ -227,6 +227,8 @@ static bool excl_blocked(uint32_t s)
 	return (s & (RW_WRITER | RW_READERS)) != 0;
 }
 
+#define RW_CRASH_CHECK_NS (100ULL * 1000 * 1000)
+
 /*
  * Sets RW_WAITERS on the word last seen as @s and sleeps while it holds that
  * value.  Returns without sleeping when the word moved on meanwhile.  A
@@ -247,7 +249,12 @@ static void rw_sleep(wr_rwlock *l, uint32_t s, bool reader)
 	}
 	if (reader && !shared_blocked(l, s))
 		return;
-	(void)ipc_wait_u32(&l->state, s, 0);
+	/* Wake now and then: the holder may have died with the lock, and then
+	 * only the instance's crashed state tells us to stop waiting. */
+	(void)ipc_wait_u32(&l->state, s, RW_CRASH_CHECK_NS);
+	shm_header *h = shm_hdr();
+	if (h != NULL && atomic_load(&h->state) == SHM_STATE_CRASHED)
+		wr_panic("instance crashed while this process waited for a lock");
 }
 
 /* Waits until a reader may try to enter: spins briefly, then sleeps in the kernel. */
