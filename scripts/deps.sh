@@ -3,7 +3,7 @@
 # Quiet when everything is already present; runs apt-get update first otherwise.
 set -eu
 PKGS="build-essential meson ninja-build pkg-config liburing-dev libzstd-dev check \
-python3 fio e2fsprogs util-linux procps libsqlite3-dev liblmdb-dev librocksdb-dev"
+python3 fio e2fsprogs util-linux procps libsqlite3-dev liblmdb-dev librocksdb-dev redis-tools redis-server clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -22,7 +22,7 @@ static const tool_cmd commands[] = {
     {"checkpoint", cmd_checkpoint, "run an immediate checkpoint"},
     {"stats", cmd_stats, "the instance's counters (--json)"},
     {"verify", cmd_verify, "check every page checksum and the tree (exit 2 on damage)"},
-    {"serve", cmd_serve, "run the instance's supervisor in the foreground"},
+    {"serve", cmd_serve, "the supervisor in the foreground; with --port/--unix/--resp a RESP (Redis protocol) server"},
     {"status", cmd_status, "is an instance running on DIR, and its processes"},
     {"selftest", cmd_selftest, "write, sync, read back and damage pages: the I/O path at work"},
     {"options", cmd_options, "list every engine option with its default and range"},

@@ -1,0 +1,302 @@
+/*
+ * conn.c - a backend: the life of one client connection in the process
+ * forked for it.
+ *
+ * Interface: srv_backend().
+ *
+ * The loop: wait for input (ppoll, the only place SIGTERM/SIGINT are
+ * delivered, so a signal is never lost between a check and a wait), read
+ * what is there, run every complete request in it appending the replies,
+ * then pass the barrier (the writes those replies acknowledge become
+ * durable) and send them all.  So pipelined requests cost one read, one
+ * WAL flush and one write per burst.  Replies are also sent (barrier
+ * first) when they pass SRV_OUT_FLUSH in the middle of a burst.
+ *
+ * Signals: SIGTERM (clean shutdown, or the server died) lets the burst
+ * being run finish and its replies go out, then closes; SIGINT (fast
+ * shutdown) stops after the request under way and drops the connection.
+ * Either way the handle is closed cleanly: a backend never leaves the
+ * instance without detaching, which would be a crash to the supervisor.
+ */
+#include "server/srv_int.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/common.h"
+
+#define SRV_READ_CHUNK   ((size_t)64 * 1024)
+#define SRV_OUT_FLUSH    ((size_t)1024 * 1024)
+#define SRV_MAX_QUERY    (1024ull * 1024 * 1024) /* Redis's client-query-buffer-limit */
+#define SRV_KEEP_BUFFER  ((size_t)1024 * 1024)   /* larger idle buffers are given back */
+#define SRV_TERM_SEND_MS 5000                    /* replies' grace during a clean shutdown */
+
+static volatile sig_atomic_t got_term, got_int;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	got_term = 1;
+}
+
+static void on_int(int sig)
+{
+	(void)sig;
+	got_int = 1;
+}
+
+typedef struct conn {
+	int fd;
+	char *in;
+	size_t inlen, incap;
+	resp_buf out;
+	size_t sent;
+	resp_parser parser;
+	srv_session sess;
+	int64_t idle_ms;
+	sigset_t waitmask; /* the mask during ppoll: SIGTERM and SIGINT open */
+	bool closing;
+} conn;
+
+/* ---------------------------------------------------------------- setup */
+
+static void setup_signals(conn *c)
+{
+	struct sigaction sa = {0};
+	sigemptyset(&sa.sa_mask);
+	sa.sa_handler = on_term;
+	(void)sigaction(SIGTERM, &sa, NULL);
+	sa.sa_handler = on_int;
+	(void)sigaction(SIGINT, &sa, NULL);
+	sa.sa_handler = SIG_DFL;
+	(void)sigaction(SIGCHLD, &sa, NULL);
+	sigset_t block;
+	sigemptyset(&block);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGINT);
+	(void)sigprocmask(SIG_BLOCK, &block, &c->waitmask);
+	sigdelset(&c->waitmask, SIGTERM);
+	sigdelset(&c->waitmask, SIGINT);
+	sigdelset(&c->waitmask, SIGCHLD);
+}
+
+/* Dies with the server: SIGTERM, so the connection ends cleanly. */
+static void watch_parent(pid_t parent)
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0) != 0 || getppid() != parent)
+		got_term = 1;
+}
+
+static void setup_socket(int fd)
+{
+	int one = 1;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
+	    (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* ---------------------------------------------------------------- I/O */
+
+enum { WAIT_ERROR = -1, WAIT_TIMEOUT = 0, WAIT_READY = 1, WAIT_SIGNAL = 2 };
+
+/* Waits for @events on the client's socket, signals open; timeout_ms < 0: no limit. */
+static int wait_fd(conn *c, short events, int timeout_ms)
+{
+	struct pollfd p = {.fd = c->fd, .events = events};
+	struct timespec ts, *tsp = NULL;
+	if (timeout_ms >= 0) {
+		ts.tv_sec = timeout_ms / 1000;
+		ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
+		tsp = &ts;
+	}
+	int r = ppoll(&p, 1, tsp, &c->waitmask);
+	if (r < 0)
+		return errno == EINTR ? WAIT_SIGNAL : WAIT_ERROR;
+	return r == 0 ? WAIT_TIMEOUT : WAIT_READY;
+}
+
+/* Sends what is buffered; false when the connection is gone or must go. */
+static bool send_all(conn *c)
+{
+	while (c->sent < c->out.len) {
+		ssize_t n = send(c->fd, c->out.p + c->sent, c->out.len - c->sent,
+		                 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			c->sent += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+			return false;
+		/* A client that does not read: the idle timeout, or the shutdown's grace. */
+		int timeout = got_term ? SRV_TERM_SEND_MS : c->idle_ms > 0 ? (int)c->idle_ms : -1;
+		int r = wait_fd(c, POLLOUT, timeout);
+		if (got_int || r == WAIT_ERROR || r == WAIT_TIMEOUT)
+			return false;
+	}
+	return true;
+}
+
+/* The barrier, then every reply out. */
+static bool flush_replies(conn *c)
+{
+	srv_barrier(&c->sess);
+	if (c->out.oom)
+		return false;
+	bool ok = send_all(c);
+	c->out.len = 0;
+	c->sent = 0;
+	if (c->out.cap > SRV_KEEP_BUFFER)
+		resp_buf_free(&c->out);
+	return ok;
+}
+
+/* Makes room for the next read: the parser's hint, at least a chunk. */
+static bool reserve_input(conn *c)
+{
+	size_t want = WR_MAX(c->parser.need, c->inlen + SRV_READ_CHUNK);
+	if (want > SRV_MAX_QUERY)
+		want = SRV_MAX_QUERY;
+	if (c->incap >= want)
+		return c->inlen < c->incap;
+	size_t cap = WR_MAX(c->incap * 2, want);
+	char *p = realloc(c->in, cap);
+	if (p == NULL)
+		return false;
+	c->in = p;
+	c->incap = cap;
+	return true;
+}
+
+/* Waits for input and appends it; false to close (EOF, error, idle, signal). */
+static bool read_input(conn *c)
+{
+	for (;;) {
+		if (got_term || got_int)
+			return false;
+		int r = wait_fd(c, POLLIN, c->idle_ms > 0 ? (int)c->idle_ms : -1);
+		if (r == WAIT_SIGNAL)
+			continue;
+		if (r != WAIT_READY)
+			return false; /* an error, or the idle timeout */
+		if (!reserve_input(c)) {
+			resp_add_error(&c->out, "ERR Protocol error: query buffer limit reached");
+			c->closing = true;
+			return true;
+		}
+		ssize_t n = recv(c->fd, c->in + c->inlen, c->incap - c->inlen, MSG_DONTWAIT);
+		if (n > 0) {
+			c->inlen += (size_t)n;
+			return true;
+		}
+		if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK))
+			return false;
+	}
+}
+
+/* ---------------------------------------------------------------- requests */
+
+/* Runs one parsed request; false to stop running requests. */
+static bool run_request(conn *c)
+{
+	if (c->parser.deferred != NULL)
+		srv_reply_error(&c->sess, c->parser.deferred);
+	else if (c->parser.argc > 0) {
+		/* array requests point into c->in, kept until run_input drops them */
+		uintptr_t a = (uintptr_t)c->parser.argv[0].p, in = (uintptr_t)c->in;
+		c->sess.args_stable = a >= in && a < in + c->inlen;
+		srv_dispatch(&c->sess, c->parser.argv, c->parser.argc);
+	}
+	if (c->sess.quit) {
+		c->closing = true;
+		return false;
+	}
+	if (c->out.len > SRV_OUT_FLUSH && !flush_replies(c)) {
+		c->closing = true;
+		return false;
+	}
+	return !got_int;
+}
+
+/* Runs every complete request in the input; drops their bytes. */
+static void run_input(conn *c)
+{
+	size_t off = 0;
+	while (!c->closing) {
+		size_t used;
+		int r = resp_parse(&c->parser, c->in + off, c->inlen - off, &used);
+		if (r == RESP_PROTO || r == RESP_NOMEM) {
+			resp_add_error(&c->out, "ERR Protocol error: %s",
+			               r == RESP_PROTO ? c->parser.error : "out of memory");
+			c->closing = true;
+			break;
+		}
+		bool go_on = r == RESP_DONE ? run_request(c) : false;
+		off += used;
+		if (!go_on)
+			break;
+	}
+	srv_group_flush(&c->sess); /* it points into the bytes dropped below */
+	if (off > 0) {
+		memmove(c->in, c->in + off, c->inlen - off);
+		c->inlen -= off;
+	}
+	if (c->inlen == 0 && c->incap > SRV_KEEP_BUFFER) {
+		free(c->in);
+		c->in = NULL;
+		c->incap = 0;
+	}
+}
+
+/* ---------------------------------------------------------------- srv_backend */
+
+/* The first open: a refusal for lack of room is Redis's "max clients" error. */
+static bool open_database(conn *c)
+{
+	int rc = srv_session_open(&c->sess);
+	if (rc == WALRUS_OK)
+		return true;
+	if (rc == WALRUS_ELIMIT)
+		resp_add_error(&c->out, "ERR max number of clients reached");
+	else
+		resp_add_error(&c->out, "ERR could not open the database: %s",
+		               walrus_errmsg()[0] ? walrus_errmsg() : walrus_strerror(rc));
+	(void)send_all(c);
+	return false;
+}
+
+int srv_backend(const srv_config *cfg, int fd)
+{
+	conn c = {.fd = fd, .idle_ms = cfg->idle_ms};
+	(void)prctl(PR_SET_NAME, "walrus-backend", 0, 0, 0);
+	setup_signals(&c);
+	watch_parent(getppid());
+	setup_socket(fd);
+	resp_parser_init(&c.parser);
+	srv_session_init(&c.sess, cfg, &c.out);
+	if (open_database(&c)) {
+		while (!c.closing && read_input(&c)) {
+			run_input(&c);
+			if (got_int || !flush_replies(&c))
+				break;
+		}
+	}
+	srv_session_free(&c.sess); /* closes the handle: a clean detach */
+	resp_parser_free(&c.parser);
+	resp_buf_free(&c.out);
+	free(c.in);
+	close(fd);
+	return 0;
+}

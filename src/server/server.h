@@ -1,0 +1,97 @@
+/*
+ * server.h - walrus's RESP server: `walrus -D DIR serve --port P`.
+ *
+ * Process model (PostgreSQL's): the server process opens the data directory
+ * with walrus_open() (starting the instance when it is not running, so the
+ * instance lives while it serves), listens on TCP and on a Unix socket, and
+ * forks one backend process per accepted connection.  Each backend calls
+ * walrus_open() itself after fork(): it is an ordinary attached backend of
+ * the instance, and never touches the server's handle.  See
+ * src/server/README.md for the protocol, the commands and the durability
+ * rules, and srv_int.h for the module's inside.
+ *
+ * Owns: the listening sockets (and the Unix socket's file), the backend
+ * processes it forked (it reaps every one), a shared anonymous mapping
+ * (struct srv_shared) inherited by the backends: connection counters and the
+ * key stripe locks that make SET NX/XX, DEL's count, MSET and EXEC atomic
+ * among the server's clients.
+ *
+ * Durability: with synchronous_commit=on a write is acknowledged only once
+ * its WAL is durable.  A backend applies the writes of a pipelined burst
+ * WALRUS_ASYNC and, before any reply leaves, waits for one WAL flush that
+ * covers them all (srv_barrier: the engine's group commit, shared with every
+ * other backend's); with synchronous_commit=off nothing waits.
+ *
+ * Signals (server process): SIGTERM = clean shutdown (stop accepting; each
+ * backend finishes the requests it has read, replies, closes; the server
+ * closes its handle and waits for the instance's final checkpoint when it
+ * was the last process attached); SIGINT = fast shutdown (backends drop
+ * their connections after the command under way).  Backends get SIGTERM if
+ * the server dies.
+ *
+ * Returns: srv_run() returns the command's exit code (0 after a clean
+ * shutdown, 3 when the engine failed at start, 2 on a usage problem such as
+ * an address in use).  Engine errors during requests become RESP errors;
+ * an instance crash (WALRUS_ERESTART) is answered with an error and the
+ * backend reopens the directory for the next request.
+ */
+#ifndef WALRUS_SERVER_H
+#define WALRUS_SERVER_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server/resp.h"
+#include "walrus.h"
+
+#define SRV_STRIPES 256
+#define SRV_CURSORS 4096 /* SCAN cursors alive at once */
+
+/* Where a SCAN goes on: cursor @id (its slot is id % SRV_CURSORS) resumes at @key. */
+typedef struct srv_cursor {
+	uint64_t id;
+	uint32_t len;
+	char key[WALRUS_MAX_KEY];
+} srv_cursor;
+
+/* The mapping shared by the server and its backends. */
+typedef struct srv_shared {
+	pthread_mutex_t stripe[SRV_STRIPES]; /* robust, process-shared */
+	pthread_mutex_t cursor_lock;         /* guards cursor_next and cursors */
+	uint64_t cursor_next;
+	srv_cursor cursors[SRV_CURSORS];
+	_Atomic uint32_t clients;     /* connected clients (backends alive) */
+	_Atomic uint64_t connections; /* accepted since start */
+	_Atomic uint64_t rejected;    /* refused: max clients reached */
+	_Atomic uint64_t commands;    /* requests run */
+	uint64_t start_us;
+	int tcp_port; /* the bound port, 0 without TCP */
+} srv_shared;
+
+typedef struct srv_config {
+	const char *dir;          /* the data directory, absolute */
+	walrus_opts *opts;        /* for every walrus_open (-o options) */
+	bool tcp;                 /* listen on TCP */
+	const char *bind;         /* its address (IPv4 or IPv6 literal) */
+	int port;                 /* 0: any free port */
+	char unix_path[PATH_MAX]; /* "" for no Unix socket */
+	const char *requirepass;  /* NULL: no AUTH needed */
+	int64_t idle_ms;          /* close a connection idle this long; 0: never */
+	/* filled by srv_run */
+	bool sync;        /* synchronous_commit */
+	long max_clients; /* max_connections minus the server's own attachment */
+	srv_shared *sh;
+} srv_config;
+
+/* Runs the server until SIGTERM/SIGINT; prints "listening ..." and "ready" lines on stdout. */
+int srv_run(srv_config *cfg);
+
+/* ---------------------------------------------------------------- backends (conn.c) */
+
+/* The life of one connection in a freshly forked backend; returns its exit code. */
+int srv_backend(const srv_config *cfg, int fd);
+
+#endif /* WALRUS_SERVER_H */

@@ -1,0 +1,143 @@
+/*
+ * srv_int.h - inside the server module: sessions (the protocol state of a
+ * connection), the command layer, and the helpers its files share.  Only
+ * src/server/ includes it; server.h is the module's contract.
+ *
+ * A session belongs to one backend process.  Its handle is opened with
+ * walrus_open() in that process and reopened after the instance restarted
+ * (db_dead).  Every request gets exactly one reply appended to s->out;
+ * nothing is sent until srv_barrier() has made the writes they acknowledge
+ * durable.
+ */
+#ifndef WALRUS_SRV_INT_H
+#define WALRUS_SRV_INT_H
+
+#include "server/server.h"
+
+typedef struct srv_txop srv_txop;
+
+typedef struct srv_session {
+	const srv_config *cfg;
+	resp_buf *out;
+	walrus *db;   /* NULL when not open */
+	bool db_dead; /* the instance restarted: reopen before the next call */
+	int proto;    /* 2 or 3 (HELLO) */
+	bool authed;
+	bool quit; /* QUIT: close after the reply */
+	/* MULTI */
+	bool in_multi, tx_dirty;
+	srv_txop **tx;
+	size_t ntx, tx_cap;
+	/* durability: writes applied but not yet durable, and their replies */
+	bool unsynced;
+	size_t mark;       /* offset in out where the first such reply starts */
+	size_t since_mark; /* replies from there on */
+	char *val;         /* GET's buffer */
+	size_t val_cap;
+	/* plain SETs in a row, applied as one batch (commands.c) */
+	bool args_stable; /* the request's words stay put until srv_group_flush */
+	struct srv_group {
+		resp_arg *kv; /* key, value, key, value, ... */
+		size_t n, cap, bytes;
+		size_t out_start; /* where their replies begin in out */
+		walrus_batch *batch;
+	} group;
+} srv_session;
+
+/* ---------------------------------------------------------------- commands.c */
+
+void srv_session_init(srv_session *s, const srv_config *cfg, resp_buf *out);
+void srv_session_free(srv_session *s);
+/* Opens (or reopens after a crash) the session's handle; WALRUS_* code. */
+int srv_session_open(srv_session *s);
+/* Runs one request (argc > 0) and appends exactly one reply. */
+void srv_dispatch(srv_session *s, const resp_arg *argv, size_t argc);
+/*
+ * Called before replies leave the process: waits until the writes they
+ * acknowledge are durable.  If that fails, their replies (and those that
+ * followed) are replaced by errors.
+ */
+void srv_barrier(srv_session *s);
+/* Applies the pending group of SETs (before anything may see or send their effects). */
+void srv_group_flush(srv_session *s);
+/* A request answered with an error without running (a discarded too-long argument). */
+void srv_reply_error(srv_session *s, const char *text);
+/* Compares a password in constant time. */
+bool srv_password_ok(const char *want, const resp_arg *got);
+
+/* ---------------------------------------------------------------- keys.c */
+
+enum { SET_NX = 1, SET_XX = 2, SET_GET = 4 };
+
+/* Argument checks: each replies the error and returns false. */
+bool srv_check_key(srv_session *s, const resp_arg *k);
+bool srv_check_value(srv_session *s, const resp_arg *v);
+/* Keys at argv[from], argv[from + step], ...; with step 2 each is followed by a value. */
+bool srv_check_keys(srv_session *s, const resp_arg *argv, size_t from, size_t argc, size_t step);
+bool srv_set_options(srv_session *s, const resp_arg *argv, size_t argc, int *flags);
+void srv_arity_error(srv_session *s, const char *name);
+/* A write was applied WALRUS_ASYNC: a barrier is owed before its reply leaves. */
+void srv_note_write(srv_session *s);
+/* 1 when the (valid) key exists, 0 when not, or a walrus error. */
+int srv_key_exists(srv_session *s, const resp_arg *k);
+
+/* Stripe locks: a set of stripes, locked in increasing order. */
+typedef struct stripe_set {
+	uint64_t bits[SRV_STRIPES / 64];
+} stripe_set;
+void srv_stripe_add(stripe_set *set, const resp_arg *k);
+void srv_stripes_lock(srv_session *s, const stripe_set *set);
+void srv_stripes_unlock(srv_session *s, const stripe_set *set);
+
+/* Key sets (open addressing): DEL's duplicates, EXEC's view of its own writes. */
+typedef struct keyset {
+	struct kentry {
+		const char *p;
+		size_t len;
+		int exists;
+	} * e;
+	size_t cap, n;
+} keyset;
+/* The entry of @k (*found) or the free slot for it; NULL when out of memory. */
+struct kentry *srv_keyset_find(keyset *ks, const resp_arg *k, bool *found);
+/* Whether @k exists as seen after the writes noted in @ks (noting it); *ent its entry. */
+int srv_keyset_exists(srv_session *s, keyset *ks, const resp_arg *k, struct kentry **ent);
+
+/* Batch building shared with EXEC. */
+int srv_del_into(srv_session *s, keyset *ks, walrus_batch *b, const resp_arg *argv, size_t from,
+                 size_t argc, long long *count);
+int srv_mset_into(walrus_batch *b, const resp_arg *argv, size_t from, size_t argc);
+/* Commits @b (WALRUS_ASYNC, noting the write); an empty batch is a no-op. */
+int srv_commit(srv_session *s, walrus_batch *b);
+
+void srv_cmd_get(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_cmd_set(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_cmd_del(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_cmd_exists(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_cmd_mget(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_cmd_mset(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_cmd_scan(srv_session *s, const resp_arg *argv, size_t argc);
+
+/* ---------------------------------------------------------------- tx.c */
+
+void srv_cmd_multi(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_cmd_exec(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_cmd_discard(srv_session *s, const resp_arg *argv, size_t argc);
+/* A SET, DEL or MSET inside MULTI: checked and queued ("+QUEUED"), or an error. */
+void srv_tx_add(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_tx_clear(srv_session *s);
+
+/* ---------------------------------------------------------------- admin.c */
+
+void srv_cmd_info(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_cmd_config(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_cmd_dbsize(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_cmd_hello(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_cmd_command(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_cmd_client(srv_session *s, const resp_arg *argv, size_t argc);
+/* Replies with the error of a failed walrus call (noting a crashed instance). */
+void srv_reply_engine_error(srv_session *s, int rc);
+/* Makes the WAL written so far durable (the engine's group commit); WALRUS_* code. */
+int srv_wal_sync(walrus *db);
+
+#endif /* WALRUS_SRV_INT_H */

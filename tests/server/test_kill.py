@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""test_kill.py - a backend killed with SIGKILL in the middle of requests.
+
+Several clients write (SET, synchronous_commit=on) as fast as they can,
+each remembering what was acknowledged with +OK.  Round after round, the
+backend process of one client is killed with SIGKILL: the instance
+crash-restarts from its WAL, the other backends answer the request under
+way with an error and reattach by themselves (the next request on the same
+connection works), the killed client reconnects.  At the end every
+acknowledged write must be there, on a new connection and again after the
+server restarted; new connections must work throughout.
+
+usage: test_kill.py --walrus build/tools/walrus [--rounds N]
+"""
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from srvtest import Client, Closed, RespError, Server, check, eq  # noqa: E402
+
+
+class Writer(threading.Thread):
+    def __init__(self, server, n):
+        super().__init__(daemon=True)
+        self.server, self.n = server, n
+        self.acked = {}  # key -> value acknowledged last
+        self.errors = []  # error replies (instance restarts)
+        self.reconnects = 0
+        self.after_error_ok = 0  # +OK on the same connection right after an error
+        self.failure = None
+        self.stop = threading.Event()
+        self.pid = None
+        self.connected = threading.Event()
+
+    def connect(self):
+        self.c = self.server.client(timeout=60)
+        self.pid = self.c.call("CLIENT", "ID")
+        self.connected.set()
+
+    def run(self):
+        try:
+            self.connect()
+            j, last_err = 0, False
+            while not self.stop.is_set():
+                key, val = f"w{self.n}:{j % 500}", f"v{j}"
+                try:
+                    r = self.c.call("SET", key, val)
+                except (Closed, ConnectionResetError, BrokenPipeError):
+                    self.reconnects += 1
+                    self.connected.clear()
+                    self.c.close()
+                    self.connect()
+                    continue
+                if r == "OK":
+                    self.acked[key] = val
+                    self.after_error_ok += last_err
+                    last_err = False
+                elif isinstance(r, RespError):
+                    self.errors.append(str(r))
+                    last_err = True
+                else:
+                    raise AssertionError(f"unexpected reply {r!r}")
+                j += 1
+            self.c.close()
+        except Exception as e:  # reported by the main thread
+            self.failure = e
+
+
+def verify(server, writers, what):
+    with server.client(timeout=60) as c:
+        for w in writers:
+            keys = list(w.acked)
+            for i in range(0, len(keys), 200):
+                part = keys[i:i + 200]
+                got = c.call("MGET", *part)
+                for k, v in zip(part, got):
+                    # a later unacknowledged write may have replaced it: only
+                    # a value this writer wrote at or after the ack is fine
+                    check(v is not None, f"{what}: acknowledged key {k} is missing")
+                    check(int(v[1:]) >= int(w.acked[k][1:]),
+                          f"{what}: {k} went back from {w.acked[k]} to {v}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--walrus", required=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--writers", type=int, default=4)
+    a = ap.parse_args()
+    with Server(a.walrus, opts=["synchronous_commit=on"], allow_sigkill=True) as s:
+        writers = [Writer(s, n) for n in range(a.writers)]
+        for w in writers:
+            w.start()
+        for w in writers:
+            check(w.connected.wait(30), "a writer could not connect")
+        time.sleep(0.5)
+        for rnd in range(a.rounds):
+            victim = writers[rnd % len(writers)]
+            check(victim.connected.wait(60), "the victim did not reconnect")
+            before = sum(len(w.acked) for w in writers)
+            check(victim.pid in s.backends(), f"backend {victim.pid} is a child of the server")
+            os.kill(victim.pid, signal.SIGKILL)
+            print(f"round {rnd}: killed backend {victim.pid} of writer {victim.n} "
+                  f"({before} keys acknowledged so far)", flush=True)
+            time.sleep(1.5)
+            with s.client(timeout=60) as c:  # the server keeps accepting
+                eq(c.call("PING"), "PONG", "a new connection after the kill")
+            for w in writers:
+                check(w.failure is None, f"writer {w.n} failed: {w.failure!r}")
+        time.sleep(1.0)
+        for w in writers:
+            w.stop.set()
+        for w in writers:
+            w.join(90)
+            check(not w.is_alive(), f"writer {w.n} hangs (an engine call that never returns?)")
+            check(w.failure is None, f"writer {w.n} failed: {w.failure!r}")
+        errors = sum(len(w.errors) for w in writers)
+        for w in writers:
+            for e in w.errors:
+                check(e.startswith("ERR the walrus instance restarted") or
+                      e.startswith("ERR the write may not be durable"), f"unexpected error {e}")
+        recovered = sum(w.after_error_ok for w in writers)
+        print(f"acknowledged {sum(len(w.acked) for w in writers)} keys; {errors} error "
+              f"replies, {recovered} connections went on after an error; "
+              f"{sum(w.reconnects for w in writers)} reconnects", flush=True)
+        check(sum(w.reconnects for w in writers) >= a.rounds, "the victims reconnected")
+        verify(s, writers, "after the crash restarts")
+        with s.client() as c:
+            info = c.call("INFO", "instance").decode()
+        restarts = int(info.split("instance_crash_restarts:")[1].split()[0])
+        check(restarts >= 1, f"the instance crash-restarted ({restarts})")
+        eq(s.stop(), 0, "clean stop")
+        s.start()
+        verify(s, writers, "after a server restart")
+        eq(s.stop(), 0, "clean stop")
+    print("1 passed, 0 failed")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as e:
+        print(f"FAIL: {type(e).__name__}: {e}")
+        import traceback
+        traceback.print_exc(file=sys.stdout)
+        print("0 passed, 1 failed")
+        sys.exit(1)

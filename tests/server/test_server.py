@@ -1,0 +1,443 @@
+#!/usr/bin/env python3
+"""test_server.py - the RESP server (`walrus serve --port P`) driven by the
+real redis-cli and by a raw RESP client (exact bytes).
+
+Cases (all by default, or name them): commands, cli, multi, protocol,
+pipeline, limits, auth, shutdown.  Each starts its own server on a free
+port and a private data directory; whatever happens, every process of that
+directory is gone at the end (srvtest.Server).
+
+usage: test_server.py --walrus build/tools/walrus [CASE ...]
+"""
+import os
+import signal
+import socket
+import stat
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from srvtest import (Client, Closed, RespError, Server, check, eq, is_err,  # noqa: E402
+                     run_cases)
+
+
+def case_commands(walrus):
+    with Server(walrus) as s, s.client() as c:
+        eq(c.call("PING"), "PONG", "PING")
+        eq(c.call("ping", "hi"), b"hi", "PING msg")
+        eq(c.call("ECHO", "x y"), b"x y", "ECHO")
+        eq(c.call("GET", "k"), None, "GET missing")
+        eq(c.call("SET", "k", "v1"), "OK", "SET")
+        eq(c.call("GET", "k"), b"v1", "GET")
+        eq(c.call("SET", "k", "v2", "NX"), None, "SET NX on existing")
+        eq(c.call("GET", "k"), b"v1", "NX kept the value")
+        eq(c.call("SET", "n", "v", "XX"), None, "SET XX on missing")
+        eq(c.call("EXISTS", "n"), 0, "XX did not create")
+        eq(c.call("SET", "n", "v", "NX"), "OK", "SET NX on missing")
+        eq(c.call("SET", "k", "v3", "XX"), "OK", "SET XX on existing")
+        eq(c.call("SET", "k", "v4", "GET"), b"v3", "SET GET")
+        eq(c.call("SET", "g", "1", "GET"), None, "SET GET on missing")
+        eq(c.call("SET", "k", "v5", "KEEPTTL"), "OK", "KEEPTTL accepted")
+        check(is_err(c.call("SET", "k", "v", "EX", "10"), "ERR walrus keys do not expire"),
+              "SET EX refused")
+        check(is_err(c.call("SET", "k", "v", "PX", "10"), "ERR"), "SET PX refused")
+        check(is_err(c.call("SET", "k", "v", "NX", "XX"), "ERR syntax error"), "NX+XX")
+        check(is_err(c.call("SET", "k", "v", "BOGUS"), "ERR syntax error"), "bad option")
+        eq(c.call("GET", "k"), b"v5", "failed SETs changed nothing")
+        eq(c.call("MSET", "a", "1", "b", "2", "c", "3"), "OK", "MSET")
+        check(is_err(c.call("MSET", "a", "1", "b"), "ERR wrong number of arguments for 'mset'"),
+              "MSET odd")
+        eq(c.call("MGET", "a", "nope", "c"), [b"1", None, b"3"], "MGET")
+        eq(c.call("EXISTS", "a", "a", "nope", "b"), 3, "EXISTS counts each argument")
+        eq(c.call("DEL", "a", "a", "nope", "b"), 2, "DEL counts each key once")
+        eq(c.call("EXISTS", "a", "b", "c"), 1, "DEL deleted")
+        eq(c.call("DBSIZE"), 4, "DBSIZE (k n g c)")
+        # errors: unknown, arity, keys
+        r = c.call("NOSUCH", "x")
+        check(is_err(r, "ERR unknown command 'NOSUCH'"), f"unknown command: {r}")
+        r = c.call("GET")
+        eq(str(r), "ERR wrong number of arguments for 'get' command", "arity")
+        check(is_err(c.call("GET", "a", "b"), "ERR wrong number"), "arity, too many")
+        check(is_err(c.call("SET", "", "v"), "ERR key must not be empty"), "empty key")
+        check(is_err(c.call("GET", ""), "ERR key must not be empty"), "empty key GET")
+        check(is_err(c.call("SET", "x" * 1025, "v"), "ERR key of 1025 bytes"), "long key")
+        eq(c.call("SET", "x" * 1024, "v"), "OK", "1024-byte key")
+        eq(c.call("SELECT", "0"), "OK", "SELECT 0")
+        check(is_err(c.call("SELECT", "1"), "ERR DB index"), "SELECT 1")
+        # binary-safe keys and values, empty and large values
+        blob = bytes(range(256)) * 4 + b"\r\n$3\r\n*1\r\n\x00"
+        eq(c.call("SET", b"\x00\xff\r\nkey", blob), "OK", "binary SET")
+        eq(c.call("GET", b"\x00\xff\r\nkey"), blob, "binary GET")
+        eq(c.call("SET", "empty", b""), "OK", "empty value")
+        eq(c.call("GET", "empty"), b"", "empty value back")
+        eq(c.call("EXISTS", "empty"), 1, "an empty value exists")
+        big = os.urandom(3 << 20)
+        eq(c.call("SET", "big", big), "OK", "3 MiB value")
+        eq(c.call("GET", "big"), big, "3 MiB value back")
+        # admin
+        info = c.call("INFO").decode()
+        for want in ("# Server", "# Clients", "connected_clients:", "# Checkpoints",
+                     "checkpoints_last_lsn:", "# Wal", "wal_flush_lsn:", "kv_keys:", "db0:keys="):
+            check(want in info, f"INFO lacks {want!r}")
+        before = int(info.split("checkpoints_completed:")[1].split()[0])
+        eq(c.call("CHECKPOINT"), "OK", "CHECKPOINT")
+        info = c.call("INFO", "checkpoints").decode()
+        check("# Server" not in info, "INFO section filter")
+        after = int(info.split("checkpoints_completed:")[1].split()[0])
+        check(after > before, f"CHECKPOINT counted ({before} -> {after})")
+        cfg = c.call("CONFIG", "GET", "shared_buffers")
+        eq(cfg, [b"shared_buffers", b"128MB"], "CONFIG GET")
+        cfg = c.call("CONFIG", "GET", "synchronous_commit")
+        eq(cfg, [b"synchronous_commit", b"on"], "CONFIG GET session option")
+        cfg = c.call("CONFIG", "GET", "max*")
+        check(b"max_connections" in cfg and b"maxclients" in cfg, f"CONFIG GET glob: {cfg}")
+        check(is_err(c.call("CONFIG", "SET", "x", "y"), "ERR CONFIG SET"), "CONFIG SET")
+        # RESP3
+        h = c.call("HELLO", "3")
+        check(isinstance(h, dict) and h[b"proto"] == 3, f"HELLO 3: {h}")
+        eq(c.call("GET", "nope"), None, "RESP3 null")
+        c.send_raw(b"*2\r\n$3\r\nGET\r\n$4\r\nnope\r\n")
+        eq(c._line(), b"_", "RESP3 null is '_'")
+        check(is_err(c.call("HELLO", "4"), "NOPROTO"), "HELLO 4")
+        h = c.call("HELLO", "2")
+        check(isinstance(h, list) and b"proto" in h, "HELLO 2")
+        eq(c.call("QUIT"), "OK", "QUIT")
+        check(c.closed(), "QUIT closes the connection")
+        eq(s.stop(), 0, "exit code after SIGTERM")
+
+
+def case_scan(walrus):
+    with Server(walrus) as s, s.client() as c:
+        keys = [f"user:{i:03d}" for i in range(50)] + [f"item:{i:03d}" for i in range(30)]
+        keys += ["a", "z", b"\xff\xfe"]
+        for k in keys:
+            eq(c.call("SET", k, "v"), "OK", "SET")
+        want = sorted(k.encode() if isinstance(k, str) else k for k in keys)
+
+        def scan_all(*opts):
+            cur, got, calls = b"0", [], 0
+            while True:
+                cur, batch = c.call("SCAN", cur, *opts)
+                got += batch
+                calls += 1
+                if cur == b"0":
+                    return got, calls
+                check(cur.isdigit(), f"cursor is a decimal number: {cur}")
+
+        got, calls = scan_all("COUNT", "7")
+        eq(got, want, "SCAN returns every key once, in order")
+        check(calls >= len(keys) // 7, f"COUNT bounds a call ({calls} calls)")
+        got, _ = scan_all("MATCH", "user:*", "COUNT", "9")
+        eq(got, [k for k in want if k.startswith(b"user:")], "MATCH prefix*")
+        got, _ = scan_all("MATCH", "*:01?")
+        eq(got, [k for k in want if k.endswith((b":010", b":011", b":012", b":013", b":014",
+                                                 b":015", b":016", b":017", b":018", b":019"))],
+           "MATCH glob")
+        check(is_err(c.call("SCAN", "xyz"), "ERR invalid or expired cursor"), "bad cursor")
+        check(is_err(c.call("SCAN", "12345"), "ERR invalid or expired cursor"), "unknown cursor")
+        # a cursor works on another connection of the same server
+        cur, first = c.call("SCAN", "0", "COUNT", "5")
+        with s.client() as c2:
+            cur2, second = c2.call("SCAN", cur, "COUNT", "5")
+        eq(first + second, want[:10], "cursor taken by another backend")
+        check(is_err(c.call("SCAN", "0", "COUNT", "0"), "ERR syntax error"), "COUNT 0")
+        # redis-cli's own iteration
+        out = s.cli("--scan", "--pattern", "item:*").split()
+        eq(out, [k for k in want if k.startswith(b"item:")], "redis-cli --scan")
+
+
+def case_cli(walrus):
+    """Every command once through the real redis-cli."""
+    with Server(walrus) as s:
+        eq(s.cli("PING"), b"PONG\n", "PING")
+        eq(s.cli("SET", "k", "hello"), b"OK\n", "SET")
+        eq(s.cli("GET", "k"), b"hello\n", "GET")
+        eq(s.cli("SET", "k", "x", "NX"), b"\n", "SET NX (nil)")
+        eq(s.cli("MSET", "a", "1", "b", "2"), b"OK\n", "MSET")
+        eq(s.cli("MGET", "a", "b", "zz"), b"1\n2\n\n", "MGET")
+        eq(s.cli("EXISTS", "a", "zz"), b"1\n", "EXISTS")
+        eq(s.cli("DEL", "a", "zz"), b"1\n", "DEL")
+        eq(s.cli("DBSIZE"), b"2\n", "DBSIZE")
+        eq(s.cli("ECHO", "hi there"), b"hi there\n", "ECHO")
+        eq(s.cli("SCAN", "0"), b"0\nb\nk\n", "SCAN")
+        check(b"checkpoints_last_lsn:" in s.cli("INFO"), "INFO")
+        eq(s.cli("CONFIG", "GET", "wal_sync_method"), b"wal_sync_method\nfdatasync\n", "CONFIG")
+        eq(s.cli("CHECKPOINT"), b"OK\n", "CHECKPOINT")
+        check(s.cli("FOO").startswith(b"ERR unknown command 'FOO'"), "unknown command")
+        out = s.cli(stdin=b"MULTI\nSET t1 a\nDEL k\nEXEC\n")
+        eq(out, b"OK\nQUEUED\nQUEUED\nOK\n1\n", "MULTI/EXEC from stdin")
+        # -x: the last argument from stdin, binary
+        blob = bytes(range(256)) * 8
+        eq(s.cli("-x", "SET", "bin", stdin=blob), b"OK\n", "SET -x")
+        with s.client() as c:
+            eq(c.call("GET", "bin"), blob, "binary value set by redis-cli -x")
+        # the Unix socket, and its mode
+        st = os.stat(s.unix)
+        check(stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600,
+              f"socket mode {oct(st.st_mode)}")
+        check(stat.S_IMODE(os.stat(os.path.dirname(s.unix)).st_mode) == 0o700, "0700 directory")
+        r = s.cli("-s", s.unix, "GET", "t1")
+        eq(r, b"a\n", "over the Unix socket")
+        eq(s.stop(signal.SIGINT), 0, "exit code after SIGINT (fast shutdown)")
+        check(not os.path.exists(s.unix), "the socket file is removed")
+
+
+def case_multi(walrus):
+    with Server(walrus) as s, s.client() as c:
+        check(is_err(c.call("EXEC"), "ERR EXEC without MULTI"), "EXEC alone")
+        check(is_err(c.call("DISCARD"), "ERR DISCARD without MULTI"), "DISCARD alone")
+        eq(c.call("MULTI"), "OK", "MULTI")
+        check(is_err(c.call("MULTI"), "ERR MULTI calls can not be nested"), "nested")
+        eq(c.call("SET", "a", "1"), "QUEUED", "queued")
+        eq(c.call("DISCARD"), "OK", "DISCARD")
+        eq(c.call("EXISTS", "a"), 0, "discarded")
+        eq(c.call("SET", "x", "old"), "OK", "")
+        eq(c.call("MULTI"), "OK", "")
+        for cmd in (("SET", "a", "1"), ("SET", "a", "2", "NX"), ("SET", "b", "1", "XX"),
+                    ("DEL", "a", "a", "x", "nope"), ("SET", "a", "3", "NX"),
+                    ("MSET", "m1", "1", "m2", "2")):
+            eq(c.call(*cmd), "QUEUED", f"queue {cmd}")
+        eq(c.call("EXEC"), ["OK", None, None, 2, "OK", "OK"], "EXEC sees its own writes")
+        eq(c.call("MGET", "a", "b", "x", "m1", "m2"), [b"3", None, None, b"1", b"2"], "applied")
+        # an error while queueing aborts the transaction
+        eq(c.call("MULTI"), "OK", "")
+        eq(c.call("SET", "q", "1"), "QUEUED", "")
+        check(is_err(c.call("GET", "q"), "ERR get inside MULTI"), "reads refused")
+        check(is_err(c.call("NOSUCH"), "ERR unknown command"), "unknown inside MULTI")
+        check(is_err(c.call("EXEC"), "EXECABORT"), "EXECABORT")
+        eq(c.call("EXISTS", "q"), 0, "nothing applied")
+        # all or nothing for a concurrent reader
+        stop = threading.Event()
+        seen = {"bad": None, "reads": 0}
+
+        def reader():
+            with s.client() as r:
+                while not stop.is_set():
+                    v = r.call("MGET", "t1", "t2", "t3")
+                    seen["reads"] += 1
+                    if len(set(v)) != 1:
+                        seen["bad"] = v
+                        return
+
+        eq(c.call("MSET", "t1", "0", "t2", "0", "t3", "0"), "OK", "")
+        th = threading.Thread(target=reader)
+        th.start()
+        try:
+            for i in range(1, 300):
+                c.send_raw(c.encode("MULTI") + c.encode("SET", "t1", i) + c.encode("SET", "t2", i)
+                           + c.encode("SET", "t3", i) + c.encode("EXEC"))
+                replies = [c.read() for _ in range(5)]
+                eq(replies[4], ["OK", "OK", "OK"], "EXEC")
+        finally:
+            stop.set()
+            th.join(30)
+        check(seen["bad"] is None, f"a reader saw a partial transaction: {seen['bad']}")
+        check(seen["reads"] > 10, f"the reader ran ({seen['reads']} reads)")
+
+
+def case_pipeline(walrus):
+    with Server(walrus) as s, s.client() as c:
+        n = 2000
+        c.send_raw(b"".join(c.encode("SET", f"p{i}", f"v{i}") for i in range(n))
+                   + b"".join(c.encode("GET", f"p{i}") for i in range(n)))
+        for i in range(n):
+            eq(c.read(), "OK", f"SET #{i}")
+        for i in range(n):
+            eq(c.read(), f"v{i}".encode(), f"GET #{i} in order")
+        # SETs in a row are applied as one batch: later requests see them, a
+        # bad one answers for itself
+        c.send_raw(c.encode("SET", "g", "1") + c.encode("SET", "g", "2") + c.encode("GET", "g")
+                   + c.encode("SET", "g", "3") + c.encode("SET", "", "x")
+                   + c.encode("SET", "h", "4") + c.encode("MGET", "g", "h"))
+        r = [c.read() for _ in range(7)]
+        eq(r[:4], ["OK", "OK", b"2", "OK"], "group then GET")
+        check(is_err(r[4], "ERR key must not be empty"), f"bad SET in a group: {r[4]}")
+        eq(r[5:], ["OK", [b"3", b"4"]], "after the bad one")
+        # one byte at a time
+        msg = c.encode("SET", "slow", "x" * 100) + c.encode("GET", "slow")
+        for b in msg:
+            c.send_raw(bytes([b]))
+        eq(c.read(), "OK", "SET sent byte by byte")
+        eq(c.read(), b"x" * 100, "GET sent byte by byte")
+        # inline commands, as telnet sends them
+        c.send_raw(b"SET inl \"a b\\x41\\n\"\r\nGET inl\nPING\r\n\r\n")
+        eq(c.read(), "OK", "inline SET")
+        eq(c.read(), b"a bA\n", "inline quoted value")
+        eq(c.read(), "PONG", "inline PING")
+        # a write pipelined with a conditional one that does not write: the
+        # barrier still makes the first durable before its reply
+        c.send_raw(c.encode("SET", "d1", "x") + c.encode("SET", "d1", "y", "NX"))
+        eq([c.read(), c.read()], ["OK", None], "SET then SET NX")
+        info = c.call("INFO", "wal").decode()
+        f = dict(line.split(":", 1) for line in info.split("\r\n") if ":" in line)
+        check(f["wal_flush_lsn"] == f["wal_insert_lsn"], f"durable before the reply: {f}")
+
+
+def case_group_fallback(walrus):
+    """A group of SETs too big for one batch (pinned pages over a quarter of a
+    small shared_buffers) falls back to one SET at a time, every reply +OK."""
+    with Server(walrus, opts=["shared_buffers=1MB"]) as s, s.client() as c:
+        vals = {f"fb{i:03d}": os.urandom(3000) for i in range(64)}
+        c.send_raw(b"".join(c.encode("SET", k, v) for k, v in vals.items()))
+        eq([c.read() for _ in vals], ["OK"] * len(vals), "every SET acknowledged")
+        eq(c.call("MGET", *vals), list(vals.values()), "every value there")
+        eq(c.call("DBSIZE"), len(vals), "")
+
+
+def case_protocol(walrus):
+    # shared_buffers: a 64 MiB value must fit in a quarter of the pool
+    with Server(walrus, opts=["shared_buffers=320MB"]) as s:
+        bystander = s.client()
+        eq(bystander.call("SET", "by", "1"), "OK", "")
+        bad = [
+            (b"*abc\r\n", "invalid multibulk length"),
+            (b"*2000000\r\n", "invalid multibulk length"),
+            (b"*1\r\n*1\r\n$1\r\na\r\n", "expected '$', got '*'"),
+            (b"*1\r\n$-5\r\n", "invalid bulk length"),
+            (b"*1\r\n$600000000\r\n", "invalid bulk length"),
+            (b"*1\r\n$3\r\nGETxx", "expected CRLF"),
+            (b"SET a \"unbalanced\r\n", "unbalanced quotes"),
+            (b"x" * 70000, "too big inline request"),
+            (b"*1\r\n$" + b"1" * 70000, "too big bulk count string"),
+        ]
+        for data, why in bad:
+            with s.client() as c:
+                eq(c.call("PING"), "PONG", "before")
+                c.send_raw(data)
+                r = c.read()
+                check(is_err(r, "ERR Protocol error: " + why), f"{data[:20]!r}: {r}")
+                check(c.closed(), f"{data[:20]!r} closes the connection")
+        eq(bystander.call("GET", "by"), b"1", "other connections unaffected")
+        # an argument over walrus's value limit is read and discarded, the
+        # connection stays usable
+        with s.client() as c:
+            n = (64 << 20) + 100
+            c.send_raw(b"*3\r\n$3\r\nSET\r\n$3\r\nhug\r\n$%d\r\n" % n)
+            chunk = b"z" * (1 << 20)
+            left = n
+            while left > 0:
+                c.send_raw(chunk[:min(left, len(chunk))])
+                left -= min(left, len(chunk))
+            c.send_raw(b"\r\n")
+            r = c.read()
+            check(is_err(r, "ERR argument too long"), f"too long: {r}")
+            eq(c.call("EXISTS", "hug"), 0, "nothing written")
+            eq(c.call("PING"), "PONG", "still usable")
+            # the largest value walrus takes goes through
+            v = b"y" * (64 << 20)
+            eq(c.call("SET", "max", v), "OK", "a 64 MiB value")
+            eq(c.call("GET", "max") == v, True, "64 MiB back")
+        # empty requests are ignored
+        with s.client() as c:
+            c.send_raw(b"*0\r\n*-1\r\n")
+            eq(c.call("PING"), "PONG", "after empty arrays")
+        bystander.close()
+
+
+def case_auth(walrus):
+    with Server(walrus, args=["--requirepass", "s3cret"]) as s:
+        with s.client() as c:
+            eq(c.call("PING"), "PONG", "PING without AUTH")
+            r = c.call("GET", "k")
+            eq(str(r), "NOAUTH Authentication required.", "NOAUTH")
+            check(is_err(c.call("SET", "k", "v"), "NOAUTH"), "NOAUTH SET")
+            check(is_err(c.call("AUTH", "wrong"), "WRONGPASS"), "wrong password")
+            check(is_err(c.call("AUTH", "bob", "s3cret"), "WRONGPASS"), "wrong user")
+            check(is_err(c.call("HELLO", "3"), "NOAUTH"), "HELLO without AUTH")
+            eq(c.call("AUTH", "s3cret"), "OK", "AUTH pw")
+            eq(c.call("SET", "k", "v"), "OK", "after AUTH")
+        with s.client() as c:
+            eq(c.call("AUTH", "default", "s3cret"), "OK", "AUTH default pw")
+            eq(c.call("GET", "k"), b"v", "")
+        with s.client() as c:
+            h = c.call("HELLO", "3", "AUTH", "default", "s3cret")
+            check(isinstance(h, dict), "HELLO 3 AUTH")
+            eq(c.call("GET", "k"), b"v", "")
+        eq(s.cli("-a", "s3cret", "--no-auth-warning", "GET", "k"), b"v\n", "redis-cli -a")
+        check(s.cli("GET", "k").startswith(b"NOAUTH"), "redis-cli without -a")
+    with Server(walrus) as s, s.client() as c:
+        check(is_err(c.call("AUTH", "x"), "ERR AUTH <password> called without"), "no password")
+
+
+def case_limits(walrus):
+    # max_connections=4: the server holds one attachment, 3 clients fit
+    with Server(walrus, args=["--idle-timeout", "2"], opts=["max_connections=4"]) as s:
+        cs = [s.client() for _ in range(3)]
+        for c in cs:
+            eq(c.call("PING"), "PONG", "within the limit")
+        extra = s.client()
+        r = extra.read()
+        eq(str(r), "ERR max number of clients reached", "refused")
+        check(extra.closed(), "the refused connection is closed")
+        info = cs[0].call("INFO", "clients", "stats").decode()
+        check("connected_clients:3" in info and "rejected_connections:1" in info, info)
+        cs.pop().close()
+        deadline = time.time() + 10
+        while True:
+            with s.client() as c:
+                try:
+                    if c.call("PING") == "PONG":
+                        break
+                except Closed:
+                    pass
+            check(time.time() < deadline, "a slot did not free up")
+            time.sleep(0.1)
+        # idle timeout: a silent connection is closed, an active one is not
+        active = cs[0]
+        for _ in range(6):
+            eq(active.call("PING"), "PONG", "active")
+            time.sleep(0.5)
+        check(cs[1].closed(timeout=5), "idle connection closed")
+        for c in cs:
+            c.close()
+
+
+def case_shutdown(walrus):
+    """SIGTERM lets a request under way finish; the instance then stops."""
+    with Server(walrus) as s:
+        c = s.client()
+        eq(c.call("SET", "a", "1"), "OK", "")
+        n = 500
+        c.send_raw(b"".join(c.encode("SET", f"s{i}", "v" * 1000) for i in range(n)))
+        time.sleep(0.05)
+        s.proc.send_signal(signal.SIGTERM)
+        got = 0
+        try:
+            for _ in range(n):
+                r = c.read()
+                if r != "OK":
+                    break
+                got += 1
+        except (Closed, ConnectionResetError):
+            pass
+        check(c.closed(), "connection closed by the shutdown")
+        eq(s.proc.wait(60), 0, "exit code")
+        s.proc = None
+        time.sleep(0.1)
+        from srvtest import wait_no_pids
+        wait_no_pids(s.base, 30)
+        # everything acknowledged is there after a restart
+        s.start()
+        with s.client() as c2:
+            eq(c2.call("GET", "a"), b"1", "")
+            vals = c2.call("MGET", *[f"s{i}" for i in range(got)]) if got else []
+            check(all(v == b"v" * 1000 for v in vals), "acknowledged writes survived")
+        eq(s.stop(), 0, "")
+
+
+CASES = {
+    "commands": case_commands,
+    "scan": case_scan,
+    "cli": case_cli,
+    "multi": case_multi,
+    "pipeline": case_pipeline,
+    "protocol": case_protocol,
+    "group": case_group_fallback,
+    "auth": case_auth,
+    "limits": case_limits,
+    "shutdown": case_shutdown,
+}
+
+if __name__ == "__main__":
+    sys.exit(run_cases(CASES, sys.argv[1:]))
