@@ -34,6 +34,24 @@
 #include "common/common.h"
 #include "fdcache/failpoint.h"
 
+/*
+ * The power-loss journal (test support, WALRUS_POWERLOSS; failpoint.c
+ * explains it).  Before each change to a file: an intent record; after it
+ * succeeded: a done record; after each successful fsync/fdatasync: a sync
+ * record.  All of it costs one getenv per process while the variable is unset.
+ */
+#define FDC_PL_WRITE  1
+#define FDC_PL_TRUNC  2
+#define FDC_PL_FALLOC 3
+bool fdc_pl_enabled(void);
+uint64_t fdc_pl_data_intent(int type, int fd, const char *path, off_t off, off_t len);
+uint64_t fdc_pl_create_intent(const char *path);
+uint64_t fdc_pl_rename_intent(const char *from, const char *to);
+uint64_t fdc_pl_unlink_intent(const char *path);
+void fdc_pl_done(uint64_t intent);
+uint64_t fdc_pl_sync_begin(void);
+void fdc_pl_synced(int fd, const char *path, uint64_t began);
+
 #define FDC_DEFAULT_MAX_OPEN 1000 /* used if a call comes before fdc_init */
 #define FDC_NONE             (-1) /* end of an index list */
 
@@ -251,10 +269,16 @@ static int fdc_sys_open(const char *path, int flags, mode_t mode)
 		errno = injected;
 		return -1;
 	}
+	uint64_t pl = (flags & O_CREAT) && fdc_pl_enabled() ? fdc_pl_create_intent(path) : 0;
 	int fd;
 	do
 		fd = open(path, flags | O_CLOEXEC, mode);
 	while (fd < 0 && errno == EINTR);
+	if (fd >= 0 && pl != 0) {
+		int err = errno;
+		fdc_pl_done(pl);
+		errno = err;
+	}
 	return fd;
 }
 
@@ -514,7 +538,15 @@ int fdc_pwrite(fdc_file f, const void *buf, size_t len, off_t off)
 	fdc_entry *e = &fdc_entries[f];
 	/* Before the write: a failed write may still have left dirty pages behind. */
 	e->dirty = true;
+	bool pl = fdc_pl_enabled();
+	uint64_t intent =
+	    pl ? fdc_pl_data_intent(FDC_PL_WRITE, e->fd, e->path, off, (off_t)len) : 0;
 	rc = fdc_pwrite_all(e, buf, len, off);
+	if (rc == 0 && pl) {
+		fdc_pl_done(intent);
+		if (e->flags & (O_DSYNC | O_SYNC)) /* durable when it returns */
+			fdc_pl_synced(e->fd, e->path, fdc_pl_sync_begin());
+	}
 	if (rc == 0 && fdc_observer != NULL)
 		fdc_observer(e->path, off, len, buf);
 	fdc_exit();
@@ -535,6 +567,8 @@ static int fdc_sync_common(fdc_file f, const char *op, const char *what, int how
 		return rc;
 	fdc_entry *e = &fdc_entries[f];
 	int injected = fdc_fp_check(op, e->path, NULL);
+	bool pl = how != 2 && fdc_pl_enabled(); /* sync_file_range makes nothing durable */
+	uint64_t began = pl ? fdc_pl_sync_begin() : 0;
 	int res;
 	if (injected > 0) {
 		errno = injected;
@@ -546,6 +580,8 @@ static int fdc_sync_common(fdc_file f, const char *op, const char *what, int how
 	} else {
 		res = sync_file_range(e->fd, off, len, flags);
 	}
+	if (res == 0 && pl)
+		fdc_pl_synced(e->fd, e->path, began);
 	rc = res == 0 ? 0 : fdc_syserr(errno, what, e->path);
 	int err = errno;
 	fdc_exit();
@@ -559,6 +595,8 @@ int fdc_fsync_fd(int fd, const char *path)
 	if (rc != 0)
 		return rc;
 	int injected = fdc_fp_check("fsync", path, NULL);
+	bool pl = fdc_pl_enabled();
+	uint64_t began = pl ? fdc_pl_sync_begin() : 0;
 	int res;
 	if (injected > 0) {
 		errno = injected;
@@ -566,6 +604,8 @@ int fdc_fsync_fd(int fd, const char *path)
 	} else {
 		res = fsync(fd); /* once: see fdc_sync_common */
 	}
+	if (res == 0 && pl)
+		fdc_pl_synced(fd, path, began);
 	rc = res == 0 ? 0 : fdc_syserr(errno, "fsync", path);
 	int err = errno;
 	fdc_exit();
@@ -607,6 +647,8 @@ int fdc_truncate(fdc_file f, off_t len)
 	fdc_entry *e = &fdc_entries[f];
 	e->dirty = true;
 	int injected = fdc_fp_check("truncate", e->path, NULL);
+	bool pl = fdc_pl_enabled();
+	uint64_t intent = pl ? fdc_pl_data_intent(FDC_PL_TRUNC, e->fd, e->path, len, 0) : 0;
 	int res;
 	if (injected > 0) {
 		errno = injected;
@@ -615,6 +657,11 @@ int fdc_truncate(fdc_file f, off_t len)
 		do
 			res = ftruncate(e->fd, len);
 		while (res < 0 && errno == EINTR);
+	}
+	if (res == 0 && pl) {
+		int err = errno;
+		fdc_pl_done(intent);
+		errno = err;
 	}
 	rc = res == 0 ? 0 : fdc_syserr(errno, "truncate", e->path);
 	int err = errno;
@@ -631,11 +678,15 @@ int fdc_fallocate(fdc_file f, off_t off, off_t len)
 	fdc_entry *e = &fdc_entries[f];
 	e->dirty = true;
 	int err = fdc_fp_check("fallocate", e->path, NULL);
+	bool pl = fdc_pl_enabled();
+	uint64_t intent = pl ? fdc_pl_data_intent(FDC_PL_FALLOC, e->fd, e->path, off, len) : 0;
 	if (err <= 0) {
 		do /* posix_fallocate returns the error instead of setting errno */
 			err = posix_fallocate(e->fd, off, len);
 		while (err == EINTR);
 	}
+	if (err == 0 && pl)
+		fdc_pl_done(intent);
 	rc = err == 0 ? 0 : fdc_syserr(err, "allocate space in", e->path);
 	fdc_exit();
 	errno = err;
@@ -726,6 +777,8 @@ static int fdc_rename_flags(const char *from, const char *to, unsigned int flags
 	if (rc != 0)
 		return rc;
 	int injected = fdc_fp_check("rename", from, to);
+	bool pl = fdc_pl_enabled();
+	uint64_t intent = pl ? fdc_pl_rename_intent(from, to) : 0;
 	int res;
 	if (injected > 0) {
 		errno = injected;
@@ -733,6 +786,8 @@ static int fdc_rename_flags(const char *from, const char *to, unsigned int flags
 	} else {
 		res = renameat2(AT_FDCWD, from, AT_FDCWD, to, flags);
 	}
+	if (res == 0 && pl)
+		fdc_pl_done(intent);
 	if (res != 0) {
 		int err = errno;
 		rc = wr_error(wr_errno_code(err), "could not rename file \"%s\" to \"%s\": %m",
@@ -759,6 +814,8 @@ int fdc_unlink(const char *path)
 	if (rc != 0)
 		return rc;
 	int injected = fdc_fp_check("unlink", path, NULL);
+	bool pl = fdc_pl_enabled();
+	uint64_t intent = pl ? fdc_pl_unlink_intent(path) : 0;
 	int res;
 	if (injected > 0) {
 		errno = injected;
@@ -766,6 +823,8 @@ int fdc_unlink(const char *path)
 	} else {
 		res = unlink(path);
 	}
+	if (res == 0 && pl)
+		fdc_pl_done(intent);
 	rc = res == 0 ? 0 : fdc_syserr(errno, "remove", path);
 	int err = errno;
 	fdc_exit();
@@ -806,6 +865,8 @@ static int fdc_fsync_open_path(const char *path, bool dir)
 	if (!dir && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
 		dir = true;
 	int injected = fdc_fp_check(dir ? "fsync_dir" : "fsync", path, NULL);
+	bool pl = fdc_pl_enabled();
+	uint64_t began = pl ? fdc_pl_sync_begin() : 0;
 	int res;
 	if (injected > 0) {
 		errno = injected;
@@ -814,6 +875,8 @@ static int fdc_fsync_open_path(const char *path, bool dir)
 		res = fsync(fd); /* once: see fdc_sync_common */
 	}
 	int err = errno;
+	if (res == 0 && pl)
+		fdc_pl_synced(fd, path, began);
 	injected = fdc_fp_check("close", path, NULL);
 	int cres = close(fd); /* read-only: close reports no write-back error of ours */
 	if (injected > 0 || (cres != 0 && res == 0)) {
@@ -893,6 +956,10 @@ int fdc_io_begin(fdc_file f, const char *op, int *injected)
 	*injected = 0;
 	if (fdc_get(f) == NULL)
 		return wr_error(WALRUS_EINVAL, "fdc_io_begin: bad handle %d", f);
+	if (strcmp(op, "pread") != 0 && fdc_pl_enabled())
+		return wr_error(WALRUS_EINVAL,
+		                "the power-loss simulation (WALRUS_POWERLOSS) sees only the fd "
+		                "cache's own system calls: set io_method=sync, not io_uring");
 	int rc = fdc_enter();
 	if (rc != 0)
 		return rc;

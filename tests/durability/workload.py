@@ -1,0 +1,274 @@
+"""The mixed workload of the crash and power-loss suites, and its checker.
+
+Clients write to key spaces of their own ("s0/k0042"): `crashdrv` processes
+(tests/durability/crashdrv.c, through include/walrus.h) in modes sync,
+batch (atomic batches, synchronous) and async (atomic batches, not waited
+for), and a `walrus load --batch N` process (the command, asynchronous
+batches).  Each one reports every commit before making it, and every
+acknowledgement.  Since the WAL is one ordered stream and recovery replays
+a prefix of it, after any crash the keys of a key space must hold exactly
+the state after some prefix of its commits -- that proves atomic batches
+(half a batch matches no prefix) -- and that prefix must include every
+acknowledged commit.  `Book.check` finds the longest such prefix for each
+key space, or explains why there is none (lost acknowledged write, partial
+batch, value from nowhere).
+
+A key space outlives its clients: after a check, the recovered state is the
+base that the next client of that space builds on.
+"""
+import os, subprocess, threading, time
+
+import wtest
+from wtest import TestFailure
+
+
+def filler(seq, n):
+    return chr(ord("a") + seq % 26) * n
+
+
+class Space:
+    """One key space: its base state and the commits of its current client."""
+
+    def __init__(self, name):
+        self.name = name
+        self.base = {}      # key -> value, as recovered last time
+        self.commits = []   # [(tag, [(key, value or None)])] in commit order
+        self.acked = 0      # commits [0, acked) were acknowledged
+        self.client = None
+        self.errors = []
+
+    def new_round(self, kv):
+        self.base = {k: v for k, v in kv.items() if k.startswith(self.name + "/")}
+        self.commits = []
+        self.acked = 0
+        self.errors = []
+
+
+class DrvClient:
+    """A crashdrv process writing to @space."""
+
+    def __init__(self, drv, w, space, mode, tag, seed, rate=0, env=None, keys=200):
+        self.space, self.tag, self.mode = space, tag, mode
+        args = [drv, "-D", w.dir]
+        for o in w.opts:
+            args += ["-o", o]
+        args += ["--client", tag, "--keyspace", space.name, "--mode", mode, "--seed", str(seed),
+                 "--keys", str(keys)]
+        if rate:
+            args += ["--rate", str(rate)]
+        self.p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=env or w.env())
+        self.pending = {}
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+
+    def _read(self):
+        sp = self.space
+        for raw in self.p.stdout:
+            parts = raw.decode(errors="replace").split()
+            if not parts:
+                continue
+            if parts[0] == "B":
+                seq = int(parts[1])
+                ops = []
+                for o in parts[2:]:
+                    f = o.split(":")
+                    key = f"{sp.name}/k{int(f[1]):04d}"
+                    if f[0] == "P":
+                        prefix = f"{self.tag}:{seq}:{int(f[1])}:"
+                        ops.append((key, prefix + filler(seq, int(f[2]))))
+                    else:
+                        ops.append((key, None))
+                sp.commits.append((f"{self.tag}#{seq}", ops))
+                self.pending[seq] = len(sp.commits)
+            elif parts[0] == "A":
+                sp.acked = max(sp.acked, self.pending.pop(int(parts[1])))
+            elif parts[0] == "E":
+                sp.errors.append(" ".join(parts[1:]))
+
+    def pids(self):
+        return [self.p.pid] if self.p.poll() is None else []
+
+    def finish(self):
+        """After the process was killed (or exited): all its output is read."""
+        try:
+            self.p.wait(10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        self.t.join(10)
+        self.p.stdout.close()
+        self.p.stderr.close()
+
+
+class LoadClient:
+    """`walrus load --batch N` (asynchronous batches) fed lines for @space.
+    Every line written is a possible part of a commit; load commits each run
+    of N lines atomically, so the commits are the groups of N lines."""
+
+    def __init__(self, w, space, tag, batch, rng, env=None):
+        self.space, self.tag, self.batch = space, tag, batch
+        self.p = subprocess.Popen(w.argv("load", "--batch", str(batch)), stdin=subprocess.PIPE,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  env=env or w.env())
+        self.rng = rng
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self._feed, daemon=True)
+        self.t.start()
+
+    def _feed(self):
+        sp, n, group = self.space, 0, []
+        keys = list(range(200))
+        try:
+            while not self.stop.is_set():
+                self.rng.shuffle(keys)
+                ops, text = [], []
+                for k in keys[:self.batch]:
+                    n += 1
+                    key = f"{sp.name}/k{k:04d}"
+                    v = f"{self.tag}:{n}:" + filler(n, self.rng.randrange(1, 300))
+                    ops.append((key, v))
+                    text.append(f"{key}\t{v}\n")
+                sp.commits.append((f"{self.tag}#{n}", ops))
+                self.p.stdin.write("".join(text).encode())
+                self.p.stdin.flush()
+                time.sleep(0.002)
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+    def pids(self):
+        return [self.p.pid] if self.p.poll() is None else []
+
+    def finish(self):
+        self.stop.set()
+        try:
+            self.p.wait(10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        self.t.join(10)
+        try:
+            self.p.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+
+def check_space(sp, kv):
+    """The recovered keys of @sp must be the state after a prefix of its
+    commits that includes every acknowledged one.  Returns the longest such
+    prefix; raises TestFailure with a diagnosis otherwise."""
+    obs = {k: v for k, v in kv.items() if k.startswith(sp.name + "/")}
+    cur = dict(sp.base)
+    keys = set(cur) | set(obs)
+    mismatch = sum(1 for k in keys if cur.get(k) != obs.get(k))
+    best = 0 if mismatch == 0 else -1
+    for i, (_tag, ops) in enumerate(sp.commits):
+        for k, v in ops:
+            before = cur.get(k) != obs.get(k)
+            if v is None:
+                cur.pop(k, None)
+            else:
+                cur[k] = v
+            mismatch += (cur.get(k) != obs.get(k)) - before
+        if mismatch == 0:
+            best = i + 1
+    if best >= sp.acked:
+        return best
+    raise TestFailure(f"key space {sp.name}: " + diagnose(sp, obs))
+
+
+def diagnose(sp, obs):
+    """Why no prefix matches: the state after the acknowledged prefix vs what
+    was recovered, and which batches are there only in part."""
+    exp = dict(sp.base)
+    for _tag, ops in sp.commits[:sp.acked]:
+        for k, v in ops:
+            if v is None:
+                exp.pop(k, None)
+            else:
+                exp[k] = v
+    # Which commit wrote each recovered value.
+    writer = {}
+    for i, (tag, ops) in enumerate(sp.commits):
+        for k, v in ops:
+            if v is not None:
+                writer[(k, v)] = i
+    lines = [f"{len(sp.commits)} commits sent, {sp.acked} acknowledged, "
+             f"errors {sp.errors[:2]}"]
+    lost = [k for k in exp if k not in obs]
+    bad = [k for k in obs if obs[k] != exp.get(k) and (k, obs[k]) not in writer
+           and obs[k] != sp.base.get(k)]
+    if bad:
+        lines.append(f"{len(bad)} value(s) written by no commit, e.g. {bad[0]}="
+                     f"{obs[bad[0]][:40]!r}")
+    # Partial batches: a commit some of whose puts are present while another
+    # of its keys holds an older value that no later commit explains.
+    seen = {}
+    for k, v in obs.items():
+        i = writer.get((k, v))
+        if i is not None:
+            seen.setdefault(i, set()).add(k)
+    for i in sorted(seen):
+        tag, ops = sp.commits[i]
+        missing = []
+        for k, v in ops:
+            later = any(k2 == k for _t, ops2 in sp.commits[i + 1:] for k2, _ in ops2)
+            if later:
+                continue
+            if v is not None and obs.get(k) != v:
+                missing.append(k)
+            if v is None and k in obs:
+                missing.append(k)
+        if missing:
+            lines.append(f"commit {tag} ({len(ops)} ops) is there only in part: "
+                         f"{len(seen[i])} of its keys present, not {missing[:3]}")
+            break
+    older = [k for k in exp if k in obs and obs[k] != exp[k]
+             and writer.get((k, obs[k]), -1) < sp.acked]
+    if lost or older:
+        k = (lost + older)[0]
+        lines.append(f"{len(lost)} acknowledged key(s) missing, {len(older)} with an older "
+                     f"value; e.g. {k}: expected {exp[k][:40]!r}, got "
+                     f"{obs.get(k, '<absent>')[:40]!r}")
+    return "; ".join(lines)
+
+
+class Book:
+    def __init__(self, names):
+        self.spaces = {n: Space(n) for n in names}
+
+    def check(self, kv):
+        """Checks every space against the recovered @kv; returns the total of
+        commits found recovered, and rebases every space on @kv."""
+        stray = [k for k in kv if k.split("/", 1)[0] not in self.spaces
+                 and not k.startswith("walrus-test-init")]
+        if stray:
+            raise TestFailure(f"{len(stray)} key(s) nobody wrote, e.g. {stray[:3]}")
+        total = acked = 0
+        for sp in self.spaces.values():
+            total += check_space(sp, kv)
+            acked += sp.acked
+        for sp in self.spaces.values():
+            sp.new_round(kv)
+        return total, acked
+
+
+def stop_all_then_kill(pids):
+    """A simulated instant death of every process in @pids: SIGSTOP all of
+    them, wait until each is stopped (then none is inside a write), then
+    SIGKILL all."""
+    import signal
+    wtest.kill_pids(pids, signal.SIGSTOP)
+    deadline = time.time() + 5
+    for pid in pids:
+        while time.time() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    st = f.read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                break
+            if st in ("T", "t", "Z", "X"):
+                break
+            time.sleep(0.002)
+    wtest.kill_pids(pids, signal.SIGKILL)
+    wtest.wait_gone(pids)
