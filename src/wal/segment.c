@@ -148,10 +148,15 @@ int wal_segment_create(const char *waldir, uint64_t seg_size, wr_lsn start)
 	}
 	if (rc != WALRUS_OK)
 		return wal_drop_tmp(tmp, rc);
-	rc = fdc_fsync_parent(path);
-	if (rc == WALRUS_OK && wal_sh != NULL)
+	/* The name must be durable before any commit in the segment is
+	 * acknowledged, and a retry would find the file and skip this fsync:
+	 * a failed directory fsync is a PANIC like any other (rule 5). */
+	if (fdc_fsync_parent(path) != WALRUS_OK)
+		wr_panic("could not fsync the WAL directory after creating \"%s\": %s", path,
+		         walrus_errmsg());
+	if (wal_sh != NULL)
 		wal_count(&wal_sh->st_seg_created, 1);
-	return rc;
+	return WALRUS_OK;
 }
 
 /* ---------------------------------------------------------------- recycling */
@@ -280,9 +285,11 @@ int wal_recycle(const char *waldir, const wr_options *o, wr_lsn redo, wr_lsn ins
 	if (*recycled + *removed > 0) {
 		char any[PATH_MAX];
 		wal_segment_path(waldir, seg, redo_seg, any, sizeof(any));
-		int rc2 = fdc_fsync_parent(any); /* make the renames and removals durable */
-		if (rc == WALRUS_OK)
-			rc = rc2;
+		/* Recycled names are used for WAL as soon as they exist: they must
+		 * be durable first, and a failed directory fsync is a PANIC. */
+		if (fdc_fsync_parent(any) != WALRUS_OK)
+			wr_panic("could not fsync the WAL directory after recycling: %s",
+			         walrus_errmsg());
 		if (wal_sh != NULL) {
 			wal_count(&wal_sh->st_seg_recycled, (uint64_t)*recycled);
 			wal_count(&wal_sh->st_seg_removed, (uint64_t)*removed);
