@@ -116,10 +116,17 @@ static int wal_segment_exists(const char *path, uint64_t seg_size, bool *exists)
 }
 
 /* Drops our temp file after @rc; the first error is the one to report. */
+/* Removes a temp segment; the caller's error (message and errno) is the one returned. */
 static int wal_drop_tmp(const char *tmp, int rc)
 {
 	int err = errno;
-	(void)fdc_unlink(tmp);
+	char msg[512];
+	wr_snprintf(msg, sizeof(msg), "%s", walrus_errmsg());
+	if (fdc_unlink(tmp) != WALRUS_OK && errno != ENOENT)
+		wr_log(WR_WARNING, "could not remove temporary WAL segment: %s (left for later)",
+		       walrus_errmsg());
+	if (rc != WALRUS_OK)
+		wr_error(rc, "%s", msg);
 	errno = err;
 	return rc;
 }
