@@ -90,7 +90,13 @@ static void usage(void)
 	       "  bufhit      random reads of pages held by the buffer pool: pin, share-lock,\n"
 	       "              read a word, unlock, release (ops/s, hit ratio, ns per hit)\n"
 	       "  bufscan     sequential scans of a relation 4x shared_buffers through read\n"
-	       "              streams, repeated (pages/s, MB/s; try -o io_method=io_uring)\n\n"
+	       "              streams, repeated (pages/s, MB/s; try -o io_method=io_uring)\n"
+	       "  checkpoint  immediate checkpoints of N dirty pages: write and sync phases\n"
+	       "              (walrus bench --workload checkpoint --help)\n"
+	       "  fillseq fillrandom fillsync readrandom readwhilewriting updaterandom scan\n"
+	       "              key-value workloads, with --progress, --csv, --plot\n"
+	       "              (walrus bench --workload updaterandom --help)\n\n"
+	       "walrus bench --compare A.json B.json [--json]: two --json results side by side\n\n"
 	       "options:\n"
 	       "  --clients N       client processes (default 1, at most %d)\n"
 	       "  --duration S      seconds to run (default 10)\n"
@@ -605,6 +611,9 @@ int cmd_bench(tool_ctx *ctx, int argc, char **argv)
 	bench_args a;
 	walrus *db;
 
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--compare") == 0)
+			return cmd_bench_compare(argc, argv);
 	int kv = cmd_bench_kv(ctx, argc, argv); /* -1: not a key-value workload */
 	if (kv >= 0)
 		return kv;

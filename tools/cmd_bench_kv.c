@@ -1,74 +1,121 @@
 /*
  * cmd_bench_kv.c - `walrus bench --workload fillseq|fillrandom|fillsync|
- * readrandom|scan`: the key-value workloads of bench/peers, run by the same
- * code as walrus-peers (bench/peers/workloads.c) with the walrus engine
- * alone, on the data directory DIR, so that `walrus bench` figures and
- * walrus-peers figures are the same measurement. The definitions (keys,
- * values, orders, clients, checks, figures) are in bench/peers/README.md.
+ * readrandom|readwhilewriting|scan|updaterandom`: the key-value workloads
+ * of bench/peers, run by the same code as walrus-peers
+ * (bench/peers/workloads.c) with the walrus engine alone, on the data
+ * directory DIR, so that `walrus bench` figures and walrus-peers figures are
+ * the same measurement. The definitions (keys, values, orders, clients,
+ * checks, figures) are in bench/peers/README.md and workloads.c.
  *
- *   fillseq     --num puts of keys 0..N-1 in order, WALRUS_ASYNC
+ *   fillseq     --num puts of keys 0..N-1 in order (asynchronous unless --sync)
  *   fillrandom  the same puts in a fixed random order
  *   fillsync    --clients processes, each --num WALRUS_SYNC puts
- *   readrandom  --num random point reads over --clients processes, of a
- *               database holding a fillseq load of --num keys
+ *   readrandom  --num random point reads over --clients processes (or each
+ *               for --duration), of a database holding --num keys
+ *   readwhilewriting
+ *               readrandom's readers plus one writer process overwriting
+ *               random keys until they are done
+ *   updaterandom
+ *               --num read-modify-writes of random keys over --clients
+ *               processes (or each for --duration): the steady dirtying of a
+ *               working set of --num keys, larger or smaller than
+ *               shared_buffers, where checkpoints show
  *   scan        one ordered scan of such a database
+ *
+ * Around the workload, a monitor process (bench_monitor.c) attached to the
+ * instance keeps a per-second time series and the checkpoints that ran;
+ * --progress prints a line every N seconds, --csv writes the series,
+ * --plot draws it (bench_report.c), --json ends with one JSON line.
  *
  * DIR: a fill starts from an empty directory (missing, or holding only a
  * prepared wal/ or log/); a non-empty one is refused unless --reuse, which
  * fills the database found there (the check then wants it to hold no other
- * keys). readrandom and scan use the database in DIR when there is one (the
- * untimed warm pass checks it holds exactly the fillseq load of --num keys)
- * and load it first, untimed, when DIR is empty. The database stays in DIR.
+ * keys). The others use the database in DIR when there is one (the untimed
+ * warm pass checks it holds exactly --num keys of the right values) and load
+ * it first, untimed, when DIR is empty. The database stays in DIR.
  *
  * cmd_bench_kv returns -1, having done nothing, when argv's --workload is
- * not one of these five (cmd_bench handles the others); otherwise an exit
- * code. A failure inside a workload ends the process with the tool's exit
- * codes (3 engine error, 2 wrong result), the message naming the call.
+ * not one of these (cmd_bench handles the others); otherwise an exit code.
+ * A failure inside a workload ends the process with the tool's exit codes
+ * (3 engine error, 2 wrong result), the message naming the call.
  */
 #include "tool.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "peers.h"
 
-#define KV_DEFAULT_NUM      1000000u /* fillseq, fillrandom, readrandom, scan */
+#define KV_DEFAULT_NUM      1000000u /* keys: every workload but fillsync */
 #define KV_DEFAULT_SYNC_OPS 2000u    /* fillsync, per client */
+#define KV_MAX_PROGRESS     3600
 
 typedef struct kv_args {
 	int workload; /* peers_workload */
 	uint64_t num; /* 0: the workload's default */
 	int clients;
-	bool json;
-	bool reuse;
+	double duration_s;
+	uint64_t key_size, value_size, seed;
+	bool sync, json, reuse;
+	int progress_s;
+	const char *csv, *plot;
+	bool set_clients, set_duration; /* given on the command line */
 } kv_args;
 
 static void kv_usage(FILE *f)
 {
-	fprintf(f,
-	        "usage: walrus -D DIR [-o name=value ...] bench --workload W [--num N] "
-	        "[--clients P]\n"
-	        "                                          [--reuse] [--json]\n\n"
-	        "key-value workloads (the workloads of walrus-peers, bench/peers/README.md):\n"
-	        "  fillseq     N puts of keys 0..N-1 in order, asynchronous, one per commit\n"
-	        "  fillrandom  the same N puts in a fixed random order\n"
-	        "  fillsync    P client processes, each N durable puts (WALRUS_SYNC)\n"
-	        "  readrandom  N random point reads split over P client processes\n"
-	        "  scan        one ordered scan of the N keys\n\n"
-	        "options:\n"
-	        "  --num N      keys (default %u); fillsync: durable puts per client (default %u)\n"
-	        "  --clients P  fillsync and readrandom client processes (default 1, at most %d)\n"
-	        "  --reuse      fill the database already in DIR instead of refusing a non-empty "
-	        "DIR\n"
-	        "  --json       print a one-line JSON summary last (the human line goes to "
-	        "stderr)\n\n"
-	        "A fill starts from an empty DIR; readrandom and scan use the database in DIR\n"
-	        "(which must hold exactly a fillseq load of N keys) or load it first, untimed.\n"
-	        "Every result is checked: exit 2 on a wrong one, 3 on an engine error.\n",
-	        KV_DEFAULT_NUM, KV_DEFAULT_SYNC_OPS, PEERS_MAX_CLIENTS);
+	fprintf(
+	    f,
+	    "usage: walrus -D DIR [-o name=value ...] bench --workload W [options]\n\n"
+	    "key-value workloads (the workloads of walrus-peers, bench/peers/README.md):\n"
+	    "  fillseq           N puts of keys 0..N-1 in order, one per commit\n"
+	    "  fillrandom        the same N puts in a fixed random order\n"
+	    "  fillsync          P client processes, each N durable puts\n"
+	    "  readrandom        N random point reads split over P client processes\n"
+	    "  readwhilewriting  readrandom, plus one writer process overwriting random keys\n"
+	    "                    until the readers are done (the readers are measured)\n"
+	    "  updaterandom      N read-modify-writes (get, put a new value) of random keys\n"
+	    "                    split over P processes: a working set of N keys dirtied\n"
+	    "                    steadily, the case where checkpoints matter\n"
+	    "  scan              one ordered scan of the N keys\n\n"
+	    "options:\n"
+	    "  --num N          keys (default %u); the operations of readrandom,\n"
+	    "                   readwhilewriting, updaterandom unless --duration;\n"
+	    "                   fillsync: durable puts per client (default %u)\n"
+	    "  --duration S     readrandom, readwhilewriting, updaterandom: each client runs\n"
+	    "                   S seconds instead\n"
+	    "  --clients P      client processes of fillsync, readrandom, readwhilewriting\n"
+	    "                   (readers), updaterandom (default 1, at most %d)\n"
+	    "  --key-size K     key bytes, K decimal digits: at most 10^K keys (default %d,\n"
+	    "                   %d..%d)\n"
+	    "  --value-size B   value bytes (default %d, %d..%u)\n"
+	    "  --sync           durable puts (fillseq, fillrandom, updaterandom, the writer of\n"
+	    "                   readwhilewriting; fillsync always)\n"
+	    "  --seed S         mixed into every random order and key stream (default 0: the\n"
+	    "                   definitions' own)\n"
+	    "  --progress N     a line on stderr every N seconds: ops/s, latency, the\n"
+	    "                   checkpoint's phase, dirty buffers, WAL since the redo point\n"
+	    "  --json           print a one-line JSON summary last (the human summary goes to\n"
+	    "                   stderr)\n"
+	    "  --csv FILE       write the per-second time series\n"
+	    "  --plot FILE.svg  draw throughput, p99 latency and dirty buffers per second,\n"
+	    "                   checkpoints' write and sync phases shaded\n"
+	    "  --reuse          fill the database already in DIR instead of refusing a "
+	    "non-empty DIR\n"
+	    "  -o name=value    (before `bench`) any engine option, e.g. -o "
+	    "checkpoint_timeout=30s\n\n"
+	    "A fill starts from an empty DIR; the others use the database in DIR (which must\n"
+	    "hold exactly N keys of the workloads' values) or load it first, untimed.\n"
+	    "Every result is checked: exit 2 on a wrong one, 3 on an engine error.\n"
+	    "walrus bench --compare A.json B.json [--json] sets two --json results side by "
+	    "side.\n",
+	    KV_DEFAULT_NUM, KV_DEFAULT_SYNC_OPS, PEERS_MAX_CLIENTS, PEERS_KEY_SIZE,
+	    PEERS_MIN_KEY_SIZE, PEERS_MAX_KEY_SIZE, PEERS_VALUE_SIZE, PEERS_MIN_VALUE_SIZE,
+	    PEERS_MAX_VALUE_SIZE);
 }
 
 /* The kv workload named by argv's --workload, or -1. */
@@ -81,25 +128,93 @@ static int kv_workload(int argc, char **argv)
 }
 
 /* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
-static bool parse_count(const char *opt, const char *s, uint64_t max, uint64_t *out)
+static bool parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
 	char *end;
 	unsigned long long v;
 
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v == 0 || v > max) {
-		fprintf(stderr, "walrus bench: bad value for %s: \"%s\" (1..%llu)\n", opt, s,
-		        (unsigned long long)max);
+	if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v < min || v > max) {
+		fprintf(stderr, "walrus bench: bad value for %s: \"%s\" (%llu..%llu)\n", opt, s,
+		        (unsigned long long)min, (unsigned long long)max);
 		return false;
 	}
 	*out = v;
 	return true;
 }
 
+static bool parse_seconds(const char *opt, const char *s, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(s, &end);
+	if (errno != 0 || end == s || *end != '\0' || !(*out > 0) || *out > 86400.0 * 7) {
+		fprintf(stderr, "walrus bench: bad value for %s: \"%s\" (seconds, > 0)\n", opt, s);
+		return false;
+	}
+	return true;
+}
+
+static bool is_random(int w)
+{
+	return w == PEERS_READRANDOM || w == PEERS_READWHILEWRITING || w == PEERS_UPDATERANDOM;
+}
+
+/* The combinations that make no sense, with what to do instead. */
+static int kv_check(kv_args *a)
+{
+	const char *name = peers_workload_names[a->workload];
+	bool clients = a->workload == PEERS_FILLSYNC || is_random(a->workload);
+	bool writes = a->workload != PEERS_READRANDOM && a->workload != PEERS_SCAN;
+
+	if (a->set_clients && !clients) {
+		fprintf(stderr,
+		        "walrus bench: %s runs one client (--clients is for fillsync, readrandom, "
+		        "readwhilewriting, updaterandom)\n",
+		        name);
+		return TOOL_EXIT_USAGE;
+	}
+	if (a->set_duration && !is_random(a->workload)) {
+		fprintf(stderr,
+		        "walrus bench: %s runs --num operations (--duration is for readrandom, "
+		        "readwhilewriting, updaterandom)\n",
+		        name);
+		return TOOL_EXIT_USAGE;
+	}
+	if (a->sync && !writes) {
+		fprintf(stderr,
+		        "walrus bench: %s does not write (--sync is for the workloads that do)\n",
+		        name);
+		return TOOL_EXIT_USAGE;
+	}
+	uint64_t max = peers_max_keys(a->key_size);
+	uint64_t num = a->num
+	                   ? a->num
+	                   : (a->workload == PEERS_FILLSYNC ? KV_DEFAULT_SYNC_OPS : KV_DEFAULT_NUM);
+	uint64_t keys = a->workload == PEERS_FILLSYNC ? num * (uint64_t)a->clients : num;
+	if (keys > max) {
+		fprintf(stderr,
+		        "walrus bench: %llu keys do not fit in %llu-byte keys (at most %llu: raise "
+		        "--key-size or lower --num)\n",
+		        (unsigned long long)keys, (unsigned long long)a->key_size,
+		        (unsigned long long)max);
+		return TOOL_EXIT_USAGE;
+	}
+	if (a->workload == PEERS_FILLSYNC)
+		a->sync = true;
+	return 0;
+}
+
 static int kv_parse(int argc, char **argv, kv_args *a)
 {
-	*a = (kv_args){.workload = kv_workload(argc, argv), .clients = 1};
+	*a = (kv_args){
+	    .workload = kv_workload(argc, argv),
+	    .clients = 1,
+	    .key_size = PEERS_KEY_SIZE,
+	    .value_size = PEERS_VALUE_SIZE,
+	};
 	for (int i = 1; i < argc; i++) {
 		const char *k = argv[i];
 		uint64_t v;
@@ -112,33 +227,59 @@ static int kv_parse(int argc, char **argv, kv_args *a)
 			a->reuse = true;
 			continue;
 		}
-		if (i + 1 >= argc) {
-			fprintf(stderr, "walrus bench: %s needs a value (or is unknown)\n", k);
-			return TOOL_EXIT_USAGE;
+		if (strcmp(k, "--sync") == 0) {
+			a->sync = true;
+			continue;
 		}
-		if (strcmp(k, "--workload") == 0) {
-			i++;
-		} else if (strcmp(k, "--num") == 0) {
-			if (!parse_count(k, argv[++i], PEERS_MAX_KEYS / PEERS_MAX_CLIENTS, &a->num))
-				return TOOL_EXIT_USAGE;
-		} else if (strcmp(k, "--clients") == 0) {
-			if (!parse_count(k, argv[++i], PEERS_MAX_CLIENTS, &v))
-				return TOOL_EXIT_USAGE;
-			a->clients = (int)v;
-		} else {
-			fprintf(stderr, "walrus bench: unknown option \"%s\" for workload %s\n", k,
+		if (strcmp(k, "--workload") != 0 && strcmp(k, "--num") != 0 &&
+		    strcmp(k, "--clients") != 0 && strcmp(k, "--duration") != 0 &&
+		    strcmp(k, "--key-size") != 0 && strcmp(k, "--value-size") != 0 &&
+		    strcmp(k, "--seed") != 0 && strcmp(k, "--progress") != 0 &&
+		    strcmp(k, "--csv") != 0 && strcmp(k, "--plot") != 0) {
+			fprintf(stderr,
+			        "walrus bench: unknown option \"%s\" for workload %s (walrus bench "
+			        "--workload %s --help lists them)\n",
+			        k, peers_workload_names[a->workload],
 			        peers_workload_names[a->workload]);
 			return TOOL_EXIT_USAGE;
 		}
+		if (i + 1 >= argc) {
+			fprintf(stderr, "walrus bench: %s needs a value\n", k);
+			return TOOL_EXIT_USAGE;
+		}
+		const char *s = argv[++i];
+		bool ok = true;
+		if (strcmp(k, "--num") == 0) {
+			ok = parse_u64(k, s, 1, PEERS_MAX_KEYS, &a->num);
+		} else if (strcmp(k, "--clients") == 0) {
+			ok = parse_u64(k, s, 1, PEERS_MAX_CLIENTS, &v);
+			a->clients = (int)v;
+			a->set_clients = true;
+		} else if (strcmp(k, "--duration") == 0) {
+			ok = parse_seconds(k, s, &a->duration_s);
+			a->set_duration = true;
+		} else if (strcmp(k, "--key-size") == 0) {
+			ok = parse_u64(k, s, PEERS_MIN_KEY_SIZE, PEERS_MAX_KEY_SIZE, &a->key_size);
+		} else if (strcmp(k, "--value-size") == 0) {
+			ok = parse_u64(k, s, PEERS_MIN_VALUE_SIZE, PEERS_MAX_VALUE_SIZE,
+			               &a->value_size);
+		} else if (strcmp(k, "--seed") == 0) {
+			ok = parse_u64(k, s, 0, UINT64_MAX, &a->seed);
+		} else if (strcmp(k, "--progress") == 0) {
+			ok = parse_u64(k, s, 1, KV_MAX_PROGRESS, &v);
+			a->progress_s = (int)v;
+		} else if (strcmp(k, "--csv") == 0 || strcmp(k, "--plot") == 0) {
+			if (s[0] == '\0' || (s[0] == '-' && s[1] == '-')) {
+				fprintf(stderr, "walrus bench: %s needs a file name, not \"%s\"\n",
+				        k, s);
+				return TOOL_EXIT_USAGE;
+			}
+			*(strcmp(k, "--csv") == 0 ? &a->csv : &a->plot) = s;
+		}
+		if (!ok)
+			return TOOL_EXIT_USAGE;
 	}
-	if (a->clients != 1 && a->workload != PEERS_FILLSYNC && a->workload != PEERS_READRANDOM) {
-		fprintf(stderr,
-		        "walrus bench: %s runs one client (--clients is for fillsync and "
-		        "readrandom)\n",
-		        peers_workload_names[a->workload]);
-		return TOOL_EXIT_USAGE;
-	}
-	return 0;
+	return kv_check(a);
 }
 
 /*
@@ -178,6 +319,47 @@ static int kv_dir_empty(const char *dir, bool *empty)
 	return 0;
 }
 
+/* Where kv_result puts the workload's figures (the hooks' argument is the
+ * monitor's). */
+static bench_kv_run *kv_run;
+
+/* The workload's figures, from the library's result hook. */
+static void kv_result(void *arg, const peers_result *r)
+{
+	bench_kv_run *run = kv_run;
+
+	(void)arg;
+	run->mode = r->mode;
+	run->ops = r->ops;
+	run->seconds = (double)r->ns / 1e9;
+	run->has_lat = r->has_lat;
+	run->avg_us = r->avg_us;
+	run->stddev_us = r->stddev_us;
+	run->p50_us = r->p50_us;
+	run->p99_us = r->p99_us;
+	run->p999_us = r->p999_us;
+	run->max_us = r->max_us;
+	run->writer_ops = r->writer_ops;
+	run->writer_p50_us = r->writer_p50_us;
+	run->writer_p99_us = r->writer_p99_us;
+	run->writer_max_us = r->writer_max_us;
+}
+
+/* The outputs of a finished run. */
+static int kv_report(const kv_args *a, const bench_kv_run *run, const bench_series *s)
+{
+	int ex = 0;
+
+	bench_print_summary(a->json ? stderr : stdout, run, s);
+	if (a->csv != NULL && (ex = bench_write_csv(a->csv, run, s)) == 0)
+		fprintf(stderr, "walrus bench: time series written to %s\n", a->csv);
+	if (ex == 0 && a->plot != NULL && (ex = bench_write_svg(a->plot, run, s)) == 0)
+		fprintf(stderr, "walrus bench: plot written to %s\n", a->plot);
+	if (a->json)
+		bench_print_json(stdout, run, s);
+	return ex;
+}
+
 int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 {
 	kv_args a;
@@ -211,8 +393,35 @@ int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 		return TOOL_EXIT_USAGE;
 	}
 
+	uint64_t num = a.num ? a.num : KV_DEFAULT_NUM;
+	bench_kv_run run = {
+	    .workload = peers_workload_names[a.workload],
+	    .mode = "processes",
+	    .datadir = ctx->datadir,
+	    .clients = a.clients,
+	    .num = a.workload == PEERS_FILLSYNC ? (a.num ? a.num : KV_DEFAULT_SYNC_OPS) : num,
+	    .key_size = a.key_size,
+	    .value_size = a.value_size,
+	    .seed = a.seed,
+	    .duration_s = a.duration_s,
+	    .sync = a.sync,
+	};
+	bench_monitor *mon;
+	int expected = a.workload == PEERS_FILLSYNC || is_random(a.workload) ? a.clients : 1;
+	expected += a.workload == PEERS_READWHILEWRITING;
+	ex = bench_monitor_start(ctx, expected, a.progress_s, &mon);
+	if (ex != 0)
+		return ex;
+	peers_hooks hooks = {
+	    .arg = bench_monitor_arg(mon),
+	    .start = bench_hook_start,
+	    .op = bench_hook_op,
+	    .end = bench_hook_end,
+	    .result = kv_result,
+	};
+	kv_run = &run;
 	cfg = (peers_config){
-	    .num = a.num ? a.num : KV_DEFAULT_NUM,
+	    .num = num,
 	    .sync_ops = a.num ? a.num : KV_DEFAULT_SYNC_OPS,
 	    .workloads = {(peers_workload)a.workload},
 	    .nworkloads = 1,
@@ -223,12 +432,27 @@ int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 	    .json = a.json,
 	    .fresh_dirs = false,
 	    .loaded = !fill && !empty,
+	    .key_size = a.key_size,
+	    .value_size = a.value_size,
+	    .seed = a.seed,
+	    .duration_ns = (uint64_t)llround(a.duration_s * 1e9),
+	    .sync = a.sync,
+	    .hooks = &hooks,
 	};
+	if (!fill && empty)
+		fprintf(stderr, "walrus bench: loading %llu keys into %s first (untimed)\n",
+		        (unsigned long long)num, ctx->datadir);
 	peers_walrus_use_opts(ctx->opts);
 	peers_init("walrus bench");
 	peers_set_scratch(NULL, false, true); /* DIR is the user's: never removed */
 	peers_run_engine(&cfg, &peers_walrus, ctx->datadir);
-	peers_flush(stdout);
 	peers_walrus_use_opts(NULL);
-	return TOOL_EXIT_OK;
+	kv_run = NULL;
+
+	const bench_series *s;
+	ex = bench_monitor_stop(mon, &s);
+	if (ex == 0)
+		ex = kv_report(&a, &run, s);
+	bench_monitor_free(mon);
+	return ex;
 }

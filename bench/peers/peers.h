@@ -42,6 +42,16 @@
 #define PEERS_MAX_LIST    16
 #define PEERS_MAX_KEYS    10000000000000000ull /* 10^16: keys are 16 decimal digits */
 
+/* Key and value sizes (peers_config.key_size, value_size; the definitions'
+ * are 16 and 100). A key of K bytes holds K decimal digits, so at most
+ * 10^K keys (peers_max_keys). */
+#define PEERS_KEY_SIZE       16
+#define PEERS_VALUE_SIZE     100
+#define PEERS_MIN_KEY_SIZE   4
+#define PEERS_MAX_KEY_SIZE   1024
+#define PEERS_MIN_VALUE_SIZE 16 /* an updated value names its round in 16 bytes */
+#define PEERS_MAX_VALUE_SIZE (1u << 20)
+
 typedef void (*peers_scan_cb)(void *arg, const char *key, size_t klen, const char *val,
                               size_t vlen);
 
@@ -82,6 +92,8 @@ typedef enum peers_workload {
 	PEERS_FILLSYNC,
 	PEERS_READRANDOM,
 	PEERS_SCAN,
+	PEERS_READWHILEWRITING,
+	PEERS_UPDATERANDOM,
 	PEERS_WORKLOAD_COUNT
 } peers_workload;
 
@@ -90,6 +102,47 @@ extern const char *const peers_workload_names[PEERS_WORKLOAD_COUNT];
 /* The workload named @name, or -1. */
 int peers_workload_by_name(const char *name);
 
+/* Most keys a database of @key_size-byte keys holds (10^key_size, at most
+ * PEERS_MAX_KEYS). */
+uint64_t peers_max_keys(size_t key_size);
+
+/* A workload's figures: the measured clients' operations (readwhilewriting:
+ * the readers') pooled, and readwhilewriting's writer apart. Latencies in
+ * microseconds, nearest-rank percentiles; has_lat false for scan. */
+typedef struct peers_result {
+	const char *engine;
+	const char *workload;
+	const char *mode; /* "processes" or "threads" */
+	int procs;        /* measured clients */
+	uint64_t ops;
+	uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC: first start, last end */
+	uint64_t ns;               /* end_ns - start_ns */
+	bool has_lat;
+	double avg_us, stddev_us, p50_us, p99_us, p999_us, max_us;
+	uint64_t writer_ops; /* readwhilewriting: the writer's puts, else 0 */
+	double writer_p50_us, writer_p99_us, writer_max_us;
+} peers_result;
+
+/*
+ * Observers of a timed run (walrus bench's progress, time series and
+ * summary); every member may be NULL. start, op and end are called in the
+ * client that runs the operations (a forked process, a thread, or the
+ * caller itself for single-client fills and scan), never during untimed
+ * loads and warm passes: start once the client is released, op after each
+ * operation (its end time and latency in ns; a scan calls it for every key
+ * with PEERS_OP_NOLAT and the time of a recent key), end after the last.
+ * result is called in the caller with the figures, instead of printing them.
+ */
+#define PEERS_OP_WRITER 0x1 /* readwhilewriting's writer, outside the measured figures */
+#define PEERS_OP_NOLAT  0x2 /* no latency of its own (scan) */
+typedef struct peers_hooks {
+	void *arg;
+	void (*start)(void *arg, int client, uint64_t now_ns);
+	void (*op)(void *arg, int client, uint64_t end_ns, uint64_t lat_ns, unsigned flags);
+	void (*end)(void *arg, int client, uint64_t now_ns);
+	void (*result)(void *arg, const peers_result *r);
+} peers_hooks;
+
 typedef struct peers_config {
 	uint64_t num;      /* keys of fillseq, fillrandom, readrandom, scan */
 	uint64_t sync_ops; /* durable puts per fillsync client */
@@ -97,7 +150,8 @@ typedef struct peers_config {
 	int nworkloads;
 	int sync_procs[PEERS_MAX_LIST]; /* fillsync client counts */
 	int nsync_procs;
-	int read_procs[PEERS_MAX_LIST]; /* readrandom client counts */
+	/* readrandom, readwhilewriting (readers), updaterandom client counts */
+	int read_procs[PEERS_MAX_LIST];
 	int nread_procs;
 	bool json; /* JSON lines on stdout, human lines on stderr */
 	/*
@@ -107,9 +161,19 @@ typedef struct peers_config {
 	 * one.
 	 */
 	bool fresh_dirs;
-	/* The directory already holds a fillseq load of num keys, so readrandom
-	 * and scan start at once (the warm passes check it). */
+	/* The directory already holds a fillseq load of num keys (values may
+	 * have been updated since), so readrandom, scan, readwhilewriting and
+	 * updaterandom start at once (the warm passes check it). */
 	bool loaded;
+	/* walrus bench's variations; zero keeps the definitions (README.md). */
+	size_t key_size;      /* bytes of a key, PEERS_MIN_KEY_SIZE..PEERS_MAX_KEY_SIZE */
+	size_t value_size;    /* bytes of a value, PEERS_MIN_VALUE_SIZE..PEERS_MAX_VALUE_SIZE */
+	uint64_t seed;        /* mixed into every random stream */
+	uint64_t duration_ns; /* readrandom, readwhilewriting, updaterandom: run each client
+	                         this long instead of num operations in all */
+	bool sync;            /* durable puts in fillseq, fillrandom, updaterandom and
+	                         readwhilewriting's writer */
+	const peers_hooks *hooks;
 } peers_config;
 
 /*

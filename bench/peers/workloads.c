@@ -10,6 +10,31 @@
  *   fillsync    M durable puts per client, P clients on disjoint keys
  *   readrandom  after a fillseq: N random point reads split over P clients
  *   scan        one ordered scan of the N keys
+ *   readwhilewriting
+ *               readrandom's P readers, plus one writer process (or thread)
+ *               putting random keys of the N with new values, without
+ *               pause, until the readers are done; the readers' reads are
+ *               the figures, the writer's puts are reported beside them
+ *   updaterandom
+ *               after a fillseq: N read-modify-writes of random keys split
+ *               over P clients (db_bench's updaterandom): get the value,
+ *               check it, put a new one; one operation is the pair. The
+ *               steady dirtying of a working set of N keys, larger or
+ *               smaller than the engine's cache: where checkpoints show.
+ * The last two write values of later rounds: the value of key i in round
+ * r >= 1 is the round-r value (README.md) with its first 16 bytes replaced
+ * by r in 16 lower-case hex digits, so that any reader can check a value
+ * whichever writer wrote it. Rounds are (client + 1) * 2^40 + j + 1 for the
+ * client's j-th put: distinct across clients.
+ *
+ * Variations for `walrus bench` (peers_config; zero keeps the definitions):
+ * key_size K (keys are K decimal digits, zero-padded), value_size, seed
+ * (XOR-ed, times PERM_SEED, into every random stream's seed), duration_ns
+ * (readrandom, readwhilewriting and updaterandom clients run that long
+ * instead of sharing N operations), sync (durable puts in fillseq,
+ * fillrandom, updaterandom and readwhilewriting's writer), and hooks that
+ * observe a timed run (peers.h).
+ *
  * Every workload checks its result (fills by a full scan afterwards, reads
  * value by value, the scan key by key) and exits non-zero on a mismatch.
  *
@@ -32,6 +57,7 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -39,21 +65,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#define KEY_SIZE    16
-#define VALUE_SIZE  100
-#define PAIR_BYTES  (KEY_SIZE + VALUE_SIZE)
-#define GOLDEN      0x9E3779B97F4A7C15ull /* value seeds, reader seeds */
-#define PERM_SEED   0x2545F4914F6CDD1Dull /* fillrandom's permutation */
-#define MAX_CLIENTS PEERS_MAX_CLIENTS
+#define GOLDEN      0x9E3779B97F4A7C15ull   /* value seeds, reader seeds */
+#define PERM_SEED   0x2545F4914F6CDD1Dull   /* fillrandom's permutation */
+#define MAX_CLIENTS (PEERS_MAX_CLIENTS + 1) /* readwhilewriting: P readers and a writer */
+#define ROUND_HEX   16                      /* an updated value's round, in hex digits */
 
-const char *const peers_workload_names[PEERS_WORKLOAD_COUNT] = {"fillseq", "fillrandom", "fillsync",
-                                                                "readrandom", "scan"};
+const char *const peers_workload_names[PEERS_WORKLOAD_COUNT] = {
+    "fillseq", "fillrandom", "fillsync", "readrandom", "scan", "readwhilewriting", "updaterandom"};
 
 /* One client of a workload: its orders, and what it measured. */
 typedef struct client {
@@ -62,37 +87,32 @@ typedef struct client {
 	void *h; /* handle to use; NULL: open one (a forked client) */
 	peers_workload work;
 	int id;
+	bool writer;                /* readwhilewriting's writer: runs until told to stop */
+	bool timed;                 /* a measured run: the hooks observe it */
 	uint64_t first;             /* fills: first key index (sequential order) */
 	const uint64_t *order;      /* fillrandom: key index of each op */
-	uint64_t num;               /* readrandom: keys in the database */
-	uint64_t nops;              /* operations to run */
+	uint64_t num;               /* readrandom and after: keys in the database */
+	uint64_t nops;              /* operations to run (0 with a duration or as the writer) */
+	uint64_t duration_ns;       /* run this long instead (0: nops) */
 	pthread_barrier_t *barrier; /* threads: start line */
 	int result_fd;              /* processes: ready byte, then the results */
 	int go_fd;                  /* processes: EOF means start */
 	uint64_t start_ns;
 	uint64_t end_ns;
-	uint32_t *lat; /* nops latencies in ns */
+	uint32_t *lat; /* latencies in ns */
+	uint64_t ops;  /* operations done = latencies recorded */
+	uint64_t cap;  /* room in lat */
+	char *key;     /* the client's buffers: a key, a value, a value read */
+	char *val, *buf;
 } client;
 
-/* What a forked client sends after its ready byte, followed by nops uint32
+/* What a forked client sends after its ready byte, followed by ops uint32
  * latencies. */
 typedef struct client_wire {
-	uint64_t nops;
+	uint64_t ops;
 	uint64_t start_ns;
 	uint64_t end_ns;
 } client_wire;
-
-typedef struct report {
-	const char *engine;
-	const char *workload;
-	const char *mode;
-	int procs;
-	uint64_t ops;
-	uint64_t ns;
-	bool has_lat;
-	double p50_us;
-	double p99_us;
-} report;
 
 /* Process-wide state the error path needs. */
 static bool g_is_child;
@@ -107,6 +127,13 @@ static bool g_base_created;
 static char g_subdir[PATH_MAX]; /* the engine directory in use */
 static bool g_keep;
 static atomic_flag g_dying = ATOMIC_FLAG_INIT;
+
+/* The run's variations (peers_config), set by peers_run_engine. */
+static size_t g_key_size = PEERS_KEY_SIZE;
+static size_t g_value_size = PEERS_VALUE_SIZE;
+static uint64_t g_seed_mix; /* seed * PERM_SEED: 0 keeps the definitions' streams */
+static const peers_hooks *g_hooks;
+static _Atomic uint32_t *g_stop; /* shared with forked clients: the writer's stop */
 
 /* ---------------------------------------------------------------- errors */
 
@@ -319,11 +346,20 @@ static inline uint64_t xorshift64(uint64_t *s)
 	return x;
 }
 
-/* The key of index i: snprintf("%016llu", i), i < 10^16 (checked against
- * snprintf at start). */
+/* A random stream's seed with the run's seed mixed in (never 0, xorshift's
+ * one bad state). */
+static uint64_t seeded(uint64_t base)
+{
+	uint64_t x = base ^ g_seed_mix;
+
+	return x ? x : GOLDEN;
+}
+
+/* The key of index i: snprintf("%0*llu", key_size, i), i < 10^key_size
+ * (checked against snprintf at start). */
 static inline void make_key(uint64_t i, char *k)
 {
-	for (int j = KEY_SIZE - 1; j >= 0; j--) {
+	for (size_t j = g_key_size; j-- > 0;) {
 		k[j] = (char)('0' + i % 10);
 		i /= 10;
 	}
@@ -338,23 +374,65 @@ static void init_printable(void)
 }
 
 /*
- * The value of key index i written in round r (every workload writes round
- * 0): xorshift64 seeded with i * GOLDEN + r (GOLDEN if that is 0) is stepped
+ * The value of key index i written in round r (the fills write round 0):
+ * xorshift64 seeded with i * GOLDEN + r (GOLDEN if that is 0) is stepped
  * once per 8 bytes, and byte j of the value is printable[byte j % 8 of the
- * state], bytes taken from the least significant one.
+ * state], bytes taken from the least significant one. A round r >= 1 then
+ * writes r in ROUND_HEX hex digits over the first bytes.
  */
 static inline void make_value(uint64_t i, uint64_t round, char *v)
 {
+	static const char hex[] = "0123456789abcdef";
 	uint64_t x = i * GOLDEN + round;
 
 	if (x == 0)
 		x = GOLDEN;
-	for (int j = 0; j < VALUE_SIZE; j += 8) {
+	for (size_t j = 0; j < g_value_size; j += 8) {
 		uint64_t w = xorshift64(&x);
 
-		for (int b = 0; b < 8 && j + b < VALUE_SIZE; b++)
+		for (size_t b = 0; b < 8 && j + b < g_value_size; b++)
 			v[j + b] = printable[(w >> (8 * b)) & 0xff];
 	}
+	for (int j = ROUND_HEX - 1; round != 0 && j >= 0; j--)
+		v[j] = hex[(round >> (4 * (ROUND_HEX - 1 - j))) & 0xf];
+}
+
+/* The round named by an updated value's first bytes; 0 if they are no hex round. */
+static uint64_t value_round(const char *v)
+{
+	uint64_t r = 0;
+
+	for (int j = 0; j < ROUND_HEX; j++) {
+		char ch = v[j];
+
+		if (ch >= '0' && ch <= '9')
+			r = r << 4 | (uint64_t)(ch - '0');
+		else if (ch >= 'a' && ch <= 'f')
+			r = r << 4 | (uint64_t)(ch - 'a' + 10);
+		else
+			return 0;
+	}
+	return r;
+}
+
+/*
+ * Is @v (vlen bytes) a value key index i may hold: its round-0 value, or
+ * (any_round) the value of the round it names? @tmp: value_size bytes of
+ * scratch.
+ */
+static bool value_ok(uint64_t i, const char *v, size_t vlen, bool any_round, char *tmp)
+{
+	uint64_t r;
+
+	if (vlen != g_value_size)
+		return false;
+	make_value(i, 0, tmp);
+	if (memcmp(v, tmp, vlen) == 0)
+		return true;
+	if (!any_round || (r = value_round(v)) == 0)
+		return false;
+	make_value(i, r, tmp);
+	return memcmp(v, tmp, vlen) == 0;
 }
 
 /* Order-sensitive fingerprint of a value sequence (the scan's check). */
@@ -363,11 +441,11 @@ static inline uint64_t fold_value(uint64_t acc, const char *v)
 	uint64_t h = 0, w;
 	uint32_t t;
 
-	for (int j = 0; j + 8 <= VALUE_SIZE; j += 8) {
+	for (size_t j = 0; j + 8 <= g_value_size; j += 8) {
 		memcpy(&w, v + j, 8);
 		h ^= w;
 	}
-	memcpy(&t, v + VALUE_SIZE - 4, 4);
+	memcpy(&t, v + g_value_size - 4, 4);
 	h ^= (uint64_t)t << 32;
 	return (acc ^ h) * 0x100000001B3ull;
 }
@@ -375,7 +453,7 @@ static inline uint64_t fold_value(uint64_t acc, const char *v)
 /* Readrandom client c draws key indexes from xorshift64 seeded so. */
 static uint64_t reader_seed(int id)
 {
-	return (uint64_t)(id + 1) * GOLDEN;
+	return seeded((uint64_t)(id + 1) * GOLDEN);
 }
 
 /* fillrandom's order: Fisher-Yates over 0..n-1, j = xorshift64 % (i + 1)
@@ -383,7 +461,7 @@ static uint64_t reader_seed(int id)
 static uint64_t *make_permutation(uint64_t n)
 {
 	uint64_t *p = peers_xmalloc("permutation", n * sizeof(*p));
-	uint64_t x = PERM_SEED;
+	uint64_t x = seeded(PERM_SEED);
 
 	for (uint64_t i = 0; i < n; i++)
 		p[i] = i;
@@ -397,19 +475,31 @@ static uint64_t *make_permutation(uint64_t n)
 	return p;
 }
 
+uint64_t peers_max_keys(size_t key_size)
+{
+	uint64_t m = 1;
+
+	for (size_t i = 0; i < key_size && m < PEERS_MAX_KEYS; i++)
+		m *= 10;
+	return m;
+}
+
 static void self_check(void)
 {
 	static const uint64_t probe[] = {0, 1, 9, 10, 12345678901234ull, PEERS_MAX_KEYS - 1};
+	size_t saved = g_key_size;
 
+	g_key_size = PEERS_KEY_SIZE;
 	for (size_t i = 0; i < sizeof(probe) / sizeof(probe[0]); i++) {
-		char want[KEY_SIZE + 1], got[KEY_SIZE];
+		char want[PEERS_KEY_SIZE + 1], got[PEERS_KEY_SIZE];
 
 		snprintf(want, sizeof(want), "%016llu", (unsigned long long)probe[i]);
 		make_key(probe[i], got);
-		if (memcmp(want, got, KEY_SIZE) != 0)
+		if (memcmp(want, got, PEERS_KEY_SIZE) != 0)
 			peers_mismatch(NULL, "self-check", "key of %" PRIu64 " is %.16s", probe[i],
 			               got);
 	}
+	g_key_size = saved;
 }
 
 /* --------------------------------------------------------- verification */
@@ -420,38 +510,43 @@ typedef struct verify_state {
 	uint64_t n;
 	uint64_t next;
 	uint64_t fold;
-	char value[VALUE_SIZE];
+	bool any_round; /* values of later rounds are fine (after updates) */
+	char *key, *tmp;
 } verify_state;
 
 static void verify_cb(void *arg, const char *k, size_t klen, const char *v, size_t vlen)
 {
 	verify_state *s = arg;
-	char key[KEY_SIZE];
 
 	if (s->next >= s->n)
 		peers_mismatch(s->engine, s->what, "more than %" PRIu64 " keys", s->n);
-	make_key(s->next, key);
-	if (klen != KEY_SIZE || memcmp(k, key, KEY_SIZE) != 0)
-		peers_mismatch(s->engine, s->what, "key #%" PRIu64 " is \"%.*s\", expected %.16s",
-		               s->next, (int)(klen < 64 ? klen : 64), k, key);
-	make_value(s->next, 0, s->value);
-	if (vlen != VALUE_SIZE || memcmp(v, s->value, VALUE_SIZE) != 0)
-		peers_mismatch(s->engine, s->what, "value of key %.16s differs (%zu bytes)", key,
-		               vlen);
+	make_key(s->next, s->key);
+	if (klen != g_key_size || memcmp(k, s->key, g_key_size) != 0)
+		peers_mismatch(s->engine, s->what, "key #%" PRIu64 " is \"%.*s\", expected %.*s",
+		               s->next, (int)(klen < 64 ? klen : 64), k, (int)g_key_size, s->key);
+	if (!value_ok(s->next, v, vlen, s->any_round, s->tmp))
+		peers_mismatch(s->engine, s->what, "value of key %.*s differs (%zu bytes)",
+		               (int)g_key_size, s->key, vlen);
 	s->fold = fold_value(s->fold, v);
 	s->next++;
 }
 
 /* Check by an ordered scan that the database holds exactly keys 0..n-1 with
- * their round-0 values; returns the fingerprint of the values. */
-static uint64_t verify_all(const peers_engine *e, void *h, uint64_t n, const char *what)
+ * their round-0 values (any_round: or values of later rounds); returns the
+ * fingerprint of the values. */
+static uint64_t verify_all(const peers_engine *e, void *h, uint64_t n, const char *what,
+                           bool any_round)
 {
-	verify_state s = {.engine = e->name, .what = what, .n = n};
+	verify_state s = {.engine = e->name, .what = what, .n = n, .any_round = any_round};
 
+	s.key = peers_xmalloc("key", g_key_size);
+	s.tmp = peers_xmalloc("value", g_value_size);
 	e->scan(h, verify_cb, &s);
 	if (s.next != n)
 		peers_mismatch(e->name, what, "scan found %" PRIu64 " keys, expected %" PRIu64,
 		               s.next, n);
+	free(s.key);
+	free(s.tmp);
 	return s.fold;
 }
 
@@ -460,6 +555,34 @@ static uint64_t verify_all(const peers_engine *e, void *h, uint64_t n, const cha
 static inline uint32_t lat32(uint64_t ns)
 {
 	return ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
+}
+
+/* Records one operation: its latency, and for the hooks its end. */
+static void client_record(client *c, uint64_t t0, uint64_t t1)
+{
+	if (c->ops == c->cap) {
+		uint64_t cap = c->cap ? c->cap * 2 : 65536;
+		uint32_t *lat = realloc(c->lat, cap * sizeof(uint32_t));
+
+		if (lat == NULL)
+			peers_fatal(c->e->name, "realloc", "%" PRIu64 " latencies: out of memory",
+			            cap);
+		c->lat = lat;
+		c->cap = cap;
+	}
+	c->lat[c->ops++] = lat32(t1 - t0);
+	if (c->timed && g_hooks != NULL && g_hooks->op != NULL)
+		g_hooks->op(g_hooks->arg, c->id, t1, t1 - t0, c->writer ? PEERS_OP_WRITER : 0);
+}
+
+/* Has the client more to do, @now being the end of its last operation? */
+static bool client_more(const client *c, uint64_t now)
+{
+	if (c->writer)
+		return atomic_load_explicit(g_stop, memory_order_relaxed) == 0;
+	if (c->duration_ns)
+		return now - c->start_ns < c->duration_ns;
+	return c->ops < c->nops;
 }
 
 static void client_ready(client *c)
@@ -481,41 +604,73 @@ static void client_ready(client *c)
 
 static void client_fill(client *c, void *h)
 {
-	char key[KEY_SIZE], val[VALUE_SIZE];
-
 	for (uint64_t j = 0; j < c->nops; j++) {
 		uint64_t idx = c->order ? c->order[j] : c->first + j;
 		uint64_t t0;
 
-		make_key(idx, key);
-		make_value(idx, 0, val);
+		make_key(idx, c->key);
+		make_value(idx, 0, c->val);
 		t0 = now_ns();
-		c->e->put(h, key, KEY_SIZE, val, VALUE_SIZE);
-		c->lat[j] = lat32(now_ns() - t0);
+		c->e->put(h, c->key, g_key_size, c->val, g_value_size);
+		client_record(c, t0, now_ns());
 	}
 }
 
 static void client_read(client *c, void *h)
 {
-	char key[KEY_SIZE], val[VALUE_SIZE], buf[VALUE_SIZE];
-	uint64_t x = reader_seed(c->id);
+	uint64_t x = reader_seed(c->id), t1 = c->start_ns;
 
-	for (uint64_t j = 0; j < c->nops; j++) {
+	while (client_more(c, t1)) {
 		uint64_t idx = xorshift64(&x) % c->num;
 		size_t vlen = 0;
 		uint64_t t0;
 		bool found;
 
-		make_key(idx, key);
+		make_key(idx, c->key);
 		t0 = now_ns();
-		found = c->e->get(h, key, KEY_SIZE, buf, sizeof(buf), &vlen);
-		c->lat[j] = lat32(now_ns() - t0);
+		found = c->e->get(h, c->key, g_key_size, c->buf, g_value_size, &vlen);
+		t1 = now_ns();
+		client_record(c, t0, t1);
 		if (!found)
-			peers_mismatch(c->e->name, "readrandom", "key %.16s not found", key);
-		make_value(idx, 0, val);
-		if (vlen != VALUE_SIZE || memcmp(buf, val, VALUE_SIZE) != 0)
-			peers_mismatch(c->e->name, "readrandom",
-			               "value of key %.16s differs (%zu bytes)", key, vlen);
+			peers_mismatch(c->e->name, peers_workload_names[c->work],
+			               "key %.*s not found", (int)g_key_size, c->key);
+		if (!value_ok(idx, c->buf, vlen, true, c->val))
+			peers_mismatch(c->e->name, peers_workload_names[c->work],
+			               "value of key %.*s differs (%zu bytes)", (int)g_key_size,
+			               c->key, vlen);
+	}
+}
+
+/* updaterandom (get, check, put a new value) and readwhilewriting's writer
+ * (put a new value): random keys, rounds of this client. */
+static void client_update(client *c, void *h)
+{
+	uint64_t x = reader_seed(c->id), t1 = c->start_ns;
+	bool rmw = !c->writer;
+
+	while (client_more(c, t1)) {
+		uint64_t idx = xorshift64(&x) % c->num;
+		uint64_t round = ((uint64_t)(c->id + 1) << 40) + c->ops + 1;
+		size_t vlen = 0;
+		bool found = true;
+		uint64_t t0;
+
+		make_key(idx, c->key);
+		make_value(idx, round, c->val);
+		t0 = now_ns();
+		if (rmw)
+			found = c->e->get(h, c->key, g_key_size, c->buf, g_value_size, &vlen);
+		c->e->put(h, c->key, g_key_size, c->val, g_value_size);
+		t1 = now_ns();
+		client_record(c, t0, t1);
+		if (!found)
+			peers_mismatch(c->e->name, "updaterandom", "key %.*s not found",
+			               (int)g_key_size, c->key);
+		/* c->val is free now: the put copied it. */
+		if (rmw && !value_ok(idx, c->buf, vlen, true, c->val))
+			peers_mismatch(c->e->name, "updaterandom",
+			               "value of key %.*s differs (%zu bytes)", (int)g_key_size,
+			               c->key, vlen);
 	}
 }
 
@@ -523,16 +678,28 @@ static void client_read(client *c, void *h)
 static void client_run(client *c)
 {
 	void *h = c->h ? c->h : c->e->open(&c->oa);
+	bool reads = c->work == PEERS_READRANDOM || c->work == PEERS_READWHILEWRITING ||
+	             c->work == PEERS_UPDATERANDOM;
 
-	if (c->work == PEERS_READRANDOM)
-		verify_all(c->e, h, c->num, "readrandom warm pass");
+	if (reads && !c->writer)
+		verify_all(c->e, h, c->num,
+		           c->work == PEERS_READRANDOM     ? "readrandom warm pass"
+		           : c->work == PEERS_UPDATERANDOM ? "updaterandom warm pass"
+		                                           : "readwhilewriting warm pass",
+		           true);
 	client_ready(c);
 	c->start_ns = now_ns();
-	if (c->work == PEERS_READRANDOM)
+	if (c->timed && g_hooks != NULL && g_hooks->start != NULL)
+		g_hooks->start(g_hooks->arg, c->id, c->start_ns);
+	if (c->work == PEERS_UPDATERANDOM || c->writer)
+		client_update(c, h);
+	else if (reads)
 		client_read(c, h);
 	else
 		client_fill(c, h);
 	c->end_ns = now_ns();
+	if (c->timed && g_hooks != NULL && g_hooks->end != NULL)
+		g_hooks->end(g_hooks->arg, c->id, c->end_ns);
 	if (c->h == NULL)
 		c->e->close(h);
 }
@@ -546,6 +713,8 @@ static void *thread_main(void *arg)
 	return NULL;
 }
 
+/* Threads on one handle; a writer (the last client, if any) is told to stop
+ * once the others are done. */
 static void run_threads(client *cl, int n)
 {
 	pthread_t tid[MAX_CLIENTS];
@@ -561,6 +730,8 @@ static void run_threads(client *cl, int n)
 			peers_fatal(cl[0].e->name, "pthread_create", "%s", strerror(rc));
 	}
 	for (int i = 0; i < n; i++) {
+		if (cl[i].writer)
+			atomic_store(g_stop, 1);
 		rc = pthread_join(tid[i], NULL);
 		if (rc != 0)
 			peers_fatal(cl[0].e->name, "pthread_join", "%s", strerror(rc));
@@ -586,11 +757,11 @@ static _Noreturn void child_main(client *c)
 	g_client_id = c->id;
 	g_nchildren = 0;
 	client_run(c);
-	w.nops = c->nops;
+	w.ops = c->ops;
 	w.start_ns = c->start_ns;
 	w.end_ns = c->end_ns;
 	write_full(c->result_fd, &w, sizeof(w));
-	write_full(c->result_fd, c->lat, c->nops * sizeof(uint32_t));
+	write_full(c->result_fd, c->lat, c->ops * sizeof(uint32_t));
 	xclose(c->result_fd);
 	_exit(0);
 }
@@ -639,14 +810,19 @@ static void run_processes(client *cl, int n)
 	for (int i = 0; i < n; i++) {
 		client_wire w;
 
+		if (cl[i].writer) /* the others are done */
+			atomic_store(g_stop, 1);
 		if (read_full(cl[i].result_fd, &w, sizeof(w)) != sizeof(w))
 			children_failed(cl[i].id, "ended without reporting");
-		if (w.nops != cl[i].nops)
+		if (cl[i].nops != 0 && w.ops != cl[i].nops)
 			children_failed(cl[i].id, "reported a wrong operation count");
 		cl[i].start_ns = w.start_ns;
 		cl[i].end_ns = w.end_ns;
-		if (read_full(cl[i].result_fd, cl[i].lat, w.nops * sizeof(uint32_t)) !=
-		    w.nops * sizeof(uint32_t))
+		free(cl[i].lat);
+		cl[i].lat = peers_xmalloc("latencies", (w.ops ? w.ops : 1) * sizeof(uint32_t));
+		cl[i].ops = cl[i].cap = w.ops;
+		if (read_full(cl[i].result_fd, cl[i].lat, w.ops * sizeof(uint32_t)) !=
+		    w.ops * sizeof(uint32_t))
 			children_failed(cl[i].id, "sent truncated latencies");
 		xclose(cl[i].result_fd);
 		cl[i].result_fd = -1;
@@ -676,21 +852,24 @@ void peers_flush(FILE *f)
 		sys_fail(f == stdout ? "write(stdout)" : "write(stderr)");
 }
 
-/* Nearest-rank percentile of sorted samples, in microseconds. */
-static double percentile_us(const uint32_t *v, uint64_t n, unsigned pct)
+/* Nearest-rank percentile (in thousandths) of sorted samples, in microseconds. */
+static double percentile_us(const uint32_t *v, uint64_t n, unsigned per_mille)
 {
-	uint64_t rank = (n * pct + 99) / 100;
+	uint64_t rank = (n * per_mille + 999) / 1000;
 
 	return n == 0 ? 0.0 : (double)v[rank ? rank - 1 : 0] / 1000.0;
 }
 
-static void emit(const peers_config *cfg, const report *r)
+static void emit(const peers_config *cfg, const peers_result *r)
 {
 	double secs = (double)r->ns / 1e9;
 	double ops_s = secs > 0 ? (double)r->ops / secs : 0.0;
-	double mb_s = secs > 0 ? (double)r->ops * PAIR_BYTES / secs / 1048576.0 : 0.0;
+	double mb_s = secs > 0
+	                  ? (double)r->ops * (double)(g_key_size + g_value_size) / secs / 1048576.0
+	                  : 0.0;
 	FILE *human = cfg->json ? stderr : stdout;
 	bool keys = strcmp(r->workload, "scan") == 0;
+	bool writer = strcmp(r->workload, "readwhilewriting") == 0;
 
 	fprintf(human,
 	        "%-8s %-10s procs=%-2d %-9s %10" PRIu64 " %-4s %8.3f s %11.0f %-6s %8.1f MB/s",
@@ -698,6 +877,9 @@ static void emit(const peers_config *cfg, const report *r)
 	        ops_s, keys ? "keys/s" : "ops/s", mb_s);
 	if (r->has_lat)
 		fprintf(human, "  p50 %9.2f us  p99 %9.2f us", r->p50_us, r->p99_us);
+	if (writer)
+		fprintf(human, "  writer %.0f puts/s p99 %.2f us",
+		        secs > 0 ? (double)r->writer_ops / secs : 0.0, r->writer_p99_us);
 	fputc('\n', human);
 	peers_flush(human);
 	if (!cfg->json)
@@ -705,6 +887,9 @@ static void emit(const peers_config *cfg, const report *r)
 	printf("{\"engine\":\"%s\",\"workload\":\"%s\",\"procs\":%d,\"mode\":\"%s\","
 	       "\"ops\":%" PRIu64 ",\"seconds\":%.6f,\"ops_per_s\":%.1f,\"mb_per_s\":%.3f,",
 	       r->engine, r->workload, r->procs, r->mode, r->ops, secs, ops_s, mb_s);
+	if (writer)
+		printf("\"writer_ops\":%" PRIu64 ",\"writer_p99_us\":%.3f,", r->writer_ops,
+		       r->writer_p99_us);
 	if (r->has_lat)
 		printf("\"p50_us\":%.3f,\"p99_us\":%.3f}\n", r->p50_us, r->p99_us);
 	else
@@ -712,39 +897,86 @@ static void emit(const peers_config *cfg, const report *r)
 	peers_flush(stdout);
 }
 
+/* The pooled latencies of the clients whose writer flag is @writer, sorted
+ * (NULL with none); *n gets their number, *sum their total in ns. */
+static uint32_t *pool_latencies(const client *cl, int n, bool writer, uint64_t *count, double *sum)
+{
+	uint64_t total = 0, at = 0;
+	uint32_t *all;
+
+	for (int i = 0; i < n; i++)
+		total += cl[i].writer == writer ? cl[i].ops : 0;
+	*count = total;
+	*sum = 0;
+	all = peers_xmalloc("latencies", (total ? total : 1) * sizeof(uint32_t));
+	for (int i = 0; i < n; i++) {
+		if (cl[i].writer != writer)
+			continue;
+		memcpy(all + at, cl[i].lat, cl[i].ops * sizeof(uint32_t));
+		at += cl[i].ops;
+	}
+	for (uint64_t i = 0; i < total; i++)
+		*sum += all[i];
+	qsort(all, total, sizeof(uint32_t), cmp_u32);
+	return all;
+}
+
+/* Hand the figures to the result hook, or print them. */
+static void deliver(const peers_config *cfg, const peers_result *r)
+{
+	if (g_hooks != NULL && g_hooks->result != NULL)
+		g_hooks->result(g_hooks->arg, r);
+	else
+		emit(cfg, r);
+}
+
 /* Merge the clients' figures: the run lasts from the first start to the
- * last end, latencies are pooled. */
+ * last end, latencies are pooled (a writer's apart). */
 static void report_clients(const peers_config *cfg, const client *cl, int n, peers_workload w,
                            const char *mode)
 {
-	uint64_t ops = 0, start = UINT64_MAX, end = 0, at = 0;
-	uint32_t *all;
-	report r;
+	uint64_t ops, start = UINT64_MAX, end = 0, wops;
+	double sum, wsum, var = 0;
+	uint32_t *all, *wall;
+	peers_result r;
+	int procs = 0;
 
 	for (int i = 0; i < n; i++) {
-		ops += cl[i].nops;
+		procs += !cl[i].writer;
 		start = cl[i].start_ns < start ? cl[i].start_ns : start;
 		end = cl[i].end_ns > end ? cl[i].end_ns : end;
 	}
-	all = peers_xmalloc("latencies", ops * sizeof(uint32_t));
-	for (int i = 0; i < n; i++) {
-		memcpy(all + at, cl[i].lat, cl[i].nops * sizeof(uint32_t));
-		at += cl[i].nops;
+	all = pool_latencies(cl, n, false, &ops, &sum);
+	wall = pool_latencies(cl, n, true, &wops, &wsum);
+	for (uint64_t i = 0; i < ops; i++) {
+		double d = (double)all[i] - sum / (double)ops;
+
+		var += d * d;
 	}
-	qsort(all, ops, sizeof(uint32_t), cmp_u32);
-	r = (report){
+	r = (peers_result){
 	    .engine = cl[0].e->name,
 	    .workload = peers_workload_names[w],
 	    .mode = mode,
-	    .procs = n,
+	    .procs = procs,
 	    .ops = ops,
+	    .start_ns = start,
+	    .end_ns = end,
 	    .ns = end - start,
 	    .has_lat = true,
-	    .p50_us = percentile_us(all, ops, 50),
-	    .p99_us = percentile_us(all, ops, 99),
+	    .avg_us = ops ? sum / (double)ops / 1000.0 : 0.0,
+	    .stddev_us = ops ? sqrt(var / (double)ops) / 1000.0 : 0.0,
+	    .p50_us = percentile_us(all, ops, 500),
+	    .p99_us = percentile_us(all, ops, 990),
+	    .p999_us = percentile_us(all, ops, 999),
+	    .max_us = ops ? (double)all[ops - 1] / 1000.0 : 0.0,
+	    .writer_ops = wops,
+	    .writer_p50_us = percentile_us(wall, wops, 500),
+	    .writer_p99_us = percentile_us(wall, wops, 990),
+	    .writer_max_us = wops ? (double)wall[wops - 1] / 1000.0 : 0.0,
 	};
-	emit(cfg, &r);
+	deliver(cfg, &r);
 	free(all);
+	free(wall);
 }
 
 /* ------------------------------------------------------------ workloads */
@@ -767,28 +999,43 @@ static void reset_dir(const peers_config *cfg, const peers_engine *e, const char
 		peers_fatal(g_engine, "mkdir", "\"%s\": %s", dir, strerror(errno));
 }
 
+/* A client of workload @w doing @nops operations (0: for a duration, or
+ * as the writer); @timed: observed by the hooks. */
 static client client_new(const peers_engine *e, const peers_open_args *oa, peers_workload w,
-                         uint64_t nops)
+                         uint64_t nops, bool timed)
 {
 	client c = {
 	    .e = e,
 	    .oa = *oa,
 	    .work = w,
 	    .nops = nops,
+	    .timed = timed,
 	    .result_fd = -1,
 	    .go_fd = -1,
 	};
 
+	c.cap = nops;
 	c.lat = peers_xmalloc("latencies", (nops ? nops : 1) * sizeof(uint32_t));
+	c.key = peers_xmalloc("key", g_key_size);
+	c.val = peers_xmalloc("value", g_value_size);
+	c.buf = peers_xmalloc("value", g_value_size);
 	return c;
+}
+
+static void client_free(client *c)
+{
+	free(c->lat);
+	free(c->key);
+	free(c->val);
+	free(c->buf);
 }
 
 /* fillseq / fillrandom on a new database, in this process. With report ==
  * false, the untimed load that readrandom and scan start from. */
 static void wl_fill(const peers_config *cfg, const peers_engine *e, peers_workload w, bool report)
 {
-	peers_open_args oa = {.dir = g_subdir, .sync = false, .nkeys = cfg->num};
-	client c = client_new(e, &oa, w, cfg->num);
+	peers_open_args oa = {.dir = g_subdir, .sync = report && cfg->sync, .nkeys = cfg->num};
+	client c = client_new(e, &oa, w, cfg->num, report);
 	uint64_t *order = w == PEERS_FILLRANDOM ? make_permutation(cfg->num) : NULL;
 
 	reset_dir(cfg, e, g_subdir);
@@ -796,17 +1043,18 @@ static void wl_fill(const peers_config *cfg, const peers_engine *e, peers_worklo
 	c.order = order;
 	client_run(&c);
 	if (report) {
-		verify_all(e, c.h, cfg->num, peers_workload_names[w]);
+		verify_all(e, c.h, cfg->num, peers_workload_names[w], false);
 		report_clients(cfg, &c, 1, w, "processes");
 	}
 	e->close(c.h);
 	free(order);
-	free(c.lat);
+	client_free(&c);
 }
 
 /* Run n clients as forked processes, or as threads on one handle. */
 static const char *run_clients(const peers_engine *e, const peers_open_args *oa, client *cl, int n)
 {
+	atomic_store(g_stop, 0);
 	if (!e->threads) {
 		run_processes(cl, n);
 		return "processes";
@@ -832,38 +1080,55 @@ static void wl_fillsync(const peers_config *cfg, const peers_engine *e, int proc
 	reset_dir(cfg, e, g_subdir);
 	e->close(e->open(&oa));
 	for (int i = 0; i < procs; i++) {
-		cl[i] = client_new(e, &oa, PEERS_FILLSYNC, cfg->sync_ops);
+		cl[i] = client_new(e, &oa, PEERS_FILLSYNC, cfg->sync_ops, true);
 		cl[i].id = i;
 		cl[i].first = (uint64_t)i * cfg->sync_ops;
 	}
 	mode = run_clients(e, &oa, cl, procs);
 
 	h = e->open(&oa);
-	verify_all(e, h, total, "fillsync");
+	verify_all(e, h, total, "fillsync", false);
 	e->close(h);
 	report_clients(cfg, cl, procs, PEERS_FILLSYNC, mode);
 	for (int i = 0; i < procs; i++)
-		free(cl[i].lat);
+		client_free(&cl[i]);
 }
 
-static void wl_readrandom(const peers_config *cfg, const peers_engine *e, int procs)
+/*
+ * readrandom, readwhilewriting, updaterandom on the loaded database: P
+ * clients sharing num operations (or each running duration_ns), plus
+ * readwhilewriting's writer; afterwards (when anything was written) a full
+ * scan checks that the database still holds every key with a valid value.
+ */
+static void wl_random(const peers_config *cfg, const peers_engine *e, peers_workload w, int procs)
 {
-	peers_open_args oa = {.dir = g_subdir, .sync = false, .nkeys = cfg->num};
+	bool writes = w != PEERS_READRANDOM;
+	peers_open_args oa = {.dir = g_subdir, .sync = writes && cfg->sync, .nkeys = cfg->num};
 	client cl[MAX_CLIENTS];
+	int n = procs + (w == PEERS_READWHILEWRITING);
 	const char *mode;
 
-	for (int i = 0; i < procs; i++) {
+	for (int i = 0; i < n; i++) {
 		uint64_t share =
 		    cfg->num / (uint64_t)procs + ((uint64_t)i < cfg->num % (uint64_t)procs ? 1 : 0);
+		bool writer = i == procs;
 
-		cl[i] = client_new(e, &oa, PEERS_READRANDOM, share);
+		cl[i] = client_new(e, &oa, w, cfg->duration_ns || writer ? 0 : share, true);
 		cl[i].id = i;
 		cl[i].num = cfg->num;
+		cl[i].writer = writer;
+		cl[i].duration_ns = writer ? 0 : cfg->duration_ns;
 	}
-	mode = run_clients(e, &oa, cl, procs);
-	report_clients(cfg, cl, procs, PEERS_READRANDOM, mode);
-	for (int i = 0; i < procs; i++)
-		free(cl[i].lat);
+	mode = run_clients(e, &oa, cl, n);
+	if (writes) {
+		void *h = e->open(&oa);
+
+		verify_all(e, h, cfg->num, peers_workload_names[w], true);
+		e->close(h);
+	}
+	report_clients(cfg, cl, n, w, mode);
+	for (int i = 0; i < n; i++)
+		client_free(&cl[i]);
 }
 
 typedef struct scan_state {
@@ -871,7 +1136,8 @@ typedef struct scan_state {
 	uint64_t n;
 	uint64_t count;
 	uint64_t fold;
-	char key[KEY_SIZE]; /* the key expected next, as decimal digits */
+	uint64_t now; /* the clock, read every 64 keys (hooks only) */
+	char *key;    /* the key expected next, as decimal digits */
 } scan_state;
 
 static void scan_cb(void *arg, const char *k, size_t klen, const char *v, size_t vlen)
@@ -880,19 +1146,25 @@ static void scan_cb(void *arg, const char *k, size_t klen, const char *v, size_t
 
 	if (s->count >= s->n)
 		peers_mismatch(s->engine, "scan", "more than %" PRIu64 " keys", s->n);
-	if (klen != KEY_SIZE || memcmp(k, s->key, KEY_SIZE) != 0)
-		peers_mismatch(s->engine, "scan", "key #%" PRIu64 " is \"%.*s\", expected %.16s",
-		               s->count, (int)(klen < 64 ? klen : 64), k, s->key);
-	if (vlen != VALUE_SIZE)
-		peers_mismatch(s->engine, "scan", "value of key %.16s has %zu bytes", s->key, vlen);
+	if (klen != g_key_size || memcmp(k, s->key, g_key_size) != 0)
+		peers_mismatch(s->engine, "scan", "key #%" PRIu64 " is \"%.*s\", expected %.*s",
+		               s->count, (int)(klen < 64 ? klen : 64), k, (int)g_key_size, s->key);
+	if (vlen != g_value_size)
+		peers_mismatch(s->engine, "scan", "value of key %.*s has %zu bytes",
+		               (int)g_key_size, s->key, vlen);
 	s->fold = fold_value(s->fold, v);
 	s->count++;
-	for (int j = KEY_SIZE - 1; j >= 0; j--) {
+	for (size_t j = g_key_size; j-- > 0;) {
 		if (s->key[j] != '9') {
 			s->key[j]++;
 			break;
 		}
 		s->key[j] = '0';
+	}
+	if (g_hooks != NULL && g_hooks->op != NULL) {
+		if (s->count % 64 == 0)
+			s->now = now_ns();
+		g_hooks->op(g_hooks->arg, 0, s->now, 0, PEERS_OP_NOLAT);
 	}
 }
 
@@ -900,30 +1172,66 @@ static void wl_scan(const peers_config *cfg, const peers_engine *e)
 {
 	peers_open_args oa = {.dir = g_subdir, .sync = false, .nkeys = cfg->num};
 	void *h = e->open(&oa);
-	uint64_t want = verify_all(e, h, cfg->num, "scan warm pass");
+	uint64_t want = verify_all(e, h, cfg->num, "scan warm pass", true);
 	scan_state s = {.engine = e->name, .n = cfg->num};
 	uint64_t t0, t1;
-	report r;
+	peers_result r;
 
+	s.key = peers_xmalloc("key", g_key_size);
 	make_key(0, s.key);
 	t0 = now_ns();
+	s.now = t0;
+	if (g_hooks != NULL && g_hooks->start != NULL)
+		g_hooks->start(g_hooks->arg, 0, t0);
 	e->scan(h, scan_cb, &s);
 	t1 = now_ns();
+	if (g_hooks != NULL && g_hooks->end != NULL)
+		g_hooks->end(g_hooks->arg, 0, t1);
 	if (s.count != cfg->num)
 		peers_mismatch(e->name, "scan", "found %" PRIu64 " keys, expected %" PRIu64,
 		               s.count, cfg->num);
 	if (s.fold != want)
 		peers_mismatch(e->name, "scan", "values differ from the warm pass's");
 	e->close(h);
-	r = (report){
+	free(s.key);
+	r = (peers_result){
 	    .engine = e->name,
 	    .workload = "scan",
 	    .mode = "processes",
 	    .procs = 1,
 	    .ops = s.count,
+	    .start_ns = t0,
+	    .end_ns = t1,
 	    .ns = t1 - t0,
 	};
-	emit(cfg, &r);
+	deliver(cfg, &r);
+}
+
+/* The run's variations, checked: a wrong one is the caller's bug. */
+static void set_variations(const peers_config *cfg)
+{
+	g_key_size = cfg->key_size ? cfg->key_size : PEERS_KEY_SIZE;
+	g_value_size = cfg->value_size ? cfg->value_size : PEERS_VALUE_SIZE;
+	g_seed_mix = cfg->seed * PERM_SEED;
+	g_hooks = cfg->hooks;
+	if (g_key_size < PEERS_MIN_KEY_SIZE || g_key_size > PEERS_MAX_KEY_SIZE ||
+	    g_value_size < PEERS_MIN_VALUE_SIZE || g_value_size > PEERS_MAX_VALUE_SIZE)
+		peers_fatal(NULL, "configuration", "key size %zu or value size %zu out of range",
+		            g_key_size, g_value_size);
+	for (int i = 0; i < cfg->nworkloads; i++) {
+		uint64_t keys = cfg->num;
+
+		for (int j = 0; cfg->workloads[i] == PEERS_FILLSYNC && j < cfg->nsync_procs; j++)
+			keys = j == 0 || cfg->sync_ops * (uint64_t)cfg->sync_procs[j] > keys
+			           ? cfg->sync_ops * (uint64_t)cfg->sync_procs[j]
+			           : keys;
+		if (keys > peers_max_keys(g_key_size))
+			peers_fatal(NULL, "configuration",
+			            "%zu-byte keys hold at most %" PRIu64
+			            " keys, %s needs %" PRIu64,
+			            g_key_size, peers_max_keys(g_key_size),
+			            peers_workload_names[cfg->workloads[i]], keys);
+	}
 }
 
 void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char *dir)
@@ -931,13 +1239,16 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 	/* Does g_subdir hold exactly a fillseq load of num keys? */
 	bool loaded = cfg->loaded;
 
+	set_variations(cfg);
 	g_engine_e = e;
 	g_engine = e->name;
 	if ((size_t)snprintf(g_subdir, sizeof(g_subdir), "%s", dir) >= sizeof(g_subdir))
 		peers_fatal(e->name, "directory", "path too long: \"%s\"", dir);
 
 	for (int i = 0; i < cfg->nworkloads; i++) {
-		switch (cfg->workloads[i]) {
+		peers_workload w = cfg->workloads[i];
+
+		switch (w) {
 		case PEERS_FILLSEQ:
 			wl_fill(cfg, e, PEERS_FILLSEQ, true);
 			loaded = true;
@@ -952,11 +1263,13 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 			loaded = false;
 			break;
 		case PEERS_READRANDOM:
+		case PEERS_READWHILEWRITING:
+		case PEERS_UPDATERANDOM:
 			if (!loaded)
 				wl_fill(cfg, e, PEERS_FILLSEQ, false);
 			loaded = true;
 			for (int j = 0; j < cfg->nread_procs; j++)
-				wl_readrandom(cfg, e, cfg->read_procs[j]);
+				wl_random(cfg, e, w, cfg->read_procs[j]);
 			break;
 		case PEERS_SCAN:
 			if (!loaded)
@@ -971,6 +1284,7 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 	g_subdir[0] = '\0';
 	g_engine = NULL;
 	g_engine_e = NULL;
+	g_hooks = NULL;
 }
 
 void peers_remove_dir(const peers_engine *e, const char *dir)
@@ -1006,6 +1320,14 @@ void peers_init(const char *prog)
 	g_prog = prog;
 	if (sigaction(SIGPIPE, &(struct sigaction){.sa_handler = SIG_IGN}, NULL) != 0)
 		sys_fail("sigaction(SIGPIPE)");
+	if (g_stop == NULL) {
+		void *p = mmap(NULL, sizeof(*g_stop), PROT_READ | PROT_WRITE,
+		               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+		if (p == MAP_FAILED)
+			sys_fail("mmap");
+		g_stop = p;
+	}
 	init_printable();
 	self_check();
 }
