@@ -54,7 +54,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "buffer/buf_int.h" /* the descriptors' state words: dirty buffers */
 #include "buffer/buffer.h"
 #include "checkpointer/checkpointer.h"
 #include "engine/engine.h"
@@ -295,15 +294,6 @@ typedef struct bm_state {
 	int nlines;
 	bool final;
 } bm_state;
-
-static uint32_t count_dirty(void)
-{
-	uint32_t n = buf_nbuffers(), dirty = 0;
-	for (uint32_t i = 0; i < n; i++)
-		dirty += (atomic_load_explicit(&buf_l.desc[i].state, memory_order_relaxed) &
-		          BM_DIRTY) != 0;
-	return dirty;
-}
 
 /* Reads the log lines written since the last call; remembers the checkpoints'. */
 static void read_log(bm_state *st)
@@ -628,7 +618,7 @@ static void sample(bm_state *st)
 	/* Once the run ended, what follows (its checks, the shutdown) is not its
 	 * state: the last row keeps the last values sampled during the run. */
 	if (atomic_load(&st->sh->t_end_ns) == 0) {
-		st->dirty = count_dirty();
+		st->dirty = buf_count_dirty();
 		st->redo_mb = (double)wal_since_redo() / 1048576.0;
 		st->se->dirty_max = WR_MAX(st->se->dirty_max, st->dirty);
 	}

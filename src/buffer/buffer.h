@@ -194,6 +194,8 @@ typedef struct buf_stats {
 	uint32_t nbuffers;
 } buf_stats;
 void buf_get_stats(buf_stats *s);
+/* Buffers dirty right now, by a scan without locks (a snapshot, may be stale). */
+uint32_t buf_count_dirty(void);
 
 /* Test hook: called just before each data page write (per process; NULL removes). */
 typedef void (*buf_write_observer)(wr_relid rel, wr_blkno blk, wr_lsn page_lsn);

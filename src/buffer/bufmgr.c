@@ -630,6 +630,16 @@ void buf_get_stats(buf_stats *s)
 	s->nbuffers = buf_l.r->nbuffers;
 }
 
+/* A racy count (no locks): good for progress lines and monitors, not for decisions. */
+uint32_t buf_count_dirty(void)
+{
+	uint32_t n = buf_l.r->nbuffers, dirty = 0;
+	for (uint32_t i = 0; i < n; i++)
+		dirty += (atomic_load_explicit(&buf_l.desc[i].state, memory_order_relaxed) &
+		          BM_DIRTY) != 0;
+	return dirty;
+}
+
 void buf_notify_write(wr_relid rel, wr_blkno blk, wr_lsn lsn)
 {
 	if (buf_observer)
