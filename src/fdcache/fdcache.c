@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -914,6 +915,68 @@ int fdc_fsync_parent(const char *path)
 		errno = err;
 	}
 	free(copy);
+	return rc;
+}
+
+/*
+ * Regular files and directories under @dir (symbolic links, sockets and
+ * the like are skipped), children before their directory.  The directory
+ * stream holds one fd outside the cache's bound per level: the data
+ * directory is three levels deep.
+ */
+static int fdc_sync_tree_at(const char *dir, int depth, uint64_t *nfiles)
+{
+	if (depth > 16)
+		return wr_error(WALRUS_EINVAL, "directory tree too deep at \"%s\"", dir);
+	DIR *d = opendir(dir);
+	if (d == NULL)
+		return fdc_syserr(errno, "open directory", dir);
+	int rc = 0;
+	for (;;) {
+		errno = 0;
+		struct dirent *e = readdir(d);
+		if (e == NULL) {
+			if (errno != 0)
+				rc = fdc_syserr(errno, "read directory", dir);
+			break;
+		}
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		char path[PATH_MAX];
+		if (!wr_snprintf(path, sizeof(path), "%s/%s", dir, e->d_name)) {
+			rc = wr_error(WALRUS_EINVAL, "path too long under \"%s\"", dir);
+			break;
+		}
+		struct stat st;
+		if (lstat(path, &st) != 0) {
+			rc = fdc_syserr(errno, "stat", path);
+			break;
+		}
+		if (S_ISDIR(st.st_mode))
+			rc = fdc_sync_tree_at(path, depth + 1, nfiles);
+		else if (S_ISREG(st.st_mode)) {
+			rc = fdc_fsync_open_path(path, false);
+			*nfiles += rc == 0;
+		}
+		if (rc != 0)
+			break;
+	}
+	int err = errno;
+	(void)closedir(d); /* read-only stream: nothing to lose */
+	errno = err;
+	return rc != 0 ? rc : fdc_fsync_open_path(dir, true);
+}
+
+int fdc_sync_tree(const char *dir, uint64_t *nfiles)
+{
+	*nfiles = 0;
+	int rc = fdc_enter();
+	if (rc != 0)
+		return rc;
+	rc = fdc_sync_tree_at(dir, 0, nfiles);
+	int err = errno;
+	fdc_exit();
+	errno = err;
 	return rc;
 }
 

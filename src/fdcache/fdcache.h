@@ -117,6 +117,13 @@ int fdc_unlink(const char *path);
 int fdc_mkdir(const char *path, mode_t mode); /* EEXIST is not an error */
 int fdc_fsync_path(const char *path);         /* open + fsync + close: a file or a directory */
 int fdc_fsync_parent(const char *path);       /* fsync the directory that holds path */
+/*
+ * fsyncs every regular file and directory under @dir, and @dir: what an
+ * instance that crashed wrote may still sit in the page cache only (its
+ * processes died before their fsyncs), and recovery must not build on it
+ * before it is durable.  Stops at the first error.
+ */
+int fdc_sync_tree(const char *dir, uint64_t *nfiles);
 
 /* ---------------------------------------------------------------- hooks */
 
