@@ -84,17 +84,17 @@ static bool supervisor_gone(pid_t supervisor)
  * checkpoint then moves the redo point past that record without having
  * written or synced the page.  So everything is made durable first, as
  * PostgreSQL does before crash recovery (recovery_init_sync_method=fsync).
+ * A sync error is a PANIC like any other: the start fails, and the next
+ * one tries again.
  */
-static int sync_data_directory(const char *datadir)
+static void sync_data_directory(const char *datadir)
 {
 	uint64_t t0 = wr_now_ns(), nfiles;
-	int rc = fdc_sync_tree(datadir, &nfiles);
-	if (rc != WALRUS_OK)
-		return wr_error(rc, "could not sync the data directory before crash recovery: %s",
-		                walrus_errmsg());
+	if (fdc_sync_tree(datadir, &nfiles) != WALRUS_OK)
+		wr_panic("could not sync the data directory before crash recovery: %s",
+		         walrus_errmsg());
 	wr_log(WR_LOG, "synced the data directory before crash recovery: %llu files, %.3f s",
 	       (unsigned long long)nfiles, (double)(wr_now_ns() - t0) / 1e9);
-	return WALRUS_OK;
 }
 
 static _Noreturn void startup_main(void)
@@ -112,8 +112,13 @@ static _Noreturn void startup_main(void)
 	if (ckpt_sync_listen(e->datadir) != WALRUS_OK)
 		wr_panic("startup process: %s", walrus_errmsg());
 	int rc = wal_control_read(e->datadir, &c);
+	/* The first start's end-of-recovery checkpoint follows the tree's
+	 * creation: from then on there is a prior checkpoint. */
+	bool tree_created = rc == WALRUS_OK && c.prev_checkpoint_lsn != 0;
 	if (rc == WALRUS_OK && c.state != WAL_DB_SHUTDOWN)
-		rc = sync_data_directory(e->datadir);
+		sync_data_directory(e->datadir);
+	if (rc == WALRUS_OK && tree_created)
+		rc = kv_check_file();
 	if (rc == WALRUS_OK)
 		rc = wal_recover(e->datadir, &e->opts, res);
 	if (rc != WALRUS_OK) {
@@ -123,9 +128,11 @@ static _Noreturn void startup_main(void)
 	}
 	kv_redo_end(); /* a batch cut short by the crash is dropped */
 	wal_start_insert_at(res->end, res->last_lsn, res->last_redo, c.sysid, res->last_page);
-	if (kv_create_if_missing() != WALRUS_OK) {
-		wr_snprintf(e->startup_error, sizeof(e->startup_error),
-		            "could not create the key-value tree: %s", walrus_errmsg());
+	if ((tree_created ? kv_check_tree() : kv_create_if_missing()) != WALRUS_OK) {
+		wr_snprintf(e->startup_error, sizeof(e->startup_error), "%s%s",
+		            tree_created ? "" : "could not create the key-value tree: ",
+		            walrus_errmsg());
+		wr_log(WR_FATAL, "%s", e->startup_error);
 		_exit(1);
 	}
 	/* Redo left its pages dirty in the pool and nothing else runs yet: the

@@ -40,7 +40,8 @@
 #include "common/common.h"
 #include "ipc/ipc.h"
 
-#define WR_FORMAT_VERSION 1
+/* 2: WAL page headers carry the position known durable when they were written */
+#define WR_FORMAT_VERSION 2
 #define WR_VERSION_FILE   "WALRUS_VERSION"
 #define WR_PID_FILE       "walrus.pid"
 #define WR_SOCKET_NAME    "walrus.sock"

@@ -80,6 +80,15 @@ void kv_redo_end(void);
  * recovery, with the WAL, the buffer pool and region "kv" attached.
  */
 int kv_create_if_missing(void);
+/*
+ * Once a checkpoint has followed the tree's creation, its file must exist
+ * with its meta page: a missing or emptied DIR/base/1 is damage
+ * (WALRUS_ECORRUPT naming the file), never a reason to start over with an
+ * empty tree.  kv_check_file runs before recovery (redo would create the
+ * file), kv_check_tree after it (it reads the meta page through the pool).
+ */
+int kv_check_file(void);
+int kv_check_tree(void);
 
 /* ---------------------------------------------------------------- reads */
 

@@ -454,6 +454,39 @@ static int create_locked(void)
 	return create_tree(n);
 }
 
+static int tree_missing(const char *what)
+{
+	return wr_error(WALRUS_ECORRUPT,
+	                "data file \"base/%u\" of the key-value tree %s, but the tree was created "
+	                "before the last checkpoint: restore the data directory from a backup",
+	                (unsigned)KV_REL, what);
+}
+
+int kv_check_file(void)
+{
+	return smgr_exists(KV_REL) ? WALRUS_OK : tree_missing("is missing");
+}
+
+int kv_check_tree(void)
+{
+	smgr_rel *r;
+	wr_blkno n;
+	int rc = smgr_open(KV_REL, &r);
+	if (rc == WALRUS_OK)
+		rc = smgr_nblocks(r, &n);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (n == 0)
+		return tree_missing("is empty");
+	int buf;
+	rc = buf_read(KV_REL, 0, &buf);
+	if (rc != WALRUS_OK)
+		return rc;
+	bool meta = kvp_type(buf_page(buf)) == KV_PT_META;
+	buf_release(buf);
+	return meta ? WALRUS_OK : tree_missing("has no meta page");
+}
+
 int kv_create_if_missing(void)
 {
 	rw_lock_excl(&kv_sh->tree_lock);

@@ -35,6 +35,7 @@ struct wal_file_writer {
 	wr_lsn prev;       /* start of the last record */
 	wr_lsn page_start; /* the page in memory */
 	bool page_dirty;   /* it has bytes not yet written */
+	wr_lsn durable;    /* all WAL before it is synced: stamped on each page written */
 	fdc_file fd;       /* the segment holding page_start, or FDC_INVALID */
 	wr_lsn fd_seg;
 	char page[WAL_PAGE_SIZE];
@@ -100,6 +101,8 @@ static int wal_fw_segment(wal_file_writer *w, wr_lsn lsn)
 		w->fd = FDC_INVALID;
 		if (rc != WALRUS_OK || rc2 != WALRUS_OK)
 			return rc != WALRUS_OK ? rc : rc2;
+		/* Pages are written in order: everything before @seg is written. */
+		w->durable = WR_MAX(w->durable, seg);
 	}
 	char path[PATH_MAX];
 	wal_segment_path(w->waldir, w->seg_size, seg, path, sizeof(path));
@@ -118,6 +121,10 @@ static int wal_fw_write_page(wal_file_writer *w)
 	int rc = wal_fw_segment(w, w->page_start);
 	if (rc != WALRUS_OK)
 		return rc;
+	wal_page_header h;
+	memcpy(&h, w->page, sizeof(h));
+	h.durable = w->durable;
+	memcpy(w->page, &h, sizeof(h));
 	rc = fdc_pwrite(w->fd, w->page, WAL_PAGE_SIZE, (off_t)(w->page_start % w->seg_size));
 	if (rc == WALRUS_OK)
 		w->page_dirty = false;
@@ -166,6 +173,7 @@ int wal_fw_open(const char *waldir, uint64_t seg_size, uint64_t sysid, wr_lsn st
 	w->sysid = sysid;
 	w->next = wal_fw_next_start(start, seg_size);
 	w->prev = prev;
+	w->durable = start; /* the caller's stream up to @start is durable (recovered, synced) */
 	w->fd = FDC_INVALID;
 	int rc = wal_fw_load_page(w, w->next);
 	if (rc != WALRUS_OK) {
@@ -232,8 +240,11 @@ int wal_fw_append(wal_file_writer *w, wal_assembled *a, wr_lsn *start, wr_lsn *e
 int wal_fw_flush(wal_file_writer *w, bool sync)
 {
 	int rc = wal_fw_write_page(w);
-	if (rc == WALRUS_OK && sync && w->fd != FDC_INVALID)
+	if (rc == WALRUS_OK && sync && w->fd != FDC_INVALID) {
 		rc = fdc_fdatasync(w->fd);
+		if (rc == WALRUS_OK)
+			w->durable = w->next;
+	}
 	return rc;
 }
 

@@ -264,6 +264,7 @@ static bool write_pages_uring(fdc_file f, uint64_t seg_start, uint64_t page_star
  */
 static void write_and_flush(uint64_t from, uint64_t upto)
 {
+	wal_stamp_durable(from, upto, atomic_load(&wal_sh->flush_lsn));
 	uint64_t pos = from - from % WAL_PAGE_SIZE;
 	while (pos < upto) {
 		uint64_t seg_start = pos - pos % wal_sh->seg_size;

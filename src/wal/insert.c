@@ -151,6 +151,20 @@ static void maybe_request_checkpoint(uint64_t start, uint64_t end)
 	ipc_wake_all(&wal_sh->ckpt_latch);
 }
 
+/*
+ * Stamps the pages holding [from, upto), about to be written, with the
+ * position all WAL before which is durable now.  The writer holds
+ * write_lock and the pages are fully inserted, so nobody else writes their
+ * headers; inserters may still be copying into the last page, after the
+ * header.
+ */
+void wal_stamp_durable(uint64_t from, uint64_t upto, uint64_t durable)
+{
+	for (uint64_t p = from - from % WAL_PAGE_SIZE; p < upto; p += WAL_PAGE_SIZE) {
+		((wal_page_header *)wal_buf_page(p))->durable = durable;
+	}
+}
+
 /* ---------------------------------------------------------------- positions */
 
 static uint64_t seg_size(void)

@@ -10,11 +10,18 @@
  * End of WAL versus damage.  After a crash the WAL ends with a torn or
  * zeroed record, or with stale bytes of a recycled segment; that is the
  * normal end of WAL (WALRUS_ENOTFOUND, with PostgreSQL's wording of the
- * reason).  But a record that fails a check while valid WAL follows it is
- * damage: replay would silently stop early and lose committed work.  So on
- * a failure at X with a plausible length, the reader looks at where the
- * next record would start; if a valid record whose prev-link is X is
- * there, it reports WALRUS_ECORRUPT instead.
+ * reason).  But a record that was flushed and fails a check now is damage:
+ * replay would silently stop early and lose committed work.
+ *
+ * Valid WAL after a bad record does not prove it was flushed: at a power
+ * cut the page cache may have written back a later page of an unfinished
+ * flush and not an earlier one.  Proof comes from the page headers: each
+ * carries the position before which all WAL was durable when the page was
+ * written (wal_page_header.durable).  So on a failure at X with a plausible
+ * length, the reader follows the chain of valid records after X (the first
+ * one's prev-link must be X); if one of them lies on a page written when
+ * X's end was already durable, X was flushed and is damaged:
+ * WALRUS_ECORRUPT.  Otherwise the WAL ends at X, a torn tail.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +47,8 @@ struct wal_reader {
 	char *buf;         /* the record being read, reassembled */
 	size_t cap;
 	wr_lsn next; /* where the record after the last one read starts; 0 = none */
+	wr_lsn page_durable; /* of the page in memory */
+	wr_lsn rec_durable;  /* highest of the pages of the record fetched last */
 	wr_lsn last; /* start of the last record read */
 	char why[WAL_WHY_LEN];
 	wal_decoded dec;
@@ -182,6 +191,12 @@ static int wal_rd_check_page(wal_reader *r, const char *page, wr_lsn page_start)
 		                  "unexpected pageaddr " WAL_LSN_FMT
 		                  " in WAL segment %s, LSN " WAL_LSN_FMT ", offset %u",
 		                  WAL_LSN_ARGS(h.pageaddr), seg, WAL_LSN_ARGS(page_start), off);
+	/* Written after a flush that ended on this page at the latest. */
+	if (h.durable >= page_start + WAL_PAGE_SIZE)
+		return wal_rd_bad(r,
+		                  "invalid durable position " WAL_LSN_FMT
+		                  " in WAL segment %s, LSN " WAL_LSN_FMT ", offset %u",
+		                  WAL_LSN_ARGS(h.durable), seg, WAL_LSN_ARGS(page_start), off);
 	return first ? wal_rd_check_long(r, page) : WALRUS_OK;
 }
 
@@ -201,8 +216,12 @@ static int wal_rd_page(wal_reader *r, wr_lsn page_start)
 		return wr_error(WALRUS_ECORRUPT, "short read of WAL segment \"%s\" at offset %llu",
 		                fdc_path(r->fd), (unsigned long long)(page_start % r->seg_size));
 	rc = wal_rd_check_page(r, r->page, page_start);
-	if (rc == WALRUS_OK)
+	if (rc == WALRUS_OK) {
+		wal_page_header h;
+		memcpy(&h, r->page, sizeof(h));
 		r->page_start = page_start;
+		r->page_durable = h.durable;
+	}
 	return rc;
 }
 
@@ -258,6 +277,7 @@ static int wal_rd_copy(wal_reader *r, wal_cursor *c, uint32_t n)
 			rc = wal_rd_page(r, c->pos - c->pos % WAL_PAGE_SIZE);
 		if (rc != WALRUS_OK)
 			break;
+		r->rec_durable = WR_MAX(r->rec_durable, r->page_durable);
 		uint32_t off = (uint32_t)(c->pos % WAL_PAGE_SIZE);
 		uint32_t k = WR_MIN(WAL_PAGE_SIZE - off, n);
 		memcpy(r->buf + c->done, r->page + off, k);
@@ -303,6 +323,7 @@ static int wal_rd_fetch(wal_reader *r, wr_lsn lsn, bool check_prev, wr_lsn expec
 {
 	wal_cursor c = {.start = lsn, .pos = lsn};
 	*tot_len = 0;
+	r->rec_durable = 0;
 	int rc = wal_rd_copy(r, &c, WAL_RECORD_HEADER);
 	if (rc != WALRUS_OK)
 		return rc;
@@ -331,31 +352,64 @@ static bool wal_rd_valid_start(wr_lsn lsn, uint64_t seg_size)
 	       lsn % WAL_PAGE_SIZE >= wal_page_header_size(lsn, seg_size);
 }
 
-/* A check failed at @lsn: end of WAL, unless a valid record follows it. */
+/*
+ * The valid records that follow a bad one ending at @bad_end, from @next
+ * (the first one's prev-link must be @prev): how many there are, and the
+ * start of the first one written when @bad_end was durable (0: none).
+ */
+static uint64_t wal_rd_follow(wal_reader *r, wr_lsn next, wr_lsn prev, wr_lsn bad_end,
+                              wr_lsn *proof)
+{
+	uint64_t n = 0;
+	uint32_t len;
+	wr_lsn end;
+	*proof = 0;
+	while (wal_rd_fetch(r, next, true, prev, &len, &end) == WALRUS_OK) {
+		n++;
+		if (r->rec_durable >= bad_end) {
+			*proof = next;
+			break;
+		}
+		prev = next;
+		next = wal_rd_next_start(end, r->seg_size);
+	}
+	r->page_start = 0; /* read the tail again next time: it may have grown */
+	return n;
+}
+
+/* A check failed at @lsn: end of WAL, unless the record was flushed (see the top). */
 static int wal_rd_failed(wal_reader *r, wr_lsn lsn, uint32_t tot_len)
 {
-	char why[WAL_WHY_LEN];
+	char why[WAL_WHY_LEN], after[160] = "";
 	memcpy(why, r->why, sizeof(why));
 	if (tot_len != 0) {
-		wr_lsn next =
-		    wal_rd_next_start(wal_lsn_advance(lsn, tot_len, r->seg_size), r->seg_size);
-		uint32_t len;
-		wr_lsn end;
-		if (wal_rd_fetch(r, next, true, lsn, &len, &end) == WALRUS_OK) {
-			r->page_start = 0;
+		wr_lsn bad_end = wal_lsn_advance(lsn, tot_len, r->seg_size);
+		wr_lsn proof;
+		uint64_t n = wal_rd_follow(r, wal_rd_next_start(bad_end, r->seg_size), lsn,
+		                           bad_end, &proof);
+		if (proof != 0) {
+			char path[PATH_MAX];
+			wal_segment_path(r->waldir, r->seg_size, lsn - lsn % r->seg_size, path,
+			                 sizeof(path));
 			return wr_error(WALRUS_ECORRUPT,
-			                "record at " WAL_LSN_FMT
-			                " is damaged but valid WAL follows at " WAL_LSN_FMT ": %s",
-			                WAL_LSN_ARGS(lsn), WAL_LSN_ARGS(next), why);
+			                "record at " WAL_LSN_FMT " in WAL segment \"%s\" is damaged but "
+			                "was flushed: the record at " WAL_LSN_FMT
+			                " was written after it was durable: %s",
+			                WAL_LSN_ARGS(lsn), path, WAL_LSN_ARGS(proof), why);
 		}
+		if (n > 0)
+			snprintf(after, sizeof(after),
+			         " (the %llu valid record(s) after it were never flushed: a torn "
+			         "write)",
+			         (unsigned long long)n);
 	}
 	r->page_start = 0; /* read the tail again next time: it may have grown */
 	char at[32];
 	snprintf(at, sizeof(at), WAL_LSN_FMT, WAL_LSN_ARGS(lsn));
 	if (strstr(why, at) != NULL)
-		return wr_error(WALRUS_ENOTFOUND, "%s", why);
+		return wr_error(WALRUS_ENOTFOUND, "%s%s", why, after);
 	/* Page-level reasons name the page: say which record was being read. */
-	return wr_error(WALRUS_ENOTFOUND, "%s, reading record at %s", why, at);
+	return wr_error(WALRUS_ENOTFOUND, "%s, reading record at %s%s", why, at, after);
 }
 
 /* A missing segment ends the WAL too: say which record needed it. */

@@ -63,6 +63,9 @@ typedef struct wal_page_header {
 	uint16_t info;     /* WAL_PAGE_CONT | WAL_PAGE_LONG */
 	uint32_t rem_len;  /* bytes of a continued record still to come at the page start */
 	uint64_t pageaddr; /* LSN of the page's first byte: catches recycled segments */
+	/* All WAL before this position was durable when this page was written:
+	 * tells damage in flushed WAL from a torn tail (reader.c). */
+	uint64_t durable;
 } wal_page_header;
 
 typedef struct wal_long_page_header {
@@ -72,8 +75,8 @@ typedef struct wal_long_page_header {
 	uint32_t page_size;
 } wal_long_page_header;
 
-#define WAL_SHORT_PHD ((uint32_t)sizeof(wal_page_header))      /* 16 */
-#define WAL_LONG_PHD  ((uint32_t)sizeof(wal_long_page_header)) /* 32 */
+#define WAL_SHORT_PHD ((uint32_t)sizeof(wal_page_header))      /* 24 */
+#define WAL_LONG_PHD  ((uint32_t)sizeof(wal_long_page_header)) /* 40 */
 
 typedef struct wal_record {
 	uint32_t tot_len; /* header + payload */

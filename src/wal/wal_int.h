@@ -81,10 +81,14 @@ extern char *wal_bufs;
 extern _Atomic uint64_t *wal_page_end;
 extern wal_slot *wal_slots;
 
+/* Sets each page header's durable position (insert.c); the writer calls it. */
+void wal_stamp_durable(uint64_t from, uint64_t upto, uint64_t durable);
+
 static inline char *wal_buf_page(uint64_t page_start)
 {
 	return wal_bufs + ((page_start / WAL_PAGE_SIZE) % wal_sh->nbufs) * WAL_PAGE_SIZE;
 }
+
 static inline uint32_t wal_buf_index(uint64_t page_start)
 {
 	return (uint32_t)((page_start / WAL_PAGE_SIZE) % wal_sh->nbufs);

@@ -237,16 +237,19 @@ def run_case(exe, name, spec, base, cleanup, seed):
     late = [m for _, n, _, m in entries[pan:] if m.startswith("checkpoint complete")
             and not m.startswith("checkpoint complete (end-of-recovery)")]
     check(not late, f"a checkpoint other than end-of-recovery completed: {late}")
-    # Recovery after the PANIC started at the redo point of the checkpoint
-    # from before the failure: the failed checkpoint was never recorded.
-    redo = [m for _, n, _, m in entries if n == "walrus-startup" and m.startswith("redo starts")]
-    check(redo and redo[0] == f"redo starts at {redo_before}",
-          f"recovery after the PANIC did not start at the previous checkpoint's redo point "
-          f"{redo_before}: {redo[:1]}")
 
     # Stop everything, start without failpoints: the WAL brings it all back.
     restart = w.log_size()
     kv = wtest.check_acked(w, book, "after restart without failpoints")
+    # Recovery after the PANIC started at the redo point of the checkpoint
+    # from before the failure: the failed checkpoint was never recorded.
+    # (While the error lasts, a restart PANICs already in the sync of the
+    # data directory that precedes replay: the first replay is this one.)
+    redo = [m for _, n, _, m in wtest.parse_log(w.log_text(fault_at))
+            if n == "walrus-startup" and m.startswith("redo starts")]
+    check(redo and redo[0] == f"redo starts at {redo_before}",
+          f"recovery after the PANIC did not start at the previous checkpoint's redo point "
+          f"{redo_before}: {redo[:1]}")
     check(len(kv) >= len(book.acked), "keys missing")
     r = w.run("checkpoint")
     check(r.returncode == 0, f"checkpoint after recovery failed: {r.stderr.decode()}")

@@ -36,7 +36,7 @@ def wal_stream(seg):
         magic, info = struct.unpack_from("<HH", page)
         if magic != 0xD17E:
             break
-        out += page[32 if info & 2 else 16:]
+        out += page[40 if info & 2 else 24:]
     return bytes(out)
 
 

@@ -65,8 +65,8 @@ START_TEST(prints_fields)
 	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)c.sysid);
 	assert_line("System identifier:", buf);
 	assert_line("Database cluster state:", "shut down");
-	assert_line("Latest checkpoint location:", "0/00100020");
-	assert_line("Latest checkpoint's REDO location:", "0/00100020");
+	assert_line("Latest checkpoint location:", "0/00100028");
+	assert_line("Latest checkpoint's REDO location:", "0/00100028");
 	assert_line("Prior checkpoint location:", "0/00000000");
 	assert_line("WAL segment size:", "1048576");
 	snprintf(buf, sizeof(buf), "%lld", (long long)o.data_segment_size);

@@ -350,11 +350,42 @@ START_TEST(damage_in_the_middle)
 	write_workload(5);
 	set_bytes(0, 2, 1000, 100, 'm', false);
 	wr_lsn bad = last_start;
+	write_workload(2);
+	/* Flushed: the pages written from now on say so. */
+	ck_assert_int_eq(wal_fw_flush(fw, true), 0);
 	write_workload(20);
 	end_stream();
 	damage_at(bad + WAL_RECORD_HEADER + 60);
 	ck_assert_int_eq(wal_recover(dir, &o, res), WALRUS_ECORRUPT);
 	assert_msg_has(lsn_str(bad));
+	assert_msg_has("damaged but was flushed");
+	free(res);
+}
+END_TEST
+
+/*
+ * A power cut in the middle of a flush: the page cache wrote back a later
+ * page and not an earlier one, so a record is torn while valid records
+ * follow it.  None of them was flushed: the WAL ends at the torn record.
+ */
+START_TEST(torn_record_before_unflushed_wal)
+{
+	wal_recovery_result *res = malloc(sizeof(*res));
+	start_stream();
+	write_workload(3);
+	ck_assert_int_eq(wal_fw_flush(fw, true), 0);
+	wr_lsn good = last_start, good_end = last_end;
+	set_bytes(1, 3, 2000, 50, 'q', false);
+	wr_lsn bad = last_start;
+	for (int i = 0; i < 6; i++)
+		set_bytes(1, 4, (uint16_t)(100 + 10 * i), 30, 'r', false);
+	/* Within one segment: leaving one would sync it. */
+	ck_assert_uint_eq(bad / SEG, last_end / SEG);
+	end_stream(); /* writes and syncs, but the pages were stamped before the sync */
+	damage_at(bad + WAL_RECORD_HEADER + 20);
+	ck_assert_int_eq(wal_recover(dir, &o, res), 0);
+	ck_assert_uint_eq(res->last_lsn, good);
+	ck_assert_uint_eq(res->end, good_end);
 	free(res);
 }
 END_TEST
@@ -500,6 +531,7 @@ int main(void)
 	tcase_add_test(tc, image_repairs_torn_page);
 	tcase_add_test(tc, torn_last_record);
 	tcase_add_test(tc, damage_in_the_middle);
+	tcase_add_test(tc, torn_record_before_unflushed_wal);
 	tcase_add_test(tc, unknown_rmgr);
 	tcase_add_test(tc, missing_checkpoint);
 	tcase_add_test(tc, checkpoint_after_redo_point);
