@@ -135,15 +135,6 @@ class PLWalrus(wtest.Walrus):
         return e
 
 
-class KnownHang(Exception):
-    """Known engine bug: after a crash restart (the checkpointer PANICked while
-    it created a WAL segment), a backend of the old instance waits forever in
-    buf_lock() -> rw_lock_excl() (kvw_modify) for a content lock that the dead
-    process held, instead of returning WALRUS_ERESTART.  It depends on timing
-    (seen under CPU load), so it cannot be a should_fail test: the table
-    reports it as "hang (known bug)" and the test does not fail on it."""
-
-
 def short(text):
     """Quoted absolute paths reduced to their last two components."""
     return re.sub(r'"/[^"]*?([^"/]*/[^"/]*)"', r'"\1"', text)
@@ -172,8 +163,6 @@ def load(w, book, its, failpoints=None, sync=True):
         diag = diagnose(p.pid)
         p.kill()
         p.communicate()
-        if "buf_lock" in diag and "rw_lock_excl" in diag:
-            raise KnownHang(diag)
         raise wtest.TestFailure(f"an asynchronous `walrus load` hung for 30 s:\n{diag}\n"
                                 + w.log_tail(0, 12))
     return p.returncode, err.decode(errors="replace")
@@ -333,11 +322,6 @@ def main(cleanup):
                                                             cleanup, rng)
                 ok = outcome in ("PANIC", "error", "refused")
                 err = ""
-            except KnownHang as e:
-                outcome, landed, how, ok = "hang (known bug)", "", "", True
-                err = ("KNOWN BUG: a backend hung in buf_lock() after the crash restart: "
-                       + " ".join(ln.split(" in ")[-1].split(" (")[0]
-                                  for ln in str(e).splitlines() if ln.startswith("#"))[:300])
             except wtest.TestFailure as e:
                 outcome, landed, how, ok, err = "FAIL", "", "", False, str(e)
             passed += ok
