@@ -1,9 +1,10 @@
 # Thin wrapper: scripts/deps.sh + meson + ninja. See README.md.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
 MESON_SETUP = meson setup --reconfigure
 
-.PHONY: all deps build test asan demo clean format tidy
+.PHONY: all deps build test asan fuzz demo clean format tidy
 
 all: build
 
@@ -19,6 +20,15 @@ build: deps $(BUILD)/build.ninja
 
 test: build
 	meson test -C $(BUILD) --print-errorlogs --num-processes 2
+	$(MAKE) fuzz
+
+# The libFuzzer targets need clang: a second build of the whole tree with it
+# (so clang's warnings are errors too), then 10 s per target (300 s with
+# WALRUS_LONG=1).
+fuzz: deps
+	@[ -f $(FUZZ_BUILD)/build.ninja ] || CC=clang meson setup $(FUZZ_BUILD) -Dfuzz=enabled >/dev/null
+	ninja -C $(FUZZ_BUILD)
+	meson test -C $(FUZZ_BUILD) --suite fuzz --print-errorlogs --num-processes 2
 
 asan: deps
 	@[ -f $(ASAN_BUILD)/build.ninja ] || meson setup $(ASAN_BUILD) \
@@ -37,4 +47,4 @@ tidy: build
 	clang-tidy -p $(BUILD) --quiet --checks='-*,bugprone-*,-bugprone-easily-swappable-parameters,-bugprone-reserved-identifier' $$(git ls-files 'src/*.c' 'tools/*.c')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
