@@ -34,9 +34,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static bool quiet;
 	if (!quiet) {
-		/* add_line reports bad lines on stderr: keep the fuzzer's output readable */
-		if (freopen("/dev/null", "w", stderr) == NULL)
+		/* add_line reports bad lines on stderr: keep the fuzzer's output
+		 * readable.  Only the stdio stream is replaced, not fd 2 (freopen
+		 * would redirect fd 2 and with it libFuzzer's statistics and the
+		 * sanitizers' crash reports, which write there). */
+		FILE *null = fopen("/dev/null", "w");
+		if (null == NULL)
 			return 0;
+		stderr = null;
 		quiet = true;
 	}
 	if (size < 1 || size > 65536)
