@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "buffer/buffer.h"
+#include "peers.h"
 #include "checkpointer/checkpointer.h"
 #include "engine/engine.h"
 #include "wal/wal.h"
@@ -106,10 +107,43 @@ static void usage(void)
 	       "                    shared_buffers, bufscan: 4x shared_buffers)\n"
 	       "  --depth N         bufscan: read stream depth (default 32)\n"
 	       "  --random          bufscan: random buf_read of single pages instead\n"
-	       "  --json            print a one-line JSON summary last\n\n"
+	       "  --json            print a one-line JSON summary last\n"
+	       "  -o name=value     (before `bench`) any engine option, repeatable, e.g.\n"
+	       "                    -o checkpoint_timeout=30s (see `walrus options`)\n\n"
+	       "key-value workloads (fillseq ... scan), besides --clients, --duration, --num,\n"
+	       "--value-size, --json (details: walrus bench --workload updaterandom --help):\n"
+	       "  --key-size K      key bytes, K decimal digits (default %d, %d..%d)\n"
+	       "  --sync            durable puts: each waits for its WAL flush\n"
+	       "  --seed S          mixed into every random order and key stream (default 0)\n"
+	       "  --progress N      a line on stderr every N seconds: ops/s, latency,\n"
+	       "                    checkpoint phase, dirty buffers, WAL since the redo point\n"
+	       "  --csv FILE        write the per-second time series\n"
+	       "  --plot FILE.svg   plot throughput, p99 and dirty buffers per second, with\n"
+	       "                    the checkpoints' write and sync phases shaded\n"
+	       "  --reuse           fill the database already in DIR\n\n"
 	       "The buffer workloads use relation %u (DIR/base/%u), created and filled\n"
 	       "by the first run that needs it (not WAL-logged: use a bench directory).\n",
-	       BENCH_MAX_CLIENTS, BENCH_REL, BENCH_REL);
+	       BENCH_MAX_CLIENTS, PEERS_KEY_SIZE, PEERS_MIN_KEY_SIZE, PEERS_MAX_KEY_SIZE, BENCH_REL,
+	       BENCH_REL);
+}
+
+/* Every workload, for the messages: this file's, checkpoint's, the kv ones. */
+static void print_workloads(FILE *f)
+{
+	fputs("walcommit, walwrite, bufhit, bufscan, checkpoint", f);
+	for (int i = 0; i < PEERS_WORKLOAD_COUNT; i++)
+		fprintf(f, ", %s", peers_workload_names[i]);
+}
+
+/* The key-value workloads' own options. */
+static bool kv_option(const char *k)
+{
+	static const char *const kv[] = {"--key-size", "--sync", "--seed", "--progress",
+	                                 "--csv",      "--plot", "--reuse"};
+	for (size_t i = 0; i < WR_ARRAY_LEN(kv); i++)
+		if (strcmp(k, kv[i]) == 0)
+			return true;
+	return false;
 }
 
 static int parse_args(int argc, char **argv, bench_args *a)
@@ -125,6 +159,13 @@ static int parse_args(int argc, char **argv, bench_args *a)
 		if (strcmp(k, "--random") == 0) {
 			a->random = true;
 			continue;
+		}
+		if (kv_option(k)) {
+			fprintf(stderr,
+			        "walrus bench: %s is an option of the key-value workloads (fillseq "
+			        "... scan), not of %s\n",
+			        k, a->workload != NULL ? a->workload : "this workload");
+			return TOOL_EXIT_USAGE;
 		}
 		if (!has) {
 			fprintf(stderr, "walrus bench: %s needs a value\n", k);
@@ -151,16 +192,17 @@ static int parse_args(int argc, char **argv, bench_args *a)
 			fprintf(stderr, "walrus bench: unknown option \"%s\"\n", k);
 			return TOOL_EXIT_USAGE;
 		}
-		if (strcmp(k, "--workload") != 0 && (errno != 0 || *end != '\0')) {
+		if (strcmp(k, "--workload") != 0 &&
+		    (errno != 0 || end == v || *end != '\0' || v[0] == '-')) {
 			fprintf(stderr, "walrus bench: bad value for %s: \"%s\"\n", k, v);
 			return TOOL_EXIT_USAGE;
 		}
 	}
 	static const char *const names[] = {"walcommit", "walwrite", "bufhit", "bufscan"};
 	if (a->workload == NULL) {
-		fprintf(stderr,
-		        "walrus bench: --workload is required (walcommit, walwrite, bufhit, "
-		        "bufscan)\n");
+		fputs("walrus bench: --workload is required: ", stderr);
+		print_workloads(stderr);
+		fputs(" (walrus bench --help)\n", stderr);
 		return TOOL_EXIT_USAGE;
 	}
 	a->kind = -1;
@@ -168,7 +210,10 @@ static int parse_args(int argc, char **argv, bench_args *a)
 		if (strcmp(a->workload, names[i]) == 0)
 			a->kind = i;
 	if (a->kind < 0) {
-		fprintf(stderr, "walrus bench: unknown workload \"%s\"\n", a->workload);
+		fprintf(stderr, "walrus bench: unknown workload \"%s\": the workloads are ",
+		        a->workload);
+		print_workloads(stderr);
+		fputc('\n', stderr);
 		return TOOL_EXIT_USAGE;
 	}
 	if (a->value_size == 0)

@@ -101,6 +101,7 @@ static void lm_put(void *h, const char *key, size_t klen, const char *val, size_
 	rc = mdb_txn_begin(l->env, NULL, 0, &txn);
 	if (rc != 0)
 		lm_fail("mdb_txn_begin", rc);
+	/* Flags 0: an existing key's value is replaced (no MDB_NOOVERWRITE). */
 	rc = mdb_put(txn, l->dbi, &k, &v, 0);
 	if (rc != 0) {
 		mdb_txn_abort(txn);

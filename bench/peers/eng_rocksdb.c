@@ -101,6 +101,7 @@ static void rk_put(void *h, const char *key, size_t klen, const char *val, size_
 	rk_handle *r = h;
 	char *err = NULL;
 
+	/* A put replaces an existing key's value. */
 	rocksdb_put(r->db, r->wopts, key, klen, val, vlen, &err);
 	rk_check("rocksdb_put", err);
 }

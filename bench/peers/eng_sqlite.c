@@ -5,10 +5,12 @@
  * DIR/db.sqlite, in WAL mode, with synchronous=NORMAL for asynchronous
  * workloads (commits reach the WAL file, only checkpoints fsync) and
  * synchronous=FULL for durable ones (each commit fsyncs the WAL). Every put
- * is an autocommit INSERT, every get an autocommit SELECT, through prepared
- * statements. The page cache is 256 MiB per connection so the read
- * workloads run from memory; the busy timeout (60 s) lets several processes
- * take turns at the single write lock, as an application would.
+ * is an autocommit INSERT OR REPLACE (a put overwrites the key's value, as
+ * the other engines' do: updaterandom and readwhilewriting's writer rewrite
+ * existing keys; the fills, on a new table, only ever insert), every get an
+ * autocommit SELECT, through prepared statements. The page cache is 256 MiB per connection so the
+ * read workloads run from memory; the busy timeout (60 s) lets several processes take turns at the
+ * single write lock, as an application would.
  */
 #include "peers.h"
 
@@ -121,7 +123,7 @@ static void *sq_open(const peers_open_args *a)
 
 	sq_handle *s = peers_xmalloc("sqlite handle", sizeof(*s));
 	s->db = db;
-	s->put = sq_prepare(db, "INSERT INTO kv(k, v) VALUES(?1, ?2)");
+	s->put = sq_prepare(db, "INSERT OR REPLACE INTO kv(k, v) VALUES(?1, ?2)");
 	s->get = sq_prepare(db, "SELECT v FROM kv WHERE k = ?1");
 	s->scan = sq_prepare(db, "SELECT k, v FROM kv ORDER BY k");
 	return s;
@@ -153,7 +155,7 @@ static void sq_put(void *h, const char *key, size_t klen, const char *val, size_
 	sq_bind(s, s->put, 2, val, vlen);
 	rc = sqlite3_step(s->put);
 	if (rc != SQLITE_DONE)
-		sq_fail(s->db, "sqlite3_step(INSERT)", rc);
+		sq_fail(s->db, "sqlite3_step(INSERT OR REPLACE)", rc);
 	sq_reset(s, s->put);
 }
 

@@ -28,6 +28,13 @@
  * and RocksDB's block cache get (-o shared_buffers=... overrides it). */
 #define PEERS_WALRUS_SHARED_BUFFERS "256MB"
 
+/* Every workload (peers_workload_names, in its order), and the default list:
+ * the original five, which RESULTS*.txt hold; the two overwrite workloads
+ * are asked for by name. */
+#define PEERS_ALL_WORKLOADS                                                                        \
+	"fillseq,fillrandom,fillsync,readrandom,scan,readwhilewriting,updaterandom"
+#define PEERS_DEFAULT_WORKLOADS "fillseq,fillrandom,fillsync,readrandom,scan"
+
 static const peers_engine *const all_engines[] = {&peers_walrus, &peers_sqlite, &peers_lmdb,
                                                   &peers_rocksdb};
 #define NENGINES ((int)(sizeof(all_engines) / sizeof(all_engines[0])))
@@ -49,28 +56,58 @@ static bool g_base_created;
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: walrus-peers [options]\n\n"
-	           "db_bench-style workloads against walrus, SQLite, LMDB and RocksDB (see "
-	           "bench/peers/README.md).\n\n"
-	           "options:\n"
-	           "  --num N            keys for fillseq, fillrandom, readrandom, scan "
-	           "(default 1000000)\n"
-	           "  --sync-ops M       durable writes per client in fillsync (default 2000)\n"
-	           "  --engines LIST     among walrus,sqlite,lmdb,rocksdb (default all)\n"
-	           "  --workloads LIST   among fillseq,fillrandom,fillsync,readrandom,scan "
-	           "(default all)\n"
-	           "  --sync-procs LIST  fillsync client counts (default 1,8)\n"
-	           "  --read-procs LIST  readrandom client counts (default 1,2)\n"
-	           "  --dir DIR          scratch directory (default: a new one under $TMPDIR or "
-	           "/tmp)\n"
-	           "  --keep             keep the databases at the end\n"
-	           "  --json             one JSON object per result on stdout (human lines go "
-	           "to stderr)\n"
-	           "  -o name=value      a walrus option (repeatable; see `walrus options`); "
-	           "walrus-peers\n"
-	           "                     starts from shared_buffers=" PEERS_WALRUS_SHARED_BUFFERS
-	           ", the peers' cache size\n"
-	           "exit: 0 ok, 2 usage or wrong result, 3 engine or system error\n");
+	fprintf(f,
+	        "usage: walrus-peers [options]\n\n"
+	        "db_bench-style workloads against walrus, SQLite, LMDB and RocksDB (see "
+	        "bench/peers/README.md).\n\n"
+	        "workloads (N = --num, M = --sync-ops, P = a client count):\n"
+	        "  fillseq           N puts of keys 0..N-1 in order, one per commit\n"
+	        "  fillrandom        the same N puts in a fixed random order\n"
+	        "  fillsync          P clients (--sync-procs), each M durable puts\n"
+	        "  readrandom        N random point reads split over P clients (--read-procs)\n"
+	        "  scan              one ordered scan of the N keys\n"
+	        "  readwhilewriting  readrandom, plus one writer overwriting random keys until\n"
+	        "                    the readers are done (the readers are measured)\n"
+	        "  updaterandom      N read-modify-writes (get, put a new value) of random keys\n"
+	        "                    split over P clients (--read-procs)\n"
+	        "readrandom, scan, readwhilewriting and updaterandom run on a fillseq load of\n"
+	        "N keys (untimed; reused from the previous workload when it left one).\n\n"
+	        "options:\n"
+	        "  --num N            N: keys, and the operations of readrandom,\n"
+	        "                     readwhilewriting, updaterandom (default 1000000)\n"
+	        "  --sync-ops M       durable writes per client in fillsync (default 2000)\n"
+	        "  --engines LIST     among walrus,sqlite,lmdb,rocksdb (default all)\n"
+	        "  --workloads LIST   among " PEERS_ALL_WORKLOADS "\n"
+	        "                     (default " PEERS_DEFAULT_WORKLOADS ")\n"
+	        "  --sync-procs LIST  fillsync client counts (default 1,8)\n"
+	        "  --read-procs LIST  readrandom, readwhilewriting (readers) and updaterandom\n"
+	        "                     client counts (default 1,2)\n"
+	        "  --dir DIR          scratch directory (default: a new one under $TMPDIR or "
+	        "/tmp)\n"
+	        "  --keep             keep the databases at the end\n"
+	        "  --json             one JSON object per result on stdout (human lines go "
+	        "to stderr)\n"
+	        "  -o name=value      a walrus option (repeatable; see `walrus options`); "
+	        "walrus-peers\n"
+	        "                     starts from shared_buffers=" PEERS_WALRUS_SHARED_BUFFERS
+	        ", the peers' cache size\n"
+	        "exit: 0 ok, 2 usage or wrong result, 3 engine or system error\n");
+}
+
+/* PEERS_ALL_WORKLOADS, which the help shows, names every workload. */
+static void check_workload_list(void)
+{
+	char all[256] = "";
+	size_t n = 0;
+
+	for (int i = 0; i < PEERS_WORKLOAD_COUNT; i++)
+		n += (size_t)snprintf(all + n, sizeof(all) - n, "%s%s", i ? "," : "",
+		                      peers_workload_names[i]);
+	if (n >= sizeof(all) || strcmp(all, PEERS_ALL_WORKLOADS) != 0) {
+		fprintf(stderr, "walrus-peers: internal error: the help lists \"%s\", not \"%s\"\n",
+		        PEERS_ALL_WORKLOADS, all);
+		exit(PEERS_EXIT_ERROR);
+	}
 }
 
 static _Noreturn void bad_usage(const char *fmt, const char *arg)
@@ -199,8 +236,7 @@ static void parse_args(int argc, char **argv, config *cfg)
 	if (cfg->nengines == 0)
 		parse_list("--engines", "walrus,sqlite,lmdb,rocksdb", cfg, add_engine);
 	if (cfg->run.nworkloads == 0)
-		parse_list("--workloads", "fillseq,fillrandom,fillsync,readrandom,scan", cfg,
-		           add_workload);
+		parse_list("--workloads", PEERS_DEFAULT_WORKLOADS, cfg, add_workload);
 	if (cfg->run.nsync_procs == 0)
 		parse_list("--sync-procs", "1,8", cfg, add_sync_procs);
 	if (cfg->run.nread_procs == 0)
@@ -272,6 +308,7 @@ int main(int argc, char **argv)
 	config cfg;
 	walrus_opts *wopts;
 
+	check_workload_list();
 	parse_args(argc, argv, &cfg);
 	wopts = make_walrus_opts(&cfg);
 	peers_walrus_use_opts(wopts);

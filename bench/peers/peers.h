@@ -144,7 +144,8 @@ typedef struct peers_hooks {
 } peers_hooks;
 
 typedef struct peers_config {
-	uint64_t num;      /* keys of fillseq, fillrandom, readrandom, scan */
+	uint64_t num;      /* keys of every workload but fillsync; readrandom, readwhilewriting
+	                      and updaterandom: their operations too (unless duration_ns) */
 	uint64_t sync_ops; /* durable puts per fillsync client */
 	peers_workload workloads[PEERS_MAX_LIST];
 	int nworkloads;

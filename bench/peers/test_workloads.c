@@ -2,9 +2,12 @@
  * test_workloads.c - the smoke test of the workload library when walrus-peers
  * is not built (no peer libraries): every workload, small, against the
  * walrus engine alone, in a new directory under $TMPDIR or /tmp that it
- * removes. The workloads check their own results and end the process with
- * exit code 2 (wrong result) or 3 (engine or system error) on a failure;
- * timings are printed, never asserted.
+ * removes: the five of walrus-peers' default list, then readwhilewriting
+ * and updaterandom (twice: the second on values the first rewrote) with 1
+ * and 2 clients, and a scan of the result. The workloads check their own
+ * results and end the process with exit code 2 (wrong result) or 3 (engine
+ * or system error) on a failure; timings are printed, never asserted. It is
+ * always built; the suite runs it only where walrus-peers is not built.
  */
 #include "peers.h"
 
@@ -21,8 +24,9 @@ int main(void)
 	    .num = 2000,
 	    .sync_ops = 20,
 	    .workloads = {PEERS_FILLSEQ, PEERS_FILLRANDOM, PEERS_FILLSYNC, PEERS_READRANDOM,
-	                  PEERS_SCAN},
-	    .nworkloads = 5,
+	                  PEERS_SCAN, PEERS_READWHILEWRITING, PEERS_UPDATERANDOM,
+	                  PEERS_UPDATERANDOM, PEERS_SCAN},
+	    .nworkloads = 9,
 	    .sync_procs = {1, 4},
 	    .nsync_procs = 2,
 	    .read_procs = {1, 2},

@@ -76,6 +76,8 @@
 #define PERM_SEED   0x2545F4914F6CDD1Dull   /* fillrandom's permutation */
 #define MAX_CLIENTS (PEERS_MAX_CLIENTS + 1) /* readwhilewriting: P readers and a writer */
 #define ROUND_HEX   16                      /* an updated value's round, in hex digits */
+#define ROUND_SHIFT 40 /* a round is (client + 1) << ROUND_SHIFT, plus its put's number */
+#define REPLAY_MAX  ((uint64_t)1 << 23) /* keys up to which a single writer is replayed */
 
 const char *const peers_workload_names[PEERS_WORKLOAD_COUNT] = {
     "fillseq", "fillrandom", "fillsync", "readrandom", "scan", "readwhilewriting", "updaterandom"};
@@ -575,11 +577,13 @@ static void client_record(client *c, uint64_t t0, uint64_t t1)
 		g_hooks->op(g_hooks->arg, c->id, t1, t1 - t0, c->writer ? PEERS_OP_WRITER : 0);
 }
 
-/* Has the client more to do, @now being the end of its last operation? */
+/* Has the client more to do, @now being the end of its last operation? The
+ * writer puts at least once, even when the readers were done before it was
+ * first scheduled (small runs), so that readwhilewriting always writes. */
 static bool client_more(const client *c, uint64_t now)
 {
 	if (c->writer)
-		return atomic_load_explicit(g_stop, memory_order_relaxed) == 0;
+		return c->ops == 0 || atomic_load_explicit(g_stop, memory_order_relaxed) == 0;
 	if (c->duration_ns)
 		return now - c->start_ns < c->duration_ns;
 	return c->ops < c->nops;
@@ -650,7 +654,7 @@ static void client_update(client *c, void *h)
 
 	while (client_more(c, t1)) {
 		uint64_t idx = xorshift64(&x) % c->num;
-		uint64_t round = ((uint64_t)(c->id + 1) << 40) + c->ops + 1;
+		uint64_t round = ((uint64_t)(c->id + 1) << ROUND_SHIFT) + c->ops + 1;
 		size_t vlen = 0;
 		bool found = true;
 		uint64_t t0;
@@ -872,7 +876,7 @@ static void emit(const peers_config *cfg, const peers_result *r)
 	bool writer = strcmp(r->workload, "readwhilewriting") == 0;
 
 	fprintf(human,
-	        "%-8s %-10s procs=%-2d %-9s %10" PRIu64 " %-4s %8.3f s %11.0f %-6s %8.1f MB/s",
+	        "%-8s %-16s procs=%-2d %-9s %10" PRIu64 " %-4s %8.3f s %11.0f %-6s %8.1f MB/s",
 	        r->engine, r->workload, r->procs, r->mode, r->ops, keys ? "keys" : "ops", secs,
 	        ops_s, keys ? "keys/s" : "ops/s", mb_s);
 	if (r->has_lat)
@@ -1094,19 +1098,171 @@ static void wl_fillsync(const peers_config *cfg, const peers_engine *e, int proc
 		client_free(&cl[i]);
 }
 
+/* The round of key i's value @v (0: its round-0 value); verify_cb has
+ * checked it is a valid one. @tmp: value_size bytes of scratch. */
+static uint64_t key_round(uint64_t i, const char *v, size_t vlen, char *tmp)
+{
+	make_value(i, 0, tmp);
+	return vlen == g_value_size && memcmp(v, tmp, vlen) == 0 ? 0 : value_round(v);
+}
+
+/* The rounds the database holds before an overwrite workload, when earlier
+ * runs may have left later rounds in it. */
+typedef struct rounds_state {
+	verify_state v; /* first: verify_cb's argument */
+	uint64_t *round;
+} rounds_state;
+
+static void rounds_cb(void *arg, const char *k, size_t klen, const char *v, size_t vlen)
+{
+	rounds_state *s = arg;
+	uint64_t i = s->v.next;
+
+	verify_cb(&s->v, k, klen, v, vlen);
+	s->round[i] = key_round(i, v, vlen, s->v.tmp);
+}
+
+/* The check after an overwrite workload: verify_cb's, and the rounds. */
+typedef struct writes_state {
+	verify_state v; /* first: verify_cb's argument */
+	const client *cl;
+	int n;
+	const uint64_t *before; /* each key's round before the run; NULL: all 0 */
+	const uint64_t *last;   /* single writer: the round each put left, 0 if none */
+	uint64_t updated;       /* keys whose round the run changed */
+	char *tmp;
+} writes_state;
+
+static void writes_cb(void *arg, const char *k, size_t klen, const char *v, size_t vlen)
+{
+	writes_state *s = arg;
+	uint64_t i = s->v.next, r, old;
+
+	verify_cb(&s->v, k, klen, v, vlen); /* the key, and a value of some round */
+	r = key_round(i, v, vlen, s->tmp);
+	old = s->before != NULL ? s->before[i] : 0;
+	if (r != old) {
+		uint64_t id = (r >> ROUND_SHIFT) - 1,
+		         j = (r & (((uint64_t)1 << ROUND_SHIFT) - 1)) - 1;
+
+		if (r == 0 || id >= (uint64_t)s->n || j >= s->cl[id].ops ||
+		    (s->cl[id].work != PEERS_UPDATERANDOM && !s->cl[id].writer))
+			peers_mismatch(s->v.engine, s->v.what,
+			               "key %.*s holds round %#" PRIx64 ", which no client wrote",
+			               (int)g_key_size, s->v.key, r);
+		s->updated++;
+	}
+	if (s->last != NULL && r != (s->last[i] ? s->last[i] : old))
+		peers_mismatch(s->v.engine, s->v.what,
+		               "key %.*s holds round %#" PRIx64 ", its last put wrote %#" PRIx64,
+		               (int)g_key_size, s->v.key, r, s->last[i] ? s->last[i] : old);
+}
+
+/* Each key's round in the database at @dir (its values checked on the way);
+ * NULL beyond REPLAY_MAX keys. */
+static uint64_t *read_rounds(const peers_engine *e, const peers_open_args *oa, uint64_t num,
+                             const char *what)
+{
+	rounds_state s = {.v = {.engine = e->name, .what = what, .n = num, .any_round = true}};
+	void *h;
+
+	if (num > REPLAY_MAX)
+		return NULL;
+	s.round = peers_xmalloc("rounds", num * sizeof(uint64_t));
+	s.v.key = peers_xmalloc("key", g_key_size);
+	s.v.tmp = peers_xmalloc("value", g_value_size);
+	h = e->open(oa);
+	e->scan(h, rounds_cb, &s);
+	e->close(h);
+	if (s.v.next != num)
+		peers_mismatch(e->name, what, "scan found %" PRIu64 " keys, expected %" PRIu64,
+		               s.v.next, num);
+	free(s.v.key);
+	free(s.v.tmp);
+	return s.round;
+}
+
+/*
+ * After readwhilewriting or updaterandom: every key 0..num-1 holds a value
+ * of some round (verify_all's check). Up to REPLAY_MAX keys, also: every key
+ * whose round changed holds a round a writing client did write; with a
+ * single writing client (its stream replayed), each key holds exactly the
+ * value of its last put, or its value from before the run (@before, NULL
+ * when all were round 0) if it had none; and, starting from round-0 values,
+ * some key was overwritten when there were puts (an engine whose put left
+ * an existing key as it was would pass the rest).
+ */
+static void verify_writes(const peers_engine *e, void *h, uint64_t num, const char *what,
+                          const client *cl, int n, const uint64_t *before, bool pristine)
+{
+	writes_state s = {.v = {.engine = e->name, .what = what, .n = num, .any_round = true},
+	                  .cl = cl,
+	                  .n = n,
+	                  .before = before};
+	uint64_t puts = 0, *last = NULL;
+	int writers = 0, w = -1;
+
+	if (num > REPLAY_MAX || (!pristine && before == NULL)) {
+		verify_all(e, h, num, what, true);
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		if (cl[i].work != PEERS_UPDATERANDOM && !cl[i].writer)
+			continue;
+		puts += cl[i].ops;
+		writers += cl[i].ops > 0;
+		w = cl[i].ops > 0 ? i : w;
+	}
+	if (writers == 1) {
+		uint64_t x = reader_seed(cl[w].id);
+
+		last = calloc(num, sizeof(*last));
+		if (last == NULL)
+			peers_fatal(e->name, "calloc", "%" PRIu64 " rounds: out of memory", num);
+		for (uint64_t j = 0; j < cl[w].ops; j++)
+			last[xorshift64(&x) % num] =
+			    ((uint64_t)(cl[w].id + 1) << ROUND_SHIFT) + j + 1;
+	}
+	s.last = last;
+	s.v.key = peers_xmalloc("key", g_key_size);
+	s.v.tmp = peers_xmalloc("value", g_value_size);
+	s.tmp = peers_xmalloc("value", g_value_size);
+	e->scan(h, writes_cb, &s);
+	if (s.v.next != num)
+		peers_mismatch(e->name, what, "scan found %" PRIu64 " keys, expected %" PRIu64,
+		               s.v.next, num);
+	if (pristine && puts > 0 && s.updated == 0)
+		peers_mismatch(e->name, what, "%" PRIu64 " puts overwrote no value", puts);
+	if (s.updated > puts)
+		peers_mismatch(e->name, what,
+		               "%" PRIu64 " keys hold a new round after %" PRIu64 " puts",
+		               s.updated, puts);
+	free(last);
+	free(s.v.key);
+	free(s.v.tmp);
+	free(s.tmp);
+}
+
 /*
  * readrandom, readwhilewriting, updaterandom on the loaded database: P
  * clients sharing num operations (or each running duration_ns), plus
  * readwhilewriting's writer; afterwards (when anything was written) a full
- * scan checks that the database still holds every key with a valid value.
+ * scan checks that the database still holds every key with a valid value,
+ * and the values the puts left (verify_writes).
  */
-static void wl_random(const peers_config *cfg, const peers_engine *e, peers_workload w, int procs)
+static void wl_random(const peers_config *cfg, const peers_engine *e, peers_workload w, int procs,
+                      bool pristine)
 {
 	bool writes = w != PEERS_READRANDOM;
 	peers_open_args oa = {.dir = g_subdir, .sync = writes && cfg->sync, .nkeys = cfg->num};
 	client cl[MAX_CLIENTS];
 	int n = procs + (w == PEERS_READWHILEWRITING);
 	const char *mode;
+	uint64_t *before = NULL;
+
+	/* Untimed: the rounds earlier runs left, which the check afterwards needs. */
+	if (writes && !pristine)
+		before = read_rounds(e, &oa, cfg->num, peers_workload_names[w]);
 
 	for (int i = 0; i < n; i++) {
 		uint64_t share =
@@ -1123,12 +1279,13 @@ static void wl_random(const peers_config *cfg, const peers_engine *e, peers_work
 	if (writes) {
 		void *h = e->open(&oa);
 
-		verify_all(e, h, cfg->num, peers_workload_names[w], true);
+		verify_writes(e, h, cfg->num, peers_workload_names[w], cl, n, before, pristine);
 		e->close(h);
 	}
 	report_clients(cfg, cl, n, w, mode);
 	for (int i = 0; i < n; i++)
 		client_free(&cl[i]);
+	free(before);
 }
 
 typedef struct scan_state {
@@ -1236,8 +1393,9 @@ static void set_variations(const peers_config *cfg)
 
 void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char *dir)
 {
-	/* Does g_subdir hold exactly a fillseq load of num keys? */
-	bool loaded = cfg->loaded;
+	/* Does g_subdir hold exactly a fillseq load of num keys? With its
+	 * round-0 values still (known only for a load of this run)? */
+	bool loaded = cfg->loaded, pristine = false;
 
 	set_variations(cfg);
 	g_engine_e = e;
@@ -1251,7 +1409,7 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 		switch (w) {
 		case PEERS_FILLSEQ:
 			wl_fill(cfg, e, PEERS_FILLSEQ, true);
-			loaded = true;
+			loaded = pristine = true;
 			break;
 		case PEERS_FILLRANDOM:
 			wl_fill(cfg, e, PEERS_FILLRANDOM, true);
@@ -1265,15 +1423,21 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 		case PEERS_READRANDOM:
 		case PEERS_READWHILEWRITING:
 		case PEERS_UPDATERANDOM:
-			if (!loaded)
+			if (!loaded) {
 				wl_fill(cfg, e, PEERS_FILLSEQ, false);
+				pristine = true;
+			}
 			loaded = true;
-			for (int j = 0; j < cfg->nread_procs; j++)
-				wl_random(cfg, e, w, cfg->read_procs[j]);
+			for (int j = 0; j < cfg->nread_procs; j++) {
+				wl_random(cfg, e, w, cfg->read_procs[j], pristine);
+				pristine = pristine && w == PEERS_READRANDOM;
+			}
 			break;
 		case PEERS_SCAN:
-			if (!loaded)
+			if (!loaded) {
 				wl_fill(cfg, e, PEERS_FILLSEQ, false);
+				pristine = true;
+			}
 			loaded = true;
 			wl_scan(cfg, e);
 			break;
