@@ -36,6 +36,10 @@ from wtest import check, log  # noqa: E402
 TOOLS = ["mount", "umount", "losetup", "mkfs.ext4", "e2fsck", "sync", "truncate"]
 SYNC_PANIC = re.compile(r'could not (fsync|sync_file_range|close) file "[^"]*/base/[^"]*": '
                         r'(Input/output error|No space left on device)')
+# --mode wal: a WAL write or flush, the creation or recycling of a segment,
+# or the WAL directory's fsync fails (ext4 may then turn itself read-only).
+WAL_PANIC = re.compile(r'(WAL segment|WAL directory).*'
+                       r'(Input/output error|No space left on device|Read-only file system)')
 
 
 def sh(*args, ok=(0,), timeout=120):
@@ -85,12 +89,14 @@ def main(cleanup):
     ap.add_argument("--tmpfs-mb", type=int, default=40)
     ap.add_argument("--load-mb", type=int, default=96)
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--mode", choices=["checkpoint", "background"], default="checkpoint",
+    ap.add_argument("--mode", choices=["checkpoint", "background", "wal"], default="checkpoint",
                     help="background: a 1 MB buffer pool (backends and the background "
                          "writer write the pages and pass their fds on); before each "
                          "checkpoint the data files are written back and dropped from the "
                          "page cache from another fd (fadvise DONTNEED), so the write-back "
-                         "error happens before, not inside, the checkpointer's fsync")
+                         "error happens before, not inside, the checkpointer's fsync; "
+                         "wal: the WAL is on the broken device and the data files on the "
+                         "healthy one, so the WAL's writes, flushes and new segments fail")
     a = ap.parse_args()
     if os.geteuid() != 0:
         return skip("not root")
@@ -121,17 +127,25 @@ def main(cleanup):
     cleanup.add_durable("umount", mnt)
     log(f"tmpfs of {a.tmpfs_mb} MiB at {tmpfs}; 512 MiB ext4 image on {loop} mounted at {mnt}")
 
-    data = os.path.join(mnt, "data")
+    # --mode wal: the data directory (control file, data files, log) stays
+    # healthy and only DIR/wal lives on the broken device.
+    data = os.path.join(healthy if a.mode == "wal" else mnt, "data")
     w = wtest.Walrus(a.walrus, data)
     w.register(cleanup)
     w.create()
     if a.mode == "background":
         w.opts = ["shared_buffers=1MB"]
-    for sub in ("wal", "log"):
-        shutil.move(os.path.join(data, sub), os.path.join(healthy, sub))
-        os.symlink(os.path.join(healthy, sub), os.path.join(data, sub))
-    sh("sync", "-f", data)
-    log("DIR/wal and DIR/log moved to a healthy file system behind symbolic links")
+    if a.mode == "wal":
+        shutil.move(os.path.join(data, "wal"), os.path.join(mnt, "wal"))
+        os.symlink(os.path.join(mnt, "wal"), os.path.join(data, "wal"))
+        sh("sync", "-f", os.path.join(mnt, "wal"))
+        log("DIR/wal moved to the broken device behind a symbolic link")
+    else:
+        for sub in ("wal", "log"):
+            shutil.move(os.path.join(data, sub), os.path.join(healthy, sub))
+            os.symlink(os.path.join(healthy, sub), os.path.join(data, sub))
+        sh("sync", "-f", data)
+        log("DIR/wal and DIR/log moved to a healthy file system behind symbolic links")
 
     # Load values of 16..48 kB, a checkpoint after every part.
     rng = random.Random(a.seed)
@@ -192,9 +206,14 @@ def main(cleanup):
     panics = [(p, n, m) for p, n, lv, m in entries if lv == "PANIC"]
     for p, n, m in panics[:4]:
         log(f"  PANIC [{p}] {n}: {m}")
-    check(any(SYNC_PANIC.search(m) for _, _, m in panics),
-          "no PANIC on a data file's fsync/sync_file_range/close with EIO/ENOSPC:\n"
-          + w.log_tail(panic_at, 30))
+    if a.mode == "wal":
+        check(any(WAL_PANIC.search(m) for _, _, m in panics),
+              "no PANIC on a WAL write, flush or new segment with EIO/ENOSPC:\n"
+              + w.log_tail(panic_at, 30))
+    else:
+        check(any(SYNC_PANIC.search(m) for _, _, m in panics),
+              "no PANIC on a data file's fsync/sync_file_range/close with EIO/ENOSPC:\n"
+              + w.log_tail(panic_at, 30))
     first = next(i for i, e in enumerate(entries) if e[2] == "PANIC")
     done_after = [m for _, _, _, m in entries[first:] if m.startswith("checkpoint complete")]
     check(not done_after, f"a checkpoint completed after the write-back error: {done_after}")
