@@ -34,8 +34,9 @@
 #define BUF_REFCOUNT(s) ((s)&BUF_REFCOUNT_MASK)
 #define BUF_USAGE(s)    (((s)&BUF_USAGE_MASK) >> BUF_USAGE_SHIFT)
 
-#define BUF_PARTITIONS 16 /* power of two */
-#define BUF_EXT_LOCKS  16
+#define BUF_PARTITIONS  16 /* power of two */
+#define BUF_HIT_STRIPES 16
+#define BUF_EXT_LOCKS   16
 
 typedef struct buf_desc {
 	wr_relid rel; /* tag: changed only with refcount 1, header and partition locks held */
@@ -68,7 +69,27 @@ typedef struct buf_region {
 	wr_rwlock partition[BUF_PARTITIONS];
 	wr_rwlock ext_lock[BUF_EXT_LOCKS];
 	buf_shared_stats stats;
+	/*
+	 * Hits of buf_read, counted apart from stats.hits in one of these lines
+	 * per process (buf_l.hit_stripe): every page visit counts one, and
+	 * readers on different CPUs bumping one word took the line from each
+	 * other at every visit.  buf_get_stats adds them up.
+	 */
+	struct {
+		_Alignas(64) _Atomic uint64_t n;
+	} hits[BUF_HIT_STRIPES];
 } buf_region;
+
+/*
+ * Where this process last found a tag: a direct-mapped private cache in front
+ * of the mapping table.  Only a hint: the buffer is pinned and its tag
+ * checked before use (see buf_get).
+ */
+typedef struct buf_hint {
+	wr_relid rel;
+	wr_blkno blk;
+	int32_t buf; /* 0 = empty */
+} buf_hint;
 
 /* Per-process view (pointers are this process's, computed at attach). */
 typedef struct buf_local {
@@ -79,6 +100,9 @@ typedef struct buf_local {
 	char *pages;
 	int32_t *pins;   /* private pin counts, by buffer number - 1 */
 	uint8_t *locked; /* 0, BUF_LOCK_SHARED or BUF_LOCK_EXCL */
+	buf_hint *hints; /* hint_mask + 1 entries */
+	uint32_t hint_mask;
+	uint32_t hit_stripe; /* this process's line of buf_region.hits */
 } buf_local;
 #define BUF_LOCK_SHARED 1
 #define BUF_LOCK_EXCL   2

@@ -4,14 +4,16 @@
  *
  * Interface: buffer.h.  Locking rules and invariants: README.md here.
  *
- * Reading a page: look the tag up under its partition lock (shared) and pin
- * the buffer before letting the lock go, so it cannot be retagged in
- * between.  On a miss, take a victim from the clock sweep, write it if it is
- * dirty (WAL first), then under the old and new partition locks (exclusive)
- * check that nobody mapped the new tag meanwhile and nobody pinned or
- * dirtied the victim, and move its table entry.  The I/O itself happens with
- * only a pin and the I/O-in-progress flag held: whoever sets the flag first
- * reads, everyone else sleeps on the buffer's futex word until it clears.
+ * Reading a page: first try the buffer where this process last found the
+ * tag (a private hint: pin it, then check its tag, see buf_hint_pin), else
+ * look the tag up under its partition lock (shared) and pin the buffer
+ * before letting the lock go, so it cannot be retagged in between.  On a
+ * miss, take a victim from the clock sweep, write it if it is dirty (WAL
+ * first), then under the old and new partition locks (exclusive) check
+ * that nobody mapped the new tag meanwhile and nobody pinned or dirtied the
+ * victim, and move its table entry.  The I/O itself happens with only a pin
+ * and the I/O-in-progress flag held: whoever sets the flag first reads,
+ * everyone else sleeps on the buffer's futex word until it clears.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -132,12 +134,19 @@ int buf_shmem_init(const wr_options *o)
 	return WALRUS_OK;
 }
 
+/* Hint entries: twice the pool, rounded up to a power of two, at most this
+ * many (12 bytes each, per process). */
+#define BUF_HINTS_MAX (1u << 16)
+
 static void buf_free_private(void)
 {
 	free(buf_l.pins);
 	free(buf_l.locked);
+	free(buf_l.hints);
 	buf_l.pins = NULL;
 	buf_l.locked = NULL;
+	buf_l.hints = NULL;
+	buf_l.hint_mask = 0;
 }
 
 int buf_attach(void)
@@ -151,7 +160,13 @@ int buf_attach(void)
 	buf_map(r);
 	buf_l.pins = calloc(r->nbuffers, sizeof(int32_t));
 	buf_l.locked = calloc(r->nbuffers, sizeof(uint8_t));
-	if (buf_l.pins == NULL || buf_l.locked == NULL) {
+	uint32_t nhints = 1024;
+	while (nhints < BUF_HINTS_MAX && nhints / 2 < r->nbuffers)
+		nhints <<= 1;
+	buf_l.hints = calloc(nhints, sizeof(buf_hint));
+	buf_l.hint_mask = nhints - 1;
+	buf_l.hit_stripe = (uint32_t)getpid() % BUF_HIT_STRIPES;
+	if (buf_l.pins == NULL || buf_l.locked == NULL || buf_l.hints == NULL) {
 		buf_free_private();
 		return wr_error(WALRUS_ENOMEM, "out of memory for %u private pin counts",
 		                r->nbuffers);
@@ -366,13 +381,57 @@ static int buf_retag(int victim, uint32_t state, wr_relid rel, wr_blkno blk, uin
 	return victim;
 }
 
+/*
+ * The hit path without the mapping table: pins the buffer where this process
+ * last found (rel, blk) and checks its tag.  A buffer is retagged only by a
+ * process holding its sole pin, under its header lock (buf_retag), and a pin
+ * is taken only while the header lock is free: so once pinned here, the tag
+ * read is the buffer's and stays so until the pin goes.  A stale hint costs
+ * a pin and an unpin of some other buffer (its usage count goes up once), and
+ * makes a concurrent retag of that buffer sweep on: both harmless.  Returns
+ * the buffer pinned, or 0 (nothing pinned).
+ */
+static int buf_hint_pin(wr_relid rel, wr_blkno blk, uint32_t hash, bool *valid)
+{
+	const buf_hint *h = &buf_l.hints[hash & buf_l.hint_mask];
+	if (h->buf == 0 || h->rel != rel || h->blk != blk)
+		return 0;
+	int buf = h->buf;
+	/* Start loading the page's header and its last line (the special space
+	 * of most page types) while the pin waits for the descriptor: a reader
+	 * touches both first, and on a large pool neither is likely cached. */
+	const char *page = buf_page_ptr(buf);
+	__builtin_prefetch(page);
+	__builtin_prefetch(page + WR_PAGE_SIZE - 64);
+	bool v = buf_pin(buf);
+	const buf_desc *d = buf_get_desc(buf);
+	if ((atomic_load(&d->state) & BM_TAG_VALID) && d->rel == rel && d->blk == blk) {
+		*valid = v;
+		return buf;
+	}
+	buf_unpin(buf);
+	return 0;
+}
+
+static void buf_hint_set(wr_relid rel, wr_blkno blk, uint32_t hash, int buf)
+{
+	buf_l.hints[hash & buf_l.hint_mask] = (buf_hint){.rel = rel, .blk = blk, .buf = buf};
+}
+
 int buf_get(wr_relid rel, wr_blkno blk, int *out, bool *valid)
 {
 	bool v = false;
 	uint32_t hash = buf_tag_hash(rel, blk);
+	int buf = buf_hint_pin(rel, blk, hash, &v);
+	if (buf != 0) {
+		if (valid != NULL)
+			*valid = v;
+		*out = buf;
+		return WALRUS_OK;
+	}
 	wr_rwlock *part = buf_partition_lock(hash);
 	rw_lock_shared(part);
-	int buf = buf_table_lookup(hash, rel, blk);
+	buf = buf_table_lookup(hash, rel, blk);
 	if (buf != 0)
 		v = buf_pin(buf); /* before the lock goes: it cannot be retagged */
 	rw_unlock(part);
@@ -393,6 +452,7 @@ int buf_get(wr_relid rel, wr_blkno blk, int *out, bool *valid)
 		}
 		buf = buf_retag(victim, state, rel, blk, hash, &v);
 	}
+	buf_hint_set(rel, blk, hash, buf);
 	/* Valid when pinned stays valid while pinned: only a retag clears it. */
 	if (valid != NULL)
 		*valid = v;
@@ -430,7 +490,8 @@ int buf_read(wr_relid rel, wr_blkno blk, int *out)
 	int rc = buf_get(rel, blk, &buf, &valid);
 	if (rc == WALRUS_OK && valid) {
 		/* A hit seen by the pin itself: no header lock needed. */
-		atomic_fetch_add(&buf_l.r->stats.hits, 1);
+		atomic_fetch_add_explicit(&buf_l.r->hits[buf_l.hit_stripe].n, 1,
+		                          memory_order_relaxed);
 		*out = buf;
 		return WALRUS_OK;
 	}
@@ -615,6 +676,8 @@ void buf_get_stats(buf_stats *s)
 {
 	const buf_shared_stats *st = &buf_l.r->stats;
 	s->hits = atomic_load(&st->hits);
+	for (int i = 0; i < BUF_HIT_STRIPES; i++)
+		s->hits += atomic_load(&buf_l.r->hits[i].n);
 	s->reads = atomic_load(&st->reads);
 	s->extends = atomic_load(&st->extends);
 	s->backend_writes = atomic_load(&st->backend_writes);

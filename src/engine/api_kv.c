@@ -190,11 +190,21 @@ int walrus_iter_seek_last(walrus_iter *it)
 	API_CALL(it->db, "walrus_iter_seek_last", kv_iter_seek_last(it->it));
 }
 
+/*
+ * Most steps of a scan stay in the iterator's private copy of a leaf
+ * (kv_iter_next_local): no shared memory, no lock, nothing that can PANIC.
+ * They skip the handle check and the PANIC boundary, which cost more than
+ * the step itself; every step that needs the pool (the next leaf, an
+ * overflow value) still makes both, so a crashed instance is reported at
+ * the latest when the copy runs out.
+ */
 int walrus_iter_next(walrus_iter *it)
 {
 	int rc = iter_ready(it, "walrus_iter_next");
 	if (rc != WALRUS_OK)
 		return rc;
+	if (kv_iter_next_local(it->it))
+		return WALRUS_OK;
 	API_CALL(it->db, "walrus_iter_next", kv_iter_next(it->it));
 }
 

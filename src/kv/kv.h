@@ -144,6 +144,14 @@ int kv_iter_seek(kv_iter *it, const void *k, size_t kl);
 /* The last key of the range. */
 int kv_iter_seek_last(kv_iter *it);
 int kv_iter_next(kv_iter *it);
+/*
+ * kv_iter_next when the next entry is in the iterator's private copy of its
+ * leaf, in range and inline: moves there and returns true.  It reads no
+ * shared memory, takes no lock and cannot fail or PANIC, so a caller may
+ * skip its per-call checks for it.  Otherwise returns false, the iterator
+ * unchanged: call kv_iter_next.
+ */
+bool kv_iter_next_local(kv_iter *it);
 int kv_iter_prev(kv_iter *it);
 bool kv_iter_valid(const kv_iter *it);
 void kv_iter_key(const kv_iter *it, const void **k, size_t *kl);

@@ -13,6 +13,8 @@
 #define WALRUS_KV_INT_H
 
 #include <stdatomic.h>
+#include <stddef.h>
+#include <string.h>
 
 #include "ipc/ipc.h"
 #include "kv/kv.h"
@@ -122,11 +124,70 @@ typedef struct kv_key {
 
 /* ---------------------------------------------------------------- kv_page.c */
 
-int kv_cmp(const void *a, size_t al, const void *b, size_t bl);
+/*
+ * The accessors every page visit of a reader goes through are inline: a
+ * get visits three pages and runs a dozen of them per page, and a call each
+ * cost more than the search itself.
+ */
+static inline int kv_cmp(const void *a, size_t al, const void *b, size_t bl)
+{
+	int c = memcmp(a, b, al < bl ? al : bl);
+	if (c != 0)
+		return c;
+	return al < bl ? -1 : al > bl ? 1 : 0;
+}
 
-wr_page_header kvp_header(const char *page);
-int kvp_nslots(const char *page);
-const char *kvp_item(const char *page, int slot, uint16_t *len);
+static inline wr_page_header kvp_header(const char *page)
+{
+	wr_page_header h;
+	memcpy(&h, page, sizeof(h));
+	return h;
+}
+
+static inline uint8_t kvp_type(const char *page)
+{
+	return (uint8_t)page[offsetof(wr_page_header, type)];
+}
+
+static inline int kvp_nslots(const char *page)
+{
+	uint16_t lower;
+	memcpy(&lower, page + offsetof(wr_page_header, lower), sizeof(lower));
+	return lower > WR_PAGE_HEADER_SIZE ? (lower - WR_PAGE_HEADER_SIZE) / KV_LP_SIZE : 0;
+}
+
+static inline kv_lp kvp_lp(const char *page, int slot)
+{
+	kv_lp lp;
+	memcpy(&lp, page + WR_PAGE_HEADER_SIZE + (size_t)slot * KV_LP_SIZE, sizeof(lp));
+	return lp;
+}
+
+/*
+ * The item of @slot.  A line pointer reaching outside the item space gives
+ * an empty item: readers check only the header of each page they visit
+ * (kvp_sane_header), not every line pointer, so this keeps a damaged page
+ * from leading a read outside the page; what such a page says is caught
+ * where it matters (kvl_decode, fences, levels) or by kv_verify.
+ */
+static inline const char *kvp_item(const char *page, int slot, uint16_t *len)
+{
+	kv_lp lp = kvp_lp(page, slot);
+	if (WR_UNLIKELY(lp.off < WR_PAGE_HEADER_SIZE || lp.off + lp.len > KV_SPECIAL_OFF)) {
+		*len = 0;
+		return page + KV_SPECIAL_OFF;
+	}
+	*len = lp.len;
+	return page + lp.off;
+}
+
+static inline kv_special kvp_special(const char *page)
+{
+	kv_special s;
+	memcpy(&s, page + KV_SPECIAL_OFF, sizeof(s));
+	return s;
+}
+
 /* Free bytes, counting the space that compaction would reclaim. */
 int kvp_free_space(const char *page);
 bool kvp_insert(char *page, int slot, const void *item, uint16_t len);
@@ -134,28 +195,98 @@ void kvp_delete(char *page, int slot);
 bool kvp_replace(char *page, int slot, const void *item, uint16_t len);
 void kvp_truncate(char *page, int nslots);
 void kvp_compact(char *page);
-/* Structural sanity of the header and line pointers (for pages read from disk). */
+/* Structural sanity of the header and every line pointer (for pages read from
+ * disk, for the writer and kv_verify): linear in the number of slots. */
 bool kvp_sane(const char *page);
 
-kv_special kvp_special(const char *page);
+/*
+ * The part of kvp_sane that costs O(1): the header's bounds.  Enough for a
+ * reader, whose accessors clamp each line pointer they use (kvp_item).
+ */
+static inline bool kvp_sane_header(const char *page)
+{
+	wr_page_header h = kvp_header(page);
+	return h.version == WR_PAGE_VERSION && h.lower >= WR_PAGE_HEADER_SIZE &&
+	       h.lower <= h.upper && h.upper <= h.special && h.special == KV_SPECIAL_OFF &&
+	       (h.lower - WR_PAGE_HEADER_SIZE) % KV_LP_SIZE == 0;
+}
+
 void kvp_set_special(char *page, const kv_special *s);
-uint8_t kvp_type(const char *page);
 
 /* Node pages. */
 void kvn_init(char *page, uint16_t level, uint16_t flags, wr_blkno left, wr_blkno right,
               const kv_key *low, const kv_key *high);
-kv_key kvn_low(const char *page);
-kv_key kvn_high(const char *page);
-int kvn_nentries(const char *page);
+
+static inline kv_key kvn_fence(const char *page, int slot, uint16_t inf_flag)
+{
+	kv_key k;
+	k.p = kvp_item(page, slot, &k.len);
+	k.inf = (kvp_special(page).flags & inf_flag) != 0;
+	return k;
+}
+
+static inline kv_key kvn_low(const char *page)
+{
+	return kvn_fence(page, 0, KVN_LOW_INF);
+}
+
+static inline kv_key kvn_high(const char *page)
+{
+	return kvn_fence(page, 1, KVN_HIGH_INF);
+}
+
+static inline int kvn_nentries(const char *page)
+{
+	int n = kvp_nslots(page) - KV_FIRST_SLOT;
+	return n > 0 ? n : 0;
+}
+
+/* The key of leaf entry @slot, clamped to the item (a damaged page never
+ * leads a read astray). */
+static inline kv_key kvn_leaf_key(const char *page, int slot)
+{
+	uint16_t len, kl = 0;
+	const char *item = kvp_item(page, slot, &len);
+	if (len >= KV_LEAF_HDR)
+		memcpy(&kl, item, sizeof(kl));
+	kv_key k = {.p = item + KV_LEAF_HDR, .inf = false};
+	k.len =
+	    len >= KV_LEAF_HDR ? (uint16_t)(kl < len - KV_LEAF_HDR ? kl : len - KV_LEAF_HDR) : 0;
+	return k;
+}
+
+/* The key of internal entry @slot. */
+static inline kv_key kvn_inner_key(const char *page, int slot)
+{
+	uint16_t len;
+	const char *item = kvp_item(page, slot, &len);
+	kv_key k = {.p = item + KV_INNER_HDR, .inf = false};
+	k.len = len >= KV_INNER_HDR ? (uint16_t)(len - KV_INNER_HDR) : 0;
+	return k;
+}
+
 /* The key of entry slot (leaf or internal). */
-kv_key kvn_entry_key(const char *page, int slot);
+static inline kv_key kvn_entry_key(const char *page, int slot)
+{
+	return kvp_special(page).level == 0 ? kvn_leaf_key(page, slot) : kvn_inner_key(page, slot);
+}
+
 /* Every item of the node well-formed for its level (fences, entries). */
 bool kvn_entries_sane(const char *page);
 /* First entry slot whose key is >= k (nslots if none); *eq when equal. */
 int kvn_lower_bound(const char *page, const void *k, size_t kl, bool *eq);
 /* Internal: the slot of the child covering k (or, with @before, the keys just below k). */
 int kvn_child_slot(const char *page, const kv_key *k, bool before);
-wr_blkno kvn_child(const char *page, int slot);
+
+static inline wr_blkno kvn_child(const char *page, int slot)
+{
+	uint16_t len;
+	uint32_t child = WR_INVALID_BLKNO;
+	const char *item = kvp_item(page, slot, &len);
+	if (len >= sizeof(child))
+		memcpy(&child, item, sizeof(child));
+	return child;
+}
 
 /* Leaf entries. */
 typedef struct kv_leaf_ent {
@@ -166,7 +297,31 @@ typedef struct kv_leaf_ent {
 	uint32_t vlen;
 	kv_ovf_ref ref; /* overflow */
 } kv_leaf_ent;
-bool kvl_decode(const char *item, uint16_t len, kv_leaf_ent *e);
+/* Inline: a scan decodes every entry it returns. */
+static inline bool kvl_decode(const char *item, uint16_t len, kv_leaf_ent *e)
+{
+	if (len < KV_LEAF_HDR)
+		return false;
+	memcpy(&e->klen, item, sizeof(e->klen));
+	e->kind = (uint8_t)item[2];
+	e->key = item + KV_LEAF_HDR;
+	if ((uint32_t)KV_LEAF_HDR + e->klen > len || e->klen == 0 || e->klen > KV_MAX_KEY)
+		return false;
+	const char *rest = e->key + e->klen;
+	uint32_t rlen = len - KV_LEAF_HDR - e->klen;
+	if (e->kind == KV_INLINE) {
+		e->val = rest;
+		e->vlen = rlen;
+		return true;
+	}
+	if (e->kind != KV_OVERFLOW || rlen != KV_OVF_REF_SIZE)
+		return false;
+	memcpy(&e->ref, rest, sizeof(e->ref));
+	e->val = NULL;
+	e->vlen = e->ref.vlen;
+	return true;
+}
+
 uint16_t kvl_encode_inline(char *out, const void *k, uint16_t kl, const void *v, uint32_t vl);
 uint16_t kvl_encode_ovf(char *out, const void *k, uint16_t kl, const kv_ovf_ref *ref);
 bool kvl_fits_inline(size_t kl, size_t vl);
@@ -206,13 +361,24 @@ void kvop_describe(const char *ops, size_t len, char *buf, size_t buflen);
 
 /* ---------------------------------------------------------------- kv_tree.c */
 
+/*
+ * Readers on different CPUs must not write the same cache line: the root hint
+ * (read by every descent, written when the root moves) has a line of its own,
+ * and gets are counted in one of KV_GET_STRIPES lines chosen by the process
+ * (kv_get_stripe; processes that share a stripe are still counted exactly).
+ */
+#define KV_GET_STRIPES 16
 typedef struct kv_shared {
 	wr_rwlock tree_lock;
-	_Atomic uint64_t root_hint; /* root block | (level + 1) << 32; 0 = unknown */
-	_Atomic uint64_t gets, puts, deletes, batches, aborts;
+	_Atomic uint64_t puts, deletes, batches, aborts;
 	_Atomic uint64_t splits, pages_freed, pages_reused;
+	_Alignas(64) _Atomic uint64_t root_hint; /* root block | (level + 1) << 32; 0 = unknown */
+	_Alignas(64) struct {
+		_Alignas(64) _Atomic uint64_t n;
+	} gets[KV_GET_STRIPES];
 } kv_shared;
 extern kv_shared *kv_sh;
+extern unsigned kv_get_stripe;
 
 static inline uint64_t kv_hint_make(wr_blkno root, uint32_t height)
 {

@@ -34,7 +34,10 @@ struct kv_iter {
 	bool has_lo, has_hi;
 	char leaf[WR_PAGE_SIZE]; /* copy of the current leaf */
 	int pos;                 /* entry slot in the copy */
+	int nslots;              /* of the copy */
 	bool valid;
+	const char *key; /* the current key, in the copy (valid only) */
+	uint16_t klen;
 	const char *val; /* the current value: in the copy, or vbuf */
 	size_t vlen;
 	char *vbuf;
@@ -73,8 +76,8 @@ static int try_right(kv_iter *it, const kv_key *high, bool *done)
 		return rc;
 	buf_lock(buf, false);
 	const char *page = buf_page(buf);
-	if (kvp_type(page) == KV_PT_NODE && kvp_sane(page) && kvp_nslots(page) >= KV_FIRST_SLOT &&
-	    kvp_special(page).level == 0) {
+	if (kvp_type(page) == KV_PT_NODE && kvp_sane_header(page) &&
+	    kvp_nslots(page) >= KV_FIRST_SLOT && kvp_special(page).level == 0) {
 		kv_key low = kvn_low(page);
 		if (same_key(&low, high)) {
 			memcpy(it->leaf, page, WR_PAGE_SIZE);
@@ -165,9 +168,13 @@ static int settle_once(kv_iter *it, int dir)
 {
 	for (;;) {
 		int n = kvp_nslots(it->leaf);
+		it->nslots = n;
 		if (it->pos >= KV_FIRST_SLOT && it->pos < n) {
 			if (out_of_range(it, dir))
 				return WALRUS_OK;
+			kv_key k = cur_key(it);
+			it->key = k.p;
+			it->klen = k.len;
 			it->valid = true;
 			return load_value(it);
 		}
@@ -291,9 +298,35 @@ int kv_iter_seek_last(kv_iter *it)
 	return settle(it, BACK);
 }
 
+/*
+ * A scan spends most of its calls here: stepping within the copy needs
+ * neither the pool nor a lock, only a decode of the next entry.
+ */
+bool kv_iter_next_local(kv_iter *it)
+{
+	int pos = it->pos + 1;
+	if (!it->valid || pos >= it->nslots)
+		return false;
+	uint16_t len;
+	const char *item = kvp_item(it->leaf, pos, &len);
+	kv_leaf_ent e;
+	if (!kvl_decode(item, len, &e) || e.kind != KV_INLINE)
+		return false;
+	if (it->has_hi && kv_cmp(e.key, e.klen, it->hi, it->hil) >= 0)
+		return false;
+	it->pos = pos;
+	it->key = e.key;
+	it->klen = e.klen;
+	it->val = e.val;
+	it->vlen = e.vlen;
+	return true;
+}
+
 int kv_iter_next(kv_iter *it)
 {
 	if (!it->valid)
+		return WALRUS_OK;
+	if (kv_iter_next_local(it))
 		return WALRUS_OK;
 	it->pos++;
 	return settle(it, FWD);
@@ -314,9 +347,8 @@ bool kv_iter_valid(const kv_iter *it)
 
 void kv_iter_key(const kv_iter *it, const void **k, size_t *kl)
 {
-	kv_key key = cur_key(it);
-	*k = key.p;
-	*kl = key.len;
+	*k = it->key;
+	*kl = it->klen;
 }
 
 void kv_iter_value(const kv_iter *it, const void **v, size_t *vl)

@@ -19,39 +19,11 @@
 #define HDR_LOWER offsetof(wr_page_header, lower)
 #define HDR_UPPER offsetof(wr_page_header, upper)
 
-int kv_cmp(const void *a, size_t al, const void *b, size_t bl)
-{
-	int c = memcmp(a, b, WR_MIN(al, bl));
-	if (c != 0)
-		return c;
-	return al < bl ? -1 : al > bl ? 1 : 0;
-}
-
 /* ---------------------------------------------------------------- slotted page */
-
-wr_page_header kvp_header(const char *page)
-{
-	wr_page_header h;
-	memcpy(&h, page, sizeof(h));
-	return h;
-}
 
 static void set_u16(char *page, size_t off, uint16_t v)
 {
 	memcpy(page + off, &v, sizeof(v));
-}
-
-int kvp_nslots(const char *page)
-{
-	wr_page_header h = kvp_header(page);
-	return h.lower > WR_PAGE_HEADER_SIZE ? (h.lower - WR_PAGE_HEADER_SIZE) / KV_LP_SIZE : 0;
-}
-
-static kv_lp get_lp(const char *page, int slot)
-{
-	kv_lp lp;
-	memcpy(&lp, page + WR_PAGE_HEADER_SIZE + (size_t)slot * KV_LP_SIZE, sizeof(lp));
-	return lp;
 }
 
 static void put_lp(char *page, int slot, kv_lp lp)
@@ -59,18 +31,11 @@ static void put_lp(char *page, int slot, kv_lp lp)
 	memcpy(page + WR_PAGE_HEADER_SIZE + (size_t)slot * KV_LP_SIZE, &lp, sizeof(lp));
 }
 
-const char *kvp_item(const char *page, int slot, uint16_t *len)
-{
-	kv_lp lp = get_lp(page, slot);
-	*len = lp.len;
-	return page + lp.off;
-}
-
 static int live_bytes(const char *page)
 {
 	int n = kvp_nslots(page), sum = 0;
 	for (int i = 0; i < n; i++)
-		sum += get_lp(page, i).len;
+		sum += kvp_lp(page, i).len;
 	return sum;
 }
 
@@ -89,7 +54,7 @@ void kvp_compact(char *page)
 	uint16_t upper = h.special;
 	memcpy(tmp, page, WR_PAGE_SIZE);
 	for (int i = 0; i < n; i++) {
-		kv_lp lp = get_lp(tmp, i);
+		kv_lp lp = kvp_lp(tmp, i);
 		upper = (uint16_t)(upper - lp.len);
 		memcpy(page + upper, tmp + lp.off, lp.len);
 		lp.off = upper;
@@ -151,7 +116,7 @@ void kvp_delete(char *page, int slot)
 
 bool kvp_replace(char *page, int slot, const void *item, uint16_t len)
 {
-	kv_lp lp = get_lp(page, slot);
+	kv_lp lp = kvp_lp(page, slot);
 	if (len <= lp.len) {
 		if (len > 0)
 			memmove(page + lp.off, item, len); /* item may point into the page */
@@ -186,28 +151,16 @@ bool kvp_sane(const char *page)
 		return false;
 	int n = kvp_nslots(page);
 	for (int i = 0; i < n; i++) {
-		kv_lp lp = get_lp(page, i);
+		kv_lp lp = kvp_lp(page, i);
 		if (lp.off < h.upper || lp.off + lp.len > h.special)
 			return false;
 	}
 	return true;
 }
 
-kv_special kvp_special(const char *page)
-{
-	kv_special s;
-	memcpy(&s, page + KV_SPECIAL_OFF, sizeof(s));
-	return s;
-}
-
 void kvp_set_special(char *page, const kv_special *s)
 {
 	memcpy(page + KV_SPECIAL_OFF, s, sizeof(*s));
-}
-
-uint8_t kvp_type(const char *page)
-{
-	return kvp_header(page).type;
 }
 
 /* ---------------------------------------------------------------- nodes */
@@ -222,49 +175,6 @@ void kvn_init(char *page, uint16_t level, uint16_t flags, wr_blkno left, wr_blkn
 	kvp_set_special(page, &s);
 	kvp_insert(page, 0, low->p, low->inf ? 0 : low->len);
 	kvp_insert(page, 1, high->p, high->inf ? 0 : high->len);
-}
-
-static kv_key fence(const char *page, int slot, uint16_t inf_flag)
-{
-	kv_key k;
-	k.p = kvp_item(page, slot, &k.len);
-	k.inf = (kvp_special(page).flags & inf_flag) != 0;
-	return k;
-}
-
-kv_key kvn_low(const char *page)
-{
-	return fence(page, 0, KVN_LOW_INF);
-}
-
-kv_key kvn_high(const char *page)
-{
-	return fence(page, 1, KVN_HIGH_INF);
-}
-
-int kvn_nentries(const char *page)
-{
-	int n = kvp_nslots(page) - KV_FIRST_SLOT;
-	return n > 0 ? n : 0;
-}
-
-/* The key of entry @slot, clamped to the item (a damaged page never leads a read astray). */
-kv_key kvn_entry_key(const char *page, int slot)
-{
-	uint16_t len;
-	const char *item = kvp_item(page, slot, &len);
-	kv_key k = {.inf = false};
-	if (kvp_special(page).level == 0) {
-		uint16_t kl = 0;
-		if (len >= KV_LEAF_HDR)
-			memcpy(&kl, item, sizeof(kl));
-		k.p = item + KV_LEAF_HDR;
-		k.len = len >= KV_LEAF_HDR ? (uint16_t)WR_MIN(kl, len - KV_LEAF_HDR) : 0;
-	} else {
-		k.p = item + KV_INNER_HDR;
-		k.len = len >= KV_INNER_HDR ? (uint16_t)(len - KV_INNER_HDR) : 0;
-	}
-	return k;
 }
 
 bool kvn_entries_sane(const char *page)
@@ -283,13 +193,38 @@ bool kvn_entries_sane(const char *page)
 	return true;
 }
 
+/*
+ * The searches below run on pages that are mostly not in the CPU's caches (a
+ * get lands on a random leaf), and each probe's item is a miss that depends
+ * on the previous compare.  Before comparing, a probe starts loading the
+ * items of both probes that can come next, so the next miss overlaps this
+ * one; the line pointers it reads for that are independent of the compare.
+ */
+static inline void prefetch_item(const char *page, int slot)
+{
+	kv_lp lp = kvp_lp(page, slot);
+	__builtin_prefetch(page + (lp.off < KV_SPECIAL_OFF ? lp.off : 0));
+}
+
+static inline void prefetch_next(const char *page, int lo, int mid, int hi)
+{
+	if (mid > lo)
+		prefetch_item(page, lo + (mid - lo) / 2);
+	if (hi - mid > 1)
+		prefetch_item(page, mid + 1 + (hi - mid - 1) / 2);
+}
+
+/* The level is looked at once, not per probe: the two loops differ only in how
+ * an entry's key is found. */
 int kvn_lower_bound(const char *page, const void *k, size_t kl, bool *eq)
 {
 	int lo = KV_FIRST_SLOT, hi = kvp_nslots(page);
+	bool leaf = kvp_special(page).level == 0;
 	*eq = false;
 	while (lo < hi) {
 		int mid = lo + (hi - lo) / 2;
-		kv_key e = kvn_entry_key(page, mid);
+		prefetch_next(page, lo, mid, hi);
+		kv_key e = leaf ? kvn_leaf_key(page, mid) : kvn_inner_key(page, mid);
 		int c = kv_cmp(e.p, e.len, k, kl);
 		if (c < 0) {
 			lo = mid + 1;
@@ -314,7 +249,8 @@ int kvn_child_slot(const char *page, const kv_key *k, bool before)
 		return hi - 1;
 	while (lo < hi) {
 		int mid = lo + (hi - lo) / 2;
-		kv_key e = kvn_entry_key(page, mid);
+		prefetch_next(page, lo, mid, hi);
+		kv_key e = kvn_inner_key(page, mid);
 		int c = kv_cmp(e.p, e.len, k->p, k->len);
 		if (c < 0 || (c == 0 && !before))
 			lo = mid + 1;
@@ -324,43 +260,11 @@ int kvn_child_slot(const char *page, const kv_key *k, bool before)
 	return lo - 1;
 }
 
-wr_blkno kvn_child(const char *page, int slot)
-{
-	uint16_t len;
-	uint32_t child;
-	memcpy(&child, kvp_item(page, slot, &len), sizeof(child));
-	return child;
-}
-
 /* ---------------------------------------------------------------- entries */
 
 bool kvl_fits_inline(size_t kl, size_t vl)
 {
 	return KV_LEAF_HDR + kl + vl + KV_LP_SIZE <= KV_LEAF_ITEM_MAX;
-}
-
-bool kvl_decode(const char *item, uint16_t len, kv_leaf_ent *e)
-{
-	if (len < KV_LEAF_HDR)
-		return false;
-	memcpy(&e->klen, item, sizeof(e->klen));
-	e->kind = (uint8_t)item[2];
-	e->key = item + KV_LEAF_HDR;
-	if ((uint32_t)KV_LEAF_HDR + e->klen > len || e->klen == 0 || e->klen > KV_MAX_KEY)
-		return false;
-	const char *rest = e->key + e->klen;
-	uint32_t rlen = len - KV_LEAF_HDR - e->klen;
-	if (e->kind == KV_INLINE) {
-		e->val = rest;
-		e->vlen = rlen;
-		return true;
-	}
-	if (e->kind != KV_OVERFLOW || rlen != KV_OVF_REF_SIZE)
-		return false;
-	memcpy(&e->ref, rest, sizeof(e->ref));
-	e->val = NULL;
-	e->vlen = e->ref.vlen;
-	return true;
 }
 
 static uint16_t leaf_head(char *out, const void *k, uint16_t kl, uint8_t kind)

@@ -22,6 +22,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "buffer/buffer.h"
 #include "kv/kv_int.h"
@@ -30,6 +31,7 @@
 #define KV_MAX_MOVES    100000 /* right-moves within one descent */
 
 kv_shared *kv_sh;
+unsigned kv_get_stripe;
 
 /* ---------------------------------------------------------------- region */
 
@@ -38,8 +40,76 @@ size_t kv_shmem_size(void)
 	return sizeof(kv_shared);
 }
 
+/*
+ * This process's copies of internal nodes, taken under their share locks
+ * (at most one per slot, by block number; allocated on first use).  Descents
+ * read a node's copy instead of pinning and locking it: every get pinned and
+ * locked the root and a node of the level below, and concurrent readers on
+ * other CPUs kept taking those descriptors and locks from each other.
+ *
+ * Why a copy of any age is safe: to a descent it is the node read by a
+ * reader that was then delayed, which B-link descents tolerate already (one
+ * lock at a time, nothing trusted but the page in hand).  Leaves are always
+ * read live, under their share lock, and a leaf decides alone whether it
+ * holds the key: a key below its low fence (or a free page, or a page of
+ * another level) restarts the descent from the meta page with no copies,
+ * and one at or past its high fence moves right along the live level.
+ * Every state a copy can hold was the node's while its share lock was held,
+ * so never part of a batch in progress (or undone).  The copies are dropped
+ * at attach: after a crash restart they may name pages that recovery never
+ * rebuilt.
+ *
+ * Freshness only: a copy is dropped when the page it led to was not the one
+ * for the key (a move right or a restart: its downlinks no longer match the
+ * level below) or when it does not cover the key, and retaken by the next
+ * descent that reads the node itself; a restart retakes every copy on its
+ * path.
+ */
+#define KV_NODE_COPIES 256
+
+typedef struct node_copy {
+	wr_blkno blk; /* WR_INVALID_BLKNO: empty */
+	int level;
+	char page[WR_PAGE_SIZE];
+} node_copy;
+
+static node_copy *node_copies[KV_NODE_COPIES];
+
+static void copies_reset(void)
+{
+	for (int i = 0; i < KV_NODE_COPIES; i++)
+		if (node_copies[i] != NULL)
+			node_copies[i]->blk = WR_INVALID_BLKNO;
+}
+
+static const node_copy *copy_find(wr_blkno blk, int level)
+{
+	const node_copy *c = node_copies[blk % KV_NODE_COPIES];
+	return c != NULL && c->blk == blk && c->level == level ? c : NULL;
+}
+
+static void copy_drop(wr_blkno blk)
+{
+	node_copy *c = node_copies[blk % KV_NODE_COPIES];
+	if (c != NULL && c->blk == blk)
+		c->blk = WR_INVALID_BLKNO;
+}
+
+/* Out of memory only means no copy: the node is read under its lock. */
+static void copy_take(wr_blkno blk, int level, const char *page)
+{
+	node_copy **slot = &node_copies[blk % KV_NODE_COPIES];
+	if (*slot == NULL && (*slot = malloc(sizeof(node_copy))) == NULL)
+		return;
+	memcpy((*slot)->page, page, WR_PAGE_SIZE);
+	(*slot)->blk = blk;
+	(*slot)->level = level;
+}
+
 int kv_shmem_init(void)
 {
+	copies_reset();
+	kv_get_stripe = (unsigned)getpid() % KV_GET_STRIPES;
 	kv_sh = shm_alloc("kv", sizeof(kv_shared));
 	if (kv_sh == NULL)
 		return wr_error(WALRUS_ENOMEM, "no room for region \"kv\" in shared memory");
@@ -49,6 +119,8 @@ int kv_shmem_init(void)
 
 int kv_attach(void)
 {
+	copies_reset();
+	kv_get_stripe = (unsigned)getpid() % KV_GET_STRIPES;
 	kv_sh = shm_lookup("kv", NULL);
 	if (kv_sh == NULL)
 		return wr_error(WALRUS_EPROTO, "shared memory has no \"kv\" region");
@@ -128,10 +200,16 @@ static bool past_high(const kv_key *high, const kv_key *k, int mode)
 	return k->inf || kv_cmp(k->p, k->len, high->p, high->len) > 0;
 }
 
-/* Whether @page is the node of @level covering @k, lies left of it, or is not usable. */
+/*
+ * Whether @page is the node of @level covering @k, lies left of it, or is not
+ * usable.  Only the header is checked (kvp_sane_header), not every line
+ * pointer: that loop cost a third of a get, and the accessors clamp what
+ * they read.
+ */
 static int locate(const char *page, int level, const kv_key *k, int mode)
 {
-	if (kvp_type(page) != KV_PT_NODE || !kvp_sane(page) || kvp_nslots(page) < KV_FIRST_SLOT)
+	if (kvp_type(page) != KV_PT_NODE || !kvp_sane_header(page) ||
+	    kvp_nslots(page) < KV_FIRST_SLOT)
 		return AT_RESTART;
 	kv_special s = kvp_special(page);
 	if (s.level != level || (level > 0 && kvn_nentries(page) == 0))
@@ -151,30 +229,66 @@ static wr_blkno pick_child(const char *page, const kv_key *k, int mode)
 	return kvn_child(page, kvn_child_slot(page, k, mode == KV_SEEK_LT));
 }
 
-/* One try from the root; KV_RETRY when the tree changed under us. */
+/*
+ * The child of internal node @blk (at @level) for @k from this process's copy
+ * of it, or WR_INVALID_BLKNO when there is no copy or it does not cover @k
+ * (then the copy is dropped and the node read).
+ */
+static wr_blkno child_from_copy(wr_blkno blk, int level, const kv_key *k, int mode)
+{
+	const node_copy *c = copy_find(blk, level);
+	if (c == NULL)
+		return WR_INVALID_BLKNO;
+	wr_blkno child = locate(c->page, level, k, mode) == AT_HERE ? pick_child(c->page, k, mode)
+	                                                            : WR_INVALID_BLKNO;
+	if (child == WR_INVALID_BLKNO)
+		copy_drop(blk);
+	return child;
+}
+
+/* One try from the root; KV_RETRY when the tree changed under us.  A retry
+ * (@use_meta) reads every node itself. */
 static int descend_once(const kv_key *k, int mode, bool use_meta, kv_rpage *out)
 {
-	wr_blkno blk;
+	wr_blkno blk, via = WR_INVALID_BLKNO; /* the copy that led to blk */
 	int level, moves = 0;
 	int rc = start_point(use_meta, &blk, &level);
 	while (rc == WALRUS_OK) {
+		wr_blkno child = use_meta || level == 0 ? WR_INVALID_BLKNO
+		                                        : child_from_copy(blk, level, k, mode);
+		if (child != WR_INVALID_BLKNO) {
+			via = blk;
+			blk = child;
+			level--;
+			continue;
+		}
 		int buf;
 		rc = buf_read(KV_REL, blk, &buf);
 		if (rc != WALRUS_OK)
 			break;
-		buf_lock(buf, false);
 		const char *page = buf_page(buf);
+		/* The first line pointers (a leaf's all), while the lock is taken. */
+		for (int off = 64; off <= 256; off += 64)
+			__builtin_prefetch(page + off);
+		buf_lock(buf, false);
 		int where = locate(page, level, k, mode);
 		if (where == AT_HERE && level == 0) {
 			*out = (kv_rpage){.buf = buf, .blk = blk, .page = page};
 			return WALRUS_OK;
 		}
+		if (where == AT_HERE)
+			copy_take(blk, level, page);
+		if (where != AT_HERE && via != WR_INVALID_BLKNO)
+			copy_drop(via);
+		via = WR_INVALID_BLKNO;
 		wr_blkno next = where == AT_RIGHT  ? kvp_special(page).right
 		                : where == AT_HERE ? pick_child(page, k, mode)
 		                                   : WR_INVALID_BLKNO;
 		buf_unlock(buf);
 		buf_release(buf);
-		if (where == AT_RESTART || (where == AT_RIGHT && ++moves > KV_MAX_MOVES))
+		/* No link to follow (a damaged entry or sibling link): start over. */
+		if (where == AT_RESTART || next == WR_INVALID_BLKNO ||
+		    (where == AT_RIGHT && ++moves > KV_MAX_MOVES))
 			return KV_RETRY;
 		if (where == AT_HERE)
 			level--;
@@ -319,7 +433,7 @@ static int lookup(const void *k, size_t kl, get_dst *d)
 	int rc = kv_check_key(kl);
 	if (rc != WALRUS_OK)
 		return rc;
-	atomic_fetch_add_explicit(&kv_sh->gets, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&kv_sh->gets[kv_get_stripe].n, 1, memory_order_relaxed);
 	for (int tries = 0; tries < KV_MAX_RESTARTS; tries++) {
 		rc = lookup_once(k, kl, d);
 		if (rc != KV_RETRY)
@@ -502,7 +616,8 @@ void kv_get_stats(kv_stats *s)
 	memset(s, 0, sizeof(*s));
 	if (kv_sh == NULL)
 		return;
-	s->gets = atomic_load(&kv_sh->gets);
+	for (int i = 0; i < KV_GET_STRIPES; i++)
+		s->gets += atomic_load(&kv_sh->gets[i].n);
 	s->puts = atomic_load(&kv_sh->puts);
 	s->deletes = atomic_load(&kv_sh->deletes);
 	s->batches = atomic_load(&kv_sh->batches);
