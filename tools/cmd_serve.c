@@ -2,8 +2,9 @@
  * cmd_serve.c - `walrus serve`: the RESP server, or the supervisor alone.
  *
  * With any server option (--port, --bind, --unix, --no-tcp, --requirepass,
- * --idle-timeout, --resp) it runs the RESP server of src/server (server.h):
- * one process that accepts connections and forks a backend per connection.
+ * --idle-timeout, --backends, --resp) it runs the RESP server of src/server
+ * (server.h): one process that accepts connections and hands them to a pool
+ * of backend processes (or forks a backend per connection: --backends 0).
  * Without, it runs the instance's supervisor in the foreground, as
  * `postgres -D DIR` runs the postmaster (tests and scripts rely on that
  * form: its pid is the supervisor's).  Both stop on SIGTERM or SIGINT after
@@ -20,7 +21,8 @@
 
 static const char usage[] =
     "usage: walrus -D DIR serve [--port P] [--bind ADDR] [--unix PATH|none] [--no-tcp]\n"
-    "                           [--requirepass PW] [--idle-timeout S] [--resp]\n"
+    "                           [--requirepass PW] [--idle-timeout S] [--backends N]\n"
+    "                           [--resp]\n"
     "       walrus -D DIR serve          (no option: the supervisor alone)\n\n"
     "RESP server (Redis protocol; redis-cli and Redis client libraries work):\n"
     "  --port P          TCP port (default 6379; 0 picks a free port, printed)\n"
@@ -30,9 +32,12 @@ static const char usage[] =
     "                    0700 directory); \"none\" for no Unix socket\n"
     "  --requirepass PW  clients must AUTH first\n"
     "  --idle-timeout S  close connections idle S seconds (default 0: never)\n"
+    "  --backends N      N backend processes, each serving many connections with\n"
+    "                    epoll (default: 2 per online CPU, at most 64); 0: one\n"
+    "                    backend process per connection\n"
     "  --resp            the RESP server with every default\n\n"
-    "One backend process per connection, at most max_connections - 1 (-o\n"
-    "max_connections=N).  Writes are acknowledged once durable when\n"
+    "At most max_connections - 1 clients (-o max_connections=N); the pool\n"
+    "backends hold one attachment each.  Writes are acknowledged once durable when\n"
     "synchronous_commit=on (the default; -o synchronous_commit=off acknowledges\n"
     "at once).  SIGTERM: clean shutdown (requests under way finish); SIGINT:\n"
     "fast shutdown (connections dropped).  Prints \"walrus serve: RESP on ADDR\n"
@@ -75,6 +80,8 @@ static bool server_option(srv_config *cfg, int argc, char **argv, int *i, bool *
 		cfg->requirepass = v;
 	else if (strcmp(o, "--idle-timeout") == 0 && parse_int(v, 0, 86400L * 365, &n))
 		cfg->idle_ms = (int64_t)n * 1000;
+	else if (strcmp(o, "--backends") == 0 && parse_int(v, 0, SRV_MAX_POOL, &n))
+		cfg->backends = (int)n;
 	else
 		return false;
 	return true;
@@ -118,7 +125,7 @@ static int run_server(tool_ctx *ctx, srv_config *cfg, bool default_unix)
 
 int cmd_serve(tool_ctx *ctx, int argc, char **argv)
 {
-	srv_config cfg = {.tcp = true, .bind = "127.0.0.1", .port = 6379};
+	srv_config cfg = {.tcp = true, .bind = "127.0.0.1", .port = 6379, .backends = -1};
 	bool default_unix = true;
 	if (tool_wants_help(argc, argv)) {
 		fputs(usage, stdout);

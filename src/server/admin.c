@@ -166,8 +166,9 @@ static void info_server(info_ctx *c, srv_session *s)
 	      sh ? (unsigned long long)((wr_wall_us() - sh->start_us) / 1000000) : 0ULL);
 	field(c, "data_directory", "%s", s->cfg->dir);
 	field(c, "synchronous_commit", "%s", s->cfg->sync ? "on" : "off");
+	field(c, "backends", "%d", s->cfg->backends); /* 0: one process per connection */
 	section(c, "clients");
-	field(c, "connected_clients", "%u", sh ? (unsigned)atomic_load(&sh->clients) : 1u);
+	field(c, "connected_clients", "%u", (unsigned)srv_clients(s->cfg));
 	field(c, "maxclients", "%ld", s->cfg->max_clients);
 	section(c, "stats");
 	field(c, "total_connections_received", "%llu",
@@ -326,7 +327,7 @@ static void hello_reply(srv_session *s)
 	resp_add_cstr(s->out, "proto");
 	resp_add_int(s->out, s->proto);
 	resp_add_cstr(s->out, "id");
-	resp_add_int(s->out, (long long)getpid());
+	resp_add_int(s->out, (long long)s->client_id);
 	resp_add_cstr(s->out, "mode");
 	resp_add_cstr(s->out, "standalone");
 	resp_add_cstr(s->out, "role");
@@ -395,7 +396,7 @@ void srv_cmd_command(srv_session *s, const resp_arg *argv, size_t argc)
 void srv_cmd_client(srv_session *s, const resp_arg *argv, size_t argc)
 {
 	if (resp_arg_is(&argv[1], "id"))
-		resp_add_int(s->out, (long long)getpid());
+		resp_add_int(s->out, (long long)s->client_id);
 	else if (resp_arg_is(&argv[1], "getname"))
 		resp_add_null(s->out, s->proto);
 	else if ((resp_arg_is(&argv[1], "setname") && argc == 3) ||

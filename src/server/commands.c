@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/common.h"
 
@@ -44,6 +45,7 @@ void srv_session_init(srv_session *s, const srv_config *cfg, resp_buf *out)
 	s->out = out;
 	s->proto = 2;
 	s->authed = cfg->requirepass == NULL;
+	s->client_id = (uint64_t)getpid();
 }
 
 void srv_session_free(srv_session *s)
@@ -54,13 +56,23 @@ void srv_session_free(srv_session *s)
 	srv_tx_clear(s);
 	free(s->tx);
 	free(s->val);
-	if (s->db != NULL)
+	if (s->db != NULL && s->shared == NULL)
 		(void)walrus_close(s->db);
 	s->db = NULL;
 }
 
 int srv_session_open(srv_session *s)
 {
+	if (s->shared != NULL) {
+		/* only the pool loop reopens a shared handle, between iterations:
+		 * writes of this iteration made on the old one must fail their
+		 * barrier, not be covered by a flush of the new instance's WAL */
+		s->db = s->shared->db;
+		s->db_dead = s->shared->dead || s->db == NULL;
+		if (!s->db_dead)
+			return WALRUS_OK;
+		return wr_error(WALRUS_ERESTART, "the instance restarted; reattaching");
+	}
 	if (s->db != NULL && !s->db_dead)
 		return WALRUS_OK;
 	if (s->db != NULL)
@@ -323,6 +335,10 @@ static void run(srv_session *s, const resp_arg *argv, size_t argc)
 	}
 	if (c->flags & CMD_DB) {
 		int rc = srv_session_open(s);
+		if (rc == WALRUS_ERESTART) {
+			srv_reply_engine_error(s, rc); /* "retry it" */
+			return;
+		}
 		if (rc != WALRUS_OK) {
 			resp_add_error(s->out, "ERR could not open the database: %s",
 			               walrus_errmsg()[0] ? walrus_errmsg() : walrus_strerror(rc));
@@ -367,10 +383,15 @@ void srv_reply_error(srv_session *s, const char *text)
 void srv_barrier(srv_session *s)
 {
 	srv_group_flush(s);
+	if (s->unsynced)
+		srv_barrier_result(s, s->db != NULL ? srv_wal_sync(s->db) : WALRUS_EINVAL);
+}
+
+void srv_barrier_result(srv_session *s, int rc)
+{
 	if (!s->unsynced)
 		return;
 	s->unsynced = false;
-	int rc = s->db != NULL ? srv_wal_sync(s->db) : WALRUS_EINVAL;
 	if (rc == WALRUS_OK)
 		return;
 	char msg[256];

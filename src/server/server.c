@@ -1,6 +1,7 @@
 /*
- * server.c - the server process: listening sockets, the accept loop, one
- * forked backend per connection, signals, reaping, shutdown.
+ * server.c - the server process: listening sockets, the accept loop, the
+ * backends (a pool, or one forked per connection), signals, reaping,
+ * shutdown.
  *
  * Interface: srv_run().
  *
@@ -13,6 +14,19 @@
  * restarted (a crash restart leaves the server a dead handle like any other
  * backend).
  *
+ * Pool mode (cfg->backends > 0): the pool backends are forked at start,
+ * each with a socket pair; the server accepts every connection itself and
+ * sends its fd (SCM_RIGHTS) to the pool backend with the fewest
+ * connections.  Chosen over pool backends sharing the listening sockets
+ * (EPOLLEXCLUSIVE): the server keeps the one count of clients that
+ * max_clients needs, spreads connections evenly (exclusive wake-ups favour
+ * whichever process waits first, which piles connections on one process),
+ * and the listeners and the Unix socket file stay with the process that
+ * removes them at shutdown.  A pool backend that dies (its connections
+ * drop with it; the instance crash-restarts) is forked again at once, or
+ * after a second when it died young (so a backend that cannot start does
+ * not spin).
+ *
  * A backend is forked with the listening sockets closed in it; it inherits
  * the server's attachment, which walrus_open() in the child drops (see
  * "fork() in the application" in docs/architecture.md): the server's
@@ -22,6 +36,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
@@ -38,11 +53,13 @@
 
 #include "common/common.h"
 #include "engine/engine.h"
+#include "ipc/ipc.h"
 
 #define SRV_BACKLOG       511
 #define SRV_TICK_MS       1000
-#define SRV_STOP_WAIT_MS  30000 /* backends' time to finish before SIGKILL */
-#define SRV_INSTANCE_WAIT 60    /* s: the final checkpoint, beyond supervisor_linger */
+#define SRV_STOP_WAIT_MS  30000         /* backends' time to finish before SIGKILL */
+#define SRV_INSTANCE_WAIT 60            /* s: the final checkpoint, beyond supervisor_linger */
+#define SRV_RESPAWN_NS    1000000000ull /* a pool backend that died younger waits this */
 
 static volatile sig_atomic_t sig_term, sig_int;
 
@@ -58,9 +75,15 @@ typedef struct srv_state {
 	srv_config *cfg;
 	walrus *db;
 	int tcp_fd, unix_fd;
-	pid_t *kids;
+	pid_t *kids; /* every backend, pool or per connection */
 	long nkids;
 	sigset_t waitmask;
+	struct pool_slot {
+		pid_t pid;           /* 0: not running */
+		int chan;            /* our end of its socket pair; -1 */
+		uint64_t born_ns;    /* when it was forked */
+		uint64_t respawn_ns; /* when to fork it again (not running) */
+	} pool[SRV_MAX_POOL];
 } srv_state;
 
 /* ---------------------------------------------------------------- setup */
@@ -253,6 +276,19 @@ static void reap(srv_state *st)
 				break;
 			}
 		}
+		for (int i = 0; i < st->cfg->backends; i++) {
+			struct pool_slot *ps = &st->pool[i];
+			if (ps->pid != pid)
+				continue;
+			/* its connections died with it */
+			close(ps->chan);
+			ps->chan = -1;
+			ps->pid = 0;
+			atomic_store(&st->cfg->sh->pool_conns[i], 0);
+			uint64_t now = wr_now_ns();
+			ps->respawn_ns =
+			    now - ps->born_ns < SRV_RESPAWN_NS ? now + SRV_RESPAWN_NS : now;
+		}
 		if (WIFSIGNALED(status))
 			fprintf(stderr, "walrus serve: backend %d was killed by signal %d (%s)\n",
 			        (int)pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
@@ -260,7 +296,8 @@ static void reap(srv_state *st)
 			fprintf(stderr, "walrus serve: backend %d exited with code %d\n", (int)pid,
 			        WEXITSTATUS(status));
 	}
-	atomic_store(&st->cfg->sh->clients, (uint32_t)st->nkids);
+	if (st->cfg->backends == 0)
+		atomic_store(&st->cfg->sh->clients, (uint32_t)st->nkids);
 }
 
 static void refuse(srv_state *st, int fd, const char *why)
@@ -286,15 +323,24 @@ static _Noreturn void backend_exit(int code)
 	_exit(code);
 }
 
+/* In a forked backend: the server's own fds go (fork does not exec: no O_CLOEXEC help). */
+static void close_server_fds(srv_state *st)
+{
+	if (st->tcp_fd >= 0)
+		close(st->tcp_fd);
+	if (st->unix_fd >= 0)
+		close(st->unix_fd);
+	for (int i = 0; i < st->cfg->backends; i++)
+		if (st->pool[i].chan >= 0)
+			close(st->pool[i].chan);
+}
+
 static void spawn(srv_state *st, int fd)
 {
 	fflush(NULL); /* nothing buffered may be written twice */
 	pid_t pid = fork();
 	if (pid == 0) {
-		if (st->tcp_fd >= 0)
-			close(st->tcp_fd);
-		if (st->unix_fd >= 0)
-			close(st->unix_fd);
+		close_server_fds(st);
 		backend_exit(srv_backend(st->cfg, fd));
 	}
 	if (pid < 0) {
@@ -305,10 +351,86 @@ static void spawn(srv_state *st, int fd)
 	atomic_store(&st->cfg->sh->clients, (uint32_t)st->nkids);
 }
 
+/* Forks pool backend @i with a fresh socket pair; false when it could not. */
+static bool spawn_pool(srv_state *st, int i)
+{
+	struct pool_slot *ps = &st->pool[i];
+	int sv[2];
+	if (ipc_socketpair(sv) != WALRUS_OK) {
+		fprintf(stderr, "walrus serve: %s\n", walrus_errmsg());
+		ps->respawn_ns = wr_now_ns() + SRV_RESPAWN_NS;
+		return false;
+	}
+	fflush(NULL); /* nothing buffered may be written twice */
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(sv[0]);
+		close_server_fds(st);
+		backend_exit(srv_pool_backend(st->cfg, i, sv[1]));
+	}
+	close(sv[1]);
+	if (pid < 0) {
+		fprintf(stderr, "walrus serve: could not fork pool backend %d: %s\n", i,
+		        strerror(errno));
+		close(sv[0]);
+		ps->respawn_ns = wr_now_ns() + SRV_RESPAWN_NS;
+		return false;
+	}
+	/* a backend that does not take its connections must not stall the accept loop */
+	int fl = fcntl(sv[0], F_GETFL);
+	if (fl < 0 || fcntl(sv[0], F_SETFL, fl | O_NONBLOCK) != 0)
+		fprintf(stderr, "walrus serve: fcntl: %s\n", strerror(errno));
+	ps->pid = pid;
+	ps->chan = sv[0];
+	ps->born_ns = wr_now_ns();
+	st->kids[st->nkids++] = pid;
+	return true;
+}
+
+/* Forks the pool backends that are due (at start, or after one died). */
+static void spawn_pool_due(srv_state *st)
+{
+	uint64_t now = wr_now_ns();
+	for (int i = 0; i < st->cfg->backends; i++)
+		if (st->pool[i].pid == 0 && st->pool[i].respawn_ns <= now)
+			(void)spawn_pool(st, i);
+}
+
+/* Gives @fd to the pool backend with the fewest connections (trying the others if it fails). */
+static void hand_off(srv_state *st, int fd, uint64_t id)
+{
+	srv_shared *sh = st->cfg->sh;
+	bool tried[SRV_MAX_POOL] = {false};
+	for (;;) {
+		int best = -1;
+		uint32_t least = UINT32_MAX;
+		for (int i = 0; i < st->cfg->backends; i++) {
+			uint32_t n = atomic_load(&sh->pool_conns[i]);
+			if (st->pool[i].pid != 0 && !tried[i] && n < least) {
+				best = i;
+				least = n;
+			}
+		}
+		if (best < 0) {
+			refuse(st, fd, "no backend process could take the connection");
+			return;
+		}
+		tried[best] = true;
+		/* counted before it is sent: the backend subtracts when it closes */
+		atomic_fetch_add(&sh->pool_conns[best], 1);
+		if (ipc_send(st->pool[best].chan, &id, sizeof(id), &fd, 1) == WALRUS_OK)
+			return;
+		atomic_fetch_sub(&sh->pool_conns[best], 1);
+		fprintf(stderr, "walrus serve: pool backend %d: %s\n", best, walrus_errmsg());
+	}
+}
+
 static void accept_all(srv_state *st, int lfd)
 {
+	bool pool = st->cfg->backends > 0;
 	for (;;) {
-		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+		/* non-blocking for the pool's event loops (the flag travels with the fd) */
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | (pool ? SOCK_NONBLOCK : 0));
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
 				continue;
@@ -320,9 +442,12 @@ static void accept_all(srv_state *st, int lfd)
 			}
 			return;
 		}
-		atomic_fetch_add(&st->cfg->sh->connections, 1);
-		if (st->nkids >= st->cfg->max_clients)
+		uint64_t id = atomic_fetch_add(&st->cfg->sh->connections, 1) + 1;
+		if (pool ? srv_clients(st->cfg) >= (uint32_t)st->cfg->max_clients
+		         : st->nkids >= st->cfg->max_clients)
 			refuse(st, fd, NULL);
+		else if (pool)
+			hand_off(st, fd, id);
 		else
 			spawn(st, fd);
 		close(fd);
@@ -356,19 +481,6 @@ static void check_db(srv_state *st)
 		st->db = NULL; /* tried again at the next tick */
 }
 
-/* Other processes attached to the instance (not this one): then it will not stop with us. */
-static int others_attached(void)
-{
-	engine_shared *e = engine_sh();
-	wr_proc *procs = engine_procs();
-	int n = 0;
-	for (uint32_t i = WR_AUX_NKINDS; e != NULL && i < e->nprocs; i++) {
-		uint32_t pid = atomic_load(&procs[i].pid);
-		n += pid != 0 && pid != (uint32_t)getpid();
-	}
-	return n;
-}
-
 /* Whether @pid has exited: gone, or a zombie nobody reaped yet (not our child). */
 static bool exited(pid_t pid)
 {
@@ -384,6 +496,24 @@ static bool exited(pid_t pid)
 	buf[n] = '\0';
 	const char *paren = strrchr(buf, ')'); /* "pid (comm) S ..." */
 	return paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/*
+ * Other processes attached to the instance (not this one): then it will not
+ * stop with us.  A backend we just reaped may still hold its slot (the
+ * supervisor clears it when it reads the detach message), so processes
+ * that have exited do not count.
+ */
+static int others_attached(void)
+{
+	engine_shared *e = engine_sh();
+	wr_proc *procs = engine_procs();
+	int n = 0;
+	for (uint32_t i = WR_AUX_NKINDS; e != NULL && i < e->nprocs; i++) {
+		uint32_t pid = atomic_load(&procs[i].pid);
+		n += pid != 0 && pid != (uint32_t)getpid() && !exited((pid_t)pid);
+	}
+	return n;
 }
 
 /* Waits for the supervisor to finish its shutdown checkpoint and exit. */
@@ -418,6 +548,7 @@ static void loop(srv_state *st)
 		reap(st);
 		if (sig_term || sig_int)
 			break;
+		spawn_pool_due(st);
 		if (r < 0 && err != EINTR) {
 			fprintf(stderr, "walrus serve: ppoll: %s\n", strerror(err));
 			wr_sleep_us(100000);
@@ -501,11 +632,25 @@ static void read_settings(srv_config *cfg)
 	            strcmp(v, "on") == 0;
 	/* The running instance's limit (it may predate our options); we hold one slot. */
 	cfg->max_clients = (long)engine_sh()->opts.max_connections - 1;
+	/*
+	 * -1: two per online CPU.  A pool backend spends much of an iteration
+	 * waiting for its WAL flush, not on a CPU: with two per CPU one runs
+	 * requests while the other waits, and the next flush covers several
+	 * backends' writes (measured: docs/performance.md, "RESP server").
+	 * Never more than could attach.
+	 */
+	if (cfg->backends < 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		cfg->backends = cpus > 0 ? (int)WR_MIN(2 * cpus, SRV_MAX_POOL) : 4;
+	}
+	cfg->backends = (int)WR_MIN(WR_MIN(cfg->backends, SRV_MAX_POOL), cfg->max_clients);
 }
 
 int srv_run(srv_config *cfg)
 {
 	srv_state st = {.cfg = cfg, .tcp_fd = -1, .unix_fd = -1};
+	for (int i = 0; i < SRV_MAX_POOL; i++)
+		st.pool[i].chan = -1;
 	cfg->sh = map_shared();
 	if (cfg->sh == NULL)
 		return fail("could not map shared memory: %s", strerror(errno));
@@ -520,8 +665,12 @@ int srv_run(srv_config *cfg)
 	if (rc == 0 && cfg->unix_path[0] != '\0')
 		rc = listen_unix(&st);
 	if (rc == 0) {
-		printf("walrus serve: ready (pid %d, synchronous_commit=%s, max clients %ld)\n",
-		       (int)getpid(), cfg->sync ? "on" : "off", cfg->max_clients);
+		spawn_pool_due(&st);
+		char model[64] = "one backend per connection";
+		if (cfg->backends > 0)
+			snprintf(model, sizeof(model), "%d pool backends", cfg->backends);
+		printf("walrus serve: ready (pid %d, synchronous_commit=%s, max clients %ld, %s)\n",
+		       (int)getpid(), cfg->sync ? "on" : "off", cfg->max_clients, model);
 		fflush(stdout);
 		loop(&st);
 		shut_down(&st);

@@ -1,14 +1,22 @@
 /*
  * server.h - walrus's RESP server: `walrus -D DIR serve --port P`.
  *
- * Process model (PostgreSQL's): the server process opens the data directory
- * with walrus_open() (starting the instance when it is not running, so the
- * instance lives while it serves), listens on TCP and on a Unix socket, and
- * forks one backend process per accepted connection.  Each backend calls
- * walrus_open() itself after fork(): it is an ordinary attached backend of
- * the instance, and never touches the server's handle.  See
- * src/server/README.md for the protocol, the commands and the durability
- * rules, and srv_int.h for the module's inside.
+ * Process model: the server process opens the data directory with
+ * walrus_open() (starting the instance when it is not running, so the
+ * instance lives while it serves) and listens on TCP and on a Unix socket.
+ * Two ways to run the connections:
+ *   - pool (the default, --backends N): N backend processes forked at start
+ *     (default: two per online CPU); the server accepts and hands each
+ *     connection's fd to the least loaded one over a socket pair
+ *     (SCM_RIGHTS); a pool backend multiplexes its connections with epoll
+ *     and passes ONE barrier per event-loop iteration for all of them
+ *     (pool.c);
+ *   - per connection (--backends 0, PostgreSQL's model): one backend
+ *     process forked per accepted connection (conn.c).
+ * Each backend calls walrus_open() itself after fork(): it is an ordinary
+ * attached backend of the instance, and never touches the server's handle.
+ * See src/server/README.md for the protocol, the commands and the
+ * durability rules, and srv_int.h for the module's inside.
  *
  * Owns: the listening sockets (and the Unix socket's file), the backend
  * processes it forked (it reaps every one), a shared anonymous mapping
@@ -18,6 +26,7 @@
  *
  * Durability: with synchronous_commit=on a write is acknowledged only once
  * its WAL is durable.  A backend applies the writes of a pipelined burst
+ * (a pool backend: of every connection ready in one event-loop iteration)
  * WALRUS_ASYNC and, before any reply leaves, waits for one WAL flush that
  * covers them all (srv_barrier: the engine's group commit, shared with every
  * other backend's); with synchronous_commit=off nothing waits.
@@ -27,7 +36,8 @@
  * closes its handle and waits for the instance's final checkpoint when it
  * was the last process attached); SIGINT = fast shutdown (backends drop
  * their connections after the command under way).  Backends get SIGTERM if
- * the server dies.
+ * the server dies.  A pool backend that dies is forked again (its
+ * connections are lost; the instance crash-restarts as for any backend).
  *
  * Returns: srv_run() returns the command's exit code (0 after a clean
  * shutdown, 3 when the engine failed at start, 2 on a usage problem such as
@@ -47,8 +57,9 @@
 #include "server/resp.h"
 #include "walrus.h"
 
-#define SRV_STRIPES 256
-#define SRV_CURSORS 4096 /* SCAN cursors alive at once */
+#define SRV_STRIPES  256
+#define SRV_CURSORS  4096 /* SCAN cursors alive at once */
+#define SRV_MAX_POOL 64   /* pool backends at most */
 
 /* Where a SCAN goes on: cursor @id (its slot is id % SRV_CURSORS) resumes at @key. */
 typedef struct srv_cursor {
@@ -63,7 +74,9 @@ typedef struct srv_shared {
 	pthread_mutex_t cursor_lock;         /* guards cursor_next and cursors */
 	uint64_t cursor_next;
 	srv_cursor cursors[SRV_CURSORS];
-	_Atomic uint32_t clients;     /* connected clients (backends alive) */
+	_Atomic uint32_t clients; /* per connection: connected clients (backends alive) */
+	/* pool: connections of each pool backend (the server adds, the backend subtracts) */
+	_Atomic uint32_t pool_conns[SRV_MAX_POOL];
 	_Atomic uint64_t connections; /* accepted since start */
 	_Atomic uint64_t rejected;    /* refused: max clients reached */
 	_Atomic uint64_t commands;    /* requests run */
@@ -80,6 +93,7 @@ typedef struct srv_config {
 	char unix_path[PATH_MAX]; /* "" for no Unix socket */
 	const char *requirepass;  /* NULL: no AUTH needed */
 	int64_t idle_ms;          /* close a connection idle this long; 0: never */
+	int backends;             /* pool backends; 0: one backend process per connection */
 	/* filled by srv_run */
 	bool sync;        /* synchronous_commit */
 	long max_clients; /* max_connections minus the server's own attachment */
@@ -93,5 +107,27 @@ int srv_run(srv_config *cfg);
 
 /* The life of one connection in a freshly forked backend; returns its exit code. */
 int srv_backend(const srv_config *cfg, int fd);
+
+/* ---------------------------------------------------------------- pool backends (pool.c) */
+
+/*
+ * A pool backend (slot @slot of the pool) until shutdown: connections
+ * arrive on @chan, one message each (a uint64_t connection id, the fd
+ * attached); returns the exit code.
+ */
+int srv_pool_backend(const srv_config *cfg, int slot, int chan);
+
+/* Clients connected now (either model). */
+static inline uint32_t srv_clients(const srv_config *cfg)
+{
+	if (cfg->sh == NULL)
+		return 1;
+	if (cfg->backends == 0)
+		return atomic_load(&cfg->sh->clients);
+	uint32_t n = 0;
+	for (int i = 0; i < cfg->backends; i++)
+		n += atomic_load(&cfg->sh->pool_conns[i]);
+	return n;
+}
 
 #endif /* WALRUS_SERVER_H */

@@ -5,9 +5,10 @@
  *
  * A session belongs to one backend process.  Its handle is opened with
  * walrus_open() in that process and reopened after the instance restarted
- * (db_dead).  Every request gets exactly one reply appended to s->out;
- * nothing is sent until srv_barrier() has made the writes they acknowledge
- * durable.
+ * (db_dead); in a pool backend every session uses the backend's one handle
+ * (srv_dbref), which the pool loop reopens between iterations.  Every
+ * request gets exactly one reply appended to s->out; nothing is sent until
+ * srv_barrier() has made the writes they acknowledge durable.
  */
 #ifndef WALRUS_SRV_INT_H
 #define WALRUS_SRV_INT_H
@@ -16,12 +17,20 @@
 
 typedef struct srv_txop srv_txop;
 
+/* A pool backend's handle, shared by all its sessions. */
+typedef struct srv_dbref {
+	walrus *db; /* NULL when not open */
+	bool dead;  /* the instance restarted: no call until the pool reopens it */
+} srv_dbref;
+
 typedef struct srv_session {
 	const srv_config *cfg;
 	resp_buf *out;
-	walrus *db;   /* NULL when not open */
-	bool db_dead; /* the instance restarted: reopen before the next call */
-	int proto;    /* 2 or 3 (HELLO) */
+	walrus *db;         /* NULL when not open */
+	bool db_dead;       /* the instance restarted: reopen before the next call */
+	srv_dbref *shared;  /* pool: the backend's handle (db mirrors it); NULL: db is ours */
+	uint64_t client_id; /* CLIENT ID */
+	int proto;          /* 2 or 3 (HELLO) */
 	bool authed;
 	bool quit; /* QUIT: close after the reply */
 	/* MULTI */
@@ -58,6 +67,12 @@ void srv_dispatch(srv_session *s, const resp_arg *argv, size_t argc);
  * followed) are replaced by errors.
  */
 void srv_barrier(srv_session *s);
+/*
+ * The second half of srv_barrier, for a pool backend that made the WAL
+ * durable once for all its sessions: @rc is that flush's result; replaces
+ * the replies of the session's unsynced writes by errors when it failed.
+ */
+void srv_barrier_result(srv_session *s, int rc);
 /* Applies the pending group of SETs (before anything may see or send their effects). */
 void srv_group_flush(srv_session *s);
 /* A request answered with an error without running (a discarded too-long argument). */

@@ -2,24 +2,33 @@
 """bench_resp.py - redis-benchmark against `walrus serve` and redis-server,
 side by side, interleaved (not a test: docs/performance.md, "RESP server").
 
-For each round and each pipeline depth it runs, one after the other:
-  walrus serve, synchronous_commit=on   (a reply only once the WAL is durable)
-  walrus serve, synchronous_commit=off
-  redis-server --appendonly yes --appendfsync always --save ''
+For each round and each pipeline depth it runs, one after the other, the
+servers of --servers (default pool-on,perconn-on,redis):
+  pool-on      walrus serve, its default pool of backends (two per online
+               CPU), synchronous_commit=on (a reply only once the WAL is
+               durable)
+  pool-off     the same with synchronous_commit=off
+  perconn-on   walrus serve --backends 0 (one backend process per
+               connection), synchronous_commit=on
+  perconn-off  the same with synchronous_commit=off
+  poolN-on     walrus serve --backends N (and poolN-off)
+  redis        redis-server --appendonly yes --appendfsync always --save ''
 each on a fresh data directory on the same file system, with
   redis-benchmark -t set,get -n N -c 50 -P P --csv
-and prints the median requests/s of every cell over the rounds, and for
-walrus the writes per WAL flush (INFO wal).  The machine is shared and
-noisy: compare cells of one run, and rounds interleave the servers so that
-a noisy minute hits them all.
+and prints the median requests/s of every cell over the rounds, for walrus
+the writes per WAL flush (INFO wal), and each walrus SET median against
+redis's.  The machine is shared and noisy: compare cells of one run, and
+rounds interleave the servers so that a noisy minute hits them all.
 
 usage: bench_resp.py --walrus build/tools/walrus [--rounds 3] [-n 200000]
-                     [--pipelines 1,16] [--dir /tmp]
+                     [--pipelines 1,16] [--servers pool-on,perconn-on,redis]
+                     [--dir /tmp]
 """
 import argparse
 import csv
 import io
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -58,13 +67,15 @@ def info_wal(port):
     return int(f.get("wal_records", 0)), int(f.get("wal_flushes", 0))
 
 
-def run_walrus(walrus, base, sync, n, pipeline, tests):
+def run_walrus(walrus, base, sync, backends, n, pipeline, tests):
     d = tempfile.mkdtemp(prefix="walrus-", dir=base)
     os.chmod(d, 0o700)
     port = free_port()
+    extra = [] if backends is None else ["--backends", str(backends)]
     p = subprocess.Popen([walrus, "-D", os.path.join(d, "data"), "-o", "create_if_missing=on",
                           "-o", f"synchronous_commit={sync}", "serve", "--port", str(port),
-                          "--unix", "none"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                          "--unix", "none"] + extra,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         while b"ready" not in p.stdout.readline():
             if p.poll() is not None:
@@ -111,13 +122,22 @@ def main():
     ap.add_argument("-n", type=int, default=200000)
     ap.add_argument("--pipelines", default="1,16")
     ap.add_argument("--tests", default="set,get")
+    ap.add_argument("--servers", default="pool-on,perconn-on,redis")
     ap.add_argument("--dir", default="/tmp")
     a = ap.parse_args()
     base = tempfile.mkdtemp(prefix="walrus-resp-bench-", dir=a.dir)
     cells = {}
-    servers = [("walrus on", lambda n, p: run_walrus(a.walrus, base, "on", n, p, a.tests)),
-               ("walrus off", lambda n, p: run_walrus(a.walrus, base, "off", n, p, a.tests)),
-               ("redis always", lambda n, p: run_redis(base, n, p, a.tests))]
+
+    def walrus(sync, backends):
+        return lambda n, p: run_walrus(a.walrus, base, sync, backends, n, p, a.tests)
+    known = {"pool-on": walrus("on", None), "pool-off": walrus("off", None),
+             "perconn-on": walrus("on", 0), "perconn-off": walrus("off", 0),
+             "redis": lambda n, p: run_redis(base, n, p, a.tests)}
+    for name in a.servers.split(","):  # poolN-on / poolN-off: --backends N
+        m = re.fullmatch(r"pool(\d+)-(on|off)", name)
+        if m:
+            known[name] = walrus(m.group(2), int(m.group(1)))
+    servers = [(name, known[name]) for name in a.servers.split(",")]
     try:
         for rnd in range(a.rounds):
             for pl in [int(x) for x in a.pipelines.split(",")]:
@@ -139,8 +159,15 @@ def main():
                 v = cells.get((name, pl, k))
                 return statistics.median(v) if v else None
             s, g, f = med("SET"), med("GET"), med("per_flush")
-            print(f"| {name} | {pl} | {s:.0f} | {g:.0f} | " +
-                  (f"{f:.1f} |" if f else "- |") if s and g else f"| {name} | {pl} | ? | ? | ? |")
+            print(f"| {name} | {pl} | {s:.0f} | " + (f"{g:.0f}" if g else "-") + " | " +
+                  (f"{f:.1f} |" if f else "- |") if s else f"| {name} | {pl} | ? | ? | ? |")
+    if "redis" in dict(servers):
+        print("\nSET medians against redis's:")
+        for name, _ in servers:
+            for pl in [int(x) for x in a.pipelines.split(",")]:
+                w, r = cells.get((name, pl, "SET")), cells.get(("redis", pl, "SET"))
+                if name != "redis" and w and r:
+                    print(f"  {name:<12} -P {pl:<3} {statistics.median(w) / statistics.median(r):.2f}x")
     return 0
 
 

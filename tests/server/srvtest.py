@@ -85,13 +85,17 @@ def children(pid):
 
 # ---------------------------------------------------------------- the server
 
+# Arguments every Server gets first (run_cases' --backends: the process model).
+DEFAULT_ARGS = []
+
+
 class Server:
     def __init__(self, walrus, args=(), opts=(), base=None, allow_sigkill=False):
         self.walrus = walrus
         self.base = base or tempfile.mkdtemp(prefix="walrus-srv-")
         os.chmod(self.base, 0o700)
         self.dir = os.path.join(self.base, "data")
-        self.args = list(args)
+        self.args = DEFAULT_ARGS + list(args)
         self.opts = ["create_if_missing=on", "supervisor_linger=200ms"] + list(opts)
         self.allow_sigkill = allow_sigkill
         self.proc = None
@@ -164,6 +168,14 @@ class Server:
 
     def backends(self):
         return children(self.proc.pid)
+
+    def wait_backends(self, n, timeout=30.0):
+        """Waits until the server has @n backend processes (a pool refilled); returns them."""
+        deadline = time.time() + timeout
+        while len(self.backends()) != n:
+            check(time.time() < deadline, f"{n} backends expected, got {self.backends()}")
+            time.sleep(0.1)
+        return self.backends()
 
     def client(self, **kw):
         return Client(port=self.port, **kw)
@@ -287,6 +299,17 @@ def is_err(r, prefix=""):
     return isinstance(r, RespError) and str(r).startswith(prefix)
 
 
+def backend_pid(c):
+    """The pid of the backend process serving connection @c (INFO server's process_id).
+    INFO may answer that the instance restarted (a crash test): asked again then."""
+    for _ in range(100):
+        info = c.call("INFO", "server")
+        if not is_err(info, "ERR the walrus instance restarted"):
+            return int(info.decode().split("process_id:")[1].split()[0])
+        time.sleep(0.1)
+    raise TestFailure(f"INFO keeps failing: {info}")
+
+
 # ---------------------------------------------------------------- running cases
 
 def run_cases(cases, argv):
@@ -294,8 +317,12 @@ def run_cases(cases, argv):
     import argparse
     ap = argparse.ArgumentParser()
     ap.add_argument("--walrus", required=True)
+    ap.add_argument("--backends", type=int, default=None,
+                    help="walrus serve --backends N for every server (0: per connection)")
     ap.add_argument("cases", nargs="*")
     a = ap.parse_args(argv)
+    if a.backends is not None:
+        DEFAULT_ARGS[:] = ["--backends", str(a.backends)]
     if shutil.which("redis-cli") is None:
         print("redis-cli is missing (sh scripts/deps.sh installs redis-tools)")
         return 1

@@ -10,7 +10,11 @@ connection works), the killed client reconnects.  At the end every
 acknowledged write must be there, on a new connection and again after the
 server restarted; new connections must work throughout.
 
-usage: test_kill.py --walrus build/tools/walrus [--rounds N]
+With a pool (--backends N > 0) the killed process serves several writers:
+all of them lose their connection and reconnect, and the server forks a
+new pool backend in its place (checked after every round).
+
+usage: test_kill.py --walrus build/tools/walrus [--rounds N] [--backends N]
 """
 import argparse
 import os
@@ -20,7 +24,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from srvtest import Client, Closed, RespError, Server, check, eq  # noqa: E402
+from srvtest import Closed, RespError, Server, backend_pid, check, eq  # noqa: E402
 
 
 class Writer(threading.Thread):
@@ -37,8 +41,17 @@ class Writer(threading.Thread):
         self.connected = threading.Event()
 
     def connect(self):
-        self.c = self.server.client(timeout=60)
-        self.pid = self.c.call("CLIENT", "ID")
+        # a connection handed to a pool backend in the instant it is killed
+        # is dropped with it: connect again (as a client library would)
+        for attempt in range(50):
+            self.c = self.server.client(timeout=60)
+            try:
+                self.pid = backend_pid(self.c)
+                break
+            except (Closed, ConnectionResetError, BrokenPipeError):
+                self.c.close()
+                check(attempt < 49, "could not connect again")
+                time.sleep(0.1)
         self.connected.set()
 
     def run(self):
@@ -90,8 +103,13 @@ def main():
     ap.add_argument("--walrus", required=True)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--writers", type=int, default=4)
+    ap.add_argument("--backends", type=int, default=2,
+                    help="walrus serve --backends N (0: one backend per connection)")
     a = ap.parse_args()
-    with Server(a.walrus, opts=["synchronous_commit=on"], allow_sigkill=True) as s:
+    args = ["--backends", str(a.backends)]
+    with Server(a.walrus, args=args, opts=["synchronous_commit=on"], allow_sigkill=True) as s:
+        if a.backends > 0:
+            s.wait_backends(a.backends)
         writers = [Writer(s, n) for n in range(a.writers)]
         for w in writers:
             w.start()
@@ -102,13 +120,17 @@ def main():
             victim = writers[rnd % len(writers)]
             check(victim.connected.wait(60), "the victim did not reconnect")
             before = sum(len(w.acked) for w in writers)
-            check(victim.pid in s.backends(), f"backend {victim.pid} is a child of the server")
-            os.kill(victim.pid, signal.SIGKILL)
-            print(f"round {rnd}: killed backend {victim.pid} of writer {victim.n} "
+            pid = victim.pid  # the writer updates its own when it reconnects
+            check(pid in s.backends(), f"backend {pid} is a child of the server")
+            os.kill(pid, signal.SIGKILL)
+            print(f"round {rnd}: killed backend {pid} of writer {victim.n} "
                   f"({before} keys acknowledged so far)", flush=True)
             time.sleep(1.5)
             with s.client(timeout=60) as c:  # the server keeps accepting
                 eq(c.call("PING"), "PONG", "a new connection after the kill")
+            if a.backends > 0:
+                pool = s.wait_backends(a.backends)
+                check(pid not in pool, f"pool backend {pid} was replaced: {pool}")
             for w in writers:
                 check(w.failure is None, f"writer {w.n} failed: {w.failure!r}")
         time.sleep(1.0)

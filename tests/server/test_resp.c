@@ -270,8 +270,11 @@ START_TEST(test_discard)
 		size_t n = left < chunk ? (size_t)left : chunk;
 		ck_assert_int_eq(parse1(&p, buf, n, &used), RESP_MORE);
 		ck_assert_uint_eq(used, n);
+		total += used;
 		left -= n;
 	}
+	/* every byte of the header and of the value was consumed, none kept */
+	ck_assert_uint_eq(total, (size_t)hl + big);
 	const char tail[] = "\r\n*1\r\n$4\r\nPING\r\n";
 	ck_assert_int_eq(PARSE(&p, tail, &used), RESP_DONE);
 	ck_assert_uint_eq(used, 2);

@@ -2,12 +2,15 @@
 """test_server.py - the RESP server (`walrus serve --port P`) driven by the
 real redis-cli and by a raw RESP client (exact bytes).
 
-Cases (all by default, or name them): commands, cli, multi, protocol,
-pipeline, limits, auth, shutdown.  Each starts its own server on a free
-port and a private data directory; whatever happens, every process of that
-directory is gone at the end (srvtest.Server).
+Cases (all by default, or name them): commands, scan, cli, multi,
+pipeline, group, protocol, auth, limits, shutdown, pool.  Each starts its
+own server on a free port and a private data directory; whatever happens,
+every process of that directory is gone at the end (srvtest.Server).
+--backends N runs them against that process model (0: one backend per
+connection; default: the server's default, a pool); the pool case sets its
+own.
 
-usage: test_server.py --walrus build/tools/walrus [CASE ...]
+usage: test_server.py --walrus build/tools/walrus [--backends N] [CASE ...]
 """
 import os
 import signal
@@ -18,8 +21,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from srvtest import (Client, Closed, RespError, Server, check, eq, is_err,  # noqa: E402
-                     run_cases)
+from srvtest import (Client, Closed, RespError, Server, backend_pid, check, eq,  # noqa: E402
+                     is_err, run_cases)
 
 
 def case_commands(walrus):
@@ -426,6 +429,70 @@ def case_shutdown(walrus):
         eq(s.stop(), 0, "")
 
 
+def case_pool(walrus):
+    """The pool: connections spread over its processes with their own state; a
+    client that does not read its replies stalls nobody else; a pool backend
+    killed takes only its own connections and is replaced."""
+    with Server(walrus, args=["--backends", "2"], allow_sigkill=True) as s:
+        pool = s.wait_backends(2)
+        cs = [s.client() for _ in range(6)]
+        pids = [backend_pid(c) for c in cs]
+        eq(sorted(set(pids)), sorted(pool), "the connections use both pool backends")
+        eq(sorted(pids.count(p) for p in pool), [3, 3], "3 connections each")
+        ids = [c.call("CLIENT", "ID") for c in cs]
+        eq(len(set(ids)), len(cs), f"CLIENT ID is per connection: {ids}")
+        info = cs[0].call("INFO", "clients").decode()
+        check("connected_clients:6" in info, info)
+        # per connection state in one process: MULTI on one, plain writes on another
+        a, b = [c for c, p in zip(cs, pids) if p == pids[0]][:2]
+        eq(a.call("MULTI"), "OK", "")
+        eq(a.call("SET", "tx", "1"), "QUEUED", "")
+        eq(b.call("SET", "tx", "0"), "OK", "another connection of the same process")
+        eq(b.call("GET", "tx"), b"0", "not in a's transaction")
+        eq(a.call("EXEC"), ["OK"], "")
+        eq(b.call("GET", "tx"), b"1", "")
+        # a slow reader: 48 MiB of replies it does not read; its neighbour goes on
+        big = b"b" * (1 << 20)
+        eq(a.call("SET", "big", big), "OK", "")
+        n = 48
+        a.send_raw(b"".join(a.encode("GET", "big") for _ in range(n)))
+        time.sleep(0.5)
+        t0 = time.time()
+        for i in range(50):
+            eq(b.call("SET", f"nb{i}", i), "OK", "the neighbour writes")
+        check(time.time() - t0 < 10, f"the neighbour was stalled ({time.time() - t0:.1f} s)")
+        for i in range(n):
+            eq(a.read(), big, f"slow reader's reply {i}")
+        eq(a.call("PING"), "PONG", "the slow reader goes on")
+        # SIGKILL of one pool backend: its connections drop, the others' go on
+        victim = pool[0]
+        os.kill(victim, signal.SIGKILL)
+        for c, p in zip(cs, pids):
+            if p == victim:
+                check(c.closed(timeout=10), "a connection of the killed backend is closed")
+        others = [c for c, p in zip(cs, pids) if p != victim]
+        for c in others:
+            r = c.call("SET", "after", "1")  # may answer that the instance restarted
+            check(r == "OK" or is_err(r, "ERR the walrus instance restarted") or
+                  is_err(r, "ERR the write may not be durable"), f"after the kill: {r}")
+            eq(c.call("SET", "after", "2"), "OK", "the connection goes on")
+        pool2 = s.wait_backends(2)
+        check(victim not in pool2, f"the killed backend was replaced: {pool2}")
+        with s.client() as c:
+            eq(c.call("GET", "after"), b"2", "a new connection")
+        for c in cs:
+            c.close()
+        # a clean shutdown is not held up by a client that never reads: its
+        # replies get their grace (5 s), then the connection goes
+        slow = s.client()
+        slow.send_raw(b"".join(slow.encode("GET", "big") for _ in range(n)))
+        time.sleep(0.5)
+        t0 = time.time()
+        eq(s.stop(), 0, "clean stop with a slow reader")
+        check(time.time() - t0 < 20, f"the shutdown waited {time.time() - t0:.1f} s")
+        slow.close()
+
+
 CASES = {
     "commands": case_commands,
     "scan": case_scan,
@@ -437,6 +504,7 @@ CASES = {
     "auth": case_auth,
     "limits": case_limits,
     "shutdown": case_shutdown,
+    "pool": case_pool,
 }
 
 if __name__ == "__main__":

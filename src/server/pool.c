@@ -1,0 +1,631 @@
+/*
+ * pool.c - a pool backend: one process that serves many connections with
+ * epoll, so that one WAL flush acknowledges the writes of all of them.
+ *
+ * Interface: srv_pool_backend().
+ *
+ * Why: with one process per connection (conn.c), each request costs a
+ * wake-up of its own process, its own futex wait in the group commit and a
+ * context switch or two; on a small machine with many clients sending one
+ * request per round trip that CPU, not the disk, is the limit.  A pool
+ * backend answers every ready connection per event-loop iteration, as
+ * redis does:
+ *
+ *   1. epoll_pwait (the only place SIGTERM/SIGINT are delivered);
+ *   2. new connections from the server (fds over the socket pair);
+ *   3. one recv() per readable connection, one send() attempt per writable;
+ *   4. every complete request of every connection with input is run,
+ *      writes WALRUS_ASYNC (plain SETs in a row batched, as in conn.c);
+ *   5. the barrier: ONE wal flush (srv_wal_sync: the engine's group commit,
+ *      shared with the other pool backends) covers the writes of all the
+ *      connections of this iteration; if it fails, each session's replies
+ *      from its first unsynced write on become errors (srv_barrier_result);
+ *   6. every reply is sent without blocking: what a client does not take
+ *      stays buffered and waits for EPOLLOUT, and that connection is not
+ *      read (nor are more of its requests run) until it is drained, so a
+ *      slow client costs memory bounded by about one burst of replies and
+ *      never stalls the others.
+ *
+ * The handle: every session of the process uses the pool's one walrus
+ * handle (srv_dbref).  When a call reports that the instance restarted, the
+ * handle is marked dead; the other sessions' requests of the same
+ * iteration answer "the instance restarted ... retry it" and the barrier
+ * fails for all writes made on the old handle; the handle is reopened only
+ * after the replies went out, so a flush of the new instance's WAL never
+ * acknowledges a write of the old one.
+ *
+ * Signals: SIGTERM (clean shutdown, or the server died) stops reading new
+ * input; requests already read are run and their replies get
+ * POOL_TERM_SEND_MS to leave, then every connection is closed.  SIGINT
+ * (fast) drops every connection after the iteration under way.  Either
+ * way the handle is closed cleanly (no crash restart of the instance).
+ *
+ * Accounting: the server counts a connection in sh->pool_conns[slot] before
+ * it sends the fd; this process subtracts it when the connection closes.
+ */
+#include "server/srv_int.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "engine/engine.h"
+#include "ipc/ipc.h"
+
+#define POOL_READ_CHUNK   ((size_t)64 * 1024)
+#define POOL_OUT_PAUSE    ((size_t)1024 * 1024)   /* replies buffered: run no more requests */
+#define POOL_MAX_QUERY    (1024ull * 1024 * 1024) /* Redis's client-query-buffer-limit */
+#define POOL_KEEP_BUFFER  ((size_t)1024 * 1024)   /* larger idle buffers are given back */
+#define POOL_TERM_SEND_MS 5000                    /* replies' grace during a clean shutdown */
+#define POOL_TICK_MS      1000                    /* idle checks, handle reopening */
+#define POOL_EVENTS       256
+
+static volatile sig_atomic_t got_term, got_int;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	got_term = 1;
+}
+
+static void on_int(int sig)
+{
+	(void)sig;
+	got_int = 1;
+}
+
+typedef struct pconn {
+	int fd;
+	size_t idx; /* in pool.conns */
+	char *in;
+	size_t inlen, incap;
+	resp_buf out;
+	size_t sent;
+	resp_parser parser;
+	srv_session sess;
+	uint64_t last_ns; /* last progress (input or output): the idle timeout */
+	uint32_t events;  /* registered with epoll */
+	bool ready;       /* has input whose requests are to run this iteration */
+	bool ran;         /* ran requests this iteration: replies to send */
+	bool paused;      /* stopped running requests: too many replies buffered */
+	bool closing;     /* close once the replies are out */
+} pconn;
+
+typedef struct pool {
+	const srv_config *cfg;
+	int slot, chan, ep;
+	bool chan_open;
+	srv_dbref h;
+	pconn **conns;
+	size_t n, cap;
+	sigset_t waitmask; /* the mask during epoll_pwait: SIGTERM and SIGINT open */
+	uint64_t term_deadline;
+	uint64_t idle_checked;
+	uint64_t reopen_ns; /* a failed reopen is not tried again before this */
+	bool reopen_failed; /* logged once per run of failures */
+} pool;
+
+/* ---------------------------------------------------------------- setup */
+
+static void setup_signals(pool *p)
+{
+	struct sigaction sa = {0};
+	sigemptyset(&sa.sa_mask);
+	sa.sa_handler = on_term;
+	(void)sigaction(SIGTERM, &sa, NULL);
+	sa.sa_handler = on_int;
+	(void)sigaction(SIGINT, &sa, NULL);
+	sa.sa_handler = SIG_DFL;
+	(void)sigaction(SIGCHLD, &sa, NULL);
+	sigset_t block;
+	sigemptyset(&block);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGINT);
+	(void)sigprocmask(SIG_BLOCK, &block, &p->waitmask);
+	sigdelset(&p->waitmask, SIGTERM);
+	sigdelset(&p->waitmask, SIGINT);
+	sigdelset(&p->waitmask, SIGCHLD);
+}
+
+/* Many connections: one fd each, so the soft limit goes up to the hard one. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl); /* the old limit still works */
+	}
+}
+
+static int epoll_set(pool *p, int op, int fd, uint32_t events, void *ptr)
+{
+	struct epoll_event ev = {.events = events, .data.ptr = ptr};
+	if (epoll_ctl(p->ep, op, fd, &ev) == 0)
+		return 0;
+	fprintf(stderr, "walrus serve: pool backend %d: epoll_ctl: %s\n", p->slot, strerror(errno));
+	return -1;
+}
+
+/* ---------------------------------------------------------------- connections */
+
+static void conn_close(pool *p, pconn *c)
+{
+	/*
+	 * Out of the epoll set first: close() alone removes it only once every
+	 * fd of the socket is closed, and the server may still hold its copy
+	 * for a moment after sending it to us; a hung-up socket would then
+	 * report events carrying this freed connection.
+	 */
+	if (epoll_ctl(p->ep, EPOLL_CTL_DEL, c->fd, NULL) != 0 && errno != ENOENT)
+		fprintf(stderr, "walrus serve: pool backend %d: epoll_ctl: %s\n", p->slot,
+		        strerror(errno));
+	srv_session_free(&c->sess);
+	resp_parser_free(&c->parser);
+	resp_buf_free(&c->out);
+	free(c->in);
+	close(c->fd);
+	p->conns[c->idx] = p->conns[--p->n];
+	p->conns[c->idx]->idx = c->idx;
+	free(c);
+	atomic_fetch_sub(&p->cfg->sh->pool_conns[p->slot], 1);
+}
+
+/* The interest of @c: input unless replies wait (or it is closing), output while they do. */
+static bool conn_watch(pool *p, pconn *c)
+{
+	uint32_t want = c->sent < c->out.len ? EPOLLOUT : got_term || c->closing ? 0 : EPOLLIN;
+	if (want == c->events)
+		return true;
+	c->events = want;
+	return epoll_set(p, EPOLL_CTL_MOD, c->fd, want, c) == 0;
+}
+
+static void conn_add(pool *p, int fd, uint64_t id)
+{
+	static const char oom[] = "-ERR out of memory\r\n";
+	pconn *c = NULL;
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? p->cap * 2 : 64;
+		pconn **a = realloc(p->conns, cap * sizeof(*a));
+		if (a != NULL) {
+			p->conns = a;
+			p->cap = cap;
+		}
+	}
+	if (p->n < p->cap)
+		c = calloc(1, sizeof(*c));
+	if (c == NULL) {
+		(void)send(fd, oom, sizeof(oom) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+		close(fd);
+		atomic_fetch_sub(&p->cfg->sh->pool_conns[p->slot], 1);
+		return;
+	}
+	int one = 1;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
+	    (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	c->fd = fd;
+	c->idx = p->n;
+	p->conns[p->n++] = c;
+	c->last_ns = wr_now_ns();
+	resp_parser_init(&c->parser);
+	srv_session_init(&c->sess, p->cfg, &c->out);
+	c->sess.shared = &p->h;
+	c->sess.client_id = id;
+	c->events = EPOLLIN;
+	if (epoll_set(p, EPOLL_CTL_ADD, fd, EPOLLIN, c) != 0)
+		conn_close(p, c);
+}
+
+/* Takes every connection the server has sent. */
+static void take_connections(pool *p)
+{
+	for (;;) {
+		uint64_t id;
+		size_t len;
+		int fds[IPC_MAX_FDS], nfds = 0;
+		int rc = ipc_recv_nowait(p->chan, &id, sizeof(id), &len, fds, &nfds);
+		if (rc != WALRUS_OK) {
+			/* a message that did not fit (no fd left to receive it into,
+			 * say): that connection is lost, and no longer counted */
+			fprintf(stderr, "walrus serve: pool backend %d: %s\n", p->slot,
+			        walrus_errmsg());
+			atomic_fetch_sub(&p->cfg->sh->pool_conns[p->slot], 1);
+			return;
+		}
+		if (len == SIZE_MAX)
+			return;
+		if (len == 0) { /* the server is gone: as its SIGTERM */
+			got_term = 1;
+			return;
+		}
+		for (int i = 1; i < nfds; i++)
+			close(fds[i]);
+		if (len != sizeof(id) || nfds != 1) {
+			if (nfds > 0)
+				close(fds[0]);
+			atomic_fetch_sub(&p->cfg->sh->pool_conns[p->slot], 1);
+			continue;
+		}
+		conn_add(p, fds[0], id);
+	}
+}
+
+/* ---------------------------------------------------------------- input */
+
+/* Makes room for the next read: the parser's hint, at least a chunk. */
+static bool reserve_input(pconn *c)
+{
+	size_t want = WR_MAX(c->parser.need, c->inlen + POOL_READ_CHUNK);
+	if (want > POOL_MAX_QUERY)
+		want = POOL_MAX_QUERY;
+	if (c->incap >= want)
+		return c->inlen < c->incap;
+	size_t cap = WR_MAX(c->incap * 2, want);
+	char *q = realloc(c->in, cap);
+	if (q == NULL)
+		return false;
+	c->in = q;
+	c->incap = cap;
+	return true;
+}
+
+/* One recv(); false when the connection is gone (EOF or an error). */
+static bool read_some(pconn *c)
+{
+	if (!reserve_input(c)) {
+		resp_add_error(&c->out, "ERR Protocol error: query buffer limit reached");
+		c->closing = true;
+		c->ran = true; /* the error goes out */
+		return true;
+	}
+	ssize_t n;
+	do
+		n = recv(c->fd, c->in + c->inlen, c->incap - c->inlen, MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n > 0) {
+		c->inlen += (size_t)n;
+		c->last_ns = wr_now_ns();
+		c->ready = true;
+		return true;
+	}
+	return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+/* Runs one parsed request; false to stop running this connection's requests. */
+static bool run_request(pconn *c)
+{
+	if (c->parser.deferred != NULL)
+		srv_reply_error(&c->sess, c->parser.deferred);
+	else if (c->parser.argc > 0) {
+		/* array requests point into c->in, kept until run_input drops them */
+		uintptr_t a = (uintptr_t)c->parser.argv[0].p, in = (uintptr_t)c->in;
+		c->sess.args_stable = a >= in && a < in + c->inlen;
+		srv_dispatch(&c->sess, c->parser.argv, c->parser.argc);
+	}
+	if (c->sess.quit) {
+		c->closing = true;
+		return false;
+	}
+	if (c->out.len > POOL_OUT_PAUSE) {
+		c->paused = true; /* the rest once these replies are out */
+		return false;
+	}
+	return !got_int;
+}
+
+/* Runs every complete request in the input (until paused); drops their bytes. */
+static void run_input(pool *p, pconn *c)
+{
+	/* the session sees the pool's handle as it is now */
+	c->sess.db = p->h.db;
+	c->sess.db_dead = p->h.dead || p->h.db == NULL;
+	c->paused = false;
+	c->ran = true;
+	size_t off = 0;
+	while (!c->closing) {
+		size_t used;
+		int r = resp_parse(&c->parser, c->in + off, c->inlen - off, &used);
+		if (r == RESP_PROTO || r == RESP_NOMEM) {
+			resp_add_error(&c->out, "ERR Protocol error: %s",
+			               r == RESP_PROTO ? c->parser.error : "out of memory");
+			c->closing = true;
+			break;
+		}
+		bool go_on = r == RESP_DONE ? run_request(c) : false;
+		off += used;
+		if (!go_on)
+			break;
+	}
+	srv_group_flush(&c->sess); /* it points into the bytes dropped below */
+	if (off > 0) {
+		memmove(c->in, c->in + off, c->inlen - off);
+		c->inlen -= off;
+	}
+	if (c->inlen == 0 && c->incap > POOL_KEEP_BUFFER) {
+		free(c->in);
+		c->in = NULL;
+		c->incap = 0;
+	}
+	if (c->sess.db_dead)
+		p->h.dead = true; /* the instance restarted: for every session */
+}
+
+/* ---------------------------------------------------------------- output */
+
+/* Sends what it can without blocking; false when the connection is gone. */
+static bool send_some(pool *p, pconn *c)
+{
+	if (c->out.oom)
+		return false;
+	while (c->sent < c->out.len) {
+		ssize_t n = send(c->fd, c->out.p + c->sent, c->out.len - c->sent,
+		                 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			c->sent += (size_t)n;
+			c->last_ns = wr_now_ns();
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return conn_watch(p, c); /* the rest on EPOLLOUT */
+		return false;
+	}
+	c->out.len = 0;
+	c->sent = 0;
+	if (c->out.cap > POOL_KEEP_BUFFER)
+		resp_buf_free(&c->out);
+	if (c->paused && !c->closing)
+		c->ready = true; /* its next requests */
+	return conn_watch(p, c);
+}
+
+/* ---------------------------------------------------------------- the loop */
+
+/* The barrier of this iteration: one WAL flush for every session that wrote. */
+static void barrier(pool *p)
+{
+	bool need = false;
+	for (size_t i = 0; i < p->n && !need; i++)
+		need = p->conns[i]->ran && p->conns[i]->sess.unsynced;
+	if (!need)
+		return;
+	int rc = !p->h.dead && p->h.db != NULL
+	             ? srv_wal_sync(p->h.db)
+	             : wr_error(WALRUS_ERESTART, "the walrus instance restarted");
+	for (size_t i = 0; i < p->n; i++) {
+		pconn *c = p->conns[i];
+		if (c->ran && c->sess.unsynced) {
+			srv_barrier_result(&c->sess, rc);
+			if (c->sess.db_dead)
+				p->h.dead = true;
+		}
+	}
+}
+
+/* A dead handle (the instance restarted) is reopened between iterations. */
+static void reopen(pool *p)
+{
+	if (!p->h.dead && p->h.db != NULL)
+		return;
+	if (p->h.db != NULL)
+		(void)walrus_close(p->h.db); /* the dead instance's handle: errors expected */
+	p->h.db = NULL;
+	p->h.dead = true;
+	uint64_t now = wr_now_ns();
+	if (now < p->reopen_ns)
+		return;
+	int rc = walrus_open(p->cfg->dir, p->cfg->opts, &p->h.db);
+	if (rc == WALRUS_OK) {
+		p->h.dead = false;
+		p->reopen_failed = false;
+		return;
+	}
+	/* requests answer "retry it" meanwhile; no retry storm under load */
+	p->h.db = NULL;
+	p->reopen_ns = now + 100000000ull;
+	if (!p->reopen_failed)
+		fprintf(stderr, "walrus serve: pool backend %d: could not open \"%s\": %s\n",
+		        p->slot, p->cfg->dir,
+		        walrus_errmsg()[0] ? walrus_errmsg() : walrus_strerror(rc));
+	p->reopen_failed = true;
+}
+
+/*
+ * Before requests run: a handle the instance's crash restart left behind is
+ * reopened now (a cached read of the instance's state), so that requests
+ * that arrive after the restart do not fail for nothing.  Safe between
+ * iterations: every write made on the old handle has passed its barrier.
+ */
+static void check_handle(pool *p)
+{
+	if (p->h.dead || p->h.db == NULL)
+		return; /* reopen() at the end of the iteration */
+	bool work = false;
+	for (size_t i = 0; i < p->n && !work; i++)
+		work = p->conns[i]->ready;
+	if (work && api_handle_check(p->h.db, "srv_pool") == WALRUS_ERESTART) {
+		p->h.dead = true;
+		reopen(p);
+	}
+}
+
+static void check_idle(pool *p, uint64_t now)
+{
+	int64_t idle = p->cfg->idle_ms;
+	for (size_t i = p->n; i-- > 0;) {
+		pconn *c = p->conns[i];
+		if (idle > 0 && now - c->last_ns > (uint64_t)idle * 1000000u)
+			conn_close(p, c);
+	}
+}
+
+/* Whether @c has requests to run now (not while its replies wait for EPOLLOUT). */
+static bool runnable(const pconn *c)
+{
+	return c->ready && !c->closing && c->sent == c->out.len;
+}
+
+/* How long epoll may sleep: not at all when requests wait to run. */
+static int wait_ms(pool *p, uint64_t now)
+{
+	for (size_t i = 0; i < p->n; i++)
+		if (runnable(p->conns[i]))
+			return 0;
+	int ms = POOL_TICK_MS;
+	if (p->cfg->idle_ms > 0 && p->cfg->idle_ms < ms)
+		ms = (int)p->cfg->idle_ms;
+	if (p->term_deadline != 0)
+		ms = p->term_deadline > now
+		         ? (int)WR_MIN((p->term_deadline - now) / 1000000u + 1, (uint64_t)ms)
+		         : 0;
+	return ms;
+}
+
+static void handle_event(pool *p, const struct epoll_event *ev)
+{
+	pconn *c = ev->data.ptr;
+	if (c == NULL) {
+		take_connections(p);
+		return;
+	}
+	bool alive = true;
+	if ((ev->events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && (c->events & EPOLLIN))
+		alive = read_some(c);
+	else if ((ev->events & (EPOLLHUP | EPOLLERR)) && !(c->events & EPOLLOUT))
+		alive = false; /* hung up while we do not read: nothing to wait for */
+	if (alive && (ev->events & (EPOLLOUT | EPOLLERR)) && (c->events & EPOLLOUT))
+		alive = send_some(p, c);
+	if (alive && c->closing && c->sent == c->out.len)
+		alive = false; /* its last reply (an error, QUIT's +OK) is out */
+	if (!alive)
+		conn_close(p, c);
+}
+
+static void iteration(pool *p)
+{
+	struct epoll_event evs[POOL_EVENTS];
+	uint64_t now = wr_now_ns();
+	int n = epoll_pwait(p->ep, evs, POOL_EVENTS, wait_ms(p, now), &p->waitmask);
+	if (n < 0 && errno != EINTR) {
+		fprintf(stderr, "walrus serve: pool backend %d: epoll_wait: %s\n", p->slot,
+		        strerror(errno));
+		wr_sleep_us(100000);
+	}
+	for (int i = 0; i < n; i++)
+		handle_event(p, &evs[i]);
+	if (got_int)
+		return;
+	check_handle(p);
+	/* run: every connection with input, replies gathered */
+	for (size_t i = 0; i < p->n; i++) {
+		pconn *c = p->conns[i];
+		if (runnable(c)) {
+			c->ready = false;
+			run_input(p, c);
+		}
+	}
+	barrier(p);
+	/* send: backwards, as closing moves the last connection into the hole */
+	for (size_t i = p->n; i-- > 0;) {
+		pconn *c = p->conns[i];
+		if (!c->ran)
+			continue;
+		c->ran = false;
+		bool alive = send_some(p, c);
+		if (!alive || (c->closing && c->sent == c->out.len))
+			conn_close(p, c);
+	}
+	reopen(p);
+	now = wr_now_ns();
+	if (now - p->idle_checked >= POOL_TICK_MS * 1000000ull / 4) {
+		check_idle(p, now);
+		p->idle_checked = now;
+	}
+}
+
+/* SIGTERM: no new input or connections; idle connections go at once. */
+static void start_term(pool *p)
+{
+	p->term_deadline = wr_now_ns() + POOL_TERM_SEND_MS * 1000000ull;
+	if (p->chan_open) {
+		(void)epoll_ctl(p->ep, EPOLL_CTL_DEL, p->chan, NULL);
+		p->chan_open = false;
+	}
+	for (size_t i = p->n; i-- > 0;) {
+		pconn *c = p->conns[i];
+		if (!c->ready && c->sent == c->out.len)
+			conn_close(p, c);
+		else if (!conn_watch(p, c))
+			conn_close(p, c);
+	}
+}
+
+/* During a clean shutdown: whether some connection still has requests or replies. */
+static bool term_pending(pool *p)
+{
+	for (size_t i = p->n; i-- > 0;) {
+		pconn *c = p->conns[i];
+		if (!c->ready && c->sent == c->out.len)
+			conn_close(p, c); /* done */
+	}
+	return p->n > 0 && wr_now_ns() < p->term_deadline;
+}
+
+int srv_pool_backend(const srv_config *cfg, int slot, int chan)
+{
+	pool p = {.cfg = cfg, .slot = slot, .chan = chan, .h.dead = true};
+	char name[16];
+	snprintf(name, sizeof(name), "walrus-pool-%d", slot);
+	(void)prctl(PR_SET_NAME, name, 0, 0, 0);
+	setup_signals(&p);
+	pid_t parent = getppid();
+	if (prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0) != 0 || getppid() != parent)
+		got_term = 1; /* the server is already gone */
+	raise_fd_limit();
+	int code = 0;
+	p.ep = epoll_create1(EPOLL_CLOEXEC);
+	if (p.ep < 0) {
+		fprintf(stderr, "walrus serve: pool backend %d: epoll_create1: %s\n", slot,
+		        strerror(errno));
+		close(chan);
+		return 3;
+	}
+	if (epoll_set(&p, EPOLL_CTL_ADD, chan, EPOLLIN, NULL) == 0)
+		p.chan_open = true;
+	else
+		code = 3;
+	reopen(&p);
+	if (p.h.db == NULL)
+		code = 3; /* the first open failed: the server starts another later */
+	while (code == 0 && !got_int) {
+		if (got_term) {
+			if (p.term_deadline == 0)
+				start_term(&p);
+			if (!term_pending(&p))
+				break;
+		}
+		iteration(&p);
+	}
+	while (p.n > 0)
+		conn_close(&p, p.conns[0]);
+	free(p.conns);
+	if (p.h.db != NULL)
+		(void)walrus_close(p.h.db); /* a clean detach */
+	close(p.ep);
+	close(chan);
+	return code;
+}
