@@ -120,8 +120,12 @@ def main(cleanup):
             log(f"power cut {rnd + 1}: {time.time() - t0:.0f} s, {commits} commits recovered "
                 f"({acked} acknowledged); rolled back so far: {totals}")
     log(f"rolled back in all: {totals}")
-    if passed == a.rounds and a.rounds >= 8 and not (totals.get("units_lost", 0) > 0
-                                                     and totals.get("names_undone", 0) > 0):
+    # Lost data shows up within a few cuts; undone name changes (a cut right
+    # after a segment was created or recycled) need more: checked from 100.
+    names_needed = a.rounds >= 100
+    if passed == a.rounds and a.rounds >= 8 and not (
+            totals.get("units_lost", 0) > 0
+            and (totals.get("names_undone", 0) > 0 or not names_needed)):
         log("FAIL: the power cuts rolled nothing back: the simulation is not working")
         failed += 1
     log(f"{commits} commits found recovered, {acked} of them acknowledged, "

@@ -261,6 +261,7 @@ def stop_all_then_kill(pids):
     wtest.kill_pids(pids, signal.SIGSTOP)
     deadline = time.time() + 5
     for pid in pids:
+        st = "?"
         while time.time() < deadline:
             try:
                 with open(f"/proc/{pid}/stat") as f:
@@ -270,5 +271,8 @@ def stop_all_then_kill(pids):
             if st in ("T", "t", "Z", "X"):
                 break
             time.sleep(0.002)
+        else:
+            wtest.log(f"stop_all_then_kill: pid {pid} not stopped after 5 s (state {st}): "
+                      f"its SIGKILL may land inside a write")
     wtest.kill_pids(pids, signal.SIGKILL)
     wtest.wait_gone(pids)
