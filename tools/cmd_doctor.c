@@ -388,8 +388,9 @@ static bool measure(doctor *d, doc_bench *b, int which, int wfd, bool append, bo
 	qsort(b->lat, (size_t)n, sizeof(*b->lat), cmp_u64);
 	s->ran = true;
 	s->ops = n;
-	s->median_us = (double)b->lat[n / 2] / 1e3;
-	s->p99_us = (double)b->lat[(99 * n + 99) / 100 - 1] / 1e3; /* ceil(0.99 n)-th */
+	size_t mid = (size_t)n / 2, p99 = ((size_t)n * 99 + 99) / 100 - 1; /* ceil(0.99 n)-th */
+	s->median_us = (double)b->lat[mid] / 1e3;
+	s->p99_us = (double)b->lat[p99] / 1e3;
 	s->ops_per_s = total > 0 ? (double)n * 1e9 / (double)total : 0;
 	if (append)
 		b->npages = n;
@@ -493,7 +494,7 @@ static void run_io(doctor *d, int dirfd)
 
 	if (!install_handlers(d))
 		goto out;
-	b.buf = aligned_alloc(4096, 2 * DOC_IO);
+	b.buf = aligned_alloc(4096, 2 * (size_t)DOC_IO);
 	b.lat = malloc(sizeof(*b.lat) * (size_t)b.max_ops);
 	if (b.buf == NULL || b.lat == NULL) {
 		fail(d, "out of memory");
@@ -501,7 +502,7 @@ static void run_io(doctor *d, int dirfd)
 	}
 	/* Incompressible bytes: a compressing file system (zfs, btrfs) must write them all. */
 	uint64_t x = 0x9E3779B97F4A7C15u ^ (uint64_t)getpid();
-	for (size_t i = 0; i < 2 * DOC_IO; i++) {
+	for (size_t i = 0; i < 2 * (size_t)DOC_IO; i++) {
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 		b.buf[i] = (char)(x >> 32);
 	}

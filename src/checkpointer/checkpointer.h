@@ -106,7 +106,7 @@ void ckpt_set_write_observer(ckpt_write_observer fn);
  * force); sync errors PANIC instead.
  */
 int ckpt_perform(const char *datadir, const wr_options *o, int flags, const char *reason,
-                  uint64_t next_relid, ckpt_result *r);
+                 uint64_t next_relid, ckpt_result *r);
 
 /*
  * The checkpointer's loop: a checkpoint every checkpoint_timeout (skipped

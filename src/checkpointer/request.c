@@ -36,7 +36,8 @@ int ckpt_shmem_init(void)
 {
 	ckpt_sh = shm_alloc("ckpt", sizeof(ckpt_shared));
 	if (ckpt_sh == NULL)
-		return wr_error(WALRUS_ENOMEM, "no room in shared memory for the checkpointer's state");
+		return wr_error(WALRUS_ENOMEM,
+		                "no room in shared memory for the checkpointer's state");
 	memset(ckpt_sh, 0, sizeof(*ckpt_sh));
 	return WALRUS_OK;
 }
@@ -87,7 +88,8 @@ int ckpt_request(int flags, bool wait)
 			break;
 		uint32_t seq = atomic_load(&ckpt_sh->seq);
 		if (ckpt_instance_gone())
-			return wr_error(WALRUS_ERESTART, "the instance crashed during the checkpoint");
+			return wr_error(WALRUS_ERESTART,
+			                "the instance crashed during the checkpoint");
 		if (atomic_load(&ckpt_sh->started) == started0)
 			(void)ipc_wait_u32(&ckpt_sh->seq, seq, 100ULL * 1000 * 1000);
 	}

@@ -129,9 +129,9 @@ static _Noreturn void startup_main(void)
 	kv_redo_end(); /* a batch cut short by the crash is dropped */
 	wal_start_insert_at(res->end, res->last_lsn, res->last_redo, c.sysid, res->last_page);
 	if ((tree_created ? kv_check_tree() : kv_create_if_missing()) != WALRUS_OK) {
-		wr_snprintf(e->startup_error, sizeof(e->startup_error), "%s%s",
-		            tree_created ? "" : "could not create the key-value tree: ",
-		            walrus_errmsg());
+		wr_snprintf(
+		    e->startup_error, sizeof(e->startup_error), "%s%s",
+		    tree_created ? "" : "could not create the key-value tree: ", walrus_errmsg());
 		wr_log(WR_FATAL, "%s", e->startup_error);
 		_exit(1);
 	}

@@ -481,8 +481,9 @@ uint64_t fdc_pl_rename_intent(const char *from, const char *to)
 	char *both = malloc(fl + tl + 1);
 	if (both == NULL)
 		wr_panic("power-loss journal: out of memory");
+	/* "from\0to": two names, the second without its NUL (the record has the length). */
 	memcpy(both, from, fl + 1);
-	memcpy(both + fl + 1, to, tl);
+	memcpy(both + fl + 1, to, tl); // NOLINT(bugprone-not-null-terminated-result)
 	r.datalen = (uint32_t)strlen(saved);
 	uint64_t at = pl_append(&r, both, fl + tl + 1, saved);
 	free(both);

@@ -196,7 +196,7 @@ static void conn_add(pool *p, int fd, uint64_t id)
 	pconn *c = NULL;
 	if (p->n == p->cap) {
 		size_t cap = p->cap ? p->cap * 2 : 64;
-		pconn **a = realloc(p->conns, cap * sizeof(*a));
+		pconn **a = realloc(p->conns, cap * sizeof(pconn *));
 		if (a != NULL) {
 			p->conns = a;
 			p->cap = cap;
@@ -567,9 +567,8 @@ static void start_term(pool *p)
 	}
 	for (size_t i = p->n; i-- > 0;) {
 		pconn *c = p->conns[i];
-		if (!c->ready && c->sent == c->out.len)
-			conn_close(p, c);
-		else if (!conn_watch(p, c))
+		/* Nothing left to do, or no way to be told when there is. */
+		if ((!c->ready && c->sent == c->out.len) || !conn_watch(p, c))
 			conn_close(p, c);
 	}
 }

@@ -46,10 +46,10 @@ struct wal_reader {
 	wr_lsn page_start; /* of the page in memory, checked; 0 = none */
 	char *buf;         /* the record being read, reassembled */
 	size_t cap;
-	wr_lsn next; /* where the record after the last one read starts; 0 = none */
+	wr_lsn next;         /* where the record after the last one read starts; 0 = none */
 	wr_lsn page_durable; /* of the page in memory */
 	wr_lsn rec_durable;  /* highest of the pages of the record fetched last */
-	wr_lsn last; /* start of the last record read */
+	wr_lsn last;         /* start of the last record read */
 	char why[WAL_WHY_LEN];
 	wal_decoded dec;
 };
@@ -385,14 +385,15 @@ static int wal_rd_failed(wal_reader *r, wr_lsn lsn, uint32_t tot_len)
 	if (tot_len != 0) {
 		wr_lsn bad_end = wal_lsn_advance(lsn, tot_len, r->seg_size);
 		wr_lsn proof;
-		uint64_t n = wal_rd_follow(r, wal_rd_next_start(bad_end, r->seg_size), lsn,
-		                           bad_end, &proof);
+		uint64_t n =
+		    wal_rd_follow(r, wal_rd_next_start(bad_end, r->seg_size), lsn, bad_end, &proof);
 		if (proof != 0) {
 			char path[PATH_MAX];
 			wal_segment_path(r->waldir, r->seg_size, lsn - lsn % r->seg_size, path,
 			                 sizeof(path));
 			return wr_error(WALRUS_ECORRUPT,
-			                "record at " WAL_LSN_FMT " in WAL segment \"%s\" is damaged but "
+			                "record at " WAL_LSN_FMT
+			                " in WAL segment \"%s\" is damaged but "
 			                "was flushed: the record at " WAL_LSN_FMT
 			                " was written after it was durable: %s",
 			                WAL_LSN_ARGS(lsn), path, WAL_LSN_ARGS(proof), why);
