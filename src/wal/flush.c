@@ -6,9 +6,8 @@
  * One process at a time holds write_lock and writes: it takes everything
  * that is inserted (not just what it needs), so one write and one
  * fdatasync cover every committer waiting behind it, and then wakes them
- * all with one futex call on flush_seq.  Waiters spin briefly first: on
- * this kind of machine a cross-CPU wake-up costs about as much as half a
- * durable write.
+ * all with one futex call on flush_seq.  Before a flush starts, committers
+ * gather (see "group commit" below).
  *
  * Every write is followed by its flush, through the same fd, before
  * write_lock is released: WAL is never written by one fd and synced by
@@ -28,8 +27,11 @@
 #include "fdcache/fdcache.h"
 
 #define WAL_SPIN_ROUNDS     200
+#define WAL_SPIN_NS         10000 /* spin only when the flush should end this soon */
+#define WAL_WAIT_NS         (10ULL * 1000 * 1000) /* a sleeper re-checks at least this often */
+#define WAL_NAP_EXTRA_NS    1000    /* a gather's timer wakes just past its deadline */
+#define WAL_GATHER_STALE_NS 1000000 /* a holder this late past commit_gather left */
 #define WAL_URING_DEPTH     64
-#define WAL_GATHER_QUIET_NS 15000
 
 static struct {
 	uint64_t start; /* of the segment this process has open, or UINT64_MAX */
@@ -304,48 +306,39 @@ uint64_t wal_wait_insertions(uint64_t upto)
 	return done;
 }
 
-/*
- * Group commit's other half.  Committers fall into two alternating groups
- * when the leader flushes at once: those released by one flush insert their
- * next record while the next flush is already under way, so each flush
- * covers about half of them.  When other committers are inside
- * wal_flush_to, the leader waits while more keep arriving (each new one
- * restarts a short quiet window), at most commit_gather.  Measured on 2
- * vCPUs with 8 committers: commits per flush 4.3 -> 6, commits/s about +30%
- * (docs/performance.md).
- */
-static void gather_committers(void)
-{
-	if (wal_sh->gather_ns == 0 || atomic_load(&wal_sh->in_flush) < 2)
-		return;
-	uint64_t start = wr_now_ns(), changed = start, now = start;
-	uint32_t seen = atomic_load(&wal_sh->in_flush);
-	while (now - start < wal_sh->gather_ns && now - changed < WAL_GATHER_QUIET_NS) {
-		sched_yield(); /* on 2 CPUs the arriving committers need ours */
-		now = wr_now_ns();
-		uint32_t n = atomic_load(&wal_sh->in_flush);
-		if (n != seen) {
-			seen = n;
-			changed = now;
-		}
-	}
-}
-
 /* One writer round under write_lock: write and flush what is inserted, at least up to @want. */
 static void write_round(uint64_t want)
 {
-	gather_committers();
+	/* Fix the range.  The committers counted so far inserted before they
+	 * were counted, so the reserved end read below covers them: a new
+	 * gather round begins (gather_word's high half), with nobody yet. */
+	uint64_t w = atomic_load(&wal_sh->gather_word);
+	atomic_store(&wal_sh->gather_word, ((w >> 32) + 1) << 32);
+	atomic_store(&wal_sh->gather_start_ns, 0);
 	uint64_t target = WR_MAX(want, wal_reserved_end());
 	uint64_t upto = wal_wait_insertions(target);
 	uint64_t from = atomic_load(&wal_sh->write_lsn);
 	if (upto <= from)
 		return;
+	atomic_store(&wal_sh->flush_target, upto);
 	uint64_t t0 = wr_now_ns();
+	atomic_store(&wal_sh->flush_start_ns, t0);
 	write_and_flush(from, upto);
 	atomic_store(&wal_sh->write_lsn, upto);
 	atomic_store(&wal_sh->flush_lsn, upto);
+	uint64_t t1 = wr_now_ns(), ns = t1 - t0;
+	atomic_store(&wal_sh->flush_start_ns, 0);
+	/* Whoever is waiting now comes back for the next flush: the ones this
+	 * flush covered with their next commit, the others already counted.
+	 * Those arrived during the flush could not have been served sooner:
+	 * for the gather, they arrived now. */
+	atomic_store(&wal_sh->gather_expect, atomic_load(&wal_sh->in_flush));
+	atomic_store(&wal_sh->gather_last_ns, t1);
+	atomic_store(&wal_sh->gather_start_ns, 0);
+	uint64_t avg = atomic_load(&wal_sh->flush_avg_ns);
+	atomic_store(&wal_sh->flush_avg_ns, avg ? avg - avg / 8 + ns / 8 : ns);
 	atomic_fetch_add_explicit(&wal_sh->st_flushes, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&wal_sh->st_flush_ns, wr_now_ns() - t0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&wal_sh->st_flush_ns, ns, memory_order_relaxed);
 }
 
 static void release_and_wake(void)
@@ -367,12 +360,94 @@ void wal_write_upto(uint64_t upto)
 	}
 }
 
-/* Sleeps until flush_seq moves from @seen (bounded: the state is re-checked). */
-static void wait_for_flush(uint32_t seen)
+/* ---------------------------------------------------------------- group commit */
+
+/*
+ * Committers fall into two alternating groups when whoever arrives first
+ * flushes at once: those released by one flush insert their next record
+ * while the next flush is already under way, so each flush covers about
+ * half of them.  So a flush waits for the committers it can expect: those
+ * that were inside wal_flush_to when the last flush ended (released, they
+ * come back with their next commit; the others are waiting already).
+ * While no flush is under way and fewer of them have arrived since the
+ * last flush fixed its range, an arriving committer sleeps instead of
+ * flushing, and the one that completes the set flushes at once: nobody is
+ * woken just to start the flush, and no CPU is kept busy watching the
+ * arrivals (on 2 CPUs the arriving committers need it).
+ *
+ * When some do not come, the first sleeper, which holds the gather's timer
+ * (@token: the gather's start time), wakes and flushes for all.  One more
+ * commit is worth waiting for while it comes within (flush time + time
+ * waited) / commits gathered of the last arrival: later than that, the
+ * flush would serve fewer commits per unit of time than it would now.
+ * A lone arrival waits at most one flush time, and no gather lasts longer
+ * than commit_gather.  The expectation corrects itself: a committer that
+ * stopped committing is not inside wal_flush_to when the next flush ends.
+ *
+ * Returns how long to sleep, 0 to flush now.
+ */
+static uint64_t gather_wait(uint64_t *token)
+{
+	uint32_t expect = atomic_load(&wal_sh->gather_expect);
+	uint32_t n = (uint32_t)atomic_load(&wal_sh->gather_word);
+	if (wal_sh->gather_ns == 0 || n == 0 || n >= expect)
+		return 0;
+	uint64_t now = wr_now_ns();
+	uint64_t start = atomic_load(&wal_sh->gather_start_ns);
+	if (start == 0) {
+		if (!atomic_compare_exchange_strong(&wal_sh->gather_start_ns, &start, now))
+			return WAL_WAIT_NS; /* another committer just began it: its timer */
+		start = *token = now;
+	}
+	if (start != *token) {
+		/* The holder's timer ends the gather, or a flush ends our sleep.
+		 * A holder that left (a flush covered it meanwhile) would end
+		 * neither: past commit_gather, the timer is anyone's. */
+		if (start > now || now - start < wal_sh->gather_ns + WAL_GATHER_STALE_NS ||
+		    !atomic_compare_exchange_strong(&wal_sh->gather_start_ns, &start, now))
+			return WAL_WAIT_NS;
+		start = *token = now;
+	}
+	uint64_t waited = now - start;
+	if (waited >= wal_sh->gather_ns)
+		return 0;
+	/* Times relative to the start: the last arrival at a, the flush takes f. */
+	int64_t a = (int64_t)(atomic_load(&wal_sh->gather_last_ns) - start);
+	int64_t f = (int64_t)atomic_load(&wal_sh->flush_avg_ns);
+	int64_t t = (int64_t)waited, nn = (int64_t)n;
+	if (nn * (t - a) >= f + t || (nn == 1 && t >= f))
+		return 0;
+	/* Without another arrival, that happens at t = (f + n a) / (n - 1). */
+	int64_t deadline = nn >= 2 ? (f + nn * a) / (nn - 1) : f;
+	deadline = WR_MIN(deadline, (int64_t)wal_sh->gather_ns);
+	return deadline > t ? (uint64_t)(deadline - t) + WAL_NAP_EXTRA_NS : 0;
+}
+
+/* Counts this committer into the current gather round; returns the round. */
+static uint32_t gather_arrive(void)
+{
+	atomic_store(&wal_sh->gather_last_ns, wr_now_ns());
+	return (uint32_t)(atomic_fetch_add(&wal_sh->gather_word, 1) >> 32);
+}
+
+/*
+ * A waiter spins only when the flush under way should end within
+ * WAL_SPIN_NS; otherwise it sleeps at once.  Spinning through a flush
+ * takes CPU from the committers still on their way.
+ */
+static bool flush_ends_soon(void)
+{
+	uint64_t start = atomic_load(&wal_sh->flush_start_ns);
+	return start != 0 &&
+	       wr_now_ns() - start + WAL_SPIN_NS >= atomic_load(&wal_sh->flush_avg_ns);
+}
+
+/* Sleeps until flush_seq moves from @seen, or @timeout_ns passes. */
+static void wait_for_flush(uint32_t seen, uint64_t timeout_ns)
 {
 	atomic_fetch_add(&wal_sh->flush_sleepers, 1);
 	if (atomic_load(&wal_sh->flush_seq) == seen)
-		ipc_wait_u32(&wal_sh->flush_seq, seen, 10ULL * 1000 * 1000);
+		ipc_wait_u32(&wal_sh->flush_seq, seen, timeout_ns);
 	atomic_fetch_sub(&wal_sh->flush_sleepers, 1);
 	/* The flusher may have died holding the write lock: then nobody will
 	 * ever flush this instance's WAL again, and the commit's fate is
@@ -382,33 +457,72 @@ static void wait_for_flush(uint32_t seen)
 		wr_panic("instance crashed while this process waited for the WAL flush");
 }
 
-void wal_flush_to(wr_lsn lsn)
+/*
+ * Returns once the WAL up to @lsn is durable, flushing it when nobody else
+ * does.  A @committer takes part in the gather; the WAL writer does not:
+ * nobody waits for it, and it should wait for nobody.
+ */
+static void flush_upto(uint64_t lsn, bool committer)
 {
-	bool counted = false;
-	int round = 0;
+	/* Only a committer that has to wait counts: one whose WAL is durable
+	 * already (a page's LSN, say) is not coming back for a flush. */
+	if (atomic_load(&wal_sh->flush_lsn) >= lsn)
+		return;
 	uint64_t reserved = wal_reserved_end();
 	if (lsn > reserved)
 		lsn = reserved; /* nothing beyond the inserted WAL can be asked for */
-	atomic_fetch_add(&wal_sh->in_flush, 1);
+	if (atomic_load(&wal_sh->flush_lsn) >= lsn)
+		return;
+	bool waited = false, flushed = false;
+	int round = 0;
+	uint64_t token = 0;
+	uint32_t counted = UINT32_MAX; /* the gather round this committer is counted in */
+	if (committer)
+		atomic_fetch_add(&wal_sh->in_flush, 1);
 	while (atomic_load(&wal_sh->flush_lsn) < lsn) {
 		uint32_t seen = atomic_load(&wal_sh->flush_seq);
-		if (rw_trylock_excl(&wal_sh->write_lock)) {
-			if (atomic_load(&wal_sh->flush_lsn) < lsn)
-				write_round(lsn);
-			release_and_wake();
-			continue;
+		/* Not covered by the latest flush started: count in once per round
+		 * (a flush whose range stopped short of us began a new round). */
+		if (committer && lsn > atomic_load(&wal_sh->flush_target) &&
+		    (uint32_t)(atomic_load(&wal_sh->gather_word) >> 32) != counted)
+			counted = gather_arrive();
+		if (!rw_held_excl(&wal_sh->write_lock)) {
+			uint64_t nap = committer ? gather_wait(&token) : 0;
+			if (nap != 0) {
+				waited = true;
+				wait_for_flush(seen, nap);
+				continue;
+			}
+			if (rw_trylock_excl(&wal_sh->write_lock)) {
+				if (atomic_load(&wal_sh->flush_lsn) < lsn) {
+					write_round(lsn);
+					flushed = true;
+				}
+				release_and_wake();
+				continue;
+			}
 		}
-		if (!counted) {
-			atomic_fetch_add_explicit(&wal_sh->st_group_waits, 1, memory_order_relaxed);
-			counted = true;
-		}
-		/* Someone else is flushing, probably for us too. */
-		if (++round < WAL_SPIN_ROUNDS)
+		/* Someone else is writing, probably for us too. */
+		waited = true;
+		if (++round < WAL_SPIN_ROUNDS && flush_ends_soon())
 			wal_cpu_relax();
 		else
-			wait_for_flush(seen);
+			wait_for_flush(seen, WAL_WAIT_NS);
 	}
-	atomic_fetch_sub(&wal_sh->in_flush, 1);
+	if (committer)
+		atomic_fetch_sub(&wal_sh->in_flush, 1);
+	/* A holder that a flush covered after that flush ended the gather
+	 * (it took the timer just too late) hands it back, and wakes the
+	 * others to take it. */
+	if (token != 0 && atomic_compare_exchange_strong(&wal_sh->gather_start_ns, &token, 0))
+		ipc_wake_all(&wal_sh->flush_seq);
+	if (waited && !flushed)
+		atomic_fetch_add_explicit(&wal_sh->st_group_waits, 1, memory_order_relaxed);
+}
+
+void wal_flush_to(wr_lsn lsn)
+{
+	flush_upto(lsn, true);
 }
 
 wr_lsn wal_flushed_lsn(void)
@@ -467,6 +581,6 @@ void wal_writer_round(void)
 		return;
 	uint64_t end = wal_reserved_end();
 	if (atomic_load(&wal_sh->flush_lsn) < end)
-		wal_flush_to(end);
+		flush_upto(end, false);
 	preallocate();
 }

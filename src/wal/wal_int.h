@@ -61,7 +61,17 @@ typedef struct wal_shared {
 	_Atomic uint64_t flush_lsn;
 	_Atomic uint32_t flush_seq; /* bumped after every flush: group-commit waiters sleep on it */
 	_Atomic uint32_t flush_sleepers;
-	_Atomic uint32_t in_flush; /* processes inside wal_flush_to: committers */
+	/* group commit's gather (flush.c) */
+	_Atomic uint32_t in_flush;      /* committers inside wal_flush_to that had to wait */
+	_Atomic uint32_t gather_expect; /* in_flush when the last flush ended: they come back */
+	/* committers not covered by the latest flush started: its number in the
+	 * high 32 bits (bumped when a flush fixes its range), the count low */
+	_Atomic uint64_t gather_word;
+	_Atomic uint64_t gather_last_ns;  /* when the latest of them arrived */
+	_Atomic uint64_t gather_start_ns; /* 0: none; else its start, the timer's token */
+	_Atomic uint64_t flush_target;    /* end of the latest flush started (its range is fixed) */
+	_Atomic uint64_t flush_start_ns;  /* when the flush under way began; 0: none */
+	_Atomic uint64_t flush_avg_ns;    /* moving average of one write + flush */
 	_Atomic uint64_t async_lsn;
 	_Atomic uint32_t writer_latch;
 	_Atomic uint64_t prealloc_end;   /* segments are known to exist up to here */
