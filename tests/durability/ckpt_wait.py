@@ -143,9 +143,13 @@ def main(cleanup):
         return 0
     r = w.run("put", "before", "1")
     check(r.returncode == 0, f"put failed: {r.stderr.decode()}")
-    pids = wtest.instance_pids(w.dir)
-    ckpt = wtest.named(pids, "walrus-ckpt")
-    sup = wtest.named(pids, "walrus-super")
+    # The auxiliary processes name themselves just after their fork: under
+    # load a process may still carry its parent's name for a moment.
+    def found():
+        pids = wtest.instance_pids(w.dir)
+        return (wtest.named(pids, "walrus-ckpt"), wtest.named(pids, "walrus-super"), pids)
+    wtest.wait_for(lambda: all(len(x) == 1 for x in found()[:2]), 10, step=0.05)
+    ckpt, sup, pids = found()
     check(len(ckpt) == 1 and len(sup) == 1, f"instance processes not found: {pids}")
     since = w.log_size()
     os.kill(ckpt[0], signal.SIGSTOP)
