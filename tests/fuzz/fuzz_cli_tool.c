@@ -20,6 +20,7 @@
 STUB(cmd_serve)
 STUB(cmd_status)
 STUB(cmd_selftest)
+STUB(cmd_doctor)
 STUB(cmd_options)
 STUB(cmd_waldump)
 STUB(cmd_controldata)
