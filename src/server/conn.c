@@ -34,11 +34,8 @@
 
 #include "common/common.h"
 
-#define SRV_READ_CHUNK   ((size_t)64 * 1024)
 #define SRV_OUT_FLUSH    ((size_t)1024 * 1024)
-#define SRV_MAX_QUERY    (1024ull * 1024 * 1024) /* Redis's client-query-buffer-limit */
-#define SRV_KEEP_BUFFER  ((size_t)1024 * 1024)   /* larger idle buffers are given back */
-#define SRV_TERM_SEND_MS 5000                    /* replies' grace during a clean shutdown */
+#define SRV_TERM_SEND_MS 5000 /* replies' grace during a clean shutdown */
 
 static volatile sig_atomic_t got_term, got_int;
 
@@ -56,11 +53,9 @@ static void on_int(int sig)
 
 typedef struct conn {
 	int fd;
-	char *in;
-	size_t inlen, incap;
+	srv_input in;
 	resp_buf out;
 	size_t sent;
-	resp_parser parser;
 	srv_session sess;
 	int64_t idle_ms;
 	sigset_t waitmask; /* the mask during ppoll: SIGTERM and SIGINT open */
@@ -163,23 +158,6 @@ static bool flush_replies(conn *c)
 	return ok;
 }
 
-/* Makes room for the next read: the parser's hint, at least a chunk. */
-static bool reserve_input(conn *c)
-{
-	size_t want = WR_MAX(c->parser.need, c->inlen + SRV_READ_CHUNK);
-	if (want > SRV_MAX_QUERY)
-		want = SRV_MAX_QUERY;
-	if (c->incap >= want)
-		return c->inlen < c->incap;
-	size_t cap = WR_MAX(c->incap * 2, want);
-	char *p = realloc(c->in, cap);
-	if (p == NULL)
-		return false;
-	c->in = p;
-	c->incap = cap;
-	return true;
-}
-
 /* Waits for input and appends it; false to close (EOF, error, idle, signal). */
 static bool read_input(conn *c)
 {
@@ -191,14 +169,14 @@ static bool read_input(conn *c)
 			continue;
 		if (r != WAIT_READY)
 			return false; /* an error, or the idle timeout */
-		if (!reserve_input(c)) {
+		if (!srv_input_reserve(&c->in)) {
 			resp_add_error(&c->out, "ERR Protocol error: query buffer limit reached");
 			c->closing = true;
 			return true;
 		}
-		ssize_t n = recv(c->fd, c->in + c->inlen, c->incap - c->inlen, MSG_DONTWAIT);
+		ssize_t n = recv(c->fd, c->in.buf + c->in.len, c->in.cap - c->in.len, MSG_DONTWAIT);
 		if (n > 0) {
-			c->inlen += (size_t)n;
+			c->in.len += (size_t)n;
 			return true;
 		}
 		if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK))
@@ -208,17 +186,10 @@ static bool read_input(conn *c)
 
 /* ---------------------------------------------------------------- requests */
 
-/* Runs one parsed request; false to stop running requests. */
-static bool run_request(conn *c)
+/* After each request: false to stop running requests. */
+static bool after_request(void *arg)
 {
-	if (c->parser.deferred != NULL)
-		srv_reply_error(&c->sess, c->parser.deferred);
-	else if (c->parser.argc > 0) {
-		/* array requests point into c->in, kept until run_input drops them */
-		uintptr_t a = (uintptr_t)c->parser.argv[0].p, in = (uintptr_t)c->in;
-		c->sess.args_stable = a >= in && a < in + c->inlen;
-		srv_dispatch(&c->sess, c->parser.argv, c->parser.argc);
-	}
+	conn *c = arg;
 	if (c->sess.quit) {
 		c->closing = true;
 		return false;
@@ -233,31 +204,7 @@ static bool run_request(conn *c)
 /* Runs every complete request in the input; drops their bytes. */
 static void run_input(conn *c)
 {
-	size_t off = 0;
-	while (!c->closing) {
-		size_t used;
-		int r = resp_parse(&c->parser, c->in + off, c->inlen - off, &used);
-		if (r == RESP_PROTO || r == RESP_NOMEM) {
-			resp_add_error(&c->out, "ERR Protocol error: %s",
-			               r == RESP_PROTO ? c->parser.error : "out of memory");
-			c->closing = true;
-			break;
-		}
-		bool go_on = r == RESP_DONE ? run_request(c) : false;
-		off += used;
-		if (!go_on)
-			break;
-	}
-	srv_group_flush(&c->sess); /* it points into the bytes dropped below */
-	if (off > 0) {
-		memmove(c->in, c->in + off, c->inlen - off);
-		c->inlen -= off;
-	}
-	if (c->inlen == 0 && c->incap > SRV_KEEP_BUFFER) {
-		free(c->in);
-		c->in = NULL;
-		c->incap = 0;
-	}
+	srv_input_run(&c->in, &c->sess, &c->out, &c->closing, after_request, c);
 }
 
 /* ---------------------------------------------------------------- srv_backend */
@@ -284,7 +231,7 @@ int srv_backend(const srv_config *cfg, int fd)
 	setup_signals(&c);
 	watch_parent(getppid());
 	setup_socket(fd);
-	resp_parser_init(&c.parser);
+	srv_input_init(&c.in);
 	srv_session_init(&c.sess, cfg, &c.out);
 	if (open_database(&c)) {
 		while (!c.closing && read_input(&c)) {
@@ -294,9 +241,8 @@ int srv_backend(const srv_config *cfg, int fd)
 		}
 	}
 	srv_session_free(&c.sess); /* closes the handle: a clean detach */
-	resp_parser_free(&c.parser);
+	srv_input_free(&c.in);
 	resp_buf_free(&c.out);
-	free(c.in);
 	close(fd);
 	return 0;
 }

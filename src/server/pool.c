@@ -62,12 +62,9 @@
 #include "engine/engine.h"
 #include "ipc/ipc.h"
 
-#define POOL_READ_CHUNK   ((size_t)64 * 1024)
-#define POOL_OUT_PAUSE    ((size_t)1024 * 1024)   /* replies buffered: run no more requests */
-#define POOL_MAX_QUERY    (1024ull * 1024 * 1024) /* Redis's client-query-buffer-limit */
-#define POOL_KEEP_BUFFER  ((size_t)1024 * 1024)   /* larger idle buffers are given back */
-#define POOL_TERM_SEND_MS 5000                    /* replies' grace during a clean shutdown */
-#define POOL_TICK_MS      1000                    /* idle checks, handle reopening */
+#define POOL_OUT_PAUSE    ((size_t)1024 * 1024) /* replies buffered: run no more requests */
+#define POOL_TERM_SEND_MS 5000                  /* replies' grace during a clean shutdown */
+#define POOL_TICK_MS      1000                  /* idle checks, handle reopening */
 #define POOL_EVENTS       256
 
 static volatile sig_atomic_t got_term, got_int;
@@ -87,11 +84,9 @@ static void on_int(int sig)
 typedef struct pconn {
 	int fd;
 	size_t idx; /* in pool.conns */
-	char *in;
-	size_t inlen, incap;
+	srv_input in;
 	resp_buf out;
 	size_t sent;
-	resp_parser parser;
 	srv_session sess;
 	uint64_t last_ns; /* last progress (input or output): the idle timeout */
 	uint32_t events;  /* registered with epoll */
@@ -170,9 +165,8 @@ static void conn_close(pool *p, pconn *c)
 		fprintf(stderr, "walrus serve: pool backend %d: epoll_ctl: %s\n", p->slot,
 		        strerror(errno));
 	srv_session_free(&c->sess);
-	resp_parser_free(&c->parser);
+	srv_input_free(&c->in);
 	resp_buf_free(&c->out);
-	free(c->in);
 	close(c->fd);
 	p->conns[c->idx] = p->conns[--p->n];
 	p->conns[c->idx]->idx = c->idx;
@@ -220,7 +214,7 @@ static void conn_add(pool *p, int fd, uint64_t id)
 	c->idx = p->n;
 	p->conns[p->n++] = c;
 	c->last_ns = wr_now_ns();
-	resp_parser_init(&c->parser);
+	srv_input_init(&c->in);
 	srv_session_init(&c->sess, p->cfg, &c->out);
 	c->sess.shared = &p->h;
 	c->sess.client_id = id;
@@ -265,27 +259,10 @@ static void take_connections(pool *p)
 
 /* ---------------------------------------------------------------- input */
 
-/* Makes room for the next read: the parser's hint, at least a chunk. */
-static bool reserve_input(pconn *c)
-{
-	size_t want = WR_MAX(c->parser.need, c->inlen + POOL_READ_CHUNK);
-	if (want > POOL_MAX_QUERY)
-		want = POOL_MAX_QUERY;
-	if (c->incap >= want)
-		return c->inlen < c->incap;
-	size_t cap = WR_MAX(c->incap * 2, want);
-	char *q = realloc(c->in, cap);
-	if (q == NULL)
-		return false;
-	c->in = q;
-	c->incap = cap;
-	return true;
-}
-
 /* One recv(); false when the connection is gone (EOF or an error). */
 static bool read_some(pconn *c)
 {
-	if (!reserve_input(c)) {
+	if (!srv_input_reserve(&c->in)) {
 		resp_add_error(&c->out, "ERR Protocol error: query buffer limit reached");
 		c->closing = true;
 		c->ran = true; /* the error goes out */
@@ -293,10 +270,10 @@ static bool read_some(pconn *c)
 	}
 	ssize_t n;
 	do
-		n = recv(c->fd, c->in + c->inlen, c->incap - c->inlen, MSG_DONTWAIT);
+		n = recv(c->fd, c->in.buf + c->in.len, c->in.cap - c->in.len, MSG_DONTWAIT);
 	while (n < 0 && errno == EINTR);
 	if (n > 0) {
-		c->inlen += (size_t)n;
+		c->in.len += (size_t)n;
 		c->last_ns = wr_now_ns();
 		c->ready = true;
 		return true;
@@ -304,17 +281,10 @@ static bool read_some(pconn *c)
 	return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-/* Runs one parsed request; false to stop running this connection's requests. */
-static bool run_request(pconn *c)
+/* After each request: false to stop running this connection's requests. */
+static bool after_request(void *arg)
 {
-	if (c->parser.deferred != NULL)
-		srv_reply_error(&c->sess, c->parser.deferred);
-	else if (c->parser.argc > 0) {
-		/* array requests point into c->in, kept until run_input drops them */
-		uintptr_t a = (uintptr_t)c->parser.argv[0].p, in = (uintptr_t)c->in;
-		c->sess.args_stable = a >= in && a < in + c->inlen;
-		srv_dispatch(&c->sess, c->parser.argv, c->parser.argc);
-	}
+	pconn *c = arg;
 	if (c->sess.quit) {
 		c->closing = true;
 		return false;
@@ -334,31 +304,7 @@ static void run_input(pool *p, pconn *c)
 	c->sess.db_dead = p->h.dead || p->h.db == NULL;
 	c->paused = false;
 	c->ran = true;
-	size_t off = 0;
-	while (!c->closing) {
-		size_t used;
-		int r = resp_parse(&c->parser, c->in + off, c->inlen - off, &used);
-		if (r == RESP_PROTO || r == RESP_NOMEM) {
-			resp_add_error(&c->out, "ERR Protocol error: %s",
-			               r == RESP_PROTO ? c->parser.error : "out of memory");
-			c->closing = true;
-			break;
-		}
-		bool go_on = r == RESP_DONE ? run_request(c) : false;
-		off += used;
-		if (!go_on)
-			break;
-	}
-	srv_group_flush(&c->sess); /* it points into the bytes dropped below */
-	if (off > 0) {
-		memmove(c->in, c->in + off, c->inlen - off);
-		c->inlen -= off;
-	}
-	if (c->inlen == 0 && c->incap > POOL_KEEP_BUFFER) {
-		free(c->in);
-		c->in = NULL;
-		c->incap = 0;
-	}
+	srv_input_run(&c->in, &c->sess, &c->out, &c->closing, after_request, c);
 	if (c->sess.db_dead)
 		p->h.dead = true; /* the instance restarted: for every session */
 }
@@ -386,7 +332,7 @@ static bool send_some(pool *p, pconn *c)
 	}
 	c->out.len = 0;
 	c->sent = 0;
-	if (c->out.cap > POOL_KEEP_BUFFER)
+	if (c->out.cap > SRV_KEEP_BUFFER)
 		resp_buf_free(&c->out);
 	if (c->paused && !c->closing)
 		c->ready = true; /* its next requests */

@@ -155,4 +155,26 @@ void srv_reply_engine_error(srv_session *s, int rc);
 /* Makes the WAL written so far durable (the engine's group commit); WALRUS_* code. */
 int srv_wal_sync(walrus *db);
 
+/* ---------------------------------------------------------------- input.c */
+
+#define SRV_KEEP_BUFFER ((size_t)1024 * 1024) /* larger idle buffers are given back */
+
+/* A connection's input: bytes read and not yet run, and their parser. */
+typedef struct srv_input {
+	char *buf;
+	size_t len, cap;
+	resp_parser parser;
+} srv_input;
+void srv_input_init(srv_input *in);
+void srv_input_free(srv_input *in);
+/* Room for the next read (the parser's hint, at least a chunk); false at the query limit. */
+bool srv_input_reserve(srv_input *in);
+/*
+ * Runs every complete request in the input, each followed by @after(conn)
+ * (false: run no more now); a malformed request gets an error reply in
+ * @out and sets *@closing.  Then drops the bytes run.
+ */
+void srv_input_run(srv_input *in, srv_session *sess, resp_buf *out, bool *closing,
+                   bool (*after)(void *conn), void *conn);
+
 #endif /* WALRUS_SRV_INT_H */
