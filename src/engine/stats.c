@@ -97,6 +97,7 @@ static void stats_wal(jbuf *j)
 	jb_u64(j, "flushes", w.flushes);
 	jb_dbl(j, "flush_s", (double)w.flush_ns / 1e9);
 	jb_u64(j, "group_waits", w.group_waits);
+	jb_u64(j, "gather_naps", w.gather_naps);
 	jb_u64(j, "buffer_full_waits", w.buffer_full_waits);
 	jb_u64(j, "segments_created", w.segments_created);
 	jb_u64(j, "segments_recycled", w.segments_recycled);

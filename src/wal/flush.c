@@ -490,6 +490,8 @@ static void flush_upto(uint64_t lsn, bool committer)
 			uint64_t nap = committer ? gather_wait(&token) : 0;
 			if (nap != 0) {
 				waited = true;
+				atomic_fetch_add_explicit(&wal_sh->st_gather_naps, 1,
+				                          memory_order_relaxed);
 				wait_for_flush(seen, nap);
 				continue;
 			}

@@ -265,14 +265,24 @@ static void advertise(uint64_t pos)
 
 /*
  * Maps the next page in LSN order (init_upto) to its ring slot, once the
- * page that slot held is written.  Pages are mapped strictly in order:
- * mapping a later page first could take the slot of a page an inserter has
- * reserved but not reached yet.  Returns false when it had to write first.
+ * page that slot held is written, unless @want is mapped already.  Pages
+ * are mapped strictly in order: mapping a later page first could take the
+ * slot of a page an inserter has reserved but not reached yet.  And never
+ * past @want: an inserter that saw its page unmapped and lost the race to
+ * map it would otherwise map the page after, and with several racing, the
+ * pages mapped ran a ring ahead of the reservations; mapping the next one
+ * then waited for a write of the page an inserter was still filling, and
+ * that inserter was the one waiting (a livelock, seen with 8 committers on
+ * a ring of 8 pages).  Returns false when it had to write first.
  */
-static bool map_next_page(void)
+static bool map_next_page(uint64_t want)
 {
 	spin_lock(&wal_sh->buf_lock);
 	uint64_t next = wal_sh->init_upto;
+	if (next > want) {
+		spin_unlock(&wal_sh->buf_lock);
+		return true;
+	}
 	uint32_t idx = wal_buf_index(next);
 	uint64_t old = atomic_load(&wal_page_end[idx]);
 	if (old != 0 && atomic_load(&wal_sh->write_lsn) < old) {
@@ -307,7 +317,7 @@ static char *get_page(uint64_t page_start)
 			wr_panic("WAL buffer for page " WAL_LSN_FMT
 			         " holds a newer page " WAL_LSN_FMT,
 			         WAL_LSN_ARGS(page_start), WAL_LSN_ARGS(have - WAL_PAGE_SIZE));
-		map_next_page();
+		map_next_page(page_start);
 	}
 }
 
@@ -429,6 +439,7 @@ void wal_get_stats(wal_stats *s)
 	s->flush_ns = atomic_load(&wal_sh->st_flush_ns);
 	s->buffer_full_waits = atomic_load(&wal_sh->st_buffer_full_waits);
 	s->group_waits = atomic_load(&wal_sh->st_group_waits);
+	s->gather_naps = atomic_load(&wal_sh->st_gather_naps);
 	s->segments_created = atomic_load(&wal_sh->st_seg_created);
 	s->segments_recycled = atomic_load(&wal_sh->st_seg_recycled);
 	s->segments_removed = atomic_load(&wal_sh->st_seg_removed);

@@ -247,6 +247,7 @@ typedef struct wal_stats {
 	uint64_t writes, flushes, flush_ns, write_bytes;
 	uint64_t buffer_full_waits; /* inserts that had to write WAL to get a buffer */
 	uint64_t group_waits;       /* flush_to calls served by someone else's flush */
+	uint64_t gather_naps;       /* sleeps of committers waiting for others to gather */
 	uint64_t segments_created, segments_recycled, segments_removed;
 } wal_stats;
 void wal_get_stats(wal_stats *s);

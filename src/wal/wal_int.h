@@ -81,7 +81,7 @@ typedef struct wal_shared {
 	/* statistics */
 	_Atomic uint64_t st_records, st_bytes, st_fpis, st_fpi_raw, st_fpi_stored;
 	_Atomic uint64_t st_writes, st_write_bytes, st_flushes, st_flush_ns;
-	_Atomic uint64_t st_buffer_full_waits, st_group_waits;
+	_Atomic uint64_t st_buffer_full_waits, st_group_waits, st_gather_naps;
 	_Atomic uint64_t st_seg_created, st_seg_recycled, st_seg_removed;
 } wal_shared;
 
