@@ -457,10 +457,10 @@ def case_pool(walrus):
         n = 48
         a.send_raw(b"".join(a.encode("GET", "big") for _ in range(n)))
         time.sleep(0.5)
-        t0 = time.time()
+        # a stalled neighbour would wait for a's reads, which come only
+        # after: its socket timeout (30 s) fails the call, no clock needed
         for i in range(50):
             eq(b.call("SET", f"nb{i}", i), "OK", "the neighbour writes")
-        check(time.time() - t0 < 10, f"the neighbour was stalled ({time.time() - t0:.1f} s)")
         for i in range(n):
             eq(a.read(), big, f"slow reader's reply {i}")
         eq(a.call("PING"), "PONG", "the slow reader goes on")
@@ -487,9 +487,9 @@ def case_pool(walrus):
         slow = s.client()
         slow.send_raw(b"".join(slow.encode("GET", "big") for _ in range(n)))
         time.sleep(0.5)
-        t0 = time.time()
-        eq(s.stop(), 0, "clean stop with a slow reader")
-        check(time.time() - t0 < 20, f"the shutdown waited {time.time() - t0:.1f} s")
+        # held up, the stop would wait for a reader that never reads: the
+        # bound detects that hang (the grace is 5 s), it measures nothing
+        eq(s.stop(timeout=30), 0, "clean stop with a slow reader")
         slow.close()
 
 
