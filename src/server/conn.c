@@ -37,20 +37,6 @@
 #define SRV_OUT_FLUSH    ((size_t)1024 * 1024)
 #define SRV_TERM_SEND_MS 5000 /* replies' grace during a clean shutdown */
 
-static volatile sig_atomic_t got_term, got_int;
-
-static void on_term(int sig)
-{
-	(void)sig;
-	got_term = 1;
-}
-
-static void on_int(int sig)
-{
-	(void)sig;
-	got_int = 1;
-}
-
 typedef struct conn {
 	int fd;
 	srv_input in;
@@ -64,31 +50,11 @@ typedef struct conn {
 
 /* ---------------------------------------------------------------- setup */
 
-static void setup_signals(conn *c)
-{
-	struct sigaction sa = {0};
-	sigemptyset(&sa.sa_mask);
-	sa.sa_handler = on_term;
-	(void)sigaction(SIGTERM, &sa, NULL);
-	sa.sa_handler = on_int;
-	(void)sigaction(SIGINT, &sa, NULL);
-	sa.sa_handler = SIG_DFL;
-	(void)sigaction(SIGCHLD, &sa, NULL);
-	sigset_t block;
-	sigemptyset(&block);
-	sigaddset(&block, SIGTERM);
-	sigaddset(&block, SIGINT);
-	(void)sigprocmask(SIG_BLOCK, &block, &c->waitmask);
-	sigdelset(&c->waitmask, SIGTERM);
-	sigdelset(&c->waitmask, SIGINT);
-	sigdelset(&c->waitmask, SIGCHLD);
-}
-
 /* Dies with the server: SIGTERM, so the connection ends cleanly. */
 static void watch_parent(pid_t parent)
 {
 	if (prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0) != 0 || getppid() != parent)
-		got_term = 1;
+		srv_got_term = 1;
 }
 
 static void setup_socket(int fd)
@@ -136,9 +102,11 @@ static bool send_all(conn *c)
 		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
 			return false;
 		/* A client that does not read: the idle timeout, or the shutdown's grace. */
-		int timeout = got_term ? SRV_TERM_SEND_MS : c->idle_ms > 0 ? (int)c->idle_ms : -1;
+		int timeout = srv_got_term     ? SRV_TERM_SEND_MS
+		              : c->idle_ms > 0 ? (int)c->idle_ms
+		                               : -1;
 		int r = wait_fd(c, POLLOUT, timeout);
-		if (got_int || r == WAIT_ERROR || r == WAIT_TIMEOUT)
+		if (srv_got_int || r == WAIT_ERROR || r == WAIT_TIMEOUT)
 			return false;
 	}
 	return true;
@@ -162,7 +130,7 @@ static bool flush_replies(conn *c)
 static bool read_input(conn *c)
 {
 	for (;;) {
-		if (got_term || got_int)
+		if (srv_got_term || srv_got_int)
 			return false;
 		int r = wait_fd(c, POLLIN, c->idle_ms > 0 ? (int)c->idle_ms : -1);
 		if (r == WAIT_SIGNAL)
@@ -198,7 +166,7 @@ static bool after_request(void *arg)
 		c->closing = true;
 		return false;
 	}
-	return !got_int;
+	return !srv_got_int;
 }
 
 /* Runs every complete request in the input; drops their bytes. */
@@ -228,7 +196,8 @@ int srv_backend(const srv_config *cfg, int fd)
 {
 	conn c = {.fd = fd, .idle_ms = cfg->idle_ms};
 	(void)prctl(PR_SET_NAME, "walrus-backend", 0, 0, 0);
-	setup_signals(&c);
+	if (srv_backend_signals(&c.waitmask) != 0)
+		return 1;
 	watch_parent(getppid());
 	setup_socket(fd);
 	srv_input_init(&c.in);
@@ -236,7 +205,7 @@ int srv_backend(const srv_config *cfg, int fd)
 	if (open_database(&c)) {
 		while (!c.closing && read_input(&c)) {
 			run_input(&c);
-			if (got_int || !flush_replies(&c))
+			if (srv_got_int || !flush_replies(&c))
 				break;
 		}
 	}

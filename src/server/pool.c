@@ -67,20 +67,6 @@
 #define POOL_TICK_MS      1000                  /* idle checks, handle reopening */
 #define POOL_EVENTS       256
 
-static volatile sig_atomic_t got_term, got_int;
-
-static void on_term(int sig)
-{
-	(void)sig;
-	got_term = 1;
-}
-
-static void on_int(int sig)
-{
-	(void)sig;
-	got_int = 1;
-}
-
 typedef struct pconn {
 	int fd;
 	size_t idx; /* in pool.conns */
@@ -111,26 +97,6 @@ typedef struct pool {
 } pool;
 
 /* ---------------------------------------------------------------- setup */
-
-static void setup_signals(pool *p)
-{
-	struct sigaction sa = {0};
-	sigemptyset(&sa.sa_mask);
-	sa.sa_handler = on_term;
-	(void)sigaction(SIGTERM, &sa, NULL);
-	sa.sa_handler = on_int;
-	(void)sigaction(SIGINT, &sa, NULL);
-	sa.sa_handler = SIG_DFL;
-	(void)sigaction(SIGCHLD, &sa, NULL);
-	sigset_t block;
-	sigemptyset(&block);
-	sigaddset(&block, SIGTERM);
-	sigaddset(&block, SIGINT);
-	(void)sigprocmask(SIG_BLOCK, &block, &p->waitmask);
-	sigdelset(&p->waitmask, SIGTERM);
-	sigdelset(&p->waitmask, SIGINT);
-	sigdelset(&p->waitmask, SIGCHLD);
-}
 
 /* Many connections: one fd each, so the soft limit goes up to the hard one. */
 static void raise_fd_limit(void)
@@ -177,7 +143,7 @@ static void conn_close(pool *p, pconn *c)
 /* The interest of @c: input unless replies wait (or it is closing), output while they do. */
 static bool conn_watch(pool *p, pconn *c)
 {
-	uint32_t want = c->sent < c->out.len ? EPOLLOUT : got_term || c->closing ? 0 : EPOLLIN;
+	uint32_t want = c->sent < c->out.len ? EPOLLOUT : srv_got_term || c->closing ? 0 : EPOLLIN;
 	if (want == c->events)
 		return true;
 	c->events = want;
@@ -242,7 +208,7 @@ static void take_connections(pool *p)
 		if (len == SIZE_MAX)
 			return;
 		if (len == 0) { /* the server is gone: as its SIGTERM */
-			got_term = 1;
+			srv_got_term = 1;
 			return;
 		}
 		for (int i = 1; i < nfds; i++)
@@ -293,7 +259,7 @@ static bool after_request(void *arg)
 		c->paused = true; /* the rest once these replies are out */
 		return false;
 	}
-	return !got_int;
+	return !srv_got_int;
 }
 
 /* Runs every complete request in the input (until paused); drops their bytes. */
@@ -473,7 +439,7 @@ static void iteration(pool *p)
 	}
 	for (int i = 0; i < n; i++)
 		handle_event(p, &evs[i]);
-	if (got_int)
+	if (srv_got_int)
 		return;
 	check_handle(p);
 	/* run: every connection with input, replies gathered */
@@ -536,10 +502,11 @@ int srv_pool_backend(const srv_config *cfg, int slot, int chan)
 	char name[16];
 	snprintf(name, sizeof(name), "walrus-pool-%d", slot);
 	(void)prctl(PR_SET_NAME, name, 0, 0, 0);
-	setup_signals(&p);
+	if (srv_backend_signals(&p.waitmask) != 0)
+		return 1;
 	pid_t parent = getppid();
 	if (prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0) != 0 || getppid() != parent)
-		got_term = 1; /* the server is already gone */
+		srv_got_term = 1; /* the server is already gone */
 	raise_fd_limit();
 	int code = 0;
 	p.ep = epoll_create1(EPOLL_CLOEXEC);
@@ -556,8 +523,8 @@ int srv_pool_backend(const srv_config *cfg, int slot, int chan)
 	reopen(&p);
 	if (p.h.db == NULL)
 		code = 3; /* the first open failed: the server starts another later */
-	while (code == 0 && !got_int) {
-		if (got_term) {
+	while (code == 0 && !srv_got_int) {
+		if (srv_got_term) {
 			if (p.term_deadline == 0)
 				start_term(&p);
 			if (!term_pending(&p))

@@ -32,7 +32,7 @@
  * "fork() in the application" in docs/architecture.md): the server's
  * handle is never used there.
  */
-#include "server/server.h"
+#include "server/srv_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -242,25 +242,16 @@ static int listen_unix(srv_state *st)
 	return 0;
 }
 
-static void setup_signals(srv_state *st)
+static int setup_signals(srv_state *st)
 {
-	struct sigaction sa = {0};
-	sigemptyset(&sa.sa_mask);
-	sa.sa_handler = on_signal;
-	(void)sigaction(SIGTERM, &sa, NULL);
-	(void)sigaction(SIGINT, &sa, NULL);
-	(void)sigaction(SIGCHLD, &sa, NULL); /* only to end ppoll: reaping is in the loop */
-	sa.sa_handler = SIG_IGN;
-	(void)sigaction(SIGPIPE, &sa, NULL);
-	sigset_t block;
-	sigemptyset(&block);
-	sigaddset(&block, SIGTERM);
-	sigaddset(&block, SIGINT);
-	sigaddset(&block, SIGCHLD);
-	(void)sigprocmask(SIG_BLOCK, &block, &st->waitmask);
-	sigdelset(&st->waitmask, SIGTERM);
-	sigdelset(&st->waitmask, SIGINT);
-	sigdelset(&st->waitmask, SIGCHLD);
+	/* SIGCHLD only ends ppoll: reaping is in the loop. */
+	static const int sigs[] = {SIGTERM, SIGINT, SIGCHLD};
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		if (srv_handle_signal(sigs[i], on_signal) != 0)
+			return -1;
+	if (srv_handle_signal(SIGPIPE, SIG_IGN) != 0)
+		return -1;
+	return srv_block_signals(sigs, sizeof(sigs) / sizeof(sigs[0]), &st->waitmask);
 }
 
 /* ---------------------------------------------------------------- backends */
@@ -654,7 +645,8 @@ int srv_run(srv_config *cfg)
 	cfg->sh = map_shared();
 	if (cfg->sh == NULL)
 		return fail("could not map shared memory: %s", strerror(errno));
-	setup_signals(&st);
+	if (setup_signals(&st) != 0)
+		return 2;
 	if (open_db(&st) != WALRUS_OK)
 		return 3;
 	read_settings(cfg);

@@ -13,6 +13,8 @@
 #ifndef WALRUS_SRV_INT_H
 #define WALRUS_SRV_INT_H
 
+#include <signal.h>
+
 #include "server/server.h"
 
 typedef struct srv_txop srv_txop;
@@ -176,5 +178,18 @@ bool srv_input_reserve(srv_input *in);
  */
 void srv_input_run(srv_input *in, srv_session *sess, resp_buf *out, bool *closing,
                    bool (*after)(void *conn), void *conn);
+
+/* ---------------------------------------------------------------- signals.c */
+
+/* A backend's flags: SIGTERM ends its connections cleanly (replies get
+ * their grace), SIGINT at once. */
+extern volatile sig_atomic_t srv_got_term, srv_got_int;
+/* Sets the backend's handlers (SIGCHLD default) and blocks SIGTERM and
+ * SIGINT; *@waitmask opens them during the poll.  0, or -1 logged. */
+int srv_backend_signals(sigset_t *waitmask);
+/* sigaction(@sig) with @fn and no flags: 0, or -1 logged. */
+int srv_handle_signal(int sig, void (*fn)(int));
+/* Blocks @sigs; *@waitmask is the mask before, with them and SIGCHLD open. */
+int srv_block_signals(const int *sigs, size_t n, sigset_t *waitmask);
 
 #endif /* WALRUS_SRV_INT_H */
