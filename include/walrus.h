@@ -160,6 +160,12 @@ void walrus_iter_key(const walrus_iter *it, const void **key, size_t *klen);
 void walrus_iter_value(const walrus_iter *it, const void **val, size_t *vlen);
 void walrus_iter_close(walrus_iter *it);
 
+/*
+ * Returns once every write acknowledged so far, by any process of the
+ * instance, is durable: what WALRUS_SYNC does after a write, for the
+ * WALRUS_ASYNC writes before it (one flush, shared by concurrent callers).
+ */
+int walrus_sync(walrus *db);
 /* An immediate checkpoint; returns when it is complete (EIO if it failed). */
 int walrus_checkpoint(walrus *db);
 /* The instance's counters as a JSON object; free *json with walrus_free. */

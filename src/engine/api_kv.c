@@ -248,6 +248,17 @@ void walrus_iter_close(walrus_iter *it)
 
 /* ---------------------------------------------------------------- admin */
 
+static int sync_all(void)
+{
+	wal_flush_to(wal_insert_lsn());
+	return WALRUS_OK;
+}
+
+int walrus_sync(walrus *db)
+{
+	API_CALL(db, "walrus_sync", sync_all());
+}
+
 int walrus_checkpoint(walrus *db)
 {
 	API_CALL(db, "walrus_checkpoint", ckpt_request(CKPT_IMMEDIATE | CKPT_FORCE, true));

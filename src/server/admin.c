@@ -22,7 +22,6 @@
 
 #include "common/common.h"
 #include "engine/engine.h"
-#include "wal/wal.h"
 
 /* ---------------------------------------------------------------- errors and the barrier */
 
@@ -38,28 +37,6 @@ void srv_reply_engine_error(srv_session *s, int rc)
 		return;
 	}
 	resp_add_error(s->out, "ERR %s", m);
-}
-
-/*
- * walrus.h has no call that only waits for the WAL: this is what a
- * WALRUS_SYNC write does after its insert (wal_flush_to, the group commit),
- * inside the same handle check and PANIC boundary as a public call.
- */
-int srv_wal_sync(walrus *db)
-{
-	wr_error_clear();
-	int rc = api_handle_check(db, "srv_wal_sync");
-	if (rc != WALRUS_OK)
-		return rc;
-	jmp_buf jb;
-	if (setjmp(jb)) {
-		client_leave();
-		return client_panicked();
-	}
-	client_enter(&jb);
-	wal_flush_to(wal_insert_lsn());
-	client_leave();
-	return WALRUS_OK;
 }
 
 /* ---------------------------------------------------------------- INFO */

@@ -384,7 +384,7 @@ void srv_barrier(srv_session *s)
 {
 	srv_group_flush(s);
 	if (s->unsynced)
-		srv_barrier_result(s, s->db != NULL ? srv_wal_sync(s->db) : WALRUS_EINVAL);
+		srv_barrier_result(s, s->db != NULL ? walrus_sync(s->db) : WALRUS_EINVAL);
 }
 
 void srv_barrier_result(srv_session *s, int rc)

@@ -16,7 +16,7 @@
  *   3. one recv() per readable connection, one send() attempt per writable;
  *   4. every complete request of every connection with input is run,
  *      writes WALRUS_ASYNC (plain SETs in a row batched, as in conn.c);
- *   5. the barrier: ONE wal flush (srv_wal_sync: the engine's group commit,
+ *   5. the barrier: ONE wal flush (walrus_sync: the engine's group commit,
  *      shared with the other pool backends) covers the writes of all the
  *      connections of this iteration; if it fails, each session's replies
  *      from its first unsynced write on become errors (srv_barrier_result);
@@ -316,7 +316,7 @@ static void barrier(pool *p)
 	if (!need)
 		return;
 	int rc = !p->h.dead && p->h.db != NULL
-	             ? srv_wal_sync(p->h.db)
+	             ? walrus_sync(p->h.db)
 	             : wr_error(WALRUS_ERESTART, "the walrus instance restarted");
 	for (size_t i = 0; i < p->n; i++) {
 		pconn *c = p->conns[i];

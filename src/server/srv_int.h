@@ -154,8 +154,6 @@ void srv_cmd_command(srv_session *s, const resp_arg *argv, size_t argc);
 void srv_cmd_client(srv_session *s, const resp_arg *argv, size_t argc);
 /* Replies with the error of a failed walrus call (noting a crashed instance). */
 void srv_reply_engine_error(srv_session *s, int rc);
-/* Makes the WAL written so far durable (the engine's group commit); WALRUS_* code. */
-int srv_wal_sync(walrus *db);
 
 /* ---------------------------------------------------------------- input.c */
 

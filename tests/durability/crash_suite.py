@@ -5,7 +5,8 @@ checkpointer, the supervisor or the whole instance at random moments.
 Each round starts four clients on their own key spaces (workload.py):
   s0  crashdrv --mode sync    single puts and deletes, WALRUS_SYNC, acknowledged
   s1  crashdrv --mode batch   atomic batches of 2..16 puts/deletes, WALRUS_SYNC
-  s2  crashdrv --mode async   atomic batches, WALRUS_ASYNC (rate-limited)
+  s2  crashdrv --mode async   atomic batches, WALRUS_ASYNC (rate-limited), every
+                              8th followed by walrus_sync (acknowledged)
   s3  walrus load --batch 8   the command, asynchronous batches
 while `walrus checkpoint` is requested every 50..300 ms, with small WAL
 segments (wal_segment_size=256kB, max_wal_size=2MB) so that checkpoints

@@ -16,8 +16,9 @@
  *   sync   one put or delete per commit, WALRUS_SYNC
  *   batch  atomic batches of 2..16 distinct keys (puts and a few deletes),
  *          WALRUS_SYNC
- *   async  batches of 1..16, WALRUS_ASYNC (never acknowledged: a crash may
- *          lose the last ones, never half of one)
+ *   async  batches of 1..16, WALRUS_ASYNC (a crash may lose the last ones,
+ *          never half of one); every 8th is followed by walrus_sync, which
+ *          acknowledges it and all before it
  * Values: "NAME:SEQ:KEYINDEX:" then LEN - that many copies of one letter
  * ('a' + SEQ % 26); LEN is on the line, so the test can rebuild every value.
  * PERCENT of the puts (default 5) are 3..20 kB, stored in overflow pages.
@@ -27,6 +28,7 @@
  * and after it returned:
  *   A SEQ                (sync modes: durable, acknowledged)
  *   R SEQ                (async: returned, not yet durable)
+ *   S SEQ                (async: walrus_sync returned: SEQ and all before it durable)
  *   E SEQ CODE MESSAGE   an error; the driver exits with status 3
  * A delete of an absent key returns WALRUS_ENOTFOUND (nothing written):
  * that is an acknowledgement too.  --rate N sleeps 1/N s between commits
@@ -212,6 +214,16 @@ int main(int argc, char **argv)
 		}
 		printf("%c %llu\n", sync ? 'A' : 'R', seq);
 		fflush(stdout);
+		if (!sync && seq % 8 == 0) {
+			rc = walrus_sync(db);
+			if (rc != WALRUS_OK) {
+				printf("E %llu %d walrus_sync: %s\n", seq, rc, walrus_errmsg());
+				fflush(stdout);
+				return 3;
+			}
+			printf("S %llu\n", seq);
+			fflush(stdout);
+		}
 		if (rate > 0) {
 			struct timespec ts = {0, (long)(1e9 / rate)};
 			nanosleep(&ts, NULL);

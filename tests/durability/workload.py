@@ -3,7 +3,8 @@
 Clients write to key spaces of their own ("s0/k0042"): `crashdrv` processes
 (tests/durability/crashdrv.c, through include/walrus.h) in modes sync,
 batch (atomic batches, synchronous) and async (atomic batches, not waited
-for), and a `walrus load --batch N` process (the command, asynchronous
+for, but every 8th followed by walrus_sync, which acknowledges all before
+it), and a `walrus load --batch N` process (the command, asynchronous
 batches).  Each one reports every commit before making it, and every
 acknowledgement.  Since the WAL is one ordered stream and recovery replays
 a prefix of it, after any crash the keys of a key space must hold exactly
@@ -83,6 +84,11 @@ class DrvClient:
                 self.pending[seq] = len(sp.commits)
             elif parts[0] == "A":
                 sp.acked = max(sp.acked, self.pending.pop(int(parts[1])))
+            elif parts[0] == "S":  # walrus_sync: this commit and all before it
+                seq = int(parts[1])
+                sp.acked = max(sp.acked, self.pending[seq])
+                for s in [s for s in self.pending if s <= seq]:
+                    del self.pending[s]
             elif parts[0] == "E":
                 sp.errors.append(" ".join(parts[1:]))
 

@@ -373,10 +373,9 @@ START_TEST(kill9_backend_crash_restart)
 }
 END_TEST
 
-START_TEST(kill9_supervisor_then_reopen)
+/* SIGKILL of the supervisor; returns once its auxiliary processes are gone too. */
+static void kill_supervisor(walrus *db)
 {
-	const char *dir = tu_tmpdir("walrus-eng");
-	walrus *db = open_ok(dir);
 	pid_t sup = walrus_supervisor_pid(db);
 	ck_assert_int_eq(kill(sup, SIGKILL), 0);
 	tu_wait_gone(sup);
@@ -388,6 +387,14 @@ START_TEST(kill9_supervisor_then_reopen)
 	     count_children_named(1, "walrus-ckpt") + count_children_named(sup, "walrus-ckpt") > 0;
 	     i++)
 		usleep(10000);
+}
+
+START_TEST(kill9_supervisor_then_reopen)
+{
+	const char *dir = tu_tmpdir("walrus-eng");
+	walrus *db = open_ok(dir);
+	pid_t sup = walrus_supervisor_pid(db);
+	kill_supervisor(db);
 	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
 	/* The stale pid file and socket are still there; the next open copes. */
 	char path[4200];
@@ -396,6 +403,43 @@ START_TEST(kill9_supervisor_then_reopen)
 	db = open_ok(dir);
 	ck_assert_int_ne(walrus_supervisor_pid(db), sup);
 	ck_assert_int_eq(client_check(), WALRUS_OK);
+	close_and_wait(db);
+}
+END_TEST
+
+/*
+ * walrus_sync makes the asynchronous writes before it durable: with the WAL
+ * writer asleep for 10 s, they are in the WAL buffers only, which die with
+ * the instance (its processes are killed; this one's handle is then dead).
+ */
+START_TEST(sync_makes_async_writes_durable)
+{
+	const char *dir = tu_tmpdir("walrus-eng");
+	walrus_opts *o = test_opts();
+	ck_assert_int_eq(walrus_opts_set(o, "wal_writer_delay", "10s"), WALRUS_OK);
+	walrus *db = NULL;
+	ck_assert_int_eq(walrus_open(dir, o, &db), WALRUS_OK);
+	ck_assert_int_eq(walrus_sync(NULL), WALRUS_EINVAL);
+	for (int i = 0; i < 100; i++) {
+		char k[32];
+		int kl = snprintf(k, sizeof(k), "synced-%03d", i);
+		ck_assert_int_eq(walrus_put(db, k, (size_t)kl, k, (size_t)kl, WALRUS_ASYNC),
+		                 WALRUS_OK);
+	}
+	ck_assert_int_eq(walrus_sync(db), WALRUS_OK);
+	ck_assert_int_eq(walrus_put(db, "later", 5, "x", 1, WALRUS_ASYNC), WALRUS_OK);
+	kill_supervisor(db);
+	ck_assert_int_eq(walrus_sync(db), WALRUS_ERESTART);
+	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
+	ck_assert_int_eq(walrus_open(dir, o, &db), WALRUS_OK);
+	walrus_opts_free(o);
+	for (int i = 0; i < 100; i++) {
+		char k[32], v[32];
+		int kl = snprintf(k, sizeof(k), "synced-%03d", i);
+		size_t vl = 0;
+		ck_assert_int_eq(walrus_get_into(db, k, (size_t)kl, v, sizeof(v), &vl), WALRUS_OK);
+		ck_assert_mem_eq(v, k, (size_t)kl);
+	}
 	close_and_wait(db);
 }
 END_TEST
@@ -489,6 +533,7 @@ static Suite *engine_suite(void)
 	tcase_add_test(m, two_processes_share_memory);
 	tcase_add_test(m, kill9_backend_crash_restart);
 	tcase_add_test(m, kill9_supervisor_then_reopen);
+	tcase_add_test(m, sync_makes_async_writes_durable);
 	tcase_add_test(m, panic_in_backend_restarts_instance);
 	tcase_add_test(m, max_connections_limit);
 	suite_add_tcase(s, m);
