@@ -175,7 +175,8 @@ int ckpt_sync_attach(void);
 /*
  * Listens on DIR/walrus-ckpt.sock (a stale socket is replaced) and makes
  * this process the checkpointer: requests made by this process go to its
- * table directly.  The fd budget defaults to max(8, fdc_bound() / 2).
+ * table directly.  The fd budget defaults to half of fdc_bound(), and the
+ * checkpointer's fd cache is lowered to the other half.
  */
 int ckpt_sync_listen(const char *datadir);
 /*

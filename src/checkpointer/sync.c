@@ -59,7 +59,6 @@
 #include "ipc/ipc.h"
 
 #define CKS_REGION        "ckptsync"
-#define CKS_MIN_BUDGET    8
 #define CKS_BACKOFF_MIN   50   /* us: first sleep of a sender waiting for room */
 #define CKS_BACKOFF_MAX   5000 /* us */
 #define CKS_INDEX_EMPTY   (-1)
@@ -679,6 +678,12 @@ int ckpt_sync_all(ckpt_sync_result *r)
 
 /* ---------------------------------------------------------------- listening */
 
+/* Half of the process's fd bound; the cache keeps the other half. */
+static int cks_default_budget(void)
+{
+	return WR_MAX(1, fdc_bound() / 2);
+}
+
 /* Forgets checkpointer state inherited across fork without touching the fds (the parent's). */
 static void cks_forget_inherited(void)
 {
@@ -716,8 +721,12 @@ int ckpt_sync_listen(const char *datadir)
 	}
 	ck.lfd = fd;
 	ck.pid = getpid();
-	if (ck.budget <= 0)
-		ck.budget = WR_MAX(CKS_MIN_BUDGET, fdc_bound() / 2);
+	if (ck.budget <= 0) {
+		/* The received fds and the cache's share the process's bound:
+		 * together past RLIMIT_NOFILE, a request's fd would be lost. */
+		ck.budget = cks_default_budget();
+		fdc_lower_bound(fdc_bound() - ck.budget);
+	}
 	return WALRUS_OK;
 }
 
@@ -728,7 +737,7 @@ void ckpt_sync_set_budget(int n)
 
 int ckpt_sync_budget(void)
 {
-	return ck.budget > 0 ? ck.budget : WR_MAX(CKS_MIN_BUDGET, fdc_bound() / 2);
+	return ck.budget > 0 ? ck.budget : cks_default_budget();
 }
 
 void ckpt_sync_set_observer(ckpt_sync_observer_fn fn)

@@ -168,6 +168,13 @@ static void fdc_ensure_init(void)
 		fdc_max_fds = 1; /* keep working: one real fd at a time */
 }
 
+void fdc_lower_bound(int n)
+{
+	fdc_ensure_init();
+	if (n >= 1 && n < fdc_max_fds)
+		fdc_max_fds = n;
+}
+
 /* ---------------------------------------------------------------- LRU list */
 
 static void fdc_lru_unlink(int i)

@@ -46,6 +46,9 @@ typedef int fdc_file; /* a handle; never a real fd */
 int fdc_init(int64_t max_open_files);
 /* The bound in force (after the RLIMIT_NOFILE adjustment). */
 int fdc_bound(void);
+/* Lowers the bound to @n (at least 1) for fds this process holds outside
+ * the cache; handles over it are closed as new ones are opened. */
+void fdc_lower_bound(int n);
 /* Closes every handle (dirty ones go through the before-close hook first). */
 void fdc_close_all(void);
 /*

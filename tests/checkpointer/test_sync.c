@@ -359,6 +359,16 @@ static int many_files_child(void *arg)
 	return 0;
 }
 
+/* The fds of the table and the cache's share the bound (setup: 100). */
+START_TEST(test_default_budget_shares_the_bound)
+{
+	ck_assert_int_eq(fdc_bound(), 100);
+	listen_here();
+	ck_assert_int_eq(ckpt_sync_budget(), 50);
+	ck_assert_int_eq(fdc_bound(), 50);
+}
+END_TEST
+
 START_TEST(test_budget_syncs_early)
 {
 	listen_here();
@@ -890,6 +900,7 @@ static Suite *sync_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_fd_held_after_sender_closes);
 	tcase_add_test(tc, test_oldest_fd_kept);
+	tcase_add_test(tc, test_default_budget_shares_the_bound);
 	tcase_add_test(tc, test_budget_syncs_early);
 	tcase_add_test(tc, test_cycle);
 	tcase_add_test(tc, test_forget);
