@@ -4,39 +4,16 @@
 damage, 3 engine error), and the bad inputs of the key-value issue: empty key,
 key over 1 KiB, value over the limit, a directory that is not walrus's, one of
 an incompatible version.  Prints 'N passed, N failed' last."""
-import os, shutil, signal, subprocess, sys, tempfile
+import os, shutil, subprocess, sys, tempfile
 
-WALRUS = sys.argv[1] if len(sys.argv) > 1 else "build/tools/walrus"
-passed = failed = 0
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import WALRUS, check, stop_instance, summary  # noqa: E402
 
 def run(d, *args, stdin=None):
     r = subprocess.run([WALRUS, "-D", d, "-o", "supervisor_linger=0", *args], input=stdin,
                        capture_output=True, timeout=120)
     return r.returncode, r.stdout, r.stderr
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name}: {detail}")
-
-def stop_instance(d):
-    """Waits for the lingering supervisor of d to exit (kills it after 15 s)."""
-    try:
-        pid = int(open(os.path.join(d, "walrus.pid")).readline().split()[0])
-    except (OSError, ValueError, IndexError):
-        return
-    for _ in range(150):
-        try:
-            st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return
-        if st == "Z":
-            return
-        subprocess.run(["sleep", "0.1"])
-    os.kill(pid, signal.SIGKILL)
 
 def main():
     base = tempfile.mkdtemp(prefix="walrus-cli-")
@@ -147,8 +124,7 @@ def main():
     finally:
         stop_instance(d)
         shutil.rmtree(base, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,23 +7,15 @@ their exit codes (1 missing directory, 2 not a directory / usage, 3 the
 checks could not run: read-only directory); the scratch file is gone after
 every run, SIGINT and SIGTERM included.  Leaves nothing behind.  Prints
 'N passed, N failed' last."""
-import hashlib, json, os, shutil, signal, subprocess, sys, tempfile, time
+import hashlib, json, os, shutil, signal, subprocess, sys, tempfile
 
-WALRUS = sys.argv[1] if len(sys.argv) > 1 else "build/tools/walrus"
-passed = failed = 0
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import WALRUS, check, stop_instance, summary  # noqa: E402
 KEYS = {"dir", "data_directory", "fs", "device", "o_direct", "sync_file_range", "speed",
         "options", "warnings", "notes", "recommendation", "error", "exit"}
 SPEED = {"append_fdatasync", "overwrite_fdatasync", "overwrite_fsync", "odsync_write",
          "direct_fdatasync", "direct_odsync", "dir_fsync"}
-
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name}: {detail}")
 
 
 def doctor(*args, env=None, pre=()):
@@ -91,23 +83,6 @@ def tree_snapshot(d):
                 h = hashlib.sha256(open(p, "rb").read()).hexdigest()
             snap[os.path.relpath(p, d)] = (st.st_mode, st.st_size, st.st_mtime_ns, h)
     return snap
-
-
-def stop_instance(d):
-    """Waits for the lingering supervisor of d to exit (kills it after 15 s)."""
-    try:
-        pid = int(open(os.path.join(d, "walrus.pid")).readline().split()[0])
-    except (OSError, ValueError, IndexError):
-        return
-    for _ in range(150):
-        try:
-            st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return
-        if st == "Z":
-            return
-        time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
 
 
 def interrupted(name, d, sig):
@@ -259,8 +234,7 @@ def main():
         for d in (base, repo, shm):
             if d:
                 shutil.rmtree(d, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary()
 
 
 if __name__ == "__main__":

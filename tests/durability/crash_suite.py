@@ -28,13 +28,13 @@ Default: 100 rounds (about 2-3 minutes); WALRUS_LONG=1 or --rounds N for more.
 usage: crash_suite.py --walrus PATH --driver PATH [--rounds N] [--seed S] [--keep]
 Prints a summary per victim and "N passed, N failed".
 """
-import argparse, os, random, subprocess, sys, threading, time
+import os, random, subprocess, sys, threading, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wtest  # noqa: E402
 import workload  # noqa: E402
-from wtest import check, log  # noqa: E402
+from wtest import log  # noqa: E402
 
 OPTS = ["wal_segment_size=256kB", "max_wal_size=2MB", "min_wal_size=1MB",
         "shared_buffers=8MB", "checkpoint_timeout=3s", "checkpoint_completion_target=0.5",
@@ -84,35 +84,19 @@ def in_checkpoint(w, since):
 
 
 def main(cleanup):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--walrus", default=wtest.default_walrus())
-    ap.add_argument("--driver", required=True)
-    ap.add_argument("--rounds", type=int, default=1000 if wtest.long_mode() else 100)
-    ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--keep", action="store_true")
-    a = ap.parse_args()
+    a = workload.suite_args(rounds=100, long_rounds=1000, seed=11)
     rng = random.Random(a.seed)
     base = wtest.tempdir(cleanup, "walrus-crashsuite-", keep=a.keep)
     w = wtest.Walrus(a.walrus, os.path.join(base, "data"), OPTS)
     w.register(cleanup)
     w.create()
-    book = workload.Book(["s0", "s1", "s2", "s3"])
-    book.check(w.scan())
+    rounds = workload.Rounds(w)
     stats = {v: [0, 0] for v in VICTIMS}
-    commits = acked = 0
-    failed = 0
     t0 = time.time()
     for rnd in range(a.rounds):
         victim = VICTIMS[rnd % len(VICTIMS)] if rnd < len(VICTIMS) else rng.choice(VICTIMS)
-        sp = book.spaces
         since = w.log_size()
-        clients = [
-            workload.DrvClient(a.driver, w, sp["s0"], "sync", f"s0.{rnd}", rng.randrange(1 << 30)),
-            workload.DrvClient(a.driver, w, sp["s1"], "batch", f"s1.{rnd}", rng.randrange(1 << 30)),
-            workload.DrvClient(a.driver, w, sp["s2"], "async", f"s2.{rnd}", rng.randrange(1 << 30),
-                               rate=3000),
-            workload.LoadClient(w, sp["s3"], f"s3.{rnd}", 8, random.Random(rng.random())),
-        ]
+        clients = rounds.start_clients(a.driver, rnd, rng, async_rate=3000)
         forcer = Forcer(w, random.Random(rng.random()))
         time.sleep(rng.uniform(0.2, 1.2))
         what = victim
@@ -128,48 +112,23 @@ def main(cleanup):
         elif victim == "super":
             wtest.kill_pids(wtest.named(wtest.instance_pids(w.dir), "walrus-super"))
         else:
-            pids = wtest.instance_pids(w.dir) + forcer.pids()
-            for c in clients:
-                pids += c.pids()
-            wtest.kill_pids(pids)
+            wtest.kill_pids(wtest.instance_pids(w.dir) + forcer.pids()
+                            + workload.client_pids(clients))
         time.sleep(rng.uniform(0, 0.2))
         forcer.finish()
-        rest = []
-        for c in clients:
-            rest += c.pids()
-        wtest.kill_pids(rest)
+        wtest.kill_pids(workload.client_pids(clients))
         for c in clients:
             c.finish()
-        try:
-            kv = w.scan(timeout=120)
-            n, ack = book.check(kv)
-            w.verify()
-            commits += n
-            acked += ack
-            stats[victim][0] += 1
-        except wtest.TestFailure as e:
-            failed += 1
-            stats[victim][1] += 1
-            log(f"round {rnd} (kill {what}): FAIL: {e}")
-            log(w.log_tail(since, 30))
-            if failed >= 3:
-                break
-            # go on from what is there
-            book = workload.Book(["s0", "s1", "s2", "s3"])
-            try:
-                book.check(w.scan())
-            except wtest.TestFailure:
-                break
+        passed = rounds.check(f"round {rnd} (kill {what})", since)
+        stats[victim][0 if passed else 1] += 1
+        if rounds.gave_up:
+            break
         if rnd % 10 == 9:
-            log(f"round {rnd + 1}: {time.time() - t0:.0f} s, {commits} commits found recovered "
-                f"({acked} acknowledged)")
+            log(f"round {rnd + 1}: {time.time() - t0:.0f} s, {rounds.commits} commits found "
+                f"recovered ({rounds.acked} acknowledged)")
     for v, (ok, bad) in stats.items():
         log(f"kill {v}: {ok} recoveries checked, {bad} failed")
-    log(f"{commits} commits found recovered, {acked} of them acknowledged, "
-        f"in {time.time() - t0:.0f} s")
-    w.kill_instance()
-    log(f"{sum(s[0] for s in stats.values())} passed, {failed} failed")
-    return 1 if failed else 0
+    return rounds.finish(t0)
 
 
 if __name__ == "__main__":

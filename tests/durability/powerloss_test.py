@@ -15,7 +15,7 @@ lost acknowledged write, no partial batch), `walrus verify` is clean.
 Default 24 power cuts (about a minute); WALRUS_LONG=1 or --rounds N for more.
 usage: powerloss_test.py --walrus PATH --driver PATH [--rounds N] [--seed S] [--keep]
 """
-import argparse, os, random, sys, time
+import os, random, sys, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -48,13 +48,7 @@ class PLWalrus(wtest.Walrus):
 
 
 def main(cleanup):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--walrus", default=wtest.default_walrus())
-    ap.add_argument("--driver", required=True)
-    ap.add_argument("--rounds", type=int, default=240 if wtest.long_mode() else 24)
-    ap.add_argument("--seed", type=int, default=23)
-    ap.add_argument("--keep", action="store_true")
-    a = ap.parse_args()
+    a = workload.suite_args(rounds=24, long_rounds=240, seed=23)
     rng = random.Random(a.seed)
     base = wtest.tempdir(cleanup, "walrus-powerloss-", keep=a.keep)
     jdir = os.path.join(base, "journal")  # same file system: saved hard links
@@ -63,76 +57,41 @@ def main(cleanup):
     w.register(cleanup)
     w.create()
     w.journal = True
-    book = workload.Book(["s0", "s1", "s2", "s3"])
-    book.check(w.scan())
-    failed = passed = 0
-    commits = acked = 0
+    rounds = workload.Rounds(w)
     totals = {}
     t0 = time.time()
     for rnd in range(a.rounds):
         mode = MODES[rnd % len(MODES)]
-        sp = book.spaces
         since = w.log_size()
-        env = w.env()
-        clients = [
-            workload.DrvClient(a.driver, w, sp["s0"], "sync", f"s0.{rnd}", rng.randrange(1 << 30),
-                               env=env),
-            workload.DrvClient(a.driver, w, sp["s1"], "batch", f"s1.{rnd}",
-                               rng.randrange(1 << 30), env=env),
-            workload.DrvClient(a.driver, w, sp["s2"], "async", f"s2.{rnd}",
-                               rng.randrange(1 << 30), rate=2000, env=env),
-            workload.LoadClient(w, sp["s3"], f"s3.{rnd}", 8, random.Random(rng.random()),
-                                env=env),
-        ]
+        clients = rounds.start_clients(a.driver, rnd, rng, async_rate=2000, env=w.env())
         # Fewer forced checkpoints than crash_suite.py: more unsynced data pages.
         forcer = Forcer(w, random.Random(rng.random()), every=(0.3, 1.0))
         time.sleep(rng.uniform(0.3, 1.5))
         # The power cut: everything stops at once.
-        pids = wtest.instance_pids(w.dir) + forcer.pids()
-        for c in clients:
-            pids += c.pids()
-        workload.stop_all_then_kill(pids)
+        workload.stop_all_then_kill(wtest.instance_pids(w.dir) + forcer.pids()
+                                    + workload.client_pids(clients))
         forcer.finish()
         for c in clients:
             c.finish()
         st = powerloss.simulate(jdir, w.dir, mode, random.Random(rng.random()))
         for k, v in st.items():
             totals[k] = totals.get(k, 0) + v
-        try:
-            kv = w.scan(timeout=120)
-            n, ack = book.check(kv)
-            w.verify()
-            passed += 1
-            commits += n
-            acked += ack
-        except wtest.TestFailure as e:
-            failed += 1
-            log(f"power cut {rnd} ({mode}, {st}): FAIL: {e}")
-            log(w.log_tail(since, 30))
-            if failed >= 3:
-                break
-            book = workload.Book(["s0", "s1", "s2", "s3"])
-            try:
-                book.check(w.scan())
-            except wtest.TestFailure:
-                break
+        rounds.check(f"power cut {rnd} ({mode}, {st})", since)
+        if rounds.gave_up:
+            break
         if rnd % 8 == 7:
-            log(f"power cut {rnd + 1}: {time.time() - t0:.0f} s, {commits} commits recovered "
-                f"({acked} acknowledged); rolled back so far: {totals}")
+            log(f"power cut {rnd + 1}: {time.time() - t0:.0f} s, {rounds.commits} commits "
+                f"recovered ({rounds.acked} acknowledged); rolled back so far: {totals}")
     log(f"rolled back in all: {totals}")
     # Lost data shows up within a few cuts; undone name changes (a cut right
     # after a segment was created or recycled) need more: checked from 100.
     names_needed = a.rounds >= 100
-    if passed == a.rounds and a.rounds >= 8 and not (
+    if rounds.passed == a.rounds and a.rounds >= 8 and not (
             totals.get("units_lost", 0) > 0
             and (totals.get("names_undone", 0) > 0 or not names_needed)):
         log("FAIL: the power cuts rolled nothing back: the simulation is not working")
-        failed += 1
-    log(f"{commits} commits found recovered, {acked} of them acknowledged, "
-        f"in {time.time() - t0:.0f} s")
-    w.kill_instance()
-    log(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+        rounds.failed += 1
+    return rounds.finish(t0)
 
 
 if __name__ == "__main__":

@@ -16,11 +16,15 @@ batch, value from nowhere).
 
 A key space outlives its clients: after a check, the recovered state is the
 base that the next client of that space builds on.
+
+`Rounds` and the helpers before it are what the crash and power-loss suites
+share: their command line, the four clients of a round, the check after
+recovery and the tally.
 """
-import os, subprocess, threading, time
+import argparse, os, random, subprocess, threading, time
 
 import wtest
-from wtest import TestFailure
+from wtest import TestFailure, log
 
 
 def filler(seq, n):
@@ -43,6 +47,17 @@ class Space:
         self.commits = []
         self.acked = 0
         self.errors = []
+
+
+def reap(p, t):
+    """Waits for a client's process @p and its thread @t; @p is killed if
+    still there after 10 s, so that a stuck client cannot hang the suite."""
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    t.join(10)
 
 
 class DrvClient:
@@ -97,12 +112,7 @@ class DrvClient:
 
     def finish(self):
         """After the process was killed (or exited): all its output is read."""
-        try:
-            self.p.wait(10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-        self.t.join(10)
+        reap(self.p, self.t)
         self.p.stdout.close()
         self.p.stderr.close()
 
@@ -147,12 +157,7 @@ class LoadClient:
 
     def finish(self):
         self.stop.set()
-        try:
-            self.p.wait(10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-        self.t.join(10)
+        reap(self.p, self.t)
         try:
             self.p.stdin.close()
         except (BrokenPipeError, OSError):
@@ -282,3 +287,94 @@ def stop_all_then_kill(pids):
                       f"its SIGKILL may land inside a write")
     wtest.kill_pids(pids, signal.SIGKILL)
     wtest.wait_gone(pids)
+
+
+SPACES = ["s0", "s1", "s2", "s3"]
+
+
+def suite_args(rounds, long_rounds, seed):
+    """The command line of the crash and power-loss suites; WALRUS_LONG=1
+    makes the default @long_rounds instead of @rounds."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--walrus", default=wtest.default_walrus())
+    ap.add_argument("--driver", required=True)
+    ap.add_argument("--rounds", type=int, default=long_rounds if wtest.long_mode() else rounds)
+    ap.add_argument("--seed", type=int, default=seed)
+    ap.add_argument("--keep", action="store_true")
+    return ap.parse_args()
+
+
+def client_pids(clients):
+    """The pids of the clients still running."""
+    return [pid for c in clients for pid in c.pids()]
+
+
+class Rounds:
+    """The key spaces of the crash and power-loss suites and the tally of
+    their rounds.  A failed round is logged with the tail of the instance's
+    log, and the suite goes on from what was recovered (a new book), so that
+    the rounds after it still report; it gives up after MAX_FAILURES failed
+    rounds, or when even the recovered state does not check."""
+
+    MAX_FAILURES = 3
+
+    def __init__(self, w):
+        self.w = w
+        self.book = self._new_book()
+        self.passed = self.failed = 0
+        self.commits = self.acked = 0
+        self.gave_up = False
+
+    def _new_book(self):
+        book = Book(SPACES)
+        book.check(self.w.scan())
+        return book
+
+    def start_clients(self, driver, rnd, rng, async_rate, env=None):
+        """Round @rnd's four clients, one per key space: crashdrv in modes sync,
+        batch and async (at most @async_rate commits/s), and `walrus load
+        --batch 8`.  Their seeds come from @rng in a fixed order, so that a
+        --seed reproduces the run."""
+        sp = self.book.spaces
+        return [
+            DrvClient(driver, self.w, sp["s0"], "sync", f"s0.{rnd}", rng.randrange(1 << 30),
+                      env=env),
+            DrvClient(driver, self.w, sp["s1"], "batch", f"s1.{rnd}", rng.randrange(1 << 30),
+                      env=env),
+            DrvClient(driver, self.w, sp["s2"], "async", f"s2.{rnd}", rng.randrange(1 << 30),
+                      rate=async_rate, env=env),
+            LoadClient(self.w, sp["s3"], f"s3.{rnd}", 8, random.Random(rng.random()), env=env),
+        ]
+
+    def check(self, what, since):
+        """After the crash of round @what (its instance log from offset
+        @since): recovery, every key space and `walrus verify`.  Returns
+        whether the round passed; sets gave_up when the suite must stop."""
+        try:
+            n, ack = self.book.check(self.w.scan(timeout=120))
+            self.w.verify()
+        except TestFailure as e:
+            self.failed += 1
+            log(f"{what}: FAIL: {e}")
+            log(self.w.log_tail(since, 30))
+            if self.failed >= self.MAX_FAILURES:
+                self.gave_up = True
+                return False
+            try:
+                self.book = self._new_book()
+            except TestFailure:
+                self.gave_up = True
+            return False
+        self.passed += 1
+        self.commits += n
+        self.acked += ack
+        return True
+
+    def finish(self, t0):
+        """The totals (@t0: when the rounds started), the instance stopped;
+        returns the exit status."""
+        log(f"{self.commits} commits found recovered, {self.acked} of them acknowledged, "
+            f"in {time.time() - t0:.0f} s")
+        self.w.kill_instance()
+        log(f"{self.passed} passed, {self.failed} failed")
+        return 1 if self.failed else 0

@@ -7,14 +7,15 @@ asserted: the machine is shared.
 
 usage: test_bench.py --walrus PATH
 """
-import argparse
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchtest import check_keys, fail, last_json, wait_stopped, walrus_arg  # noqa: E402
 
 BUF_KEYS = ["workload", "clients", "mode", "io_method", "depth", "effective_depth", "pages",
             "nbuffers", "setup_s", "ops", "seconds", "ops_per_s", "pages_per_s", "MBps",
@@ -23,20 +24,6 @@ BUF_KEYS = ["workload", "clients", "mode", "io_method", "depth", "effective_dept
             "datadir", "options"]
 WAL_KEYS = ["workload", "clients", "value_size", "ops", "seconds", "ops_per_s", "MBps",
             "avg_us", "p50_us", "p99_us", "p999_us", "max_us", "wal_flushes", "options"]
-
-
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def wait_stopped(d):
-    """The supervisor removes walrus.pid when it exits (after its 200 ms linger)."""
-    for _ in range(400):
-        if not os.path.exists(os.path.join(d, "walrus.pid")):
-            return
-        time.sleep(0.05)
-    fail("instance in %s still running after 20 s" % d)
 
 
 def bench(walrus, opts, args, expect_rc=0):
@@ -55,35 +42,19 @@ def bench(walrus, opts, args, expect_rc=0):
                                                                 p.stderr))
         if expect_rc != 0:
             return None
-        lines = p.stdout.strip().splitlines()
-        if not lines:
-            fail("no output")
-        try:
-            j = json.loads(lines[-1])
-        except ValueError as e:
-            fail("last line is not JSON (%s): %r" % (e, lines[-1]))
-        return j
+        return last_json(p)
     finally:
-        wait_stopped(d)
+        # It lingers 200 ms (supervisor_linger above); 20 s leaves room on a loaded machine.
+        wait_stopped(d, 20)
         shutil.rmtree(d, ignore_errors=True)
 
 
-def check_keys(j, keys):
-    missing = [k for k in keys if k not in j]
-    if missing:
-        fail("JSON misses %s: %s" % (missing, j))
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--walrus", default=os.environ.get("WALRUS_BIN"))
-    a = ap.parse_args()
-    if not a.walrus:
-        fail("--walrus or WALRUS_BIN is needed")
+    walrus = walrus_arg()
 
     for clients in (1, 2):
-        j = bench(a.walrus, [], ["--workload", "bufhit", "--duration", "0.5", "--clients",
-                                 str(clients), "--json"])
+        j = bench(walrus, [], ["--workload", "bufhit", "--duration", "0.5", "--clients",
+                               str(clients), "--json"])
         check_keys(j, BUF_KEYS)
         if j["workload"] != "bufhit" or j["clients"] != clients or j["mode"] != "random":
             fail("bufhit: %s" % j)
@@ -94,7 +65,7 @@ def main():
             fail("bufhit counters: %s" % j)
 
     for method in ("sync", "io_uring"):
-        j = bench(a.walrus, ["io_method=" + method],
+        j = bench(walrus, ["io_method=" + method],
                   ["--workload", "bufscan", "--duration", "0.5", "--depth", "16", "--json"])
         check_keys(j, BUF_KEYS)
         if j["workload"] != "bufscan" or j["mode"] != "sequential" or j["io_method"] != method:
@@ -105,20 +76,20 @@ def main():
         if j["ops"] <= 0 or j["reads"] <= 0 or j["hits"] + j["reads"] < j["ops"]:
             fail("bufscan counters: %s" % j)
 
-    j = bench(a.walrus, ["io_method=io_uring"],
+    j = bench(walrus, ["io_method=io_uring"],
               ["--workload", "bufscan", "--random", "--clients", "2", "--duration", "0.5",
                "--json"])
     check_keys(j, BUF_KEYS)
     if j["mode"] != "random" or j["clients"] != 2 or j["hits"] + j["reads"] != j["ops"]:
         fail("bufscan --random: %s" % j)
 
-    j = bench(a.walrus, [], ["--workload", "walcommit", "--num", "20", "--json"])
+    j = bench(walrus, [], ["--workload", "walcommit", "--num", "20", "--json"])
     check_keys(j, WAL_KEYS)
     if j["workload"] != "walcommit" or j["ops"] != 20:
         fail("walcommit: %s" % j)
 
-    bench(a.walrus, [], ["--workload", "bufnothing"], expect_rc=2)
-    bench(a.walrus, [], ["--workload", "bufscan", "--depth", "0"], expect_rc=2)
+    bench(walrus, [], ["--workload", "bufnothing"], expect_rc=2)
+    bench(walrus, [], ["--workload", "bufscan", "--depth", "0"], expect_rc=2)
     print("ok")
 
 

@@ -14,7 +14,6 @@ instance has shut down (supervisor_linger=0), so nothing is left behind.
 
 usage: test_bench_kv.py --walrus PATH
 """
-import argparse
 import csv
 import json
 import os
@@ -22,8 +21,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import xml.etree.ElementTree as ET
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchtest import check_keys, fail, last_json, wait_stopped, walrus_arg  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -45,20 +47,6 @@ CSV_COLUMNS = ["t_s", "secs", "ops", "ops_per_s", "lat_avg_us", "lat_stddev_us",
 BASE_OPTS = ["-o", "supervisor_linger=0", "-o", "shared_buffers=2MB"]
 
 
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def wait_stopped(d):
-    """The supervisor removes walrus.pid when it exits."""
-    for _ in range(600):
-        if not os.path.exists(os.path.join(d, "walrus.pid")):
-            return
-        time.sleep(0.05)
-    fail("instance in %s still running after 30 s" % d)
-
-
 class Scratch:
     """A temporary directory; DIR/db is the data directory. Removed at the end."""
 
@@ -68,7 +56,7 @@ class Scratch:
         return self
 
     def __exit__(self, *exc):
-        wait_stopped(self.db)
+        wait_stopped(self.db, 30)
         shutil.rmtree(self.base, ignore_errors=True)
         return False
 
@@ -83,22 +71,6 @@ def run(walrus, db, opts, args, expect_rc=0, timeout=240):
     if p.returncode != expect_rc:
         fail("exit status %d, expected %d:\n%s" % (p.returncode, expect_rc, p.stderr))
     return p
-
-
-def last_json(p):
-    lines = p.stdout.strip().splitlines()
-    if not lines:
-        fail("no output on stdout")
-    try:
-        return json.loads(lines[-1])
-    except ValueError as e:
-        fail("last line is not JSON (%s): %r" % (e, lines[-1]))
-
-
-def check_keys(j, keys, what):
-    missing = [k for k in keys if k not in j]
-    if missing:
-        fail("%s: JSON misses %s: %s" % (what, missing, j))
 
 
 def test_usage_errors(walrus):
@@ -330,16 +302,12 @@ def test_compare(walrus):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--walrus", default=os.environ.get("WALRUS_BIN"))
-    a = ap.parse_args()
-    if not a.walrus:
-        fail("--walrus or WALRUS_BIN is needed")
-    test_help(a.walrus)
-    test_usage_errors(a.walrus)
-    test_compare(a.walrus)
-    test_other_workloads(a.walrus)
-    test_updaterandom(a.walrus)
+    walrus = walrus_arg()
+    test_help(walrus)
+    test_usage_errors(walrus)
+    test_compare(walrus)
+    test_other_workloads(walrus)
+    test_updaterandom(walrus)
     print("ok")
 
 

@@ -1,0 +1,44 @@
+"""Helpers shared by the `walrus` command's black-box tests (test_cli.py,
+test_doctor.py): the binary under test, the pass/fail tally behind their
+'N passed, N failed' line, and waiting out an instance's lingering
+supervisor.  Each test is its own process, so the tally is module state."""
+import os, signal, sys, time
+
+# meson passes the built binary's path; the default serves a run by hand
+# from the source tree.
+WALRUS = sys.argv[1] if len(sys.argv) > 1 else "build/tools/walrus"
+passed = failed = 0
+
+
+def check(name, cond, detail=""):
+    """Counts a check; a failed one is printed with its detail and the run
+    goes on, so that one run reports every failure."""
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL {name}: {detail}")
+
+
+def summary():
+    """Prints 'N passed, N failed'; returns the exit status."""
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def stop_instance(d):
+    """Waits for the lingering supervisor of d to exit (kills it after 15 s)."""
+    try:
+        pid = int(open(os.path.join(d, "walrus.pid")).readline().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    for _ in range(150):
+        try:
+            st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return
+        if st == "Z":
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
