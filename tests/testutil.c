@@ -177,6 +177,72 @@ int tu_run(Suite *s)
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
+bool tu_same_file(int fd, const char *path)
+{
+	struct stat a, b;
+	return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino &&
+	       a.st_dev == b.st_dev;
+}
+
+void tu_panic_exit(void)
+{
+	_exit(TU_PANIC_EXIT);
+}
+
+void tu_child_log_to(const char *log)
+{
+	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		fprintf(stderr, "testutil: could not open %s: %s\n", log, strerror(errno));
+		_exit(4); /* not TU_PANIC_EXIT: the case must not pass */
+	}
+	wr_log_set_file(fd, WR_LOG);
+	wr_set_panic_handler(tu_panic_exit);
+}
+
+void tu_check_panic_log(const char *log, const char *what, const char *path)
+{
+	char buf[8192] = {0};
+	int fd = open(log, O_RDONLY);
+	ck_assert_msg(fd >= 0, "open %s: %s", log, strerror(errno));
+	ck_assert_int_gt(read(fd, buf, sizeof(buf) - 1), 0);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_msg(strstr(buf, "PANIC") != NULL, "log: %s", buf);
+	ck_assert_msg(strstr(buf, what) != NULL, "log: %s", buf);
+	ck_assert_msg(strstr(buf, path) != NULL, "log: %s", buf);
+}
+
+void tu_expect_panic(const char *dir, int (*child)(void *), const char *what, const char *path)
+{
+	char log[4096];
+	snprintf(log, sizeof(log), "%s/%s", dir, TU_PANIC_LOG);
+	ck_assert_int_eq(tu_wait(tu_fork(child, log)), TU_PANIC_EXIT);
+	tu_check_panic_log(log, what, path);
+}
+
+walrus *tu_open(const char *dir, walrus_opts *o)
+{
+	walrus *db = NULL;
+	int rc = walrus_open(dir, o, &db);
+	ck_assert_msg(rc == WALRUS_OK, "walrus_open(%s): %d %s", dir, rc, walrus_errmsg());
+	walrus_opts_free(o);
+	return db;
+}
+
+void tu_open_fails(const char *dir, const walrus_opts *o, int code, const char *what)
+{
+	walrus *db = NULL;
+	ck_assert_int_eq(walrus_open(dir, o, &db), code);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), what));
+}
+
+void tu_close_and_wait(walrus *db)
+{
+	pid_t sup = walrus_supervisor_pid(db);
+	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
+	tu_wait_gone(sup);
+}
+
 void *tu_shm_wal_buffers_setup(const wr_options *o, const char *dir, int nslots, bool buffers,
                                size_t extra)
 {

@@ -11,6 +11,7 @@
 #include <check.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "common/common.h"
@@ -37,6 +38,51 @@ int tu_write_file(const char *path, const void *buf, size_t len);
 void tu_flip_bit(const char *path, off_t byte, int bit);
 /* Runs an SRunner over @s, returns EXIT_SUCCESS/FAILURE (for main()). */
 int tu_run(Suite *s);
+/* @fd is an fd of @path: the same inode on the same device. */
+bool tu_same_file(int fd, const char *path);
+
+/*
+ * Children forked by a case.  ck_assert reports only from the case's own
+ * process, so a child checks with TU_CHILD_CHECK: a failed check is named on
+ * stderr and the child's function returns 1, which the case sees as the
+ * child's exit status.  A child that must PANIC installs tu_panic_exit as
+ * its panic handler: without one a PANIC aborts, which the case could not
+ * tell from a crash.
+ */
+#define TU_PANIC_EXIT 77
+#define TU_CHILD_CHECK(c)                                                                          \
+	do {                                                                                       \
+		if (!(c)) {                                                                        \
+			fprintf(stderr, "child check failed at line %d: %s (%s)\n", __LINE__, #c,  \
+			        walrus_errmsg());                                                  \
+			return 1;                                                                  \
+		}                                                                                  \
+	} while (0)
+/* A panic handler: _exits with TU_PANIC_EXIT. */
+void tu_panic_exit(void);
+/* In a forked child: logs to @log (appended) and PANICs through tu_panic_exit. */
+void tu_child_log_to(const char *log);
+/* The log file @log holds a PANIC, @what and @path. */
+void tu_check_panic_log(const char *log, const char *what, const char *path);
+/*
+ * Runs @child(log) in a forked process, log being DIR/TU_PANIC_LOG, and
+ * checks that it exited through tu_panic_exit with @what and @path in the
+ * log (the child calls tu_child_log_to(log) first).
+ */
+#define TU_PANIC_LOG "panic.log"
+void tu_expect_panic(const char *dir, int (*child)(void *), const char *what, const char *path);
+
+/*
+ * Instances, for the engine's suites.  The supervisor of a closed instance
+ * lingers (supervisor_linger): a case done with one waits for it to exit, so
+ * that the suite leaves no process behind.
+ */
+/* Opens @dir with @o (then freed); fails the test unless the open succeeds. */
+walrus *tu_open(const char *dir, walrus_opts *o);
+/* walrus_open(@dir, @o) fails with @code, and the error message holds @what. */
+void tu_open_fails(const char *dir, const walrus_opts *o, int code, const char *what);
+/* Closes @db and waits for its supervisor to exit. */
+void tu_close_and_wait(walrus *db);
 
 /*
  * Shared memory as an instance has it, without an instance (for suites of

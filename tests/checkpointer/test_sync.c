@@ -24,17 +24,7 @@
 #include "ipc/ipc.h"
 #include "testutil.h"
 
-#define SEGSIZE    ((int64_t)64 * 1024) /* 8 blocks per segment */
-#define PANIC_EXIT 77
-
-#define CHILD_CHECK(c)                                                                             \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "child check failed at line %d: %s (%s)\n", __LINE__, #c,  \
-			        walrus_errmsg());                                                  \
-			return 1;                                                                  \
-		}                                                                                  \
-	} while (0)
+#define SEGSIZE ((int64_t)64 * 1024) /* 8 blocks per segment */
 
 static const char *dir;
 
@@ -77,15 +67,10 @@ static void make_page(unsigned char *p, wr_relid rel, wr_blkno b)
 		p[i] = (unsigned char)(rel * 31 + b * 7 + i);
 }
 
-static void panic_exit(void)
-{
-	_exit(PANIC_EXIT);
-}
-
 /* A forked sender starts from a clean cache: its parent's fds are not its own. */
 static void child_init(void)
 {
-	wr_set_panic_handler(panic_exit);
+	wr_set_panic_handler(tu_panic_exit);
 	fdc_reset();
 	if (smgr_init(dir, SEGSIZE) != 0 || ckpt_sync_attach() != WALRUS_OK)
 		_exit(2);
@@ -105,13 +90,6 @@ static int write_block(wr_relid rel, wr_blkno b, bool create)
 	if (smgr_nblocks(r, &n) != 0)
 		return -1;
 	return b >= n ? smgr_extend(r, b, p) : smgr_write(r, b, p);
-}
-
-static bool same_inode(int fd, const char *path)
-{
-	struct stat a, b;
-	return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino &&
-	       a.st_dev == b.st_dev;
 }
 
 /* ---------------------------------------------------------------- pipes */
@@ -181,7 +159,7 @@ static void observe(wr_relid rel, uint32_t seg, int fd, bool early)
 {
 	ck_assert_uint_lt(rel, MAX_REL);
 	ck_assert_uint_lt(seg, 4);
-	ck_assert_msg(same_inode(fd, seg_path(rel, seg)), "fd synced for %u.%u is another file",
+	ck_assert_msg(tu_same_file(fd, seg_path(rel, seg)), "fd synced for %u.%u is another file",
 	              rel, seg);
 	synced[rel][seg]++;
 	if (early)
@@ -205,15 +183,15 @@ static int held_child(void *arg)
 	smgr_rel *r;
 	wr_blkno n;
 	unsigned char p[WR_PAGE_SIZE];
-	CHILD_CHECK(smgr_open(1, &r) == 0);
-	CHILD_CHECK(smgr_nblocks(r, &n) == 0 && n == 0); /* opens segment 0 */
+	TU_CHILD_CHECK(smgr_open(1, &r) == 0);
+	TU_CHILD_CHECK(smgr_nblocks(r, &n) == 0 && n == 0); /* opens segment 0 */
 	make_page(p, 1, 0);
 	uint64_t t_write = wr_now_ns();
-	CHILD_CHECK(smgr_extend(r, 0, p) == 0);
+	TU_CHILD_CHECK(smgr_extend(r, 0, p) == 0);
 	fdc_close_all(); /* the sender's fd is gone */
 	fdc_stats st;
 	fdc_get_stats(&st);
-	CHILD_CHECK(st.open_now == 0);
+	TU_CHILD_CHECK(st.open_now == 0);
 	child_put(c->up[1], t_write);
 	return 0;
 }
@@ -237,7 +215,7 @@ START_TEST(test_fd_held_after_sender_closes)
 	uint64_t open_seq, cycle;
 	ck_assert(ckpt_sync_debug_lookup(1, 0, &fd, &open_seq, &cycle));
 	ck_assert_int_eq(ckpt_sync_debug_count(), 1);
-	ck_assert(same_inode(fd, seg_path(1, 0)));
+	ck_assert(tu_same_file(fd, seg_path(1, 0)));
 	ck_assert_uint_le(open_seq, t_write); /* opened no later than the write */
 	ck_assert_uint_gt(open_seq, 0);
 	unsigned char want[WR_PAGE_SIZE], got[WR_PAGE_SIZE];
@@ -286,15 +264,15 @@ static int opener_child(void *arg)
 	smgr_rel *r;
 	wr_blkno n;
 	unsigned char p[WR_PAGE_SIZE];
-	CHILD_CHECK(smgr_open(2, &r) == 0);
+	TU_CHILD_CHECK(smgr_open(2, &r) == 0);
 	uint64_t t0 = wr_now_ns();
-	CHILD_CHECK(smgr_nblocks(r, &n) == 0);
+	TU_CHILD_CHECK(smgr_nblocks(r, &n) == 0);
 	uint64_t t1 = wr_now_ns();
 	child_put(a->c.up[1], t0);
 	child_put(a->c.up[1], t1);
 	child_get(a->c.down[0]);
 	make_page(p, 2, a->blk);
-	CHILD_CHECK(smgr_extend(r, a->blk, p) == 0);
+	TU_CHILD_CHECK(smgr_extend(r, a->blk, p) == 0);
 	child_put(a->c.up[1], 1);
 	return 0;
 }
@@ -329,7 +307,7 @@ START_TEST(test_oldest_fd_kept)
 	ck_assert(ckpt_sync_debug_lookup(2, 0, &fd, &seq, NULL));
 	ck_assert_msg(seq >= a0 && seq <= a1, "kept open_seq %llu, older fd opened in [%llu, %llu]",
 	              (unsigned long long)seq, (unsigned long long)a0, (unsigned long long)a1);
-	ck_assert(same_inode(fd, seg_path(2, 0)));
+	ck_assert(tu_same_file(fd, seg_path(2, 0)));
 	ck_assert_int_eq(ckpt_sync_debug_count(), 1);
 	ck_assert_int_eq(ckpt_sync_debug_connections(NULL), 0);
 	ck_assert_int_eq(tu_count_fds(), fds0 + 1); /* one fd held, the other closed */
@@ -355,7 +333,7 @@ static int many_files_child(void *arg)
 	(void)arg;
 	child_init();
 	for (wr_relid rel = 100; rel < 100 + BUDGET_FILES; rel++)
-		CHILD_CHECK(write_block(rel, 0, true) == 0);
+		TU_CHILD_CHECK(write_block(rel, 0, true) == 0);
 	return 0;
 }
 
@@ -421,7 +399,7 @@ static int commanded_child(void *arg)
 		uint64_t rel = child_get(c->down[0]);
 		if (rel == 0)
 			return 0;
-		CHILD_CHECK(write_block((wr_relid)rel, 0, false) == 0);
+		TU_CHILD_CHECK(write_block((wr_relid)rel, 0, false) == 0);
 		ckpt_sync_stats st;
 		ckpt_sync_get_stats(&st);
 		child_put(c->up[1], st.requests);
@@ -504,14 +482,14 @@ static int forget_child(void *arg)
 {
 	(void)arg;
 	child_init();
-	CHILD_CHECK(write_block(5, 0, true) == 0);
-	CHILD_CHECK(smgr_create(6) == 0);
+	TU_CHILD_CHECK(write_block(5, 0, true) == 0);
+	TU_CHILD_CHECK(smgr_create(6) == 0);
 	for (wr_blkno b = 0; b < 18; b++) /* three segments */
-		CHILD_CHECK(write_block(6, b, false) == 0);
-	CHILD_CHECK(smgr_unlink(5) == 0);
+		TU_CHILD_CHECK(write_block(6, b, false) == 0);
+	TU_CHILD_CHECK(smgr_unlink(5) == 0);
 	smgr_rel *r;
-	CHILD_CHECK(smgr_open(6, &r) == 0);
-	CHILD_CHECK(smgr_truncate(r, 8) == 0); /* segments 1 and 2 go */
+	TU_CHILD_CHECK(smgr_open(6, &r) == 0);
+	TU_CHILD_CHECK(smgr_truncate(r, 8) == 0); /* segments 1 and 2 go */
 	return 0;
 }
 
@@ -540,14 +518,14 @@ static int recreate_child(void *arg)
 {
 	chan *c = arg;
 	child_init();
-	CHILD_CHECK(write_block(7, 0, true) == 0);
+	TU_CHILD_CHECK(write_block(7, 0, true) == 0);
 	child_put(c->up[1], 1);
 	child_get(c->down[0]);
 	/* Removed behind storage's back (no forget), then created again. */
-	CHILD_CHECK(unlink(seg_path(7, 0)) == 0);
+	TU_CHILD_CHECK(unlink(seg_path(7, 0)) == 0);
 	fdc_reset();
-	CHILD_CHECK(smgr_init(dir, SEGSIZE) == 0);
-	CHILD_CHECK(write_block(7, 0, true) == 0);
+	TU_CHILD_CHECK(smgr_init(dir, SEGSIZE) == 0);
+	TU_CHILD_CHECK(write_block(7, 0, true) == 0);
 	return 0;
 }
 
@@ -564,7 +542,7 @@ START_TEST(test_recreated_file)
 	ckpt_sync_absorb();
 	int fd;
 	ck_assert(ckpt_sync_debug_lookup(7, 0, &fd, NULL, NULL));
-	ck_assert(same_inode(fd, seg_path(7, 0)));
+	ck_assert(tu_same_file(fd, seg_path(7, 0)));
 	ck_assert_int_eq(ckpt_sync_debug_count(), 1);
 	chan_close(&c);
 }
@@ -576,15 +554,15 @@ static int no_ckpt_child(void *arg)
 {
 	(void)arg;
 	child_init();
-	CHILD_CHECK(write_block(8, 0, true) == 0);
+	TU_CHILD_CHECK(write_block(8, 0, true) == 0);
 	ckpt_sync_stats st;
 	ckpt_sync_get_stats(&st);
-	CHILD_CHECK(st.sender_fsyncs == 1);
+	TU_CHILD_CHECK(st.sender_fsyncs == 1);
 	/* After fsyncing itself, its next write is covered again (not skipped as sent). */
-	CHILD_CHECK(write_block(8, 1, false) == 0);
+	TU_CHILD_CHECK(write_block(8, 1, false) == 0);
 	ckpt_sync_get_stats(&st);
-	CHILD_CHECK(st.sender_fsyncs == 2);
-	CHILD_CHECK(st.requests == 0);
+	TU_CHILD_CHECK(st.sender_fsyncs == 2);
+	TU_CHILD_CHECK(st.requests == 0);
 	return 0;
 }
 
@@ -614,14 +592,14 @@ static int guard_child(void *arg)
 {
 	(void)arg;
 	child_init();
-	CHILD_CHECK(smgr_create(18) == 0);
+	TU_CHILD_CHECK(smgr_create(18) == 0);
 	fdc_set_io_guard(refuse_second, guard_exit);
-	CHILD_CHECK(write_block(18, 0, false) == WALRUS_ERESTART);
-	CHILD_CHECK(guard_calls == 2);
+	TU_CHILD_CHECK(write_block(18, 0, false) == WALRUS_ERESTART);
+	TU_CHILD_CHECK(guard_calls == 2);
 	fdc_set_io_guard(NULL, NULL);
 	ckpt_sync_stats st;
 	ckpt_sync_get_stats(&st);
-	CHILD_CHECK(st.sender_fsyncs == 0);
+	TU_CHILD_CHECK(st.sender_fsyncs == 0);
 	return 0;
 }
 
@@ -640,14 +618,14 @@ static int full_queue_child(void *arg)
 	child_init();
 	wr_relid last = FULL_FIRST + FULL_FILES - 1;
 	for (wr_relid rel = FULL_FIRST; rel < last; rel++)
-		CHILD_CHECK(write_block(rel, 0, false) == 0);
+		TU_CHILD_CHECK(write_block(rel, 0, false) == 0);
 	ckpt_sync_stats st;
 	ckpt_sync_get_stats(&st);
-	CHILD_CHECK(st.sender_fsyncs > 0);
+	TU_CHILD_CHECK(st.sender_fsyncs > 0);
 	/* One bounded wait, not one per file: while the queue stays full, no more waiting. */
 	uint64_t t0 = wr_now_ns();
-	CHILD_CHECK(write_block(last, 0, false) == 0);
-	CHILD_CHECK(wr_now_ns() - t0 < (uint64_t)CKPT_SYNC_RETRY_US * 1000 / 2);
+	TU_CHILD_CHECK(write_block(last, 0, false) == 0);
+	TU_CHILD_CHECK(wr_now_ns() - t0 < (uint64_t)CKPT_SYNC_RETRY_US * 1000 / 2);
 	return 0;
 }
 
@@ -688,7 +666,7 @@ static int grandchild(void *arg)
 {
 	(void)arg;
 	child_init();
-	CHILD_CHECK(write_block(13, 0, true) == 0);
+	TU_CHILD_CHECK(write_block(13, 0, true) == 0);
 	return 0;
 }
 
@@ -696,14 +674,14 @@ static int forking_child(void *arg)
 {
 	(void)arg;
 	child_init();
-	CHILD_CHECK(write_block(12, 0, true) == 0);
+	TU_CHILD_CHECK(write_block(12, 0, true) == 0);
 	pid_t pid = fork();
-	CHILD_CHECK(pid >= 0);
+	TU_CHILD_CHECK(pid >= 0);
 	if (pid == 0)
 		_exit(grandchild(NULL));
 	int st;
-	CHILD_CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	CHILD_CHECK(write_block(17, 0, true) == 0); /* through its own connection, still open */
+	TU_CHILD_CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	TU_CHILD_CHECK(write_block(17, 0, true) == 0); /* through its own connection, still open */
 	return 0;
 }
 
@@ -735,7 +713,7 @@ START_TEST(test_checkpointer_registers_directly)
 	ck_assert_int_eq(ckpt_sync_debug_count(), 1);
 	int fd;
 	ck_assert(ckpt_sync_debug_lookup(14, 0, &fd, NULL, NULL));
-	ck_assert(same_inode(fd, seg_path(14, 0)));
+	ck_assert(tu_same_file(fd, seg_path(14, 0)));
 	ck_assert_int_eq(ckpt_sync_debug_connections(NULL), 0);
 	ckpt_sync_forget(14, 0);
 	ck_assert_int_eq(ckpt_sync_debug_count(), 0);
@@ -759,49 +737,28 @@ END_TEST
 
 /* ---------------------------------------------------------------- PANICs */
 
-static void check_panic_log(const char *log, const char *what, const char *path)
-{
-	char buf[8192] = {0};
-	int fd = open(log, O_RDONLY);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_gt(read(fd, buf, sizeof(buf) - 1), 0);
-	close(fd);
-	ck_assert_msg(strstr(buf, "PANIC") != NULL, "log: %s", buf);
-	ck_assert_msg(strstr(buf, what) != NULL, "log: %s", buf);
-	ck_assert_msg(strstr(buf, path) != NULL, "log: %s", buf);
-}
-
-static void log_to(const char *log)
-{
-	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	if (fd < 0)
-		_exit(4);
-	wr_log_set_file(fd, WR_LOG);
-	wr_set_panic_handler(panic_exit);
-}
-
 static int sender_of_9(void *arg)
 {
 	(void)arg;
 	child_init();
-	CHILD_CHECK(write_block(9, 0, true) == 0);
+	TU_CHILD_CHECK(write_block(9, 0, true) == 0);
 	return 0;
 }
 
 /* The checkpointer: absorbs a sender's request, then its fsync fails. */
 static int ckpt_fsync_fails_child(void *arg)
 {
-	log_to(arg);
-	CHILD_CHECK(ckpt_sync_listen(dir) == WALRUS_OK);
+	tu_child_log_to(arg);
+	TU_CHILD_CHECK(ckpt_sync_listen(dir) == WALRUS_OK);
 	pid_t pid = fork();
-	CHILD_CHECK(pid >= 0);
+	TU_CHILD_CHECK(pid >= 0);
 	if (pid == 0)
 		_exit(sender_of_9(NULL));
 	int st;
-	CHILD_CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	TU_CHILD_CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	ckpt_sync_absorb();
-	CHILD_CHECK(ckpt_sync_debug_count() == 1);
-	CHILD_CHECK(fdc_failpoint_set("fsync:EIO:/base/9") == 0);
+	TU_CHILD_CHECK(ckpt_sync_debug_count() == 1);
+	TU_CHILD_CHECK(fdc_failpoint_set("fsync:EIO:/base/9") == 0);
 	ckpt_sync_result r;
 	ckpt_sync_all(&r);
 	return 1; /* not reached: the failed fsync PANICs */
@@ -809,44 +766,38 @@ static int ckpt_fsync_fails_child(void *arg)
 
 START_TEST(test_checkpointer_fsync_failure_panics)
 {
-	char log[4096];
-	snprintf(log, sizeof(log), "%s/panic.log", dir);
-	ck_assert_int_eq(tu_wait(tu_fork(ckpt_fsync_fails_child, log)), PANIC_EXIT);
-	check_panic_log(log, "could not fsync file", seg_path(9, 0));
+	tu_expect_panic(dir, ckpt_fsync_fails_child, "could not fsync file", seg_path(9, 0));
 }
 END_TEST
 
 /* The early sync's fsync fails just the same. */
 static int early_fsync_fails_child(void *arg)
 {
-	log_to(arg);
-	CHILD_CHECK(ckpt_sync_listen(dir) == WALRUS_OK);
+	tu_child_log_to(arg);
+	TU_CHILD_CHECK(ckpt_sync_listen(dir) == WALRUS_OK);
 	ckpt_sync_set_budget(1);
-	CHILD_CHECK(write_block(15, 0, true) == 0);
-	CHILD_CHECK(fdc_failpoint_set("fsync:EIO:/base/15") == 0);
-	CHILD_CHECK(smgr_create(16) == 0);
+	TU_CHILD_CHECK(write_block(15, 0, true) == 0);
+	TU_CHILD_CHECK(fdc_failpoint_set("fsync:EIO:/base/15") == 0);
+	TU_CHILD_CHECK(smgr_create(16) == 0);
 	write_block(16, 0, false); /* over the budget: relation 15 is synced early */
 	return 1;
 }
 
 START_TEST(test_early_sync_failure_panics)
 {
-	char log[4096];
-	snprintf(log, sizeof(log), "%s/panic.log", dir);
-	ck_assert_int_eq(tu_wait(tu_fork(early_fsync_fails_child, log)), PANIC_EXIT);
-	check_panic_log(log, "could not fsync file", seg_path(15, 0));
+	tu_expect_panic(dir, early_fsync_fails_child, "could not fsync file", seg_path(15, 0));
 }
 END_TEST
 
 /* A sender without a checkpointer fsyncs itself; WALRUS_FAILPOINTS makes that fail. */
 static int sender_fsync_fails_child(void *arg)
 {
-	log_to(arg);
+	tu_child_log_to(arg);
 	/* The first fsync (smgr_create's own) passes, the fallback's fails. */
-	CHILD_CHECK(setenv("WALRUS_FAILPOINTS", "fsync:EIO:/base/10@1", 1) == 0);
+	TU_CHILD_CHECK(setenv("WALRUS_FAILPOINTS", "fsync:EIO:/base/10@1", 1) == 0);
 	child_init();
-	CHILD_CHECK(fdc_init(100) == 0);
-	CHILD_CHECK(smgr_create(10) == 0);
+	TU_CHILD_CHECK(fdc_init(100) == 0);
+	TU_CHILD_CHECK(smgr_create(10) == 0);
 	wr_log(WR_LOG, "writing block 0 of relation 10");
 	write_block(10, 0, false);
 	return 1;
@@ -854,29 +805,28 @@ static int sender_fsync_fails_child(void *arg)
 
 START_TEST(test_sender_fsync_failure_panics)
 {
+	tu_expect_panic(dir, sender_fsync_fails_child, "could not fsync file", seg_path(10, 0));
 	char log[4096];
-	snprintf(log, sizeof(log), "%s/panic.log", dir);
-	ck_assert_int_eq(tu_wait(tu_fork(sender_fsync_fails_child, log)), PANIC_EXIT);
-	check_panic_log(log, "could not fsync file", seg_path(10, 0));
-	check_panic_log(log, "writing block 0 of relation 10", "");
+	snprintf(log, sizeof(log), "%s/%s", dir, TU_PANIC_LOG);
+	tu_check_panic_log(log, "writing block 0 of relation 10", "");
 }
 END_TEST
 
 /* Closing the newer duplicate of a written fd is checked: an error PANICs. */
 static int dup_close_fails_child(void *arg)
 {
-	log_to(arg);
-	CHILD_CHECK(ckpt_sync_listen(dir) == WALRUS_OK);
-	CHILD_CHECK(smgr_create(11) == 0);
+	tu_child_log_to(arg);
+	TU_CHILD_CHECK(ckpt_sync_listen(dir) == WALRUS_OK);
+	TU_CHILD_CHECK(smgr_create(11) == 0);
 	int a = open(seg_path(11, 0), O_RDWR | O_CLOEXEC);
-	CHILD_CHECK(a >= 0);
+	TU_CHILD_CHECK(a >= 0);
 	uint64_t ta = wr_now_ns();
 	int b = open(seg_path(11, 0), O_RDWR | O_CLOEXEC);
-	CHILD_CHECK(b >= 0);
+	TU_CHILD_CHECK(b >= 0);
 	uint64_t tb = wr_now_ns();
 	smgr_sync_req req = {.rel = 11, .seg = 0, .open_seq = ta, .cycle = ckpt_sync_cycle()};
-	CHILD_CHECK(ckpt_sync_register(&req, a) == WALRUS_OK);
-	CHILD_CHECK(fdc_failpoint_set("close:EIO:/base/11") == 0);
+	TU_CHILD_CHECK(ckpt_sync_register(&req, a) == WALRUS_OK);
+	TU_CHILD_CHECK(fdc_failpoint_set("close:EIO:/base/11") == 0);
 	req.open_seq = tb;
 	ckpt_sync_register(&req, b);
 	return 1;
@@ -884,10 +834,7 @@ static int dup_close_fails_child(void *arg)
 
 START_TEST(test_dup_close_failure_panics)
 {
-	char log[4096];
-	snprintf(log, sizeof(log), "%s/panic.log", dir);
-	ck_assert_int_eq(tu_wait(tu_fork(dup_close_fails_child, log)), PANIC_EXIT);
-	check_panic_log(log, "could not close file", seg_path(11, 0));
+	tu_expect_panic(dir, dup_close_fails_child, "could not close file", seg_path(11, 0));
 }
 END_TEST
 

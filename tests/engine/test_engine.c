@@ -34,19 +34,7 @@ static walrus_opts *test_opts(void)
 
 static walrus *open_ok(const char *dir)
 {
-	walrus_opts *o = test_opts();
-	walrus *db = NULL;
-	int rc = walrus_open(dir, o, &db);
-	ck_assert_msg(rc == WALRUS_OK, "walrus_open(%s): %d %s", dir, rc, walrus_errmsg());
-	walrus_opts_free(o);
-	return db;
-}
-
-static void close_and_wait(walrus *db)
-{
-	pid_t sup = walrus_supervisor_pid(db);
-	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
-	tu_wait_gone(sup);
+	return tu_open(dir, test_opts());
 }
 
 static int count_children_named(pid_t parent, const char *comm)
@@ -140,7 +128,7 @@ START_TEST(open_creates_and_starts_processes)
 		ck_assert_msg(access(path, F_OK) == 0, "missing %s", path);
 	}
 	ck_assert_int_eq(client_check(), WALRUS_OK);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 	/* A clean exit removes the socket and the pid file. */
 	snprintf(path, sizeof(path), "%s/%s", dir, WR_SOCKET_NAME);
 	ck_assert_int_ne(access(path, F_OK), 0);
@@ -148,23 +136,20 @@ START_TEST(open_creates_and_starts_processes)
 	ck_assert_int_ne(access(path, F_OK), 0);
 	/* And the directory opens again. */
 	db = open_ok(dir);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 }
 END_TEST
 
 START_TEST(bad_permissions)
 {
 	const char *dir = tu_tmpdir("walrus-eng");
-	walrus *db = NULL;
 	ck_assert_int_eq(chmod(dir, 0750), 0);
 	walrus_opts *o = test_opts();
-	ck_assert_int_eq(walrus_open(dir, o, &db), WALRUS_EPERM);
-	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "invalid permissions"));
+	tu_open_fails(dir, o, WALRUS_EPERM, "invalid permissions");
 	ck_assert_int_eq(chmod(dir, 0700), 0);
 	if (geteuid() == 0) {
 		ck_assert_int_eq(chown(dir, 12345, 12345), 0);
-		ck_assert_int_eq(walrus_open(dir, o, &db), WALRUS_EPERM);
-		ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "ownership"));
+		tu_open_fails(dir, o, WALRUS_EPERM, "ownership");
 		ck_assert_int_eq(chown(dir, 0, 0), 0);
 	}
 	walrus_opts_free(o);
@@ -205,8 +190,7 @@ START_TEST(not_a_walrus_dir)
 	snprintf(path, sizeof(path), "%s/precious.txt", dir);
 	ck_assert_int_eq(tu_write_file(path, "keep me\n", 8), 0);
 	walrus_opts *o = test_opts();
-	ck_assert_int_eq(walrus_open(dir, o, &db), WALRUS_ENOTWALRUS);
-	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "not a walrus data directory"));
+	tu_open_fails(dir, o, WALRUS_ENOTWALRUS, "not a walrus data directory");
 	ck_assert_int_eq(access(path, F_OK), 0); /* nothing touched */
 	/* A file where the directory should be. */
 	ck_assert_int_eq(walrus_open(path, o, &db), WALRUS_ENOTWALRUS);
@@ -216,10 +200,7 @@ END_TEST
 
 START_TEST(empty_dir_needs_create)
 {
-	const char *dir = tu_tmpdir("walrus-eng");
-	walrus *db = NULL;
-	ck_assert_int_eq(walrus_open(dir, NULL, &db), WALRUS_ENOTWALRUS);
-	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "create_if_missing"));
+	tu_open_fails(tu_tmpdir("walrus-eng"), NULL, WALRUS_ENOTWALRUS, "create_if_missing");
 }
 END_TEST
 
@@ -227,13 +208,12 @@ START_TEST(incompatible_version)
 {
 	const char *dir = tu_tmpdir("walrus-eng");
 	walrus *db = open_ok(dir);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/%s", dir, WR_VERSION_FILE);
 	ck_assert_int_eq(tu_write_file(path, "99\n", 3), 0);
 	walrus_opts *o = test_opts();
-	ck_assert_int_eq(walrus_open(dir, o, &db), WALRUS_EVERSION);
-	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "format version 99"));
+	tu_open_fails(dir, o, WALRUS_EVERSION, "format version 99");
 	ck_assert_int_eq(tu_write_file(path, "garbage", 7), 0);
 	ck_assert_int_eq(walrus_open(dir, o, &db), WALRUS_ECORRUPT);
 	walrus_opts_free(o);
@@ -265,7 +245,7 @@ START_TEST(second_supervisor_refused)
 	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "in use by another instance"));
 	/* The running instance is unaffected. */
 	ck_assert_int_eq(client_check(), WALRUS_OK);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 }
 END_TEST
 
@@ -279,7 +259,7 @@ START_TEST(one_directory_per_process)
 	ck_assert_int_eq(walrus_close(db3), WALRUS_OK);
 	ck_assert_int_eq(client_check(), WALRUS_OK);
 	walrus_opts_free(o);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 }
 END_TEST
 
@@ -323,7 +303,7 @@ START_TEST(two_processes_share_memory)
 	ck_assert_int_eq(write(down[1], "y", 1), 1);
 	ck_assert_int_eq(tu_wait(child), 0);
 	ck_assert_int_eq(client_check(), WALRUS_OK); /* a clean detach is no crash */
-	close_and_wait(db);
+	tu_close_and_wait(db);
 }
 END_TEST
 
@@ -369,7 +349,7 @@ START_TEST(kill9_backend_crash_restart)
 	ck_assert_int_eq(walrus_supervisor_pid(db), sup); /* the same supervisor restarted it */
 	ck_assert_int_eq(wait_children_named(sup, "walrus-ckpt", 1), 1);
 	ck_assert_int_eq(client_check(), WALRUS_OK);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 }
 END_TEST
 
@@ -403,7 +383,7 @@ START_TEST(kill9_supervisor_then_reopen)
 	db = open_ok(dir);
 	ck_assert_int_ne(walrus_supervisor_pid(db), sup);
 	ck_assert_int_eq(client_check(), WALRUS_OK);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 }
 END_TEST
 
@@ -440,7 +420,7 @@ START_TEST(sync_makes_async_writes_durable)
 		ck_assert_int_eq(walrus_get_into(db, k, (size_t)kl, v, sizeof(v), &vl), WALRUS_OK);
 		ck_assert_mem_eq(v, k, (size_t)kl);
 	}
-	close_and_wait(db);
+	tu_close_and_wait(db);
 }
 END_TEST
 
@@ -466,7 +446,7 @@ START_TEST(panic_in_backend_restarts_instance)
 	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
 	db = open_ok(dir);
 	ck_assert_uint_eq(client_generation(), gen + 1);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 	char path[4200], log[65536];
 	snprintf(path, sizeof(path), "%s/%s", dir, WR_LOG_FILE);
 	int fd = open(path, O_RDONLY);
@@ -493,7 +473,7 @@ START_TEST(max_connections_limit)
 	pid_t child = tu_fork(attach_and_wait, &a);
 	ck_assert_int_eq(tu_wait(child), 10); /* its open failed: limit */
 	ck_assert_int_eq(client_check(), WALRUS_OK);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 }
 END_TEST
 
@@ -501,11 +481,11 @@ START_TEST(no_fd_leaks)
 {
 	const char *dir = tu_tmpdir("walrus-eng");
 	walrus *db = open_ok(dir);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 	int before = tu_count_fds();
 	for (int i = 0; i < 3; i++) {
 		db = open_ok(dir);
-		close_and_wait(db);
+		tu_close_and_wait(db);
 	}
 	ck_assert_int_eq(tu_count_fds(), before);
 }

@@ -24,18 +24,7 @@ static walrus *open_small(const char *dir)
 	                        {"min_wal_size", "128kB"},    {"wal_buffers", "256kB"}};
 	for (size_t i = 0; i < WR_ARRAY_LEN(set); i++)
 		ck_assert_int_eq(walrus_opts_set(o, set[i][0], set[i][1]), WALRUS_OK);
-	walrus *db = NULL;
-	int rc = walrus_open(dir, o, &db);
-	ck_assert_msg(rc == WALRUS_OK, "open: %s", walrus_errmsg());
-	walrus_opts_free(o);
-	return db;
-}
-
-static void close_and_wait(walrus *db)
-{
-	pid_t sup = walrus_supervisor_pid(db);
-	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
-	tu_wait_gone(sup);
+	return tu_open(dir, o);
 }
 
 static int count_segments(const char *dir)
@@ -102,7 +91,7 @@ START_TEST(wal_volume_checkpoints_and_recycles)
 	wal_stats st;
 	wal_get_stats(&st);
 	ck_assert_uint_gt(st.segments_recycled + st.segments_removed, 0);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 	ck_assert(log_has(dir, "checkpoint complete (wal)"));
 }
 END_TEST
@@ -120,7 +109,7 @@ START_TEST(async_commit_flushed_by_wal_writer)
 	for (int i = 0; i < 500 && wal_flushed_lsn() < end; i++)
 		usleep(10000);
 	ck_assert_uint_ge(wal_flushed_lsn(), end);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 }
 END_TEST
 
@@ -129,7 +118,7 @@ START_TEST(clean_shutdown_leaves_shutdown_checkpoint)
 	const char *dir = tu_tmpdir("walrus-iwal");
 	walrus *db = open_small(dir);
 	insert_noops(100, 100);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 	wal_control c;
 	ck_assert_int_eq(wal_control_read(dir, &c), WALRUS_OK);
 	ck_assert_uint_eq(c.state, WAL_DB_SHUTDOWN);
@@ -151,7 +140,7 @@ START_TEST(flushed_records_survive_kill9)
 	db = open_small(dir);
 	/* Recovery continued the stream after our records. */
 	ck_assert_uint_gt(wal_insert_lsn(), end);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 	wal_control c;
 	ck_assert_int_eq(wal_control_read(dir, &c), WALRUS_OK);
 	ck_assert_uint_gt(c.redo_lsn, end); /* a checkpoint after them all */
@@ -161,13 +150,11 @@ END_TEST
 START_TEST(damaged_control_file_stops_start)
 {
 	const char *dir = tu_tmpdir("walrus-iwal");
-	close_and_wait(open_small(dir));
+	tu_close_and_wait(open_small(dir));
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/%s", dir, WAL_CONTROL_FILE);
 	tu_flip_bit(path, 40, 2);
-	walrus *db = NULL;
-	ck_assert_int_eq(walrus_open(dir, NULL, &db), WALRUS_ECORRUPT);
-	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "walrus.control"));
+	tu_open_fails(dir, NULL, WALRUS_ECORRUPT, "walrus.control");
 }
 END_TEST
 
@@ -177,14 +164,13 @@ START_TEST(missing_wal_segment_stops_start)
 	walrus *db = open_small(dir);
 	wal_control c;
 	ck_assert_int_eq(wal_control_read(dir, &c), WALRUS_OK);
-	close_and_wait(db);
+	tu_close_and_wait(db);
 	/* Remove the segment holding the last checkpoint record. */
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/wal/%016llX", dir,
 	         (unsigned long long)(c.checkpoint_lsn - c.checkpoint_lsn % (64 * 1024)));
 	ck_assert_int_eq(unlink(path), 0);
-	ck_assert_int_eq(walrus_open(dir, NULL, &db), WALRUS_ECORRUPT);
-	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "checkpoint"));
+	tu_open_fails(dir, NULL, WALRUS_ECORRUPT, "checkpoint");
 }
 END_TEST
 

@@ -19,18 +19,6 @@
 #include "fdcache/fdcache.h"
 #include "testutil.h"
 
-#define PANIC_EXIT 77
-
-/* In forked children: report the failed check on stderr and exit non-zero. */
-#define CHILD_CHECK(c)                                                                             \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "child check failed at line %d: %s (%s)\n", __LINE__, #c,  \
-			        walrus_errmsg());                                                  \
-			return 1;                                                                  \
-		}                                                                                  \
-	} while (0)
-
 static const char *dir;
 
 static void setup(void)
@@ -53,11 +41,6 @@ static fdc_file open_new(const char *name)
 	fdc_file f;
 	ck_assert_int_eq(fdc_open(path_of(name), O_RDWR | O_CREAT, 0600, &f), 0);
 	return f;
-}
-
-static void panic_exit(void)
-{
-	_exit(PANIC_EXIT);
 }
 
 /* ---------------------------------------------------------------- LRU and bound */
@@ -211,28 +194,28 @@ static int rlimit_child(void *arg)
 {
 	(void)arg;
 	struct rlimit rl;
-	CHILD_CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+	TU_CHILD_CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
 	rl.rlim_cur = 40;
-	CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+	TU_CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
 	int open_fds = tu_count_fds();
-	CHILD_CHECK(fdc_init(1000) == 0);
-	CHILD_CHECK(fdc_bound() >= 1);
-	CHILD_CHECK(fdc_bound() <= 40 - open_fds - FDC_RESERVED_FDS);
+	TU_CHILD_CHECK(fdc_init(1000) == 0);
+	TU_CHILD_CHECK(fdc_bound() >= 1);
+	TU_CHILD_CHECK(fdc_bound() <= 40 - open_fds - FDC_RESERVED_FDS);
 	fdc_file f[100];
 	for (int i = 0; i < 100; i++) {
 		char name[32];
 		snprintf(name, sizeof(name), "r%d", i);
-		CHILD_CHECK(fdc_open(path_of(name), O_RDWR | O_CREAT, 0600, &f[i]) == 0);
-		CHILD_CHECK(fdc_pwrite(f[i], &i, sizeof(i), 0) == 0);
+		TU_CHILD_CHECK(fdc_open(path_of(name), O_RDWR | O_CREAT, 0600, &f[i]) == 0);
+		TU_CHILD_CHECK(fdc_pwrite(f[i], &i, sizeof(i), 0) == 0);
 	}
 	for (int i = 0; i < 100; i++) {
 		int v = -1;
-		CHILD_CHECK(fdc_pread(f[i], &v, sizeof(v), 0) == (ssize_t)sizeof(v));
-		CHILD_CHECK(v == i);
+		TU_CHILD_CHECK(fdc_pread(f[i], &v, sizeof(v), 0) == (ssize_t)sizeof(v));
+		TU_CHILD_CHECK(v == i);
 	}
-	CHILD_CHECK(tu_count_fds() < 40);
+	TU_CHILD_CHECK(tu_count_fds() < 40);
 	fdc_close_all();
-	CHILD_CHECK(tu_count_fds() == open_fds);
+	TU_CHILD_CHECK(tu_count_fds() == open_fds);
 	return 0;
 }
 
@@ -246,15 +229,15 @@ static int rlimit_too_small_child(void *arg)
 {
 	(void)arg;
 	struct rlimit rl;
-	CHILD_CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+	TU_CHILD_CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
 	rl.rlim_cur = (rlim_t)(tu_count_fds() + FDC_RESERVED_FDS);
-	CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
-	CHILD_CHECK(fdc_init(1000) == WALRUS_ELIMIT);
-	CHILD_CHECK(strstr(walrus_errmsg(), "RLIMIT_NOFILE") != NULL);
+	TU_CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+	TU_CHILD_CHECK(fdc_init(1000) == WALRUS_ELIMIT);
+	TU_CHILD_CHECK(strstr(walrus_errmsg(), "RLIMIT_NOFILE") != NULL);
 	rl.rlim_cur++; /* exactly one left: that is enough */
-	CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
-	CHILD_CHECK(fdc_init(1000) == 0);
-	CHILD_CHECK(fdc_bound() == 1);
+	TU_CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+	TU_CHILD_CHECK(fdc_init(1000) == 0);
+	TU_CHILD_CHECK(fdc_bound() == 1);
 	return 0;
 }
 
@@ -372,21 +355,21 @@ END_TEST
 static int close_panic_child(void *arg)
 {
 	(void)arg;
-	wr_set_panic_handler(panic_exit);
-	CHILD_CHECK(fdc_init(4) == 0);
+	wr_set_panic_handler(tu_panic_exit);
+	TU_CHILD_CHECK(fdc_init(4) == 0);
 	fdc_file a, b;
-	CHILD_CHECK(fdc_open(path_of("clean"), O_RDWR | O_CREAT, 0600, &b) == 0);
-	CHILD_CHECK(fdc_open(path_of("dirty"), O_RDWR | O_CREAT, 0600, &a) == 0);
-	CHILD_CHECK(fdc_pwrite(a, "x", 1, 0) == 0);
-	CHILD_CHECK(fdc_failpoint_set("close:EIO*0") == 0);
-	CHILD_CHECK(fdc_close(b) == 0); /* never written: only a warning */
+	TU_CHILD_CHECK(fdc_open(path_of("clean"), O_RDWR | O_CREAT, 0600, &b) == 0);
+	TU_CHILD_CHECK(fdc_open(path_of("dirty"), O_RDWR | O_CREAT, 0600, &a) == 0);
+	TU_CHILD_CHECK(fdc_pwrite(a, "x", 1, 0) == 0);
+	TU_CHILD_CHECK(fdc_failpoint_set("close:EIO*0") == 0);
+	TU_CHILD_CHECK(fdc_close(b) == 0); /* never written: only a warning */
 	fdc_close(a);
 	return 1; /* not reached */
 }
 
 START_TEST(test_close_failure_panics)
 {
-	ck_assert_int_eq(tu_wait(tu_fork(close_panic_child, NULL)), PANIC_EXIT);
+	ck_assert_int_eq(tu_wait(tu_fork(close_panic_child, NULL)), TU_PANIC_EXIT);
 }
 END_TEST
 

@@ -5,7 +5,7 @@
  * the PANIC of a failed fsync.
  *
  * libcheck forks each case; cases that must PANIC run in a further forked
- * child whose panic handler exits with PANIC_EXIT.
+ * child whose panic handler exits with TU_PANIC_EXIT.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,17 +18,7 @@
 #include "storage/storage.h"
 #include "testutil.h"
 
-#define SEGSIZE    (64 * 1024) /* 8 blocks per segment */
-#define PANIC_EXIT 77
-
-#define CHILD_CHECK(c)                                                                             \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "child check failed at line %d: %s (%s)\n", __LINE__, #c,  \
-			        walrus_errmsg());                                                  \
-			return 1;                                                                  \
-		}                                                                                  \
-	} while (0)
+#define SEGSIZE (64 * 1024) /* 8 blocks per segment */
 
 static const char *dir;
 
@@ -78,22 +68,27 @@ static void check_page(smgr_rel *r, wr_relid rel, wr_blkno b, int version)
 	ck_assert_msg(memcmp(want, got, WR_PAGE_SIZE) == 0, "block %u differs", b);
 }
 
-static smgr_rel *new_rel(wr_relid rel, wr_blkno nblocks)
+/*
+ * Creates @rel with @nblocks blocks (version 0).  Checked with TU_CHILD_CHECK,
+ * so that the forked children that must PANIC can use it too: 1 on failure.
+ */
+static int make_rel(wr_relid rel, wr_blkno nblocks, smgr_rel **r)
 {
-	smgr_rel *r;
-	ck_assert_int_eq(smgr_create(rel), 0);
-	ck_assert_int_eq(smgr_open(rel, &r), 0);
+	TU_CHILD_CHECK(smgr_create(rel) == 0);
+	TU_CHILD_CHECK(smgr_open(rel, r) == 0);
 	for (wr_blkno b = 0; b < nblocks; b++) {
 		unsigned char p[WR_PAGE_SIZE];
 		make_page(p, rel, b, 0);
-		ck_assert_msg(smgr_extend(r, b, p) == 0, "extend %u: %s", b, walrus_errmsg());
+		TU_CHILD_CHECK(smgr_extend(*r, b, p) == 0);
 	}
-	return r;
+	return 0;
 }
 
-static void panic_exit(void)
+static smgr_rel *new_rel(wr_relid rel, wr_blkno nblocks)
 {
-	_exit(PANIC_EXIT);
+	smgr_rel *r;
+	ck_assert_msg(make_rel(rel, nblocks, &r) == 0, "relation %u: %s", rel, walrus_errmsg());
+	return r;
 }
 
 /* ---------------------------------------------------------------- sync hook doubles */
@@ -134,14 +129,6 @@ static void record_forget(wr_relid rel, uint32_t from_seg)
 static uint64_t get_cycle(void)
 {
 	return cur_cycle;
-}
-
-/* The request's fd is an fd of @path (same inode). */
-static bool req_fd_is(int i, const char *path)
-{
-	struct stat a, b;
-	return fstat(req_fds[i], &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino &&
-	       a.st_dev == b.st_dev;
 }
 
 /* ---------------------------------------------------------------- create, exists */
@@ -397,7 +384,7 @@ START_TEST(test_sync_hook_once_per_cycle)
 	ck_assert_uint_eq(reqs[0].seg, 0);
 	ck_assert_uint_eq(reqs[0].cycle, 5);
 	ck_assert_uint_ne(reqs[0].open_seq, 0);
-	ck_assert(req_fd_is(0, seg_path(11, 0)));
+	ck_assert(tu_same_file(req_fds[0], seg_path(11, 0)));
 
 	unsigned char p[WR_PAGE_SIZE];
 	make_page(p, 11, 8, 0);
@@ -406,7 +393,7 @@ START_TEST(test_sync_hook_once_per_cycle)
 	ck_assert_int_eq(smgr_extend(r, 9, p), 0);
 	ck_assert_int_eq(nreqs, 2);
 	ck_assert_uint_eq(reqs[1].seg, 1);
-	ck_assert(req_fd_is(1, seg_path(11, 1)));
+	ck_assert(tu_same_file(req_fds[1], seg_path(11, 1)));
 
 	cur_cycle = 6; /* a checkpoint started: the next write asks again */
 	make_page(p, 11, 3, 1);
@@ -474,7 +461,7 @@ START_TEST(test_before_close_hands_off)
 			found++;
 			ck_assert_uint_eq(reqs[i].seg, 0);
 			ck_assert_uint_eq(reqs[i].cycle, 1);
-			ck_assert(req_fd_is(i, seg_path(rel, 0)));
+			ck_assert(tu_same_file(req_fds[i], seg_path(rel, 0)));
 		}
 		ck_assert_msg(found == 1, "relation %u: %d requests", rel, found);
 	}
@@ -489,93 +476,47 @@ END_TEST
 /* Without a sync hook, a written fd is fsynced before the cache closes it. */
 static int fsync_at_close_child(void *arg)
 {
-	const char *log = arg;
-	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-	CHILD_CHECK(fd >= 0);
-	wr_log_set_file(fd, WR_LOG);
-	wr_set_panic_handler(panic_exit);
-	CHILD_CHECK(fdc_init(4) == 0);
+	tu_child_log_to(arg);
+	TU_CHILD_CHECK(fdc_init(4) == 0);
 	smgr_set_sync_hooks(NULL, NULL, NULL);
 	smgr_rel *r;
-	CHILD_CHECK(smgr_create(20) == 0);
-	CHILD_CHECK(smgr_open(20, &r) == 0);
-	unsigned char p[WR_PAGE_SIZE];
-	make_page(p, 20, 0, 0);
-	CHILD_CHECK(smgr_extend(r, 0, p) == 0);
-	CHILD_CHECK(fdc_failpoint_set("fsync:EIO:/base/20") == 0);
+	TU_CHILD_CHECK(make_rel(20, 1, &r) == 0);
+	TU_CHILD_CHECK(fdc_failpoint_set("fsync:EIO:/base/20") == 0);
 	for (wr_relid rel = 21; rel < 30; rel++) /* pushes relation 20's fd out */
-		CHILD_CHECK(smgr_create(rel) == 0);
+		TU_CHILD_CHECK(smgr_create(rel) == 0);
 	return 1; /* not reached: the fsync at eviction must PANIC */
-}
-
-static void check_panic_log(const char *log, const char *what, const char *path)
-{
-	char buf[8192] = {0};
-	int fd = open(log, O_RDONLY);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_gt(read(fd, buf, sizeof(buf) - 1), 0);
-	close(fd);
-	ck_assert_msg(strstr(buf, "PANIC") != NULL, "log: %s", buf);
-	ck_assert_msg(strstr(buf, what) != NULL, "log: %s", buf);
-	ck_assert_msg(strstr(buf, path) != NULL, "log: %s", buf);
 }
 
 START_TEST(test_no_hook_fsyncs_at_close)
 {
-	char log[4096];
-	snprintf(log, sizeof(log), "%s/panic.log", dir);
-	ck_assert_int_eq(tu_wait(tu_fork(fsync_at_close_child, log)), PANIC_EXIT);
-	check_panic_log(log, "could not fsync file", seg_path(20, 0));
+	tu_expect_panic(dir, fsync_at_close_child, "could not fsync file", seg_path(20, 0));
 }
 END_TEST
 
 static int immedsync_child(void *arg)
 {
-	const char *log = arg;
-	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-	CHILD_CHECK(fd >= 0);
-	wr_log_set_file(fd, WR_LOG);
-	wr_set_panic_handler(panic_exit);
+	tu_child_log_to(arg);
 	smgr_rel *r;
-	CHILD_CHECK(smgr_create(30) == 0);
-	CHILD_CHECK(smgr_open(30, &r) == 0);
-	for (wr_blkno b = 0; b < 10; b++) {
-		unsigned char p[WR_PAGE_SIZE];
-		make_page(p, 30, b, 0);
-		CHILD_CHECK(smgr_extend(r, b, p) == 0);
-	}
+	TU_CHILD_CHECK(make_rel(30, 10, &r) == 0);
 	smgr_immedsync(r); /* fine */
-	CHILD_CHECK(fdc_failpoint_set("fsync:EIO:/base/30.1") == 0);
+	TU_CHILD_CHECK(fdc_failpoint_set("fsync:EIO:/base/30.1") == 0);
 	smgr_immedsync(r);
 	return 1;
 }
 
 START_TEST(test_immedsync_failure_panics)
 {
-	char log[4096];
-	snprintf(log, sizeof(log), "%s/panic.log", dir);
-	ck_assert_int_eq(tu_wait(tu_fork(immedsync_child, log)), PANIC_EXIT);
-	check_panic_log(log, "could not fsync file", seg_path(30, 1));
+	tu_expect_panic(dir, immedsync_child, "could not fsync file", seg_path(30, 1));
 }
 END_TEST
 
 static int writeback_child(void *arg)
 {
-	const char *log = arg;
-	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-	CHILD_CHECK(fd >= 0);
-	wr_log_set_file(fd, WR_LOG);
-	wr_set_panic_handler(panic_exit);
+	tu_child_log_to(arg);
 	smgr_rel *r;
-	CHILD_CHECK(smgr_create(31) == 0);
-	CHILD_CHECK(smgr_open(31, &r) == 0);
-	for (wr_blkno b = 0; b < 20; b++) {
-		unsigned char p[WR_PAGE_SIZE];
-		make_page(p, 31, b, 0);
-		CHILD_CHECK(smgr_extend(r, b, p) == 0);
-	}
+	TU_CHILD_CHECK(make_rel(31, 20, &r) == 0);
 	smgr_writeback(r, 2, 15); /* fine: three pieces */
-	CHILD_CHECK(fdc_failpoint_set("sync_range:EIO:/base/31.2") == 0);
+	TU_CHILD_CHECK(fdc_failpoint_set("sync_range:EIO:/base/31.2") == 0);
 	smgr_writeback(r, 0, 12); /* does not reach segment 2 */
 	smgr_writeback(r, 6, 12);
 	return 1;
@@ -583,10 +524,7 @@ static int writeback_child(void *arg)
 
 START_TEST(test_writeback_failure_panics)
 {
-	char log[4096];
-	snprintf(log, sizeof(log), "%s/panic.log", dir);
-	ck_assert_int_eq(tu_wait(tu_fork(writeback_child, log)), PANIC_EXIT);
-	check_panic_log(log, "could not sync_file_range file", seg_path(31, 2));
+	tu_expect_panic(dir, writeback_child, "could not sync_file_range file", seg_path(31, 2));
 }
 END_TEST
 

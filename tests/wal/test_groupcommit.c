@@ -9,7 +9,7 @@
  * The WAL is set up without an instance, as in test_insert.c: a shared
  * memory segment with the WAL region, inherited by forked children.
  */
-#include "testutil.h"
+#include "waltest.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -18,16 +18,8 @@
 #include <unistd.h>
 
 #include "fdcache/fdcache.h"
-#include "wal/wal.h"
 
-#define SYSID  TU_SYSID
-#define NSLOTS 16
-#define NPROC  8
-
-typedef struct rec_payload {
-	uint32_t who, seq, len;
-	uint32_t check;
-} rec_payload;
+#define NPROC 8
 
 /* Shared with the children (the "tutest" region). */
 typedef struct shared_ctl {
@@ -35,25 +27,11 @@ typedef struct shared_ctl {
 	_Atomic uint32_t early_release; /* a committer saw flushed < its end */
 } shared_ctl;
 
-static char waldir[4200];
-static wr_options opts;
 static shared_ctl *ctl;
-
-static void base_opts(const char *name, const char *value)
-{
-	wr_opts_defaults(&opts);
-	ck_assert_int_eq(wr_opts_set(&opts, "wal_segment_size", "64kB"), WALRUS_OK);
-	ck_assert_int_eq(wr_opts_set(&opts, "max_wal_size", "1MB"), WALRUS_OK);
-	ck_assert_int_eq(wr_opts_set(&opts, "min_wal_size", "128kB"), WALRUS_OK);
-	ck_assert_int_eq(wr_opts_set(&opts, "wal_buffers", "64kB"), WALRUS_OK); /* 8 pages */
-	if (name)
-		ck_assert_int_eq(wr_opts_set(&opts, name, value), WALRUS_OK);
-}
 
 static void setup_wal(const char *dir)
 {
-	snprintf(waldir, sizeof(waldir), "%s/wal", dir);
-	ctl = tu_shm_wal_buffers_setup(&opts, dir, NSLOTS, false, sizeof(shared_ctl));
+	ctl = wt_setup_wal(dir, sizeof(shared_ctl));
 	memset(ctl, 0, sizeof(*ctl));
 }
 
@@ -65,57 +43,9 @@ static uint32_t payload_len(uint32_t who, uint32_t seq)
 	return (x % 23 == 0) ? 9000 + x % 30000 : 16 + x % 200;
 }
 
-static void fill(char *buf, const rec_payload *p)
-{
-	memcpy(buf, p, sizeof(*p));
-	for (uint32_t i = sizeof(*p); i < p->len; i++)
-		buf[i] = (char)(p->who * 31 + p->seq + i);
-}
-
 static wr_lsn insert_one(uint32_t who, uint32_t seq)
 {
-	static char buf[40000];
-	rec_payload p = {who, seq, payload_len(who, seq), who ^ seq};
-	fill(buf, &p);
-	wal_begin();
-	wal_register_data(buf, p.len);
-	return wal_insert(RM_XLOG, XLOG_NOOP);
-}
-
-static bool payload_ok(const wal_decoded *r, rec_payload *out)
-{
-	static char buf[40000];
-	if (r->main_len < sizeof(rec_payload))
-		return false;
-	memcpy(out, r->main_data, sizeof(*out));
-	if (out->len != r->main_len || out->check != (out->who ^ out->seq))
-		return false;
-	fill(buf, out);
-	return memcmp(buf, r->main_data, out->len) == 0;
-}
-
-/* Reads the whole stream; checks every payload and each writer's order; returns records. */
-static int read_all(uint32_t *per_who_next, int nwho)
-{
-	wal_reader *r;
-	wal_decoded *rec;
-	int n = 0;
-	ck_assert_int_eq(wal_reader_open(waldir, (uint64_t)opts.wal_segment_size, SYSID, &r),
-	                 WALRUS_OK);
-	int rc = wal_read_record(r, WAL_LONG_PHD, &rec);
-	while (rc == WALRUS_OK) {
-		rec_payload p;
-		ck_assert_msg(payload_ok(rec, &p), "bad payload at " WAL_LSN_FMT,
-		              WAL_LSN_ARGS(rec->lsn));
-		ck_assert_int_lt((int)p.who, nwho);
-		ck_assert_uint_eq(p.seq, per_who_next[p.who]);
-		per_who_next[p.who]++;
-		n++;
-		rc = wal_read_record(r, 0, &rec);
-	}
-	ck_assert_msg(rc == WALRUS_ENOTFOUND, "stream ended with %d: %s", rc, walrus_errmsg());
-	wal_reader_close(r);
-	return n;
+	return wt_insert(who, seq, payload_len(who, seq), NULL);
 }
 
 struct committer_arg {
@@ -141,6 +71,18 @@ static int committer(void *p)
 			usleep((x >> 8) % a->pause_us);
 		}
 	}
+	return 0;
+}
+
+/* Inserts records of one to five pages and never waits for a flush: every
+ * write is one an inserter does to free a buffer page of the ring. */
+static int big_inserter(void *p)
+{
+	const struct committer_arg *a = p;
+	if (wal_attach((int)a->who + 1) != WALRUS_OK)
+		return 10;
+	for (uint32_t i = 0; i < a->count; i++)
+		wt_insert(a->who, i, 9000 + (a->who * 7919u + i * 4099u) % 30000, NULL);
 	return 0;
 }
 
@@ -178,7 +120,7 @@ static void run_committers(const struct committer_arg *args, int n, bool writer)
 	int total = 0;
 	for (int i = 0; i < n; i++)
 		total += (int)args[i].count;
-	ck_assert_int_eq(read_all(next, n), total);
+	ck_assert_int_eq(wt_read_all(next, n), total);
 	for (int i = 0; i < n; i++)
 		ck_assert_uint_eq(next[i], args[i].count);
 }
@@ -188,7 +130,7 @@ static int variant(void *p)
 	const char **v = p;
 	wal_detach();
 	shm_detach(); /* inherited from the test process: each variant has its own */
-	base_opts(v[1], v[2]);
+	wt_base_opts(v[1], v[2]);
 	setup_wal(v[0]);
 	if (wal_attach(0) != WALRUS_OK)
 		return 20;
@@ -220,11 +162,39 @@ START_TEST(committers_switch_segments_under_the_writer)
 }
 END_TEST
 
+/*
+ * Eight inserters on a ring of eight pages: each needs pages the others
+ * hold, and races them to map the next one.  Mapping past the page needed
+ * once ran the mapping a ring ahead of the reservations, and an inserter
+ * waited forever for the write of the page it was filling itself.
+ */
+START_TEST(inserters_race_for_the_ring)
+{
+	wt_base_opts(NULL, NULL);
+	setup_wal(tu_tmpdir("walrus-walgc"));
+	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
+	struct committer_arg args[NPROC];
+	pid_t pids[NPROC];
+	for (uint32_t i = 0; i < NPROC; i++) {
+		args[i] = (struct committer_arg){i, tu_long_mode() ? 600 : 80, 0};
+		pids[i] = tu_fork(big_inserter, &args[i]);
+	}
+	for (int i = 0; i < NPROC; i++)
+		ck_assert_int_eq(tu_wait(pids[i]), 0);
+	wal_flush_to(wal_insert_lsn());
+	uint32_t next[NPROC] = {0};
+	ck_assert_int_eq(wt_read_all(next, NPROC), (int)(NPROC * args[0].count));
+	wal_stats st;
+	wal_get_stats(&st);
+	ck_assert_uint_gt(st.buffer_full_waits, 0);
+}
+END_TEST
+
 /* Committers that pause, stop early or commit rarely: the gather expects
  * some that do not come, and must give up on them (no hang, all durable). */
 START_TEST(committers_that_come_and_go)
 {
-	base_opts("wal_buffers", "1MB");
+	wt_base_opts("wal_buffers", "1MB");
 	setup_wal(tu_tmpdir("walrus-walgc"));
 	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
 	struct committer_arg args[NPROC];
@@ -245,8 +215,8 @@ END_TEST
 START_TEST(lone_committer_after_a_crowd)
 {
 	enum { LONE = 200 };
-	base_opts("commit_gather", "10ms");
-	ck_assert_int_eq(wr_opts_set(&opts, "wal_buffers", "1MB"), WALRUS_OK);
+	wt_base_opts("commit_gather", "10ms");
+	ck_assert_int_eq(wr_opts_set(&wt_opts, "wal_buffers", "1MB"), WALRUS_OK);
 	setup_wal(tu_tmpdir("walrus-walgc"));
 	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
 	struct committer_arg args[NPROC];
@@ -276,7 +246,7 @@ END_TEST
 /* commit_gather=0: no gather at all, everything still durable. */
 START_TEST(no_gather)
 {
-	base_opts("commit_gather", "0");
+	wt_base_opts("commit_gather", "0");
 	setup_wal(tu_tmpdir("walrus-walgc"));
 	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
 	struct committer_arg args[NPROC];
@@ -292,6 +262,7 @@ static Suite *groupcommit_suite(void)
 	TCase *t = tcase_create("groupcommit");
 	tcase_set_timeout(t, 280);
 	tcase_add_loop_test(t, committers_switch_segments_under_the_writer, 0, 5);
+	tcase_add_test(t, inserters_race_for_the_ring);
 	tcase_add_test(t, committers_that_come_and_go);
 	tcase_add_test(t, lone_committer_after_a_crowd);
 	tcase_add_test(t, no_gather);

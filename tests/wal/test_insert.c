@@ -8,7 +8,7 @@
  * only the WAL region, inherited by forked children, as the supervisor's
  * children inherit it.
  */
-#include "testutil.h"
+#include "waltest.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,36 +19,6 @@
 #include <unistd.h>
 
 #include "fdcache/fdcache.h"
-#include "wal/wal.h"
-
-#define SYSID  TU_SYSID
-#define NSLOTS 16
-
-typedef struct rec_payload {
-	uint32_t who, seq, len;
-	uint32_t check;
-} rec_payload;
-
-static char waldir[4200];
-static wr_options opts;
-
-static void base_opts(const char *extra_name, const char *extra_value)
-{
-	wr_opts_defaults(&opts);
-	ck_assert_int_eq(wr_opts_set(&opts, "wal_segment_size", "64kB"), WALRUS_OK);
-	ck_assert_int_eq(wr_opts_set(&opts, "max_wal_size", "1MB"), WALRUS_OK);
-	ck_assert_int_eq(wr_opts_set(&opts, "min_wal_size", "128kB"), WALRUS_OK);
-	ck_assert_int_eq(wr_opts_set(&opts, "wal_buffers", "64kB"), WALRUS_OK); /* 8 pages */
-	if (extra_name)
-		ck_assert_int_eq(wr_opts_set(&opts, extra_name, extra_value), WALRUS_OK);
-}
-
-/* A fresh WAL in @dir whose first record starts right after the long header of segment 0. */
-static void setup_wal(const char *dir)
-{
-	snprintf(waldir, sizeof(waldir), "%s/wal", dir);
-	(void)tu_shm_wal_buffers_setup(&opts, dir, NSLOTS, false, 0);
-}
 
 static uint32_t payload_len(uint32_t who, uint32_t seq)
 {
@@ -57,63 +27,15 @@ static uint32_t payload_len(uint32_t who, uint32_t seq)
 	return (x % 17 == 0) ? 9000 + x % 20000 : 16 + x % 300;
 }
 
-static void fill(char *buf, const rec_payload *p)
-{
-	memcpy(buf, p, sizeof(*p));
-	for (uint32_t i = sizeof(*p); i < p->len; i++)
-		buf[i] = (char)(p->who * 31 + p->seq + i);
-}
-
 static wr_lsn insert_one(uint32_t who, uint32_t seq, wr_lsn *start)
 {
-	static char buf[40000];
-	rec_payload p = {who, seq, payload_len(who, seq), who ^ seq};
-	fill(buf, &p);
-	wal_begin();
-	wal_register_data(buf, p.len);
-	return wal_insert_at(RM_XLOG, XLOG_NOOP, start);
-}
-
-static bool payload_ok(const wal_decoded *r, rec_payload *out)
-{
-	static char buf[40000];
-	if (r->main_len < sizeof(rec_payload))
-		return false;
-	memcpy(out, r->main_data, sizeof(*out));
-	if (out->len != r->main_len || out->check != (out->who ^ out->seq))
-		return false;
-	fill(buf, out);
-	return memcmp(buf, r->main_data, out->len) == 0;
-}
-
-/* Reads the stream from the first record; returns records read; checks each payload. */
-static int read_all(uint32_t *per_who_next, int nwho)
-{
-	wal_reader *r;
-	wal_decoded *rec;
-	int n = 0;
-	ck_assert_int_eq(wal_reader_open(waldir, (uint64_t)opts.wal_segment_size, SYSID, &r),
-	                 WALRUS_OK);
-	int rc = wal_read_record(r, WAL_LONG_PHD, &rec);
-	while (rc == WALRUS_OK) {
-		rec_payload p;
-		ck_assert_msg(payload_ok(rec, &p), "bad payload at " WAL_LSN_FMT,
-		              WAL_LSN_ARGS(rec->lsn));
-		ck_assert_int_lt((int)p.who, nwho);
-		ck_assert_uint_eq(p.seq, per_who_next[p.who]); /* each once, in its order */
-		per_who_next[p.who]++;
-		n++;
-		rc = wal_read_record(r, 0, &rec);
-	}
-	ck_assert_msg(rc == WALRUS_ENOTFOUND, "stream ended with %d: %s", rc, walrus_errmsg());
-	wal_reader_close(r);
-	return n;
+	return wt_insert(who, seq, payload_len(who, seq), start);
 }
 
 START_TEST(single_process_round_trip)
 {
-	base_opts(NULL, NULL);
-	setup_wal(tu_tmpdir("walrus-walins"));
+	wt_base_opts(NULL, NULL);
+	wt_setup_wal(tu_tmpdir("walrus-walins"), 0);
 	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
 	wr_lsn prev_end = 0, start;
 	for (uint32_t i = 0; i < 600; i++) {
@@ -125,7 +47,7 @@ START_TEST(single_process_round_trip)
 	wal_flush_to(prev_end);
 	ck_assert_uint_ge(wal_flushed_lsn(), prev_end);
 	uint32_t next[1] = {0};
-	ck_assert_int_eq(read_all(next, 1), 600);
+	ck_assert_int_eq(wt_read_all(next, 1), 600);
 	wal_stats st;
 	wal_get_stats(&st);
 	ck_assert_uint_eq(st.records, 600);
@@ -142,8 +64,8 @@ START_TEST(huge_record_through_small_ring)
 	ck_assert_ptr_nonnull(big);
 	for (size_t i = 0; i < len; i++)
 		big[i] = (char)(i * 131 + (i >> 16));
-	base_opts(NULL, NULL);
-	setup_wal(tu_tmpdir("walrus-walins"));
+	wt_base_opts(NULL, NULL);
+	wt_setup_wal(tu_tmpdir("walrus-walins"), 0);
 	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
 	wr_lsn start;
 	insert_one(0, 0, NULL);
@@ -154,8 +76,9 @@ START_TEST(huge_record_through_small_ring)
 	wal_flush_to(wal_insert_lsn());
 	wal_reader *r;
 	wal_decoded *rec;
-	ck_assert_int_eq(wal_reader_open(waldir, (uint64_t)opts.wal_segment_size, SYSID, &r),
-	                 WALRUS_OK);
+	ck_assert_int_eq(
+	    wal_reader_open(wt_waldir, (uint64_t)wt_opts.wal_segment_size, TU_SYSID, &r),
+	    WALRUS_OK);
 	ck_assert_int_eq(wal_read_record(r, start, &rec), WALRUS_OK);
 	ck_assert_uint_eq(rec->end, end);
 	ck_assert_uint_eq(rec->main_len, len);
@@ -191,8 +114,8 @@ START_TEST(concurrent_inserters)
 {
 	enum { NPROC = 4 };
 	uint32_t count = tu_long_mode() ? 20000 : 1500;
-	base_opts(NULL, NULL);
-	setup_wal(tu_tmpdir("walrus-walins"));
+	wt_base_opts(NULL, NULL);
+	wt_setup_wal(tu_tmpdir("walrus-walins"), 0);
 	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
 	struct child_arg args[NPROC];
 	pid_t pids[NPROC];
@@ -204,7 +127,7 @@ START_TEST(concurrent_inserters)
 		ck_assert_int_eq(tu_wait(pids[i]), 0);
 	wal_flush_to(wal_insert_lsn());
 	uint32_t next[NPROC] = {0};
-	ck_assert_int_eq(read_all(next, NPROC), (int)(NPROC * count));
+	ck_assert_int_eq(wt_read_all(next, NPROC), (int)(NPROC * count));
 	for (int i = 0; i < NPROC; i++)
 		ck_assert_uint_eq(next[i], count);
 }
@@ -229,8 +152,8 @@ static int committer(void *p)
 START_TEST(group_commit_releases_waiters)
 {
 	enum { NPROC = 8 };
-	base_opts("wal_buffers", "1MB");
-	setup_wal(tu_tmpdir("walrus-walins"));
+	wt_base_opts("wal_buffers", "1MB");
+	wt_setup_wal(tu_tmpdir("walrus-walins"), 0);
 	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
 	struct child_arg args[NPROC];
 	pid_t pids[NPROC];
@@ -253,8 +176,8 @@ END_TEST
 /* Fills a fresh WAL with a fixed sequence under the given option; returns the end. */
 static wr_lsn fill_fixed(const char *dir, const char *name, const char *value)
 {
-	base_opts(name, value);
-	setup_wal(dir);
+	wt_base_opts(name, value);
+	wt_setup_wal(dir, 0);
 	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
 	wr_lsn end = 0;
 	for (uint32_t i = 0; i < 400; i++) {
