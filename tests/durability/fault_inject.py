@@ -67,7 +67,8 @@ CASES = {
                          "extends a file while the failpoint is armed", dict(
         fp_instance="fsync:EIO:/base/@2*0", op="fsync", proc="walrus-ckpt",
         create=["data_segment_size=64kB"], keys=1200, vsize=900, preload=True,
-        opts=["max_open_files=8", "log_min_messages=debug"],
+        # 16: half for the sync request table, half for the checkpointer's fd cache
+        opts=["max_open_files=16", "log_min_messages=debug"],
         before_panic=r"sync request table full \(budget 8 fds\): 2 files synced early",
         msg=r'could not fsync file "{dir}/base/1(\.\d+)?": Input/output error')),
     "sync-range": ("the write-back hint (sync_file_range) of the checkpoint's writes fails",
