@@ -8,8 +8,10 @@
  * arrives (a crash in the middle) is dropped: at the end of recovery
  * (kv_redo_end), when the next batch starts (KV_FIRST), when an ABORT
  * record says so, or when a new recovery starts (LSNs go back).  Nothing of
- * such a batch reached the data files, since its pages stayed locked in the
- * pool until its last record was in the WAL.
+ * such a batch reached the data files: its pages stayed locked in the pool
+ * until its last record was in the WAL, and carry that record's end as
+ * their LSN (kv_write.c, stamp_commit), so none is written before the last
+ * record is durable.
  *
  * Recovery may also start in the middle of a batch (its first records lie
  * before the checkpoint's redo point).  Then the pages it changed before

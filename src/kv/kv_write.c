@@ -463,6 +463,24 @@ static void add_counters(void)
 }
 
 /*
+ * A batch of several records is atomic only once its last one is durable:
+ * recovery drops the records of a batch that has no last one.  A page
+ * stamped with the end of its own record could be written out once the WAL
+ * was flushed that far, with the last record still in the WAL buffers, and
+ * a power cut would then leave part of the batch on disk.  So every page
+ * the batch changed carries the end of its last record: writing any of
+ * them flushes the whole batch first.
+ */
+static void stamp_commit(wr_lsn end)
+{
+	for (uint32_t i = 0; i < w.n; i++) {
+		kvw_page *p = w.pages[i];
+		if (p->member && page_get_lsn(p->page) < end)
+			page_set_lsn(p->page, end);
+	}
+}
+
+/*
  * The last record of the batch carries the changes still being built and
  * the meta page: a batch of one small operation is one record.
  */
@@ -480,6 +498,8 @@ int kvw_commit(wr_lsn *lsn)
 		return rc; /* the caller aborts */
 	if (w.nrec > 0 || w.nrb > 0)
 		*lsn = insert_record(KV_INFO_COMMIT);
+	if (w.nrec > 1)
+		stamp_commit(*lsn);
 	/* Readers must find the new root before they can see the pages. */
 	if (w.meta.root != w.meta0.root || w.meta.height != w.meta0.height)
 		atomic_store(&kv_sh->root_hint, kv_hint_make(w.meta.root, w.meta.height));

@@ -453,6 +453,56 @@ START_TEST(batch_applies_in_order)
 }
 END_TEST
 
+/*
+ * A batch of several records: every page it changed carries the end of its
+ * last record, so that no page of it can be written out (WAL before data)
+ * before the whole batch is durable.  Stamped with their own record's end,
+ * pages of the first records could reach the disk with the last record
+ * still in the WAL buffers, and a power cut then left half a batch.
+ */
+START_TEST(batch_pages_carry_its_last_record)
+{
+	kt_init("walrus-kv", 1024);
+	put_ok("a", 1, "1", 1);
+	wr_lsn before = wal_insert_lsn();
+	wal_stats w0, w1;
+	wal_get_stats(&w0);
+	kv_batch *b = kv_batch_new();
+	char *v = pattern(20000, 5); /* 3 overflow pages each: 120 pages, several records */
+	for (int i = 0; i < 40; i++) {
+		char k[16];
+		int kl = snprintf(k, sizeof(k), "big-%02d", i);
+		ck_assert_int_eq(kv_batch_put(b, k, (size_t)kl, v, 20000), WALRUS_OK);
+	}
+	wr_lsn lsn = 0;
+	ck_assert_int_eq(kv_batch_commit(b, KV_ASYNC, &lsn), WALRUS_OK);
+	wal_get_stats(&w1);
+	ck_assert_uint_ge(w1.records - w0.records, 3);
+	smgr_rel *r;
+	wr_blkno n = 0;
+	ck_assert_int_eq(smgr_open(KV_REL, &r), WALRUS_OK);
+	ck_assert_int_eq(smgr_nblocks(r, &n), WALRUS_OK);
+	int changed = 0;
+	for (wr_blkno blk = 0; blk < n; blk++) {
+		int buf;
+		ck_assert_int_eq(buf_read(KV_REL, blk, &buf), WALRUS_OK);
+		buf_lock(buf, false);
+		wr_lsn page_lsn = page_get_lsn(buf_page(buf));
+		buf_unlock(buf);
+		buf_release(buf);
+		if (page_lsn <= before)
+			continue;
+		changed++;
+		ck_assert_msg(page_lsn == lsn, "block %u: LSN %llx, the batch ended at %llx", blk,
+		              (unsigned long long)page_lsn, (unsigned long long)lsn);
+	}
+	ck_assert_int_ge(changed, 120);
+	free(v);
+	kv_batch_free(b);
+	kt_verify_clean();
+}
+END_TEST
+
 /* Keys 0..n-1 with their values as stored by fill_values. */
 static void check_values(uint32_t n, unsigned gen)
 {
@@ -605,6 +655,7 @@ static Suite *tree_suite(void)
 	tcase_add_test(t, queue_workload_reuses_pages);
 	tcase_add_test(t, iterator_bounds_seek_next_prev);
 	tcase_add_test(t, batch_applies_in_order);
+	tcase_add_test(t, batch_pages_carry_its_last_record);
 	tcase_add_test(t, batch_over_the_pin_limit_is_undone);
 	tcase_add_test(t, verify_finds_a_flipped_bit);
 	tcase_add_test(t, verify_finds_keys_out_of_order);
