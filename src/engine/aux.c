@@ -115,8 +115,12 @@ static _Noreturn void startup_main(void)
 	/* The first start's end-of-recovery checkpoint follows the tree's
 	 * creation: from then on there is a prior checkpoint. */
 	bool tree_created = rc == WALRUS_OK && c.prev_checkpoint_lsn != 0;
-	if (rc == WALRUS_OK && c.state != WAL_DB_SHUTDOWN)
+	if (rc == WALRUS_OK && c.state != WAL_DB_SHUTDOWN) {
 		sync_data_directory(e->datadir);
+		char waldir[PATH_MAX];
+		if (wr_snprintf(waldir, sizeof(waldir), "%s/wal", e->datadir))
+			(void)wal_remove_temp_segments(waldir);
+	}
 	if (rc == WALRUS_OK && tree_created)
 		rc = kv_check_file();
 	if (rc == WALRUS_OK)

@@ -30,7 +30,8 @@
 
 #include "wal/wal_int.h"
 
-#define WAL_ZERO_CHUNK ((size_t)1 << 20)
+#define WAL_ZERO_CHUNK       ((size_t)1 << 20)
+#define WAL_SEGMENT_NAME_LEN 16 /* %016llX */
 
 void wal_segment_path(const char *waldir, uint64_t seg_size, wr_lsn lsn, char *buf, size_t len)
 {
@@ -40,7 +41,7 @@ void wal_segment_path(const char *waldir, uint64_t seg_size, wr_lsn lsn, char *b
 bool wal_segment_parse_name(const char *name, uint64_t seg_size, wr_lsn *start)
 {
 	uint64_t v = 0;
-	for (int i = 0; i < 16; i++) {
+	for (int i = 0; i < WAL_SEGMENT_NAME_LEN; i++) {
 		char c = name[i];
 		if (c >= '0' && c <= '9')
 			v = v * 16 + (uint64_t)(c - '0');
@@ -49,7 +50,7 @@ bool wal_segment_parse_name(const char *name, uint64_t seg_size, wr_lsn *start)
 		else
 			return false;
 	}
-	if (name[16] != '\0' || seg_size == 0 || v % seg_size != 0)
+	if (name[WAL_SEGMENT_NAME_LEN] != '\0' || seg_size == 0 || v % seg_size != 0)
 		return false;
 	*start = v;
 	return true;
@@ -164,6 +165,35 @@ int wal_segment_create(const char *waldir, uint64_t seg_size, wr_lsn start)
 	if (wal_sh != NULL)
 		wal_count(&wal_sh->st_seg_created, 1);
 	return WALRUS_OK;
+}
+
+int wal_remove_temp_segments(const char *waldir)
+{
+	DIR *d = opendir(waldir);
+	if (d == NULL) {
+		wr_log(WR_WARNING, "could not open WAL directory \"%s\": %m", waldir);
+		return 0;
+	}
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		const char *t = strstr(e->d_name, ".tmp.");
+		if (t == NULL || t - e->d_name != WAL_SEGMENT_NAME_LEN)
+			continue;
+		char path[PATH_MAX];
+		if (!wr_snprintf(path, sizeof(path), "%s/%s", waldir, e->d_name))
+			continue;
+		if (fdc_unlink(path) == WALRUS_OK)
+			n++;
+		else
+			wr_log(WR_WARNING, "could not remove temporary WAL segment: %s",
+			       walrus_errmsg());
+	}
+	if (closedir(d) != 0)
+		wr_log(WR_WARNING, "could not close WAL directory \"%s\": %m", waldir);
+	if (n > 0)
+		wr_log(WR_LOG, "removed %d temporary WAL segment(s) left by a crash", n);
+	return n;
 }
 
 /* ---------------------------------------------------------------- recycling */

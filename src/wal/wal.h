@@ -262,6 +262,13 @@ void wal_get_stats(wal_stats *s);
  */
 int wal_segment_create(const char *waldir, uint64_t seg_size, wr_lsn start);
 /*
+ * Removes the temporary segments (NAME.tmp.PID) that processes killed while
+ * creating a segment left in @waldir; only while no other process can be
+ * creating one (the startup process).  Returns how many; failures are
+ * logged as warnings (the files only take space).
+ */
+int wal_remove_temp_segments(const char *waldir);
+/*
  * After a checkpoint whose redo LSN is @redo: segments wholly before it are
  * renamed to future names (keeping enough for min_wal_size .. max_wal_size)
  * or removed; counts go to the stats.

@@ -137,9 +137,20 @@ START_TEST(flushed_records_survive_kill9)
 	kill(sup, SIGKILL);
 	tu_wait_gone(sup);
 	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
+	/* A process killed while creating a segment leaves its temp file:
+	 * recovery removes it (and nothing else). */
+	char tmp[4200], other[4200];
+	snprintf(tmp, sizeof(tmp), "%s/wal/00000000DEAD0000.tmp.4242", dir);
+	snprintf(other, sizeof(other), "%s/wal/notes.tmp.1", dir);
+	ck_assert_int_eq(tu_write_file(tmp, "x", 1), 0);
+	ck_assert_int_eq(tu_write_file(other, "x", 1), 0);
 	db = open_small(dir);
 	/* Recovery continued the stream after our records. */
 	ck_assert_uint_gt(wal_insert_lsn(), end);
+	ck_assert_int_ne(access(tmp, F_OK), 0);
+	ck_assert_int_eq(access(other, F_OK), 0);
+	ck_assert(log_has(dir, "removed 1 temporary WAL segment(s) left by a crash"));
+	ck_assert_int_eq(unlink(other), 0);
 	tu_close_and_wait(db);
 	wal_control c;
 	ck_assert_int_eq(wal_control_read(dir, &c), WALRUS_OK);
