@@ -48,6 +48,8 @@ class Forcer:
     def __init__(self, w, rng, every=(0.05, 0.3)):
         self.w, self.rng, self.every = w, rng, every
         self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.frozen = False
         self.n = self.ok = 0
         self.p = None
         self.t = threading.Thread(target=self._run, daemon=True)
@@ -55,9 +57,12 @@ class Forcer:
 
     def _run(self):
         while not self.stop.wait(self.rng.uniform(*self.every)):
-            self.p = subprocess.Popen(self.w.argv("checkpoint"), stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      env=self.w.env())
+            with self.lock:
+                if self.frozen:
+                    return
+                self.p = subprocess.Popen(self.w.argv("checkpoint"), stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          env=self.w.env())
             try:
                 rc = self.p.wait(30)
                 self.n += 1
@@ -69,6 +74,15 @@ class Forcer:
     def pids(self):
         p = self.p
         return [p.pid] if p is not None and p.poll() is None else []
+
+    def freeze(self):
+        """Starts no more commands; returns the pid of the one running.  A
+        command started after a power cut's pids were listed would outlive
+        the cut, find the instance dead and start a new one on the files
+        the cut is about to roll back."""
+        with self.lock:
+            self.frozen = True
+            return self.pids()
 
     def finish(self):
         self.stop.set()

@@ -68,11 +68,12 @@ def main(cleanup):
         forcer = Forcer(w, random.Random(rng.random()), every=(0.3, 1.0))
         time.sleep(rng.uniform(0.3, 1.5))
         # The power cut: everything stops at once.
-        workload.stop_all_then_kill(wtest.instance_pids(w.dir) + forcer.pids()
+        workload.stop_all_then_kill(forcer.freeze() + wtest.instance_pids(w.dir)
                                     + workload.client_pids(clients))
         forcer.finish()
         for c in clients:
             c.finish()
+        workload.no_survivors(w.dir)
         st = powerloss.simulate(jdir, w.dir, mode, random.Random(rng.random()))
         for k, v in st.items():
             totals[k] = totals.get(k, 0) + v

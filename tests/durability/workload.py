@@ -289,6 +289,18 @@ def stop_all_then_kill(pids):
     wtest.wait_gone(pids)
 
 
+def no_survivors(data_dir):
+    """After a simulated power cut and before its rollback: nothing may still
+    run on the files (a process forked after the pids were listed would be
+    writing to files the rollback rewrites).  Kills any, and fails."""
+    import signal
+    left = wtest.instance_pids(data_dir)
+    if left:
+        wtest.kill_pids(left, signal.SIGKILL)
+        wtest.wait_gone(left)
+        raise TestFailure(f"processes outlived the power cut: {left}")
+
+
 SPACES = ["s0", "s1", "s2", "s3"]
 
 
