@@ -87,13 +87,18 @@ static fdc_write_observer_fn fdc_observer;
 
 /* ---------------------------------------------------------------- errors */
 
-/* Records "could not WHAT file "PATH": <errno text>" and leaves errno = err. */
-static int fdc_syserr(int err, const char *what, const char *path)
+/* Records "could not WHAT KIND "PATH": <errno text>" and leaves errno = err. */
+static int fdc_syserr_kind(int err, const char *what, const char *kind, const char *path)
 {
 	errno = err;
-	int rc = wr_error(wr_errno_code(err), "could not %s file \"%s\": %m", what, path);
+	int rc = wr_error(wr_errno_code(err), "could not %s %s \"%s\": %m", what, kind, path);
 	errno = err;
 	return rc;
+}
+
+static int fdc_syserr(int err, const char *what, const char *path)
+{
+	return fdc_syserr_kind(err, what, "file", path);
 }
 
 static fdc_entry *fdc_get(fdc_file f)
@@ -893,7 +898,7 @@ static int fdc_fsync_open_path(const char *path, bool dir)
 	}
 	if (res == 0)
 		return 0;
-	return fdc_syserr(err, dir ? "fsync directory" : "fsync", path);
+	return fdc_syserr_kind(err, "fsync", dir ? "directory" : "file", path);
 }
 
 int fdc_fsync_path(const char *path)
