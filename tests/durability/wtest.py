@@ -255,8 +255,21 @@ class Walrus:
         acked = [ln[4:].decode() for ln in out.split(b"\n") if ln.startswith(b"ack ")]
         return p.returncode, acked, err.decode(errors="replace")
 
+    def run_settled(self, *args, timeout=300):
+        """run(), again (up to 3 times) when the instance restarted under the
+        command: a client the test killed while it was attached (a
+        checkpoint request, a loader reconnecting) makes the supervisor
+        restart the instance, which says nothing of the data."""
+        for attempt in range(3):
+            r = self.run(*args, timeout=timeout)
+            err = r.stderr.decode(errors="replace")
+            if r.returncode != 3 or "the instance crashed and restarted" not in err:
+                break
+            log(f"{args[0]}: the instance restarted under it; again ({err.strip()[-200:]})")
+        return r
+
     def scan(self, timeout=300):
-        r = self.run("scan", timeout=timeout)
+        r = self.run_settled("scan", timeout=timeout)
         check(r.returncode == 0,
               f"scan failed ({r.returncode}): {r.stderr.decode(errors='replace')[-800:]}")
         kv = {}
@@ -266,7 +279,7 @@ class Walrus:
         return kv
 
     def verify(self, timeout=300):
-        r = self.run("verify", timeout=timeout)
+        r = self.run_settled("verify", timeout=timeout)
         out = r.stdout.decode(errors="replace")
         check(r.returncode == 0 and "verify: ok" in out,
               f"verify is not clean (exit {r.returncode}): {out[-1500:]}"
