@@ -57,16 +57,6 @@ static void watch_parent(pid_t parent)
 		srv_got_term = 1;
 }
 
-static void setup_socket(int fd)
-{
-	int one = 1;
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
-	    (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
 /* ---------------------------------------------------------------- I/O */
 
 enum { WAIT_ERROR = -1, WAIT_TIMEOUT = 0, WAIT_READY = 1, WAIT_SIGNAL = 2 };
@@ -199,7 +189,7 @@ int srv_backend(const srv_config *cfg, int fd)
 	if (srv_backend_signals(&c.waitmask) != 0)
 		return 1;
 	watch_parent(getppid());
-	setup_socket(fd);
+	srv_socket_nodelay(fd);
 	srv_input_init(&c.in);
 	srv_session_init(&c.sess, cfg, &c.out);
 	if (open_database(&c)) {

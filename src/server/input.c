@@ -6,9 +6,12 @@
  */
 #include "server/srv_int.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "common/common.h"
 
@@ -91,4 +94,14 @@ void srv_input_run(srv_input *in, srv_session *sess, resp_buf *out, bool *closin
 		in->buf = NULL;
 		in->cap = 0;
 	}
+}
+
+void srv_socket_nodelay(int fd)
+{
+	int one = 1;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
+	    (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }

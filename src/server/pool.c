@@ -170,12 +170,7 @@ static void conn_add(pool *p, int fd, uint64_t id)
 		atomic_fetch_sub(&p->cfg->sh->pool_conns[p->slot], 1);
 		return;
 	}
-	int one = 1;
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
-	    (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	srv_socket_nodelay(fd);
 	c->fd = fd;
 	c->idx = p->n;
 	p->conns[p->n++] = c;

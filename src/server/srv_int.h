@@ -176,6 +176,9 @@ bool srv_input_reserve(srv_input *in);
  */
 void srv_input_run(srv_input *in, srv_session *sess, resp_buf *out, bool *closing,
                    bool (*after)(void *conn), void *conn);
+/* TCP_NODELAY on a TCP connection (replies are whole; nothing to gain from
+ * Nagle); nothing on a Unix socket.  Best effort. */
+void srv_socket_nodelay(int fd);
 
 /* ---------------------------------------------------------------- signals.c */
 
