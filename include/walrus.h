@@ -5,19 +5,34 @@
  * PostgreSQL's: a write-ahead log, a shared buffer pool in shared memory,
  * and a background checkpointer that alone fsyncs data files.
  *
- * Process model.  Every process that calls walrus_open() on a data
- * directory becomes a *backend* of the instance serving that directory.
- * The first open starts the instance's supervisor (a detached process) which
- * owns the directory; later opens, from any process, attach to it.  When the
- * last backend closes, the supervisor lingers briefly, checkpoints and exits.
+ * Process model.  Every handle that walrus_open() returns is a *backend* of
+ * the instance serving the data directory, whether it was opened by a
+ * process of its own or by one thread among many.  The first open starts
+ * the instance's supervisor (a detached process) which owns the directory;
+ * later opens, from any process or thread, attach to it.  When the last
+ * backend closes, the supervisor lingers briefly, checkpoints and exits.
+ *
+ * Threads.  Any number of threads may each open a handle on the same
+ * directory and use it concurrently with the others (as SQLite's
+ * multi-thread mode, or LMDB's transaction per thread): the handles of a
+ * process share one mapping of the shared memory, one connection to the
+ * supervisor and one bounded file-descriptor cache (max_open_files), and
+ * each has its own pins, WAL insertion slot, locks and PANIC boundary.
  *
  * Rules for callers:
- *   - One data directory per process: a process may hold several handles,
- *     but all on the same directory.
- *   - A handle belongs to the process that opened it; a child created by
- *     fork() must open its own.
- *   - Calls on the handles of one process must not run concurrently (use a
- *     lock if several threads share walrus).
+ *   - A handle serves one thread at a time.  It may move between threads,
+ *     but a call on a handle while another thread is inside a call on it
+ *     fails with WALRUS_EMISUSE (nothing is changed).  An iterator belongs
+ *     to its handle's thread in the same way.
+ *   - One data directory per process: a process may hold many handles, all
+ *     on the same directory.
+ *   - A handle belongs to the process that opened it: in a child created by
+ *     fork(), calls on inherited handles fail with WALRUS_EMISUSE, and the
+ *     child may open handles of its own.
+ *   - A process that exits normally (exit(), return from main) with handles
+ *     open detaches them: that is not a crash.  A process killed by a
+ *     signal, or leaving with _exit() while inside a call, is: the instance
+ *     restarts from its WAL, as PostgreSQL does when a backend dies.
  *   - The library never calls exit() or abort() in the caller's process and
  *     never installs signal handlers there.
  *
@@ -62,6 +77,7 @@ enum walrus_error {
 	WALRUS_ENOTWALRUS = -16, /* not a walrus data directory */
 	WALRUS_EINTERNAL = -17,  /* a bug: please report with the log */
 	WALRUS_ELIMIT = -18,     /* a configured limit reached (connections, fds) */
+	WALRUS_EMISUSE = -19,    /* a handle used by two threads at once, or after fork() */
 };
 
 /* A short description of an error code; never NULL. */
@@ -116,9 +132,16 @@ int walrus_supervisor_pid(const walrus *db);
 #define WALRUS_MAX_KEY   1024u
 #define WALRUS_MAX_VALUE (64u << 20)
 
-/* Per-write durability (the @flags of writes). */
+/*
+ * Per-write durability (the @flags of writes).  0 means "as the handle's
+ * synchronous_commit option says", which is on unless the handle was opened
+ * with synchronous_commit=off: by default a write returns once it is
+ * durable.  WALRUS_SYNC and WALRUS_ASYNC override the option for one write;
+ * both at once is WALRUS_EINVAL.  An asynchronous write is durable within
+ * wal_writer_delay (3 x that at worst), or after walrus_sync().
+ */
 #define WALRUS_SYNC  0x1 /* return once the write is durable (group commit) */
-#define WALRUS_ASYNC 0x0 /* return at once; durable within wal_writer_delay */
+#define WALRUS_ASYNC 0x2 /* return at once; durable within wal_writer_delay */
 
 int walrus_put(walrus *db, const void *key, size_t klen, const void *val, size_t vlen, int flags);
 /* WALRUS_ENOTFOUND when absent; else *val is malloc'd (free with walrus_free). */

@@ -6,10 +6,12 @@
 #ifndef WALRUS_BUF_INT_H
 #define WALRUS_BUF_INT_H
 
+#include <liburing.h>
 #include <stdatomic.h>
 
 #include "buffer/buffer.h"
 #include "ipc/ipc.h"
+#include "wal/wal.h"
 
 /*
  * The state word, as PostgreSQL's: refcount in the low 18 bits, usage count
@@ -98,12 +100,48 @@ typedef struct buf_local {
 	int32_t *buckets;
 	buf_entry *entries;
 	char *pages;
+} buf_local;
+
+/* A backend's io_uring for read streams, shared by its streams (stream.c). */
+typedef struct buf_stream_ring {
+	pid_t pid; /* whose state this is; another pid: inherited by fork */
+	struct io_uring ring;
+	bool ready, failed;
+	unsigned entries;
+	uint32_t inflight;    /* reads (SQEs) prepared and not yet completed */
+	uint32_t unsubmitted; /* of which still in the submission queue */
+	uint32_t *fpins;      /* reads in flight per fd cache handle */
+	int nfpins;
+} buf_stream_ring;
+
+/* The logged change in progress (change.c). */
+typedef struct buf_change_state {
+	bool active;
+	int nbufs;
+	int bufs[WAL_MAX_BLOCKS];
+	bool used[WAL_MAX_BLOCKS];
+} buf_change_state;
+
+/*
+ * A backend's own part of the pool: its pins (one shared refcount per
+ * buffer it pins, the rest counted here), the content locks it holds, where
+ * it last found tags, its change in progress and its read-stream ring.  The
+ * calling thread's current one is buf_me (buf_backend_set).
+ */
+struct buf_backend {
 	int32_t *pins;   /* private pin counts, by buffer number - 1 */
 	uint8_t *locked; /* 0, BUF_LOCK_SHARED or BUF_LOCK_EXCL */
 	buf_hint *hints; /* hint_mask + 1 entries */
 	uint32_t hint_mask;
-	uint32_t hit_stripe; /* this process's line of buf_region.hits */
-} buf_local;
+	uint32_t hit_stripe; /* its line of buf_region.hits */
+	buf_change_state chg;
+	buf_stream_ring stream;
+};
+extern WR_TLS buf_backend *buf_me;
+
+/* stream.c: releases a backend's ring (after its reads were drained). */
+void buf_stream_ring_free(buf_stream_ring *su);
+
 #define BUF_LOCK_SHARED 1
 #define BUF_LOCK_EXCL   2
 

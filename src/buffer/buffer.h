@@ -7,10 +7,9 @@
  * zeroed variable never names a real buffer.
  *
  * Owns: region "buffers" (descriptors, mapping table, pages, counters,
- * relation extension locks) and, per process, the private pin counts and
- * content-lock modes (allocated by buf_attach, freed by buf_detach_check).
- * A process pins a buffer once in the shared refcount and counts further
- * pins of its own privately.
+ * relation extension locks) and, per backend, the private pin counts and
+ * content-lock modes.  A backend pins a buffer once in the shared refcount
+ * and counts further pins of its own privately.
  *
  * Locks, in the order they may be taken (never the reverse):
  *   1. a relation extension lock (buf_extend only; held across the extend I/O)
@@ -21,7 +20,7 @@
  * through buf_lock(), only while pinned, and never while this module holds
  * a partition or header lock; the pool itself only *tries* a victim's content
  * lock, so a caller may hold content locks on other buffers while calling
- * buf_read/buf_extend.  A process may hold a given buffer's content lock once.
+ * buf_read/buf_extend.  A backend may hold a given buffer's content lock once.
  * I/O in progress is a state flag; waiters sleep on the buffer's futex word.
  *
  * WAL before data: every write of a page first calls wal_flush_to(page LSN),
@@ -53,6 +52,21 @@ size_t buf_shmem_size(const wr_options *o);
 /* While creating shared memory: carves and initialises the region.
  * WALRUS_EINVAL when shared_buffers is below BUF_MIN_BUFFERS pages. */
 int buf_shmem_init(const wr_options *o);
+/*
+ * Backends.  Each handle of the application is a backend with its own pins,
+ * content locks, hints, change in progress and read-stream ring; the engine
+ * makes one current in the calling thread (buf_backend_set) for the length
+ * of a public call.  buf_attach() maps the pool for the process and gives it
+ * a default backend, used by the instance's own processes and by code that
+ * never sets one.
+ */
+typedef struct buf_backend buf_backend;
+buf_backend *buf_backend_new(void);   /* after buf_attach; NULL with a message */
+void buf_backend_set(buf_backend *b); /* NULL: the process's default */
+/* Releases its pins and locks (buf_detach_check's report) and frees it. */
+int buf_backend_close(buf_backend *b);
+/* Frees it without touching shared memory: after fork() or a crash restart. */
+void buf_backend_forget(buf_backend *b);
 /* In every process after shm attach: finds the region, allocates private state. */
 int buf_attach(void);
 /*

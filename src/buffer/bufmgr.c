@@ -138,15 +138,40 @@ int buf_shmem_init(const wr_options *o)
  * many (12 bytes each, per process). */
 #define BUF_HINTS_MAX (1u << 16)
 
-static void buf_free_private(void)
+static buf_backend buf_default;
+WR_TLS buf_backend *buf_me = &buf_default;
+static _Atomic uint32_t buf_next_stripe;
+
+static void buf_backend_release(buf_backend *b)
 {
-	free(buf_l.pins);
-	free(buf_l.locked);
-	free(buf_l.hints);
-	buf_l.pins = NULL;
-	buf_l.locked = NULL;
-	buf_l.hints = NULL;
-	buf_l.hint_mask = 0;
+	buf_stream_ring_free(&b->stream);
+	free(b->pins);
+	free(b->locked);
+	free(b->hints);
+	b->pins = NULL;
+	b->locked = NULL;
+	b->hints = NULL;
+	b->hint_mask = 0;
+}
+
+static int buf_backend_init(buf_backend *b)
+{
+	const buf_region *r = buf_l.r;
+	b->pins = calloc(r->nbuffers, sizeof(int32_t));
+	b->locked = calloc(r->nbuffers, sizeof(uint8_t));
+	uint32_t nhints = 1024;
+	while (nhints < BUF_HINTS_MAX && nhints / 2 < r->nbuffers)
+		nhints <<= 1;
+	b->hints = calloc(nhints, sizeof(buf_hint));
+	b->hint_mask = nhints - 1;
+	b->hit_stripe =
+	    (uint32_t)(getpid() + atomic_fetch_add(&buf_next_stripe, 1)) % BUF_HIT_STRIPES;
+	if (b->pins == NULL || b->locked == NULL || b->hints == NULL) {
+		buf_backend_release(b);
+		return wr_error(WALRUS_ENOMEM, "out of memory for %u private pin counts",
+		                r->nbuffers);
+	}
+	return WALRUS_OK;
 }
 
 int buf_attach(void)
@@ -156,41 +181,76 @@ int buf_attach(void)
 		return wr_error(WALRUS_EINTERNAL, "shared memory has no \"buffers\" region");
 	/* A forked child inherits its parent's private counts, which name the
 	 * parent's pins, not its own: start from zero. */
-	buf_free_private();
+	buf_backend_release(&buf_default);
 	buf_map(r);
-	buf_l.pins = calloc(r->nbuffers, sizeof(int32_t));
-	buf_l.locked = calloc(r->nbuffers, sizeof(uint8_t));
-	uint32_t nhints = 1024;
-	while (nhints < BUF_HINTS_MAX && nhints / 2 < r->nbuffers)
-		nhints <<= 1;
-	buf_l.hints = calloc(nhints, sizeof(buf_hint));
-	buf_l.hint_mask = nhints - 1;
-	buf_l.hit_stripe = (uint32_t)getpid() % BUF_HIT_STRIPES;
-	if (buf_l.pins == NULL || buf_l.locked == NULL || buf_l.hints == NULL) {
-		buf_free_private();
-		return wr_error(WALRUS_ENOMEM, "out of memory for %u private pin counts",
-		                r->nbuffers);
+	return buf_backend_init(&buf_default);
+}
+
+buf_backend *buf_backend_new(void)
+{
+	if (buf_l.r == NULL) {
+		wr_error(WALRUS_EINTERNAL, "buf_backend_new before buf_attach");
+		return NULL;
 	}
-	return WALRUS_OK;
+	buf_backend *b = calloc(1, sizeof(*b));
+	if (b == NULL) {
+		wr_error(WALRUS_ENOMEM, "out of memory for a backend of the buffer pool");
+		return NULL;
+	}
+	if (buf_backend_init(b) != WALRUS_OK) {
+		free(b);
+		return NULL;
+	}
+	return b;
+}
+
+void buf_backend_set(buf_backend *b)
+{
+	buf_me = b != NULL ? b : &buf_default;
+}
+
+/* After a fork or a crash: the pins name another process's or instance's buffers. */
+void buf_backend_forget(buf_backend *b)
+{
+	if (b == NULL || b == &buf_default)
+		return;
+	if (buf_me == b)
+		buf_me = &buf_default;
+	buf_backend_release(b);
+	free(b);
+}
+
+int buf_backend_close(buf_backend *b)
+{
+	if (b == NULL)
+		return WALRUS_OK;
+	buf_backend *saved = buf_me;
+	buf_me = b;
+	int rc = buf_detach_check();
+	buf_me = saved == b ? &buf_default : saved;
+	if (b != &buf_default)
+		free(b);
+	return rc;
 }
 
 int buf_detach_check(void)
 {
-	if (buf_l.pins == NULL)
+	buf_backend *b = buf_me;
+	if (b->pins == NULL)
 		return WALRUS_OK;
 	/* A stream left open: its reads must land before its pins go. */
 	buf_stream_drain();
 	int leaked = 0, first = 0;
 	for (uint32_t i = 0; i < buf_l.r->nbuffers; i++) {
 		int buf = (int)i + 1;
-		if (buf_l.locked[i] != 0) {
+		if (b->locked[i] != 0) {
 			rw_unlock(&buf_get_desc(buf)->content);
-			buf_l.locked[i] = 0;
+			b->locked[i] = 0;
 		}
-		if (buf_l.pins[i] > 0) {
-			leaked += buf_l.pins[i];
+		if (b->pins[i] > 0) {
+			leaked += b->pins[i];
 			first = first ? first : buf;
-			buf_l.pins[i] = 1;
+			b->pins[i] = 1;
 			buf_unpin(buf);
 		}
 	}
@@ -202,7 +262,7 @@ int buf_detach_check(void)
 		              "(relation %u block %u)",
 		              leaked, first, d->rel, d->blk);
 	}
-	buf_free_private();
+	buf_backend_release(b);
 	return rc;
 }
 
@@ -393,7 +453,7 @@ static int buf_retag(int victim, uint32_t state, wr_relid rel, wr_blkno blk, uin
  */
 static int buf_hint_pin(wr_relid rel, wr_blkno blk, uint32_t hash, bool *valid)
 {
-	const buf_hint *h = &buf_l.hints[hash & buf_l.hint_mask];
+	const buf_hint *h = &buf_me->hints[hash & buf_me->hint_mask];
 	if (h->buf == 0 || h->rel != rel || h->blk != blk)
 		return 0;
 	int buf = h->buf;
@@ -415,7 +475,7 @@ static int buf_hint_pin(wr_relid rel, wr_blkno blk, uint32_t hash, bool *valid)
 
 static void buf_hint_set(wr_relid rel, wr_blkno blk, uint32_t hash, int buf)
 {
-	buf_l.hints[hash & buf_l.hint_mask] = (buf_hint){.rel = rel, .blk = blk, .buf = buf};
+	buf_me->hints[hash & buf_me->hint_mask] = (buf_hint){.rel = rel, .blk = blk, .buf = buf};
 }
 
 int buf_get(wr_relid rel, wr_blkno blk, int *out, bool *valid)
@@ -490,7 +550,7 @@ int buf_read(wr_relid rel, wr_blkno blk, int *out)
 	int rc = buf_get(rel, blk, &buf, &valid);
 	if (rc == WALRUS_OK && valid) {
 		/* A hit seen by the pin itself: no header lock needed. */
-		atomic_fetch_add_explicit(&buf_l.r->hits[buf_l.hit_stripe].n, 1,
+		atomic_fetch_add_explicit(&buf_l.r->hits[buf_me->hit_stripe].n, 1,
 		                          memory_order_relaxed);
 		*out = buf;
 		return WALRUS_OK;
@@ -564,15 +624,15 @@ int buf_extend(wr_relid rel, int *out, wr_blkno *blk)
 
 static void buf_check_pinned(int buf, const char *what)
 {
-	if (buf < 1 || buf_l.pins == NULL || (uint32_t)buf > buf_l.r->nbuffers ||
-	    buf_l.pins[buf - 1] <= 0)
+	if (buf < 1 || buf_me->pins == NULL || (uint32_t)buf > buf_l.r->nbuffers ||
+	    buf_me->pins[buf - 1] <= 0)
 		wr_panic("%s of buffer %d, which this process has not pinned", what, buf);
 }
 
 void buf_release(int buf)
 {
 	buf_check_pinned(buf, "release");
-	if (buf_l.pins[buf - 1] == 1 && buf_l.locked[buf - 1] != 0)
+	if (buf_me->pins[buf - 1] == 1 && buf_me->locked[buf - 1] != 0)
 		wr_panic("buffer %d released while its content lock is held", buf);
 	buf_unpin(buf);
 }
@@ -580,7 +640,7 @@ void buf_release(int buf)
 void buf_lock(int buf, bool exclusive)
 {
 	buf_check_pinned(buf, "content lock");
-	if (buf_l.locked[buf - 1] != 0)
+	if (buf_me->locked[buf - 1] != 0)
 		wr_panic("buffer %d content-locked twice by one process", buf);
 	wr_rwlock *l = &buf_get_desc(buf)->content;
 	if (!(exclusive ? rw_trylock_excl(l) : rw_trylock_shared(l))) {
@@ -594,15 +654,15 @@ void buf_lock(int buf, bool exclusive)
 			rw_lock_shared(l);
 		atomic_fetch_add(&buf_l.r->stats.content_wait_ns, wr_now_ns() - t0);
 	}
-	buf_l.locked[buf - 1] = exclusive ? BUF_LOCK_EXCL : BUF_LOCK_SHARED;
+	buf_me->locked[buf - 1] = exclusive ? BUF_LOCK_EXCL : BUF_LOCK_SHARED;
 }
 
 void buf_unlock(int buf)
 {
 	buf_check_pinned(buf, "content unlock");
-	if (buf_l.locked[buf - 1] == 0)
+	if (buf_me->locked[buf - 1] == 0)
 		wr_panic("buffer %d unlocked but not content-locked by this process", buf);
-	buf_l.locked[buf - 1] = 0;
+	buf_me->locked[buf - 1] = 0;
 	rw_unlock(&buf_get_desc(buf)->content);
 }
 
@@ -615,7 +675,7 @@ void *buf_page(int buf)
 void buf_mark_dirty(int buf)
 {
 	buf_check_pinned(buf, "mark dirty");
-	if (buf_l.locked[buf - 1] != BUF_LOCK_EXCL)
+	if (buf_me->locked[buf - 1] != BUF_LOCK_EXCL)
 		wr_panic("buffer %d marked dirty without its exclusive content lock", buf);
 	buf_desc *d = buf_get_desc(buf);
 	uint32_t s = buf_hdr_lock(d);
@@ -659,7 +719,7 @@ int buf_flush_all(void)
 		if (!buf_pin_if_dirty(buf))
 			continue;
 		/* If this process holds the content lock already, write under it. */
-		bool take = buf_l.locked[i] == 0;
+		bool take = buf_me->locked[i] == 0;
 		if (take)
 			buf_lock(buf, false);
 		int rc = buf_write_page(buf, &buf_l.r->stats.flush_writes, NULL);

@@ -58,7 +58,7 @@ static bool ck_claim(const buf_ckpt_item *it, bool wait, bool *busy)
 	if (wait)
 		buf_lock(it->buf, false);
 	else if (rw_trylock_shared(&d->content))
-		buf_l.locked[it->buf - 1] = BUF_LOCK_SHARED;
+		buf_me->locked[it->buf - 1] = BUF_LOCK_SHARED;
 	else {
 		buf_unpin(it->buf);
 		*busy = true;

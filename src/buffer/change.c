@@ -7,12 +7,8 @@
 #include "buffer/buf_int.h"
 #include "wal/wal.h"
 
-static struct {
-	bool active;
-	int nbufs;
-	int bufs[WAL_MAX_BLOCKS];
-	bool used[WAL_MAX_BLOCKS];
-} chg;
+/* The calling backend's change in progress. */
+#define chg (buf_me->chg)
 
 void buf_change_begin(void)
 {
@@ -30,7 +26,8 @@ void buf_change_register(int id, int buf, uint8_t flags)
 		wr_panic("buf_change_register outside a change");
 	if (id < 0 || id >= WAL_MAX_BLOCKS || chg.used[id])
 		wr_panic("buf_change_register: block id %d invalid or registered twice", id);
-	if (buf < 1 || (uint32_t)buf > buf_l.r->nbuffers || buf_l.locked[buf - 1] != BUF_LOCK_EXCL)
+	if (buf < 1 || (uint32_t)buf > buf_l.r->nbuffers ||
+	    buf_me->locked[buf - 1] != BUF_LOCK_EXCL)
 		wr_panic("buf_change_register: buffer %d is not exclusively locked by this process",
 		         buf);
 	wr_relid rel;

@@ -50,7 +50,7 @@ bool buf_pin(int buf)
 {
 	buf_check_num(buf);
 	buf_desc *d = buf_get_desc(buf);
-	int32_t *mine = &buf_l.pins[buf - 1];
+	int32_t *mine = &buf_me->pins[buf - 1];
 	if (*mine > 0) {
 		/* Already pinned by us: the shared count holds one pin per process. */
 		(*mine)++;
@@ -76,7 +76,7 @@ bool buf_pin(int buf)
 
 void buf_pin_locked(int buf, uint32_t *state)
 {
-	int32_t *mine = &buf_l.pins[buf - 1];
+	int32_t *mine = &buf_me->pins[buf - 1];
 	if ((*mine)++ == 0)
 		*state += BUF_REFCOUNT_ONE;
 }
@@ -84,7 +84,7 @@ void buf_pin_locked(int buf, uint32_t *state)
 void buf_unpin(int buf)
 {
 	buf_check_num(buf);
-	int32_t *mine = &buf_l.pins[buf - 1];
+	int32_t *mine = &buf_me->pins[buf - 1];
 	if (*mine <= 0)
 		wr_panic("buffer %d released but not pinned by this process", buf);
 	if (--*mine > 0)
@@ -114,7 +114,7 @@ static bool buf_sweep_one(int buf, uint32_t *state, bool *touched)
 {
 	buf_desc *d = buf_get_desc(buf);
 	*touched = false;
-	if (buf_l.pins[buf - 1] > 0)
+	if (buf_me->pins[buf - 1] > 0)
 		return false;
 	uint32_t s = atomic_load(&d->state);
 	if (BUF_REFCOUNT(s) != 0)
@@ -123,7 +123,7 @@ static bool buf_sweep_one(int buf, uint32_t *state, bool *touched)
 	if (BUF_REFCOUNT(s) == 0 && BUF_USAGE(s) == 0) {
 		s += BUF_REFCOUNT_ONE;
 		buf_hdr_unlock(d, s);
-		buf_l.pins[buf - 1] = 1;
+		buf_me->pins[buf - 1] = 1;
 		*state = s;
 		return true;
 	}

@@ -89,17 +89,17 @@ struct buf_stream {
 	buf_stream_stats st;
 };
 
-/* This process's ring, shared by its streams. */
-static struct {
-	pid_t pid; /* whose state this is; another pid: inherited by fork */
-	struct io_uring ring;
-	bool ready, failed;
-	unsigned entries;
-	uint32_t inflight;    /* reads (SQEs) prepared and not yet completed */
-	uint32_t unsubmitted; /* of which still in the submission queue */
-	uint32_t *fpins;      /* reads in flight per fd cache handle */
-	int nfpins;
-} su;
+/* The calling backend's ring, shared by its streams. */
+#define su (buf_me->stream)
+
+void buf_stream_ring_free(buf_stream_ring *r)
+{
+	/* In a forked child this unmaps and closes its copies only (see ring_check_fork). */
+	if (r->ready)
+		io_uring_queue_exit(&r->ring);
+	free(r->fpins);
+	memset(r, 0, sizeof(*r));
+}
 
 /* ---------------------------------------------------------------- the ring */
 
@@ -572,7 +572,7 @@ void buf_stream_close(buf_stream *s)
 	if (s == NULL)
 		return;
 	/* Another process's copy, or after buf_detach_check took the pins back: memory only. */
-	bool mine = s->pid == getpid() && buf_l.pins != NULL;
+	bool mine = s->pid == getpid() && buf_me->pins != NULL;
 	while (mine && s->inflight > 0)
 		ring_reap(true);
 	for (uint32_t i = 0; i < s->count; i++) {

@@ -31,6 +31,14 @@
 #define WR_UNLIKELY(x)    __builtin_expect(!!(x), 0)
 #define WR_LIKELY(x)      __builtin_expect(!!(x), 1)
 
+/*
+ * A small thread-local variable reached on hot paths (the current backend's
+ * state of a module).  initial-exec: one %fs-relative load instead of a call
+ * to __tls_get_addr in the shared library; the few such pointers fit the
+ * static TLS surplus that glibc keeps for libraries loaded with dlopen().
+ */
+#define WR_TLS _Thread_local __attribute__((tls_model("initial-exec")))
+
 /* ---------------------------------------------------------------- CRC32C */
 
 /* CRC32C (Castagnoli), as in iSCSI/ext4: crc32c(0, "123456789", 9) == 0xE3069283. */
@@ -70,7 +78,10 @@ void wr_vlog(int level, const char *fmt, va_list ap);
  */
 _Noreturn void wr_panic(const char *fmt, ...) WR_PRINTF(1, 2);
 typedef void (*wr_panic_handler)(void);
+/* Process-wide; installing it re-arms the calling thread's recursion guard. */
 void wr_set_panic_handler(wr_panic_handler fn);
+/* After a handler unwound the calling thread's PANIC: it may PANIC again. */
+void wr_panic_rearm(void);
 
 /*
  * Critical sections: code between enter and exit must not fail halfway

@@ -60,6 +60,8 @@ const char *walrus_strerror(int code)
 		return "internal error";
 	case WALRUS_ELIMIT:
 		return "configured limit reached";
+	case WALRUS_EMISUSE:
+		return "handle misused (two threads at once, or after fork)";
 	}
 	return "unknown error";
 }

@@ -34,9 +34,11 @@ static int log_file_level = WR_LOG;
 static int log_stderr_level = WR_WARNING;
 static char log_name[LOG_NAME_MAX] = "walrus";
 
+/* Set while the process has no other thread in the library (attach, detach). */
 static wr_panic_handler panic_handler;
-static volatile sig_atomic_t panic_running;
-static int crit_depth;
+/* A PANIC and a critical section belong to the thread that is in them. */
+static _Thread_local volatile sig_atomic_t panic_running;
+static _Thread_local int crit_depth;
 
 const char *wr_level_name(int level)
 {
@@ -185,6 +187,12 @@ void wr_set_panic_handler(wr_panic_handler fn)
 {
 	panic_handler = fn;
 	panic_running = 0;
+}
+
+void wr_panic_rearm(void)
+{
+	panic_running = 0;
+	crit_depth = 0; /* the unwound call left its critical sections by longjmp */
 }
 
 _Noreturn void wr_panic(const char *fmt, ...)

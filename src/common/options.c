@@ -59,7 +59,7 @@ static const wr_opt_desc opt_table[] = {
     OPT("data_segment_size", WR_OPT_SIZE, INST, data_segment_size, "1GB", 64 * KB, 1 * GB, NULL,
         "size of one data file segment"),
     OPT("max_connections", WR_OPT_INT, INST, max_connections, "100", 1, 10000, NULL,
-        "processes attached to the instance at once"),
+        "backends (handles of every process and thread) attached at once"),
     OPT("wal_segment_size", WR_OPT_SIZE, INST, wal_segment_size, "16MB", 64 * KB, 1 * GB, NULL,
         "size of one WAL segment file"),
     OPT("wal_buffers", WR_OPT_SIZE, INST, wal_buffers, "4MB", 64 * KB, 1 * GB, NULL,

@@ -1,7 +1,7 @@
 /*
  * api.c - the public entry points of include/walrus.h that open and close
- * a database.  Handles of one process share its single attachment, counted
- * here: the process detaches when its last handle closes.
+ * a database.  A handle is a backend (engine.h, client_open); the handles of
+ * one process share its attachment, which goes with the last of them.
  */
 #include "engine/engine.h"
 
@@ -13,19 +13,9 @@
 
 struct walrus {
 	uint32_t magic;
-	uint64_t generation; /* of the instance it was opened on */
+	bool sync_default; /* its synchronous_commit: what flags 0 means */
+	client_backend *be;
 };
-
-static int open_handles;
-static pid_t handles_owner; /* a forked child starts with no handles of its own */
-
-static void own_handles(void)
-{
-	if (handles_owner != client_self_pid()) {
-		handles_owner = client_self_pid();
-		open_handles = 0;
-	}
-}
 
 int walrus_open(const char *dir, const walrus_opts *opts, walrus **db)
 {
@@ -47,7 +37,6 @@ int walrus_open(const char *dir, const walrus_opts *opts, walrus **db)
 		rc = datadir_check(abs);
 	if (rc != WALRUS_OK)
 		return rc;
-	own_handles();
 	walrus *h = calloc(1, sizeof(*h));
 	if (h == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory");
@@ -57,46 +46,43 @@ int walrus_open(const char *dir, const walrus_opts *opts, walrus **db)
 	if (setjmp(jb)) {
 		client_leave();
 		free(h);
-		rc = client_panicked();
-		client_detach();
-		return rc;
+		return client_panicked();
 	}
 	client_enter(&jb);
-	rc = client_attach(abs, &o);
+	rc = client_open(abs, &o, &h->be);
 	client_leave();
 	if (rc != WALRUS_OK) {
 		free(h);
 		return rc;
 	}
 	h->magic = WALRUS_HANDLE_MAGIC;
-	h->generation = client_generation();
-	open_handles++;
+	h->sync_default = o.synchronous_commit;
 	*db = h;
 	return WALRUS_OK;
 }
 
 int walrus_close(walrus *db)
 {
+	wr_error_clear();
 	if (db == NULL || db->magic != WALRUS_HANDLE_MAGIC)
 		return wr_error(WALRUS_EINVAL, "walrus_close: not an open handle");
+	client_backend *be = db->be;
+	int rc = client_call_begin(be);
+	if (rc == WALRUS_EMISUSE)
+		return rc; /* another thread is inside a call on it: closing would pull it away */
+	if (rc == WALRUS_OK)
+		client_call_end(be);
+	wr_error_clear();
 	db->magic = 0;
 	free(db);
-	own_handles();
-	int rc = WALRUS_OK;
-	if (open_handles == 0)
-		return WALRUS_OK; /* a handle inherited through fork(): nothing of ours */
-	if (--open_handles == 0) {
-		jmp_buf jb;
-		if (setjmp(jb)) {
-			client_leave();
-			rc = client_panicked();
-			client_detach();
-			return rc;
-		}
-		client_enter(&jb);
-		rc = client_detach();
+	jmp_buf jb;
+	if (setjmp(jb)) {
 		client_leave();
+		return client_panicked();
 	}
+	client_enter(&jb);
+	rc = client_close(be);
+	client_leave();
 	return rc;
 }
 
@@ -104,13 +90,24 @@ int api_handle_check(const walrus *db, const char *fn)
 {
 	if (db == NULL || db->magic != WALRUS_HANDLE_MAGIC)
 		return wr_error(WALRUS_EINVAL, "%s: not an open handle", fn);
-	int rc = client_check();
-	if (rc == WALRUS_OK && db->generation != client_generation())
-		rc = wr_error(
-		    WALRUS_ERESTART,
-		    "the instance restarted since this handle was opened; close and reopen "
-		    "the database");
-	return rc;
+	return client_check();
+}
+
+int api_call_begin(walrus *db, const char *fn)
+{
+	if (db == NULL || db->magic != WALRUS_HANDLE_MAGIC)
+		return wr_error(WALRUS_EINVAL, "%s: not an open handle", fn);
+	return client_call_begin(db->be);
+}
+
+void api_call_end(walrus *db)
+{
+	client_call_end(db->be);
+}
+
+bool api_sync_default(const walrus *db)
+{
+	return db->sync_default;
 }
 
 int walrus_supervisor_pid(const walrus *db)

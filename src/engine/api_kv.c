@@ -21,42 +21,56 @@ struct walrus_iter {
 };
 
 /*
- * Runs @body between client_enter and client_leave with a fresh boundary.
- * A macro because setjmp must be called in the frame that stays alive.
+ * Runs @body inside the handle's call (claimed for this thread, its backend
+ * current) and a fresh PANIC boundary.  A macro because setjmp must be
+ * called in the frame that stays alive.
  */
 #define API_CALL(db, fn, body)                                                                     \
 	do {                                                                                       \
 		wr_error_clear();                                                                  \
-		int rc_ = api_handle_check((db), (fn));                                            \
+		walrus *db_ = (db);                                                                \
+		int rc_ = api_call_begin(db_, (fn));                                               \
 		if (rc_ != WALRUS_OK)                                                              \
 			return rc_;                                                                \
 		jmp_buf jb_;                                                                       \
 		if (setjmp(jb_)) {                                                                 \
 			client_leave();                                                            \
-			return client_panicked();                                                  \
+			rc_ = client_panicked();                                                   \
+			api_call_end(db_);                                                         \
+			return rc_;                                                                \
 		}                                                                                  \
 		client_enter(&jb_);                                                                \
 		rc_ = (body);                                                                      \
 		client_leave();                                                                    \
+		api_call_end(db_);                                                                 \
 		return rc_;                                                                        \
 	} while (0)
 
 static int check_flags(int flags, const char *fn)
 {
-	if (flags & ~WALRUS_SYNC)
+	if (flags & ~(WALRUS_SYNC | WALRUS_ASYNC))
 		return wr_error(WALRUS_EINVAL, "%s: unknown flags 0x%x", fn, (unsigned)flags);
+	if ((flags & WALRUS_SYNC) && (flags & WALRUS_ASYNC))
+		return wr_error(WALRUS_EINVAL, "%s: WALRUS_SYNC and WALRUS_ASYNC together", fn);
 	return WALRUS_OK;
 }
 
-/* An expression, not a variable: nothing local lives across the setjmp. */
-#define DURABILITY(flags) ((flags)&WALRUS_SYNC ? KV_SYNC : KV_ASYNC)
+/*
+ * An expression, not a variable: nothing local lives across the setjmp.
+ * No flag: the handle's synchronous_commit decides (on by default).
+ */
+#define DURABILITY(db, flags)                                                                      \
+	((flags)&WALRUS_SYNC    ? KV_SYNC                                                          \
+	 : (flags)&WALRUS_ASYNC ? KV_ASYNC                                                         \
+	 : api_sync_default(db) ? KV_SYNC                                                          \
+	                        : KV_ASYNC)
 
 int walrus_put(walrus *db, const void *key, size_t klen, const void *val, size_t vlen, int flags)
 {
 	int rc = check_flags(flags, "walrus_put");
 	if (rc != WALRUS_OK)
 		return rc;
-	API_CALL(db, "walrus_put", kv_put(key, klen, val, vlen, DURABILITY(flags)));
+	API_CALL(db, "walrus_put", kv_put(key, klen, val, vlen, DURABILITY(db, flags)));
 }
 
 int walrus_get(walrus *db, const void *key, size_t klen, void **val, size_t *vlen)
@@ -80,7 +94,7 @@ int walrus_delete(walrus *db, const void *key, size_t klen, int flags)
 	int rc = check_flags(flags, "walrus_delete");
 	if (rc != WALRUS_OK)
 		return rc;
-	API_CALL(db, "walrus_delete", kv_delete(key, klen, DURABILITY(flags)));
+	API_CALL(db, "walrus_delete", kv_delete(key, klen, DURABILITY(db, flags)));
 }
 
 void walrus_free(void *p)
@@ -142,7 +156,7 @@ int walrus_batch_commit(walrus *db, walrus_batch *b, int flags)
 		rc = wr_error(WALRUS_EINVAL, "walrus_batch_commit: batch is NULL");
 	if (rc != WALRUS_OK)
 		return rc;
-	API_CALL(db, "walrus_batch_commit", kv_batch_commit(b->kb, DURABILITY(flags), NULL));
+	API_CALL(db, "walrus_batch_commit", kv_batch_commit(b->kb, DURABILITY(db, flags), NULL));
 }
 
 /* ---------------------------------------------------------------- iterators */

@@ -25,6 +25,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -35,24 +36,52 @@
 #include "storage/storage.h"
 #include "wal/wal.h"
 
+/*
+ * The process's attachment, shared by its handles.  Changed only under mu,
+ * by opens and closes (and the exit hook); the words the calls of other
+ * threads read without it are atomics.
+ */
 static struct {
+	pthread_mutex_t mu;
 	bool attached;
-	bool poisoned; /* this process PANICked: nothing more until it reopens */
-	pid_t owner;   /* the process that attached; a forked child is not it */
+	_Atomic bool poisoned; /* a PANIC in this process: nothing more until it reattaches */
+	_Atomic bool stale;    /* being dropped: calls on its handles are refused */
+	pid_t owner;           /* the process that attached; a forked child is not it */
 	char abs[PATH_MAX];
 	int sock;
 	int attach_fd;
 	int log_fd;
-	int slot;
+	int attach_slot;       /* the slot the supervisor gave at ATTACH, or -1 */
+	bool attach_slot_used; /* by a backend now */
 	uint64_t generation;
 	pid_t supervisor;
-	jmp_buf *jb;
-	uint64_t polled_ns; /* when the supervisor's socket was last looked at */
-	bool sup_alive;     /* what it said then */
-} C = {.sock = -1, .attach_fd = -1, .log_fd = -1, .slot = -1};
+	_Atomic uint64_t polled_ns; /* when the supervisor's socket was last looked at */
+	_Atomic bool sup_alive;     /* what it said then */
+	client_backend *backends;   /* open handles' backends, for the exit hook */
+	int nbackends;
+} C = {
+    .mu = PTHREAD_MUTEX_INITIALIZER, .sock = -1, .attach_fd = -1, .log_fd = -1, .attach_slot = -1};
+
+/* What one handle is to the engine: a backend with its own slot and state. */
+struct client_backend {
+	int slot;
+	uint64_t generation;    /* of the attachment it was made on */
+	_Atomic uintptr_t user; /* the thread inside a call on it, 0 when none */
+	wal_backend *wal;
+	buf_backend *buf;
+	kv_backend *kv;
+	client_backend *next;
+};
+
+/* The calling thread's backend and PANIC boundary. */
+static WR_TLS client_backend *cur;
+static _Thread_local jmp_buf *cur_jb;
+/* Its address names the thread: distinct for every live thread. */
+static _Thread_local char thread_token;
 
 #define CLIENT_ATTACH_TIMEOUT_NS (120ULL * 1000000000ULL)
 #define CLIENT_POLL_NS           (5ULL * 1000000) /* 5 ms */
+#define CLIENT_DRAIN_NS          (5ULL * 1000000000ULL)
 
 /* ---------------------------------------------------------------- guard and PANIC */
 
@@ -88,7 +117,7 @@ static void client_panic_handler(void)
 		ipc_wake_all(&h->state);
 	}
 	guard_exit();
-	C.poisoned = true;
+	atomic_store(&C.poisoned, true);
 	if (C.sock >= 0) {
 		wr_msg m = {.magic = WR_PROTO_MAGIC,
 		            .version = WR_PROTO_VERSION,
@@ -96,9 +125,9 @@ static void client_panic_handler(void)
 		            .pid = (uint32_t)getpid()};
 		(void)ipc_send(C.sock, &m, sizeof(m), NULL, 0);
 	}
-	if (C.jb != NULL) {
-		jmp_buf *jb = C.jb;
-		C.jb = NULL;
+	if (cur_jb != NULL) {
+		jmp_buf *jb = cur_jb;
+		cur_jb = NULL;
 		longjmp(*jb, 1);
 	}
 	/* Outside a public call there is nowhere to unwind to: wr_panic aborts. */
@@ -106,16 +135,18 @@ static void client_panic_handler(void)
 
 void client_enter(jmp_buf *jb)
 {
-	C.jb = jb;
+	cur_jb = jb;
 }
 
 void client_leave(void)
 {
-	C.jb = NULL;
+	cur_jb = NULL;
 }
 
 int client_panicked(void)
 {
+	wr_panic_rearm();
+	buf_change_reset(); /* the unwound call may have left a change half made */
 	return wr_error(WALRUS_EPANIC,
 	                "PANIC: the instance is restarting after an unrecoverable error (see "
 	                "%s/%s); close and reopen the database",
@@ -138,23 +169,27 @@ static int send_msg(int type)
  * forked child must not use its parent's attachment): cache it, refreshed
  * in the child by an atfork handler.
  */
-static pid_t self_pid;
-static bool self_pid_hooked;
+static _Atomic pid_t self_pid;
+static pthread_once_t self_pid_once = PTHREAD_ONCE_INIT;
+static _Atomic bool self_pid_hooked;
 
 static void self_pid_after_fork(void)
 {
-	self_pid = getpid();
+	atomic_store_explicit(&self_pid, getpid(), memory_order_relaxed);
+}
+
+static void self_pid_hook(void)
+{
+	atomic_store(&self_pid, getpid());
+	atomic_store(&self_pid_hooked, pthread_atfork(NULL, NULL, self_pid_after_fork) == 0);
 }
 
 pid_t client_self_pid(void)
 {
-	if (!self_pid_hooked) {
-		self_pid_hooked = pthread_atfork(NULL, NULL, self_pid_after_fork) == 0;
-		self_pid = getpid();
-		if (!self_pid_hooked)
-			return getpid();
-	}
-	return self_pid;
+	(void)pthread_once(&self_pid_once, self_pid_hook);
+	if (!atomic_load_explicit(&self_pid_hooked, memory_order_relaxed))
+		return getpid();
+	return atomic_load_explicit(&self_pid, memory_order_relaxed);
 }
 
 static bool supervisor_connection_alive(void)
@@ -166,6 +201,17 @@ static bool supervisor_connection_alive(void)
 	while (r < 0 && errno == EINTR);
 	/* The supervisor never speaks first: anything readable is its end. */
 	return r == 0;
+}
+
+/* The same, looked at every CLIENT_POLL_NS at most: a poll per call costs more than the call. */
+static bool supervisor_connection_alive_cached(void)
+{
+	uint64_t now = wr_now_ns();
+	if (now - atomic_load_explicit(&C.polled_ns, memory_order_relaxed) >= CLIENT_POLL_NS) {
+		atomic_store(&C.sup_alive, supervisor_connection_alive());
+		atomic_store_explicit(&C.polled_ns, now, memory_order_relaxed);
+	}
+	return atomic_load(&C.sup_alive);
 }
 
 static void close_fd(int *fd)
@@ -217,7 +263,7 @@ static int attach_once(const char *abs, bool *retry)
 	close(fds[0]);
 	if (rc != WALRUS_OK)
 		return rc;
-	C.slot = (int)m.slot;
+	C.attach_slot = (int)m.slot;
 	C.generation = m.generation;
 	C.supervisor = (pid_t)m.pid;
 	rc = datadir_lock_attach(abs, &C.attach_fd);
@@ -267,15 +313,16 @@ static void open_backend_log(const char *abs, int level)
 		wr_log_set_file(C.log_fd, level);
 }
 
+/* The process-wide part of attaching: modules mapped, hooks installed. */
 static int finish_attach(const char *abs, const wr_options *opts)
 {
-	int rc = wal_attach(C.slot);
+	int rc = wal_attach(-1);
 	if (rc == WALRUS_OK)
 		rc = buf_attach();
 	buf_change_reset(); /* a PANIC may have cut a change short before a reopen */
 	if (rc == WALRUS_OK)
 		rc = ckpt_attach();
-	ckpt_set_alive_check(supervisor_connection_alive);
+	ckpt_set_alive_check(supervisor_connection_alive_cached);
 	if (rc == WALRUS_OK)
 		rc = ckpt_sync_attach();
 	if (rc == WALRUS_OK)
@@ -287,11 +334,13 @@ static int finish_attach(const char *abs, const wr_options *opts)
 	if (rc != WALRUS_OK)
 		return rc;
 	C.attached = true;
-	C.poisoned = false;
+	atomic_store(&C.poisoned, false);
+	atomic_store(&C.stale, false);
 	C.owner = client_self_pid();
-	C.polled_ns = 0; /* look at the new socket at the first call */
+	atomic_store(&C.polled_ns, 0); /* look at the new socket at the first call */
+	atomic_store(&C.sup_alive, true);
+	C.attach_slot_used = false;
 	wr_snprintf(C.abs, sizeof(C.abs), "%s", abs);
-	engine_my_proc_set(C.slot);
 	fdc_set_io_guard(guard_enter, guard_exit);
 	wr_set_panic_handler(client_panic_handler);
 	wr_log_set_process_name("walrus-backend"); /* log lines only: the process keeps its name */
@@ -300,11 +349,6 @@ static int finish_attach(const char *abs, const wr_options *opts)
 	return WALRUS_OK;
 }
 
-/*
- * A child forked by an attached process inherits our state but is not
- * attached: drop its copies quietly.  Closing copies of the socket and of
- * the lock file's fd releases nothing: the parent's descriptions stay open.
- */
 /* The process-local half of detaching: hooks, mapping, fds, state. */
 static void drop_attachment(void)
 {
@@ -320,28 +364,231 @@ static void drop_attachment(void)
 		close_fd(&C.log_fd);
 	}
 	C.attached = false;
-	C.poisoned = false;
+	C.attach_slot = -1;
+	C.attach_slot_used = false;
+	atomic_store(&C.poisoned, false);
 }
 
+/* ---------------------------------------------------------------- backends */
+
+static bool instance_usable(void)
+{
+	return !atomic_load(&C.poisoned) && !atomic_load(&C.stale) && engine_running() &&
+	       supervisor_connection_alive_cached();
+}
+
+/*
+ * A slot of the process table for a new backend: the one the supervisor
+ * gave the process at ATTACH while no backend holds it, else a free one
+ * taken by compare-and-swap (the supervisor takes free slots the same way).
+ * Slots other than the ATTACH slot are given back by their backend; the
+ * supervisor frees the ATTACH slot when the process detaches.
+ */
+static int claim_slot(void)
+{
+	if (!C.attach_slot_used && C.attach_slot >= 0) {
+		C.attach_slot_used = true;
+		return C.attach_slot;
+	}
+	engine_shared *e = engine_sh();
+	wr_proc *procs = engine_procs();
+	uint32_t me = (uint32_t)client_self_pid();
+	for (uint32_t i = WR_AUX_NKINDS; i < e->nprocs; i++) {
+		uint32_t zero = 0;
+		if (atomic_load_explicit(&procs[i].pid, memory_order_relaxed) != 0 ||
+		    !atomic_compare_exchange_strong(&procs[i].pid, &zero, me))
+			continue;
+		atomic_store(&procs[i].in_io, 0);
+		procs[i].kind = WR_PROC_BACKEND;
+		atomic_fetch_add(&e->attaches, 1);
+		return (int)i;
+	}
+	return wr_error(WALRUS_ELIMIT,
+	                "too many backends attached (max_connections=%lld): every handle of "
+	                "every process is one",
+	                (long long)e->opts.max_connections);
+}
+
+static void release_slot(int slot)
+{
+	if (slot == C.attach_slot) {
+		C.attach_slot_used = false;
+		return;
+	}
+	wr_proc *p = &engine_procs()[slot];
+	p->kind = WR_PROC_FREE;
+	atomic_store(&p->in_io, 0);
+	atomic_store(&p->pid, 0);
+}
+
+/*
+ * Gives back a backend's pins, slot and state, and takes it off the list;
+ * the struct stays (a handle may still point at it).  @healthy: its pins
+ * and slot are in live shared memory.
+ */
+static int backend_release(client_backend *b, bool healthy)
+{
+	int rc = WALRUS_OK;
+	if (cur == b)
+		client_backend_use(NULL);
+	if (b->buf != NULL && healthy) {
+		rc = buf_backend_close(b->buf);
+		release_slot(b->slot);
+	} else {
+		buf_backend_forget(b->buf);
+	}
+	b->buf = NULL;
+	wal_backend_free(b->wal);
+	b->wal = NULL;
+	kv_backend_free(b->kv);
+	b->kv = NULL;
+	for (client_backend **p = &C.backends; *p != NULL; p = &(*p)->next) {
+		if (*p == b) {
+			*p = b->next;
+			C.nbackends--;
+			break;
+		}
+	}
+	return rc;
+}
+
+static int backend_free(client_backend *b, bool healthy)
+{
+	int rc = backend_release(b, healthy);
+	free(b);
+	return rc;
+}
+
+static int backend_new(client_backend **out)
+{
+	client_backend *b = calloc(1, sizeof(*b));
+	if (b == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory for a backend");
+	b->slot = -1;
+	int rc = claim_slot();
+	if (rc < 0) {
+		free(b);
+		return rc;
+	}
+	b->slot = rc;
+	b->generation = C.generation;
+	b->wal = wal_backend_new(b->slot);
+	b->buf = buf_backend_new();
+	b->kv = kv_backend_new();
+	b->next = C.backends;
+	C.backends = b;
+	C.nbackends++;
+	if (b->wal == NULL || b->buf == NULL || b->kv == NULL) {
+		rc = b->wal == NULL ? wr_error(WALRUS_ENOMEM, "out of memory for a backend") : -1;
+		rc = walrus_errmsg()[0] != '\0' && rc == -1 ? WALRUS_ENOMEM : rc;
+		(void)backend_free(b, true);
+		return rc;
+	}
+	*out = b;
+	return WALRUS_OK;
+}
+
+void client_backend_use(client_backend *b)
+{
+	cur = b;
+	wal_backend_set(b ? b->wal : NULL);
+	buf_backend_set(b ? b->buf : NULL);
+	kv_backend_set(b ? b->kv : NULL);
+	engine_my_proc_set(b ? b->slot : -1);
+}
+
+/* ---------------------------------------------------------------- attach and detach */
+
+/*
+ * Detaches the process (its last backend is gone).  On a live instance,
+ * dirty fds are handed to the checkpointer before they close and the
+ * supervisor is told; on a dead one, recovery rewrites whatever they held.
+ */
+static int detach_process(void)
+{
+	if (!C.attached)
+		return WALRUS_OK;
+	bool healthy =
+	    !atomic_load(&C.poisoned) && engine_running() && supervisor_connection_alive();
+	wal_detach();
+	if (healthy) {
+		smgr_shutdown();
+		fdc_close_all();
+	} else {
+		fdc_reset(); /* smgr's cache is dropped by the next smgr_init */
+	}
+	int rc = WALRUS_OK;
+	if (supervisor_connection_alive())
+		rc = send_msg(WR_MSG_DETACH);
+	drop_attachment();
+	return rc;
+}
+
+/*
+ * A child forked by an attached process inherits our state but is not
+ * attached: drop its copies quietly.  Closing copies of the socket and of
+ * the lock file's fd releases nothing: the parent's descriptions stay open.
+ * The handles it inherited stay the parent's: their calls are refused.
+ */
 static void forget_inherited(void)
 {
+	while (C.backends != NULL) {
+		client_backend *b = C.backends;
+		C.backends = b->next;
+		buf_backend_forget(b->buf);
+		wal_backend_free(b->wal);
+		kv_backend_free(b->kv);
+		free(b);
+	}
+	C.nbackends = 0;
+	client_backend_use(NULL);
 	fdc_reset();
 	wal_detach();
 	drop_attachment();
 }
 
-int client_attach(const char *abs, const wr_options *opts)
+/* True when no thread is inside a call on any handle of the process. */
+static bool no_calls_in_flight(void)
 {
-	if (C.attached && C.owner != client_self_pid())
-		forget_inherited();
-	if (C.attached) {
-		if (strcmp(C.abs, abs) == 0)
-			return WALRUS_OK;
-		return wr_error(WALRUS_EBUSY,
-		                "this process already has \"%s\" open; a process serves one data "
-		                "directory",
-		                C.abs);
+	for (client_backend *b = C.backends; b != NULL; b = b->next)
+		if (atomic_load(&b->user) != 0)
+			return false;
+	return true;
+}
+
+/*
+ * The instance under this process's attachment crashed, or its supervisor
+ * died, while other handles are still open.  A new open must not join the
+ * dead attachment: mark it stale (calls on its handles are refused from now
+ * on), wait for the calls already inside to leave, and drop it; the old
+ * handles keep their memory and report WALRUS_ERESTART until closed.
+ * Dekker again: a call sets its handle's user word and then reads stale;
+ * we set stale and then read the user words.
+ */
+static int drop_dead_attachment(void)
+{
+	atomic_store(&C.stale, true);
+	uint64_t deadline = wr_now_ns() + CLIENT_DRAIN_NS;
+	while (!no_calls_in_flight()) {
+		if (wr_now_ns() > deadline)
+			return wr_error(WALRUS_ERESTART,
+			                "the instance restarted and calls on this process's old "
+			                "handles are still running; close them and open again");
+		wr_sleep_us(1000);
 	}
+	for (client_backend *b = C.backends; b != NULL; b = b->next) {
+		buf_backend_forget(b->buf); /* its pins were in the dead memory */
+		b->buf = NULL;
+		b->slot = -1;
+	}
+	fdc_reset();
+	wal_detach();
+	drop_attachment();
+	return WALRUS_OK;
+}
+
+static int attach_process(const char *abs, const wr_options *opts)
+{
 	/* From here a PANIC unwinds to walrus_open's boundary, never aborts. */
 	wr_set_panic_handler(client_panic_handler);
 	int rc = fdc_init(opts->max_open_files);
@@ -377,13 +624,121 @@ int client_attach(const char *abs, const wr_options *opts)
 	return rc;
 }
 
+static void exit_hook(void);
+static pthread_once_t exit_hook_once = PTHREAD_ONCE_INIT;
+
+static void install_exit_hook(void)
+{
+	if (atexit(exit_hook) != 0)
+		wr_log(WR_WARNING, "could not install the exit hook: a process that exits "
+		                   "without closing its handles will restart the instance");
+}
+
+static int client_open_locked(const char *abs, const wr_options *opts, client_backend **out)
+{
+	if (C.attached && C.owner != client_self_pid())
+		forget_inherited();
+	if (C.attached && strcmp(C.abs, abs) != 0)
+		return wr_error(WALRUS_EBUSY,
+		                "this process already has \"%s\" open; a process serves one data "
+		                "directory",
+		                C.abs);
+	if (C.attached && !instance_usable()) {
+		int rc = drop_dead_attachment();
+		if (rc != WALRUS_OK)
+			return rc;
+	}
+	bool attached_here = false;
+	if (!C.attached) {
+		int rc = attach_process(abs, opts);
+		if (rc != WALRUS_OK)
+			return rc;
+		attached_here = true;
+		(void)pthread_once(&exit_hook_once, install_exit_hook);
+	}
+	int rc = backend_new(out);
+	if (rc != WALRUS_OK && attached_here && C.nbackends == 0)
+		(void)detach_process();
+	return rc;
+}
+
+int client_open(const char *abs, const wr_options *opts, client_backend **out)
+{
+	*out = NULL;
+	(void)pthread_mutex_lock(&C.mu);
+	int rc = client_open_locked(abs, opts, out);
+	(void)pthread_mutex_unlock(&C.mu);
+	if (rc == WALRUS_OK)
+		client_backend_use(*out);
+	return rc;
+}
+
+/* Whether @b still belongs to this process's current attachment. */
+static bool backend_current(const client_backend *b)
+{
+	return C.attached && C.owner == client_self_pid() && b->buf != NULL &&
+	       b->generation == C.generation;
+}
+
+int client_close(client_backend *b)
+{
+	(void)pthread_mutex_lock(&C.mu);
+	int rc = WALRUS_OK;
+	if (C.owner != client_self_pid()) {
+		/* Inherited through fork(): the parent's backend, nothing of ours to release. */
+		(void)pthread_mutex_unlock(&C.mu);
+		return WALRUS_OK;
+	}
+	bool live = backend_current(b);
+	rc = backend_free(b, live && instance_usable());
+	if (C.nbackends == 0 && C.attached) {
+		int drc = detach_process();
+		rc = rc != WALRUS_OK ? rc : drc;
+	}
+	(void)pthread_mutex_unlock(&C.mu);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- calls */
+
+int client_call_begin(client_backend *b)
+{
+	if (C.owner != client_self_pid())
+		return wr_error(WALRUS_EMISUSE,
+		                "this handle belongs to process %d; a child created by fork() must "
+		                "open its own",
+		                (int)C.owner);
+	uintptr_t none = 0, me = (uintptr_t)&thread_token;
+	if (!atomic_compare_exchange_strong(&b->user, &none, me))
+		return wr_error(WALRUS_EMISUSE,
+		                none == me ? "this handle is already inside a call of this thread"
+		                           : "this handle is in use by another thread: a handle "
+		                             "serves one thread at a time");
+	if (atomic_load(&C.stale) || !backend_current(b)) {
+		atomic_store(&b->user, 0);
+		return wr_error(WALRUS_ERESTART,
+		                "the instance restarted since this handle was opened; close and "
+		                "reopen the database");
+	}
+	client_backend_use(b);
+	int rc = client_check();
+	if (rc != WALRUS_OK)
+		atomic_store(&b->user, 0);
+	return rc;
+}
+
+void client_call_end(client_backend *b)
+{
+	atomic_store(&b->user, 0);
+}
+
 /* ---------------------------------------------------------------- state */
 
 int client_check(void)
 {
 	if (!C.attached || C.owner != client_self_pid())
 		return wr_error(WALRUS_EINVAL, "the database handle is not open");
-	if (C.poisoned)
+	if (atomic_load(&C.poisoned))
 		return wr_error(WALRUS_ERESTART,
 		                "this process hit a PANIC; close and reopen the database");
 	uint32_t state = atomic_load(&shm_hdr()->state);
@@ -394,15 +749,7 @@ int client_check(void)
 		                C.abs, WR_LOG_FILE);
 	if (state == SHM_STATE_SHUTDOWN)
 		return wr_error(WALRUS_ESHUTDOWN, "the instance is shutting down");
-	/* A dead supervisor leaves no mark in shared memory, only a closed
-	 * socket; a poll per call would cost more than a cached read, so the
-	 * socket is looked at every CLIENT_POLL_NS at most. */
-	uint64_t now = wr_now_ns();
-	if (now - C.polled_ns >= CLIENT_POLL_NS) {
-		C.sup_alive = supervisor_connection_alive();
-		C.polled_ns = now;
-	}
-	if (!C.sup_alive)
+	if (!supervisor_connection_alive_cached())
 		return wr_error(WALRUS_ERESTART,
 		                "the supervisor (pid %d) of \"%s\" has exited; close and reopen "
 		                "the database",
@@ -430,26 +777,35 @@ void *client_scratch(void)
 	return C.attached ? shm_lookup("scratch", NULL) : NULL;
 }
 
-/* ---------------------------------------------------------------- detach */
+/* ---------------------------------------------------------------- exit */
 
-int client_detach(void)
+/*
+ * exit() with handles open: detach them, so that a normal exit is not taken
+ * for a crash.  Calls of other threads still inside the library are given a
+ * moment to leave (new ones are refused); if one stays, the process is
+ * treated as dying abnormally, as PostgreSQL treats a backend that dies in
+ * a critical section: the instance restarts.
+ */
+static void exit_hook(void)
 {
-	if (!C.attached)
-		return WALRUS_OK;
-	bool healthy = !C.poisoned && engine_running() && supervisor_connection_alive();
-	/* Dirty fds are handed to the checkpointer before they close, unless the
-	 * instance is gone: then recovery rewrites whatever they held. */
-	int leak = healthy ? buf_detach_check() : WALRUS_OK;
-	wal_detach();
-	if (healthy) {
-		smgr_shutdown();
-		fdc_close_all();
-	} else {
-		fdc_reset(); /* smgr's cache is dropped by the next smgr_init */
+	(void)pthread_mutex_lock(&C.mu);
+	if (!C.attached || C.owner != client_self_pid()) {
+		(void)pthread_mutex_unlock(&C.mu);
+		return;
 	}
-	int rc = WALRUS_OK;
-	if (supervisor_connection_alive())
-		rc = send_msg(WR_MSG_DETACH);
-	drop_attachment();
-	return leak != WALRUS_OK ? leak : rc;
+	atomic_store(&C.stale, true);
+	uint64_t deadline = wr_now_ns() + CLIENT_DRAIN_NS;
+	while (!no_calls_in_flight() && wr_now_ns() < deadline)
+		wr_sleep_us(1000);
+	if (no_calls_in_flight()) {
+		atomic_store(&C.stale, false); /* the backends are still the attachment's */
+		bool healthy = instance_usable();
+		while (C.backends !=
+		       NULL) /* the handles keep their structs: walrus_close may follow */
+			(void)backend_release(C.backends, healthy);
+		(void)detach_process();
+	} else {
+		wr_log(WR_LOG, "process exits with a call still running on one of its handles");
+	}
+	(void)pthread_mutex_unlock(&C.mu);
 }

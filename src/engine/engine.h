@@ -16,12 +16,18 @@
  * message means the backend died, and the supervisor performs a crash
  * restart.  See docs/architecture.md.
  *
+ * Backends: every handle of the application (a thread's, or a process's) is
+ * a backend with its own proc slot; the handles of one process share its
+ * attachment (see client_open).
+ *
  * Locks: the directory lock is an OFD write lock on byte 0 of walrus.pid,
  * held by the supervisor (and inherited by its children) for its whole life;
  * each backend holds an OFD read lock on byte 1 while attached, so a new
  * supervisor can tell that processes of a dead instance are still around.
- * Locks in shared memory: the process table is changed only by the
- * supervisor; a slot's in_io word is written only by its owner.
+ * Locks in shared memory: a free slot of the process table is taken by
+ * compare-and-swap of its pid word (by the supervisor at ATTACH, by a
+ * process for its further backends) and given back by whoever took it; a
+ * slot's in_io word is written only by its owner.
  *
  * Returns: WALRUS_* codes with messages (walrus_errmsg()).
  * PANICs: through wr_panic(), whose handler here marks the instance CRASHED;
@@ -146,13 +152,28 @@ _Noreturn void aux_main(int kind, int keep_fd);
 
 /* ---------------------------------------------------------------- backends */
 
-/* Attaches this process to the instance of @abs (starting it if needed). */
-int client_attach(const char *abs, const wr_options *opts);
-/* Detaches cleanly (DETACH message, unmap, release the attach lock). */
-int client_detach(void);
+/*
+ * A handle's backend.  The process attaches once (one connection, one
+ * mapping, one fd cache, under a process mutex) and every handle is a
+ * backend of its own: a proc slot, and the WAL, buffer and tree state of
+ * wal_backend, buf_backend and kv_backend.  A call makes its handle's
+ * backend current in the calling thread (thread-local pointers of each
+ * module), after claiming the handle with an atomic word: a second thread
+ * entering the same handle gets WALRUS_EMISUSE.
+ */
+typedef struct client_backend client_backend;
+/* Attaches the process if needed (starting the instance), then makes a backend, current here. */
+int client_open(const char *abs, const wr_options *opts, client_backend **out);
+/* Releases the backend (pins, slot); detaches the process with its last one. */
+int client_close(client_backend *b);
+/* Enters a public call on @b: claims it for the thread, checks the instance, makes it current. */
+int client_call_begin(client_backend *b);
+void client_call_end(client_backend *b);
+/* Makes @b the calling thread's backend in every module (NULL: the process defaults). */
+void client_backend_use(client_backend *b);
 /* Is this process attached (to @abs when non-NULL)? */
 bool client_attached(const char *abs);
-/* At the start of every public call: ERESTART if the instance crashed or its supervisor died. */
+/* ERESTART if the instance crashed or its supervisor died; ESHUTDOWN while it stops. */
 int client_check(void);
 pid_t client_supervisor_pid(void);
 /* getpid() without a system call (refreshed after fork). */
@@ -172,8 +193,12 @@ void *client_scratch(void);
  *     client_enter(&jb); ... rc = ...; client_leave(); return rc;
  */
 void client_enter(jmp_buf *jb);
-/* A public call's handle checks: open, same instance generation, instance healthy. */
+/* A public call's handle checks and entry: open, same instance, healthy, not in use. */
 int api_handle_check(const walrus *db, const char *fn);
+int api_call_begin(walrus *db, const char *fn);
+void api_call_end(walrus *db);
+/* The handle's synchronous_commit: what a write's flags 0 mean. */
+bool api_sync_default(const walrus *db);
 void client_leave(void);
 int client_panicked(void);
 

@@ -7,30 +7,45 @@
  */
 #include "engine/engine.h"
 
-static int my_slot = -1;
-static char *cached_base;
-static engine_shared *cached_engine;
-static wr_proc *cached_procs;
+#include <stdlib.h>
 
-static void refresh(void)
+/* The calling thread's backend's slot (the process's, in the instance's own processes). */
+static WR_TLS int my_slot = -1;
+
+/* One view per mapping; the pointers are the process's, read by all its threads. */
+typedef struct view {
+	char *base;
+	engine_shared *engine;
+	wr_proc *procs;
+} view;
+static _Atomic(view *) cached;
+
+static view *refresh(void)
 {
-	if (cached_base == shm_base_)
-		return;
-	cached_base = shm_base_;
-	cached_engine = shm_base_ ? shm_lookup("engine", NULL) : NULL;
-	cached_procs = shm_base_ ? shm_lookup("procs", NULL) : NULL;
+	view *v = atomic_load_explicit(&cached, memory_order_acquire);
+	if (v != NULL && v->base == shm_base_)
+		return v;
+	view *n = malloc(sizeof(*n));
+	if (n == NULL)
+		return NULL;
+	n->base = shm_base_;
+	n->engine = shm_base_ ? shm_lookup("engine", NULL) : NULL;
+	n->procs = shm_base_ ? shm_lookup("procs", NULL) : NULL;
+	/* The old view is left behind (a few bytes per attachment): a thread may still read it. */
+	atomic_store_explicit(&cached, n, memory_order_release);
+	return n;
 }
 
 engine_shared *engine_sh(void)
 {
-	refresh();
-	return cached_engine;
+	view *v = refresh();
+	return v ? v->engine : NULL;
 }
 
 wr_proc *engine_procs(void)
 {
-	refresh();
-	return cached_procs;
+	view *v = refresh();
+	return v ? v->procs : NULL;
 }
 
 wr_proc *engine_my_proc(void)

@@ -397,13 +397,16 @@ static void send_reply(sup_conn *c, int type, int status, const char *text, cons
 		wr_log(WR_DEBUG, "could not answer process %d: %s", (int)c->pid, walrus_errmsg());
 }
 
-static int free_backend_slot(void)
+/* Taken by compare-and-swap: attached processes take slots for their further backends too. */
+static int claim_backend_slot(pid_t pid)
 {
 	engine_shared *e = engine_sh();
 	wr_proc *procs = engine_procs();
-	for (uint32_t i = WR_AUX_NKINDS; i < e->nprocs; i++)
-		if (atomic_load(&procs[i].pid) == 0)
+	for (uint32_t i = WR_AUX_NKINDS; i < e->nprocs; i++) {
+		uint32_t zero = 0;
+		if (atomic_compare_exchange_strong(&procs[i].pid, &zero, (uint32_t)pid))
 			return (int)i;
+	}
 	return -1;
 }
 
@@ -415,10 +418,10 @@ static void answer_attach(sup_conn *c)
 		           0);
 		return;
 	}
-	int slot = free_backend_slot();
+	int slot = claim_backend_slot(c->pid);
 	if (slot < 0) {
 		char text[128];
-		snprintf(text, sizeof(text), "too many processes attached (max_connections=%lld)",
+		snprintf(text, sizeof(text), "too many backends attached (max_connections=%lld)",
 		         (long long)S.opts.max_connections);
 		send_reply(c, WR_MSG_ERROR, WALRUS_ELIMIT, text, NULL, 0);
 		return;
@@ -426,7 +429,6 @@ static void answer_attach(sup_conn *c)
 	wr_proc *p = &engine_procs()[slot];
 	atomic_store(&p->in_io, 0);
 	p->kind = WR_PROC_BACKEND;
-	atomic_store(&p->pid, (uint32_t)c->pid);
 	atomic_fetch_add(&engine_sh()->attaches, 1);
 	c->slot = slot;
 	c->gen = S.generation;

@@ -196,15 +196,20 @@ int fdc_failpoint_set(const char *spec)
 		if (rc != 0)
 			return rc; /* the failpoints in force stay as they were */
 	}
+	fdc_lock(); /* the table is the process's, read by every thread's I/O */
 	fp_free_entries(fp_entries, fp_nentries);
 	memcpy(fp_entries, parsed, sizeof(fp_entry) * (size_t)n);
 	fp_nentries = n;
+	fdc_unlock();
 	return 0;
 }
 
 uint64_t fdc_failpoint_hits(void)
 {
-	return fp_hits;
+	fdc_lock();
+	uint64_t n = fp_hits;
+	fdc_unlock();
+	return n;
 }
 
 static bool fp_matches(const fp_entry *e, const char *op, const char *path, const char *path2)

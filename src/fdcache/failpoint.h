@@ -13,7 +13,7 @@
 /*
  * Should the syscall @op on @path (and @path2, for rename) fail?  Returns 0
  * to let it run, an errno to inject, or FDC_FP_SHORT.  Counts the call
- * against the matching entries' SKIP and COUNT.
+ * against the matching entries' SKIP and COUNT.  Called with fdc_lock held.
  */
 int fdc_fp_check(const char *op, const char *path, const char *path2);
 

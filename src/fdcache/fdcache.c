@@ -12,9 +12,16 @@
  * Interface: see fdcache.h.  Test support: fdc_debug_is_open.
  *
  * Notes:
- * - Entries live in a growable array and refer to each other by index (the
- *   LRU list, the free list), because a hook may open files and so move the
- *   array: never keep an entry pointer across a call that may open or close.
+ * - Entries live in chunks that never move, and refer to each other by
+ *   index (the LRU list, the free list); an entry pointer stays valid while
+ *   its handle is open.
+ * - Threads: the cache is per process, shared by every handle of the
+ *   application's threads, behind one recursive mutex (fdc_lock).  It guards
+ *   the bookkeeping only: pread, pwrite and the sync calls run with it
+ *   released and the entry marked busy, so the LRU never closes an fd under
+ *   a system call and one thread's fdatasync never holds up another's read.
+ *   (With the power-loss journal on, the syscall stays under the lock so the
+ *   journal's intent, syscall and done records of two threads never mix.)
  * - A failing call leaves errno set to the syscall's (or injected) errno, so
  *   a caller deciding to PANIC can name it.
  */
@@ -25,6 +32,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,12 +74,17 @@ typedef struct fdc_entry {
 	bool in_use;
 	bool dirty;
 	bool closing; /* in its before-close hook: not a victim for eviction */
-	bool pinned;  /* fdc_pin: never closed by the LRU */
+	int pins;     /* fdc_pin: never closed by the LRU while > 0 */
+	int busy;     /* system calls in flight on fd, the lock released */
 	uint64_t tag;
 	uint64_t open_seq;
 } fdc_entry;
 
-static fdc_entry *fdc_entries;
+#define FDC_CHUNK_SHIFT 8
+#define FDC_CHUNK       (1 << FDC_CHUNK_SHIFT)
+#define FDC_MAX_CHUNKS  4096 /* a million handles */
+
+static fdc_entry *fdc_chunks[FDC_MAX_CHUNKS];
 static int fdc_nentries; /* entries ever allocated (used + free) */
 static int fdc_free_head = FDC_NONE;
 static int fdc_lru_head = FDC_NONE; /* most recently used open entry */
@@ -84,6 +97,73 @@ static fdc_before_close_fn fdc_before_close;
 static fdc_guard_enter_fn fdc_guard_enter;
 static fdc_guard_exit_fn fdc_guard_exit;
 static fdc_write_observer_fn fdc_observer;
+
+static pthread_mutex_t fdc_mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static pthread_once_t fdc_fork_once = PTHREAD_ONCE_INIT;
+
+static inline fdc_entry *fdc_ent(int i)
+{
+	return &fdc_chunks[i >> FDC_CHUNK_SHIFT][i & (FDC_CHUNK - 1)];
+}
+
+/* ---------------------------------------------------------------- the lock */
+
+/*
+ * fork() while another thread holds the lock would leave the child a lock
+ * nobody can release and a half-updated table: the fork waits for it, and
+ * the child starts with a fresh mutex (a recursive mutex names its owner by
+ * thread id, which the child's only thread does not have).
+ */
+static void fdc_fork_prepare(void)
+{
+	(void)pthread_mutex_lock(&fdc_mu);
+}
+
+static void fdc_fork_parent(void)
+{
+	(void)pthread_mutex_unlock(&fdc_mu);
+}
+
+static void fdc_fork_child(void)
+{
+	pthread_mutexattr_t a;
+	if (pthread_mutexattr_init(&a) == 0) {
+		(void)pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+		(void)pthread_mutex_init(&fdc_mu, &a);
+		(void)pthread_mutexattr_destroy(&a);
+	}
+}
+
+static void fdc_fork_hook(void)
+{
+	if (pthread_atfork(fdc_fork_prepare, fdc_fork_parent, fdc_fork_child) != 0)
+		wr_log(WR_WARNING, "could not install the fd cache's fork handlers");
+}
+
+void fdc_lock(void)
+{
+	(void)pthread_once(&fdc_fork_once, fdc_fork_hook);
+	/* A recursive mutex fails only on misuse (too deep, not initialised). */
+	if (pthread_mutex_lock(&fdc_mu) != 0)
+		wr_panic("could not lock the fd cache");
+}
+
+void fdc_unlock(void)
+{
+	if (pthread_mutex_unlock(&fdc_mu) != 0)
+		wr_panic("could not unlock the fd cache");
+}
+
+static void fdc_unlock_scope(int *unused)
+{
+	(void)unused;
+	fdc_unlock();
+}
+
+/* Holds the lock until the enclosing block ends, whatever path leaves it. */
+#define FDC_LOCKED()                                                                               \
+	fdc_lock();                                                                                \
+	int fdc_scope_ __attribute__((cleanup(fdc_unlock_scope), unused)) = 0
 
 /* ---------------------------------------------------------------- errors */
 
@@ -103,9 +183,28 @@ static int fdc_syserr(int err, const char *what, const char *path)
 
 static fdc_entry *fdc_get(fdc_file f)
 {
-	if (f < 0 || f >= fdc_nentries || !fdc_entries[f].in_use)
+	if (f < 0 || f >= fdc_nentries || !fdc_ent(f)->in_use)
 		return NULL;
-	return &fdc_entries[f];
+	return fdc_ent(f);
+}
+
+/* Marks @e busy and lets the lock go for a system call on its fd; false: keep it. */
+static bool fdc_release_for_io(fdc_entry *e)
+{
+	e->busy++;
+	if (fdc_pl_enabled())
+		return false;
+	fdc_unlock();
+	return true;
+}
+
+static void fdc_retake_after_io(fdc_entry *e, bool released)
+{
+	int err = errno;
+	if (released)
+		fdc_lock();
+	e->busy--;
+	errno = err;
 }
 
 static int fdc_bad_handle(fdc_file f)
@@ -132,6 +231,7 @@ static int fdc_count_open_fds(void)
 
 int fdc_init(int64_t max_open_files)
 {
+	FDC_LOCKED();
 	if (max_open_files < 1)
 		return wr_error(WALRUS_EINVAL, "max_open_files must be at least 1, not %lld",
 		                (long long)max_open_files);
@@ -164,6 +264,7 @@ int fdc_init(int64_t max_open_files)
 
 int fdc_bound(void)
 {
+	FDC_LOCKED();
 	return fdc_max_fds;
 }
 
@@ -175,6 +276,7 @@ static void fdc_ensure_init(void)
 
 void fdc_lower_bound(int n)
 {
+	FDC_LOCKED();
 	fdc_ensure_init();
 	if (n >= 1 && n < fdc_max_fds)
 		fdc_max_fds = n;
@@ -184,13 +286,13 @@ void fdc_lower_bound(int n)
 
 static void fdc_lru_unlink(int i)
 {
-	fdc_entry *e = &fdc_entries[i];
+	fdc_entry *e = fdc_ent(i);
 	if (e->lru_prev != FDC_NONE)
-		fdc_entries[e->lru_prev].lru_next = e->lru_next;
+		fdc_ent(e->lru_prev)->lru_next = e->lru_next;
 	else
 		fdc_lru_head = e->lru_next;
 	if (e->lru_next != FDC_NONE)
-		fdc_entries[e->lru_next].lru_prev = e->lru_prev;
+		fdc_ent(e->lru_next)->lru_prev = e->lru_prev;
 	else
 		fdc_lru_tail = e->lru_prev;
 	e->lru_prev = e->lru_next = FDC_NONE;
@@ -198,11 +300,11 @@ static void fdc_lru_unlink(int i)
 
 static void fdc_lru_push_head(int i)
 {
-	fdc_entry *e = &fdc_entries[i];
+	fdc_entry *e = fdc_ent(i);
 	e->lru_prev = FDC_NONE;
 	e->lru_next = fdc_lru_head;
 	if (fdc_lru_head != FDC_NONE)
-		fdc_entries[fdc_lru_head].lru_prev = i;
+		fdc_ent(fdc_lru_head)->lru_prev = i;
 	fdc_lru_head = i;
 	if (fdc_lru_tail == FDC_NONE)
 		fdc_lru_tail = i;
@@ -217,16 +319,16 @@ static void fdc_lru_push_head(int i)
  */
 static int fdc_close_real(int i, bool hooks)
 {
-	bool was_dirty = fdc_entries[i].dirty;
+	bool was_dirty = fdc_ent(i)->dirty;
 	if (hooks && was_dirty && fdc_before_close != NULL) {
-		fdc_entries[i].closing = true;
+		fdc_ent(i)->closing = true;
 		fdc_st.hook_calls++;
-		int rc = fdc_before_close(i, fdc_entries[i].fd, fdc_entries[i].path);
-		fdc_entries[i].closing = false; /* the hook may have moved the array */
+		int rc = fdc_before_close(i, fdc_ent(i)->fd, fdc_ent(i)->path);
+		fdc_ent(i)->closing = false; /* the hook may have moved the array */
 		if (rc != 0)
 			return rc;
 	}
-	fdc_entry *e = &fdc_entries[i];
+	fdc_entry *e = fdc_ent(i);
 	int injected = fdc_fp_check("close", e->path, NULL);
 	/*
 	 * close() is never retried, not even after EINTR: Linux releases the fd
@@ -264,8 +366,9 @@ static int fdc_close_real(int i, bool hooks)
 static int fdc_evict_one(void)
 {
 	int victim = fdc_lru_tail;
-	while (victim != FDC_NONE && (fdc_entries[victim].closing || fdc_entries[victim].pinned))
-		victim = fdc_entries[victim].lru_prev;
+	while (victim != FDC_NONE &&
+	       (fdc_ent(victim)->closing || fdc_ent(victim)->pins > 0 || fdc_ent(victim)->busy > 0))
+		victim = fdc_ent(victim)->lru_prev;
 	if (victim == FDC_NONE)
 		return wr_error(WALRUS_ELIMIT, "no file descriptor of the fd cache can be closed");
 	int rc = fdc_close_real(victim, true);
@@ -341,8 +444,8 @@ static uint64_t fdc_next_seq(void)
 
 static void fdc_attach_fd(int i, int fd)
 {
-	fdc_entries[i].fd = fd;
-	fdc_entries[i].open_seq = fdc_next_seq();
+	fdc_ent(i)->fd = fd;
+	fdc_ent(i)->open_seq = fdc_next_seq();
 	fdc_lru_push_head(i);
 	fdc_st.open_now++;
 	fdc_st.opens++;
@@ -377,22 +480,23 @@ static int fdc_new_entry(void)
 {
 	if (fdc_free_head != FDC_NONE) {
 		int i = fdc_free_head;
-		fdc_free_head = fdc_entries[i].next_free;
+		fdc_free_head = fdc_ent(i)->next_free;
 		return i;
 	}
-	if ((fdc_nentries & (fdc_nentries - 1)) == 0) { /* 0, 1, 2, 4, ...: grow */
-		int cap = fdc_nentries == 0 ? 16 : fdc_nentries * 2;
-		fdc_entry *n = realloc(fdc_entries, sizeof(fdc_entry) * (size_t)cap);
-		if (n == NULL)
+	int chunk = fdc_nentries >> FDC_CHUNK_SHIFT;
+	if (chunk >= FDC_MAX_CHUNKS)
+		return FDC_NONE;
+	if (fdc_chunks[chunk] == NULL) {
+		fdc_chunks[chunk] = calloc(FDC_CHUNK, sizeof(fdc_entry));
+		if (fdc_chunks[chunk] == NULL)
 			return FDC_NONE;
-		fdc_entries = n;
 	}
 	return fdc_nentries++;
 }
 
 static void fdc_free_entry(int i)
 {
-	fdc_entry *e = &fdc_entries[i];
+	fdc_entry *e = fdc_ent(i);
 	free(e->path);
 	memset(e, 0, sizeof(*e));
 	e->fd = -1;
@@ -403,6 +507,7 @@ static void fdc_free_entry(int i)
 
 int fdc_open(const char *path, int flags, mode_t mode, fdc_file *out)
 {
+	FDC_LOCKED();
 	*out = FDC_INVALID;
 	int fd;
 	int rc = fdc_open_slot(path, flags, mode, true, &fd);
@@ -415,7 +520,7 @@ int fdc_open(const char *path, int flags, mode_t mode, fdc_file *out)
 		close(fd); /* nothing written through it yet */
 		return wr_error(WALRUS_ENOMEM, "out of memory opening file \"%s\"", path);
 	}
-	fdc_entry *e = &fdc_entries[i];
+	fdc_entry *e = fdc_ent(i);
 	memset(e, 0, sizeof(*e));
 	e->path = copy;
 	e->flags = flags;
@@ -430,6 +535,7 @@ int fdc_open(const char *path, int flags, mode_t mode, fdc_file *out)
 
 int fdc_close(fdc_file f)
 {
+	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
 	if (e == NULL)
 		return fdc_bad_handle(f);
@@ -444,22 +550,24 @@ int fdc_close(fdc_file f)
 
 void fdc_close_all(void)
 {
+	FDC_LOCKED();
 	for (int i = 0; i < fdc_nentries; i++) {
-		if (!fdc_entries[i].in_use)
+		if (!fdc_ent(i)->in_use)
 			continue;
 		int rc = fdc_close(i);
 		if (rc != 0)
-			wr_log(WR_WARNING, "could not close file \"%s\": %s", fdc_entries[i].path,
+			wr_log(WR_WARNING, "could not close file \"%s\": %s", fdc_ent(i)->path,
 			       walrus_errmsg());
 	}
 }
 
 void fdc_reset(void)
 {
+	FDC_LOCKED();
 	for (int i = 0; i < fdc_nentries; i++) {
-		if (!fdc_entries[i].in_use)
+		if (!fdc_ent(i)->in_use)
 			continue;
-		if (fdc_entries[i].fd >= 0)
+		if (fdc_ent(i)->fd >= 0)
 			fdc_close_real(i, false);
 		fdc_free_entry(i);
 	}
@@ -491,10 +599,11 @@ static int fdc_begin_write(fdc_file f)
 
 ssize_t fdc_pread(fdc_file f, void *buf, size_t len, off_t off)
 {
+	FDC_LOCKED();
 	int rc = fdc_touch(f);
 	if (rc != 0)
 		return rc;
-	fdc_entry *e = &fdc_entries[f];
+	fdc_entry *e = fdc_ent(f);
 	size_t done = 0;
 	while (done < len) {
 		int injected = fdc_fp_check("pread", e->path, NULL);
@@ -503,7 +612,9 @@ ssize_t fdc_pread(fdc_file f, void *buf, size_t len, off_t off)
 			errno = injected;
 			n = -1;
 		} else {
+			bool released = fdc_release_for_io(e);
 			n = pread(e->fd, (char *)buf + done, len - done, off + (off_t)done);
+			fdc_retake_after_io(e, released);
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -529,7 +640,9 @@ static int fdc_pwrite_all(fdc_entry *e, const void *buf, size_t len, off_t off)
 			errno = injected;
 			n = -1;
 		} else {
+			bool released = fdc_release_for_io(e);
 			n = pwrite(e->fd, (const char *)buf + done, want, off + (off_t)done);
+			fdc_retake_after_io(e, released);
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -545,10 +658,11 @@ static int fdc_pwrite_all(fdc_entry *e, const void *buf, size_t len, off_t off)
 
 int fdc_pwrite(fdc_file f, const void *buf, size_t len, off_t off)
 {
+	FDC_LOCKED();
 	int rc = fdc_begin_write(f);
 	if (rc != 0)
 		return rc;
-	fdc_entry *e = &fdc_entries[f];
+	fdc_entry *e = fdc_ent(f);
 	/* Before the write: a failed write may still have left dirty pages behind. */
 	e->dirty = true;
 	bool pl = fdc_pl_enabled();
@@ -575,10 +689,11 @@ int fdc_pwrite(fdc_file f, const void *buf, size_t len, off_t off)
 static int fdc_sync_common(fdc_file f, const char *op, const char *what, int how, off_t off,
                            off_t len, unsigned int flags)
 {
+	FDC_LOCKED();
 	int rc = fdc_begin_write(f);
 	if (rc != 0)
 		return rc;
-	fdc_entry *e = &fdc_entries[f];
+	fdc_entry *e = fdc_ent(f);
 	int injected = fdc_fp_check(op, e->path, NULL);
 	bool pl = how != 2 && fdc_pl_enabled(); /* sync_file_range makes nothing durable */
 	uint64_t began = pl ? fdc_pl_sync_begin() : 0;
@@ -586,12 +701,15 @@ static int fdc_sync_common(fdc_file f, const char *op, const char *what, int how
 	if (injected > 0) {
 		errno = injected;
 		res = -1;
-	} else if (how == 0) {
-		res = fsync(e->fd);
-	} else if (how == 1) {
-		res = fdatasync(e->fd);
 	} else {
-		res = sync_file_range(e->fd, off, len, flags);
+		bool released = fdc_release_for_io(e);
+		if (how == 0)
+			res = fsync(e->fd);
+		else if (how == 1)
+			res = fdatasync(e->fd);
+		else
+			res = sync_file_range(e->fd, off, len, flags);
+		fdc_retake_after_io(e, released);
 	}
 	if (res == 0 && pl)
 		fdc_pl_synced(e->fd, e->path, began);
@@ -607,9 +725,12 @@ int fdc_fsync_fd(int fd, const char *path)
 	int rc = fdc_enter();
 	if (rc != 0)
 		return rc;
+	fdc_lock();
 	int injected = fdc_fp_check("fsync", path, NULL);
 	bool pl = fdc_pl_enabled();
 	uint64_t began = pl ? fdc_pl_sync_begin() : 0;
+	if (!pl)
+		fdc_unlock(); /* the journal's records stay in order only under the lock */
 	int res;
 	if (injected > 0) {
 		errno = injected;
@@ -619,6 +740,11 @@ int fdc_fsync_fd(int fd, const char *path)
 	}
 	if (res == 0 && pl)
 		fdc_pl_synced(fd, path, began);
+	if (pl) {
+		int err = errno;
+		fdc_unlock();
+		errno = err;
+	}
 	rc = res == 0 ? 0 : fdc_syserr(errno, "fsync", path);
 	int err = errno;
 	fdc_exit();
@@ -628,6 +754,7 @@ int fdc_fsync_fd(int fd, const char *path)
 
 int fdc_close_fd(int fd, const char *path)
 {
+	FDC_LOCKED();
 	int injected = fdc_fp_check("close", path, NULL);
 	int res = close(fd); /* never retried: see fdc_close_real */
 	if (injected > 0) {
@@ -654,10 +781,11 @@ int fdc_sync_range(fdc_file f, off_t off, off_t len, unsigned int flags)
 
 int fdc_truncate(fdc_file f, off_t len)
 {
+	FDC_LOCKED();
 	int rc = fdc_begin_write(f);
 	if (rc != 0)
 		return rc;
-	fdc_entry *e = &fdc_entries[f];
+	fdc_entry *e = fdc_ent(f);
 	e->dirty = true;
 	int injected = fdc_fp_check("truncate", e->path, NULL);
 	bool pl = fdc_pl_enabled();
@@ -685,10 +813,11 @@ int fdc_truncate(fdc_file f, off_t len)
 
 int fdc_fallocate(fdc_file f, off_t off, off_t len)
 {
+	FDC_LOCKED();
 	int rc = fdc_begin_write(f);
 	if (rc != 0)
 		return rc;
-	fdc_entry *e = &fdc_entries[f];
+	fdc_entry *e = fdc_ent(f);
 	e->dirty = true;
 	int err = fdc_fp_check("fallocate", e->path, NULL);
 	bool pl = fdc_pl_enabled();
@@ -708,56 +837,63 @@ int fdc_fallocate(fdc_file f, off_t off, off_t len)
 
 int fdc_size(fdc_file f, off_t *size)
 {
+	FDC_LOCKED();
 	int rc = fdc_touch(f);
 	if (rc != 0)
 		return rc;
 	struct stat st;
-	if (fstat(fdc_entries[f].fd, &st) != 0)
-		return fdc_syserr(errno, "stat", fdc_entries[f].path);
+	if (fstat(fdc_ent(f)->fd, &st) != 0)
+		return fdc_syserr(errno, "stat", fdc_ent(f)->path);
 	*size = st.st_size;
 	return 0;
 }
 
 int fdc_advise_willneed(fdc_file f, off_t off, off_t len)
 {
+	FDC_LOCKED();
 	int rc = fdc_touch(f);
 	if (rc != 0)
 		return rc;
-	int err = posix_fadvise(fdc_entries[f].fd, off, len, POSIX_FADV_WILLNEED);
-	return err == 0 ? 0 : fdc_syserr(err, "prefetch from", fdc_entries[f].path);
+	int err = posix_fadvise(fdc_ent(f)->fd, off, len, POSIX_FADV_WILLNEED);
+	return err == 0 ? 0 : fdc_syserr(err, "prefetch from", fdc_ent(f)->path);
 }
 
 /* ---------------------------------------------------------------- accessors */
 
 int fdc_fd(fdc_file f, int *fd)
 {
+	FDC_LOCKED();
 	int rc = fdc_touch(f);
 	if (rc != 0)
 		return rc;
-	*fd = fdc_entries[f].fd;
+	*fd = fdc_ent(f)->fd;
 	return 0;
 }
 
 const char *fdc_path(fdc_file f)
 {
+	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
 	return e ? e->path : NULL;
 }
 
 uint64_t fdc_open_seq(fdc_file f)
 {
+	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
 	return e ? e->open_seq : 0;
 }
 
 bool fdc_is_dirty(fdc_file f)
 {
+	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
 	return e ? e->dirty : false;
 }
 
 void fdc_clear_dirty(fdc_file f)
 {
+	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
 	if (e != NULL)
 		e->dirty = false;
@@ -765,12 +901,14 @@ void fdc_clear_dirty(fdc_file f)
 
 uint64_t fdc_get_tag(fdc_file f)
 {
+	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
 	return e ? e->tag : 0;
 }
 
 void fdc_set_tag(fdc_file f, uint64_t tag)
 {
+	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
 	if (e != NULL)
 		e->tag = tag;
@@ -778,6 +916,7 @@ void fdc_set_tag(fdc_file f, uint64_t tag)
 
 bool fdc_debug_is_open(fdc_file f)
 {
+	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
 	return e != NULL && e->fd >= 0;
 }
@@ -786,6 +925,7 @@ bool fdc_debug_is_open(fdc_file f)
 
 static int fdc_rename_flags(const char *from, const char *to, unsigned int flags)
 {
+	FDC_LOCKED();
 	int rc = fdc_enter();
 	if (rc != 0)
 		return rc;
@@ -823,6 +963,7 @@ int fdc_rename_noreplace(const char *from, const char *to)
 
 int fdc_unlink(const char *path)
 {
+	FDC_LOCKED();
 	int rc = fdc_enter();
 	if (rc != 0)
 		return rc;
@@ -847,6 +988,7 @@ int fdc_unlink(const char *path)
 
 int fdc_mkdir(const char *path, mode_t mode)
 {
+	FDC_LOCKED();
 	int injected = fdc_fp_check("mkdir", path, NULL);
 	int res;
 	if (injected > 0) {
@@ -903,6 +1045,7 @@ static int fdc_fsync_open_path(const char *path, bool dir)
 
 int fdc_fsync_path(const char *path)
 {
+	FDC_LOCKED();
 	int rc = fdc_enter();
 	if (rc != 0)
 		return rc;
@@ -915,6 +1058,7 @@ int fdc_fsync_path(const char *path)
 
 int fdc_fsync_parent(const char *path)
 {
+	FDC_LOCKED();
 	char *copy = strdup(path);
 	if (copy == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory");
@@ -981,6 +1125,7 @@ static int fdc_sync_tree_at(const char *dir, int depth, uint64_t *nfiles)
 
 int fdc_sync_tree(const char *dir, uint64_t *nfiles)
 {
+	FDC_LOCKED();
 	*nfiles = 0;
 	int rc = fdc_enter();
 	if (rc != 0)
@@ -996,29 +1141,35 @@ int fdc_sync_tree(const char *dir, uint64_t *nfiles)
 
 void fdc_set_before_close(fdc_before_close_fn fn)
 {
+	FDC_LOCKED();
 	fdc_before_close = fn;
 }
 
 void fdc_set_io_guard(fdc_guard_enter_fn enter, fdc_guard_exit_fn exit)
 {
+	FDC_LOCKED();
 	fdc_guard_enter = enter;
 	fdc_guard_exit = exit;
 }
 
 void fdc_set_write_observer(fdc_write_observer_fn fn)
 {
+	FDC_LOCKED();
 	fdc_observer = fn;
 }
 
 void fdc_get_stats(fdc_stats *s)
 {
+	FDC_LOCKED();
 	*s = fdc_st;
 }
 
 void fdc_pin(fdc_file f, bool pin)
 {
-	if (f >= 0 && f < fdc_nentries && fdc_entries[f].in_use)
-		fdc_entries[f].pinned = pin;
+	FDC_LOCKED();
+	fdc_entry *e = fdc_get(f);
+	if (e != NULL)
+		e->pins += pin ? 1 : -1;
 }
 
 /*
@@ -1028,6 +1179,7 @@ void fdc_pin(fdc_file f, bool pin)
  */
 int fdc_io_begin(fdc_file f, const char *op, int *injected)
 {
+	FDC_LOCKED();
 	*injected = 0;
 	if (fdc_get(f) == NULL)
 		return wr_error(WALRUS_EINVAL, "fdc_io_begin: bad handle %d", f);
@@ -1038,10 +1190,10 @@ int fdc_io_begin(fdc_file f, const char *op, int *injected)
 	int rc = fdc_enter();
 	if (rc != 0)
 		return rc;
-	int e = fdc_fp_check(op, fdc_entries[f].path, NULL);
+	int e = fdc_fp_check(op, fdc_ent(f)->path, NULL);
 	*injected = e == FDC_FP_SHORT ? 0 : e;
 	if (strcmp(op, "pwrite") == 0)
-		fdc_entries[f].dirty = true;
+		fdc_ent(f)->dirty = true;
 	return 0;
 }
 

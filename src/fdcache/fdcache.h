@@ -21,7 +21,13 @@
  * the fd is closed only after the hook returns.  A close() that fails after
  * writes is a PANIC: the kernel may have dropped a write-back error with it.
  *
- * Locks: none (per-process state; one thread at a time).
+ * Locks: the cache is per process and shared by all its threads, behind one
+ * recursive mutex (fdc_lock) that every call takes for its bookkeeping and
+ * lets go during pread, pwrite and the sync calls (the entry is kept busy:
+ * the LRU never closes an fd under a system call).  The storage layer takes
+ * the same lock around its own per-process tables and the hand-off of fds,
+ * so that the before-close hook, called with the lock held, sees them
+ * consistent.  A handle must not be closed while another thread uses it.
  * Returns: WALRUS_* codes with a message (wr_error) naming the path and errno;
  * errno is left set to the syscall's errno, so a caller can name it too.
  * The sync calls (fdc_fsync, fdc_fdatasync, fdc_sync_range) only *report*
@@ -87,8 +93,8 @@ int fdc_fallocate(fdc_file f, off_t off, off_t len); /* zero-filled space, posix
 int fdc_size(fdc_file f, off_t *size);
 int fdc_advise_willneed(fdc_file f, off_t off, off_t len);
 
-/* The real fd (opening it if needed): for fd passing and io_uring.  Valid until the next fdc call.
- */
+/* The real fd (opening it if needed): for fd passing and io_uring.  Valid
+ * while the caller holds fdc_lock or a pin on @f. */
 int fdc_fd(fdc_file f, int *fd);
 const char *fdc_path(fdc_file f);
 /*
@@ -102,8 +108,14 @@ uint64_t fdc_open_seq(fdc_file f);
  * A pinned handle's fd is never closed by the LRU: the WAL keeps the fd it
  * wrote through open until it has flushed it, because an fd opened later
  * may not see a write-back error of those writes (errseq semantics).
+ * Pins are counted: every fdc_pin(f, true) needs its fdc_pin(f, false).
+ * Pin before fdc_fd() when the fd must outlive the call.
  */
 void fdc_pin(fdc_file f, bool pin);
+
+/* The process's storage lock (recursive); see "Locks" above. */
+void fdc_lock(void);
+void fdc_unlock(void);
 
 /* Dirty = written since the last fdc_clear_dirty (set by fdc_pwrite/fallocate/truncate). */
 bool fdc_is_dirty(fdc_file f);

@@ -66,6 +66,16 @@ size_t kv_shmem_size(void);
 int kv_shmem_init(void);
 /* In every process after shm attach: finds region "kv". */
 int kv_attach(void);
+/*
+ * Backends: each handle of the application has its own batch in progress
+ * and its own copies of internal nodes; the engine makes one current in the
+ * calling thread for the length of a public call (kv_backend_set; NULL: the
+ * process's default, used by the instance's own processes).
+ */
+typedef struct kv_backend kv_backend;
+kv_backend *kv_backend_new(void); /* NULL with a message */
+void kv_backend_free(kv_backend *b);
+void kv_backend_set(kv_backend *b);
 /* Registers RM_KV (redo and describe, for recovery and waldump). */
 void kv_register_rmgr(void);
 /*

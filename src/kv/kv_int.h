@@ -364,8 +364,8 @@ void kvop_describe(const char *ops, size_t len, char *buf, size_t buflen);
 /*
  * Readers on different CPUs must not write the same cache line: the root hint
  * (read by every descent, written when the root moves) has a line of its own,
- * and gets are counted in one of KV_GET_STRIPES lines chosen by the process
- * (kv_get_stripe; processes that share a stripe are still counted exactly).
+ * and gets are counted in one of KV_GET_STRIPES lines chosen by the backend
+ * (kv_me->get_stripe; backends that share a stripe are still counted exactly).
  */
 #define KV_GET_STRIPES 16
 typedef struct kv_shared {
@@ -378,7 +378,6 @@ typedef struct kv_shared {
 	} gets[KV_GET_STRIPES];
 } kv_shared;
 extern kv_shared *kv_sh;
-extern unsigned kv_get_stripe;
 
 static inline uint64_t kv_hint_make(wr_blkno root, uint32_t height)
 {
@@ -418,6 +417,45 @@ typedef struct kvw_page {
 	bool sane;   /* checked as a node by this batch (kv_modify.c) */
 } kvw_page;
 
+/* A block of the record being built. */
+typedef struct rb_block {
+	kvw_page *p;
+	uint8_t flags;
+	char *ops;
+	size_t len, cap;
+} rb_block;
+
+/* A batch in progress (kv_write.c), one per backend. */
+typedef struct kv_write_state {
+	kvw_page **pages; /* every page this batch pinned */
+	uint32_t n, cap;
+	kvw_page **hash; /* open addressing by block number */
+	uint32_t hcap;
+	kv_meta meta, meta0; /* working copy, and as the batch found it */
+	rb_block rb[WAL_MAX_BLOCKS];
+	int nrb;
+	int nrec;        /* records inserted by this batch */
+	int crash_after; /* test hook */
+	uint64_t splits, freed, reused;
+} kv_write_state;
+
+#define KV_NODE_COPIES 256
+typedef struct kv_node_copy kv_node_copy;
+
+/*
+ * What a backend keeps of the tree: its batch in progress, its copies of
+ * internal nodes (kv_tree.c), its line of the get counters.  The calling
+ * thread's current one is kv_me (kv_backend_set).
+ */
+struct kv_backend {
+	kv_write_state w;
+	kv_node_copy *copies[KV_NODE_COPIES];
+	unsigned get_stripe;
+};
+extern WR_TLS kv_backend *kv_me;
+
+/* Frees a backend's batch state (kv_backend_free). */
+void kvw_state_free(kv_write_state *ws);
 /* Starts a batch (tree lock held): loads the meta page. */
 int kvw_batch_begin(void);
 /* The page of @blk, pinned (for reading: the writer needs no content lock). */

@@ -31,7 +31,9 @@
 #define KV_MAX_MOVES    100000 /* right-moves within one descent */
 
 kv_shared *kv_sh;
-unsigned kv_get_stripe;
+static kv_backend kv_default;
+WR_TLS kv_backend *kv_me = &kv_default;
+static _Atomic unsigned kv_next_stripe;
 
 /* ---------------------------------------------------------------- region */
 
@@ -65,15 +67,13 @@ size_t kv_shmem_size(void)
  * descent that reads the node itself; a restart retakes every copy on its
  * path.
  */
-#define KV_NODE_COPIES 256
-
-typedef struct node_copy {
+struct kv_node_copy {
 	wr_blkno blk; /* WR_INVALID_BLKNO: empty */
 	int level;
 	char page[WR_PAGE_SIZE];
-} node_copy;
-
-static node_copy *node_copies[KV_NODE_COPIES];
+};
+typedef kv_node_copy node_copy;
+#define node_copies (kv_me->copies)
 
 static void copies_reset(void)
 {
@@ -109,7 +109,7 @@ static void copy_take(wr_blkno blk, int level, const char *page)
 int kv_shmem_init(void)
 {
 	copies_reset();
-	kv_get_stripe = (unsigned)getpid() % KV_GET_STRIPES;
+	kv_default.get_stripe = (unsigned)getpid() % KV_GET_STRIPES;
 	kv_sh = shm_alloc("kv", sizeof(kv_shared));
 	if (kv_sh == NULL)
 		return wr_error(WALRUS_ENOMEM, "no room for region \"kv\" in shared memory");
@@ -120,11 +120,40 @@ int kv_shmem_init(void)
 int kv_attach(void)
 {
 	copies_reset();
-	kv_get_stripe = (unsigned)getpid() % KV_GET_STRIPES;
+	kv_default.get_stripe = (unsigned)getpid() % KV_GET_STRIPES;
 	kv_sh = shm_lookup("kv", NULL);
 	if (kv_sh == NULL)
 		return wr_error(WALRUS_EPROTO, "shared memory has no \"kv\" region");
 	return WALRUS_OK;
+}
+
+kv_backend *kv_backend_new(void)
+{
+	kv_backend *b = calloc(1, sizeof(*b));
+	if (b == NULL) {
+		wr_error(WALRUS_ENOMEM, "out of memory for a backend of the tree");
+		return NULL;
+	}
+	b->get_stripe =
+	    (unsigned)(getpid() + atomic_fetch_add(&kv_next_stripe, 1)) % KV_GET_STRIPES;
+	return b;
+}
+
+void kv_backend_free(kv_backend *b)
+{
+	if (b == NULL || b == &kv_default)
+		return;
+	if (kv_me == b)
+		kv_me = &kv_default;
+	kvw_state_free(&b->w);
+	for (int i = 0; i < KV_NODE_COPIES; i++)
+		free(b->copies[i]);
+	free(b);
+}
+
+void kv_backend_set(kv_backend *b)
+{
+	kv_me = b != NULL ? b : &kv_default;
 }
 
 int kv_check_key(size_t kl)
@@ -433,7 +462,7 @@ static int lookup(const void *k, size_t kl, get_dst *d)
 	int rc = kv_check_key(kl);
 	if (rc != WALRUS_OK)
 		return rc;
-	atomic_fetch_add_explicit(&kv_sh->gets[kv_get_stripe].n, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&kv_sh->gets[kv_me->get_stripe].n, 1, memory_order_relaxed);
 	for (int tries = 0; tries < KV_MAX_RESTARTS; tries++) {
 		rc = lookup_once(k, kl, d);
 		if (rc != KV_RETRY)

@@ -32,74 +32,55 @@
 
 #define RB_DATA_MAX 60000u /* block data per record stays under the WAL's 64 KiB */
 
-/* A block of the record being built. */
-typedef struct rb_block {
-	kvw_page *p;
-	uint8_t flags;
-	char *ops;
-	size_t len, cap;
-} rb_block;
-
-static struct {
-	kvw_page **pages; /* every page this batch pinned */
-	uint32_t n, cap;
-	kvw_page **hash; /* open addressing by block number */
-	uint32_t hcap;
-	kv_meta meta, meta0; /* working copy, and as the batch found it */
-	rb_block rb[WAL_MAX_BLOCKS];
-	int nrb;
-	int nrec;        /* records inserted by this batch */
-	int crash_after; /* test hook */
-	uint64_t splits, freed, reused;
-} w;
-
+/* The calling backend's batch. */
+#define W (kv_me->w)
 /* ---------------------------------------------------------------- the page set */
 
 static uint32_t hash_blk(wr_blkno blk)
 {
-	return (blk * 2654435761u) & (w.hcap - 1);
+	return (blk * 2654435761u) & (W.hcap - 1);
 }
 
 static kvw_page *set_find(wr_blkno blk)
 {
-	if (w.hcap == 0)
+	if (W.hcap == 0)
 		return NULL;
-	for (uint32_t i = hash_blk(blk);; i = (i + 1) & (w.hcap - 1)) {
-		if (w.hash[i] == NULL || w.hash[i]->blk == blk)
-			return w.hash[i];
+	for (uint32_t i = hash_blk(blk);; i = (i + 1) & (W.hcap - 1)) {
+		if (W.hash[i] == NULL || W.hash[i]->blk == blk)
+			return W.hash[i];
 	}
 }
 
 static void hash_put(kvw_page *p)
 {
 	uint32_t i = hash_blk(p->blk);
-	while (w.hash[i] != NULL)
-		i = (i + 1) & (w.hcap - 1);
-	w.hash[i] = p;
+	while (W.hash[i] != NULL)
+		i = (i + 1) & (W.hcap - 1);
+	W.hash[i] = p;
 }
 
 /* Room for one more page in the array and the hash (kept at most half full). */
 static int set_grow(void)
 {
-	if (w.n == w.cap) {
-		uint32_t cap = w.cap ? w.cap * 2 : 64;
-		kvw_page **a = realloc(w.pages, cap * sizeof(kvw_page *));
+	if (W.n == W.cap) {
+		uint32_t cap = W.cap ? W.cap * 2 : 64;
+		kvw_page **a = realloc(W.pages, cap * sizeof(kvw_page *));
 		if (a == NULL)
 			return wr_error(WALRUS_ENOMEM, "out of memory for a batch's pages");
-		w.pages = a;
-		w.cap = cap;
+		W.pages = a;
+		W.cap = cap;
 	}
-	if ((w.n + 1) * 2 <= w.hcap)
+	if ((W.n + 1) * 2 <= W.hcap)
 		return WALRUS_OK;
-	uint32_t hcap = w.hcap ? w.hcap * 2 : 128;
+	uint32_t hcap = W.hcap ? W.hcap * 2 : 128;
 	kvw_page **h = calloc(hcap, sizeof(kvw_page *));
 	if (h == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory for a batch's pages");
-	free(w.hash);
-	w.hash = h;
-	w.hcap = hcap;
-	for (uint32_t i = 0; i < w.n; i++)
-		hash_put(w.pages[i]);
+	free(W.hash);
+	W.hash = h;
+	W.hcap = hcap;
+	for (uint32_t i = 0; i < W.n; i++)
+		hash_put(W.pages[i]);
 	return WALRUS_OK;
 }
 
@@ -110,7 +91,7 @@ static int set_grow(void)
 static int check_pin_limit(void)
 {
 	uint32_t limit = buf_nbuffers() / 4;
-	if (w.n < limit)
+	if (W.n < limit)
 		return WALRUS_OK;
 	return wr_error(WALRUS_ETOOBIG,
 	                "batch too large: it needs more than %u pages pinned at once (a quarter "
@@ -135,7 +116,7 @@ static int set_add(wr_blkno blk, int buf, bool locked, bool fresh, kvw_page **ou
 	                .locked = locked,
 	                .member = fresh,
 	                .fresh = fresh};
-	w.pages[w.n++] = p;
+	W.pages[W.n++] = p;
 	hash_put(p);
 	*out = p;
 	return WALRUS_OK;
@@ -146,10 +127,10 @@ int kvw_get(wr_blkno blk, kvw_page **out)
 	*out = set_find(blk);
 	if (*out != NULL)
 		return WALRUS_OK;
-	if (blk >= w.meta.nblocks)
+	if (blk >= W.meta.nblocks)
 		return wr_error(WALRUS_ECORRUPT,
 		                "block %u of relation %u is past the tree's end (%u blocks)", blk,
-		                KV_REL, w.meta.nblocks);
+		                KV_REL, W.meta.nblocks);
 	int rc = check_pin_limit();
 	int buf;
 	if (rc == WALRUS_OK)
@@ -177,29 +158,29 @@ int kvw_modify(kvw_page *p)
 
 kv_meta *kvw_meta(void)
 {
-	return &w.meta;
+	return &W.meta;
 }
 
 uint32_t kvw_pinned(void)
 {
-	return w.n;
+	return W.n;
 }
 
 uint64_t kvw_next_value_id(void)
 {
-	return w.meta.next_value_id++;
+	return W.meta.next_value_id++;
 }
 
 void kvw_count_split(void)
 {
-	w.splits++;
+	W.splits++;
 }
 
 /* ---------------------------------------------------------------- allocation */
 
 static int alloc_from_free_list(kvw_page **out)
 {
-	int rc = kvw_get(w.meta.free_head, out);
+	int rc = kvw_get(W.meta.free_head, out);
 	if (rc != WALRUS_OK)
 		return rc;
 	uint8_t t = kvp_type((*out)->page);
@@ -207,9 +188,9 @@ static int alloc_from_free_list(kvw_page **out)
 		return wr_error(WALRUS_ECORRUPT,
 		                "block %u of relation %u is on the free list but is not free",
 		                (*out)->blk, KV_REL);
-	w.meta.free_head = kvp_special((*out)->page).right;
-	w.meta.nfree--;
-	w.reused++;
+	W.meta.free_head = kvp_special((*out)->page).right;
+	W.meta.nfree--;
+	W.reused++;
 	return kvw_modify(*out);
 }
 
@@ -217,7 +198,7 @@ static int alloc_from_free_list(kvw_page **out)
 static int alloc_at_end(kvw_page **out)
 {
 	smgr_rel *r;
-	wr_blkno nfile, blk = w.meta.nblocks;
+	wr_blkno nfile, blk = W.meta.nblocks;
 	int buf;
 	int rc = check_pin_limit();
 	if (rc == WALRUS_OK)
@@ -240,13 +221,13 @@ static int alloc_at_end(kvw_page **out)
 	}
 	if (rc != WALRUS_OK)
 		return rc;
-	w.meta.nblocks++;
+	W.meta.nblocks++;
 	return set_add(blk, buf, true, true, out);
 }
 
 int kvw_alloc(kvw_page **out)
 {
-	if (w.meta.free_head != WR_INVALID_BLKNO)
+	if (W.meta.free_head != WR_INVALID_BLKNO)
 		return alloc_from_free_list(out);
 	return alloc_at_end(out);
 }
@@ -254,12 +235,12 @@ int kvw_alloc(kvw_page **out)
 int kvw_free_page(kvw_page *p)
 {
 	static char img[WR_PAGE_SIZE];
-	kvf_init(img, w.meta.free_head);
+	kvf_init(img, W.meta.free_head);
 	int rc = kvw_op_image(p, img);
 	if (rc == WALRUS_OK) {
-		w.meta.free_head = p->blk;
-		w.meta.nfree++;
-		w.freed++;
+		W.meta.free_head = p->blk;
+		W.meta.nfree++;
+		W.freed++;
 	}
 	return rc;
 }
@@ -268,12 +249,12 @@ int kvw_free_page(kvw_page *p)
 int kvw_free_chain(kvw_page *last, wr_blkno first, uint32_t n)
 {
 	kv_special s = kvp_special(last->page);
-	s.right = w.meta.free_head;
+	s.right = W.meta.free_head;
 	int rc = kvw_op_special(last, &s);
 	if (rc == WALRUS_OK) {
-		w.meta.free_head = first;
-		w.meta.nfree += n;
-		w.freed += n;
+		W.meta.free_head = first;
+		W.meta.nfree += n;
+		W.freed += n;
 	}
 	return rc;
 }
@@ -282,12 +263,12 @@ int kvw_free_chain(kvw_page *last, wr_blkno first, uint32_t n)
 
 static rb_block *rb_slot(kvw_page *p, size_t need)
 {
-	for (int i = 0; i < w.nrb; i++)
-		if (w.rb[i].p == p)
-			return &w.rb[i];
-	if (w.nrb == WAL_MAX_BLOCKS)
+	for (int i = 0; i < W.nrb; i++)
+		if (W.rb[i].p == p)
+			return &W.rb[i];
+	if (W.nrb == WAL_MAX_BLOCKS)
 		return NULL;
-	rb_block *b = &w.rb[w.nrb++];
+	rb_block *b = &W.rb[W.nrb++];
 	b->p = p;
 	b->flags = 0;
 	b->len = 0;
@@ -363,8 +344,8 @@ int kvw_op_special(kvw_page *p, const kv_special *s)
 
 static void rb_register(void)
 {
-	for (int i = 0; i < w.nrb; i++) {
-		rb_block *b = &w.rb[i];
+	for (int i = 0; i < W.nrb; i++) {
+		rb_block *b = &W.rb[i];
 		/* A rebuilt page needs no full-page image: an LSN after the redo
 		 * point says so to the WAL (the record's end replaces it). */
 		if (b->flags & WAL_BLK_WILL_INIT)
@@ -378,13 +359,13 @@ static wr_lsn insert_record(uint8_t info)
 {
 	buf_change_begin();
 	rb_register();
-	if (w.nrec == 0)
+	if (W.nrec == 0)
 		info |= KV_FIRST;
 	wr_lsn lsn = buf_change_insert(RM_KV, info);
 	buf_change_end();
-	w.nrb = 0;
-	w.nrec++;
-	if (w.crash_after > 0 && w.nrec == w.crash_after) {
+	W.nrb = 0;
+	W.nrec++;
+	if (W.crash_after > 0 && W.nrec == W.crash_after) {
 		wal_flush_to(lsn); /* the unfinished batch is durable: redo must drop it */
 		_exit(KV_TEST_CRASH_EXIT);
 	}
@@ -393,14 +374,14 @@ static wr_lsn insert_record(uint8_t info)
 
 int kvw_flush_record(void)
 {
-	if (w.nrb > 0)
+	if (W.nrb > 0)
 		insert_record(KV_INFO_CHANGE | KV_MORE);
 	return WALRUS_OK;
 }
 
 void kv_test_crash_after_records(int n)
 {
-	w.crash_after = n;
+	W.crash_after = n;
 }
 
 /* ---------------------------------------------------------------- batch boundaries */
@@ -409,57 +390,71 @@ int kvw_batch_begin(void)
 {
 	/* Left over by a batch a PANIC interrupted: its buffers belonged to
 	 * the shared memory of an instance that is gone. */
-	for (uint32_t i = 0; i < w.n; i++) {
-		free(w.pages[i]->pre);
-		free(w.pages[i]);
+	for (uint32_t i = 0; i < W.n; i++) {
+		free(W.pages[i]->pre);
+		free(W.pages[i]);
 	}
-	w.n = 0;
-	w.nrb = 0;
-	w.nrec = 0;
-	w.splits = w.freed = w.reused = 0;
-	if (w.hcap)
-		memset(w.hash, 0, w.hcap * sizeof(kvw_page *));
-	w.meta.nblocks = 1; /* enough to read the meta page */
+	W.n = 0;
+	W.nrb = 0;
+	W.nrec = 0;
+	W.splits = W.freed = W.reused = 0;
+	if (W.hcap)
+		memset(W.hash, 0, W.hcap * sizeof(kvw_page *));
+	W.meta.nblocks = 1; /* enough to read the meta page */
 	kvw_page *m;
 	int rc = kvw_get(0, &m);
 	if (rc != WALRUS_OK)
 		return rc;
-	w.meta = kvm_get(m->page);
-	if (kvp_type(m->page) != KV_PT_META || w.meta.magic != KV_META_MAGIC ||
-	    w.meta.height == 0 || w.meta.height > KV_MAX_HEIGHT)
+	W.meta = kvm_get(m->page);
+	if (kvp_type(m->page) != KV_PT_META || W.meta.magic != KV_META_MAGIC ||
+	    W.meta.height == 0 || W.meta.height > KV_MAX_HEIGHT)
 		return wr_error(WALRUS_ECORRUPT, "block 0 of relation %u is not a valid meta page",
 		                KV_REL);
-	w.meta0 = w.meta;
+	W.meta0 = W.meta;
 	return WALRUS_OK;
+}
+
+/* A backend's batch state goes with its handle (pages left by a PANIC included). */
+void kvw_state_free(kv_write_state *ws)
+{
+	for (uint32_t i = 0; i < ws->n; i++) {
+		free(ws->pages[i]->pre);
+		free(ws->pages[i]);
+	}
+	for (int i = 0; i < WAL_MAX_BLOCKS; i++)
+		free(ws->rb[i].ops);
+	free(ws->pages);
+	free(ws->hash);
+	memset(ws, 0, sizeof(*ws));
 }
 
 bool kvw_logged(void)
 {
-	return w.nrec > 0;
+	return W.nrec > 0;
 }
 
 /* Unlocks and unpins everything, forgetting the batch's pages. */
 static void release_all(void)
 {
-	for (uint32_t i = 0; i < w.n; i++) {
-		kvw_page *p = w.pages[i];
+	for (uint32_t i = 0; i < W.n; i++) {
+		kvw_page *p = W.pages[i];
 		if (p->locked)
 			buf_unlock(p->buf);
 		buf_release(p->buf);
 		free(p->pre);
 		free(p);
 	}
-	w.n = 0;
-	w.nrb = 0;
-	if (w.hcap)
-		memset(w.hash, 0, w.hcap * sizeof(kvw_page *));
+	W.n = 0;
+	W.nrb = 0;
+	if (W.hcap)
+		memset(W.hash, 0, W.hcap * sizeof(kvw_page *));
 }
 
 static void add_counters(void)
 {
-	atomic_fetch_add(&kv_sh->splits, w.splits);
-	atomic_fetch_add(&kv_sh->pages_freed, w.freed);
-	atomic_fetch_add(&kv_sh->pages_reused, w.reused);
+	atomic_fetch_add(&kv_sh->splits, W.splits);
+	atomic_fetch_add(&kv_sh->pages_freed, W.freed);
+	atomic_fetch_add(&kv_sh->pages_reused, W.reused);
 }
 
 /*
@@ -473,8 +468,8 @@ static void add_counters(void)
  */
 static void stamp_commit(wr_lsn end)
 {
-	for (uint32_t i = 0; i < w.n; i++) {
-		kvw_page *p = w.pages[i];
+	for (uint32_t i = 0; i < W.n; i++) {
+		kvw_page *p = W.pages[i];
 		if (p->member && page_get_lsn(p->page) < end)
 			page_set_lsn(p->page, end);
 	}
@@ -488,21 +483,21 @@ int kvw_commit(wr_lsn *lsn)
 {
 	*lsn = 0;
 	int rc = WALRUS_OK;
-	if (memcmp(&w.meta, &w.meta0, sizeof(w.meta)) != 0) {
+	if (memcmp(&W.meta, &W.meta0, sizeof(W.meta)) != 0) {
 		kvw_page *m;
 		rc = kvw_get(0, &m);
 		if (rc == WALRUS_OK)
-			rc = kvw_op(m, KVOP_META, 0, &w.meta, sizeof(w.meta));
+			rc = kvw_op(m, KVOP_META, 0, &W.meta, sizeof(W.meta));
 	}
 	if (rc != WALRUS_OK)
 		return rc; /* the caller aborts */
-	if (w.nrec > 0 || w.nrb > 0)
+	if (W.nrec > 0 || W.nrb > 0)
 		*lsn = insert_record(KV_INFO_COMMIT);
-	if (w.nrec > 1)
+	if (W.nrec > 1)
 		stamp_commit(*lsn);
 	/* Readers must find the new root before they can see the pages. */
-	if (w.meta.root != w.meta0.root || w.meta.height != w.meta0.height)
-		atomic_store(&kv_sh->root_hint, kv_hint_make(w.meta.root, w.meta.height));
+	if (W.meta.root != W.meta0.root || W.meta.height != W.meta0.height)
+		atomic_store(&kv_sh->root_hint, kv_hint_make(W.meta.root, W.meta.height));
 	add_counters();
 	release_all();
 	return WALRUS_OK;
@@ -510,11 +505,11 @@ int kvw_commit(wr_lsn *lsn)
 
 void kvw_abort(void)
 {
-	w.nrb = 0;
-	if (w.nrec > 0)
+	W.nrb = 0;
+	if (W.nrec > 0)
 		insert_record(KV_INFO_ABORT);
-	for (uint32_t i = 0; i < w.n; i++) {
-		kvw_page *p = w.pages[i];
+	for (uint32_t i = 0; i < W.n; i++) {
+		kvw_page *p = W.pages[i];
 		if (p->pre != NULL)
 			memcpy(p->page, p->pre, WR_PAGE_SIZE);
 	}

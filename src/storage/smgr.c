@@ -20,6 +20,9 @@
  *   PostgreSQL's shared invalidation does).
  * - Every failed fsync, fdatasync or sync_file_range ends in
  *   data_sync_failed(), which PANICs.
+ * - Threads: the tables here are the process's, shared by its threads under
+ *   the fd cache's lock (fdc_lock), which the before-close hook is called
+ *   with.  Page reads and writes let it go for the system call.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -57,6 +60,17 @@ static int smgr_nowners;
 static smgr_sync_hook_fn smgr_reg_hook;
 static smgr_forget_hook_fn smgr_forget_hook;
 static smgr_cycle_fn smgr_cycle_hook;
+
+static void smgr_unlock_scope(int *unused)
+{
+	(void)unused;
+	fdc_unlock();
+}
+
+/* The process's storage lock until the enclosing block ends. */
+#define SMGR_LOCKED()                                                                              \
+	fdc_lock();                                                                                \
+	int smgr_scope_ __attribute__((cleanup(smgr_unlock_scope), unused)) = 0
 
 /* ---------------------------------------------------------------- PANIC */
 
@@ -205,6 +219,7 @@ static int smgr_before_close(fdc_file f, int fd, const char *path)
 
 void smgr_set_sync_hooks(smgr_sync_hook_fn reg, smgr_forget_hook_fn forget, smgr_cycle_fn cycle)
 {
+	SMGR_LOCKED();
 	smgr_reg_hook = reg;
 	smgr_forget_hook = forget;
 	smgr_cycle_hook = cycle;
@@ -236,6 +251,7 @@ static int smgr_ensure_basedir(void)
 
 int smgr_init(const char *datadir, int64_t segment_size)
 {
+	SMGR_LOCKED();
 	if (segment_size < WR_PAGE_SIZE || segment_size % WR_PAGE_SIZE != 0 ||
 	    segment_size / WR_PAGE_SIZE > UINT32_MAX)
 		return wr_error(
@@ -298,6 +314,7 @@ static void smgr_free_rel(smgr_rel *r)
 
 void smgr_shutdown(void)
 {
+	SMGR_LOCKED();
 	for (int b = 0; b < SMGR_BUCKETS; b++) {
 		while (smgr_buckets[b] != NULL) {
 			smgr_rel *r = smgr_buckets[b];
@@ -314,6 +331,7 @@ void smgr_shutdown(void)
 
 int smgr_open(wr_relid rel, smgr_rel **out)
 {
+	SMGR_LOCKED();
 	if (smgr_datadir == NULL)
 		return wr_error(WALRUS_EINVAL, "storage is not initialised (smgr_init)");
 	smgr_rel **bucket = &smgr_buckets[rel % SMGR_BUCKETS];
@@ -458,6 +476,7 @@ static int smgr_scan(smgr_rel *r, wr_blkno *nblocks, uint32_t *nsegs)
 
 int smgr_nblocks(smgr_rel *r, wr_blkno *out)
 {
+	SMGR_LOCKED();
 	uint32_t nsegs;
 	return smgr_scan(r, out, &nsegs);
 }
@@ -466,6 +485,7 @@ int smgr_nblocks(smgr_rel *r, wr_blkno *out)
 
 int smgr_create(wr_relid rel)
 {
+	SMGR_LOCKED();
 	smgr_rel *r;
 	int rc = smgr_open(rel, &r);
 	if (rc == 0)
@@ -499,6 +519,7 @@ int smgr_create(wr_relid rel)
 
 bool smgr_exists(wr_relid rel)
 {
+	SMGR_LOCKED();
 	smgr_rel *r;
 	fdc_file f;
 	if (smgr_open(rel, &r) != 0)
@@ -511,6 +532,7 @@ bool smgr_exists(wr_relid rel)
 
 int smgr_unlink(wr_relid rel)
 {
+	SMGR_LOCKED();
 	smgr_rel *r;
 	wr_blkno nblocks;
 	uint32_t nsegs;
@@ -565,6 +587,7 @@ static int smgr_corrupt(wr_blkno b, const char *path, void *page)
 
 int smgr_block_handle(smgr_rel *r, wr_blkno b, fdc_file *f, off_t *off)
 {
+	SMGR_LOCKED();
 	uint32_t seg = b / smgr_bps;
 	*off = (off_t)(b % smgr_bps) * WR_PAGE_SIZE;
 	int rc = smgr_seg(r, seg, false, f);
@@ -597,7 +620,7 @@ int smgr_read(smgr_rel *r, wr_blkno b, void *page)
 {
 	fdc_file f;
 	off_t off;
-	int rc = smgr_block_handle(r, b, &f, &off);
+	int rc = smgr_block_handle(r, b, &f, &off); /* the lock only for the lookup */
 	if (rc != 0) {
 		memset(page, 0, WR_PAGE_SIZE);
 		return rc;
@@ -610,6 +633,7 @@ int smgr_read(smgr_rel *r, wr_blkno b, void *page)
 	return smgr_check_read(r, b, page, n);
 }
 
+/* Called without the lock: the write runs while other threads use the tables. */
 static int smgr_write_at(smgr_rel *r, uint32_t seg, fdc_file f, wr_blkno b, void *page)
 {
 	page_set_checksum(page, b);
@@ -617,11 +641,15 @@ static int smgr_write_at(smgr_rel *r, uint32_t seg, fdc_file f, wr_blkno b, void
 	int rc = fdc_pwrite(f, page, WR_PAGE_SIZE, off);
 	if (rc != 0)
 		return rc;
-	return smgr_register_write(r->relid, seg, f);
+	fdc_lock();
+	rc = smgr_register_write(r->relid, seg, f);
+	fdc_unlock();
+	return rc;
 }
 
 int smgr_written(smgr_rel *r, wr_blkno b)
 {
+	SMGR_LOCKED();
 	uint32_t seg = b / smgr_bps;
 	fdc_file f;
 	int rc = smgr_seg(r, seg, false, &f);
@@ -634,7 +662,9 @@ int smgr_write(smgr_rel *r, wr_blkno b, void *page)
 {
 	uint32_t seg = b / smgr_bps;
 	fdc_file f;
+	fdc_lock();
 	int rc = smgr_seg(r, seg, false, &f);
+	fdc_unlock();
 	if (rc != 0)
 		return rc;
 	return smgr_write_at(r, seg, f, b, page);
@@ -668,12 +698,14 @@ int smgr_extend(smgr_rel *r, wr_blkno b, void *page)
 		                r->relid, WR_INVALID_BLKNO);
 	uint32_t seg = b / smgr_bps;
 	fdc_file f;
+	fdc_lock();
 	int rc = smgr_seg(r, seg, false, &f);
 	if (smgr_missing(rc)) {
 		rc = smgr_fill_before(r, seg);
 		if (rc == 0)
 			rc = smgr_seg(r, seg, true, &f);
 	}
+	fdc_unlock();
 	if (rc != 0)
 		return rc;
 	return smgr_write_at(r, seg, f, b, page);
@@ -683,6 +715,7 @@ int smgr_extend(smgr_rel *r, wr_blkno b, void *page)
 
 int smgr_truncate(smgr_rel *r, wr_blkno nblocks)
 {
+	SMGR_LOCKED();
 	wr_blkno cur;
 	uint32_t nsegs;
 	int rc = smgr_scan(r, &cur, &nsegs);
@@ -722,6 +755,7 @@ int smgr_truncate(smgr_rel *r, wr_blkno nblocks)
 
 void smgr_prefetch(smgr_rel *r, wr_blkno b, wr_blkno n)
 {
+	SMGR_LOCKED();
 	while (n > 0) {
 		uint32_t seg = b / smgr_bps;
 		wr_blkno first = b % smgr_bps;
@@ -752,6 +786,7 @@ void smgr_prefetch(smgr_rel *r, wr_blkno b, wr_blkno n)
 
 void smgr_writeback(smgr_rel *r, wr_blkno b, wr_blkno n)
 {
+	SMGR_LOCKED();
 	while (n > 0) {
 		uint32_t seg = b / smgr_bps;
 		wr_blkno first = b % smgr_bps;
@@ -772,6 +807,7 @@ void smgr_writeback(smgr_rel *r, wr_blkno b, wr_blkno n)
 
 void smgr_immedsync(smgr_rel *r)
 {
+	SMGR_LOCKED();
 	wr_blkno nblocks;
 	uint32_t nsegs;
 	if (smgr_scan(r, &nblocks, &nsegs) != 0)

@@ -15,7 +15,9 @@
  *
  * Owns: the per-process table of open relations (smgr_rel) and their segment
  * handles in the fd cache.
- * Locks: none (per-process; the buffer pool serialises access to a block).
+ * Locks: the fd cache's process lock (fdc_lock) around the tables and the
+ * fd hand-off, shared by the process's threads; released for page reads and
+ * writes.  The buffer pool serialises access to a block.
  * Returns: WALRUS_* codes; a checksum failure is WALRUS_ECORRUPT with a
  * message naming the file and block ("invalid page in block 7 of file
  * "DIR/base/1" (stored checksum 0x..., computed 0x...)").  Bad data is never

@@ -7,15 +7,15 @@
  * offsets (all zeros by construction) is left out, and with
  * wal_compression=zstd the rest is compressed when that saves space.
  *
- * The zstd contexts are per process and created on first use: creating one
- * costs far more than compressing a page.
+ * A backend's compression context is created on its first image: creating
+ * one costs far more than compressing a page.
  */
 #include <string.h>
 #include <zstd.h>
 
-#include "wal/wal.h"
+#include "wal/wal_int.h"
 
-static ZSTD_CCtx *wal_cctx;
+/* Decoding runs in the startup process (redo) and tools: one thread. */
 static ZSTD_DCtx *wal_dctx;
 
 /* The hole [lower, upper) of a page with a sane header, else none. */
@@ -34,9 +34,9 @@ static void wal_page_hole(const void *page, uint16_t *off, uint16_t *len)
 static size_t wal_fpi_compress(const char *raw, size_t raw_len, int level, void *out)
 {
 	static char scratch[ZSTD_COMPRESSBOUND(WR_PAGE_SIZE)];
-	if (wal_cctx == NULL && (wal_cctx = ZSTD_createCCtx()) == NULL)
+	if (wal_me->cctx == NULL && (wal_me->cctx = ZSTD_createCCtx()) == NULL)
 		return 0; /* out of memory: an uncompressed image is still correct */
-	size_t n = ZSTD_compressCCtx(wal_cctx, scratch, sizeof(scratch), raw, raw_len, level);
+	size_t n = ZSTD_compressCCtx(wal_me->cctx, scratch, sizeof(scratch), raw, raw_len, level);
 	if (ZSTD_isError(n) || n >= raw_len)
 		return 0;
 	memcpy(out, scratch, n);

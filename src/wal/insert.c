@@ -25,6 +25,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 
 #include "fdcache/fdcache.h"
 
@@ -32,8 +33,41 @@ wal_shared *wal_sh;
 char *wal_bufs;
 _Atomic uint64_t *wal_page_end;
 wal_slot *wal_slots;
-static int my_slot = -1;
-static wal_assembled scratch;
+
+static wal_backend wal_default = {
+    .slot = -1, .reg = {.chunks = wal_default.reg.fixed, .cap = WAL_STATIC_CHUNKS}};
+WR_TLS wal_backend *wal_me = &wal_default;
+
+/* ---------------------------------------------------------------- backends */
+
+wal_backend *wal_backend_new(int slot)
+{
+	wal_backend *b = calloc(1, sizeof(*b));
+	if (b == NULL)
+		return NULL;
+	b->slot = slot;
+	b->reg.chunks = b->reg.fixed;
+	b->reg.cap = WAL_STATIC_CHUNKS;
+	return b;
+}
+
+void wal_backend_free(wal_backend *b)
+{
+	if (b == NULL || b == &wal_default)
+		return;
+	if (wal_me == b)
+		wal_me = &wal_default;
+	if (b->reg.chunks != b->reg.fixed)
+		free(b->reg.chunks);
+	free(b->scratch.buf);
+	ZSTD_freeCCtx(b->cctx);
+	free(b);
+}
+
+void wal_backend_set(wal_backend *b)
+{
+	wal_me = b != NULL ? b : &wal_default;
+}
 
 /* ---------------------------------------------------------------- shared memory */
 
@@ -100,10 +134,10 @@ int wal_attach(int slot)
 	wal_sh = shm_lookup("wal", &size);
 	if (wal_sh == NULL)
 		return wr_error(WALRUS_EPROTO, "shared memory has no WAL region");
-	if (slot < 0 || (uint32_t)slot >= wal_sh->nslots)
+	if (slot < -1 || slot >= (int)wal_sh->nslots) /* -1: backends bring their own */
 		return wr_error(WALRUS_EINTERNAL, "WAL slot %d out of range", slot);
 	set_pointers();
-	my_slot = slot;
+	wal_default.slot = slot;
 	wal_forget_segment();
 	return WALRUS_OK;
 }
@@ -112,7 +146,7 @@ void wal_detach(void)
 {
 	wal_forget_segment();
 	wal_sh = NULL;
-	my_slot = -1;
+	wal_default.slot = -1;
 }
 
 _Atomic uint32_t *wal_writer_latch(void)
@@ -260,7 +294,7 @@ wr_lsn wal_set_redo_here(void)
 
 static void advertise(uint64_t pos)
 {
-	atomic_store(&wal_slots[my_slot].done_upto, WR_MAX(pos, 2));
+	atomic_store(&wal_slots[wal_me->slot].done_upto, WR_MAX(pos, 2));
 }
 
 /*
@@ -393,25 +427,27 @@ static void count_insert(const wal_assembled *a)
 wr_lsn wal_insert_at(uint8_t rmid, uint8_t info, wr_lsn *start_out)
 {
 	uint64_t start, end, prev;
-	if (wal_sh == NULL || my_slot < 0 || !atomic_load(&wal_sh->started))
+	wal_backend *me = wal_me;
+	if (wal_sh == NULL || me->slot < 0 || !atomic_load(&wal_sh->started))
 		wr_panic("WAL insert before the WAL is ready");
-	wal_slot *slot = &wal_slots[my_slot];
+	wal_slot *slot = &wal_slots[me->slot];
+	wal_assembled *a = &me->scratch;
 	for (;;) {
 		uint64_t redo = atomic_load(&wal_sh->redo);
-		int rc = wal_assemble(&scratch, rmid, info, redo, wal_sh->fpw, wal_sh->zstd_level);
+		int rc = wal_assemble(a, rmid, info, redo, wal_sh->fpw, wal_sh->zstd_level);
 		if (rc != WALRUS_OK)
 			wr_panic("could not assemble a WAL record: %s", walrus_errmsg());
 		/* Busy before reserving, so a writer that read the insert
 		 * position after our reservation waits for our copy. */
 		atomic_store(&slot->done_upto, WAL_SLOT_BUSY);
-		if (reserve(scratch.len, redo, &start, &end, &prev))
+		if (reserve(a->len, redo, &start, &end, &prev))
 			break;
 		atomic_store(&slot->done_upto, WAL_SLOT_IDLE);
 	}
-	wal_finish_record(&scratch, prev);
-	copy_record(start, scratch.buf, scratch.len);
+	wal_finish_record(a, prev);
+	copy_record(start, a->buf, a->len);
 	atomic_store(&slot->done_upto, WAL_SLOT_IDLE);
-	count_insert(&scratch);
+	count_insert(a);
 	maybe_request_checkpoint(start, end);
 	if (start_out)
 		*start_out = start;

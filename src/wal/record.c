@@ -4,7 +4,7 @@
  * A caller registers the blocks it changes and its data (wal_begin,
  * wal_register_*), then wal_assemble lays them out in the format described
  * in wal.h, deciding for each block whether a full-page image is needed.
- * The registration is process-local and survives wal_assemble, because the
+ * The registration is the backend's own (wal_me) and survives wal_assemble, because the
  * inserter assembles again when a checkpoint moves the redo pointer between
  * assembling and reserving space.
  *
@@ -19,9 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "wal/wal.h"
+#include "wal/wal_int.h"
 
-#define WAL_STATIC_CHUNKS    64
 #define WAL_MAIN_OWNER       (-1)
 #define WAL_BLOCK_DATA_MAX   65535u
 #define WAL_MAIN_HDR         5u /* WAL_MAIN_DATA_ID + uint32 length */
@@ -34,32 +33,8 @@ _Static_assert(sizeof(wal_record) == 24, "the record header is part of the WAL f
 _Static_assert(sizeof(wal_block_header) == 12, "the block header is part of the WAL format");
 _Static_assert(sizeof(wal_image_header) == 8, "the image header is part of the WAL format");
 
-/* A piece of registered data; owner is a block id or WAL_MAIN_OWNER. */
-typedef struct wal_chunk {
-	const void *data;
-	size_t len;
-	int owner;
-} wal_chunk;
-
-typedef struct wal_reg_block {
-	bool used;
-	uint8_t flags;
-	wr_relid rel;
-	wr_blkno blk;
-	const void *page;
-	size_t data_len;
-} wal_reg_block;
-
-/* The record being built by this process. */
-static struct {
-	wal_reg_block blocks[WAL_MAX_BLOCKS];
-	wal_chunk fixed[WAL_STATIC_CHUNKS];
-	wal_chunk *chunks; /* fixed, or a heap array once there are more */
-	size_t nchunks, cap;
-	uint64_t main_len;
-	int error; /* the first misuse, reported by wal_assemble */
-	char why[128];
-} wal_reg = {.chunks = wal_reg.fixed, .cap = WAL_STATIC_CHUNKS};
+/* The calling backend's registration. */
+#define wal_reg (wal_me->reg)
 
 static void wal_reg_fail(int code, const char *why)
 {

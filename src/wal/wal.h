@@ -191,6 +191,20 @@ wr_lsn wal_lsn_advance(wr_lsn lsn, uint64_t len, uint64_t seg_size);
 /* Page header size at the page that holds @lsn (long at a segment start). */
 uint32_t wal_page_header_size(wr_lsn page_start, uint64_t seg_size);
 
+/* ---------------------------------------------------------------- backends */
+
+/*
+ * Each handle of the application is a backend with its own WAL insertion
+ * slot and its own record under construction; the engine makes one current
+ * in the calling thread (wal_backend_set) for the length of a public call.
+ * The instance's own processes, and code that never sets one, use the
+ * process's default backend, whose slot wal_attach() sets.
+ */
+typedef struct wal_backend wal_backend;
+wal_backend *wal_backend_new(int slot); /* NULL: out of memory */
+void wal_backend_free(wal_backend *b);
+void wal_backend_set(wal_backend *b); /* NULL: the process's default */
+
 /* ---------------------------------------------------------------- shared WAL, insert, flush */
 
 /* Shared memory needed for the WAL (region "wal"), from the options. */

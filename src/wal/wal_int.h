@@ -23,6 +23,51 @@
 #define WAL_SLOT_IDLE 0
 #define WAL_SLOT_BUSY 1
 
+/* ---------------------------------------------------------------- a backend's own state */
+
+#define WAL_STATIC_CHUNKS 64
+
+/* A piece of registered data; owner is a block id or WAL_MAIN_OWNER. */
+typedef struct wal_chunk {
+	const void *data;
+	size_t len;
+	int owner;
+} wal_chunk;
+
+typedef struct wal_reg_block {
+	bool used;
+	uint8_t flags;
+	wr_relid rel;
+	wr_blkno blk;
+	const void *page;
+	size_t data_len;
+} wal_reg_block;
+
+/* The record being registered (record.c). */
+typedef struct wal_reg_state {
+	wal_reg_block blocks[WAL_MAX_BLOCKS];
+	wal_chunk fixed[WAL_STATIC_CHUNKS];
+	wal_chunk *chunks; /* fixed, or a heap array once there are more */
+	size_t nchunks, cap;
+	uint64_t main_len;
+	int error; /* the first misuse, reported by wal_assemble */
+	char why[128];
+} wal_reg_state;
+
+/*
+ * What a backend (an application's handle, or one of the instance's own
+ * processes) keeps of the WAL: its insertion slot, the record it is
+ * registering and its assembled bytes, its zstd context.  The calling
+ * thread's current one is wal_me (see wal_backend_set).
+ */
+struct wal_backend {
+	int slot; /* its insertion slot: the proc slot; -1 while none */
+	wal_reg_state reg;
+	wal_assembled scratch;
+	void *cctx; /* ZSTD_CCtx, created on first use */
+};
+extern WR_TLS wal_backend *wal_me;
+
 typedef struct wal_slot {
 	_Atomic uint64_t done_upto;
 	char pad[56];
