@@ -68,7 +68,7 @@ int walrus_close(walrus *db)
 		return wr_error(WALRUS_EINVAL, "walrus_close: not an open handle");
 	client_backend *be = db->be;
 	int rc = client_call_begin(be);
-	if (rc == WALRUS_EMISUSE)
+	if (rc == WALRUS_EMISUSE && !client_backend_inherited(be))
 		return rc; /* another thread is inside a call on it: closing would pull it away */
 	if (rc == WALRUS_OK)
 		client_call_end(be);

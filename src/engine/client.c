@@ -64,6 +64,7 @@ static struct {
 
 /* What one handle is to the engine: a backend with its own slot and state. */
 struct client_backend {
+	pid_t pid; /* the process that opened it: in a forked child, calls are refused */
 	int slot;
 	uint64_t generation;    /* of the attachment it was made on */
 	_Atomic uintptr_t user; /* the thread inside a call on it, 0 when none */
@@ -465,6 +466,7 @@ static int backend_new(client_backend **out)
 	if (b == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory for a backend");
 	b->slot = -1;
+	b->pid = client_self_pid();
 	int rc = claim_slot();
 	if (rc < 0) {
 		free(b);
@@ -532,14 +534,8 @@ static int detach_process(void)
  */
 static void forget_inherited(void)
 {
-	while (C.backends != NULL) {
-		client_backend *b = C.backends;
-		C.backends = b->next;
-		buf_backend_forget(b->buf);
-		wal_backend_free(b->wal);
-		kv_backend_free(b->kv);
-		free(b);
-	}
+	/* The structs stay: the inherited handles point at them (walrus_close frees them). */
+	C.backends = NULL;
 	C.nbackends = 0;
 	client_backend_use(NULL);
 	fdc_reset();
@@ -680,12 +676,25 @@ static bool backend_current(const client_backend *b)
 	       b->generation == C.generation;
 }
 
+bool client_backend_inherited(const client_backend *b)
+{
+	return b->pid != client_self_pid();
+}
+
 int client_close(client_backend *b)
 {
 	(void)pthread_mutex_lock(&C.mu);
 	int rc = WALRUS_OK;
-	if (C.owner != client_self_pid()) {
-		/* Inherited through fork(): the parent's backend, nothing of ours to release. */
+	if (client_backend_inherited(b)) {
+		/* Inherited through fork(): the parent's backend; only our copy goes. */
+		for (client_backend **p = &C.backends; *p != NULL; p = &(*p)->next) {
+			if (*p == b) {
+				*p = b->next;
+				C.nbackends--;
+				break;
+			}
+		}
+		free(b);
 		(void)pthread_mutex_unlock(&C.mu);
 		return WALRUS_OK;
 	}
@@ -703,11 +712,11 @@ int client_close(client_backend *b)
 
 int client_call_begin(client_backend *b)
 {
-	if (C.owner != client_self_pid())
+	if (client_backend_inherited(b))
 		return wr_error(WALRUS_EMISUSE,
 		                "this handle belongs to process %d; a child created by fork() must "
 		                "open its own",
-		                (int)C.owner);
+		                (int)b->pid);
 	uintptr_t none = 0, me = (uintptr_t)&thread_token;
 	if (!atomic_compare_exchange_strong(&b->user, &none, me))
 		return wr_error(WALRUS_EMISUSE,

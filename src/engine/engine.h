@@ -169,6 +169,8 @@ int client_close(client_backend *b);
 /* Enters a public call on @b: claims it for the thread, checks the instance, makes it current. */
 int client_call_begin(client_backend *b);
 void client_call_end(client_backend *b);
+/* Opened by another process (inherited through fork). */
+bool client_backend_inherited(const client_backend *b);
 /* Makes @b the calling thread's backend in every module (NULL: the process defaults). */
 void client_backend_use(client_backend *b);
 /* Is this process attached (to @abs when non-NULL)? */
