@@ -74,6 +74,50 @@ struct client_backend {
 	client_backend *next;
 };
 
+/* Whether this thread holds C.mu, and whether the fork handler took it. */
+static _Thread_local bool mu_held, mu_taken_for_fork;
+
+static void client_lock(void)
+{
+	(void)pthread_mutex_lock(&C.mu);
+	mu_held = true;
+}
+
+static void client_unlock(void)
+{
+	mu_held = false;
+	(void)pthread_mutex_unlock(&C.mu);
+}
+
+/*
+ * fork() while another thread opens or closes a handle: the fork waits, so
+ * the child's copy is consistent and its mutex free.  Our own forks (the
+ * supervisor's launch) happen under the mutex: then it is already held.
+ */
+static void client_fork_prepare(void)
+{
+	mu_taken_for_fork = !mu_held;
+	if (mu_taken_for_fork)
+		client_lock();
+}
+
+static void client_fork_release(void)
+{
+	if (mu_taken_for_fork)
+		client_unlock();
+	mu_taken_for_fork = false;
+}
+
+static pthread_once_t client_fork_once = PTHREAD_ONCE_INIT;
+
+/* After the fd cache's: prepare handlers run last registered first, and C.mu comes before fdc's
+ * lock. */
+static void client_fork_hook(void)
+{
+	if (pthread_atfork(client_fork_prepare, client_fork_release, client_fork_release) != 0)
+		wr_log(WR_WARNING, "could not install the fork handlers");
+}
+
 /* The calling thread's backend and PANIC boundary. */
 static WR_TLS client_backend *cur;
 static _Thread_local jmp_buf *cur_jb;
@@ -651,6 +695,7 @@ static int client_open_locked(const char *abs, const wr_options *opts, client_ba
 			return rc;
 		attached_here = true;
 		(void)pthread_once(&exit_hook_once, install_exit_hook);
+		(void)pthread_once(&client_fork_once, client_fork_hook);
 	}
 	int rc = backend_new(out);
 	if (rc != WALRUS_OK && attached_here && C.nbackends == 0)
@@ -661,9 +706,11 @@ static int client_open_locked(const char *abs, const wr_options *opts, client_ba
 int client_open(const char *abs, const wr_options *opts, client_backend **out)
 {
 	*out = NULL;
-	(void)pthread_mutex_lock(&C.mu);
+	/* The thread's last backend may have been closed by another thread since. */
+	client_backend_use(NULL);
+	client_lock();
 	int rc = client_open_locked(abs, opts, out);
-	(void)pthread_mutex_unlock(&C.mu);
+	client_unlock();
 	if (rc == WALRUS_OK)
 		client_backend_use(*out);
 	return rc;
@@ -683,7 +730,8 @@ bool client_backend_inherited(const client_backend *b)
 
 int client_close(client_backend *b)
 {
-	(void)pthread_mutex_lock(&C.mu);
+	client_backend_use(NULL); /* see client_open */
+	client_lock();
 	int rc = WALRUS_OK;
 	if (client_backend_inherited(b)) {
 		/* Inherited through fork(): the parent's backend; only our copy goes. */
@@ -695,7 +743,7 @@ int client_close(client_backend *b)
 			}
 		}
 		free(b);
-		(void)pthread_mutex_unlock(&C.mu);
+		client_unlock();
 		return WALRUS_OK;
 	}
 	bool live = backend_current(b);
@@ -704,7 +752,7 @@ int client_close(client_backend *b)
 		int drc = detach_process();
 		rc = rc != WALRUS_OK ? rc : drc;
 	}
-	(void)pthread_mutex_unlock(&C.mu);
+	client_unlock();
 	return rc;
 }
 
@@ -797,9 +845,10 @@ void *client_scratch(void)
  */
 static void exit_hook(void)
 {
-	(void)pthread_mutex_lock(&C.mu);
+	client_backend_use(NULL); /* see client_open */
+	client_lock();
 	if (!C.attached || C.owner != client_self_pid()) {
-		(void)pthread_mutex_unlock(&C.mu);
+		client_unlock();
 		return;
 	}
 	atomic_store(&C.stale, true);
@@ -816,5 +865,5 @@ static void exit_hook(void)
 	} else {
 		wr_log(WR_LOG, "process exits with a call still running on one of its handles");
 	}
-	(void)pthread_mutex_unlock(&C.mu);
+	client_unlock();
 }

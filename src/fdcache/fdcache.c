@@ -16,7 +16,7 @@
  *   index (the LRU list, the free list); an entry pointer stays valid while
  *   its handle is open.
  * - Threads: the cache is per process, shared by every handle of the
- *   application's threads, behind one recursive mutex (fdc_lock).  It guards
+ *   application's threads, behind one mutex, recursive per thread (fdc_lock).  It guards
  *   the bookkeeping only: pread, pwrite and the sync calls run with it
  *   released and the entry marked busy, so the LRU never closes an fd under
  *   a system call and one thread's fdatasync never holds up another's read.
@@ -98,7 +98,14 @@ static fdc_guard_enter_fn fdc_guard_enter;
 static fdc_guard_exit_fn fdc_guard_exit;
 static fdc_write_observer_fn fdc_observer;
 
-static pthread_mutex_t fdc_mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+/*
+ * A plain mutex made recursive by a per-thread depth: the storage layer
+ * holds it around calls into this module, and a plain mutex can be released
+ * by a forked child's handler (a recursive one names its owner by thread
+ * id, which the child's only thread does not have).
+ */
+static pthread_mutex_t fdc_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local int fdc_depth;
 static pthread_once_t fdc_fork_once = PTHREAD_ONCE_INIT;
 
 static inline fdc_entry *fdc_ent(int i)
@@ -111,46 +118,36 @@ static inline fdc_entry *fdc_ent(int i)
 /*
  * fork() while another thread holds the lock would leave the child a lock
  * nobody can release and a half-updated table: the fork waits for it, and
- * the child starts with a fresh mutex (a recursive mutex names its owner by
- * thread id, which the child's only thread does not have).
+ * both sides let it go after.
  */
 static void fdc_fork_prepare(void)
 {
-	(void)pthread_mutex_lock(&fdc_mu);
+	fdc_lock();
 }
 
-static void fdc_fork_parent(void)
+static void fdc_fork_release(void)
 {
-	(void)pthread_mutex_unlock(&fdc_mu);
-}
-
-static void fdc_fork_child(void)
-{
-	pthread_mutexattr_t a;
-	if (pthread_mutexattr_init(&a) == 0) {
-		(void)pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
-		(void)pthread_mutex_init(&fdc_mu, &a);
-		(void)pthread_mutexattr_destroy(&a);
-	}
+	fdc_unlock();
 }
 
 static void fdc_fork_hook(void)
 {
-	if (pthread_atfork(fdc_fork_prepare, fdc_fork_parent, fdc_fork_child) != 0)
+	if (pthread_atfork(fdc_fork_prepare, fdc_fork_release, fdc_fork_release) != 0)
 		wr_log(WR_WARNING, "could not install the fd cache's fork handlers");
 }
 
 void fdc_lock(void)
 {
 	(void)pthread_once(&fdc_fork_once, fdc_fork_hook);
-	/* A recursive mutex fails only on misuse (too deep, not initialised). */
-	if (pthread_mutex_lock(&fdc_mu) != 0)
+	if (fdc_depth++ == 0 && pthread_mutex_lock(&fdc_mu) != 0)
 		wr_panic("could not lock the fd cache");
 }
 
 void fdc_unlock(void)
 {
-	if (pthread_mutex_unlock(&fdc_mu) != 0)
+	if (WR_UNLIKELY(fdc_depth <= 0))
+		wr_panic("fd cache lock released more often than taken");
+	if (--fdc_depth == 0 && pthread_mutex_unlock(&fdc_mu) != 0)
 		wr_panic("could not unlock the fd cache");
 }
 
