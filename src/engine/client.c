@@ -758,6 +758,8 @@ int client_close(client_backend *b)
 
 /* ---------------------------------------------------------------- calls */
 
+static int instance_check(void);
+
 int client_call_begin(client_backend *b)
 {
 	if (client_backend_inherited(b))
@@ -771,14 +773,16 @@ int client_call_begin(client_backend *b)
 		                none == me ? "this handle is already inside a call of this thread"
 		                           : "this handle is in use by another thread: a handle "
 		                             "serves one thread at a time");
-	if (atomic_load(&C.stale) || !backend_current(b)) {
+	/* Ours (pid checked) and made on the current attachment: the process is attached. */
+	if (atomic_load(&C.stale) || b->buf == NULL || b->generation != C.generation) {
 		atomic_store(&b->user, 0);
 		return wr_error(WALRUS_ERESTART,
 		                "the instance restarted since this handle was opened; close and "
 		                "reopen the database");
 	}
-	client_backend_use(b);
-	int rc = client_check();
+	if (cur != b)
+		client_backend_use(b);
+	int rc = instance_check();
 	if (rc != WALRUS_OK)
 		atomic_store(&b->user, 0);
 	return rc;
@@ -791,10 +795,9 @@ void client_call_end(client_backend *b)
 
 /* ---------------------------------------------------------------- state */
 
-int client_check(void)
+/* The attached instance is usable: not crashed, not stopping, its supervisor alive. */
+static int instance_check(void)
 {
-	if (!C.attached || C.owner != client_self_pid())
-		return wr_error(WALRUS_EINVAL, "the database handle is not open");
 	if (atomic_load(&C.poisoned))
 		return wr_error(WALRUS_ERESTART,
 		                "this process hit a PANIC; close and reopen the database");
@@ -812,6 +815,13 @@ int client_check(void)
 		                "the database",
 		                (int)C.supervisor, C.abs);
 	return WALRUS_OK;
+}
+
+int client_check(void)
+{
+	if (!C.attached || C.owner != client_self_pid())
+		return wr_error(WALRUS_EINVAL, "the database handle is not open");
+	return instance_check();
 }
 
 bool client_attached(const char *abs)
