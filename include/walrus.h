@@ -91,8 +91,12 @@ const char *walrus_errmsg(void);
  * range; walrus_opts_set() parses and validates a value ("128MB", "5min",
  * "on", "io_uring") and fails with WALRUS_EINVAL and a message naming the
  * option.  Instance-wide options (shared_buffers, wal_segment_size, ...)
- * take effect when the instance starts; a later open that passes a different
- * value is told so in the log and runs with the instance's value.
+ * take effect when the instance starts, from (lowest precedence first) their
+ * defaults, DIR/walrus.conf, and the options the starting open set with
+ * walrus_opts_set().  A later open that sets one to a different value runs
+ * with the instance's value: it logs a WARNING and, having succeeded, leaves
+ * that text in walrus_errmsg() (empty after an open with nothing to report);
+ * with option strict_options=on such an open fails with WALRUS_EINVAL.
  */
 typedef struct walrus_opts walrus_opts;
 
@@ -110,7 +114,8 @@ typedef struct walrus walrus;
  * directory (mode 0700) and initialises it.
  * Errors: ENOENT (missing and not created), EPERM (not ours, not writable,
  * or group/world permissions), ENOTWALRUS, EVERSION, EBUSY (another instance
- * owns it, or another directory is open in this process), EINVAL, EIO.
+ * owns it, or another directory is open in this process), EINVAL (also a bad
+ * DIR/walrus.conf, named with its line, and strict_options=on conflicts), EIO.
  */
 int walrus_open(const char *dir, const walrus_opts *opts, walrus **db);
 

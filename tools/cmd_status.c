@@ -1,6 +1,8 @@
 /*
  * cmd_status.c - `walrus status`: whether an instance serves DIR, and its
- * processes as ps would show them.  Exit 0 when running, 1 when not.
+ * processes as ps would show them, and its settings with their sources
+ * (which takes attaching: they live in its shared memory).  Exit 0 when
+ * running, 1 when not.
  */
 #include "tool.h"
 
@@ -70,6 +72,21 @@ static void list_children(long sup)
 	closedir(d);
 }
 
+/* The running instance's settings and their sources, read from its shared memory. */
+static void print_settings(tool_ctx *ctx)
+{
+	walrus *db;
+	if (walrus_open(ctx->datadir, ctx->opts, &db) != WALRUS_OK) {
+		fprintf(stderr, "walrus status: could not read the settings: %s\n",
+		        walrus_errmsg());
+		return;
+	}
+	printf("settings (value, source):\n");
+	tool_print_settings(stdout, &engine_sh()->opts, engine_sh()->opt_source, true);
+	if (walrus_close(db) != WALRUS_OK)
+		fprintf(stderr, "walrus status: %s\n", walrus_errmsg());
+}
+
 int cmd_status(tool_ctx *ctx, int argc, char **argv)
 {
 	char abs[PATH_MAX], comm[64];
@@ -77,7 +94,9 @@ int cmd_status(tool_ctx *ctx, int argc, char **argv)
 
 	if (tool_wants_help(argc, argv)) {
 		printf("usage: walrus -D DIR status\n\nExit 0 when an instance serves DIR, 1 when "
-		       "none does.\n");
+		       "none does.\nShows its processes, and its settings with where each came "
+		       "from:\ndefault, file (DIR/walrus.conf), command line (the starter's -o or\n"
+		       "walrus_opts_set), control file (fixed at initialisation).\n");
 		return 0;
 	}
 	if (ctx->datadir == NULL || realpath(ctx->datadir, abs) == NULL) {
@@ -98,5 +117,6 @@ int cmd_status(tool_ctx *ctx, int argc, char **argv)
 	if (read_proc(pid, comm, sizeof(comm), &ppid))
 		printf("  %7ld  %s\n", pid, comm);
 	list_children(pid);
+	print_settings(ctx);
 	return 0;
 }

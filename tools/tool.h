@@ -48,6 +48,10 @@ int cmd_status(tool_ctx *ctx, int argc, char **argv);
 int cmd_selftest(tool_ctx *ctx, int argc, char **argv);
 int cmd_doctor(tool_ctx *ctx, int argc, char **argv);
 int cmd_options(tool_ctx *ctx, int argc, char **argv);
+int cmd_config(tool_ctx *ctx, int argc, char **argv);
+/* "name value source" lines of @o; @sources indexed like the option table (cmd_config.c). */
+void tool_print_settings(FILE *out, const wr_options *o, const uint8_t *sources,
+                         bool instance_only);
 int cmd_waldump(tool_ctx *ctx, int argc, char **argv);
 int cmd_controldata(tool_ctx *ctx, int argc, char **argv);
 int cmd_bench(tool_ctx *ctx, int argc, char **argv);

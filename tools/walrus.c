@@ -28,6 +28,7 @@ static const tool_cmd commands[] = {
     {"selftest", cmd_selftest, "write, sync, read back and damage pages: the I/O path at work"},
     {"doctor", cmd_doctor, "check DIR's file system for durable writes (O_DIRECT, fsync speed)"},
     {"options", cmd_options, "list every engine option with its default and range"},
+    {"config", cmd_config, "set, get or list the settings of DIR/walrus.conf"},
     {"waldump", cmd_waldump, "print the WAL's records, one per line (--stats: per rmgr)"},
     {"controldata", cmd_controldata, "print the control file"},
     {"bench", cmd_bench, "run a benchmark workload (walrus bench --help)"},

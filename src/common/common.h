@@ -165,7 +165,22 @@ typedef struct wr_options {
 	int64_t supervisor_linger_us; /* how long the supervisor waits after the last detach */
 	int log_min_messages;         /* enum wr_level, for DIR/log/walrus.log */
 	bool create_if_missing;
+	bool strict_options; /* an open asking other instance-wide values fails */
+	/* Bit i: option i of the table was set explicitly (wr_opts_set), so it
+	 * outranks walrus.conf and is compared with a running instance's value. */
+	uint64_t set_mask;
 } wr_options;
+
+#define WR_OPTS_MAX 64 /* options the table may hold: the bits of set_mask */
+
+/* Where an instance's option value came from, lowest precedence first. */
+enum wr_opt_source {
+	WR_SRC_DEFAULT,      /* the table's default */
+	WR_SRC_FILE,         /* DIR/walrus.conf */
+	WR_SRC_COMMAND_LINE, /* set by the process that started the instance (-o, walrus_opts_set)
+	                      */
+	WR_SRC_CONTROL_FILE, /* fixed when the data directory was initialised */
+};
 
 typedef struct wr_opt_desc {
 	const char *name;
@@ -197,6 +212,14 @@ const wr_opt_desc *wr_opts_table(size_t *count);
 int wr_opts_set_pair(wr_options *o, const char *name_eq_value);
 /* Appends the effective options as a JSON object to buf; returns the length it needs. */
 size_t wr_opts_json(const wr_options *o, char *buf, size_t len);
+/* The option called @name (exact, lower case) and its index in the table; NULL if none. */
+const wr_opt_desc *wr_opts_find(const char *name, size_t *index);
+/* Whether option @index was set explicitly rather than left at its default. */
+bool wr_opts_is_set(const wr_options *o, size_t index);
+/* Copies option @index's value from @src to @dst, and whether it was set explicitly. */
+void wr_opts_copy(wr_options *dst, const wr_options *src, size_t index);
+/* "default", "file", "command line", "control file". */
+const char *wr_opt_source_name(int source);
 
 /* Unit parsers, exposed for the command line: WALRUS_EINVAL on bad input. */
 int wr_parse_size(const char *s, int64_t *out);

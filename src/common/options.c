@@ -4,6 +4,10 @@
  * Interface: wr_opts_defaults/set/get/validate/json work on a wr_options
  * through the table below; wr_parse_size/time_us/bool are the unit parsers,
  * also used by the command line; walrus_opts_* is the public face.
+ * wr_opts_set also marks the option as set explicitly (set_mask): such a
+ * value outranks DIR/walrus.conf when it starts an instance, and is
+ * compared with the running instance's when it opens one (engine/conf.c,
+ * engine/client.c).
  *
  * Notes: defaults are written as text and parsed by the same code as user
  * input, so a default can never escape its own range and what
@@ -110,7 +114,11 @@ static const wr_opt_desc opt_table[] = {
         "lowest level written to DIR/log/walrus.log"),
     OPT("create_if_missing", WR_OPT_BOOL, SESS, create_if_missing, "off", 0, 0, NULL,
         "create and initialise the data directory if it does not exist"),
+    OPT("strict_options", WR_OPT_BOOL, SESS, strict_options, "off", 0, 0, NULL,
+        "fail the open when an instance option set differs from the running instance's"),
 };
+
+_Static_assert(WR_ARRAY_LEN(opt_table) <= WR_OPTS_MAX, "set_mask has a bit per option");
 
 #undef INST
 #undef SESS
@@ -586,6 +594,7 @@ int wr_opts_set(wr_options *o, const char *name, const char *value)
 	if (!parse_value(d, value, &v) || !value_ok(d, v))
 		return invalid_value(d, value);
 	store_field(o, d, v);
+	o->set_mask |= 1ULL << (size_t)(d - opt_table);
 	return WALRUS_OK;
 }
 
@@ -719,6 +728,43 @@ size_t wr_opts_json(const wr_options *o, char *buf, size_t len)
 	}
 	json_append(buf, len, &pos, "}");
 	return pos;
+}
+
+const wr_opt_desc *wr_opts_find(const char *name, size_t *index)
+{
+	const wr_opt_desc *d = find_opt(name);
+
+	if (d != NULL && index != NULL)
+		*index = (size_t)(d - opt_table);
+	return d;
+}
+
+bool wr_opts_is_set(const wr_options *o, size_t index)
+{
+	return index < WR_ARRAY_LEN(opt_table) && (o->set_mask >> index & 1) != 0;
+}
+
+void wr_opts_copy(wr_options *dst, const wr_options *src, size_t index)
+{
+	if (index >= WR_ARRAY_LEN(opt_table))
+		return;
+	store_field(dst, &opt_table[index], load_field(src, &opt_table[index]));
+	dst->set_mask = (dst->set_mask & ~(1ULL << index)) | (src->set_mask & (1ULL << index));
+}
+
+const char *wr_opt_source_name(int source)
+{
+	switch (source) {
+	case WR_SRC_DEFAULT:
+		return "default";
+	case WR_SRC_FILE:
+		return "file";
+	case WR_SRC_COMMAND_LINE:
+		return "command line";
+	case WR_SRC_CONTROL_FILE:
+		return "control file";
+	}
+	return "unknown";
 }
 
 /* ------------------------------------------------------------ public API */

@@ -327,25 +327,46 @@ static int attach_once(const char *abs, bool *retry)
 	return rc;
 }
 
-static void note_option_differences(const wr_options *mine)
+/* Appends "name=asked (the running instance uses value)" for @d when they differ. */
+static void note_one_difference(const wr_options *mine, const wr_opt_desc *d, char *msg, size_t len,
+                                size_t *used)
 {
-	const wr_options *inst = &engine_sh()->opts;
-	size_t n;
+	char a[64], b[64];
+	if (wr_opts_get(mine, d->name, a, sizeof(a)) != WALRUS_OK ||
+	    wr_opts_get(&engine_sh()->opts, d->name, b, sizeof(b)) != WALRUS_OK ||
+	    strcmp(a, b) == 0 || *used >= len)
+		return;
+	int n = snprintf(msg + *used, len - *used, "%s%s=%s (the running instance uses %s)",
+	                 *used ? ", " : "", d->name, a, b);
+	*used += n > 0 ? (size_t)n : 0;
+}
+
+/*
+ * Instance options this opener set explicitly that the running instance
+ * does not use: a WARNING, whose text stays readable in walrus_errmsg()
+ * after the open succeeds; with strict_options=on the open fails with it
+ * (the caller undoes the backend, and the attachment if it made it).
+ */
+static int note_option_differences(const wr_options *mine)
+{
+	char msg[768];
+	size_t n, used = 0;
 	const wr_opt_desc *t = wr_opts_table(&n);
-	for (size_t i = 0; i < n; i++) {
-		char a[64], b[64];
-		if (t[i].scope != WR_SCOPE_INSTANCE)
-			continue;
-		if (wr_opts_get(mine, t[i].name, a, sizeof(a)) != WALRUS_OK ||
-		    wr_opts_get(inst, t[i].name, b, sizeof(b)) != WALRUS_OK)
-			continue;
-		if (strcmp(a, b) != 0)
-			wr_log(
-			    WR_LOG,
-			    "option %s=%s ignored: the running instance uses %s (instance options "
-			    "are fixed when it starts)",
-			    t[i].name, a, b);
+	for (size_t i = 0; i < n; i++)
+		if (t[i].scope == WR_SCOPE_INSTANCE && wr_opts_is_set(mine, i))
+			note_one_difference(mine, &t[i], msg, sizeof(msg), &used);
+	if (used == 0) {
+		wr_error_clear(); /* a successful open leaves no stale message behind */
+		return WALRUS_OK;
 	}
+	wr_log(WR_WARNING,
+	       "instance options not applied: %s; they take effect when the instance starts", msg);
+	if (!mine->strict_options)
+		return wr_error(WALRUS_OK, "instance options not applied: %s", msg);
+	return wr_error(WALRUS_EINVAL,
+	                "strict_options=on: instance options differ from the running "
+	                "instance's: %s",
+	                msg);
 }
 
 static void open_backend_log(const char *abs, int level)
@@ -390,7 +411,6 @@ static int finish_attach(const char *abs, const wr_options *opts)
 	wr_set_panic_handler(client_panic_handler);
 	wr_log_set_process_name("walrus-backend"); /* log lines only: the process keeps its name */
 	open_backend_log(abs, opts->log_min_messages);
-	note_option_differences(opts);
 	return WALRUS_OK;
 }
 
@@ -660,8 +680,9 @@ static int attach_process(const char *abs, const wr_options *opts)
 		close_fd(&C.sock);
 		close_fd(&C.attach_fd);
 		C.attached = false;
+		return rc;
 	}
-	return rc;
+	return WALRUS_OK;
 }
 
 static void exit_hook(void);
@@ -698,6 +719,13 @@ static int client_open_locked(const char *abs, const wr_options *opts, client_ba
 		(void)pthread_once(&client_fork_once, client_fork_hook);
 	}
 	int rc = backend_new(out);
+	if (rc == WALRUS_OK) {
+		rc = note_option_differences(opts);
+		if (rc != WALRUS_OK) {
+			(void)backend_free(*out, true);
+			*out = NULL;
+		}
+	}
 	if (rc != WALRUS_OK && attached_here && C.nbackends == 0)
 		(void)detach_process();
 	return rc;

@@ -94,8 +94,9 @@ int datadir_check(const char *abs)
 
 static bool dir_is_empty_for_init(const char *abs)
 {
-	/* A user may prepare wal/ (a symlink to another file system) and log/ first. */
-	static const char *const allowed[] = {".", "..", "wal", "log", "lost+found", WR_PID_FILE};
+	/* A user may prepare wal/ (a symlink elsewhere), log/ and walrus.conf first. */
+	static const char *const allowed[] = {".",          "..",        "wal",       "log",
+	                                      "lost+found", WR_PID_FILE, WR_CONF_FILE};
 	DIR *d = opendir(abs);
 	if (d == NULL)
 		return false;
@@ -115,7 +116,7 @@ static bool dir_is_empty_for_init(const char *abs)
 }
 
 /* write temp + fsync + rename + fsync directory: the file appears whole or not at all. */
-static int write_file_durably(const char *dir, const char *name, const char *text)
+int datadir_write_file(const char *dir, const char *name, const char *text)
 {
 	char tmp[PATH_MAX], path[PATH_MAX];
 	fdc_file f;
@@ -165,7 +166,7 @@ static int initialise(const char *abs, const wr_options *opts)
 		return rc;
 	/* The version file is written last: its presence means "initialised". */
 	snprintf(text, sizeof(text), "%d\n", WR_FORMAT_VERSION);
-	rc = write_file_durably(abs, WR_VERSION_FILE, text);
+	rc = datadir_write_file(abs, WR_VERSION_FILE, text);
 	if (rc == WALRUS_OK)
 		wr_log(WR_LOG, "initialised data directory \"%s\" (format %d)", abs,
 		       WR_FORMAT_VERSION);
@@ -353,4 +354,26 @@ int datadir_lock_attach(const char *abs, int *fd_out)
 	}
 	*fd_out = fd;
 	return WALRUS_OK;
+}
+
+pid_t datadir_instance_pid(const char *abs)
+{
+	char path[PATH_MAX], buf[32];
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_PID_FILE))
+		return 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	/* Asking, not taking: a lock taken here would keep a new supervisor out. */
+	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+	pid_t pid = 0;
+	if (fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK) {
+		ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+		buf[n > 0 ? n : 0] = '\0';
+		pid = (pid_t)strtol(buf, NULL, 10);
+		if (pid <= 0)
+			pid = -1;
+	}
+	close(fd);
+	return pid;
 }

@@ -53,6 +53,7 @@
 #define WR_SOCKET_NAME    "walrus.sock"
 #define WR_LOG_DIR        "log"
 #define WR_LOG_FILE       "log/walrus.log"
+#define WR_CONF_FILE      "walrus.conf"
 #define WR_PANIC_EXIT     86          /* exit code of a process that PANICked */
 #define WR_PROTO_MAGIC    0x57524d31u /* "WRM1" */
 #define WR_PROTO_VERSION  1
@@ -74,6 +75,33 @@ int datadir_wait_old_backends(int lock_fd, const char *abs, uint64_t timeout_us)
 int datadir_write_pid(int lock_fd, const char *abs);
 /* A backend's shared attach lock (byte 1); released by closing the fd. */
 int datadir_lock_attach(const char *abs, int *fd);
+/* The supervisor's pid when an instance holds the directory lock; 0 when none
+ * does, -1 when one is starting (locked, pid not written yet). */
+pid_t datadir_instance_pid(const char *abs);
+/* Replaces DIR/@name with @text atomically: temp file, fsync, rename, fsync DIR. */
+int datadir_write_file(const char *abs, const char *name, const char *text);
+
+/* ---------------------------------------------------------------- walrus.conf (conf.c) */
+
+/*
+ * DIR/walrus.conf holds instance options in PostgreSQL's format ("name =
+ * value", '#' comments, values optionally single-quoted).  Precedence:
+ * default < walrus.conf < options set explicitly by the process that
+ * starts the instance.  Every error names the file, the line and the option.
+ */
+/* Applies DIR/walrus.conf over @o (marking what it sets); no file sets nothing. */
+int conf_load(const char *abs, wr_options *o);
+/* The options an instance started by @starter runs with, and each one's source
+ * (enum wr_opt_source, indexed like the option table). */
+int conf_effective(const char *abs, const wr_options *starter, wr_options *out,
+                   uint8_t sources[WR_OPTS_MAX]);
+/* Sets @name = @value in DIR/walrus.conf, replacing the line that sets it (the
+ * last one) or appending; keeps every other line; written atomically.
+ * WALRUS_EINVAL, naming the option, for an unknown option, a bad value, a
+ * session option, or a file that would not start an instance. */
+int conf_set(const char *abs, const char *name, const char *value);
+/* The value DIR/walrus.conf gives @name into buf; *found false when it sets none. */
+int conf_get(const char *abs, const char *name, char *buf, size_t len, bool *found);
 
 /* ---------------------------------------------------------------- shared state */
 
@@ -89,7 +117,8 @@ typedef struct wr_proc {
 
 /* Instance-wide facts and counters, region "engine". */
 typedef struct engine_shared {
-	wr_options opts; /* the instance's effective options */
+	wr_options opts;                 /* the instance's effective options */
+	uint8_t opt_source[WR_OPTS_MAX]; /* where each came from: enum wr_opt_source */
 	char datadir[PATH_MAX];
 	uint32_t supervisor_pid;
 	uint32_t nprocs;

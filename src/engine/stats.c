@@ -1,8 +1,9 @@
 /*
  * stats.c - the instance's counters as one JSON object (walrus_stats and
- * `walrus stats --json`): WAL, buffer pool, checkpoints, and the key-value
- * layer when present.  Every figure is read from shared memory, so any
- * attached process sees the whole instance's.
+ * `walrus stats --json`): WAL, buffer pool, checkpoints, the key-value
+ * layer when present, and the instance's settings with their sources.
+ * Every figure is read from shared memory, so any attached process sees
+ * the whole instance's.
  */
 #include "engine/engine.h"
 
@@ -179,6 +180,25 @@ static void stats_kv(jbuf *j)
 	jb_close(j);
 }
 
+/* The instance's options: each one's value and where it came from (walrus.conf, ...). */
+static void stats_settings(jbuf *j, const engine_shared *e)
+{
+	size_t n;
+	const wr_opt_desc *t = wr_opts_table(&n);
+	jb_open(j, "settings");
+	for (size_t i = 0; i < n; i++) {
+		char v[64];
+		if (t[i].scope != WR_SCOPE_INSTANCE ||
+		    wr_opts_get(&e->opts, t[i].name, v, sizeof(v)) != WALRUS_OK)
+			continue;
+		/* Values and source names never hold '"' or '\\': nothing to escape. */
+		jb_add(j, "%s\"%s\":{\"value\":\"%s\",\"source\":\"%s\"}", j->first ? "" : ",",
+		       t[i].name, v, wr_opt_source_name(e->opt_source[i]));
+		j->first = false;
+	}
+	jb_close(j);
+}
+
 int engine_stats_json(char **out)
 {
 	jbuf j = {.first = true};
@@ -194,6 +214,7 @@ int engine_stats_json(char **out)
 	stats_buffers(&j);
 	stats_checkpoints(&j);
 	stats_kv(&j);
+	stats_settings(&j, e);
 	jb_add(&j, "}");
 	if (j.oom) {
 		free(j.s);

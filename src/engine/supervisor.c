@@ -53,6 +53,7 @@ typedef struct sup_conn {
 static struct {
 	char abs[PATH_MAX];
 	wr_options opts;
+	uint8_t sources[WR_OPTS_MAX]; /* of each option: enum wr_opt_source */
 	int lock_fd, listen_fd, sig_fd, shm_fd;
 	int ready_fd; /* the opener's pipe until start-up is reported */
 	int phase;
@@ -135,6 +136,13 @@ static int setup_signals(void)
 	return WALRUS_OK;
 }
 
+static void mark_source(const char *name, int source)
+{
+	size_t i;
+	if (wr_opts_find(name, &i) != NULL)
+		S.sources[i] = (uint8_t)source;
+}
+
 /*
  * Sizes fixed when the directory was initialised win over the options:
  * the WAL's segment size is written in every segment's header.
@@ -145,6 +153,10 @@ static int adopt_control_file(void)
 	int rc = wal_control_read(S.abs, &c);
 	if (rc != WALRUS_OK)
 		return rc;
+	if ((uint64_t)S.opts.wal_segment_size != c.wal_seg_size)
+		mark_source("wal_segment_size", WR_SRC_CONTROL_FILE);
+	if ((uint64_t)S.opts.data_segment_size != c.data_seg_size)
+		mark_source("data_segment_size", WR_SRC_CONTROL_FILE);
 	if ((uint64_t)S.opts.wal_segment_size != c.wal_seg_size ||
 	    (uint64_t)S.opts.data_segment_size != c.data_seg_size)
 		wr_log(
@@ -187,6 +199,7 @@ static int create_shared_memory(void)
 	if (rc != WALRUS_OK)
 		return rc;
 	e->opts = S.opts;
+	memcpy(e->opt_source, S.sources, sizeof(e->opt_source));
 	memcpy(e->datadir, S.abs, sizeof(e->datadir));
 	e->supervisor_pid = (uint32_t)getpid();
 	e->nprocs = nprocs;
@@ -722,12 +735,33 @@ static void detach_from_caller(int ready_fd)
 		signal(sig, SIG_DFL);
 }
 
+/* The options that differ from their defaults, and where they came from, in one line. */
+static void log_settings(void)
+{
+	char line[2048];
+	size_t n, used = 0;
+	const wr_opt_desc *t = wr_opts_table(&n);
+
+	line[0] = '\0';
+	for (size_t i = 0; i < n && used < sizeof(line); i++) {
+		char v[64];
+		if (S.sources[i] == WR_SRC_DEFAULT || t[i].scope != WR_SCOPE_INSTANCE ||
+		    wr_opts_get(&S.opts, t[i].name, v, sizeof(v)) != WALRUS_OK)
+			continue;
+		int w = snprintf(line + used, sizeof(line) - used, "%s%s=%s (%s)", used ? ", " : "",
+		                 t[i].name, v, wr_opt_source_name(S.sources[i]));
+		used += w > 0 ? (size_t)w : 0;
+	}
+	wr_log(WR_LOG, "settings other than the defaults: %s", used ? line : "none");
+}
+
 _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int ready_fd,
                                bool foreground)
 {
 	int rc;
 
-	S.opts = *opts;
+	/* Read before anything uses an option; its error is reported once the log is open. */
+	int conf_rc = conf_effective(abs, opts, &S.opts, S.sources);
 	S.foreground = foreground;
 	S.ready_fd = ready_fd;
 	wr_snprintf(S.abs, sizeof(S.abs), "%s", abs);
@@ -737,13 +771,15 @@ _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int read
 	umask(077);
 	if (!foreground)
 		wr_log_set_stderr(WR_PANIC + 1);
-	if ((rc = open_log(abs, opts->log_min_messages)) != WALRUS_OK)
+	if ((rc = open_log(abs, S.opts.log_min_messages)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
-	if ((rc = fdc_init(opts->max_open_files)) != WALRUS_OK)
+	if (conf_rc != WALRUS_OK)
+		fail_start(ready_fd, conf_rc);
+	if ((rc = fdc_init(S.opts.max_open_files)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
 	if ((rc = datadir_lock_instance(abs, &S.lock_fd)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
-	if ((rc = datadir_init_or_verify(abs, opts)) != WALRUS_OK)
+	if ((rc = datadir_init_or_verify(abs, &S.opts)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
 	if ((rc = adopt_control_file()) != WALRUS_OK)
 		fail_start(ready_fd, rc);
@@ -758,6 +794,7 @@ _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int read
 	if ((rc = ipc_listen(abs, WR_SOCKET_NAME, &S.listen_fd)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
 	wr_log(WR_LOG, "supervisor starting for \"%s\" (pid %d)", abs, (int)getpid());
+	log_settings();
 	/* Readiness is reported after recovery, so that the opener gets
 	 * recovery's error itself; others wait on the socket meanwhile. */
 	if ((rc = instance_start()) != WALRUS_OK) {

@@ -2,7 +2,7 @@
 test_doctor.py): the binary under test, the pass/fail tally behind their
 'N passed, N failed' line, and waiting out an instance's lingering
 supervisor.  Each test is its own process, so the tally is module state."""
-import os, signal, sys, time
+import fcntl, os, signal, sys, time
 
 # meson passes the built binary's path; the default serves a run by hand
 # from the source tree.
@@ -42,3 +42,29 @@ def stop_instance(d):
             return
         time.sleep(0.1)
     os.kill(pid, signal.SIGKILL)
+
+
+def wait_stopped(d, timeout=60):
+    """Blocks until every process of d's instance has exited: they hold the
+    directory lock (an OFD lock on byte 0 of walrus.pid) until the last of
+    them is gone, so a lock of ours waits for exactly that.  The lock is
+    dropped at once.  False when it did not happen within timeout seconds."""
+    try:
+        fd = os.open(os.path.join(d, "walrus.pid"), os.O_RDWR)
+    except FileNotFoundError:
+        return True  # removed by a clean shutdown, or never started
+
+    def expired(*_):
+        raise TimeoutError
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(timeout)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0, os.SEEK_SET)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        os.close(fd)

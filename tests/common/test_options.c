@@ -60,7 +60,7 @@ START_TEST(test_table_covers_struct)
 	const wr_opt_desc *t = wr_opts_table(&n);
 	bool covered[sizeof(wr_options)] = {false};
 
-	ck_assert_uint_eq(n, 29);
+	ck_assert_uint_eq(n, 30);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_lt(t[i].offset, sizeof(wr_options));
 		ck_assert_msg(!covered[t[i].offset], "%s shares a field", t[i].name);
@@ -68,7 +68,8 @@ START_TEST(test_table_covers_struct)
 		ck_assert_ptr_nonnull(t[i].help);
 		ck_assert(t[i].type != WR_OPT_ENUM || t[i].enum_names != NULL);
 		bool session = strcmp(t[i].name, "synchronous_commit") == 0 ||
-		               strcmp(t[i].name, "create_if_missing") == 0;
+		               strcmp(t[i].name, "create_if_missing") == 0 ||
+		               strcmp(t[i].name, "strict_options") == 0;
 		ck_assert_int_eq(t[i].scope, session ? WR_SCOPE_SESSION : WR_SCOPE_INSTANCE);
 		for (size_t j = 0; j < i; j++)
 			ck_assert_str_ne(t[i].name, t[j].name);
@@ -92,6 +93,9 @@ START_TEST(test_defaults_round_trip)
 		              t[i].name, buf, t[i].def);
 		ck_assert_int_eq(wr_opts_set(&o2, t[i].name, buf), WALRUS_OK);
 	}
+	ck_assert(o.set_mask == 0);
+	ck_assert(o2.set_mask == (n == 64 ? ~0ULL : (1ULL << n) - 1)); /* every one set */
+	o2.set_mask = 0;
 	ck_assert_int_eq(memcmp(&o, &o2, sizeof(o)), 0);
 }
 END_TEST
@@ -373,7 +377,8 @@ START_TEST(test_json)
 	ck_assert_ptr_nonnull(strstr(buf, "\"wal_direct_io\":false,"));
 	ck_assert_ptr_nonnull(strstr(buf, "\"checkpoint_timeout\":\"5min\","));
 	ck_assert_ptr_nonnull(strstr(buf, "\"checkpoint_completion_target\":\"0.9\","));
-	ck_assert_ptr_nonnull(strstr(buf, "\"create_if_missing\":false}"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"create_if_missing\":false,"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"strict_options\":false}"));
 
 	/* Short buffers: terminated, truncated, and the needed length still returned. */
 	char small[10];
@@ -431,6 +436,39 @@ START_TEST(test_real_ignores_locale)
 }
 END_TEST
 
+/* Which options were set explicitly: what walrus.conf may not override. */
+START_TEST(test_explicitly_set)
+{
+	wr_options o, dst;
+	size_t sb, wb;
+
+	wr_opts_defaults(&o);
+	ck_assert_ptr_nonnull(wr_opts_find("shared_buffers", &sb));
+	ck_assert_ptr_nonnull(wr_opts_find("wal_buffers", &wb));
+	ck_assert_ptr_null(wr_opts_find("Shared_Buffers", NULL));
+	ck_assert(!wr_opts_is_set(&o, sb));
+	/* Setting the default value is still an explicit choice. */
+	ck_assert_int_eq(wr_opts_set(&o, "shared_buffers", "128MB"), WALRUS_OK);
+	ck_assert(wr_opts_is_set(&o, sb));
+	ck_assert(!wr_opts_is_set(&o, wb));
+	/* A refused value marks nothing. */
+	ck_assert_int_eq(wr_opts_set(&o, "wal_buffers", "12q"), WALRUS_EINVAL);
+	ck_assert(!wr_opts_is_set(&o, wb));
+	ck_assert_int_eq(wr_opts_set_pair(&o, "wal_buffers=1MB"), WALRUS_OK);
+	ck_assert(wr_opts_is_set(&o, wb));
+	ck_assert(!wr_opts_is_set(&o, WR_OPTS_MAX));
+
+	wr_opts_defaults(&dst);
+	wr_opts_copy(&dst, &o, wb);
+	ck_assert_int_eq(dst.wal_buffers, 1 << 20);
+	ck_assert(wr_opts_is_set(&dst, wb));
+	ck_assert(!wr_opts_is_set(&dst, sb));
+	ck_assert_str_eq(wr_opt_source_name(WR_SRC_DEFAULT), "default");
+	ck_assert_str_eq(wr_opt_source_name(WR_SRC_FILE), "file");
+	ck_assert_str_eq(wr_opt_source_name(WR_SRC_COMMAND_LINE), "command line");
+}
+END_TEST
+
 START_TEST(test_public_api)
 {
 	walrus_opts *opts = walrus_opts_new();
@@ -470,6 +508,7 @@ int main(void)
 	tcase_add_test(tc, test_json);
 	tcase_add_test(tc, test_size_time_bool_parsers);
 	tcase_add_test(tc, test_real_ignores_locale);
+	tcase_add_test(tc, test_explicitly_set);
 	tcase_add_test(tc, test_public_api);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
