@@ -71,7 +71,8 @@ static smgr_cycle_fn smgr_cycle_hook;
  */
 _Noreturn void data_sync_failed(const char *what, const char *path, int err)
 {
-	wr_panic("could not %s file \"%s\": %s", what, path, strerror(err));
+	char eb[128];
+	wr_panic("could not %s file \"%s\": %s", what, path, strerror_r(err, eb, sizeof(eb)));
 }
 
 /* ---------------------------------------------------------------- paths */
