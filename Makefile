@@ -1,10 +1,11 @@
 # Thin wrapper: scripts/deps.sh + meson + ninja. See README.md.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 MESON_SETUP = meson setup --reconfigure
 
-.PHONY: all deps build test asan fuzz demo clean format tidy
+.PHONY: all deps build test asan tsan fuzz demo clean format tidy
 
 all: build
 
@@ -37,6 +38,15 @@ asan: deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		meson test -C $(ASAN_BUILD) --print-errorlogs --num-processes 2
 
+# The `threads` suite under ThreadSanitizer: any report fails the test.  The
+# fuzz targets stay off: their ASan flags do not mix with TSan (CC=clang).
+tsan: deps
+	@[ -f $(TSAN_BUILD)/build.ninja ] || meson setup $(TSAN_BUILD) \
+		-Db_sanitize=thread -Db_pie=true -Db_lundef=false -Dfuzz=disabled -Dbuildtype=debug >/dev/null
+	ninja -C $(TSAN_BUILD)
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
+		meson test -C $(TSAN_BUILD) --suite threads --print-errorlogs --num-processes 2
+
 demo: build
 	@sh scripts/demo.sh $(BUILD)
 
@@ -47,4 +57,4 @@ tidy: build
 	clang-tidy -p $(BUILD) --quiet --checks='-*,bugprone-*,-bugprone-easily-swappable-parameters,-bugprone-reserved-identifier' $$(git ls-files 'src/*.c' 'tools/*.c')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

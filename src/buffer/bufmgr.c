@@ -330,8 +330,21 @@ char *buf_page_ptr(int buf)
 }
 
 /*
+ * smgr_write stamps the checksum into the page it writes; a private copy
+ * keeps that off the shared page other processes are reading.  Not inlined,
+ * so that the copy is not on the stack during buf_write_page's WAL flush.
+ */
+__attribute__((noinline)) static int write_copy(smgr_rel *r, wr_blkno blk, const char *page)
+{
+	_Alignas(4096) char copy[WR_PAGE_SIZE];
+	memcpy(copy, page, WR_PAGE_SIZE);
+	return smgr_write(r, blk, copy);
+}
+
+/*
  * Writes a pinned buffer whose content lock this process holds (either
- * mode: nobody can change the page meanwhile).  No-op if it is clean.
+ * mode: nobody can change the page meanwhile, so its LSN read here is the
+ * one of the copy written after the flush).  No-op if it is clean.
  */
 int buf_write_page(int buf, _Atomic uint64_t *counter, bool *written)
 {
@@ -340,18 +353,14 @@ int buf_write_page(int buf, _Atomic uint64_t *counter, bool *written)
 		*written = false;
 	if (!buf_start_io(d, false))
 		return WALRUS_OK;
-	/* smgr_write stamps the checksum into the page it writes; a private
-	 * copy keeps that off the shared page other processes are reading. */
-	static _Alignas(4096) char copy[WR_PAGE_SIZE];
-	memcpy(copy, buf_page_ptr(buf), WR_PAGE_SIZE);
-	wr_lsn lsn = page_get_lsn(copy);
+	wr_lsn lsn = page_get_lsn(buf_page_ptr(buf));
 	if (lsn != 0 && lsn > wal_flushed_lsn())
 		wal_flush_to(lsn); /* WAL before data */
 	buf_notify_write(d->rel, d->blk, lsn);
 	smgr_rel *r;
 	int rc = smgr_open(d->rel, &r);
 	if (rc == WALRUS_OK)
-		rc = smgr_write(r, d->blk, copy);
+		rc = write_copy(r, d->blk, buf_page_ptr(buf));
 	if (rc != WALRUS_OK) {
 		buf_end_io(d, 0, BM_IO_ERROR); /* still dirty: a later write retries */
 		return rc;
@@ -582,7 +591,7 @@ int buf_read_zero(wr_relid rel, wr_blkno blk, int *out)
 /* Writes a new page_init'ed block at the end of @r under the extension lock. */
 static int buf_extend_file(smgr_rel *r, wr_relid rel, wr_blkno *blk)
 {
-	static _Alignas(4096) char page[WR_PAGE_SIZE];
+	_Alignas(4096) char page[WR_PAGE_SIZE];
 	wr_rwlock *ext = &buf_l.r->ext_lock[rel % BUF_EXT_LOCKS];
 	/* Two extenders must not pick the same block number. */
 	rw_lock_excl(ext);

@@ -29,7 +29,7 @@ static const wal_decoded_block *find_block(const wal_decoded *rec, int id)
  */
 static int ensure_block(wr_relid rel, wr_blkno blk)
 {
-	static _Alignas(4096) char zero[WR_PAGE_SIZE];
+	_Alignas(4096) char zero[WR_PAGE_SIZE];
 	int rc = smgr_exists(rel) ? WALRUS_OK : smgr_create(rel);
 	smgr_rel *r;
 	wr_blkno nblocks;

@@ -36,8 +36,10 @@ static int ck_ring_init(void)
 	if (ck_ring_owner == getpid())
 		return WALRUS_OK;
 	int rc = io_uring_queue_init(BUF_URING_BATCH, &ck_ring, 0);
+	char eb[128];
 	if (rc < 0)
-		return wr_error(WALRUS_EIO, "could not set up io_uring: %s", strerror(-rc));
+		return wr_error(WALRUS_EIO, "could not set up io_uring: %s",
+		                strerror_r(-rc, eb, sizeof(eb)));
 	ck_ring_owner = getpid();
 	return WALRUS_OK;
 }
@@ -118,8 +120,10 @@ static int ck_reap(ck_slot *slots, int queued)
 		do
 			rc = io_uring_wait_cqe(&ck_ring, &cqe);
 		while (rc == -EINTR);
+		char eb[128];
 		if (rc < 0)
-			return wr_error(WALRUS_EIO, "io_uring wait: %s", strerror(-rc));
+			return wr_error(WALRUS_EIO, "io_uring wait: %s",
+			                strerror_r(-rc, eb, sizeof(eb)));
 		ck_slot *s = &slots[io_uring_cqe_get_data64(cqe)];
 		/* A short page write is an error here: the page is retried whole
 		 * at the next checkpoint, never left half-written and clean. */
@@ -139,10 +143,11 @@ static int ck_finish(ck_slot *s, buf_wb *wb, uint32_t *written)
 	if (s->f != FDC_INVALID)
 		fdc_pin(s->f, false);
 	if (s->err != 0 || rc != WALRUS_OK) {
+		char eb[128];
 		if (rc == WALRUS_OK)
 			rc = wr_error(wr_errno_code(s->err),
 			              "could not write block %u of relation %u: %s", s->it->blk,
-			              s->it->rel, strerror(s->err));
+			              s->it->rel, strerror_r(s->err, eb, sizeof(eb)));
 		buf_end_io(d, 0, BM_IO_ERROR);
 		ck_release(s->it->buf);
 		return rc;
@@ -188,9 +193,10 @@ int buf_ckpt_write_batch(const buf_ckpt_item *items, uint32_t n, buf_wb *wb, uin
 	for (int k = 0; k < nslots; k++)
 		queued += slots[k].err == 0;
 	int sub = queued ? io_uring_submit(&ck_ring) : 0;
+	char eb[128];
 	if (sub < 0 || sub != queued)
 		wr_panic("io_uring submit of checkpoint writes: %s",
-		         strerror(sub < 0 ? -sub : EIO));
+		         strerror_r(sub < 0 ? -sub : EIO, eb, sizeof(eb)));
 	int rrc = ck_reap(slots, queued);
 	if (rrc != WALRUS_OK)
 		wr_panic("%s", walrus_errmsg()); /* writes in flight we cannot account for */

@@ -108,12 +108,10 @@ static void write_delay(ckpt_pacer *p, double progress)
 	ckpt_sync_absorb();
 }
 
-static int write_buffers(const wr_options *o, int flags, ckpt_result *r)
+/* Marks the buffers to write into @items (room for every buffer), then writes them. */
+static int write_items(const wr_options *o, int flags, ckpt_result *r, buf_ckpt_item *items,
+                       uint32_t nbuf)
 {
-	static buf_ckpt_item *items;
-	uint32_t nbuf = buf_nbuffers();
-	if (items == NULL && (items = malloc(nbuf * sizeof(*items))) == NULL)
-		return wr_error(WALRUS_ENOMEM, "out of memory for %u checkpoint items", nbuf);
 	uint32_t n = buf_ckpt_mark(items);
 	r->nbuffers = nbuf;
 	r->bufs_marked = n;
@@ -144,6 +142,18 @@ static int write_buffers(const wr_options *o, int flags, ckpt_result *r)
 	}
 	buf_wb_issue(&wb);
 	buf_wb_free(&wb);
+	return rc;
+}
+
+/* The items array is the checkpoint's own: allocated per run, for the pool's current size. */
+static int write_buffers(const wr_options *o, int flags, ckpt_result *r)
+{
+	uint32_t nbuf = buf_nbuffers();
+	buf_ckpt_item *items = malloc(nbuf * sizeof(*items));
+	if (items == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory for %u checkpoint items", nbuf);
+	int rc = write_items(o, flags, r, items, nbuf);
+	free(items);
 	return rc;
 }
 

@@ -24,6 +24,7 @@
 #include <ctype.h>
 #include <locale.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,13 +199,25 @@ const wr_opt_desc *wr_opts_table(size_t *count)
 
 /* ------------------------------------------------------------ C locale */
 
+/*
+ * Created once and never freed.  Threads that race to create it each make
+ * one; the first published wins and the others free theirs.
+ */
+static _Atomic(locale_t) c_loc;
+
 static locale_t c_locale(void)
 {
-	static locale_t loc;
-
+	locale_t loc = atomic_load_explicit(&c_loc, memory_order_acquire);
+	if (loc != (locale_t)0)
+		return loc;
 	/* On failure (ENOMEM) fall back to the current locale: still right in most programs. */
-	if (loc == (locale_t)0)
-		loc = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+	locale_t mine = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+	if (mine == (locale_t)0)
+		return mine;
+	if (atomic_compare_exchange_strong_explicit(&c_loc, &loc, mine, memory_order_acq_rel,
+	                                            memory_order_acquire))
+		return mine;
+	freelocale(mine); /* another thread's is in place: @loc */
 	return loc;
 }
 

@@ -300,7 +300,9 @@ static void verify_report(void *arg, wr_blkno blk, const char *msg)
 
 int walrus_verify(walrus *db, walrus_report_fn report, void *arg)
 {
-	static verify_ctx v; /* not a local: it must survive the setjmp */
-	v = (verify_ctx){report, arg};
+	/* Set before the setjmp and never changed after it, so its value is
+	 * determinate after a longjmp (C11 7.13.2.1), and this frame outlives
+	 * kv_verify, the only user of its address. */
+	verify_ctx v = {report, arg};
 	API_CALL(db, "walrus_verify", kv_verify(verify_report, &v, NULL));
 }

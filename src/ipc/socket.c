@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -36,12 +37,16 @@ typedef struct sock_addr {
 	socklen_t len;
 } sock_addr;
 
+/* -1 until the first look; threads racing to it all store the same answer. */
+static _Atomic int proc_fd_state = -1;
+
 static bool proc_fd_usable(void)
 {
-	static int usable = -1;
+	int usable = atomic_load_explicit(&proc_fd_state, memory_order_relaxed);
 	if (usable < 0) {
 		struct stat st;
 		usable = stat("/proc/self/fd", &st) == 0 && S_ISDIR(st.st_mode);
+		atomic_store_explicit(&proc_fd_state, usable, memory_order_relaxed);
 	}
 	return usable;
 }

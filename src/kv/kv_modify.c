@@ -24,6 +24,7 @@
  *
  * Interface: kv_int.h (kvm_put, kvm_delete).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "kv/kv_int.h"
@@ -82,10 +83,19 @@ static uint32_t chunks(uint32_t vlen)
 	return (vlen + KV_OVF_CHUNK - 1) / KV_OVF_CHUNK;
 }
 
+/* Overflow page @p: piece @seq of value @id.  Not inlined: its page image
+ * would stay in the callers' frames (kvm_put's and the allocations'). */
+__attribute__((noinline)) static int ovf_page(kvw_page *p, uint64_t id, uint32_t seq,
+                                              const char *data, uint32_t len, wr_blkno next)
+{
+	char img[WR_PAGE_SIZE];
+	kvo_init(img, id, seq, data, len, next);
+	return kvw_op_image(p, img);
+}
+
 /* Writes @v into new overflow pages, each naming the next. */
 static int ovf_write(const char *v, uint32_t vl, kv_ovf_ref *ref)
 {
-	static char img[WR_PAGE_SIZE];
 	uint32_t n = chunks(vl);
 	kvw_page *cur, *next = NULL;
 	int rc = kvw_alloc(&cur);
@@ -99,8 +109,7 @@ static int ovf_write(const char *v, uint32_t vl, kv_ovf_ref *ref)
 			rc = kvw_alloc(&next);
 		if (rc != WALRUS_OK)
 			break;
-		kvo_init(img, ref->id, i, v + off, len, next ? next->blk : WR_INVALID_BLKNO);
-		rc = kvw_op_image(cur, img);
+		rc = ovf_page(cur, ref->id, i, v + off, len, next ? next->blk : WR_INVALID_BLKNO);
 		ref->last = cur->blk;
 		cur = next;
 	}
@@ -221,10 +230,12 @@ static void plan_entries(split_plan *sp, const char *page, int slot, const char 
 	}
 }
 
-/* The new right node: fences [sep, high), entries [k, m). */
-static int build_right(const split_plan *sp, int level, const kvw_page *left, kvw_page *right)
+/* The new right node: fences [sep, high), entries [k, m).  Not inlined (nor
+ * grow_root): its page image would be in every frame of the split recursion. */
+__attribute__((noinline)) static int build_right(const split_plan *sp, int level,
+                                                 const kvw_page *left, kvw_page *right)
 {
-	static char img[WR_PAGE_SIZE];
+	char img[WR_PAGE_SIZE];
 	kv_special ls = kvp_special(left->page);
 	kv_key sep = {.p = sp->sep, .len = sp->seplen}, high = kvn_high(left->page);
 	kvn_init(img, (uint16_t)level, 0, left->blk, ls.right, &sep, &high);
@@ -274,20 +285,17 @@ static int relink(wr_blkno neighbour, bool left_link, wr_blkno to)
 	return kvw_op_special(o, &s);
 }
 
-/* A new root over the two halves of the old one. */
-static int grow_root(wr_blkno left, wr_blkno right, const split_plan *sp, int level)
+/* A new root (@root, just allocated) over the two halves of the old one. */
+__attribute__((noinline)) static int grow_root(kvw_page *root, wr_blkno left, wr_blkno right,
+                                               const char *sep, uint16_t seplen, int level)
 {
-	static char img[WR_PAGE_SIZE];
+	char img[WR_PAGE_SIZE];
 	char it[KV_INNER_HDR + KV_MAX_KEY];
 	kv_key inf = {.inf = true};
-	kvw_page *root;
-	int rc = kvw_alloc(&root);
-	if (rc != WALRUS_OK)
-		return rc;
 	kvn_init(img, (uint16_t)(level + 1), 0, WR_INVALID_BLKNO, WR_INVALID_BLKNO, &inf, &inf);
 	kvp_insert(img, KV_FIRST_SLOT, it, kvi_encode(it, left, NULL, 0));
-	kvp_insert(img, KV_FIRST_SLOT + 1, it, kvi_encode(it, right, sp->sep, sp->seplen));
-	rc = kvw_op_image(root, img);
+	kvp_insert(img, KV_FIRST_SLOT + 1, it, kvi_encode(it, right, sep, seplen));
+	int rc = kvw_op_image(root, img);
 	kv_meta *m = kvw_meta();
 	m->root = root->blk;
 	m->height++;
@@ -297,7 +305,7 @@ static int grow_root(wr_blkno left, wr_blkno right, const split_plan *sp, int le
 int kvm_split_point(const char *page, int slot, const char *item, uint16_t len, char *sep,
                     uint16_t *seplen)
 {
-	static split_plan sp;
+	split_plan sp; /* ~21 KiB, but only leaf functions run on top of it */
 	int level = kvp_special(page).level;
 	bool append = (kvp_special(page).flags & KVN_HIGH_INF) && slot == kvp_nslots(page);
 	plan_entries(&sp, page, slot, item, len);
@@ -316,28 +324,40 @@ static int insert_item(wpath *path, int level, int slot, const char *item, uint1
  */
 static int split_insert(wpath *path, int level, int slot, const char *item, uint16_t len)
 {
-	static split_plan sp; /* used up before the recursion into the parent */
+	/* On the heap (~21 KiB): a split runs deep in the call stack and may
+	 * recurse; freed before the recursion into the parent. */
+	split_plan *sp = malloc(sizeof(*sp));
+	if (sp == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory splitting a node");
 	kvw_page *node = path->node[level], *right;
 	kv_special s = kvp_special(node->page);
 	bool append = (s.flags & KVN_HIGH_INF) && slot == kvp_nslots(node->page);
-	plan_entries(&sp, node->page, slot, item, len);
-	if (!choose_cut(&sp, level, node->page, append))
+	plan_entries(sp, node->page, slot, item, len);
+	if (!choose_cut(sp, level, node->page, append)) {
+		free(sp);
 		return bad_node(node, "split: no cut point fits");
+	}
 	int rc = kvw_alloc(&right);
 	if (rc == WALRUS_OK)
-		rc = build_right(&sp, level, node, right);
+		rc = build_right(sp, level, node, right);
 	if (rc == WALRUS_OK)
 		rc = relink(s.right, true, right->blk);
 	char sep[KV_INNER_HDR + KV_MAX_KEY];
-	uint16_t seplen = sp.seplen;
-	memcpy(sep + KV_INNER_HDR, sp.sep, seplen);
+	uint16_t seplen = sp->seplen;
+	memcpy(sep + KV_INNER_HDR, sp->sep, seplen);
 	if (rc == WALRUS_OK)
-		rc = shrink_left(&sp, node, right, slot, item, len);
+		rc = shrink_left(sp, node, right, slot, item, len);
+	free(sp);
 	if (rc != WALRUS_OK)
 		return rc;
 	kvw_count_split();
-	if (level + 1 == path->height)
-		return grow_root(node->blk, right->blk, &sp, level);
+	if (level + 1 == path->height) {
+		kvw_page *root; /* allocated here: grow_root's page image is not on the stack yet */
+		rc = kvw_alloc(&root);
+		if (rc != WALRUS_OK)
+			return rc;
+		return grow_root(root, node->blk, right->blk, sep + KV_INNER_HDR, seplen, level);
+	}
 	uint16_t ilen = kvi_encode(sep, right->blk, sep + KV_INNER_HDR, seplen);
 	return insert_item(path, level + 1, path->slot[level] + 1, sep, ilen);
 }

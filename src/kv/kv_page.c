@@ -48,7 +48,7 @@ int kvp_free_space(const char *page)
 /* Rewrites the items packed against the special space, in slot order. */
 void kvp_compact(char *page)
 {
-	static char tmp[WR_PAGE_SIZE];
+	char tmp[WR_PAGE_SIZE];
 	wr_page_header h = kvp_header(page);
 	int n = kvp_nslots(page);
 	uint16_t upper = h.special;

@@ -102,7 +102,7 @@ static void apply_record(const wal_decoded *rec)
 
 static void stash_apply(void)
 {
-	static wal_decoded dec;
+	wal_decoded dec;
 	for (size_t i = 0; i < stash.n; i++) {
 		stashed *s = &stash.recs[i];
 		if (wal_decode(s->raw, s->len, s->lsn, &dec) != WALRUS_OK)

@@ -490,7 +490,7 @@ int kv_get(const void *k, size_t kl, void **v, size_t *vl)
 
 int kv_get_into(const void *k, size_t kl, void *buf, size_t cap, size_t *vl)
 {
-	static char dummy;
+	char dummy; /* cap 0: never written */
 	get_dst d = {.buf = buf != NULL ? buf : &dummy, .cap = buf != NULL ? cap : 0};
 	int rc = lookup(k, kl, &d);
 	*vl = d.len;
@@ -533,9 +533,14 @@ static void init_block(int id, int buf, const char *img, char *op)
 }
 
 /* The meta page and an empty root leaf, in one record. */
-static int create_tree(wr_blkno n)
+/* Scratch of create_tree: the ops stay registered until the record is inserted. */
+typedef struct create_scratch {
+	char img[WR_PAGE_SIZE], op0[WR_PAGE_SIZE + KVOP_HDR], op1[WR_PAGE_SIZE + KVOP_HDR];
+} create_scratch;
+
+static int create_tree_with(wr_blkno n, create_scratch *cs)
 {
-	static char img[WR_PAGE_SIZE], op0[WR_PAGE_SIZE + KVOP_HDR], op1[WR_PAGE_SIZE + KVOP_HDR];
+	char *img = cs->img, *op0 = cs->op0, *op1 = cs->op1;
 	int mbuf, rbuf;
 	int rc = new_block(0, n, &mbuf);
 	if (rc != WALRUS_OK)
@@ -569,6 +574,17 @@ static int create_tree(wr_blkno n)
 	atomic_store(&kv_sh->root_hint, kv_hint_make(m.root, m.height));
 	wr_log(WR_LOG, "created the key-value tree in relation %u", KV_REL);
 	return WALRUS_OK;
+}
+
+/* The scratch (24 KiB) is on the heap: the buffer calls below it go deep. */
+static int create_tree(wr_blkno n)
+{
+	create_scratch *cs = malloc(sizeof(*cs));
+	if (cs == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory creating the key-value tree");
+	int rc = create_tree_with(n, cs);
+	free(cs);
+	return rc;
 }
 
 static int create_locked(void)

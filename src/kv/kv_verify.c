@@ -175,7 +175,7 @@ static void check_links(vstate *vs, const vnode *n, const kv_special *s)
 
 static void check_chain(vstate *vs, wr_blkno leaf, const kv_ovf_ref *ref)
 {
-	static char page[WR_PAGE_SIZE];
+	char page[WR_PAGE_SIZE];
 	uint32_t off = 0, seq = 0;
 	wr_blkno blk = ref->first, last = WR_INVALID_BLKNO;
 	while (off < ref->vlen) {
@@ -324,7 +324,7 @@ static int check_meta(vstate *vs, wr_blkno nfile)
 
 static void check_free_list(vstate *vs)
 {
-	static char page[WR_PAGE_SIZE];
+	char page[WR_PAGE_SIZE];
 	uint32_t count = 0;
 	wr_blkno blk = vs->m.free_head, from = 0;
 	while (blk != WR_INVALID_BLKNO) {

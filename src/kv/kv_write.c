@@ -234,7 +234,7 @@ int kvw_alloc(kvw_page **out)
 
 int kvw_free_page(kvw_page *p)
 {
-	static char img[WR_PAGE_SIZE];
+	char img[WR_PAGE_SIZE];
 	kvf_init(img, W.meta.free_head);
 	int rc = kvw_op_image(p, img);
 	if (rc == WALRUS_OK) {
@@ -305,7 +305,12 @@ static int rb_block_for(kvw_page *p, size_t need, rb_block **out)
 	return rb_reserve(b, need);
 }
 
-int kvw_op(kvw_page *p, uint8_t code, uint16_t slot, const void *payload, uint16_t len)
+/*
+ * kvw_op's body.  The payload is @payload, or with @image_page the compact
+ * image of that page (kvw_op_image), encoded straight into the record.
+ */
+static int append_op(kvw_page *p, uint8_t code, uint16_t slot, const void *payload,
+                     const char *image_page, uint16_t len)
 {
 	rb_block *b;
 	int rc = kvw_modify(p);
@@ -317,7 +322,9 @@ int kvw_op(kvw_page *p, uint8_t code, uint16_t slot, const void *payload, uint16
 	op[0] = (char)code;
 	memcpy(op + 1, &slot, 2);
 	memcpy(op + 3, &len, 2);
-	if (len > 0)
+	if (image_page != NULL)
+		kvop_image(image_page, op + KVOP_HDR);
+	else if (len > 0)
 		memcpy(op + KVOP_HDR, payload, len);
 	char why[160];
 	if (!kvop_apply(p->page, op, KVOP_HDR + (size_t)len, why, sizeof(why)))
@@ -329,12 +336,15 @@ int kvw_op(kvw_page *p, uint8_t code, uint16_t slot, const void *payload, uint16
 	return WALRUS_OK;
 }
 
+int kvw_op(kvw_page *p, uint8_t code, uint16_t slot, const void *payload, uint16_t len)
+{
+	return append_op(p, code, slot, payload, NULL, len);
+}
+
 int kvw_op_image(kvw_page *p, const char *image_page)
 {
-	static char img[WR_PAGE_SIZE];
 	size_t len = kvop_image_size(image_page);
-	kvop_image(image_page, img);
-	return kvw_op(p, KVOP_INIT, 0, img, (uint16_t)len);
+	return append_op(p, KVOP_INIT, 0, NULL, image_page, (uint16_t)len);
 }
 
 int kvw_op_special(kvw_page *p, const kv_special *s)

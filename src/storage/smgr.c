@@ -85,7 +85,8 @@ static void smgr_unlock_scope(int *unused)
  */
 _Noreturn void data_sync_failed(const char *what, const char *path, int err)
 {
-	wr_panic("could not %s file \"%s\": %s", what, path, strerror(err));
+	char eb[128];
+	wr_panic("could not %s file \"%s\": %s", what, path, strerror_r(err, eb, sizeof(eb)));
 }
 
 /* ---------------------------------------------------------------- paths */

@@ -33,7 +33,7 @@ static void wal_page_hole(const void *page, uint16_t *off, uint16_t *len)
 /* Compresses @raw into @out when that makes it smaller; returns the size, or 0. */
 static size_t wal_fpi_compress(const char *raw, size_t raw_len, int level, void *out)
 {
-	static char scratch[ZSTD_COMPRESSBOUND(WR_PAGE_SIZE)];
+	char scratch[ZSTD_COMPRESSBOUND(WR_PAGE_SIZE)];
 	if (wal_me->cctx == NULL && (wal_me->cctx = ZSTD_createCCtx()) == NULL)
 		return 0; /* out of memory: an uncompressed image is still correct */
 	size_t n = ZSTD_compressCCtx(wal_me->cctx, scratch, sizeof(scratch), raw, raw_len, level);
@@ -45,7 +45,7 @@ static size_t wal_fpi_compress(const char *raw, size_t raw_len, int level, void 
 
 uint8_t wal_fpi_encode(const void *page, int zstd_level, void *out, wal_image_header *ih)
 {
-	static char raw[WR_PAGE_SIZE];
+	char raw[WR_PAGE_SIZE];
 	uint16_t hole_off, hole_len;
 	wal_page_hole(page, &hole_off, &hole_len);
 	size_t raw_len = WR_PAGE_SIZE - hole_len;
