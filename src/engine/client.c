@@ -379,10 +379,18 @@ static void open_backend_log(const char *abs, int level)
 		wr_log_set_file(C.log_fd, level);
 }
 
-/* The process-wide part of attaching: modules mapped, hooks installed. */
-static int finish_attach(const char *abs, const wr_options *opts)
+/*
+ * The process-wide part of attaching: modules mapped, hooks installed.  The
+ * instance's options rule (its max_open_files bounds every process's fd
+ * cache, its log level every line), not the opener's: they may come from
+ * walrus.conf or from whoever started the instance.
+ */
+static int finish_attach(const char *abs)
 {
-	int rc = wal_attach(-1);
+	const wr_options *inst = &engine_sh()->opts;
+	int rc = fdc_init(inst->max_open_files);
+	if (rc == WALRUS_OK)
+		rc = wal_attach(-1);
 	if (rc == WALRUS_OK)
 		rc = buf_attach();
 	buf_change_reset(); /* a PANIC may have cut a change short before a reopen */
@@ -396,7 +404,7 @@ static int finish_attach(const char *abs, const wr_options *opts)
 	if (rc == WALRUS_OK)
 		rc = kv_attach();
 	if (rc == WALRUS_OK)
-		rc = smgr_init(abs, engine_sh()->opts.data_segment_size);
+		rc = smgr_init(abs, inst->data_segment_size);
 	if (rc != WALRUS_OK)
 		return rc;
 	C.attached = true;
@@ -410,7 +418,7 @@ static int finish_attach(const char *abs, const wr_options *opts)
 	fdc_set_io_guard(guard_enter, guard_exit);
 	wr_set_panic_handler(client_panic_handler);
 	wr_log_set_process_name("walrus-backend"); /* log lines only: the process keeps its name */
-	open_backend_log(abs, opts->log_min_messages);
+	open_backend_log(abs, inst->log_min_messages);
 	return WALRUS_OK;
 }
 
@@ -673,7 +681,7 @@ static int attach_process(const char *abs, const wr_options *opts)
 			return rc;
 		wr_sleep_us(20000);
 	}
-	rc = finish_attach(abs, opts);
+	rc = finish_attach(abs);
 	if (rc != WALRUS_OK) {
 		(void)send_msg(WR_MSG_DETACH);
 		shm_detach();
