@@ -26,6 +26,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -332,9 +333,30 @@ static int instance_start(void)
 	return WALRUS_OK;
 }
 
+/*
+ * Whether process @pid can still do anything.  Not when it has exited but
+ * is not reaped yet: a backend killed while attached stays a zombie until
+ * its parent waits for it (which may be much later, or wait itself for
+ * this restart), and kill(pid, 0) succeeds on a zombie.  A pidfd is
+ * readable once every thread of the process has exited (Linux 5.3); kill()
+ * is the fallback on older kernels.
+ */
 static bool pid_alive(pid_t pid)
 {
-	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+	if (pid <= 0)
+		return false;
+#ifdef SYS_pidfd_open
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (fd >= 0) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int r = poll(&p, 1, 0);
+		close(fd);
+		return r <= 0; /* an error (EINTR): look again */
+	}
+	if (errno == ESRCH)
+		return false;
+#endif
+	return kill(pid, 0) == 0 || errno == EPERM;
 }
 
 /* A backend may be inside a write to the old instance's files: let it finish. */

@@ -60,6 +60,56 @@ def reap(p, t):
     t.join(10)
 
 
+class Tracker:
+    """Reads one client's report lines (crashdrv.c, threaddrv.c) into its key
+    space: B lines become commits, A and S lines move the acknowledged
+    prefix, K (threaddrv: the state recovered after a restart is the state
+    after commit SEQ) drops the commits after SEQ, which never happened."""
+
+    def __init__(self, space, tag):
+        self.space, self.tag = space, tag
+        self.start = len(space.commits)  # the commits before this client's first
+        self.pos = {}       # seq -> len(space.commits) after it
+        self.pending = {}   # seq -> len(space.commits) after it, not yet acknowledged
+        self.counts = {}    # line kind -> how many
+
+    def line(self, parts):
+        """@parts: the words of a line, without the client name."""
+        sp, kind = self.space, parts[0]
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if kind == "B":
+            seq = int(parts[1])
+            ops = []
+            for o in parts[2:]:
+                f = o.split(":")
+                key = f"{sp.name}/k{int(f[1]):04d}"
+                if f[0] == "P":
+                    prefix = f"{self.tag}:{seq}:{int(f[1])}:"
+                    ops.append((key, prefix + filler(seq, int(f[2]))))
+                else:
+                    ops.append((key, None))
+            sp.commits.append((f"{self.tag}#{seq}", ops))
+            self.pos[seq] = self.pending[seq] = len(sp.commits)
+        elif kind == "A":
+            sp.acked = max(sp.acked, self.pending.pop(int(parts[1])))
+        elif kind == "S":  # walrus_sync: this commit and all before it
+            seq = int(parts[1])
+            sp.acked = max(sp.acked, self.pending[seq])
+            for s in [s for s in self.pending if s <= seq]:
+                del self.pending[s]
+        elif kind == "K":
+            seq = int(parts[1])
+            keep = self.pos[seq] if seq else self.start
+            if keep < sp.acked:
+                sp.errors.append(f"{self.tag}: K {seq} drops acknowledged commits")
+            del sp.commits[keep:]
+            for d in (self.pos, self.pending):
+                for s in [s for s in d if s > seq]:
+                    del d[s]
+        elif kind == "E":
+            sp.errors.append(" ".join(parts[1:]))
+
+
 class DrvClient:
     """A crashdrv process writing to @space."""
 
@@ -74,38 +124,15 @@ class DrvClient:
             args += ["--rate", str(rate)]
         self.p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, env=env or w.env())
-        self.pending = {}
+        self.tracker = Tracker(space, tag)
         self.t = threading.Thread(target=self._read, daemon=True)
         self.t.start()
 
     def _read(self):
-        sp = self.space
         for raw in self.p.stdout:
             parts = raw.decode(errors="replace").split()
-            if not parts:
-                continue
-            if parts[0] == "B":
-                seq = int(parts[1])
-                ops = []
-                for o in parts[2:]:
-                    f = o.split(":")
-                    key = f"{sp.name}/k{int(f[1]):04d}"
-                    if f[0] == "P":
-                        prefix = f"{self.tag}:{seq}:{int(f[1])}:"
-                        ops.append((key, prefix + filler(seq, int(f[2]))))
-                    else:
-                        ops.append((key, None))
-                sp.commits.append((f"{self.tag}#{seq}", ops))
-                self.pending[seq] = len(sp.commits)
-            elif parts[0] == "A":
-                sp.acked = max(sp.acked, self.pending.pop(int(parts[1])))
-            elif parts[0] == "S":  # walrus_sync: this commit and all before it
-                seq = int(parts[1])
-                sp.acked = max(sp.acked, self.pending[seq])
-                for s in [s for s in self.pending if s <= seq]:
-                    del self.pending[s]
-            elif parts[0] == "E":
-                sp.errors.append(" ".join(parts[1:]))
+            if parts:
+                self.tracker.line(parts)
 
     def pids(self):
         return [self.p.pid] if self.p.poll() is None else []
@@ -322,24 +349,30 @@ def client_pids(clients):
 
 
 class Rounds:
-    """The key spaces of the crash and power-loss suites and the tally of
-    their rounds.  A failed round is logged with the tail of the instance's
-    log, and the suite goes on from what was recovered (a new book), so that
-    the rounds after it still report; it gives up after MAX_FAILURES failed
-    rounds, or when even the recovered state does not check."""
+    """The key spaces of the crash and power-loss suites (@spaces: their
+    names; thread_crash.py has its own) and the tally of their rounds.  A
+    failed round is logged with the tail of the instance's log, and the
+    suite goes on from what was recovered (a new book), so that the rounds
+    after it still report; it gives up after MAX_FAILURES failed rounds, or
+    when even the recovered state does not check."""
 
     MAX_FAILURES = 3
 
-    def __init__(self, w):
+    def __init__(self, w, spaces=SPACES):
         self.w = w
+        self.spaces = list(spaces)
         self.book = self._new_book()
         self.passed = self.failed = 0
         self.commits = self.acked = 0
         self.gave_up = False
 
     def _new_book(self):
-        book = Book(SPACES)
-        book.check(self.w.scan())
+        """A book on what the store holds now (after a failed round: the
+        rounds after it check against that, not against nothing)."""
+        book = Book(self.spaces)
+        kv = self.w.scan()
+        for sp in book.spaces.values():
+            sp.new_round(kv)
         return book
 
     def start_clients(self, driver, rnd, rng, async_rate, env=None):
@@ -358,11 +391,14 @@ class Rounds:
             LoadClient(self.w, sp["s3"], f"s3.{rnd}", 8, random.Random(rng.random()), env=env),
         ]
 
-    def check(self, what, since):
+    def check(self, what, since, before=None):
         """After the crash of round @what (its instance log from offset
-        @since): recovery, every key space and `walrus verify`.  Returns
+        @since): recovery, every key space and `walrus verify` (and first
+        @before(), which raises TestFailure to fail the round).  Returns
         whether the round passed; sets gave_up when the suite must stop."""
         try:
+            if before is not None:
+                before()
             n, ack = self.book.check(self.w.scan(timeout=120))
             self.w.verify()
         except TestFailure as e:
