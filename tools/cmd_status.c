@@ -1,7 +1,7 @@
 /*
  * cmd_status.c - `walrus status`: whether an instance serves DIR, and its
  * processes as ps would show them, and its settings with their sources
- * (which takes attaching: they live in its shared memory).  Exit 0 when
+ * (as its supervisor wrote them at start: DIR/walrus.settings).  Exit 0 when
  * running, 1 when not.
  */
 #include "tool.h"
@@ -72,19 +72,27 @@ static void list_children(long sup)
 	closedir(d);
 }
 
-/* The running instance's settings and their sources, read from its shared memory. */
-static void print_settings(tool_ctx *ctx)
+/*
+ * The running instance's settings and their sources, as its supervisor wrote
+ * them at start (DIR/walrus.settings): attaching to read its shared memory
+ * would keep it from stopping.
+ */
+static void print_settings(const char *abs)
 {
-	walrus *db;
-	if (walrus_open(ctx->datadir, ctx->opts, &db) != WALRUS_OK) {
-		fprintf(stderr, "walrus status: could not read the settings: %s\n",
-		        walrus_errmsg());
+	char path[PATH_MAX + 32], line[256];
+	snprintf(path, sizeof(path), "%s/%s", abs, WR_SETTINGS_FILE);
+	FILE *f = fopen(path, "r");
+	if (f == NULL) {
+		fprintf(stderr, "walrus status: could not read the settings \"%s\": %s\n", path,
+		        strerror(errno));
 		return;
 	}
 	printf("settings (value, source):\n");
-	tool_print_settings(stdout, &engine_sh()->opts, engine_sh()->opt_source, true);
-	if (walrus_close(db) != WALRUS_OK)
-		fprintf(stderr, "walrus status: %s\n", walrus_errmsg());
+	while (fgets(line, sizeof(line), f) != NULL)
+		fputs(line, stdout);
+	if (ferror(f))
+		fprintf(stderr, "walrus status: could not read \"%s\"\n", path);
+	fclose(f);
 }
 
 int cmd_status(tool_ctx *ctx, int argc, char **argv)
@@ -117,6 +125,6 @@ int cmd_status(tool_ctx *ctx, int argc, char **argv)
 	if (read_proc(pid, comm, sizeof(comm), &ppid))
 		printf("  %7ld  %s\n", pid, comm);
 	list_children(pid);
-	print_settings(ctx);
+	print_settings(abs);
 	return 0;
 }

@@ -153,17 +153,27 @@ static void guard_exit(void)
 		atomic_store(&p->in_io, 0);
 }
 
+/*
+ * A PANIC of this thread's call: unless the instance had crashed already,
+ * mark it CRASHED and tell the supervisor.  One that follows a crash (a
+ * WAL write or a wait that found the instance gone) is its consequence,
+ * not a new failure: the call reports WALRUS_ERESTART like any other call
+ * that meets the crash.
+ */
+static _Thread_local bool panic_after_crash;
+
 static void client_panic_handler(void)
 {
 	shm_header *h = shm_hdr();
-	if (h != NULL) {
+	panic_after_crash = h != NULL && atomic_load(&h->state) == SHM_STATE_CRASHED;
+	if (h != NULL && !panic_after_crash) {
 		atomic_store(&h->panic_pid, (uint32_t)getpid());
 		atomic_store(&h->state, SHM_STATE_CRASHED);
 		ipc_wake_all(&h->state);
 	}
 	guard_exit();
 	atomic_store(&C.poisoned, true);
-	if (C.sock >= 0) {
+	if (C.sock >= 0 && !panic_after_crash) {
 		wr_msg m = {.magic = WR_PROTO_MAGIC,
 		            .version = WR_PROTO_VERSION,
 		            .type = WR_MSG_PANIC,
@@ -192,6 +202,11 @@ int client_panicked(void)
 {
 	wr_panic_rearm();
 	buf_change_reset(); /* the unwound call may have left a change half made */
+	if (panic_after_crash)
+		return wr_error(WALRUS_ERESTART,
+		                "the instance crashed during this call and is restarting from its "
+		                "log (see %s/%s); close and reopen the database",
+		                C.abs, WR_LOG_FILE);
 	return wr_error(WALRUS_EPANIC,
 	                "PANIC: the instance is restarting after an unrecoverable error (see "
 	                "%s/%s); close and reopen the database",

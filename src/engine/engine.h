@@ -51,6 +51,7 @@
 #define WR_VERSION_FILE   "WALRUS_VERSION"
 #define WR_PID_FILE       "walrus.pid"
 #define WR_SOCKET_NAME    "walrus.sock"
+#define WR_SETTINGS_FILE  "walrus.settings" /* the running instance's settings, for status */
 #define WR_LOG_DIR        "log"
 #define WR_LOG_FILE       "log/walrus.log"
 #define WR_CONF_FILE      "walrus.conf"

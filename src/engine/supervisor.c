@@ -777,6 +777,31 @@ static void log_settings(void)
 	wr_log(WR_LOG, "settings other than the defaults: %s", used ? line : "none");
 }
 
+/*
+ * Every instance setting, its value and source, in DIR/walrus.settings (as
+ * PostgreSQL's postmaster.opts): `walrus status` reads them there, since
+ * attaching to read shared memory would keep the instance alive.
+ */
+static void write_settings(void)
+{
+	char text[8192];
+	size_t n, used = 0;
+	const wr_opt_desc *t = wr_opts_table(&n);
+	text[0] = '\0';
+	for (size_t i = 0; i < n && used < sizeof(text); i++) {
+		char v[64];
+		if (t[i].scope != WR_SCOPE_INSTANCE ||
+		    wr_opts_get(&S.opts, t[i].name, v, sizeof(v)) != WALRUS_OK)
+			continue;
+		int w = snprintf(text + used, sizeof(text) - used, "%-30s %-12s %s\n", t[i].name, v,
+		                 wr_opt_source_name(S.sources[i]));
+		used += w > 0 ? (size_t)w : 0;
+	}
+	if (datadir_write_file(S.abs, WR_SETTINGS_FILE, text) != WALRUS_OK)
+		wr_log(WR_WARNING, "could not write the settings for walrus status: %s",
+		       walrus_errmsg());
+}
+
 _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int ready_fd,
                                bool foreground)
 {
@@ -817,6 +842,7 @@ _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int read
 		fail_start(ready_fd, rc);
 	wr_log(WR_LOG, "supervisor starting for \"%s\" (pid %d)", abs, (int)getpid());
 	log_settings();
+	write_settings();
 	/* Readiness is reported after recovery, so that the opener gets
 	 * recovery's error itself; others wait on the socket meanwhile. */
 	if ((rc = instance_start()) != WALRUS_OK) {
