@@ -105,6 +105,9 @@ int main(int argc, char **argv)
 	tool_ctx ctx = {.datadir = getenv("WALRUS_DATA")};
 	int next;
 
+	/* The library is silent on stderr; this command is a terminal program and
+	 * shows its engine's warnings there (the instance's own go to its log). */
+	wr_log_set_stderr(WR_WARNING);
 	ctx.opts = walrus_opts_new();
 	if (ctx.opts == NULL) {
 		fprintf(stderr, "walrus: out of memory\n");

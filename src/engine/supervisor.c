@@ -790,6 +790,8 @@ _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int read
 	prctl(PR_SET_NAME, "walrus-super", 0, 0, 0);
 	wr_log_set_process_name("walrus-super");
 	wr_set_panic_handler(supervisor_panic_handler);
+	/* Forked from an application: its log handler is its code, not ours to run. */
+	wr_log_set_handler(NULL, NULL, 0);
 	umask(077);
 	if (!foreground)
 		wr_log_set_stderr(WR_PANIC + 1);
