@@ -25,6 +25,7 @@ static const tool_cmd commands[] = {
     {"serve", cmd_serve,
      "the supervisor in the foreground; with --port/--unix/--resp a RESP (Redis protocol) server"},
     {"status", cmd_status, "is an instance running on DIR, and its processes"},
+    {"stop", cmd_stop, "shut the instance down (--mode smart|fast|immediate, --wait)"},
     {"selftest", cmd_selftest, "write, sync, read back and damage pages: the I/O path at work"},
     {"doctor", cmd_doctor, "check DIR's file system for durable writes (O_DIRECT, fsync speed)"},
     {"options", cmd_options, "list every engine option with its default and range"},
