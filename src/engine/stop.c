@@ -4,11 +4,13 @@
  *
  * The request is a STOP message on DIR/walrus.sock (not a signal to the pid
  * in walrus.pid: a message needs no pid guessing and names its sender in
- * the log).  The supervisor answers STOP_OK at once and keeps the
- * connection open until it exits, which it does only after its auxiliary
- * processes: waiting is reading until end of file, then seeing the
- * directory lock free (the kernel drops it when the last process holding
- * it has gone; see datadir.c).
+ * the log).  The supervisor answers STOP_OK at once, with its pid, and
+ * exits only after its auxiliary processes have: waiting is a pidfd of the
+ * supervisor becoming readable, opened while its answer proves it alive
+ * (its pid cannot be reused before it has exited and been reaped), then
+ * the directory lock seen free (see datadir.c).  The end of the connection
+ * is not enough: the kernel closes an exiting process's files before the
+ * process is gone.
  *
  * No socket while the directory lock is held means an instance that is
  * starting (it takes the lock before it listens) or ending on its own (it
@@ -19,6 +21,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define STOP_ANSWER_MS 30000 /* the supervisor answers at once; an old one never does */
@@ -70,7 +73,8 @@ static int wait_readable(int sock, int timeout_ms)
 	return r;
 }
 
-static int stop_send(int sock, int mode, const char *abs)
+/* *sup: the supervisor's pid when it answered, else 0 (it was exiting already). */
+static int stop_send(int sock, int mode, const char *abs, pid_t *sup)
 {
 	wr_msg m = {.magic = WR_PROTO_MAGIC,
 	            .version = WR_PROTO_VERSION,
@@ -78,6 +82,7 @@ static int stop_send(int sock, int mode, const char *abs)
 	            .status = mode,
 	            .pid = (uint32_t)getpid()};
 	size_t len;
+	*sup = 0;
 	int rc = ipc_send(sock, &m, sizeof(m), NULL, 0);
 	if (rc == WALRUS_OK)
 		rc = wait_readable(sock, STOP_ANSWER_MS);
@@ -100,11 +105,12 @@ static int stop_send(int sock, int mode, const char *abs)
 	if (m.type == WR_MSG_ERROR)
 		return wr_error(m.status, "%s", m.text);
 	wr_log(WR_LOG, "%s requested", m.text);
+	*sup = (pid_t)m.pid;
 	return WALRUS_OK;
 }
 
-/* Until the supervisor has exited (end of file), then until the directory lock is free. */
-static int stop_wait(int sock, const char *abs)
+/* Until the connection ends: the supervisor's files are closing. */
+static int wait_connection_end(int sock)
 {
 	for (;;) {
 		char buf[sizeof(wr_msg)];
@@ -114,8 +120,26 @@ static int stop_wait(int sock, const char *abs)
 			return rc;
 		rc = ipc_recv(sock, buf, sizeof(buf), &len, NULL, NULL);
 		if (rc != WALRUS_OK || len == 0)
-			break; /* it never speaks again: anything else is its end */
+			return WALRUS_OK; /* it never speaks again: anything else is its end */
 	}
+}
+
+/* Until the supervisor has exited (after its auxiliary processes). */
+static int wait_supervisor_exit(int sock, pid_t sup)
+{
+	int pfd = sup > 0 ? (int)syscall(SYS_pidfd_open, sup, 0) : -1;
+	if (pfd < 0 && errno == ESRCH)
+		return WALRUS_OK; /* exited and reaped already */
+	/* Without pidfds (Linux before 5.3) the lock check below closes the gap. */
+	int rc = pfd >= 0 ? wait_readable(pfd, -1) : wait_connection_end(sock);
+	if (pfd >= 0)
+		close(pfd);
+	return rc < 0 ? rc : WALRUS_OK;
+}
+
+/* Then until the directory lock is free: the last holder's files are closing. */
+static int wait_unlocked(const char *abs)
+{
 	uint64_t deadline = wr_now_ns() + STOP_UNLOCK_NS;
 	for (;;) {
 		if (datadir_instance_pid(abs) == 0)
@@ -126,7 +150,7 @@ static int stop_wait(int sock, const char *abs)
 			    "the supervisor of \"%s\" has exited but the directory lock "
 			    "is still held (see %s/%s)",
 			    abs, abs, WR_LOG_FILE);
-		wr_sleep_us(1000); /* the last holder's files are closing */
+		wr_sleep_us(1000);
 	}
 }
 
@@ -152,9 +176,12 @@ int walrus_stop(const char *dir, int mode, int wait)
 	rc = stop_connect(abs, &sock, &gone);
 	if (rc != WALRUS_OK || gone)
 		return rc;
-	rc = stop_send(sock, mode, abs);
+	pid_t sup;
+	rc = stop_send(sock, mode, abs, &sup);
 	if (rc == WALRUS_OK && wait)
-		rc = stop_wait(sock, abs);
+		rc = wait_supervisor_exit(sock, sup);
+	if (rc == WALRUS_OK && wait)
+		rc = wait_unlocked(abs);
 	close(sock);
 	return rc;
 }
