@@ -2,7 +2,8 @@
  * test_stop.c - walrus_stop(): each mode with and without attached
  * processes, waiting (the supervisor and its auxiliary processes gone, the
  * directory lock free when it returns), escalation, no instance, bad
- * arguments.  Every write acknowledged before a stop is read back after it.
+ * arguments, the signals that request the same stops.  Every write
+ * acknowledged before a stop is read back after it.
  *
  * Instances linger 20 s after their last handle, so what ends them is the
  * stop under test; a case that fails half-way leaves them to that linger,
@@ -338,6 +339,29 @@ START_TEST(stop_from_attached_process)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- signals are the same requests */
+
+static const int stop_signals[] = {SIGTERM, SIGINT, SIGQUIT};
+static const char *const signal_lines[] = {"smart shutdown requested by SIGTERM",
+                                           "fast shutdown requested by SIGINT",
+                                           "immediate shutdown requested by SIGQUIT"};
+
+START_TEST(signals_request_stops)
+{
+	const char *dir = tu_tmpdir("walrus-stop");
+	walrus *db = tu_open(dir, stop_opts());
+	put_key(db, 0);
+	pid_t pids[MAX_PIDS];
+	int np = instance_pids(walrus_supervisor_pid(db), pids);
+	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
+	ck_assert_int_eq(kill(pids[0], stop_signals[_i]), 0);
+	for (int i = 0; i < np; i++)
+		tu_wait_gone(pids[i]);
+	ck_assert(log_has(dir, signal_lines[_i]));
+	check_keys(dir, 1, true);
+}
+END_TEST
+
 static Suite *stop_suite(void)
 {
 	Suite *s = suite_create("stop");
@@ -350,6 +374,7 @@ static Suite *stop_suite(void)
 	tcase_add_test(t, immediate_stop_under_writes);
 	tcase_add_test(t, smart_escalated_to_fast);
 	tcase_add_test(t, stop_from_attached_process);
+	tcase_add_loop_test(t, signals_request_stops, 0, (int)WR_ARRAY_LEN(stop_signals));
 	suite_add_tcase(s, t);
 	return s;
 }
