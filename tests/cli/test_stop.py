@@ -6,7 +6,7 @@ directory lock free when it returns; an immediate stop recovers at the next
 start), smart waiting for an attached `walrus load` while refusing new
 processes, and fast making that load's next write fail.  Every acknowledged
 key is read back.  Prints 'N passed, N failed' last; leaves no process."""
-import os, shutil, signal, subprocess, sys, tempfile, time
+import os, re, shutil, signal, subprocess, sys, tempfile, time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -24,7 +24,8 @@ def run(d, *args, stdin=None):
 def instance_pids(d):
     """The supervisor's and its children's pids, as `walrus status` lists them."""
     rc, out, _ = run(d, "status")
-    return [int(l.split()[0]) for l in out.splitlines()[1:] if l.strip()] if rc == 0 else []
+    lines = re.findall(r"^\s+(\d+)\s+walrus-", out, re.M) if rc == 0 else []
+    return [int(p) for p in lines]
 
 
 def gone(pid):
