@@ -33,8 +33,9 @@
  *     open detaches them: that is not a crash.  A process killed by a
  *     signal, or leaving with _exit() while inside a call, is: the instance
  *     restarts from its WAL, as PostgreSQL does when a backend dies.
- *   - The library never calls exit() or abort() in the caller's process and
- *     never installs signal handlers there.
+ *   - The library never calls exit() or abort() in the caller's process,
+ *     never installs signal handlers there and never writes to its stdout
+ *     or stderr (see walrus_set_log_handler for its messages).
  *
  * Errors.  Every function returns WALRUS_OK (0) or a negative WALRUS_E*
  * code.  walrus_strerror() names the code; walrus_errmsg() gives the detailed
@@ -59,25 +60,26 @@ extern "C" {
 
 enum walrus_error {
 	WALRUS_OK = 0,
-	WALRUS_ENOTFOUND = -1,   /* key absent */
-	WALRUS_EINVAL = -2,      /* bad argument or option value */
-	WALRUS_EIO = -3,         /* an I/O error (the message names file and errno) */
-	WALRUS_ENOSPC = -4,      /* no space left on a device */
-	WALRUS_ECORRUPT = -5,    /* a checksum or structural check failed */
-	WALRUS_EBUSY = -6,       /* directory owned by another instance, or in use */
-	WALRUS_EPERM = -7,       /* permissions (or bad permissions on the directory) */
-	WALRUS_ENOENT = -8,      /* missing directory or file */
-	WALRUS_ERESTART = -9,    /* instance crashed and restarted: reopen */
-	WALRUS_EPANIC = -10,     /* this call hit a PANIC; the instance restarts */
-	WALRUS_ENOMEM = -11,     /* out of memory */
-	WALRUS_EVERSION = -12,   /* data directory of an incompatible version */
-	WALRUS_ETOOBIG = -13,    /* key or value over its limit */
-	WALRUS_ESHUTDOWN = -14,  /* instance shutting down */
-	WALRUS_EPROTO = -15,     /* unexpected message from the supervisor */
-	WALRUS_ENOTWALRUS = -16, /* not a walrus data directory */
-	WALRUS_EINTERNAL = -17,  /* a bug: please report with the log */
-	WALRUS_ELIMIT = -18,     /* a configured limit reached (connections, fds) */
-	WALRUS_EMISUSE = -19,    /* a handle used by two threads at once, or after fork() */
+	WALRUS_ENOTFOUND = -1,    /* key absent */
+	WALRUS_EINVAL = -2,       /* bad argument or option value */
+	WALRUS_EIO = -3,          /* an I/O error (the message names file and errno) */
+	WALRUS_ENOSPC = -4,       /* no space left on a device */
+	WALRUS_ECORRUPT = -5,     /* a checksum or structural check failed */
+	WALRUS_EBUSY = -6,        /* directory owned by another instance, or in use */
+	WALRUS_EPERM = -7,        /* permissions (or bad permissions on the directory) */
+	WALRUS_ENOENT = -8,       /* missing directory or file */
+	WALRUS_ERESTART = -9,     /* instance crashed and restarted: reopen */
+	WALRUS_EPANIC = -10,      /* this call hit a PANIC; the instance restarts */
+	WALRUS_ENOMEM = -11,      /* out of memory */
+	WALRUS_EVERSION = -12,    /* data directory of an incompatible version */
+	WALRUS_ETOOBIG = -13,     /* key or value over its limit */
+	WALRUS_ESHUTDOWN = -14,   /* instance shutting down */
+	WALRUS_EPROTO = -15,      /* unexpected message from the supervisor */
+	WALRUS_ENOTWALRUS = -16,  /* not a walrus data directory */
+	WALRUS_EINTERNAL = -17,   /* a bug: please report with the log */
+	WALRUS_ELIMIT = -18,      /* a configured limit reached (connections, fds) */
+	WALRUS_EMISUSE = -19,     /* a handle used by two threads at once, or after fork() */
+	WALRUS_ENOTRUNNING = -20, /* walrus_stop: no instance serves the directory */
 };
 
 /* A short description of an error code; never NULL. */
@@ -124,6 +126,68 @@ int walrus_close(walrus *db);
 
 /* Pid of the supervisor serving @db. */
 int walrus_supervisor_pid(const walrus *db);
+
+/*
+ * Stops the instance serving data directory @dir, as `pg_ctl stop` does
+ * (`walrus -D DIR stop` calls it):
+ *   WALRUS_STOP_SMART      new opens are refused (WALRUS_ESHUTDOWN); the
+ *                          instance waits until every process attached to
+ *                          it has closed its handles, then writes a
+ *                          shutdown checkpoint and exits.
+ *   WALRUS_STOP_FAST       new opens are refused, and every new call on the
+ *                          handles still open fails with WALRUS_ESHUTDOWN;
+ *                          calls already under way finish, then the
+ *                          shutdown checkpoint, then exit.
+ *   WALRUS_STOP_IMMEDIATE  the instance's processes stop at once, without a
+ *                          checkpoint; calls on open handles fail (with
+ *                          WALRUS_ESHUTDOWN, or WALRUS_EPANIC for a call cut
+ *                          short).  The next open recovers from the WAL.
+ * No mode loses a write that was acknowledged as durable.  A request may
+ * escalate one under way (smart, then fast, then immediate), never weaken it.
+ * Handles still open after a stop are dead: close them.  Until the instance
+ * is gone, opens of @dir fail with WALRUS_ESHUTDOWN; after, an open starts a
+ * new instance, as always.
+ * @wait 0: returns once the instance has accepted the request.  Non-zero:
+ * returns once the supervisor and its auxiliary processes have all exited
+ * (the directory lock is free); a smart stop waits for the other processes'
+ * handles, for as long as they stay open.
+ * Errors: ENOTRUNNING (no instance serves @dir), ENOENT (no such
+ * directory), EINVAL (bad mode), EBUSY (a smart stop with @wait from a
+ * process that has @dir open itself: it would wait for ever), EPROTO (the
+ * supervisor did not answer: an older walrus?).
+ */
+#define WALRUS_STOP_SMART     1
+#define WALRUS_STOP_FAST      2
+#define WALRUS_STOP_IMMEDIATE 3
+int walrus_stop(const char *dir, int mode, int wait);
+
+/*
+ * Messages.  The library never writes to the caller's stdout or stderr.
+ * What the instance's processes have to say goes to DIR/log/walrus.log; a
+ * process with a handle open appends its own lines there too (from level
+ * log_min_messages), and hands them to the handler installed here.
+ *
+ * @fn is called with each message of this process at @min_level or above
+ * (WALRUS_LOG_*): @line is the message alone, without time stamp, level or
+ * newline, valid during the call only.  The handler is process-wide (one
+ * for all handles), may be installed or replaced at any time, and may be
+ * called from any thread of the process that uses walrus, while that thread
+ * is inside a walrus call; calls are serialised, never concurrent.  It must
+ * not call back into walrus, and must not fork() or block for long: other
+ * threads' messages wait for it.  When walrus_set_log_handler returns, the
+ * previous handler is no longer running and is not called again, so its
+ * @arg may be freed.  NULL @fn removes the handler.
+ */
+enum walrus_log_level {
+	WALRUS_LOG_DEBUG = 0,   /* details for developers */
+	WALRUS_LOG_LOG = 1,     /* events worth a line: an option ignored, a checkpoint */
+	WALRUS_LOG_WARNING = 2, /* something odd that the engine worked around */
+	WALRUS_LOG_ERROR = 3,   /* an operation failed (the call returns an error too) */
+	WALRUS_LOG_FATAL = 4,   /* a process of the instance could not go on */
+	WALRUS_LOG_PANIC = 5,   /* the instance restarts from its WAL (a call returns EPANIC) */
+};
+typedef void (*walrus_log_fn)(void *arg, int level, const char *line);
+void walrus_set_log_handler(walrus_log_fn fn, void *arg, int min_level);
 
 /* ---------------------------------------------------------------- key-value API */
 

@@ -8,7 +8,9 @@
  * Without, it runs the instance's supervisor in the foreground, as
  * `postgres -D DIR` runs the postmaster (tests and scripts rely on that
  * form: its pid is the supervisor's).  Both stop on SIGTERM or SIGINT after
- * a clean shutdown; the supervisor's log lines also go to stderr.
+ * a clean shutdown (the supervisor on SIGTERM once its attached processes
+ * have gone, as a smart `walrus stop`); the supervisor's log lines also go
+ * to stderr.
  */
 #include "tool.h"
 
@@ -43,7 +45,9 @@ static const char usage[] =
     "fast shutdown (connections dropped).  Prints \"walrus serve: RESP on ADDR\n"
     "port P\" and \"walrus serve: ready ...\" once it accepts connections.\n\n"
     "Without any of these options: runs the instance's supervisor in the\n"
-    "foreground until SIGTERM/SIGINT; processes that open DIR attach to it.\n";
+    "foreground; processes that open DIR attach to it.  It stops as `walrus stop`\n"
+    "makes it: SIGTERM smart (once the attached processes have closed their\n"
+    "handles), SIGINT fast, SIGQUIT immediate (no checkpoint).\n";
 
 static bool parse_int(const char *s, long lo, long hi, long *out)
 {

@@ -25,6 +25,7 @@ static const tool_cmd commands[] = {
     {"serve", cmd_serve,
      "the supervisor in the foreground; with --port/--unix/--resp a RESP (Redis protocol) server"},
     {"status", cmd_status, "is an instance running on DIR, and its processes"},
+    {"stop", cmd_stop, "shut the instance down (--mode smart|fast|immediate, --wait)"},
     {"selftest", cmd_selftest, "write, sync, read back and damage pages: the I/O path at work"},
     {"doctor", cmd_doctor, "check DIR's file system for durable writes (O_DIRECT, fsync speed)"},
     {"options", cmd_options, "list every engine option with its default and range"},
@@ -105,6 +106,9 @@ int main(int argc, char **argv)
 	tool_ctx ctx = {.datadir = getenv("WALRUS_DATA")};
 	int next;
 
+	/* The library is silent on stderr; this command is a terminal program and
+	 * shows its engine's warnings there (the instance's own go to its log). */
+	wr_log_set_stderr(WR_WARNING);
 	ctx.opts = walrus_opts_new();
 	if (ctx.opts == NULL) {
 		fprintf(stderr, "walrus: out of memory\n");

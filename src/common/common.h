@@ -57,13 +57,19 @@ const char *wr_level_name(int level);
 int wr_level_parse(const char *name);
 
 /*
- * Sinks.  A line goes to the log file (if set) when level >= file level and
- * to stderr when level >= stderr level.  Defaults: no file, stderr from
- * WARNING.  The process name ("walrus-ckpt") appears on every line:
+ * Sinks.  A line goes to the log file (if set) when level >= file level, to
+ * stderr when level >= stderr level, and its message to the application's
+ * handler (walrus_set_log_handler) when level >= the handler's level.
+ * Defaults: no file, no stderr (the library never writes on its caller's
+ * terminal: a program that wants the lines there says so), no handler.
+ * The process name ("walrus-ckpt") appears on every line of file and stderr:
  *   2026-12-03 09:30:00.123 UTC [4242] walrus-ckpt LOG:  message
+ * Any thread may log while another changes the sinks.
  */
 void wr_log_set_file(int fd, int min_level); /* fd < 0 to disable */
 void wr_log_set_stderr(int min_level);       /* > WR_PANIC to silence */
+/* walrus_set_log_handler(); NULL @fn removes it (a process the library forks drops it). */
+void wr_log_set_handler(walrus_log_fn fn, void *arg, int min_level);
 void wr_log_set_process_name(const char *name);
 const char *wr_log_process_name(void);
 

@@ -62,6 +62,8 @@ const char *walrus_strerror(int code)
 		return "configured limit reached";
 	case WALRUS_EMISUSE:
 		return "handle misused (two threads at once, or after fork)";
+	case WALRUS_ENOTRUNNING:
+		return "no instance is running";
 	}
 	return "unknown error";
 }

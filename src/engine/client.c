@@ -17,6 +17,12 @@
  * waits for every live backend's in_io to clear.  With sequentially
  * consistent operations on both sides, either the backend sees CRASHED
  * and refuses, or the supervisor sees in_io and waits (Dekker's pattern).
+ * A shutdown (SHUTDOWN) is refused the same way, after the supervisor let
+ * the calls under way finish: a call set its slot's in_call before reading
+ * the state (client_call_begin), and the supervisor sets STOPPING, waits
+ * for in_call to clear, and only then refuses I/O.  Refusing mid-call
+ * would PANIC a backend holding the WAL write lock, and the shutdown
+ * checkpoint would wait for it.
  */
 #include "engine/engine.h"
 
@@ -137,11 +143,13 @@ static int guard_enter(void)
 		return WALRUS_OK;
 	atomic_store(&p->in_io, 1);
 	uint32_t state = atomic_load(&shm_hdr()->state);
-	if (state == SHM_STATE_CRASHED) {
+	if (state == SHM_STATE_CRASHED || state == SHM_STATE_SHUTDOWN) {
 		atomic_store(&p->in_io, 0);
-		return wr_error(WALRUS_ERESTART,
-		                "the instance crashed and is restarting; close and reopen the "
-		                "database");
+		/* ERESTART for both: the callers know it as "refused, nothing done". */
+		return wr_error(WALRUS_ERESTART, state == SHM_STATE_CRASHED
+		                                     ? "the instance crashed and is restarting; "
+		                                       "close and reopen the database"
+		                                     : "the instance is shutting down");
 	}
 	return WALRUS_OK;
 }
@@ -306,10 +314,11 @@ static int attach_once(const char *abs, bool *retry)
 		return wr_error(WALRUS_EPROTO, "unexpected answer from the supervisor of \"%s\"",
 		                abs);
 	}
-	if (m.type == WR_MSG_ERROR) {
+	if (m.type == WR_MSG_ERROR || m.type == WR_MSG_REFUSED) {
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
-		*retry = m.status == WALRUS_ESHUTDOWN;
+		/* An instance ending on its own is replaced by a new one; a stopped one is not. */
+		*retry = m.type == WR_MSG_ERROR && m.status == WALRUS_ESHUTDOWN;
 		m.text[sizeof(m.text) - 1] = '\0';
 		return wr_error(m.status, "%s", m.text);
 	}
@@ -487,6 +496,7 @@ static int claim_slot(void)
 		    !atomic_compare_exchange_strong(&procs[i].pid, &zero, me))
 			continue;
 		atomic_store(&procs[i].in_io, 0);
+		atomic_store(&procs[i].in_call, 0);
 		procs[i].kind = WR_PROC_BACKEND;
 		atomic_fetch_add(&e->attaches, 1);
 		return (int)i;
@@ -811,6 +821,14 @@ int client_close(client_backend *b)
 
 static int instance_check(void);
 
+/* The shared-memory mark of a call, which a fast shutdown waits on. */
+static void call_mark(const client_backend *b, uint32_t v)
+{
+	wr_proc *procs = engine_procs();
+	if (procs != NULL && b->slot >= 0)
+		atomic_store(&procs[b->slot].in_call, v);
+}
+
 int client_call_begin(client_backend *b)
 {
 	if (client_backend_inherited(b))
@@ -833,18 +851,44 @@ int client_call_begin(client_backend *b)
 	}
 	if (cur != b)
 		client_backend_use(b);
+	call_mark(b, 1); /* before the state is read: see the I/O guard */
 	int rc = instance_check();
-	if (rc != WALRUS_OK)
+	if (rc != WALRUS_OK) {
+		call_mark(b, 0);
 		atomic_store(&b->user, 0);
+	}
 	return rc;
 }
 
 void client_call_end(client_backend *b)
 {
+	call_mark(b, 0);
 	atomic_store(&b->user, 0);
 }
 
 /* ---------------------------------------------------------------- state */
+
+static const char *const stop_modes[] = {"", "smart", "fast", "immediate"};
+
+/* ESHUTDOWN naming the stop asked for (walrus_stop, a signal); OK when none explains @state. */
+static int stop_error(uint32_t state)
+{
+	uint32_t mode = atomic_load(&engine_sh()->stop_mode);
+	if (mode == 0 || mode >= WR_ARRAY_LEN(stop_modes))
+		return WALRUS_OK;
+	if (state == SHM_STATE_CRASHED && mode == WALRUS_STOP_IMMEDIATE)
+		return wr_error(
+		    WALRUS_ESHUTDOWN,
+		    "the instance of \"%s\" was stopped (immediate shutdown); close the "
+		    "database (the next open recovers from the WAL)",
+		    C.abs);
+	if (state == SHM_STATE_STOPPING || state == SHM_STATE_SHUTDOWN)
+		return wr_error(WALRUS_ESHUTDOWN,
+		                "the instance of \"%s\" is being stopped (%s shutdown); close the "
+		                "database",
+		                C.abs, stop_modes[mode]);
+	return WALRUS_OK; /* a crash while a smart stop waits: a crash like any other */
+}
 
 /* The attached instance is usable: not crashed, not stopping, its supervisor alive. */
 static int instance_check(void)
@@ -853,12 +897,15 @@ static int instance_check(void)
 		return wr_error(WALRUS_ERESTART,
 		                "this process hit a PANIC; close and reopen the database");
 	uint32_t state = atomic_load(&shm_hdr()->state);
+	int rc = state == SHM_STATE_RUNNING ? WALRUS_OK : stop_error(state);
+	if (rc != WALRUS_OK)
+		return rc;
 	if (state == SHM_STATE_CRASHED)
 		return wr_error(WALRUS_ERESTART,
 		                "the instance crashed and restarted from its log (see %s/%s); "
 		                "close and reopen the database",
 		                C.abs, WR_LOG_FILE);
-	if (state == SHM_STATE_SHUTDOWN)
+	if (state == SHM_STATE_SHUTDOWN || state == SHM_STATE_STOPPING)
 		return wr_error(WALRUS_ESHUTDOWN, "the instance is shutting down");
 	if (!supervisor_connection_alive_cached())
 		return wr_error(WALRUS_ERESTART,

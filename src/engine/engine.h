@@ -27,7 +27,14 @@
  * Locks in shared memory: a free slot of the process table is taken by
  * compare-and-swap of its pid word (by the supervisor at ATTACH, by a
  * process for its further backends) and given back by whoever took it; a
- * slot's in_io word is written only by its owner.
+ * slot's in_io and in_call words are written only by its owner.
+ *
+ * Stopping (walrus_stop, or SIGTERM/SIGINT/SIGQUIT to the supervisor): smart
+ * waits for every attached process to detach; fast drains (state STOPPING:
+ * new calls fail, the supervisor waits for every in_call to clear, Dekker's
+ * pattern as the I/O guard); both then set SHUTDOWN (the I/O guard refuses,
+ * in_io drains) and ask the auxiliary processes for the shutdown checkpoint.
+ * Immediate marks the instance CRASHED and stops without a checkpoint.
  *
  * Returns: WALRUS_* codes with messages (walrus_errmsg()).
  * PANICs: through wr_panic(), whose handler here marks the instance CRASHED;
@@ -113,7 +120,8 @@ typedef struct wr_proc {
 	_Atomic uint32_t in_io; /* 1 while its owner does I/O on the instance's files */
 	uint32_t kind;          /* enum wr_proc_kind */
 	uint32_t index;
-	char _pad[48];
+	_Atomic uint32_t in_call; /* 1 while a public call runs on the backend (owner writes) */
+	char _pad[44];
 } wr_proc;
 
 /* Instance-wide facts and counters, region "engine". */
@@ -127,6 +135,7 @@ typedef struct engine_shared {
 	uint64_t crash_restarts; /* before this generation */
 	_Atomic uint64_t attaches;
 	_Atomic uint32_t shutdown_requested; /* futex word the aux processes wait on */
+	_Atomic uint32_t stop_mode;          /* WALRUS_STOP_* requested, 0 when none */
 	_Atomic uint32_t aux_wakeup[4];      /* one latch per auxiliary process kind */
 	char startup_error[512];             /* why recovery failed, for the clients */
 } engine_shared;
@@ -149,6 +158,10 @@ enum wr_msg_type {
 	WR_MSG_ERROR,      /* supervisor -> backend: status + text */
 	WR_MSG_DETACH,     /* backend -> supervisor: clean detach */
 	WR_MSG_PANIC,      /* backend -> supervisor: this backend PANICked */
+	WR_MSG_STOP,       /* walrus_stop -> supervisor: status = WALRUS_STOP_* */
+	WR_MSG_STOP_OK,    /* supervisor -> walrus_stop: under way; the connection ends at exit */
+	WR_MSG_REFUSED,    /* supervisor -> backend: status + text, the instance is being
+	                    * stopped on request: not worth retrying, unlike an ERROR */
 };
 
 typedef struct wr_msg {

@@ -36,7 +36,13 @@
 #include "kv/kv.h"
 #include "wal/wal.h"
 
-enum sup_phase { SUP_STARTING, SUP_RUNNING, SUP_SHUTDOWN };
+/*
+ * RUNNING -> DRAINING (no new calls; those under way finish) -> SHUTDOWN
+ * (no backend I/O; the auxiliary processes finish, the checkpointer with
+ * the shutdown checkpoint).  A smart stop stays RUNNING until the last
+ * backend detaches; an immediate one exits from any phase.
+ */
+enum sup_phase { SUP_STARTING, SUP_RUNNING, SUP_DRAINING, SUP_SHUTDOWN };
 
 typedef struct sup_conn {
 	int fd;
@@ -66,7 +72,9 @@ static struct {
 	uint64_t linger_deadline_ns; /* 0: no backend has left yet, or someone is attached */
 	bool foreground;
 	bool ever_attached;
-	bool shutdown_failed; /* an auxiliary process failed its last duty */
+	bool shutdown_failed;   /* an auxiliary process failed its last duty */
+	int stop_mode;          /* WALRUS_STOP_* asked for (walrus_stop, a signal), 0 if none */
+	uint64_t drain_note_ns; /* when a drain that waits says so again */
 } S = {.lock_fd = -1, .listen_fd = -1, .sig_fd = -1, .shm_fd = -1, .ready_fd = -1};
 
 static const char *const aux_kinds_started[] = {"checkpointer", "background writer", "WAL writer"};
@@ -206,6 +214,7 @@ static int create_shared_memory(void)
 	e->nprocs = nprocs;
 	e->start_time_us = wr_wall_us();
 	e->crash_restarts = S.crash_restarts;
+	atomic_store(&e->stop_mode, (uint32_t)S.stop_mode); /* a restart during a smart stop */
 	for (uint32_t i = 0; i < nprocs; i++) {
 		procs[i].index = i;
 		procs[i].kind = i < WR_AUX_NKINDS ? WR_PROC_AUX : WR_PROC_FREE;
@@ -445,10 +454,21 @@ static int claim_backend_slot(pid_t pid)
 	return -1;
 }
 
+static const char *const stop_names[] = {"", "smart", "fast", "immediate"};
+
 static void answer_attach(sup_conn *c)
 {
 	c->pending = false;
-	if (S.phase == SUP_SHUTDOWN) {
+	if (S.stop_mode != 0) {
+		char text[PATH_MAX + 128];
+		snprintf(text, sizeof(text),
+		         "the instance of \"%s\" is being stopped (%s shutdown): it accepts no "
+		         "new processes",
+		         S.abs, stop_names[S.stop_mode]);
+		send_reply(c, WR_MSG_REFUSED, WALRUS_ESHUTDOWN, text, NULL, 0);
+		return;
+	}
+	if (S.phase == SUP_SHUTDOWN || S.phase == SUP_DRAINING) {
 		send_reply(c, WR_MSG_ERROR, WALRUS_ESHUTDOWN, "the instance is shutting down", NULL,
 		           0);
 		return;
@@ -463,6 +483,7 @@ static void answer_attach(sup_conn *c)
 	}
 	wr_proc *p = &engine_procs()[slot];
 	atomic_store(&p->in_io, 0);
+	atomic_store(&p->in_call, 0);
 	p->kind = WR_PROC_BACKEND;
 	atomic_fetch_add(&engine_sh()->attaches, 1);
 	c->slot = slot;
@@ -510,6 +531,8 @@ static void accept_conn(void)
 		c->pid = 0;
 }
 
+static void answer_stop(sup_conn *c, int mode);
+
 /* Returns true when the connection must be dropped. */
 static bool handle_conn(int i, char *crash_why, size_t why_len)
 {
@@ -554,6 +577,9 @@ static bool handle_conn(int i, char *crash_why, size_t why_len)
 		if (current)
 			snprintf(crash_why, why_len, "backend process %d PANICked", (int)c->pid);
 		break;
+	case WR_MSG_STOP:
+		answer_stop(c, m.status);
+		break;
 	default:
 		wr_log(WR_WARNING, "process %d sent unknown message type %u", (int)c->pid, m.type);
 	}
@@ -562,23 +588,59 @@ static bool handle_conn(int i, char *crash_why, size_t why_len)
 
 /* ---------------------------------------------------------------- shutdown */
 
-static void begin_shutdown(const char *why)
+static int live_connections(void)
 {
-	if (S.phase == SUP_SHUTDOWN)
-		return;
-	wr_log(WR_LOG, "shutting down: %s", why);
-	S.phase = SUP_SHUTDOWN;
-	/* No new backends from here on: they will start a new supervisor once we are gone. */
-	if (S.listen_fd >= 0) {
-		char path[PATH_MAX];
-		close(S.listen_fd);
-		S.listen_fd = -1;
-		if (wr_snprintf(path, sizeof(path), "%s/%s", S.abs, WR_SOCKET_NAME))
-			unlink(path);
-	}
+	int n = 0;
 	for (int i = 0; i < S.nconns; i++)
-		if (S.conns[i].pending)
-			answer_attach(&S.conns[i]);
+		n += S.conns[i].slot >= 0 || S.conns[i].pending;
+	return n;
+}
+
+static void close_listener(void)
+{
+	if (S.listen_fd < 0)
+		return;
+	char path[PATH_MAX];
+	close(S.listen_fd);
+	S.listen_fd = -1;
+	if (wr_snprintf(path, sizeof(path), "%s/%s", S.abs, WR_SOCKET_NAME))
+		unlink(path);
+}
+
+/* New calls fail with ESHUTDOWN; calls under way finish (calls_drained). */
+static void begin_drain(const char *why)
+{
+	wr_log(WR_LOG, "shutting down: %s", why);
+	S.phase = SUP_DRAINING;
+	S.drain_note_ns = wr_now_ns() + 5000000000ULL;
+	answer_pending();
+	shm_header *h = shm_hdr();
+	atomic_store(&h->state, SHM_STATE_STOPPING);
+	ipc_wake_all(&h->state);
+}
+
+/* Whether no live backend is inside a call (it marked in_call before reading the state). */
+static bool calls_drained(void)
+{
+	engine_shared *e = engine_sh();
+	wr_proc *procs = engine_procs();
+	for (uint32_t i = WR_AUX_NKINDS; i < e->nprocs; i++) {
+		pid_t pid = (pid_t)atomic_load(&procs[i].pid);
+		if (pid == 0 || !atomic_load(&procs[i].in_call) || !pid_alive(pid))
+			continue;
+		if (wr_now_ns() >= S.drain_note_ns) {
+			wr_log(WR_LOG, "waiting for a call of process %d to finish", (int)pid);
+			S.drain_note_ns = wr_now_ns() + 5000000000ULL;
+		}
+		return false;
+	}
+	return true;
+}
+
+/* Backends do no more I/O; the auxiliary processes finish their duties and exit. */
+static void finish_shutdown(void)
+{
+	S.phase = SUP_SHUTDOWN;
 	shm_header *h = shm_hdr();
 	engine_shared *e = engine_sh();
 	atomic_store(&h->state, SHM_STATE_SHUTDOWN);
@@ -589,6 +651,80 @@ static void begin_shutdown(const char *why)
 	for (int k = 0; k < WR_AUX_NKINDS; k++)
 		ipc_wake_all(&e->aux_wakeup[k]);
 	wal_wake_workers();
+}
+
+/* The instance ends on its own (linger): a new open starts the next one once we are gone. */
+static void begin_shutdown(const char *why)
+{
+	close_listener();
+	begin_drain(why);
+}
+
+/*
+ * No checkpoint: backends see CRASHED (their waits and I/O stop as after a
+ * crash), the auxiliary processes are killed, and the next start recovers
+ * from the WAL, which holds everything acknowledged as durable.
+ */
+static _Noreturn void stop_immediately(const char *why)
+{
+	wr_log(WR_LOG, "immediate shutdown: %s", why);
+	shm_header *h = shm_hdr();
+	if (h != NULL) {
+		atomic_store(&engine_sh()->stop_mode, WALRUS_STOP_IMMEDIATE);
+		atomic_store(&h->state, SHM_STATE_CRASHED);
+		ipc_wake_all(&h->state);
+	}
+	kill_aux_processes();
+	if (h != NULL)
+		wait_backend_io();
+	sup_exit(2);
+}
+
+/* A stop asked for by walrus_stop or a signal: it escalates one under way, never weakens it. */
+static void request_stop(int mode, const char *by)
+{
+	if (mode <= S.stop_mode) {
+		wr_log(WR_LOG, "%s shutdown requested by %s: a %s shutdown is already under way",
+		       stop_names[mode], by, stop_names[S.stop_mode]);
+		return;
+	}
+	S.stop_mode = mode;
+	char why[128];
+	snprintf(why, sizeof(why), "%s shutdown requested by %s", stop_names[mode], by);
+	if (mode == WALRUS_STOP_IMMEDIATE)
+		stop_immediately(why);
+	wr_log(WR_LOG, "%s", why);
+	if (shm_hdr() != NULL)
+		atomic_store(&engine_sh()->stop_mode, (uint32_t)mode);
+	answer_pending(); /* refused from now on */
+}
+
+/* Moves a stop on as far as it can go now; called at every turn of the loop. */
+static void stop_progress(void)
+{
+	if (S.phase == SUP_RUNNING && S.stop_mode == WALRUS_STOP_FAST)
+		begin_drain("fast shutdown");
+	else if (S.phase == SUP_RUNNING && S.stop_mode == WALRUS_STOP_SMART &&
+	         live_connections() == 0)
+		begin_drain("smart shutdown: every process has detached");
+	if (S.phase == SUP_DRAINING && calls_drained())
+		finish_shutdown();
+}
+
+/* Answers first: an immediate stop does not come back. */
+static void answer_stop(sup_conn *c, int mode)
+{
+	char by[64];
+	if (mode < WALRUS_STOP_SMART || mode > WALRUS_STOP_IMMEDIATE) {
+		send_reply(c, WR_MSG_ERROR, WALRUS_EINVAL, "unknown shutdown mode", NULL, 0);
+		return;
+	}
+	char text[PATH_MAX + 128];
+	snprintf(text, sizeof(text), "%s shutdown of the instance of \"%s\" (supervisor pid %d)",
+	         stop_names[WR_MAX(mode, S.stop_mode)], S.abs, (int)getpid());
+	send_reply(c, WR_MSG_STOP_OK, WALRUS_OK, text, NULL, 0);
+	snprintf(by, sizeof(by), "process %d", (int)c->pid);
+	request_stop(mode, by);
 }
 
 static bool aux_all_gone(void)
@@ -637,31 +773,24 @@ static void handle_signals(char *crash_why, size_t why_len)
 			reap_children(crash_why, why_len);
 			break;
 		case SIGTERM:
-			begin_shutdown("received SIGTERM (smart shutdown)");
+			request_stop(WALRUS_STOP_SMART, "SIGTERM");
 			break;
 		case SIGINT:
-			begin_shutdown("received SIGINT (fast shutdown)");
+			request_stop(WALRUS_STOP_FAST, "SIGINT");
 			break;
 		case SIGQUIT:
-			wr_log(WR_LOG, "received SIGQUIT (immediate shutdown)");
-			kill_aux_processes();
-			sup_exit(2);
+			request_stop(WALRUS_STOP_IMMEDIATE, "SIGQUIT");
+			break;
 		default:
 			break;
 		}
 	}
 }
 
-static int live_connections(void)
-{
-	int n = 0;
-	for (int i = 0; i < S.nconns; i++)
-		n += S.conns[i].slot >= 0 || S.conns[i].pending;
-	return n;
-}
-
 static int poll_timeout_ms(void)
 {
+	if (S.phase == SUP_DRAINING)
+		return 10; /* calls_drained looks at shared memory: nothing wakes us */
 	if (S.linger_deadline_ns == 0)
 		return S.phase == SUP_SHUTDOWN ? 100 : 1000;
 	uint64_t now = wr_now_ns();
@@ -724,6 +853,10 @@ static void event_loop(void)
 			accept_conn();
 		if (crash_why[0] && S.phase == SUP_RUNNING)
 			crash_restart(crash_why);
+		/* Shared memory may be inconsistent: no shutdown checkpoint from it. */
+		if (crash_why[0] && S.phase == SUP_DRAINING)
+			stop_immediately(crash_why);
+		stop_progress();
 		if (S.phase == SUP_SHUTDOWN && aux_all_gone())
 			break;
 		update_linger();
@@ -815,6 +948,8 @@ _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int read
 	prctl(PR_SET_NAME, "walrus-super", 0, 0, 0);
 	wr_log_set_process_name("walrus-super");
 	wr_set_panic_handler(supervisor_panic_handler);
+	/* Forked from an application: its log handler is its code, not ours to run. */
+	wr_log_set_handler(NULL, NULL, 0);
 	umask(077);
 	if (!foreground)
 		wr_log_set_stderr(WR_PANIC + 1);

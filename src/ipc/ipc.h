@@ -61,7 +61,8 @@ enum shm_state {
 	SHM_STATE_STARTING = 0, /* being initialised / recovering */
 	SHM_STATE_RUNNING = 1,
 	SHM_STATE_CRASHED = 2,  /* a process died or PANICked: stop, return ERESTART */
-	SHM_STATE_SHUTDOWN = 3, /* clean shutdown in progress */
+	SHM_STATE_SHUTDOWN = 3, /* clean shutdown in progress: backends do no more I/O */
+	SHM_STATE_STOPPING = 4, /* a shutdown drains: no new calls, calls under way finish */
 };
 
 typedef struct shm_region {

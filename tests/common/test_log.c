@@ -7,7 +7,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <regex.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -113,10 +115,14 @@ START_TEST(test_stderr_sink)
 	ck_assert_int_eq(dup2(err[1], STDERR_FILENO), STDERR_FILENO);
 	sink[0] = err[0];
 
-	wr_log(WR_LOG, "not by default");
+	/* A library stays off its caller's terminal unless the program asks. */
+	wr_log(WR_PANIC, "not by default");
 	ck_assert_str_eq(sink_read(), "");
-	wr_log(WR_WARNING, "by default");
-	ck_assert_ptr_nonnull(strstr(sink_read(), "walrus WARNING:  by default\n"));
+	wr_log_set_stderr(WR_WARNING);
+	wr_log(WR_LOG, "below the level");
+	ck_assert_str_eq(sink_read(), "");
+	wr_log(WR_WARNING, "asked for");
+	ck_assert_ptr_nonnull(strstr(sink_read(), "walrus WARNING:  asked for\n"));
 	wr_log_set_stderr(WR_DEBUG);
 	wr_log(WR_DEBUG, "now yes");
 	ck_assert_ptr_nonnull(strstr(sink_read(), "DEBUG:  now yes\n"));
@@ -191,6 +197,132 @@ START_TEST(test_crit_nesting)
 	ck_assert(wr_in_crit());
 	wr_crit_exit();
 	ck_assert(!wr_in_crit());
+}
+END_TEST
+
+/* ------------------------------------------------------------ the application's handler */
+
+typedef struct seen {
+	int calls;
+	int last_level;
+	char last[256];
+} seen;
+
+static void record_handler(void *arg, int level, const char *line)
+{
+	seen *s = arg;
+	s->calls++;
+	s->last_level = level;
+	snprintf(s->last, sizeof(s->last), "%s", line);
+}
+
+START_TEST(test_handler_gets_messages)
+{
+	seen a = {0}, b = {0};
+	sink_open(WR_LOG);
+	walrus_set_log_handler(record_handler, &a, WALRUS_LOG_WARNING);
+	wr_log(WR_LOG, "below");
+	ck_assert_int_eq(a.calls, 0);
+	errno = ENOSPC;
+	wr_log(WR_ERROR, "could not write \"%s\": %m\n", "x");
+	ck_assert_int_eq(a.calls, 1);
+	ck_assert_int_eq(a.last_level, WALRUS_LOG_ERROR);
+	/* The message alone: no prefix, no newline. */
+	ck_assert_str_eq(a.last, "could not write \"x\": No space left on device");
+	ck_assert_int_eq(errno, ENOSPC);
+	/* The file sink is independent of the handler. */
+	ck_assert_ptr_nonnull(strstr(sink_read(), "LOG:  below\n"));
+	walrus_set_log_handler(record_handler, &b, WALRUS_LOG_DEBUG);
+	wr_log(WR_DEBUG, "to b");
+	ck_assert_int_eq(a.calls, 1);
+	ck_assert_int_eq(b.calls, 1);
+	ck_assert_str_eq(b.last, "to b");
+	walrus_set_log_handler(NULL, &b, WALRUS_LOG_DEBUG);
+	wr_log(WR_PANIC, "nobody");
+	ck_assert_int_eq(b.calls, 1);
+}
+END_TEST
+
+static int reentered;
+
+/* Breaks the rule (no calls back into walrus): must not deadlock. */
+static void logging_handler(void *arg, int level, const char *line)
+{
+	(void)arg;
+	(void)level;
+	(void)line;
+	reentered++;
+	wr_log(WR_ERROR, "from inside the handler");
+}
+
+START_TEST(test_handler_that_logs_is_not_reentered)
+{
+	sink_open(WR_LOG);
+	walrus_set_log_handler(logging_handler, NULL, WALRUS_LOG_LOG);
+	wr_log(WR_LOG, "outer");
+	ck_assert_int_eq(reentered, 1);
+	/* The other sinks still get the inner line. */
+	ck_assert_ptr_nonnull(strstr(sink_read(), "ERROR:  from inside the handler\n"));
+	walrus_set_log_handler(NULL, NULL, 0);
+}
+END_TEST
+
+/*
+ * Threads log while the main thread swaps handlers: every call reaches the
+ * handler installed at that moment, calls never overlap, and a replaced
+ * handler's counter never moves once the swap returned.
+ */
+#define LOG_THREADS 4
+#define LOG_LINES   2000
+
+typedef struct counting {
+	_Atomic int calls;
+	_Atomic int inside;
+	_Atomic int overlaps;
+} counting;
+
+static void counting_handler(void *arg, int level, const char *line)
+{
+	counting *c = arg;
+	(void)level;
+	(void)line;
+	if (atomic_fetch_add(&c->inside, 1) != 0)
+		atomic_fetch_add(&c->overlaps, 1);
+	atomic_fetch_add(&c->calls, 1);
+	atomic_fetch_sub(&c->inside, 1);
+}
+
+static void *log_thread(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < LOG_LINES; i++)
+		wr_log(WR_LOG, "line %d", i);
+	return NULL;
+}
+
+START_TEST(test_handler_swapped_under_threads)
+{
+	static counting c[8];
+	pthread_t t[LOG_THREADS];
+	wr_log_set_file(-1, WR_PANIC);
+	walrus_set_log_handler(counting_handler, &c[0], WALRUS_LOG_LOG);
+	for (int i = 0; i < LOG_THREADS; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, log_thread, NULL), 0);
+	for (int k = 1; k < 8; k++) {
+		walrus_set_log_handler(counting_handler, &c[k], WALRUS_LOG_LOG);
+		int frozen = atomic_load(&c[k - 1].calls);
+		wr_log(WR_LOG, "swap %d", k); /* lets the other threads run a little */
+		ck_assert_int_eq(atomic_load(&c[k - 1].calls), frozen);
+	}
+	for (int i = 0; i < LOG_THREADS; i++)
+		ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+	walrus_set_log_handler(NULL, NULL, 0);
+	int total = 0;
+	for (int k = 0; k < 8; k++) {
+		total += atomic_load(&c[k].calls);
+		ck_assert_int_eq(atomic_load(&c[k].overlaps), 0);
+	}
+	ck_assert_int_eq(total, LOG_THREADS * LOG_LINES + 7);
 }
 END_TEST
 
@@ -281,6 +413,9 @@ int main(void)
 	tcase_add_test(tc, test_trailing_newline);
 	tcase_add_test(tc, test_name_truncated);
 	tcase_add_test(tc, test_crit_nesting);
+	tcase_add_test(tc, test_handler_gets_messages);
+	tcase_add_test(tc, test_handler_that_logs_is_not_reentered);
+	tcase_add_test(tc, test_handler_swapped_under_threads);
 	tcase_add_test(panic, test_panic_calls_handler_then_aborts);
 	tcase_add_test(panic, test_panic_without_handler_aborts);
 	tcase_add_test(panic, test_panic_in_handler_aborts_at_once);

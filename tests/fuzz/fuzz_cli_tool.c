@@ -19,6 +19,7 @@
 	}
 STUB(cmd_serve)
 STUB(cmd_status)
+STUB(cmd_stop)
 STUB(cmd_selftest)
 STUB(cmd_doctor)
 STUB(cmd_options)
