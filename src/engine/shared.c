@@ -7,45 +7,41 @@
  */
 #include "engine/engine.h"
 
-#include <stdlib.h>
-
 /* The calling thread's backend's slot (the process's, in the instance's own processes). */
 static WR_TLS int my_slot = -1;
 
-/* One view per mapping; the pointers are the process's, read by all its threads. */
-typedef struct view {
-	char *base;
-	engine_shared *engine;
-	wr_proc *procs;
-} view;
-static _Atomic(view *) cached;
+/*
+ * The regions of the current mapping, looked up again when the base moves
+ * (an attachment or a crash restart, when no other thread of the process is
+ * inside a call).  Atomics: threads that refresh at once store the same
+ * values.
+ */
+static _Atomic(char *) cached_base;
+static _Atomic(engine_shared *) cached_engine;
+static _Atomic(wr_proc *) cached_procs;
 
-static view *refresh(void)
+static void refresh(void)
 {
-	view *v = atomic_load_explicit(&cached, memory_order_acquire);
-	if (v != NULL && v->base == shm_base_)
-		return v;
-	view *n = malloc(sizeof(*n));
-	if (n == NULL)
-		return NULL;
-	n->base = shm_base_;
-	n->engine = shm_base_ ? shm_lookup("engine", NULL) : NULL;
-	n->procs = shm_base_ ? shm_lookup("procs", NULL) : NULL;
-	/* The old view is left behind (a few bytes per attachment): a thread may still read it. */
-	atomic_store_explicit(&cached, n, memory_order_release);
-	return n;
+	char *base = shm_base_;
+	if (atomic_load_explicit(&cached_base, memory_order_acquire) == base)
+		return;
+	atomic_store_explicit(&cached_engine, base ? shm_lookup("engine", NULL) : NULL,
+	                      memory_order_relaxed);
+	atomic_store_explicit(&cached_procs, base ? shm_lookup("procs", NULL) : NULL,
+	                      memory_order_relaxed);
+	atomic_store_explicit(&cached_base, base, memory_order_release);
 }
 
 engine_shared *engine_sh(void)
 {
-	view *v = refresh();
-	return v ? v->engine : NULL;
+	refresh();
+	return atomic_load_explicit(&cached_engine, memory_order_relaxed);
 }
 
 wr_proc *engine_procs(void)
 {
-	view *v = refresh();
-	return v ? v->procs : NULL;
+	refresh();
+	return atomic_load_explicit(&cached_procs, memory_order_relaxed);
 }
 
 wr_proc *engine_my_proc(void)
