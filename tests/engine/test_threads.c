@@ -9,6 +9,7 @@
  */
 #include "testutil.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -442,49 +443,50 @@ static int exits_without_closing(void *arg)
 	exit(0); /* no walrus_close: the library's exit hook detaches both */
 }
 
-typedef struct writer {
-	walrus *db;
-	_Atomic bool stop;
-	int errors;
-	int puts;
-	char why[256];
-} writer;
-
-static void *keep_writing(void *arg)
+/*
+ * Another process writing all along: durable puts until the test writes to
+ * its pipe, then ten more (after the exit), each of which must succeed.
+ * (A process, not a thread of the test: a child forked from a process
+ * whose other thread is inside malloc inherits a held allocator lock under
+ * the sanitizers.)
+ */
+static int keep_writing(void *arg)
 {
-	writer *w = arg;
-	while (!atomic_load(&w->stop) || w->puts < 10) {
+	int stop_fd = *(int *)arg;
+	walrus *db = open_quiet();
+	TU_CHILD_CHECK(db != NULL);
+	int after = -1;
+	for (int n = 0; after < 10; n++) {
 		char k[32];
-		snprintf(k, sizeof(k), "w%d", w->puts);
-		int rc = walrus_put(w->db, k, strlen(k), "v", 1, WALRUS_SYNC);
-		if (rc != WALRUS_OK) {
-			w->errors++;
-			snprintf(w->why, sizeof(w->why), "%d %s", rc, walrus_errmsg());
-			break;
-		}
-		w->puts++;
+		snprintf(k, sizeof(k), "w%d", n);
+		TU_CHILD_CHECK(walrus_put(db, k, strlen(k), "v", 1, WALRUS_SYNC) == WALRUS_OK);
+		struct pollfd p = {.fd = stop_fd, .events = POLLIN};
+		if (after >= 0)
+			after++;
+		else if (poll(&p, 1, 0) == 1)
+			after = 0;
 	}
-	return NULL;
+	TU_CHILD_CHECK(walrus_close(db) == WALRUS_OK);
+	return 0;
 }
 
 START_TEST(exit_without_close_is_no_crash)
 {
 	walrus *db = tu_open(dir, test_opts());
 	long restarts = crash_restarts(db);
-	writer w = {.db = open_quiet()};
-	ck_assert_ptr_nonnull(w.db);
-	pthread_t t;
-	ck_assert_int_eq(pthread_create(&t, NULL, keep_writing, &w), 0);
+	int stop[2];
+	ck_assert_int_eq(pipe(stop), 0);
+	pid_t writer = tu_fork(keep_writing, &stop[0]);
 	ck_assert_int_eq(tu_wait(tu_fork(exits_without_closing, NULL)), 0);
-	atomic_store(&w.stop, true);
-	pthread_join(t, NULL);
-	ck_assert_msg(w.errors == 0, "the other writer failed: %s", w.why);
+	ck_assert_int_eq(write(stop[1], "x", 1), 1);
+	ck_assert_int_eq(tu_wait(writer), 0);
+	close(stop[0]);
+	close(stop[1]);
 	char v[8];
 	size_t vlen;
 	ck_assert_int_eq(walrus_get_into(db, "exit-a", 6, v, sizeof(v), &vlen), WALRUS_OK);
 	ck_assert_int_eq(walrus_get_into(db, "exit-b", 6, v, sizeof(v), &vlen), WALRUS_OK);
 	ck_assert_int_eq(crash_restarts(db), restarts);
-	ck_assert_int_eq(walrus_close(w.db), WALRUS_OK);
 	tu_close_and_wait(db);
 }
 END_TEST
