@@ -86,9 +86,13 @@ const char *const peers_workload_names[PEERS_WORKLOAD_COUNT] = {
 
 const char *const peers_client_mode_names[PEERS_MAX_MODES] = {"threads", "processes"};
 
-/* One client of a workload: its orders, and what it measured. */
+#define CACHE_LINE 64
+
+/* One client of a workload: its orders, and what it measured. Clients that
+ * are threads write their own structure and buffers at every operation, so
+ * each starts on a cache line of its own (client_new) and no two share one. */
 typedef struct client {
-	const peers_engine *e;
+	_Alignas(CACHE_LINE) const peers_engine *e;
 	peers_open_args oa;
 	void *h; /* handle to use; NULL: open one (a forked client, or a thread of its own) */
 	peers_workload work;
@@ -287,6 +291,17 @@ void *peers_xmalloc(const char *what, size_t n)
 
 	if (p == NULL)
 		peers_fatal(g_engine, "malloc", "%zu bytes for %s: out of memory", n, what);
+	return p;
+}
+
+/* A client's buffer: whole cache lines of its own (free() releases it). */
+static void *client_alloc(const char *what, size_t n)
+{
+	size_t size = (n + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
+	void *p = aligned_alloc(CACHE_LINE, size ? size : CACHE_LINE);
+
+	if (p == NULL)
+		peers_fatal(g_engine, "aligned_alloc", "%zu bytes for %s: out of memory", n, what);
 	return p;
 }
 
@@ -568,11 +583,10 @@ static void client_record(client *c, uint64_t t0, uint64_t t1)
 {
 	if (c->ops == c->cap) {
 		uint64_t cap = c->cap ? c->cap * 2 : 65536;
-		uint32_t *lat = realloc(c->lat, cap * sizeof(uint32_t));
+		uint32_t *lat = client_alloc("latencies", cap * sizeof(uint32_t));
 
-		if (lat == NULL)
-			peers_fatal(c->e->name, "realloc", "%" PRIu64 " latencies: out of memory",
-			            cap);
+		memcpy(lat, c->lat, c->ops * sizeof(uint32_t));
+		free(c->lat);
 		c->lat = lat;
 		c->cap = cap;
 	}
@@ -1023,10 +1037,10 @@ static client client_new(const peers_engine *e, const peers_open_args *oa, peers
 	};
 
 	c.cap = nops;
-	c.lat = peers_xmalloc("latencies", (nops ? nops : 1) * sizeof(uint32_t));
-	c.key = peers_xmalloc("key", g_key_size);
-	c.val = peers_xmalloc("value", g_value_size);
-	c.buf = peers_xmalloc("value", g_value_size);
+	c.lat = client_alloc("latencies", (nops ? nops : 1) * sizeof(uint32_t));
+	c.key = client_alloc("key", g_key_size);
+	c.val = client_alloc("value", g_value_size);
+	c.buf = client_alloc("value", g_value_size);
 	return c;
 }
 
