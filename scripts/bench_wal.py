@@ -2,7 +2,9 @@
 """Commit-path benchmark sweep: walrus bench --workload walcommit with 1..16
 clients for each sync method, walwrite for bandwidth, and fio's 8 KiB
 append + fdatasync on the same file system for reference.  Prints a
-markdown report (the figures in docs/performance.md come from it).
+markdown report (the figures in docs/performance.md come from it).  The
+clients are processes (--processes), as when those figures were taken;
+`walrus bench` runs threads unless told so.
 
 usage: bench_wal.py [--walrus build/tools/walrus] [--dir /var/tmp] [--duration 5]
 """
@@ -65,7 +67,8 @@ def main():
         cells, r1, r8 = [], None, None
         for c in CLIENTS:
             r = run_bench(a.walrus, a.dir, opts,
-                          ["--workload", "walcommit", "--clients", str(c), *dur])
+                          ["--workload", "walcommit", "--clients", str(c), "--processes",
+                           *dur])
             cells.append(f"{r['ops_per_s']:.0f}")
             if c == 1:
                 r1 = r

@@ -71,8 +71,11 @@ void bench_print_summary(FILE *f, const bench_kv_run *r, const bench_series *s)
 	bool keys = strcmp(r->workload, "scan") == 0;
 	uint64_t puts = run_puts(r);
 
-	fprintf(f, "%s: %d client process%s%s, %llu keys of %llu+%llu bytes, %s%s\n", r->workload,
-	        r->clients, r->clients == 1 ? "" : "es",
+	bool threads = r->mode != NULL && strcmp(r->mode, "threads") == 0;
+
+	fprintf(f, "%s: %d client %s%s%s, %llu keys of %llu+%llu bytes, %s%s\n", r->workload,
+	        r->clients, threads ? "thread" : "process",
+	        r->clients == 1 ? "" : (threads ? "s" : "es"),
 	        r->writer_ops || strcmp(r->workload, "readwhilewriting") == 0 ? " + 1 writer" : "",
 	        (unsigned long long)r->num, (unsigned long long)r->key_size,
 	        (unsigned long long)r->value_size,

@@ -1,7 +1,9 @@
 /*
- * cmd_bench.c - `walrus bench`: workloads run by N client processes (not
- * threads: each is a backend of the instance, as an application's processes
- * would be), timing every operation.
+ * cmd_bench.c - `walrus bench`: workloads run by N clients, timing every
+ * operation. Each client opens its own handle, so each is a backend of the
+ * instance: threads of this process (the default, as an application's
+ * threads would be), or forked processes (--processes, as an application's
+ * processes would be).
  *
  * The WAL workloads measure the commit path on its own:
  *   walcommit  insert one record of --value-size bytes, then wal_flush_to it:
@@ -30,6 +32,7 @@
 #include "tool.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +65,7 @@ typedef struct bench_args {
 	uint64_t pages; /* buffer workloads: relation pages used; 0 = the default */
 	int depth;      /* bufscan: read stream depth */
 	bool random;    /* bufscan: random buf_read instead of streams */
+	bool processes; /* clients are forked processes (--processes), not threads */
 	bool json;
 } bench_args;
 
@@ -99,7 +103,9 @@ static void usage(void)
 	       "              (walrus bench --workload updaterandom --help)\n\n"
 	       "walrus bench --compare A.json B.json [--json]: two --json results side by side\n\n"
 	       "options:\n"
-	       "  --clients N       client processes (default 1, at most %d)\n"
+	       "  --clients N       clients (default 1, at most %d), each with its own handle\n"
+	       "  --threads         the clients are threads of this process (the default)\n"
+	       "  --processes       the clients are forked processes\n"
 	       "  --duration S      seconds to run (default 10)\n"
 	       "  --num N           operations per client instead of a duration\n"
 	       "  --value-size B    record payload bytes (walcommit 100, walwrite 1048576)\n"
@@ -110,8 +116,9 @@ static void usage(void)
 	       "  --json            print a one-line JSON summary last\n"
 	       "  -o name=value     (before `bench`) any engine option, repeatable, e.g.\n"
 	       "                    -o checkpoint_timeout=30s (see `walrus options`)\n\n"
-	       "key-value workloads (fillseq ... scan), besides --clients, --duration, --num,\n"
-	       "--value-size, --json (details: walrus bench --workload updaterandom --help):\n"
+	       "key-value workloads (fillseq ... scan), besides --clients, --threads,\n"
+	       "--processes, --duration, --num, --value-size, --json (details: walrus bench\n"
+	       "--workload updaterandom --help):\n"
 	       "  --key-size K      key bytes, K decimal digits (default %d, %d..%d)\n"
 	       "  --sync            durable puts: each waits for its WAL flush\n"
 	       "  --seed S          mixed into every random order and key stream (default 0)\n"
@@ -149,6 +156,7 @@ static bool kv_option(const char *k)
 static int parse_args(int argc, char **argv, bench_args *a)
 {
 	*a = (bench_args){.clients = 1, .duration_s = 10, .depth = 32};
+	bool set_mode = false;
 	for (int i = 1; i < argc; i++) {
 		const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		bool has = v != NULL;
@@ -158,6 +166,18 @@ static int parse_args(int argc, char **argv, bench_args *a)
 		}
 		if (strcmp(k, "--random") == 0) {
 			a->random = true;
+			continue;
+		}
+		if (strcmp(k, "--threads") == 0 || strcmp(k, "--processes") == 0) {
+			bool processes = strcmp(k, "--processes") == 0;
+			if (set_mode && a->processes != processes) {
+				fprintf(
+				    stderr,
+				    "walrus bench: --threads and --processes exclude each other\n");
+				return TOOL_EXIT_USAGE;
+			}
+			a->processes = processes;
+			set_mode = true;
 			continue;
 		}
 		if (kv_option(k)) {
@@ -364,12 +384,13 @@ static int client_buf(const bench_args *a, client_result *r, uint32_t *lat, uint
 	return 0;
 }
 
-/* This process's user + system CPU time: on a shared machine, unlike the
- * wall clock, it does not count the time other processes ran instead. */
-static uint64_t cpu_time_ns(void)
+/* The client's user + system CPU time (its process's, or its thread's): on a
+ * shared machine, unlike the wall clock, it does not count the time other
+ * processes ran instead. */
+static uint64_t cpu_time_ns(bool thread)
 {
 	struct rusage ru;
-	if (getrusage(RUSAGE_SELF, &ru) != 0)
+	if (getrusage(thread ? RUSAGE_THREAD : RUSAGE_SELF, &ru) != 0)
 		return 0;
 	return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000u +
 	       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000u;
@@ -383,22 +404,25 @@ static int client_main(tool_ctx *ctx, const bench_args *a, bench_shared *sh, int
 	client_result *r = &sh->res[id];
 	if (walrus_open(ctx->datadir, ctx->opts, &db) != WALRUS_OK) {
 		fprintf(stderr, "walrus bench: client %d: %s\n", id, walrus_errmsg());
+		(void)!write(ready, "x", 1); /* ready all the same: the parent counts on it */
 		return 3;
 	}
 	bool wal = a->kind == BENCH_WALCOMMIT || a->kind == BENCH_WALWRITE;
 	char *payload = wal ? malloc(a->value_size) : NULL;
-	if (wal && payload == NULL)
-		return 3;
-	for (uint32_t i = 0; wal && i < a->value_size; i++)
+	for (uint32_t i = 0; payload != NULL && i < a->value_size; i++)
 		payload[i] = (char)(i * 7 + id);
-	if (write(ready, "r", 1) != 1 || read(go, &c, 1) != 1)
+	if (write(ready, "r", 1) != 1 || read(go, &c, 1) != 1 || (wal && payload == NULL)) {
+		free(payload);
+		(void)walrus_close(db);
 		return 3;
-	uint64_t cpu0 = cpu_time_ns();
+	}
+	bool thread = !a->processes;
+	uint64_t cpu0 = cpu_time_ns(thread);
 	r->start_ns = wr_now_ns();
 	uint32_t *lat = sh->lat_ns + (size_t)id * BENCH_MAX_SAMPLES;
 	int ex = wal ? client_wal(a, r, lat, payload) : client_buf(a, r, lat, pages, id);
 	r->end_ns = wr_now_ns();
-	r->cpu_ns = cpu_time_ns() - cpu0;
+	r->cpu_ns = cpu_time_ns(thread) - cpu0;
 	free(payload);
 	if (walrus_close(db) != WALRUS_OK) {
 		fprintf(stderr, "walrus bench: client %d: %s\n", id, walrus_errmsg());
@@ -407,16 +431,53 @@ static int client_main(tool_ctx *ctx, const bench_args *a, bench_shared *sh, int
 	return ex;
 }
 
+/* A client thread's orders, and its exit code. */
+typedef struct client_thread {
+	tool_ctx *ctx;
+	const bench_args *a;
+	bench_shared *sh;
+	int id, ready, go;
+	uint64_t pages;
+	int ex;
+} client_thread;
+
+static void *client_thread_main(void *arg)
+{
+	client_thread *t = arg;
+	t->ex = client_main(t->ctx, t->a, t->sh, t->id, t->ready, t->go, t->pages);
+	return NULL;
+}
+
 static int run_clients(tool_ctx *ctx, const bench_args *a, bench_shared *sh, uint64_t pages)
 {
 	int ready[2], go[2];
 	pid_t pids[BENCH_MAX_CLIENTS];
+	pthread_t tids[BENCH_MAX_CLIENTS];
+	client_thread th[BENCH_MAX_CLIENTS];
+	int started = 0, failed = 0;
 	if (pipe(ready) != 0 || pipe(go) != 0) {
 		perror("walrus bench: pipe");
 		return TOOL_EXIT_ENGINE;
 	}
 	fflush(NULL);
 	for (int i = 0; i < a->clients; i++) {
+		if (!a->processes) {
+			th[i] = (client_thread){.ctx = ctx,
+			                        .a = a,
+			                        .sh = sh,
+			                        .id = i,
+			                        .ready = ready[1],
+			                        .go = go[0],
+			                        .pages = pages};
+			int rc = pthread_create(&tids[i], NULL, client_thread_main, &th[i]);
+			if (rc != 0) {
+				fprintf(stderr, "walrus bench: pthread_create: %s\n", strerror(rc));
+				failed++;
+				break;
+			}
+			started++;
+			continue;
+		}
 		pids[i] = fork();
 		if (pids[i] < 0) {
 			perror("walrus bench: fork");
@@ -424,16 +485,21 @@ static int run_clients(tool_ctx *ctx, const bench_args *a, bench_shared *sh, uin
 		}
 		if (pids[i] == 0)
 			_exit(client_main(ctx, a, sh, i, ready[1], go[0], pages));
+		started++;
 	}
 	char c;
-	for (int i = 0; i < a->clients; i++)
+	for (int i = 0; i < started; i++)
 		if (read(ready[0], &c, 1) != 1)
 			break;
-	for (int i = 0; i < a->clients; i++)
+	for (int i = 0; i < started; i++)
 		if (write(go[1], "g", 1) != 1)
 			break;
-	int failed = 0;
-	for (int i = 0; i < a->clients; i++) {
+	for (int i = 0; i < started; i++) {
+		if (!a->processes) {
+			(void)pthread_join(tids[i], NULL);
+			failed += th[i].ex != 0;
+			continue;
+		}
 		int st;
 		while (waitpid(pids[i], &st, 0) < 0 && errno == EINTR)
 			;
@@ -508,8 +574,9 @@ static void report_wal(tool_ctx *ctx, const bench_args *a, const bench_summary *
 	wr_opts_get(&engine_sh()->opts, "wal_sync_method", sync, sizeof(sync));
 	wr_opts_get(&engine_sh()->opts, "io_method", io, sizeof(io));
 	wr_opts_get(&engine_sh()->opts, "wal_direct_io", direct, sizeof(direct));
-	printf("%s: %d client(s), %s%s, io_method=%s, %u-byte records\n", a->workload, a->clients,
-	       sync, strcmp(direct, "on") == 0 ? " + O_DIRECT" : "", io, a->value_size);
+	printf("%s: %d client(s) (%s), %s%s, io_method=%s, %u-byte records\n", a->workload,
+	       a->clients, a->processes ? "processes" : "threads", sync,
+	       strcmp(direct, "on") == 0 ? " + O_DIRECT" : "", io, a->value_size);
 	printf("  %llu ops in %.2f s: %.0f ops/s, %.1f MB/s\n", (unsigned long long)s->ops, s->secs,
 	       s->ops_s, s->mb_s);
 	printf("  latency us: avg %.0f  p50 %u  p99 %u  p99.9 %u  max %u\n", s->avg_ns / 1000,
@@ -522,13 +589,15 @@ static void report_wal(tool_ctx *ctx, const bench_args *a, const bench_summary *
 		return;
 	char opts[8192];
 	wr_opts_json(&engine_sh()->opts, opts, sizeof(opts));
-	printf("{\"workload\":\"%s\",\"clients\":%d,\"value_size\":%u,\"ops\":%llu,"
-	       "\"seconds\":%.3f,\"ops_per_s\":%.1f,\"MBps\":%.2f,\"avg_us\":%.1f,\"p50_us\":%u,"
+	printf("{\"workload\":\"%s\",\"clients\":%d,\"clients_mode\":\"%s\",\"value_size\":%u,"
+	       "\"ops\":%llu,\"seconds\":%.3f,\"ops_per_s\":%.1f,\"MBps\":%.2f,\"avg_us\":%.1f,"
+	       "\"p50_us\":%u,"
 	       "\"p99_us\":%u,\"p999_us\":%u,\"max_us\":%u,\"wal_flushes\":%llu,"
 	       "\"datadir\":\"%s\",\"options\":%s}\n",
-	       a->workload, a->clients, a->value_size, (unsigned long long)s->ops, s->secs,
-	       s->ops_s, s->mb_s, s->avg_ns / 1000, s->p50 / 1000, s->p99 / 1000, s->p999 / 1000,
-	       s->max / 1000, (unsigned long long)flushes, ctx->datadir, opts);
+	       a->workload, a->clients, a->processes ? "processes" : "threads", a->value_size,
+	       (unsigned long long)s->ops, s->secs, s->ops_s, s->mb_s, s->avg_ns / 1000,
+	       s->p50 / 1000, s->p99 / 1000, s->p999 / 1000, s->max / 1000,
+	       (unsigned long long)flushes, ctx->datadir, opts);
 }
 
 static void report_buf(tool_ctx *ctx, const bench_args *a, const bench_summary *s, uint64_t pages,
@@ -541,11 +610,12 @@ static void report_buf(tool_ctx *ctx, const bench_args *a, const bench_summary *
 	bool scan = a->kind == BENCH_BUFSCAN && !a->random;
 	char io[32];
 	wr_opts_get(&engine_sh()->opts, "io_method", io, sizeof(io));
-	printf("%s: %d client(s), %s over %llu pages (%.0f MB) of relation %u; shared_buffers %u "
-	       "pages (%.0f MB)",
-	       a->workload, a->clients, scan ? "sequential read streams" : "random page reads",
-	       (unsigned long long)pages, (double)pages * WR_PAGE_SIZE / 1048576.0, BENCH_REL,
-	       b1->nbuffers, (double)b1->nbuffers * WR_PAGE_SIZE / 1048576.0);
+	printf("%s: %d client(s) (%s), %s over %llu pages (%.0f MB) of relation %u; shared_buffers "
+	       "%u pages (%.0f MB)",
+	       a->workload, a->clients, a->processes ? "processes" : "threads",
+	       scan ? "sequential read streams" : "random page reads", (unsigned long long)pages,
+	       (double)pages * WR_PAGE_SIZE / 1048576.0, BENCH_REL, b1->nbuffers,
+	       (double)b1->nbuffers * WR_PAGE_SIZE / 1048576.0);
 	if (a->kind == BENCH_BUFSCAN)
 		printf(", io_method=%s", io);
 	if (scan)
@@ -581,7 +651,8 @@ static void report_buf(tool_ctx *ctx, const bench_args *a, const bench_summary *
 		return;
 	char opts[8192];
 	wr_opts_json(&engine_sh()->opts, opts, sizeof(opts));
-	printf("{\"workload\":\"%s\",\"clients\":%d,\"mode\":\"%s\",\"io_method\":\"%s\","
+	printf("{\"workload\":\"%s\",\"clients\":%d,\"clients_mode\":\"%s\",\"mode\":\"%s\","
+	       "\"io_method\":\"%s\","
 	       "\"depth\":%d,\"effective_depth\":%d,\"pages\":%llu,\"nbuffers\":%u,"
 	       "\"setup_s\":%.3f,\"ops\":%llu,\"seconds\":%.3f,\"ops_per_s\":%.1f,"
 	       "\"pages_per_s\":%.1f,\"MBps\":%.2f,\"passes\":%llu,\"first_pass_s\":%.3f,"
@@ -589,10 +660,11 @@ static void report_buf(tool_ctx *ctx, const bench_args *a, const bench_summary *
 	       "\"io_wait_ms\":%.1f,\"cpu_ns_per_op\":%.1f,\"batch\":%d,\"avg_ns\":%.1f,"
 	       "\"p50_ns\":%u,\"p99_ns\":%u,"
 	       "\"p999_ns\":%u,\"max_ns\":%u,\"datadir\":\"%s\",\"options\":%s}\n",
-	       a->workload, a->clients, scan ? "sequential" : "random", io, a->depth, s->depth,
-	       (unsigned long long)pages, b1->nbuffers, setup_s, (unsigned long long)s->ops,
-	       s->secs, s->ops_s, s->ops_s, s->mb_s, (unsigned long long)s->passes, s->first_pass_s,
-	       (unsigned long long)hits, (unsigned long long)reads, ratio / 100.0,
+	       a->workload, a->clients, a->processes ? "processes" : "threads",
+	       scan ? "sequential" : "random", io, a->depth, s->depth, (unsigned long long)pages,
+	       b1->nbuffers, setup_s, (unsigned long long)s->ops, s->secs, s->ops_s, s->ops_s,
+	       s->mb_s, (unsigned long long)s->passes, s->first_pass_s, (unsigned long long)hits,
+	       (unsigned long long)reads, ratio / 100.0,
 	       (unsigned long long)(b1->evictions - b0->evictions), io_wait_ms,
 	       s->ops ? (double)s->cpu_ns / (double)s->ops : 0.0, BENCH_BATCH, s->avg_ns, s->p50,
 	       s->p99, s->p999, s->max, ctx->datadir, opts);

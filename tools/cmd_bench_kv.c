@@ -9,18 +9,22 @@
  *
  *   fillseq     --num puts of keys 0..N-1 in order (asynchronous unless --sync)
  *   fillrandom  the same puts in a fixed random order
- *   fillsync    --clients processes, each --num WALRUS_SYNC puts
- *   readrandom  --num random point reads over --clients processes (or each
+ *   fillsync    --clients clients, each --num WALRUS_SYNC puts
+ *   readrandom  --num random point reads over --clients clients (or each
  *               for --duration), of a database holding --num keys
  *   readwhilewriting
- *               readrandom's readers plus one writer process overwriting
+ *               readrandom's readers plus one writer client overwriting
  *               random keys until they are done
  *   updaterandom
  *               --num read-modify-writes of random keys over --clients
- *               processes (or each for --duration): the steady dirtying of a
+ *               clients (or each for --duration): the steady dirtying of a
  *               working set of --num keys, larger or smaller than
  *               shared_buffers, where checkpoints show
  *   scan        one ordered scan of such a database
+ *
+ * The clients of the first four are threads of this process, each with its
+ * own handle (--threads, the default), or forked processes, each with its
+ * own handle (--processes): both are backends of the instance.
  *
  * Around the workload, a monitor process (bench_monitor.c) attached to the
  * instance keeps a per-second time series and the checkpoints that ran;
@@ -61,9 +65,10 @@ typedef struct kv_args {
 	double duration_s;
 	uint64_t key_size, value_size, seed;
 	bool sync, json, reuse;
+	bool processes; /* clients are forked processes (--processes), not threads */
 	int progress_s;
 	const char *csv, *plot;
-	bool set_clients, set_duration; /* given on the command line */
+	bool set_clients, set_duration, set_mode; /* given on the command line */
 } kv_args;
 
 static void kv_usage(FILE *f)
@@ -74,12 +79,12 @@ static void kv_usage(FILE *f)
 	    "key-value workloads (the workloads of walrus-peers, bench/peers/README.md):\n"
 	    "  fillseq           N puts of keys 0..N-1 in order, one per commit\n"
 	    "  fillrandom        the same N puts in a fixed random order\n"
-	    "  fillsync          P client processes, each N durable puts\n"
-	    "  readrandom        N random point reads split over P client processes\n"
-	    "  readwhilewriting  readrandom, plus one writer process overwriting random keys\n"
+	    "  fillsync          P clients, each N durable puts\n"
+	    "  readrandom        N random point reads split over P clients\n"
+	    "  readwhilewriting  readrandom, plus one writer client overwriting random keys\n"
 	    "                    until the readers are done (the readers are measured)\n"
 	    "  updaterandom      N read-modify-writes (get, put a new value) of random keys\n"
-	    "                    split over P processes: a working set of N keys dirtied\n"
+	    "                    split over P clients: a working set of N keys dirtied\n"
 	    "                    steadily, the case where checkpoints matter\n"
 	    "  scan              one ordered scan of the N keys\n\n"
 	    "options:\n"
@@ -88,8 +93,11 @@ static void kv_usage(FILE *f)
 	    "                   fillsync: durable puts per client (default %u)\n"
 	    "  --duration S     readrandom, readwhilewriting, updaterandom: each client runs\n"
 	    "                   S seconds instead\n"
-	    "  --clients P      client processes of fillsync, readrandom, readwhilewriting\n"
-	    "                   (readers), updaterandom (default 1, at most %d)\n"
+	    "  --clients P      clients of fillsync, readrandom, readwhilewriting (readers),\n"
+	    "                   updaterandom (default 1, at most %d)\n"
+	    "  --threads        the clients are threads of this process, each with its own\n"
+	    "                   handle (the default)\n"
+	    "  --processes      the clients are forked processes, each with its own handle\n"
 	    "  --key-size K     key bytes, K decimal digits: at most 10^K keys (default %d,\n"
 	    "                   %d..%d)\n"
 	    "  --value-size B   value bytes (default %d, %d..%u)\n"
@@ -176,6 +184,14 @@ static int kv_check(kv_args *a)
 		        name);
 		return TOOL_EXIT_USAGE;
 	}
+	if (a->set_mode && !clients) {
+		fprintf(
+		    stderr,
+		    "walrus bench: %s runs one client, in this process (--threads and "
+		    "--processes are for fillsync, readrandom, readwhilewriting, updaterandom)\n",
+		    name);
+		return TOOL_EXIT_USAGE;
+	}
 	if (a->set_duration && !is_random(a->workload)) {
 		fprintf(stderr,
 		        "walrus bench: %s runs --num operations (--duration is for readrandom, "
@@ -229,6 +245,19 @@ static int kv_parse(int argc, char **argv, kv_args *a)
 		}
 		if (strcmp(k, "--sync") == 0) {
 			a->sync = true;
+			continue;
+		}
+		if (strcmp(k, "--threads") == 0 || strcmp(k, "--processes") == 0) {
+			bool processes = strcmp(k, "--processes") == 0;
+
+			if (a->set_mode && a->processes != processes) {
+				fprintf(
+				    stderr,
+				    "walrus bench: --threads and --processes exclude each other\n");
+				return TOOL_EXIT_USAGE;
+			}
+			a->processes = processes;
+			a->set_mode = true;
 			continue;
 		}
 		if (strcmp(k, "--workload") != 0 && strcmp(k, "--num") != 0 &&
@@ -396,7 +425,7 @@ int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 	uint64_t num = a.num ? a.num : KV_DEFAULT_NUM;
 	bench_kv_run run = {
 	    .workload = peers_workload_names[a.workload],
-	    .mode = "processes",
+	    .mode = a.processes ? "processes" : "threads",
 	    .datadir = ctx->datadir,
 	    .clients = a.clients,
 	    .num = a.workload == PEERS_FILLSYNC ? (a.num ? a.num : KV_DEFAULT_SYNC_OPS) : num,
@@ -429,6 +458,8 @@ int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 	    .nsync_procs = 1,
 	    .read_procs = {a.clients},
 	    .nread_procs = 1,
+	    .client_modes = {a.processes ? PEERS_CLIENTS_PROCESSES : PEERS_CLIENTS_THREADS},
+	    .nclient_modes = 1,
 	    .json = a.json,
 	    .fresh_dirs = false,
 	    .loaded = !fill && !empty,

@@ -10,9 +10,14 @@
  * flushes within wal_writer_delay); each get is walrus_get_into; the scan
  * is a walrus_iter over the whole key space.
  *
- * walrus is multi-process: every client process opens its own handle after
- * fork() (a handle belongs to the process that opened it), so threads is
- * false. The first open starts the instance's supervisor; after the last
+ * Every walrus handle is a backend of the instance, whether its process
+ * holds one handle or many threads each hold their own: threads is false
+ * (processes may share the directory) and thread_handles true, so a client
+ * is a thread of the program that opens its own handle, or a forked process
+ * that opens its own after fork() (a handle belongs to the process that
+ * opened it). The options are shared by the threads' opens: they are
+ * completed (create_if_missing) once, under wa_mu, and only read after.
+ * The first open starts the instance's supervisor; after the last
  * close it lingers (supervisor_linger), checkpoints and exits. Before a
  * directory is removed, idle waits for that: the supervisor and its
  * auxiliary processes hold a lock on byte 0 of DIR/walrus.pid for as long as
@@ -23,6 +28,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,8 +49,10 @@ typedef struct wa_handle {
 	int flags; /* WALRUS_SYNC or WALRUS_ASYNC */
 } wa_handle;
 
-static walrus_opts *wa_opts; /* the program's, or wa_own */
+static pthread_mutex_t wa_mu = PTHREAD_MUTEX_INITIALIZER; /* guards the next three */
+static walrus_opts *wa_opts;                              /* the program's, or wa_own */
 static walrus_opts *wa_own;
+static bool wa_ready; /* wa_opts has create_if_missing: opens only read it now */
 
 /* Report and end on a walrus error code. */
 static _Noreturn void wa_fail(const char *op, int rc)
@@ -54,13 +63,17 @@ static _Noreturn void wa_fail(const char *op, int rc)
 	            walrus_strerror(rc));
 }
 
+/* Called with no client running. */
 void peers_walrus_use_opts(walrus_opts *opts)
 {
+	(void)pthread_mutex_lock(&wa_mu);
 	if (wa_own != NULL) {
 		walrus_opts_free(wa_own);
 		wa_own = NULL;
 	}
 	wa_opts = opts;
+	wa_ready = false;
+	(void)pthread_mutex_unlock(&wa_mu);
 }
 
 static const char *wa_version(void)
@@ -68,20 +81,37 @@ static const char *wa_version(void)
 	return PEERS_WALRUS_VERSION;
 }
 
+/* The options every open uses, completed by the first (several client
+ * threads may open at once). */
+static walrus_opts *wa_open_opts(void)
+{
+	walrus_opts *o;
+	int rc = WALRUS_OK;
+
+	(void)pthread_mutex_lock(&wa_mu);
+	if (!wa_ready) {
+		if (wa_opts == NULL) {
+			if (wa_own == NULL && (wa_own = walrus_opts_new()) == NULL)
+				peers_fatal("walrus", "walrus_opts_new", "out of memory");
+			wa_opts = wa_own;
+		}
+		rc = walrus_opts_set(wa_opts, "create_if_missing", "on");
+		wa_ready = rc == WALRUS_OK;
+	}
+	o = wa_opts;
+	(void)pthread_mutex_unlock(&wa_mu);
+	if (rc != WALRUS_OK)
+		wa_fail("walrus_opts_set(create_if_missing)", rc);
+	return o;
+}
+
 static void *wa_open(const peers_open_args *a)
 {
+	walrus_opts *opts = wa_open_opts();
 	wa_handle *w = peers_xmalloc("walrus handle", sizeof(*w));
 	int rc;
 
-	if (wa_opts == NULL) {
-		if (wa_own == NULL && (wa_own = walrus_opts_new()) == NULL)
-			peers_fatal("walrus", "walrus_opts_new", "out of memory");
-		wa_opts = wa_own;
-	}
-	rc = walrus_opts_set(wa_opts, "create_if_missing", "on");
-	if (rc != WALRUS_OK)
-		wa_fail("walrus_opts_set(create_if_missing)", rc);
-	rc = walrus_open(a->dir, wa_opts, &w->db);
+	rc = walrus_open(a->dir, opts, &w->db);
 	if (rc != WALRUS_OK) {
 		const char *msg = walrus_errmsg();
 
@@ -196,6 +226,7 @@ static void wa_idle(const char *dir)
 const peers_engine peers_walrus = {
     .name = "walrus",
     .threads = false,
+    .thread_handles = true,
     .version = wa_version,
     .open = wa_open,
     .close = wa_close,

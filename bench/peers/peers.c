@@ -35,6 +35,10 @@
 	"fillseq,fillrandom,fillsync,readrandom,scan,readwhilewriting,updaterandom"
 #define PEERS_DEFAULT_WORKLOADS "fillseq,fillrandom,fillsync,readrandom,scan"
 
+/* walrus's client modes: threads, as RocksDB's (each thread its own handle
+ * here), then processes, as SQLite's and LMDB's. */
+#define PEERS_DEFAULT_MODES "threads,processes"
+
 static const peers_engine *const all_engines[] = {&peers_walrus, &peers_sqlite, &peers_lmdb,
                                                   &peers_rocksdb};
 #define NENGINES ((int)(sizeof(all_engines) / sizeof(all_engines[0])))
@@ -82,6 +86,10 @@ static void usage(FILE *f)
 	        "  --sync-procs LIST  fillsync client counts (default 1,8)\n"
 	        "  --read-procs LIST  readrandom, readwhilewriting (readers) and updaterandom\n"
 	        "                     client counts (default 1,2)\n"
+	        "  --walrus-clients LIST\n"
+	        "                     how walrus's clients of those workloads run, each in turn:\n"
+	        "                     threads (of this process, a handle each) and/or processes\n"
+	        "                     (forked, a handle each) (default " PEERS_DEFAULT_MODES ")\n"
 	        "  --dir DIR          scratch directory (default: a new one under $TMPDIR or "
 	        "/tmp)\n"
 	        "  --keep             keep the databases at the end\n"
@@ -173,6 +181,20 @@ static void add_workload(config *cfg, const char *opt, const char *name)
 	cfg->run.workloads[cfg->run.nworkloads++] = (peers_workload)w;
 }
 
+static void add_mode(config *cfg, const char *opt, const char *name)
+{
+	for (int i = 0; i < PEERS_MAX_MODES; i++) {
+		if (strcmp(peers_client_mode_names[i], name) != 0)
+			continue;
+		for (int j = 0; j < cfg->run.nclient_modes; j++)
+			if (cfg->run.client_modes[j] == (peers_client_mode)i)
+				bad_usage("%s names a mode twice", opt);
+		cfg->run.client_modes[cfg->run.nclient_modes++] = (peers_client_mode)i;
+		return;
+	}
+	bad_usage("unknown client mode \"%s\" (threads or processes)", name);
+}
+
 static void add_procs(int *v, int *n, const char *opt, const char *s)
 {
 	if (*n == PEERS_MAX_LIST)
@@ -224,6 +246,8 @@ static void parse_args(int argc, char **argv, config *cfg)
 			parse_list(k, v, cfg, add_sync_procs);
 		else if (strcmp(k, "--read-procs") == 0)
 			parse_list(k, v, cfg, add_read_procs);
+		else if (strcmp(k, "--walrus-clients") == 0)
+			parse_list(k, v, cfg, add_mode);
 		else if (strcmp(k, "--dir") == 0)
 			cfg->dir = v;
 		else if (strcmp(k, "-o") == 0) {
@@ -241,6 +265,8 @@ static void parse_args(int argc, char **argv, config *cfg)
 		parse_list("--sync-procs", "1,8", cfg, add_sync_procs);
 	if (cfg->run.nread_procs == 0)
 		parse_list("--read-procs", "1,2", cfg, add_read_procs);
+	if (cfg->run.nclient_modes == 0)
+		parse_list("--walrus-clients", PEERS_DEFAULT_MODES, cfg, add_mode);
 }
 
 /* The walrus engine's options: the peers' cache size, then every -o. */
@@ -322,6 +348,10 @@ int main(int argc, char **argv)
 	        cfg.run.sync_ops, g_base);
 	for (int i = 0; i < cfg.nengines; i++)
 		fprintf(human, " %s=%s", cfg.engines[i]->name, cfg.engines[i]->version());
+	fprintf(human, " walrus-clients=");
+	for (int i = 0; i < cfg.run.nclient_modes; i++)
+		fprintf(human, "%s%s", i ? "," : "",
+		        peers_client_mode_names[cfg.run.client_modes[i]]);
 	for (int i = 0; i < cfg.nopts; i++)
 		fprintf(human, " -o %s", cfg.opts[i]);
 	fputc('\n', human);

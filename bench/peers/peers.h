@@ -21,9 +21,12 @@
  * a failure ends the program through peers_fatal(), which names the engine
  * and the call, so the workloads stay free of error plumbing. An engine with
  * threads == true cannot be opened by several processes at once; its
- * multi-client workloads share one handle among threads. Otherwise every
- * client is a forked process that opens its own handle (the parent holds
- * none across fork()).
+ * multi-client workloads share one handle among threads. An engine with
+ * thread_handles == true (walrus) runs its clients either way the caller
+ * asks (peers_config.client_modes): as threads of this process, each opening
+ * its own handle, or as forked processes. Otherwise every client is a
+ * forked process that opens its own handle (the parent holds none across
+ * fork()).
  */
 #ifndef WALRUS_PEERS_H
 #define WALRUS_PEERS_H
@@ -63,7 +66,9 @@ typedef struct peers_open_args {
 
 typedef struct peers_engine {
 	const char *name;
-	bool threads; /* single-process engine: clients are threads */
+	bool threads;        /* single-process engine: clients are threads on one handle */
+	bool thread_handles; /* each thread may open a handle of its own: clients may be
+	                        threads (peers_config.client_modes) */
 	const char *(*version)(void);
 	void *(*open)(const peers_open_args *args);
 	void (*close)(void *h);
@@ -112,7 +117,7 @@ uint64_t peers_max_keys(size_t key_size);
 typedef struct peers_result {
 	const char *engine;
 	const char *workload;
-	const char *mode; /* "processes" or "threads" */
+	const char *mode; /* "processes" or "threads": how the clients ran */
 	int procs;        /* measured clients */
 	uint64_t ops;
 	uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC: first start, last end */
@@ -143,6 +148,13 @@ typedef struct peers_hooks {
 	void (*result)(void *arg, const peers_result *r);
 } peers_hooks;
 
+/* How the clients of an engine with thread_handles run: threads of this
+ * process, each with its own handle, or forked processes. */
+typedef enum peers_client_mode { PEERS_CLIENTS_THREADS, PEERS_CLIENTS_PROCESSES } peers_client_mode;
+#define PEERS_MAX_MODES 2
+
+extern const char *const peers_client_mode_names[PEERS_MAX_MODES];
+
 typedef struct peers_config {
 	uint64_t num;      /* keys of every workload but fillsync; readrandom, readwhilewriting
 	                      and updaterandom: their operations too (unless duration_ns) */
@@ -154,6 +166,11 @@ typedef struct peers_config {
 	/* readrandom, readwhilewriting (readers), updaterandom client counts */
 	int read_procs[PEERS_MAX_LIST];
 	int nread_procs;
+	/* An engine with thread_handles (walrus) runs every client count of
+	 * fillsync, readrandom, readwhilewriting and updaterandom once per mode,
+	 * in this order; none given: threads. The other engines have one way. */
+	peers_client_mode client_modes[PEERS_MAX_MODES];
+	int nclient_modes;
 	bool json; /* JSON lines on stdout, human lines on stderr */
 	/*
 	 * true (walrus-peers): a workload that needs a new database removes and

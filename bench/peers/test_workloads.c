@@ -4,7 +4,8 @@
  * walrus engine alone, in a new directory under $TMPDIR or /tmp that it
  * removes: the five of walrus-peers' default list, then readwhilewriting
  * and updaterandom (twice: the second on values the first rewrote) with 1
- * and 2 clients, and a scan of the result. The workloads check their own
+ * and 2 clients, each client count run by threads (a handle each) and by
+ * processes, and a scan of the result. The workloads check their own
  * results and end the process with exit code 2 (wrong result) or 3 (engine
  * or system error) on a failure; timings are printed, never asserted. It is
  * always built; the suite runs it only where walrus-peers is not built.
@@ -31,6 +32,8 @@ int main(void)
 	    .nsync_procs = 2,
 	    .read_procs = {1, 2},
 	    .nread_procs = 2,
+	    .client_modes = {PEERS_CLIENTS_THREADS, PEERS_CLIENTS_PROCESSES},
+	    .nclient_modes = 2,
 	    .fresh_dirs = true,
 	};
 	const char *tmp = getenv("TMPDIR");

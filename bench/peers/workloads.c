@@ -38,12 +38,14 @@
  * Every workload checks its result (fills by a full scan afterwards, reads
  * value by value, the scan key by key) and exits non-zero on a mismatch.
  *
- * Clients: the clients of a multi-process engine (walrus, SQLite, LMDB) are
- * forked processes, each opening the database itself; an engine that one
- * process only may open (RocksDB) runs its clients as threads sharing one
- * handle. A client prepares (opens, warms), signals ready, waits for the
- * start, runs its operations timing each one, and reports: a process
- * through a pipe to the parent, a thread in memory.
+ * Clients: the clients of a multi-process engine (SQLite, LMDB) are forked
+ * processes, each opening the database itself; an engine that one process
+ * only may open (RocksDB) runs its clients as threads sharing one handle;
+ * walrus, whose every handle is a backend, runs them either way
+ * (peers_config.client_modes): threads of this process each opening its own
+ * handle, or forked processes. A client prepares (opens, warms), signals
+ * ready, waits for the start, runs its operations timing each one, and
+ * reports: a process through a pipe to the parent, a thread in memory.
  *
  * Errors: every library and system call is checked; a failure prints the
  * engine and the call and exits 3 (peers_fatal), after the parent has killed
@@ -82,11 +84,17 @@
 const char *const peers_workload_names[PEERS_WORKLOAD_COUNT] = {
     "fillseq", "fillrandom", "fillsync", "readrandom", "scan", "readwhilewriting", "updaterandom"};
 
-/* One client of a workload: its orders, and what it measured. */
+const char *const peers_client_mode_names[PEERS_MAX_MODES] = {"threads", "processes"};
+
+#define CACHE_LINE 64
+
+/* One client of a workload: its orders, and what it measured. Clients that
+ * are threads write their own structure and buffers at every operation, so
+ * each starts on a cache line of its own (client_new) and no two share one. */
 typedef struct client {
-	const peers_engine *e;
+	_Alignas(CACHE_LINE) const peers_engine *e;
 	peers_open_args oa;
-	void *h; /* handle to use; NULL: open one (a forked client) */
+	void *h; /* handle to use; NULL: open one (a forked client, or a thread of its own) */
 	peers_workload work;
 	int id;
 	bool writer;                /* readwhilewriting's writer: runs until told to stop */
@@ -283,6 +291,17 @@ void *peers_xmalloc(const char *what, size_t n)
 
 	if (p == NULL)
 		peers_fatal(g_engine, "malloc", "%zu bytes for %s: out of memory", n, what);
+	return p;
+}
+
+/* A client's buffer: whole cache lines of its own (free() releases it). */
+static void *client_alloc(const char *what, size_t n)
+{
+	size_t size = (n + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
+	void *p = aligned_alloc(CACHE_LINE, size ? size : CACHE_LINE);
+
+	if (p == NULL)
+		peers_fatal(g_engine, "aligned_alloc", "%zu bytes for %s: out of memory", n, what);
 	return p;
 }
 
@@ -564,11 +583,10 @@ static void client_record(client *c, uint64_t t0, uint64_t t1)
 {
 	if (c->ops == c->cap) {
 		uint64_t cap = c->cap ? c->cap * 2 : 65536;
-		uint32_t *lat = realloc(c->lat, cap * sizeof(uint32_t));
+		uint32_t *lat = client_alloc("latencies", cap * sizeof(uint32_t));
 
-		if (lat == NULL)
-			peers_fatal(c->e->name, "realloc", "%" PRIu64 " latencies: out of memory",
-			            cap);
+		memcpy(lat, c->lat, c->ops * sizeof(uint32_t));
+		free(c->lat);
 		c->lat = lat;
 		c->cap = cap;
 	}
@@ -717,8 +735,8 @@ static void *thread_main(void *arg)
 	return NULL;
 }
 
-/* Threads on one handle; a writer (the last client, if any) is told to stop
- * once the others are done. */
+/* Threads, on one handle (cl[i].h set) or each opening its own (NULL); a
+ * writer (the last client, if any) is told to stop once the others are done. */
 static void run_threads(client *cl, int n)
 {
 	pthread_t tid[MAX_CLIENTS];
@@ -1019,10 +1037,10 @@ static client client_new(const peers_engine *e, const peers_open_args *oa, peers
 	};
 
 	c.cap = nops;
-	c.lat = peers_xmalloc("latencies", (nops ? nops : 1) * sizeof(uint32_t));
-	c.key = peers_xmalloc("key", g_key_size);
-	c.val = peers_xmalloc("value", g_value_size);
-	c.buf = peers_xmalloc("value", g_value_size);
+	c.lat = client_alloc("latencies", (nops ? nops : 1) * sizeof(uint32_t));
+	c.key = client_alloc("key", g_key_size);
+	c.val = client_alloc("value", g_value_size);
+	c.buf = client_alloc("value", g_value_size);
 	return c;
 }
 
@@ -1055,10 +1073,17 @@ static void wl_fill(const peers_config *cfg, const peers_engine *e, peers_worklo
 	client_free(&c);
 }
 
-/* Run n clients as forked processes, or as threads on one handle. */
-static const char *run_clients(const peers_engine *e, const peers_open_args *oa, client *cl, int n)
+/* Run n clients as forked processes, as threads each opening its own handle
+ * (an engine with thread_handles, in mode threads), or as threads on one
+ * handle (a single-process engine). Returns the mode's name. */
+static const char *run_clients(const peers_engine *e, const peers_open_args *oa, client *cl, int n,
+                               peers_client_mode mode)
 {
 	atomic_store(g_stop, 0);
+	if (!e->threads && e->thread_handles && mode == PEERS_CLIENTS_THREADS) {
+		run_threads(cl, n);
+		return "threads";
+	}
 	if (!e->threads) {
 		run_processes(cl, n);
 		return "processes";
@@ -1072,7 +1097,8 @@ static const char *run_clients(const peers_engine *e, const peers_open_args *oa,
 	return "threads";
 }
 
-static void wl_fillsync(const peers_config *cfg, const peers_engine *e, int procs)
+static void wl_fillsync(const peers_config *cfg, const peers_engine *e, int procs,
+                        peers_client_mode cmode)
 {
 	uint64_t total = cfg->sync_ops * (uint64_t)procs;
 	peers_open_args oa = {.dir = g_subdir, .sync = true, .nkeys = total};
@@ -1088,7 +1114,7 @@ static void wl_fillsync(const peers_config *cfg, const peers_engine *e, int proc
 		cl[i].id = i;
 		cl[i].first = (uint64_t)i * cfg->sync_ops;
 	}
-	mode = run_clients(e, &oa, cl, procs);
+	mode = run_clients(e, &oa, cl, procs, cmode);
 
 	h = e->open(&oa);
 	verify_all(e, h, total, "fillsync", false);
@@ -1250,8 +1276,9 @@ static void verify_writes(const peers_engine *e, void *h, uint64_t num, const ch
  * scan checks that the database still holds every key with a valid value,
  * and the values the puts left (verify_writes).
  */
+/* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
 static void wl_random(const peers_config *cfg, const peers_engine *e, peers_workload w, int procs,
-                      bool pristine)
+                      peers_client_mode cmode, bool pristine)
 {
 	bool writes = w != PEERS_READRANDOM;
 	peers_open_args oa = {.dir = g_subdir, .sync = writes && cfg->sync, .nkeys = cfg->num};
@@ -1275,7 +1302,7 @@ static void wl_random(const peers_config *cfg, const peers_engine *e, peers_work
 		cl[i].writer = writer;
 		cl[i].duration_ns = writer ? 0 : cfg->duration_ns;
 	}
-	mode = run_clients(e, &oa, cl, n);
+	mode = run_clients(e, &oa, cl, n, cmode);
 	if (writes) {
 		void *h = e->open(&oa);
 
@@ -1375,6 +1402,13 @@ static void set_variations(const peers_config *cfg)
 	    g_value_size < PEERS_MIN_VALUE_SIZE || g_value_size > PEERS_MAX_VALUE_SIZE)
 		peers_fatal(NULL, "configuration", "key size %zu or value size %zu out of range",
 		            g_key_size, g_value_size);
+	if (cfg->nclient_modes < 0 || cfg->nclient_modes > PEERS_MAX_MODES)
+		peers_fatal(NULL, "configuration", "%d client modes", cfg->nclient_modes);
+	for (int i = 0; i < cfg->nclient_modes; i++)
+		if (cfg->client_modes[i] != PEERS_CLIENTS_THREADS &&
+		    cfg->client_modes[i] != PEERS_CLIENTS_PROCESSES)
+			peers_fatal(NULL, "configuration", "client mode %d",
+			            (int)cfg->client_modes[i]);
 	for (int i = 0; i < cfg->nworkloads; i++) {
 		uint64_t keys = cfg->num;
 
@@ -1396,6 +1430,14 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 	/* Does g_subdir hold exactly a fillseq load of num keys? With its
 	 * round-0 values still (known only for a load of this run)? */
 	bool loaded = cfg->loaded, pristine = false;
+	/* The ways its clients run: each mode asked for, or the engine's one way. */
+	peers_client_mode modes[PEERS_MAX_MODES] = {PEERS_CLIENTS_THREADS};
+	int nmodes = 1;
+
+	if (e->thread_handles && !e->threads && cfg->nclient_modes > 0) {
+		nmodes = cfg->nclient_modes;
+		memcpy(modes, cfg->client_modes, (size_t)nmodes * sizeof(modes[0]));
+	}
 
 	set_variations(cfg);
 	g_engine_e = e;
@@ -1417,7 +1459,8 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 			break;
 		case PEERS_FILLSYNC:
 			for (int j = 0; j < cfg->nsync_procs; j++)
-				wl_fillsync(cfg, e, cfg->sync_procs[j]);
+				for (int m = 0; m < nmodes; m++)
+					wl_fillsync(cfg, e, cfg->sync_procs[j], modes[m]);
 			loaded = false;
 			break;
 		case PEERS_READRANDOM:
@@ -1429,8 +1472,11 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 			}
 			loaded = true;
 			for (int j = 0; j < cfg->nread_procs; j++) {
-				wl_random(cfg, e, w, cfg->read_procs[j], pristine);
-				pristine = pristine && w == PEERS_READRANDOM;
+				for (int m = 0; m < nmodes; m++) {
+					wl_random(cfg, e, w, cfg->read_procs[j], modes[m],
+					          pristine);
+					pristine = pristine && w == PEERS_READRANDOM;
+				}
 			}
 			break;
 		case PEERS_SCAN:

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """tests/tools/test_bench.py - `walrus bench`'s buffer pool workloads run
-briefly (bufhit with 1 and 2 clients, bufscan sequential with both
-io_methods and random), plus a WAL workload and a bad one: the exit status,
-and the final JSON line with the keys scripts rely on.  No timing is
-asserted: the machine is shared.
+briefly (bufhit with 1 and 2 clients, threads and processes, bufscan
+sequential with both io_methods and random), plus a WAL workload (1 client,
+and 2 in each client mode) and bad ones: the exit status, and the final JSON
+line with the keys scripts rely on.  No timing is asserted: the machine is
+shared.
 
 usage: test_bench.py --walrus PATH
 """
@@ -17,12 +18,12 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchtest import check_keys, fail, last_json, wait_stopped, walrus_arg  # noqa: E402
 
-BUF_KEYS = ["workload", "clients", "mode", "io_method", "depth", "effective_depth", "pages",
+BUF_KEYS = ["workload", "clients", "clients_mode", "mode", "io_method", "depth", "effective_depth", "pages",
             "nbuffers", "setup_s", "ops", "seconds", "ops_per_s", "pages_per_s", "MBps",
             "passes", "first_pass_s", "hits", "reads", "hit_ratio", "evictions",
             "cpu_ns_per_op", "batch", "avg_ns", "p50_ns", "p99_ns", "p999_ns", "max_ns",
             "datadir", "options"]
-WAL_KEYS = ["workload", "clients", "value_size", "ops", "seconds", "ops_per_s", "MBps",
+WAL_KEYS = ["workload", "clients", "clients_mode", "value_size", "ops", "seconds", "ops_per_s", "MBps",
             "avg_us", "p50_us", "p99_us", "p999_us", "max_us", "wal_flushes", "options"]
 
 
@@ -52,12 +53,15 @@ def bench(walrus, opts, args, expect_rc=0):
 def main():
     walrus = walrus_arg()
 
-    for clients in (1, 2):
+    # Threads are the default; --processes forks the clients.
+    for clients, mode in ((1, None), (2, None), (2, "processes"), (2, "threads")):
         j = bench(walrus, [], ["--workload", "bufhit", "--duration", "0.5", "--clients",
-                               str(clients), "--json"])
+                               str(clients), "--json"] + (["--" + mode] if mode else []))
         check_keys(j, BUF_KEYS)
         if j["workload"] != "bufhit" or j["clients"] != clients or j["mode"] != "random":
             fail("bufhit: %s" % j)
+        if j["clients_mode"] != (mode or "threads"):
+            fail("bufhit %s: %s" % (mode, j))
         # Half of a 128-page pool; every read of the run is a hit once warm.
         if j["nbuffers"] != 128 or j["pages"] != 64 or j["ops"] <= 0:
             fail("bufhit: %s" % j)
@@ -85,11 +89,18 @@ def main():
 
     j = bench(walrus, [], ["--workload", "walcommit", "--num", "20", "--json"])
     check_keys(j, WAL_KEYS)
-    if j["workload"] != "walcommit" or j["ops"] != 20:
+    if j["workload"] != "walcommit" or j["ops"] != 20 or j["clients_mode"] != "threads":
         fail("walcommit: %s" % j)
+    for mode in ("threads", "processes"):
+        j = bench(walrus, [], ["--workload", "walcommit", "--num", "20", "--clients", "2",
+                               "--" + mode, "--json"])
+        check_keys(j, WAL_KEYS)
+        if j["ops"] != 40 or j["clients"] != 2 or j["clients_mode"] != mode:
+            fail("walcommit --%s: %s" % (mode, j))
 
     bench(walrus, [], ["--workload", "bufnothing"], expect_rc=2)
     bench(walrus, [], ["--workload", "bufscan", "--depth", "0"], expect_rc=2)
+    bench(walrus, [], ["--workload", "bufhit", "--threads", "--processes"], expect_rc=2)
     print("ok")
 
 

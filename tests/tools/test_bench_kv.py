@@ -92,6 +92,9 @@ def test_usage_errors(walrus):
         (["--workload", "updaterandom", "--plot", "--json"], "--plot needs a file name"),
         (["--workload", "fillseq", "--duration", "1"], "--duration is for"),
         (["--workload", "scan", "--clients", "2"], "--clients is for"),
+        (["--workload", "scan", "--processes"], "--threads and --processes are for"),
+        (["--workload", "fillseq", "--threads"], "--threads and --processes are for"),
+        (["--workload", "readrandom", "--threads", "--processes"], "exclude each other"),
         (["--workload", "readrandom", "--sync"], "--sync is for"),
         (["--workload", "fillseq", "--key-size", "4", "--num", "20000"], "do not fit"),
         (["--workload", "nosuchworkload"], 'unknown workload "nosuchworkload"'),
@@ -137,7 +140,7 @@ def test_usage_errors(walrus):
 
 
 # What issue 7 asks `walrus bench --help` to show.
-HELP_OPTIONS = ["--num", "--duration", "--clients", "--key-size", "--value-size", "--sync",
+HELP_OPTIONS = ["--num", "--duration", "--clients", "--threads", "--processes", "--key-size", "--value-size", "--sync",
                 "--seed", "-o name=value", "--progress", "--json", "--csv", "--plot",
                 "--compare"]
 KV_WORKLOADS = ["fillseq", "fillrandom", "fillsync", "readrandom", "readwhilewriting",
@@ -247,18 +250,24 @@ def test_other_workloads(walrus):
                                              "--json"]))
         if j["ops"] != 2000 or j["p99_us"] is not None or j["wal_bytes_per_put"] is not None:
             fail("scan: %s" % j)
-        # Updates on a database earlier updates rewrote (their rounds are read first).
-        for clients in ("2", "1"):
+        # Updates on a database earlier updates rewrote (their rounds are read first),
+        # by client threads (the default) and by client processes.
+        for clients, mode in (("2", None), ("1", None), ("2", "processes"), ("2", "threads")):
             j = last_json(run(walrus, s.db, [], ["--workload", "updaterandom", "--num", "2000",
                                                  "--key-size", "20", "--value-size", "50",
-                                                 "--clients", clients, "--json"]))
-            if j["ops"] != 2000 or j["clients"] != int(clients):
+                                                 "--clients", clients, "--json"]
+                              + (["--" + mode] if mode else [])))
+            if j["ops"] != 2000 or j["clients"] != int(clients) \
+                    or j["mode"] != (mode or "threads"):
                 fail("updaterandom on an updated database: %s" % j)
         # Without --json: the human summary on stdout, no JSON.
-        p = run(walrus, s.db, [], ["--workload", "readrandom", "--num", "2000", "--key-size",
-                                   "20", "--value-size", "50", "--clients", "2"])
-        if "readrandom: 2 client processes" not in p.stdout or "{" in p.stdout:
-            fail("readrandom summary: %r" % p.stdout)
+        for mode, words in (("threads", "2 client threads"), ("processes",
+                                                              "2 client processes")):
+            p = run(walrus, s.db, [], ["--workload", "readrandom", "--num", "2000", "--key-size",
+                                       "20", "--value-size", "50", "--clients", "2",
+                                       "--" + mode])
+            if "readrandom: " + words not in p.stdout or "{" in p.stdout:
+                fail("readrandom summary: %r" % p.stdout)
         # A different key size does not match the database: a wrong result, exit 2.
         run(walrus, s.db, [], ["--workload", "readrandom", "--num", "2000"], expect_rc=2)
 
