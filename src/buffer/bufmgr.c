@@ -631,16 +631,16 @@ int buf_extend(wr_relid rel, int *out, wr_blkno *blk)
 
 /* ---------------------------------------------------------------- pins and content locks */
 
-static void buf_check_pinned(int buf, const char *what)
+static void buf_check_pinned(const buf_backend *me, int buf, const char *what)
 {
-	if (buf < 1 || buf_me->pins == NULL || (uint32_t)buf > buf_l.r->nbuffers ||
-	    buf_me->pins[buf - 1] <= 0)
+	if (buf < 1 || me->pins == NULL || (uint32_t)buf > buf_l.r->nbuffers ||
+	    me->pins[buf - 1] <= 0)
 		wr_panic("%s of buffer %d, which this process has not pinned", what, buf);
 }
 
 void buf_release(int buf)
 {
-	buf_check_pinned(buf, "release");
+	buf_check_pinned(buf_me, buf, "release");
 	if (buf_me->pins[buf - 1] == 1 && buf_me->locked[buf - 1] != 0)
 		wr_panic("buffer %d released while its content lock is held", buf);
 	buf_unpin(buf);
@@ -648,8 +648,9 @@ void buf_release(int buf)
 
 void buf_lock(int buf, bool exclusive)
 {
-	buf_check_pinned(buf, "content lock");
-	if (buf_me->locked[buf - 1] != 0)
+	buf_backend *me = buf_me;
+	buf_check_pinned(me, buf, "content lock");
+	if (me->locked[buf - 1] != 0)
 		wr_panic("buffer %d content-locked twice by one process", buf);
 	wr_rwlock *l = &buf_get_desc(buf)->content;
 	if (!(exclusive ? rw_trylock_excl(l) : rw_trylock_shared(l))) {
@@ -663,27 +664,28 @@ void buf_lock(int buf, bool exclusive)
 			rw_lock_shared(l);
 		atomic_fetch_add(&buf_l.r->stats.content_wait_ns, wr_now_ns() - t0);
 	}
-	buf_me->locked[buf - 1] = exclusive ? BUF_LOCK_EXCL : BUF_LOCK_SHARED;
+	me->locked[buf - 1] = exclusive ? BUF_LOCK_EXCL : BUF_LOCK_SHARED;
 }
 
 void buf_unlock(int buf)
 {
-	buf_check_pinned(buf, "content unlock");
-	if (buf_me->locked[buf - 1] == 0)
+	buf_backend *me = buf_me;
+	buf_check_pinned(me, buf, "content unlock");
+	if (me->locked[buf - 1] == 0)
 		wr_panic("buffer %d unlocked but not content-locked by this process", buf);
-	buf_me->locked[buf - 1] = 0;
+	me->locked[buf - 1] = 0;
 	rw_unlock(&buf_get_desc(buf)->content);
 }
 
 void *buf_page(int buf)
 {
-	buf_check_pinned(buf, "page access");
+	buf_check_pinned(buf_me, buf, "page access");
 	return buf_page_ptr(buf);
 }
 
 void buf_mark_dirty(int buf)
 {
-	buf_check_pinned(buf, "mark dirty");
+	buf_check_pinned(buf_me, buf, "mark dirty");
 	if (buf_me->locked[buf - 1] != BUF_LOCK_EXCL)
 		wr_panic("buffer %d marked dirty without its exclusive content lock", buf);
 	buf_desc *d = buf_get_desc(buf);
@@ -697,7 +699,7 @@ void buf_mark_dirty(int buf)
 
 void buf_tag(int buf, wr_relid *rel, wr_blkno *blk)
 {
-	buf_check_pinned(buf, "tag");
+	buf_check_pinned(buf_me, buf, "tag");
 	const buf_desc *d = buf_get_desc(buf);
 	*rel = d->rel;
 	*blk = d->blk;

@@ -7,24 +7,23 @@
 #include "buffer/buf_int.h"
 #include "wal/wal.h"
 
-/* The calling backend's change in progress. */
-#define chg (buf_me->chg)
-
 void buf_change_begin(void)
 {
-	if (chg.active)
+	buf_change_state *const c = &buf_me->chg; /* the calling backend's */
+	if (c->active)
 		wr_panic("buf_change_begin: a change is already in progress");
-	chg.active = true;
-	chg.nbufs = 0;
-	memset(chg.used, 0, sizeof(chg.used));
+	c->active = true;
+	c->nbufs = 0;
+	memset(c->used, 0, sizeof(c->used));
 	wal_begin();
 }
 
 void buf_change_register(int id, int buf, uint8_t flags)
 {
-	if (!chg.active)
+	buf_change_state *const c = &buf_me->chg; /* the calling backend's */
+	if (!c->active)
 		wr_panic("buf_change_register outside a change");
-	if (id < 0 || id >= WAL_MAX_BLOCKS || chg.used[id])
+	if (id < 0 || id >= WAL_MAX_BLOCKS || c->used[id])
 		wr_panic("buf_change_register: block id %d invalid or registered twice", id);
 	if (buf < 1 || (uint32_t)buf > buf_l.r->nbuffers ||
 	    buf_me->locked[buf - 1] != BUF_LOCK_EXCL)
@@ -34,8 +33,8 @@ void buf_change_register(int id, int buf, uint8_t flags)
 	wr_blkno blk;
 	buf_tag(buf, &rel, &blk);
 	wal_register_block(id, rel, blk, buf_page(buf), flags);
-	chg.used[id] = true;
-	chg.bufs[chg.nbufs++] = buf;
+	c->used[id] = true;
+	c->bufs[c->nbufs++] = buf;
 }
 
 void buf_change_data(int id, const void *data, size_t len)
@@ -50,26 +49,29 @@ void buf_change_main(const void *data, size_t len)
 
 wr_lsn buf_change_insert(uint8_t rmid, uint8_t info)
 {
-	if (!chg.active)
+	buf_change_state *const c = &buf_me->chg; /* the calling backend's */
+	if (!c->active)
 		wr_panic("buf_change_insert outside a change");
 	/* Dirty first: a checkpoint that sets its redo pointer after this
 	 * record must find these pages dirty and write them. */
-	for (int i = 0; i < chg.nbufs; i++)
-		buf_mark_dirty(chg.bufs[i]);
+	for (int i = 0; i < c->nbufs; i++)
+		buf_mark_dirty(c->bufs[i]);
 	wr_lsn end = wal_insert(rmid, info);
-	for (int i = 0; i < chg.nbufs; i++)
-		page_set_lsn(buf_page(chg.bufs[i]), end);
+	for (int i = 0; i < c->nbufs; i++)
+		page_set_lsn(buf_page(c->bufs[i]), end);
 	return end;
 }
 
 void buf_change_reset(void)
 {
-	chg.active = false;
-	chg.nbufs = 0;
+	buf_change_state *const c = &buf_me->chg; /* the calling backend's */
+	c->active = false;
+	c->nbufs = 0;
 }
 
 void buf_change_end(void)
 {
-	chg.active = false;
-	chg.nbufs = 0;
+	buf_change_state *const c = &buf_me->chg; /* the calling backend's */
+	c->active = false;
+	c->nbufs = 0;
 }

@@ -237,27 +237,30 @@ static int send_msg(int type)
  * forked child must not use its parent's attachment): cache it, refreshed
  * in the child by an atfork handler.
  */
-static _Atomic pid_t self_pid;
+static _Thread_local pid_t self_pid; /* 0 until the thread first asks */
 static pthread_once_t self_pid_once = PTHREAD_ONCE_INIT;
 static _Atomic bool self_pid_hooked;
 
+/* The forking thread is the child's only thread: its copy is the one to refresh. */
 static void self_pid_after_fork(void)
 {
-	atomic_store_explicit(&self_pid, getpid(), memory_order_relaxed);
+	self_pid = getpid();
 }
 
 static void self_pid_hook(void)
 {
-	atomic_store(&self_pid, getpid());
 	atomic_store(&self_pid_hooked, pthread_atfork(NULL, NULL, self_pid_after_fork) == 0);
 }
 
 pid_t client_self_pid(void)
 {
+	if (WR_LIKELY(self_pid != 0))
+		return self_pid;
 	(void)pthread_once(&self_pid_once, self_pid_hook);
-	if (!atomic_load_explicit(&self_pid_hooked, memory_order_relaxed))
-		return getpid();
-	return atomic_load_explicit(&self_pid, memory_order_relaxed);
+	pid_t me = getpid();
+	if (atomic_load(&self_pid_hooked))
+		self_pid = me; /* else every call asks the kernel: still right after a fork */
+	return me;
 }
 
 static bool supervisor_connection_alive(void)

@@ -33,33 +33,33 @@ _Static_assert(sizeof(wal_record) == 24, "the record header is part of the WAL f
 _Static_assert(sizeof(wal_block_header) == 12, "the block header is part of the WAL format");
 _Static_assert(sizeof(wal_image_header) == 8, "the image header is part of the WAL format");
 
-/* The calling backend's registration. */
-#define wal_reg (wal_me->reg)
-
 static void wal_reg_fail(int code, const char *why)
 {
-	if (wal_reg.error != 0)
+	wal_reg_state *const reg = &wal_me->reg; /* the calling backend's */
+	if (reg->error != 0)
 		return;
-	wal_reg.error = code;
-	snprintf(wal_reg.why, sizeof(wal_reg.why), "%s", why);
+	reg->error = code;
+	snprintf(reg->why, sizeof(reg->why), "%s", why);
 }
 
 void wal_begin(void)
 {
-	memset(wal_reg.blocks, 0, sizeof(wal_reg.blocks));
-	wal_reg.nchunks = 0;
-	wal_reg.main_len = 0;
-	wal_reg.error = 0;
-	wal_reg.why[0] = '\0';
+	wal_reg_state *const reg = &wal_me->reg; /* the calling backend's */
+	memset(reg->blocks, 0, sizeof(reg->blocks));
+	reg->nchunks = 0;
+	reg->main_len = 0;
+	reg->error = 0;
+	reg->why[0] = '\0';
 }
 
 void wal_register_block(int id, wr_relid rel, wr_blkno blk, const void *page, uint8_t flags)
 {
+	wal_reg_state *const reg = &wal_me->reg; /* the calling backend's */
 	if (id < 0 || id >= WAL_MAX_BLOCKS) {
 		wal_reg_fail(WALRUS_EINVAL, "block id out of range");
 		return;
 	}
-	wal_reg_block *b = &wal_reg.blocks[id];
+	wal_reg_block *b = &reg->blocks[id];
 	if (b->used) {
 		wal_reg_fail(WALRUS_EINVAL, "block id registered twice");
 		return;
@@ -74,37 +74,40 @@ void wal_register_block(int id, wr_relid rel, wr_blkno blk, const void *page, ui
 
 static void wal_add_chunk(int owner, const void *data, size_t len)
 {
+	wal_reg_state *const reg = &wal_me->reg; /* the calling backend's */
 	if (len == 0)
 		return;
-	if (wal_reg.nchunks == wal_reg.cap) {
-		size_t cap = wal_reg.cap * 2;
+	if (reg->nchunks == reg->cap) {
+		size_t cap = reg->cap * 2;
 		wal_chunk *c = malloc(cap * sizeof(*c));
 		if (c == NULL) {
 			wal_reg_fail(WALRUS_ENOMEM, "out of memory registering WAL data");
 			return;
 		}
-		memcpy(c, wal_reg.chunks, wal_reg.nchunks * sizeof(*c));
-		if (wal_reg.chunks != wal_reg.fixed)
-			free(wal_reg.chunks);
-		wal_reg.chunks = c;
-		wal_reg.cap = cap;
+		memcpy(c, reg->chunks, reg->nchunks * sizeof(*c));
+		if (reg->chunks != reg->fixed)
+			free(reg->chunks);
+		reg->chunks = c;
+		reg->cap = cap;
 	}
-	wal_reg.chunks[wal_reg.nchunks++] = (wal_chunk){.data = data, .len = len, .owner = owner};
+	reg->chunks[reg->nchunks++] = (wal_chunk){.data = data, .len = len, .owner = owner};
 }
 
 void wal_register_block_data(int id, const void *data, size_t len)
 {
-	if (id < 0 || id >= WAL_MAX_BLOCKS || !wal_reg.blocks[id].used) {
+	wal_reg_state *const reg = &wal_me->reg; /* the calling backend's */
+	if (id < 0 || id >= WAL_MAX_BLOCKS || !reg->blocks[id].used) {
 		wal_reg_fail(WALRUS_EINVAL, "block data for a block that is not registered");
 		return;
 	}
-	wal_reg.blocks[id].data_len += len;
+	reg->blocks[id].data_len += len;
 	wal_add_chunk(id, data, len);
 }
 
 void wal_register_data(const void *data, size_t len)
 {
-	wal_reg.main_len += len;
+	wal_reg_state *const reg = &wal_me->reg; /* the calling backend's */
+	reg->main_len += len;
 	wal_add_chunk(WAL_MAIN_OWNER, data, len);
 }
 
@@ -139,8 +142,9 @@ static bool wal_wants_image(const wal_reg_block *b, wr_lsn redo, bool fpw)
 /* Copies the chunks of @owner to @dst. */
 static void wal_copy_chunks(int owner, char *dst)
 {
-	for (size_t i = 0; i < wal_reg.nchunks; i++) {
-		const wal_chunk *c = &wal_reg.chunks[i];
+	wal_reg_state *const reg = &wal_me->reg; /* the calling backend's */
+	for (size_t i = 0; i < reg->nchunks; i++) {
+		const wal_chunk *c = &reg->chunks[i];
 		if (c->owner != owner)
 			continue;
 		memcpy(dst, c->data, c->len);
@@ -151,9 +155,10 @@ static void wal_copy_chunks(int owner, char *dst)
 /* Bytes of block and image headers plus the main-data header. */
 static size_t wal_headers_size(wr_lsn redo, bool fpw)
 {
+	wal_reg_state *const reg = &wal_me->reg; /* the calling backend's */
 	size_t n = WAL_RECORD_HEADER + WAL_MAIN_HDR;
 	for (int id = 0; id < WAL_MAX_BLOCKS; id++) {
-		const wal_reg_block *b = &wal_reg.blocks[id];
+		const wal_reg_block *b = &reg->blocks[id];
 		if (!b->used)
 			continue;
 		n += sizeof(wal_block_header);
@@ -165,13 +170,14 @@ static size_t wal_headers_size(wr_lsn redo, bool fpw)
 
 static int wal_check_registration(void)
 {
-	if (wal_reg.error != 0)
-		return wr_error(wal_reg.error, "invalid WAL record registration: %s", wal_reg.why);
+	wal_reg_state *const reg = &wal_me->reg; /* the calling backend's */
+	if (reg->error != 0)
+		return wr_error(reg->error, "invalid WAL record registration: %s", reg->why);
 	for (int id = 0; id < WAL_MAX_BLOCKS; id++)
-		if (wal_reg.blocks[id].data_len > WAL_BLOCK_DATA_MAX)
+		if (reg->blocks[id].data_len > WAL_BLOCK_DATA_MAX)
 			return wr_error(WALRUS_EINVAL,
 			                "block %d data of %zu bytes is over the limit of %u", id,
-			                wal_reg.blocks[id].data_len, WAL_BLOCK_DATA_MAX);
+			                reg->blocks[id].data_len, WAL_BLOCK_DATA_MAX);
 	return WALRUS_OK;
 }
 
@@ -182,8 +188,9 @@ static int wal_check_registration(void)
 static int wal_assemble_blocks(wal_assembled *a, size_t *hp, size_t *pos, wr_lsn redo, bool fpw,
                                int zstd_level)
 {
+	wal_reg_state *const reg = &wal_me->reg; /* the calling backend's */
 	for (int id = 0; id < WAL_MAX_BLOCKS; id++) {
-		const wal_reg_block *b = &wal_reg.blocks[id];
+		const wal_reg_block *b = &reg->blocks[id];
 		if (!b->used)
 			continue;
 		wal_block_header bh = {.id = (uint8_t)id,
@@ -219,6 +226,7 @@ static int wal_assemble_blocks(wal_assembled *a, size_t *hp, size_t *pos, wr_lsn
 int wal_assemble(wal_assembled *a, uint8_t rmid, uint8_t info, wr_lsn redo, bool fpw,
                  int zstd_level)
 {
+	wal_reg_state *const reg = &wal_me->reg; /* the calling backend's */
 	a->len = 0;
 	a->fpi_count = 0;
 	a->fpi_bytes_raw = a->fpi_bytes_stored = 0;
@@ -232,14 +240,14 @@ int wal_assemble(wal_assembled *a, uint8_t rmid, uint8_t info, wr_lsn redo, bool
 		rc = wal_assemble_blocks(a, &hp, &pos, redo, fpw, zstd_level);
 	if (rc != WALRUS_OK)
 		return rc;
-	uint64_t total = pos + wal_reg.main_len;
+	uint64_t total = pos + reg->main_len;
 	if (total > WAL_MAX_RECORD)
 		return wr_error(WALRUS_ETOOBIG, "WAL record of %llu bytes is over the limit of %u",
 		                (unsigned long long)total, WAL_MAX_RECORD);
 	rc = wal_reserve(a, total);
 	if (rc != WALRUS_OK)
 		return rc;
-	uint32_t main_len = (uint32_t)wal_reg.main_len;
+	uint32_t main_len = (uint32_t)reg->main_len;
 	a->buf[hp] = (char)WAL_MAIN_DATA_ID;
 	memcpy(a->buf + hp + 1, &main_len, sizeof(main_len));
 	wal_copy_chunks(WAL_MAIN_OWNER, a->buf + pos);
