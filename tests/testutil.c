@@ -220,6 +220,16 @@ void tu_expect_panic(const char *dir, int (*child)(void *), const char *what, co
 	tu_check_panic_log(log, what, path);
 }
 
+walrus_opts *tu_instance_opts(const char *linger, const char *shared_buffers)
+{
+	walrus_opts *o = walrus_opts_new();
+	ck_assert_ptr_nonnull(o);
+	ck_assert_int_eq(walrus_opts_set(o, "create_if_missing", "on"), WALRUS_OK);
+	ck_assert_int_eq(walrus_opts_set(o, "supervisor_linger", linger), WALRUS_OK);
+	ck_assert_int_eq(walrus_opts_set(o, "shared_buffers", shared_buffers), WALRUS_OK);
+	return o;
+}
+
 walrus *tu_open(const char *dir, walrus_opts *o)
 {
 	walrus *db = NULL;

@@ -77,6 +77,8 @@ void tu_expect_panic(const char *dir, int (*child)(void *), const char *what, co
  * lingers (supervisor_linger): a case done with one waits for it to exit, so
  * that the suite leaves no process behind.
  */
+/* Options of a test instance: create_if_missing=on, the linger and pool given. */
+walrus_opts *tu_instance_opts(const char *linger, const char *shared_buffers);
 /* Opens @dir with @o (then freed); fails the test unless the open succeeds. */
 walrus *tu_open(const char *dir, walrus_opts *o);
 /* walrus_open(@dir, @o) fails with @code, and the error message holds @what. */

@@ -16,30 +16,6 @@
 
 #include "engine/engine.h"
 
-/* The supervisor's pid when an instance holds the directory lock, else 0. */
-static long running_pid(const char *abs)
-{
-	char path[PATH_MAX], buf[32];
-	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_PID_FILE))
-		return 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-	long pid = 0;
-	if (fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK) {
-		ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-		if (n > 0) {
-			buf[n] = '\0';
-			pid = strtol(buf, NULL, 10);
-		}
-		if (pid <= 0)
-			pid = -1; /* locked, pid not written yet: starting */
-	}
-	close(fd);
-	return pid;
-}
-
 static bool read_proc(long pid, char *comm, size_t len, long *ppid)
 {
 	char path[64], buf[512];
@@ -112,7 +88,8 @@ int cmd_status(tool_ctx *ctx, int argc, char **argv)
 		        ctx->datadir ? ctx->datadir : "");
 		return TOOL_EXIT_USAGE;
 	}
-	long pid = running_pid(abs);
+	/* The supervisor's pid; 0: none; -1: locked, pid not written yet (starting). */
+	long pid = datadir_instance_pid(abs);
 	if (pid == 0) {
 		printf("no instance is running on \"%s\"\n", abs);
 		return TOOL_EXIT_NOTFOUND;

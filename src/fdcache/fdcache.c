@@ -151,16 +151,11 @@ void fdc_unlock(void)
 		wr_panic("could not unlock the fd cache");
 }
 
-static void fdc_unlock_scope(int *unused)
+void fdc_unlock_scope(int *unused)
 {
 	(void)unused;
 	fdc_unlock();
 }
-
-/* Holds the lock until the enclosing block ends, whatever path leaves it. */
-#define FDC_LOCKED()                                                                               \
-	fdc_lock();                                                                                \
-	int fdc_scope_ __attribute__((cleanup(fdc_unlock_scope), unused)) = 0
 
 /* ---------------------------------------------------------------- errors */
 

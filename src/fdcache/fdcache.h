@@ -116,6 +116,11 @@ void fdc_pin(fdc_file f, bool pin);
 /* The process's storage lock (recursive); see "Locks" above. */
 void fdc_lock(void);
 void fdc_unlock(void);
+void fdc_unlock_scope(int *unused); /* for FDC_LOCKED's cleanup */
+/* Holds the storage lock until the enclosing block ends, whatever path leaves it. */
+#define FDC_LOCKED()                                                                               \
+	fdc_lock();                                                                                \
+	int fdc_scope_ __attribute__((cleanup(fdc_unlock_scope), unused)) = 0
 
 /* Dirty = written since the last fdc_clear_dirty (set by fdc_pwrite/fallocate/truncate). */
 bool fdc_is_dirty(fdc_file f);

@@ -61,16 +61,8 @@ static smgr_sync_hook_fn smgr_reg_hook;
 static smgr_forget_hook_fn smgr_forget_hook;
 static smgr_cycle_fn smgr_cycle_hook;
 
-static void smgr_unlock_scope(int *unused)
-{
-	(void)unused;
-	fdc_unlock();
-}
-
-/* The process's storage lock until the enclosing block ends. */
-#define SMGR_LOCKED()                                                                              \
-	fdc_lock();                                                                                \
-	int smgr_scope_ __attribute__((cleanup(smgr_unlock_scope), unused)) = 0
+/* The process's storage lock (fdcache.h) until the enclosing block ends. */
+#define SMGR_LOCKED() FDC_LOCKED()
 
 /* ---------------------------------------------------------------- PANIC */
 

@@ -24,12 +24,7 @@
 
 static walrus_opts *test_opts(void)
 {
-	walrus_opts *o = walrus_opts_new();
-	ck_assert_ptr_nonnull(o);
-	ck_assert_int_eq(walrus_opts_set(o, "create_if_missing", "on"), WALRUS_OK);
-	ck_assert_int_eq(walrus_opts_set(o, "supervisor_linger", "50ms"), WALRUS_OK);
-	ck_assert_int_eq(walrus_opts_set(o, "shared_buffers", "1MB"), WALRUS_OK);
-	return o;
+	return tu_instance_opts("50ms", "1MB");
 }
 
 static walrus *open_ok(const char *dir)

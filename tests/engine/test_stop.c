@@ -27,12 +27,7 @@
 
 static walrus_opts *stop_opts(void)
 {
-	walrus_opts *o = walrus_opts_new();
-	ck_assert_ptr_nonnull(o);
-	ck_assert_int_eq(walrus_opts_set(o, "create_if_missing", "on"), WALRUS_OK);
-	ck_assert_int_eq(walrus_opts_set(o, "supervisor_linger", "20s"), WALRUS_OK);
-	ck_assert_int_eq(walrus_opts_set(o, "shared_buffers", "1MB"), WALRUS_OK);
-	return o;
+	return tu_instance_opts("20s", "1MB");
 }
 
 /* The supervisor and its children, as they are now (the aux processes exist once open returned). */

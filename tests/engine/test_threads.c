@@ -29,12 +29,7 @@ static const char *dir;
 
 static walrus_opts *test_opts(void)
 {
-	walrus_opts *o = walrus_opts_new();
-	ck_assert_ptr_nonnull(o);
-	ck_assert_int_eq(walrus_opts_set(o, "create_if_missing", "on"), WALRUS_OK);
-	ck_assert_int_eq(walrus_opts_set(o, "supervisor_linger", "100ms"), WALRUS_OK);
-	ck_assert_int_eq(walrus_opts_set(o, "shared_buffers", "2MB"), WALRUS_OK);
-	return o;
+	return tu_instance_opts("100ms", "2MB");
 }
 
 /* Opens without libcheck asserts (any thread, any process); NULL on failure. */
