@@ -14,7 +14,7 @@ deps:
 
 $(BUILD)/build.ninja:
 	@sh scripts/deps.sh
-	meson setup $(BUILD) >/dev/null
+	meson setup -Dwerror=true $(BUILD) >/dev/null
 
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -27,12 +27,12 @@ test: build
 # (so clang's warnings are errors too), then 10 s per target (300 s with
 # WALRUS_LONG=1).
 fuzz: deps
-	@[ -f $(FUZZ_BUILD)/build.ninja ] || CC=clang meson setup $(FUZZ_BUILD) -Dfuzz=enabled >/dev/null
+	@[ -f $(FUZZ_BUILD)/build.ninja ] || CC=clang meson setup -Dwerror=true $(FUZZ_BUILD) -Dfuzz=enabled >/dev/null
 	ninja -C $(FUZZ_BUILD)
 	meson test -C $(FUZZ_BUILD) --suite fuzz --print-errorlogs --num-processes 2
 
 asan: deps
-	@[ -f $(ASAN_BUILD)/build.ninja ] || meson setup $(ASAN_BUILD) \
+	@[ -f $(ASAN_BUILD)/build.ninja ] || meson setup -Dwerror=true $(ASAN_BUILD) \
 		-Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug >/dev/null
 	ninja -C $(ASAN_BUILD)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -41,7 +41,7 @@ asan: deps
 # The `threads` suite under ThreadSanitizer: any report fails the test.  The
 # fuzz targets stay off: their ASan flags do not mix with TSan (CC=clang).
 tsan: deps
-	@[ -f $(TSAN_BUILD)/build.ninja ] || meson setup $(TSAN_BUILD) \
+	@[ -f $(TSAN_BUILD)/build.ninja ] || meson setup -Dwerror=true $(TSAN_BUILD) \
 		-Db_sanitize=thread -Db_pie=true -Db_lundef=false -Dfuzz=disabled -Dbuildtype=debug >/dev/null
 	ninja -C $(TSAN_BUILD)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
