@@ -72,7 +72,8 @@ static struct {
 struct client_backend {
 	pid_t pid; /* the process that opened it: in a forked child, calls are refused */
 	int slot;
-	uint64_t generation;    /* of the attachment it was made on */
+	wr_proc *proc;       /* its slot in the attachment's mapping (NULL once that is dropped) */
+	uint64_t generation; /* of the attachment it was made on */
 	_Atomic uintptr_t user; /* the thread inside a call on it, 0 when none */
 	wal_backend *wal;
 	buf_backend *buf;
@@ -539,6 +540,7 @@ static int backend_release(client_backend *b, bool healthy)
 		buf_backend_forget(b->buf);
 	}
 	b->buf = NULL;
+	b->proc = NULL;
 	wal_backend_free(b->wal);
 	b->wal = NULL;
 	kv_backend_free(b->kv);
@@ -573,6 +575,7 @@ static int backend_new(client_backend **out)
 		return rc;
 	}
 	b->slot = rc;
+	b->proc = &engine_procs()[rc];
 	b->generation = C.generation;
 	b->wal = wal_backend_new(b->slot);
 	b->buf = buf_backend_new();
@@ -676,6 +679,7 @@ static int drop_dead_attachment(void)
 		buf_backend_forget(b->buf); /* its pins were in the dead memory */
 		b->buf = NULL;
 		b->slot = -1;
+		b->proc = NULL;
 	}
 	fdc_reset();
 	wal_detach();
@@ -827,9 +831,8 @@ static int instance_check(void);
 /* The shared-memory mark of a call, which a fast shutdown waits on. */
 static void call_mark(const client_backend *b, uint32_t v)
 {
-	wr_proc *procs = engine_procs();
-	if (procs != NULL && b->slot >= 0)
-		atomic_store(&procs[b->slot].in_call, v);
+	if (b->proc != NULL)
+		atomic_store(&b->proc->in_call, v);
 }
 
 int client_call_begin(client_backend *b)
@@ -954,27 +957,41 @@ void *client_scratch(void)
  * treated as dying abnormally, as PostgreSQL treats a backend that dies in
  * a critical section: the instance restarts.
  */
-static void exit_hook(void)
+static void exit_detach(void)
 {
-	client_backend_use(NULL); /* see client_open */
-	client_lock();
-	if (!C.attached || C.owner != client_self_pid()) {
-		client_unlock();
+	if (!C.attached || C.owner != client_self_pid())
 		return;
-	}
 	atomic_store(&C.stale, true);
 	uint64_t deadline = wr_now_ns() + CLIENT_DRAIN_NS;
 	while (!no_calls_in_flight() && wr_now_ns() < deadline)
 		wr_sleep_us(1000);
-	if (no_calls_in_flight()) {
-		atomic_store(&C.stale, false); /* the backends are still the attachment's */
-		bool healthy = instance_usable();
-		while (C.backends !=
-		       NULL) /* the handles keep their structs: walrus_close may follow */
-			(void)backend_release(C.backends, healthy);
-		(void)detach_process();
-	} else {
+	if (!no_calls_in_flight()) {
 		wr_log(WR_LOG, "process exits with a call still running on one of its handles");
+		return;
 	}
+	atomic_store(&C.stale, false); /* the backends are still the attachment's */
+	bool healthy = instance_usable();
+	while (C.backends != NULL) /* the handles keep their structs: walrus_close may follow */
+		(void)backend_release(C.backends, healthy);
+	(void)detach_process();
+}
+
+/*
+ * A PANIC boundary of its own, as every public call has: releasing pins and
+ * closing written fds may PANIC, and inside the application's exit that
+ * must end the detach (the instance restarts), never abort the process.
+ */
+static void exit_hook(void)
+{
+	client_backend_use(NULL); /* see client_open */
+	client_lock();
+	jmp_buf jb;
+	if (setjmp(jb) == 0) {
+		client_enter(&jb);
+		exit_detach();
+	} else {
+		wr_panic_rearm();
+	}
+	client_leave();
 	client_unlock();
 }
