@@ -890,46 +890,46 @@ static void detach_from_caller(int ready_fd)
 		signal(sig, SIG_DFL);
 }
 
-/* The options that differ from their defaults, and where they came from, in one line. */
-static void log_settings(void)
+/*
+ * The instance settings with their sources into @buf: as one log line
+ * ("name=value (source), ...") of those not at their defaults, or as a table
+ * of all of them, a line each.  Returns how many it wrote.
+ */
+static size_t format_settings(char *buf, size_t len, bool table)
 {
-	char line[2048];
-	size_t n, used = 0;
+	size_t n, used = 0, count = 0;
 	const wr_opt_desc *t = wr_opts_table(&n);
 
-	line[0] = '\0';
-	for (size_t i = 0; i < n && used < sizeof(line); i++) {
+	buf[0] = '\0';
+	for (size_t i = 0; i < n && used < len; i++) {
 		char v[64];
-		if (S.sources[i] == WR_SRC_DEFAULT || t[i].scope != WR_SCOPE_INSTANCE ||
+		if (t[i].scope != WR_SCOPE_INSTANCE || (!table && S.sources[i] == WR_SRC_DEFAULT) ||
 		    wr_opts_get(&S.opts, t[i].name, v, sizeof(v)) != WALRUS_OK)
 			continue;
-		int w = snprintf(line + used, sizeof(line) - used, "%s%s=%s (%s)", used ? ", " : "",
-		                 t[i].name, v, wr_opt_source_name(S.sources[i]));
+		const char *src = wr_opt_source_name(S.sources[i]);
+		int w =
+		    table ? snprintf(buf + used, len - used, "%-30s %-12s %s\n", t[i].name, v, src)
+		          : snprintf(buf + used, len - used, "%s%s=%s (%s)", count ? ", " : "",
+		                     t[i].name, v, src);
 		used += w > 0 ? (size_t)w : 0;
+		count++;
 	}
-	wr_log(WR_LOG, "settings other than the defaults: %s", used ? line : "none");
+	return count;
 }
 
 /*
- * Every instance setting, its value and source, in DIR/walrus.settings (as
- * PostgreSQL's postmaster.opts): `walrus status` reads them there, since
- * attaching to read shared memory would keep the instance alive.
+ * The settings other than the defaults in the log, and every instance
+ * setting with its source in DIR/walrus.settings (as PostgreSQL's
+ * postmaster.opts): `walrus status` reads them there, since attaching to
+ * read shared memory would keep the instance alive.
  */
-static void write_settings(void)
+static void publish_settings(void)
 {
 	char text[8192];
-	size_t n, used = 0;
-	const wr_opt_desc *t = wr_opts_table(&n);
-	text[0] = '\0';
-	for (size_t i = 0; i < n && used < sizeof(text); i++) {
-		char v[64];
-		if (t[i].scope != WR_SCOPE_INSTANCE ||
-		    wr_opts_get(&S.opts, t[i].name, v, sizeof(v)) != WALRUS_OK)
-			continue;
-		int w = snprintf(text + used, sizeof(text) - used, "%-30s %-12s %s\n", t[i].name, v,
-		                 wr_opt_source_name(S.sources[i]));
-		used += w > 0 ? (size_t)w : 0;
-	}
+	if (format_settings(text, sizeof(text), false) == 0)
+		snprintf(text, sizeof(text), "none");
+	wr_log(WR_LOG, "settings other than the defaults: %s", text);
+	format_settings(text, sizeof(text), true);
 	if (datadir_write_file(S.abs, WR_SETTINGS_FILE, text) != WALRUS_OK)
 		wr_log(WR_WARNING, "could not write the settings for walrus status: %s",
 		       walrus_errmsg());
@@ -976,8 +976,7 @@ _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int read
 	if ((rc = ipc_listen(abs, WR_SOCKET_NAME, &S.listen_fd)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
 	wr_log(WR_LOG, "supervisor starting for \"%s\" (pid %d)", abs, (int)getpid());
-	log_settings();
-	write_settings();
+	publish_settings();
 	/* Readiness is reported after recovery, so that the opener gets
 	 * recovery's error itself; others wait on the socket meanwhile. */
 	if ((rc = instance_start()) != WALRUS_OK) {
