@@ -293,6 +293,37 @@ bool ckpt_pace_on_schedule(const ckpt_pacer *p, double progress, uint64_t now_us
 uint64_t ckpt_pace_sleep_us(const ckpt_pacer *p, double progress, uint64_t now_us,
                             uint64_t wal_pos);
 
+/*
+ * When the checkpointer starts the next checkpoint.  checkpoint_timeout
+ * counts from the *start* of the previous one, as PostgreSQL counts it: a
+ * spread checkpoint that took 0.9 of the interval is followed by a timed
+ * one 0.1 later, not a whole interval after it ended, and the pacing above
+ * spreads the writes over the interval that really separates them.  An
+ * idle instance (no WAL since the last checkpoint ended) skips the timed
+ * one; a request finding nothing to do is skipped unless forced.  Pure:
+ * the clock is the caller's, so tests inject it.
+ */
+typedef enum ckpt_action {
+	CKPT_ACT_WAIT = 0, /* nothing due */
+	CKPT_ACT_RUN,      /* perform one now */
+	CKPT_ACT_SKIP,     /* a request with nothing to do: count it skipped */
+} ckpt_action;
+
+typedef struct ckpt_sched {
+	uint64_t period_ns; /* checkpoint_timeout */
+	uint64_t last_ns;   /* start of the last checkpoint (or skip, or idle timeout) */
+	wr_lsn last_end;    /* WAL insert position when the last checkpoint ended */
+} ckpt_sched;
+
+void ckpt_sched_init(ckpt_sched *s, uint64_t period_ns, uint64_t now_ns, wr_lsn insert_lsn);
+/* @req: the flags taken from the request word; @wal: max_wal_size asked for one. */
+ckpt_action ckpt_sched_decide(ckpt_sched *s, uint64_t now_ns, uint32_t req, bool wal,
+                              wr_lsn insert_lsn);
+/* After a checkpoint (or skip) ended, with the insert position then. */
+void ckpt_sched_ended(ckpt_sched *s, wr_lsn insert_lsn);
+/* How long until the next timed checkpoint is due (at least 1 ns). */
+uint64_t ckpt_sched_wait_ns(const ckpt_sched *s, uint64_t now_ns);
+
 /* A dirty buffer to write, sorted by (rel, blk) so writes go in file order. */
 typedef buf_ckpt_item ckpt_item;
 void ckpt_sort_items(ckpt_item *items, size_t n);
