@@ -1,16 +1,16 @@
 /*
- * test_stuck.c - spin waits on a holder that was killed, or that never lets
- * go.  A child process attaches and takes one of the words other backends
- * spin on (the WAL insert spinlock, every buffer header lock, its WAL
- * insertion slot marked busy), then waits.  A thread of the parent starts a
- * call that needs it; once that thread is seen spinning, the child is
- * SIGKILLed: the supervisor marks the instance CRASHED, and the spinning
- * call must return WALRUS_ERESTART instead of spinning forever.  The
- * instance then recovers on the next open.  A holder that stays alive
- * makes the wait PANIC as a stuck spinlock once the (shortened) limit
- * passes.  And the I/O guard, which a crash restart waits on: it nests, so
- * an inner bracket (a short write finished inside an io_uring batch) does
- * not end the outer one while the batch is still in flight.
+ * test_crash_state.c - shared state after a crash.  Spin waits on a holder
+ * that was killed, or that never lets go.  A child process attaches and takes one of the words
+ * other backends spin on (the WAL insert spinlock, every buffer header lock, its WAL insertion slot
+ * marked busy), then waits.  A thread of the parent starts a call that needs it; once that thread
+ * is seen spinning, the child is SIGKILLed: the supervisor marks the instance CRASHED, and the
+ * spinning call must return WALRUS_ERESTART instead of spinning forever.  The instance then
+ * recovers on the next open.  A holder that stays alive makes the wait PANIC as a stuck spinlock
+ * once the (shortened) limit passes.  And the I/O guard, which a crash restart waits on: it nests,
+ * so an inner bracket (a short write finished inside an io_uring batch) does not end the outer one
+ * while the batch is still in flight.  And the WAL's io_uring ring: a supervisor forked from the
+ * application after a restart must set up rings of its own, not use the application's (whose fd it
+ * closed).
  */
 #include "testutil.h"
 
@@ -44,7 +44,7 @@ static walrus_opts *test_opts(void)
 
 static void setup(void)
 {
-	dir = tu_tmpdir("stuck");
+	dir = tu_tmpdir("crash-state");
 }
 
 typedef enum hold_kind { HOLD_SPINLOCK, HOLD_BUF_HEADERS, HOLD_WAL_SLOT } hold_kind;
@@ -251,9 +251,57 @@ START_TEST(test_io_guard_nests)
 }
 END_TEST
 
-static Suite *stuck_suite(void)
+static long stat_of(walrus *db, const char *name)
 {
-	Suite *s = suite_create("stuck");
+	char *json = NULL;
+	ck_assert_int_eq(walrus_stats(db, &json), WALRUS_OK);
+	char key[128];
+	snprintf(key, sizeof(key), "\"%s\":", name);
+	const char *p = strstr(json, key);
+	ck_assert_ptr_nonnull(p);
+	long n = strtol(p + strlen(key), NULL, 10);
+	walrus_free(json);
+	return n;
+}
+
+/*
+ * This process writes WAL through io_uring, its instance's supervisor dies,
+ * and the next open forks a new supervisor from this process: the new
+ * instance's processes must flush WAL without a restart.
+ */
+START_TEST(test_wal_ring_not_inherited)
+{
+	walrus_opts *o = test_opts();
+	ck_assert_int_eq(walrus_opts_set(o, "io_method", "io_uring"), WALRUS_OK);
+	ck_assert_int_eq(walrus_opts_set(o, "wal_writer_delay", "10ms"), WALRUS_OK);
+	walrus *db = tu_open(dir, o);
+	ck_assert_int_eq(walrus_put(db, "k", 1, "v", 1, WALRUS_SYNC), WALRUS_OK);
+	pid_t sup = walrus_supervisor_pid(db);
+	ck_assert_int_gt(sup, 0);
+	ck_assert_int_eq(kill(sup, SIGKILL), 0);
+	/* The handle learns that its instance is gone. */
+	while (walrus_put(db, "k", 1, "v", 1, WALRUS_SYNC) == WALRUS_OK)
+		wr_sleep_us(1000);
+	(void)walrus_close(db);
+	o = test_opts();
+	ck_assert_int_eq(walrus_opts_set(o, "io_method", "io_uring"), WALRUS_OK);
+	ck_assert_int_eq(walrus_opts_set(o, "wal_writer_delay", "10ms"), WALRUS_OK);
+	db = tu_open(dir, o);
+	ck_assert_int_ne(walrus_supervisor_pid(db), sup);
+	for (int i = 0; i < 200; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "a%d", i);
+		ck_assert_int_eq(walrus_put(db, k, strlen(k), "v", 1, WALRUS_ASYNC), WALRUS_OK);
+	}
+	ck_assert_int_eq(walrus_checkpoint(db), WALRUS_OK);
+	ck_assert_int_eq(stat_of(db, "crash_restarts"), 0);
+	tu_close_and_wait(db);
+}
+END_TEST
+
+static Suite *crash_state_suite(void)
+{
+	Suite *s = suite_create("crash-state");
 	TCase *tc = tcase_create("holders");
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_set_timeout(tc, 120);
@@ -265,11 +313,12 @@ static Suite *stuck_suite(void)
 	TCase *tg = tcase_create("guard");
 	tcase_add_checked_fixture(tg, setup, NULL);
 	tcase_add_test(tg, test_io_guard_nests);
+	tcase_add_test(tg, test_wal_ring_not_inherited);
 	suite_add_tcase(s, tg);
 	return s;
 }
 
 int main(void)
 {
-	return tu_run(stuck_suite());
+	return tu_run(crash_state_suite());
 }
