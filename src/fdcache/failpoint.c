@@ -362,7 +362,8 @@ static uint64_t pl_journal_size(void)
 static void pl_read_old(int fd, void *buf, size_t len, off_t off)
 {
 	ssize_t n = pread(fd, buf, len, off);
-	if (n < 0 && errno == EBADF) {
+	/* Write-only, or O_DIRECT (whose reads need aligned buffers): read through a plain fd. */
+	if (n < 0 && (errno == EBADF || errno == EINVAL)) {
 		char p[64];
 		snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
 		int rfd = open(p, O_RDONLY | O_CLOEXEC);

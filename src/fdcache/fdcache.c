@@ -1175,10 +1175,6 @@ int fdc_io_begin(fdc_file f, const char *op, int *injected)
 	*injected = 0;
 	if (fdc_get(f) == NULL)
 		return wr_error(WALRUS_EINVAL, "fdc_io_begin: bad handle %d", f);
-	if (strcmp(op, "pread") != 0 && fdc_pl_enabled())
-		return wr_error(WALRUS_EINVAL,
-		                "the power-loss simulation (WALRUS_POWERLOSS) sees only the fd "
-		                "cache's own system calls: set io_method=sync, not io_uring");
 	int rc = fdc_enter();
 	if (rc != 0)
 		return rc;
@@ -1192,4 +1188,32 @@ int fdc_io_begin(fdc_file f, const char *op, int *injected)
 void fdc_io_end(void)
 {
 	fdc_exit();
+}
+
+uint64_t fdc_io_write_intent(fdc_file f, off_t off, size_t len)
+{
+	FDC_LOCKED();
+	fdc_entry *e = fdc_get(f);
+	if (e == NULL || !fdc_pl_enabled())
+		return 0;
+	return fdc_pl_data_intent(FDC_PL_WRITE, e->fd, e->path, off, (off_t)len);
+}
+
+void fdc_io_write_done(fdc_file f, uint64_t intent)
+{
+	FDC_LOCKED();
+	fdc_entry *e = fdc_get(f);
+	if (e == NULL || intent == 0)
+		return;
+	fdc_pl_done(intent);
+	if (e->flags & (O_DSYNC | O_SYNC)) /* durable when it completed */
+		fdc_pl_synced(e->fd, e->path, fdc_pl_sync_begin());
+}
+
+void fdc_io_synced(fdc_file f)
+{
+	FDC_LOCKED();
+	fdc_entry *e = fdc_get(f);
+	if (e != NULL && fdc_pl_enabled())
+		fdc_pl_synced(e->fd, e->path, fdc_pl_sync_begin());
 }

@@ -177,6 +177,16 @@ void fdc_set_write_observer(fdc_write_observer_fn fn);
  */
 int fdc_io_begin(fdc_file f, const char *op, int *injected);
 void fdc_io_end(void);
+/*
+ * The power-loss journal's view of I/O submitted outside the seam: an intent
+ * before a write is submitted (0 when the journal is off), done once it
+ * completed, and synced once a flush of @f submitted after every write it
+ * covers completed (with IOSQE_IO_DRAIN, when its completion is reaped after
+ * theirs).  No-ops unless WALRUS_POWERLOSS is set.
+ */
+uint64_t fdc_io_write_intent(fdc_file f, off_t off, size_t len);
+void fdc_io_write_done(fdc_file f, uint64_t intent);
+void fdc_io_synced(fdc_file f);
 
 /* ---------------------------------------------------------------- failpoints */
 

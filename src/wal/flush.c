@@ -176,10 +176,11 @@ static void finish_short_write(fdc_file f, uint64_t seg_start, uint64_t page, ui
 typedef struct uring_run {
 	uint64_t page;
 	uint32_t len;
+	uint64_t intent; /* the power-loss journal's record of it, or 0 */
 } uring_run;
 
-static int queue_writes(int fd, uint64_t seg_start, uint64_t *page_start, uint32_t *npages,
-                        uring_run *runs)
+static int queue_writes(fdc_file f, int fd, uint64_t seg_start, uint64_t *page_start,
+                        uint32_t *npages, uring_run *runs)
 {
 	int n = 0;
 	while (*npages > 0 && n < WAL_URING_DEPTH - 1) {
@@ -190,7 +191,9 @@ static int queue_writes(int fd, uint64_t seg_start, uint64_t *page_start, uint32
 		                    run * WAL_PAGE_SIZE, *page_start - seg_start);
 		io_uring_sqe_set_data64(sqe, (uint64_t)n);
 		runs[n].page = *page_start;
-		runs[n++].len = run * WAL_PAGE_SIZE;
+		runs[n].len = run * WAL_PAGE_SIZE;
+		runs[n++].intent = fdc_io_write_intent(f, (off_t)(*page_start - seg_start),
+		                                       (size_t)run * WAL_PAGE_SIZE);
 		*page_start += (uint64_t)run * WAL_PAGE_SIZE;
 		*npages -= run;
 	}
@@ -252,7 +255,13 @@ static bool reap_batch(fdc_file f, uint64_t seg_start, const uring_run *runs, in
 			uring_note(e, id == UINT64_MAX ? "fdatasync" : "write to", -res);
 			continue;
 		}
-		if (id == UINT64_MAX || e->err != 0)
+		if (id == UINT64_MAX) {
+			if (e->err == 0)
+				fdc_io_synced(f);
+			continue;
+		}
+		fdc_io_write_done(f, runs[id].intent);
+		if (e->err != 0)
 			continue;
 		if ((uint32_t)res < runs[id].len) {
 			finish_short_write(f, seg_start, runs[id].page, (uint32_t)res,
@@ -305,7 +314,7 @@ static bool write_pages_uring(fdc_file f, uint64_t seg_start, uint64_t page_star
 		    wal_sh->sync_method != WR_SYNC_OPEN_DATASYNC && batch_ends(page_start, npages);
 		if (flush)
 			uring_begin(f, seg_start, "fdatasync", &held);
-		int nw = queue_writes(fd, seg_start, &page_start, &npages, runs);
+		int nw = queue_writes(f, fd, seg_start, &page_start, &npages, runs);
 		if (flush) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
 			io_uring_prep_fsync(
