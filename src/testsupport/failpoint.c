@@ -12,6 +12,9 @@
  * Notes: the state is per process; a forked child inherits the entries and
  * their counters as they were at fork time.
  */
+#ifndef WALRUS_TEST_HOOKS
+#error "test builds only: meson -Dtest_hooks=true (src/testsupport/meson.build)"
+#endif
 #include "testsupport/testsupport.h"
 
 #include <ctype.h>

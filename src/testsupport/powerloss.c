@@ -4,6 +4,9 @@
  * Interface: ts_pl_* (testsupport.h), called by the fd cache around each
  * change it makes to a file.
  */
+#ifndef WALRUS_TEST_HOOKS
+#error "test builds only: meson -Dtest_hooks=true (src/testsupport/meson.build)"
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
