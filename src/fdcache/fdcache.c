@@ -6,8 +6,9 @@
  * times segments, WAL segments), so callers hold handles and this module
  * keeps at most `bound` real fds, closing the least recently used one when
  * it needs a slot and reopening it on the next use.  Because every syscall of
- * the engine's file I/O is made here, failpoints, the I/O guard and the
- * write observer apply to all of them.
+ * the engine's file I/O is made here, the I/O guard, the write observer and,
+ * in test builds, the failpoints and the power-loss journal (src/testsupport)
+ * apply to all of them.
  *
  * Interface: see fdcache.h.  Test support: fdc_debug_is_open.
  *
