@@ -266,7 +266,7 @@ int srv_del_into(srv_session *s, keyset *ks, walrus_batch *b, const resp_arg *ar
                  size_t argc, long long *count)
 {
 	for (size_t i = from; i < argc; i++) {
-		struct kentry *e;
+		struct kentry *e = NULL;
 		int ex = srv_keyset_exists(s, ks, &argv[i], &e);
 		if (ex < 0)
 			return ex;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Power-loss simulation: the mixed workload of crash_suite.py with the fd
-cache journaling every change (WALRUS_POWERLOSS, src/fdcache/failpoint.c),
+cache journaling every change (WALRUS_POWERLOSS, src/testsupport/powerloss.c),
 then a simulated power cut (powerloss.py): every process stopped and killed
 at once, and what was written but not made durable rolled back --
   drop     all of it (the page cache never reached the disk)
