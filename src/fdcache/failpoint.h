@@ -9,6 +9,9 @@
 
 /* Returned by fdc_fp_check for a pwrite failpoint whose ERRNO is "short". */
 #define FDC_FP_SHORT (-1)
+/* ERRNO "KILL": the process SIGKILLs itself before the call, as a power cut
+ * stops it (fdc_fp_check does not return). */
+#define FDC_FP_KILL (-2)
 
 /*
  * Should the syscall @op on @path (and @path2, for rename) fail?  Returns 0

@@ -191,7 +191,10 @@ void fdc_io_end(void);
  * (default 1; 0 = forever).  Example: "fsync:EIO:/base/@2*1".
  * The environment variable WALRUS_FAILPOINTS is read by fdc_init().
  * A pwrite failpoint with ERRNO "short" performs a short write of half the
- * length (to exercise the retry loop) instead of failing.
+ * length (to exercise the retry loop) instead of failing.  ERRNO "KILL"
+ * makes the process SIGKILL itself before the call (any OP): with the
+ * power-loss journal, "any:KILL@N" cuts the power after the process's N
+ * first calls through the seam.
  */
 int fdc_failpoint_set(const char *spec); /* replaces all; NULL or "" clears */
 /* How many times failpoints fired in this process. */
