@@ -54,6 +54,7 @@
 #define FDC_PL_FALLOC 3
 bool fdc_pl_enabled(void);
 uint64_t fdc_pl_data_intent(int type, int fd, const char *path, off_t off, off_t len);
+#define FDC_PL_NONE UINT64_MAX /* no intent recorded (0 is the journal's first record) */
 uint64_t fdc_pl_create_intent(const char *path);
 uint64_t fdc_pl_rename_intent(const char *from, const char *to);
 uint64_t fdc_pl_unlink_intent(const char *path);
@@ -377,12 +378,13 @@ static int fdc_sys_open(const char *path, int flags, mode_t mode)
 		errno = injected;
 		return -1;
 	}
-	uint64_t pl = (flags & O_CREAT) && fdc_pl_enabled() ? fdc_pl_create_intent(path) : 0;
+	uint64_t pl =
+	    (flags & O_CREAT) && fdc_pl_enabled() ? fdc_pl_create_intent(path) : FDC_PL_NONE;
 	int fd;
 	do
 		fd = open(path, flags | O_CLOEXEC, mode);
 	while (fd < 0 && errno == EINTR);
-	if (fd >= 0 && pl != 0) {
+	if (fd >= 0 && pl != FDC_PL_NONE) {
 		int err = errno;
 		fdc_pl_done(pl);
 		errno = err;
