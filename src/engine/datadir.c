@@ -27,7 +27,9 @@
  * A directory without WALRUS_VERSION is never used as a data directory, and
  * one holding files that are not ours is never touched.  When DIR itself is
  * missing, datadir_resolve creates it (and its missing parents) and fsyncs
- * each new directory's parent, so that its name outlives a power cut.
+ * each new directory's parent, so that its name outlives a power cut; the
+ * bootstrap fsyncs DIR's parent again before its marker, for a DIR made by
+ * a creator that died before that fsync, or by the user.
  *
  * The locks are open-file-description (OFD) locks: unlike POSIX record
  * locks they are not dropped when some other fd of the same file is closed
@@ -220,14 +222,21 @@ static int make_subdirs(const char *abs)
 	return WALRUS_OK;
 }
 
-/* Creates DIR/walrus.bootstrap (empty: its name is the message) and makes it durable. */
+/*
+ * Creates DIR/walrus.bootstrap (empty: its name is the message) and makes it
+ * durable.  DIR's own name first: whoever made DIR (a creator that died
+ * before its fsync, the user) may not have made it durable.
+ */
 static int mark_bootstrap(const char *abs)
 {
 	char path[PATH_MAX];
 	fdc_file f;
 	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_BOOTSTRAP_FILE))
 		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
-	int rc = fdc_open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600, &f);
+	int rc = fdc_fsync_parent(abs);
+	if (rc != WALRUS_OK)
+		return rc;
+	rc = fdc_open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600, &f);
 	if (rc != WALRUS_OK)
 		return rc;
 	rc = fdc_fsync(f);
