@@ -5,15 +5,16 @@
 new directory runs with the power-loss journal (WALRUS_POWERLOSS) and the
 failpoint "any:KILL:DIR@N": each process SIGKILLs itself before its
 (N+1)-th call through the fd cache on a path in DIR, so the supervisor,
-which initialises the directory, dies at that step.  Every process of the directory is then
-stopped and killed, and what was not durable is rolled back
-(powerloss.py: mode keep, a plain crash, for a missing DIR that walrus
+which initialises the directory, dies at that step.  Every process of the
+directory is then stopped and killed, and what was not durable is rolled
+back (powerloss.py: mode keep, a plain crash, for a missing DIR that walrus
 creates; mode drop, every unsynced change lost, for an empty DIR made
-beforehand as a mount point is; WALRUS_LONG=1 runs both modes on both).
-Then `walrus put` and `walrus get` must work with no manual action.  The loop ends with the first N whose run
-logged "initialised data directory" before any cut.  Before the fix, a
-cut after base/ existed left a directory that every command refused as
-"not a walrus data directory (... it is not empty)".
+beforehand, as a mount point is; WALRUS_LONG=1 runs both modes on both).
+Then `walrus put` and `walrus get` must work with no manual action.  The
+loop ends with the first N whose run logged "initialised data directory"
+before any cut.  Before the fix, a cut after base/ existed left a
+directory that every command refused as "not a walrus data directory
+(... it is not empty)".
 
 --case race: several `walrus put` at once on a missing directory: each
 one succeeds (one supervisor initialises it, the others wait and attach)
