@@ -2,6 +2,12 @@
  * engine.h - the instance: data directory, supervisor, auxiliary processes,
  * backends attaching, crash restart, and the public API's plumbing.
  *
+ * Data directory: initialised by the supervisor under the directory lock,
+ * atomically: a durable marker (DIR/walrus.bootstrap) is written first and
+ * removed after WALRUS_VERSION, so a bootstrap cut by a crash or power cut
+ * is recognised and done again; never renamed into place, since DIR may be
+ * a mount point or made beforehand (datadir.c, docs/architecture.md).
+ *
  * Owns: the data directory's layout and lock (DIR/walrus.pid), the
  * supervisor process and its socket (DIR/walrus.sock), the shared memory
  * segment's lifetime, the process table in shared memory (one slot per
