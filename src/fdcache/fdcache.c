@@ -357,12 +357,13 @@ static int fdc_sys_open(const char *path, int flags, mode_t mode)
 		errno = injected;
 		return -1;
 	}
-	uint64_t pl = (flags & O_CREAT) && ts_pl_enabled() ? ts_pl_create_intent(path) : 0;
+	uint64_t pl =
+	    (flags & O_CREAT) && ts_pl_enabled() ? ts_pl_create_intent(path) : TS_PL_NONE;
 	int fd;
 	do
 		fd = open(path, flags | O_CLOEXEC, mode);
 	while (fd < 0 && errno == EINTR);
-	if (fd >= 0 && pl != 0) {
+	if (fd >= 0 && pl != TS_PL_NONE) {
 		int err = errno;
 		ts_pl_done(pl);
 		errno = err;
@@ -1174,7 +1175,7 @@ uint64_t fdc_io_write_intent(fdc_file f, off_t off, size_t len)
 	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
 	if (e == NULL || !ts_pl_enabled())
-		return 0;
+		return TS_PL_NONE;
 	return ts_pl_data_intent(TS_PL_WRITE, e->fd, e->path, off, (off_t)len);
 }
 
@@ -1182,7 +1183,7 @@ void fdc_io_write_done(fdc_file f, uint64_t intent)
 {
 	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
-	if (e == NULL || intent == 0)
+	if (e == NULL || intent == TS_PL_NONE)
 		return;
 	ts_pl_done(intent);
 	if (e->flags & (O_DSYNC | O_SYNC)) /* durable when it completed */

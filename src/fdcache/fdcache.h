@@ -180,7 +180,7 @@ int fdc_io_begin(fdc_file f, const char *op, int *injected);
 void fdc_io_end(void);
 /*
  * The power-loss journal's view of I/O submitted outside the seam: an intent
- * before a write is submitted (0 when the journal is off), done once it
+ * before a write is submitted (TS_PL_NONE when the journal is off), done once it
  * completed, and synced once a flush of @f submitted after every write it
  * covers completed (with IOSQE_IO_DRAIN, when its completion is reaped after
  * theirs).  No-ops unless WALRUS_POWERLOSS is set.

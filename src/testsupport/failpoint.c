@@ -19,6 +19,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +56,7 @@ static const struct {
     {"EROFS", EROFS},       {"EMFILE", EMFILE}, {"ENFILE", ENFILE}, {"ENOENT", ENOENT},
     {"EEXIST", EEXIST},     {"EINTR", EINTR},   {"EAGAIN", EAGAIN}, {"EDQUOT", EDQUOT},
     {"EFBIG", EFBIG},       {"EBADF", EBADF},   {"EINVAL", EINVAL}, {"ENOMEM", ENOMEM},
-    {"short", TS_FP_SHORT},
+    {"short", TS_FP_SHORT}, {"KILL", TS_FP_KILL},
 };
 
 static void fp_free_entries(fp_entry *e, int n)
@@ -232,6 +233,12 @@ int ts_fp_check(const char *op, const char *path, const char *path2)
 			continue;
 		e->fired++;
 		fp_hits++;
+		if (e->err == TS_FP_KILL) {
+			/* A power cut at this call: the tests roll back what was not durable. */
+			wr_log(WR_LOG, "failpoint: killing the process at %s of \"%s\"", op,
+			       path ? path : "");
+			raise(SIGKILL);
+		}
 		wr_log(WR_LOG, "failpoint: injecting %s into %s of \"%s\"", fp_errno_name(e->err),
 		       op, path ? path : "");
 		return e->err;

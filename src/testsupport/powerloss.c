@@ -80,6 +80,8 @@ _Static_assert(sizeof(pl_rec) == 88, "the journal record layout is fixed");
 static char *pl_dir;      /* NULL: the simulation is off */
 static int pl_fd = -1;    /* this process's fd of DIR/journal */
 static pid_t pl_pid;      /* the process pl_fd belongs to (reopened after fork) */
+static dev_t pl_dev;      /* the journal's identity, to know pl_fd is still it */
+static ino_t pl_ino;
 static uint64_t pl_saved; /* counter for saved links */
 static bool pl_checked;
 
@@ -99,13 +101,19 @@ static int pl_journal(void)
 	pid_t me = getpid();
 	if (pl_fd >= 0 && pl_pid == me)
 		return pl_fd;
-	if (pl_fd >= 0)
-		close(pl_fd); /* inherited across fork: a position of its own for each process */
+	/* Inherited across fork: a position of its own for each process.  The
+	 * child may have closed every inherited fd already (the supervisor
+	 * does) and reused the number (for its log): close only the journal. */
+	struct stat st;
+	if (pl_fd >= 0 && fstat(pl_fd, &st) == 0 && st.st_dev == pl_dev && st.st_ino == pl_ino)
+		close(pl_fd);
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/journal", pl_dir);
 	pl_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-	if (pl_fd < 0)
+	if (pl_fd < 0 || fstat(pl_fd, &st) != 0)
 		wr_panic("power-loss journal: could not open \"%s\": %m", path);
+	pl_dev = st.st_dev;
+	pl_ino = st.st_ino;
 	pl_pid = me;
 	return pl_fd;
 }
@@ -240,12 +248,12 @@ static bool pl_save(const char *path, char *saved, size_t len)
 	return link(path, saved) == 0;
 }
 
-/* Intent of an open(O_CREAT) of @path: 0 when the file exists already. */
+/* Intent of an open(O_CREAT) of @path: TS_PL_NONE when the file exists already. */
 uint64_t ts_pl_create_intent(const char *path)
 {
 	struct stat st;
 	if (stat(path, &st) == 0)
-		return 0;
+		return TS_PL_NONE;
 	pl_rec r = {.type = PL_CREATE};
 	pl_dir_of(path, &r);
 	return pl_append(&r, path, strlen(path), NULL);

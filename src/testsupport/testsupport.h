@@ -17,8 +17,11 @@
  * contains PATH_SUBSTRING, lets SKIP matching calls pass, then fails COUNT of
  * them (default 1; 0 = forever).  Example: "fsync:EIO:/base/@2*1".  A pwrite
  * failpoint with ERRNO "short" performs a short write of half the length (to
- * exercise the retry loop) instead of failing.  The environment variable
- * WALRUS_FAILPOINTS is read by fdc_init().
+ * exercise the retry loop) instead of failing.  ERRNO "KILL" makes the
+ * process SIGKILL itself before the call (any OP): with the power-loss
+ * journal, "any:KILL@N" cuts the power after the process's N first calls
+ * through the seam.  The environment variable WALRUS_FAILPOINTS is read by
+ * fdc_init().
  *
  * The power-loss journal (WALRUS_POWERLOSS=DIR, powerloss.c explains it)
  * records each change the fd cache makes to a file, so that
@@ -36,6 +39,11 @@
 
 /* Returned by ts_fp_check for a pwrite failpoint whose ERRNO is "short". */
 #define TS_FP_SHORT (-1)
+/* ERRNO "KILL": the process SIGKILLs itself before the call, as a power cut
+ * stops it (ts_fp_check does not return). */
+#define TS_FP_KILL (-2)
+/* No intent recorded (0 is the offset of the journal's first record). */
+#define TS_PL_NONE UINT64_MAX
 
 /* Kinds of data change for ts_pl_data_intent. */
 #define TS_PL_WRITE  1
@@ -60,7 +68,7 @@ int ts_fp_check(const char *op, const char *path, const char *path2);
 bool ts_pl_enabled(void);
 /* Intent records, before a change; each returns the record's offset for ts_pl_done. */
 uint64_t ts_pl_data_intent(int type, int fd, const char *path, off_t off, off_t len);
-uint64_t ts_pl_create_intent(const char *path); /* 0: the file exists already */
+uint64_t ts_pl_create_intent(const char *path); /* TS_PL_NONE: the file exists already */
 uint64_t ts_pl_rename_intent(const char *from, const char *to);
 uint64_t ts_pl_unlink_intent(const char *path);
 void ts_pl_done(uint64_t intent);
@@ -91,7 +99,7 @@ static inline uint64_t ts_pl_data_intent(int type, int fd, const char *path, off
 static inline uint64_t ts_pl_create_intent(const char *path)
 {
 	(void)path;
-	return 0;
+	return TS_PL_NONE;
 }
 static inline uint64_t ts_pl_rename_intent(const char *from, const char *to)
 {
