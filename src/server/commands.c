@@ -3,7 +3,8 @@
  * table, the checks every request goes through (arity, AUTH, MULTI), the
  * connection commands (PING ECHO QUIT AUTH SELECT CHECKPOINT) and the
  * durability barrier.  Key-value commands are in keys.c, MULTI/EXEC in
- * tx.c, INFO/CONFIG/HELLO and friends in admin.c.
+ * tx.c, INFO/CONFIG/HELLO and friends in admin.c; what they share (error
+ * replies, argument checks, the write path) in reply.c, below them all.
  *
  * Interface: srv_session_init/free/open, srv_dispatch, srv_barrier.
  *
@@ -129,16 +130,6 @@ static void cmd_checkpoint(srv_session *s, const resp_arg *argv, size_t argc)
 		resp_add_simple(s->out, "OK");
 	else
 		srv_reply_engine_error(s, rc);
-}
-
-/* Constant-time comparison of the password (no early exit on the first difference). */
-bool srv_password_ok(const char *want, const resp_arg *got)
-{
-	size_t n = strlen(want);
-	unsigned char diff = got->len != n;
-	for (size_t i = 0; i < got->len; i++)
-		diff |= (unsigned char)(got->p[i] ^ want[i % (n ? n : 1)]);
-	return diff == 0;
 }
 
 static void cmd_auth(srv_session *s, const resp_arg *argv, size_t argc)
