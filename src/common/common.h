@@ -1,5 +1,6 @@
 /*
- * common.h - the ground floor: CRC32C, logging, errors, options, time.
+ * common.h - the ground floor: CRC32C, logging, errors, options, time,
+ * growing arrays.
  *
  * Owns: per-process logging state (sinks, process name, level), the
  * thread-local "last error" message, the option table.
@@ -231,6 +232,18 @@ const char *wr_opt_source_name(int source);
 int wr_parse_size(const char *s, int64_t *out);
 int wr_parse_time_us(const char *s, int64_t *out);
 int wr_parse_bool(const char *s, bool *out);
+
+/* ---------------------------------------------------------------- memory */
+
+/*
+ * Grows the array *@bufp (a pointer of any object type, passed by address)
+ * of *@cap elements of @elem bytes to hold at least @need: *@cap doubles,
+ * starting from @first when the array is empty.  WALRUS_OK (also when it
+ * is large enough already), or WALRUS_ENOMEM when need * elem overflows or
+ * realloc fails: *@bufp and *@cap are then unchanged and the old contents
+ * intact.  Records no message: the caller knows what it was growing.
+ */
+int wr_grow(void *bufp, size_t *cap, size_t need, size_t elem, size_t first);
 
 /* ---------------------------------------------------------------- strings */
 

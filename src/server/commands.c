@@ -284,14 +284,9 @@ static bool group_add(srv_session *s, const resp_arg *argv)
 		return false;
 	if (g->n == GROUP_MAX_SETS || g->bytes + argv[2].len > GROUP_MAX_BYTES)
 		srv_group_flush(s);
-	if (2 * g->n + 3 > g->cap) {
-		size_t cap = g->cap ? g->cap * 2 : 2 * GROUP_MAX_SETS + 1;
-		resp_arg *kv = realloc(g->kv, cap * sizeof(*kv));
-		if (kv == NULL)
-			return false;
-		g->kv = kv;
-		g->cap = cap;
-	}
+	if (wr_grow(&g->kv, &g->cap, 2 * g->n + 3, sizeof(*g->kv), 2 * GROUP_MAX_SETS + 1) !=
+	    WALRUS_OK)
+		return false;
 	if (g->n == 0)
 		g->out_start = s->out->len;
 	g->kv[2 * g->n] = argv[1];
