@@ -92,12 +92,27 @@ void wr_panic_rearm(void);
 
 /*
  * Critical sections: code between enter and exit must not fail halfway
- * (WAL insert + page change).  Error paths inside one call wr_panic(); the
- * macro below checks it in debug builds.
+ * (WAL insert + page change).  Error paths inside one call wr_panic();
+ * wr_error() checks it with WR_ASSERT in debug builds.
  */
 void wr_crit_enter(void);
 void wr_crit_exit(void);
 bool wr_in_crit(void);
+
+/*
+ * WR_ASSERT(cond): an invariant the code relies on, checked where NDEBUG is
+ * not defined (every build but meson's release buildtype, b_ndebug=if-release).
+ * A false one PANICs with the condition and its place: it is a bug, and the
+ * state it guards may be shared memory.  In release builds the condition is
+ * not evaluated (so it must have no side effects) but still compiled.
+ */
+#ifdef NDEBUG
+#define WR_ASSERT(cond) ((void)sizeof((cond) ? 1 : 0))
+#else
+#define WR_ASSERT(cond)                                                                            \
+	(WR_LIKELY(cond) ? (void)0 : wr_assert_failed(#cond, __FILE__, __LINE__, __func__))
+#endif
+_Noreturn void wr_assert_failed(const char *cond, const char *file, int line, const char *func);
 
 /* ---------------------------------------------------------------- errors */
 
