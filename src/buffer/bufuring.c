@@ -59,11 +59,13 @@ static bool ck_claim(const buf_ckpt_item *it, bool wait, bool *busy)
 	buf_hdr_unlock(d, s);
 	if (!ok)
 		return false;
-	if (wait)
+	if (wait) {
 		buf_lock(it->buf, false);
-	else if (rw_trylock_shared(&d->content))
+	} else if (rw_trylock_shared(&d->content)) {
+		WR_ASSERT(buf_me->locked[it->buf - 1] ==
+		          0); /* buf_lock refuses a second lock too */
 		buf_me->locked[it->buf - 1] = BUF_LOCK_SHARED;
-	else {
+	} else {
 		buf_unpin(it->buf);
 		*busy = true;
 		return false;

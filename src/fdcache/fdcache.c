@@ -178,6 +178,7 @@ static void fdc_retake_after_io(fdc_entry *e, bool released)
 	int err = errno;
 	if (released)
 		fdc_lock();
+	WR_ASSERT(e->busy > 0);
 	e->busy--;
 	errno = err;
 }
@@ -1140,8 +1141,10 @@ void fdc_pin(fdc_file f, bool pin)
 {
 	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
-	if (e != NULL)
-		e->pins += pin ? 1 : -1;
+	if (e == NULL)
+		return;
+	WR_ASSERT(pin || e->pins > 0); /* a pin dropped twice would let the LRU close the fd */
+	e->pins += pin ? 1 : -1;
 }
 
 /*

@@ -229,17 +229,9 @@ static int wal_rd_page(wal_reader *r, wr_lsn page_start)
 
 static int wal_rd_grow(wal_reader *r, size_t need)
 {
-	if (need <= r->cap)
-		return WALRUS_OK;
-	size_t cap = r->cap ? r->cap : 16384;
-	while (cap < need)
-		cap *= 2;
-	char *p = realloc(r->buf, cap);
-	if (p == NULL)
+	if (wr_grow(&r->buf, &r->cap, need, 1, 16384) != WALRUS_OK)
 		return wr_error(WALRUS_ENOMEM, "out of memory reading a WAL record of %zu bytes",
 		                need);
-	r->buf = p;
-	r->cap = cap;
 	return WALRUS_OK;
 }
 
