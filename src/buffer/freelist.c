@@ -8,7 +8,6 @@
  */
 #include "buffer/buf_int.h"
 
-
 uint32_t buf_hdr_lock(buf_desc *d)
 {
 	ipc_spin sp = IPC_SPIN_INIT("a buffer header lock");

@@ -358,8 +358,7 @@ static int fdc_sys_open(const char *path, int flags, mode_t mode)
 		errno = injected;
 		return -1;
 	}
-	uint64_t pl =
-	    (flags & O_CREAT) && ts_pl_enabled() ? ts_pl_create_intent(path) : TS_PL_NONE;
+	uint64_t pl = (flags & O_CREAT) && ts_pl_enabled() ? ts_pl_create_intent(path) : TS_PL_NONE;
 	int fd;
 	do
 		fd = open(path, flags | O_CLOEXEC, mode);

@@ -52,10 +52,10 @@ static const struct {
 	const char *name;
 	int err;
 } fp_errnos[] = {
-    {"EIO", EIO},           {"ENOSPC", ENOSPC}, {"EACCES", EACCES}, {"EPERM", EPERM},
-    {"EROFS", EROFS},       {"EMFILE", EMFILE}, {"ENFILE", ENFILE}, {"ENOENT", ENOENT},
-    {"EEXIST", EEXIST},     {"EINTR", EINTR},   {"EAGAIN", EAGAIN}, {"EDQUOT", EDQUOT},
-    {"EFBIG", EFBIG},       {"EBADF", EBADF},   {"EINVAL", EINVAL}, {"ENOMEM", ENOMEM},
+    {"EIO", EIO},           {"ENOSPC", ENOSPC},   {"EACCES", EACCES}, {"EPERM", EPERM},
+    {"EROFS", EROFS},       {"EMFILE", EMFILE},   {"ENFILE", ENFILE}, {"ENOENT", ENOENT},
+    {"EEXIST", EEXIST},     {"EINTR", EINTR},     {"EAGAIN", EAGAIN}, {"EDQUOT", EDQUOT},
+    {"EFBIG", EFBIG},       {"EBADF", EBADF},     {"EINVAL", EINVAL}, {"ENOMEM", ENOMEM},
     {"short", TS_FP_SHORT}, {"KILL", TS_FP_KILL},
 };
 

@@ -77,10 +77,10 @@ typedef struct pl_rec {
 } pl_rec; /* 88 bytes: tests/durability/powerloss.py reads it */
 _Static_assert(sizeof(pl_rec) == 88, "the journal record layout is fixed");
 
-static char *pl_dir;      /* NULL: the simulation is off */
-static int pl_fd = -1;    /* this process's fd of DIR/journal */
-static pid_t pl_pid;      /* the process pl_fd belongs to (reopened after fork) */
-static dev_t pl_dev;      /* the journal's identity, to know pl_fd is still it */
+static char *pl_dir;   /* NULL: the simulation is off */
+static int pl_fd = -1; /* this process's fd of DIR/journal */
+static pid_t pl_pid;   /* the process pl_fd belongs to (reopened after fork) */
+static dev_t pl_dev;   /* the journal's identity, to know pl_fd is still it */
 static ino_t pl_ino;
 static uint64_t pl_saved; /* counter for saved links */
 static bool pl_checked;
