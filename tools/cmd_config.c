@@ -27,7 +27,10 @@ static const char config_usage[] =
     "optionally in single quotes), read when an instance starts.  Precedence: default <\n"
     "walrus.conf < options set by the process that starts the instance (-o).  Session\n"
     "options (synchronous_commit, create_if_missing, strict_options) are each opener's own\n"
-    "and do not belong in the file.  `walrus options` lists every option.\n";
+    "and do not belong in the file.  Options of `walrus serve` (client_query_buffer_limit,\n"
+    "authentication_timeout) and its password (requirepass, which `config` neither sets\n"
+    "nor shows: write it into the file, mode 0600) may be in it too.  `walrus options`\n"
+    "lists every option.\n";
 
 void tool_print_settings(FILE *out, const wr_options *o, const uint8_t *sources, bool instance_only)
 {
@@ -40,7 +43,9 @@ void tool_print_settings(FILE *out, const wr_options *o, const uint8_t *sources,
 		    wr_opts_get(o, t[i].name, v, sizeof(v)) != WALRUS_OK)
 			continue;
 		fprintf(out, "%-30s %-12s %s%s\n", t[i].name, v, wr_opt_source_name(sources[i]),
-		        t[i].scope == WR_SCOPE_INSTANCE ? "" : " (session option)");
+		        t[i].scope == WR_SCOPE_INSTANCE ? ""
+		        : t[i].scope == WR_SCOPE_SERVER ? " (walrus serve option)"
+		                                        : " (session option)");
 	}
 }
 

@@ -21,7 +21,10 @@ int cmd_options(tool_ctx *ctx, int argc, char **argv)
 		if (wr_opts_get(&ctx->opts->o, t[i].name, val, sizeof(val)) != WALRUS_OK)
 			continue;
 		printf("%-30s %-12s %-8s %s\n", t[i].name, val,
-		       t[i].scope == WR_SCOPE_INSTANCE ? "instance" : "session", t[i].help);
+		       t[i].scope == WR_SCOPE_INSTANCE ? "instance"
+		       : t[i].scope == WR_SCOPE_SERVER ? "server"
+		                                       : "session",
+		       t[i].help);
 	}
 	return 0;
 }

@@ -2,7 +2,7 @@
  * cmd_serve.c - `walrus serve`: the RESP server, or the supervisor alone.
  *
  * With any server option (--port, --bind, --unix, --no-tcp, --requirepass,
- * --idle-timeout, --backends, --resp) it runs the RESP server of src/server
+ * --requirepass-file, --idle-timeout, --backends, --resp) it runs the RESP server of src/server
  * (server.h): one process that accepts connections and hands them to a pool
  * of backend processes (or forks a backend per connection: --backends 0).
  * Without, it runs the instance's supervisor in the foreground, as
@@ -11,20 +11,31 @@
  * a clean shutdown (the supervisor on SIGTERM once its attached processes
  * have gone, as a smart `walrus stop`); the supervisor's log lines also go
  * to stderr.
+ *
+ * The password: from --requirepass-file, or "requirepass = ..." in
+ * DIR/walrus.conf; both files must be private (mode 0600), since anyone who
+ * reads one has the data.  --requirepass PW still works, with a warning:
+ * the command line of the server and of every backend it forks shows it
+ * to every local user (ps).  The options of walrus serve in walrus.conf
+ * (scope "server" in the option table) count unless -o sets them.
  */
 #include "tool.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "server/server.h"
 
 static const char usage[] =
     "usage: walrus -D DIR serve [--port P] [--bind ADDR] [--unix PATH|none] [--no-tcp]\n"
-    "                           [--requirepass PW] [--idle-timeout S] [--backends N]\n"
-    "                           [--resp]\n"
+    "                           [--requirepass-file FILE] [--idle-timeout S]\n"
+    "                           [--backends N] [--resp]\n"
     "       walrus -D DIR serve          (no option: the supervisor alone)\n\n"
     "RESP server (Redis protocol; redis-cli and Redis client libraries work):\n"
     "  --port P          TCP port (default 6379; 0 picks a free port, printed)\n"
@@ -32,14 +43,21 @@ static const char usage[] =
     "  --no-tcp          no TCP listener: the Unix socket only\n"
     "  --unix PATH       Unix socket (default DIR/walrus-resp.sock, mode 0600, in a\n"
     "                    0700 directory); \"none\" for no Unix socket\n"
-    "  --requirepass PW  clients must AUTH first\n"
+    "  --requirepass-file FILE  clients must AUTH first with the password in FILE\n"
+    "                    (one line, mode 0600); without it, requirepass in\n"
+    "                    DIR/walrus.conf (mode 0600) if set.  Clients that have not\n"
+    "                    authenticated send small requests only and are closed after\n"
+    "                    authentication_timeout (-o, default 10s)\n"
+    "  --requirepass PW  the same, but the password shows in ps: avoid\n"
     "  --idle-timeout S  close connections idle S seconds (default 0: never)\n"
     "  --backends N      N backend processes, each serving many connections with\n"
     "                    epoll (default: 2 per online CPU, at most 64); 0: one\n"
     "                    backend process per connection\n"
     "  --resp            the RESP server with every default\n\n"
     "At most max_connections - 1 clients (-o max_connections=N); the pool\n"
-    "backends hold one attachment each.  Writes are acknowledged once durable when\n"
+    "backends hold one attachment each.  A connection's unparsed input is at most\n"
+    "client_query_buffer_limit (-o or walrus.conf, default 1GB).  Writes are acknowledged once "
+    "durable when\n"
     "synchronous_commit=on (the default; -o synchronous_commit=off acknowledges\n"
     "at once).  SIGTERM: clean shutdown (requests under way finish); SIGINT:\n"
     "fast shutdown (connections dropped).  Prints \"walrus serve: RESP on ADDR\n"
@@ -48,6 +66,15 @@ static const char usage[] =
     "foreground; processes that open DIR attach to it.  It stops as `walrus stop`\n"
     "makes it: SIGTERM smart (once the attached processes have closed their\n"
     "handles), SIGINT fast, SIGQUIT immediate (no checkpoint).\n";
+
+#define PASS_MAX 1024
+
+/* Where the password comes from; filled by the options, read by run_server. */
+typedef struct pass_src {
+	const char *flag; /* --requirepass */
+	const char *file; /* --requirepass-file */
+	char buf[PASS_MAX];
+} pass_src;
 
 static bool parse_int(const char *s, long lo, long hi, long *out)
 {
@@ -60,7 +87,8 @@ static bool parse_int(const char *s, long lo, long hi, long *out)
 }
 
 /* One option of the RESP server at argv[*i]; false when it is not one or is bad. */
-static bool server_option(srv_config *cfg, int argc, char **argv, int *i, bool *default_unix)
+static bool server_option(srv_config *cfg, pass_src *pw, int argc, char **argv, int *i,
+                          bool *default_unix)
 {
 	const char *o = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
 	long n;
@@ -80,8 +108,10 @@ static bool server_option(srv_config *cfg, int argc, char **argv, int *i, bool *
 	else if (strcmp(o, "--unix") == 0) {
 		snprintf(cfg->unix_path, sizeof(cfg->unix_path), "%s", strcmp(v, "none") ? v : "");
 		*default_unix = false;
-	} else if (strcmp(o, "--requirepass") == 0)
-		cfg->requirepass = v;
+	} else if (strcmp(o, "--requirepass") == 0 && pw->file == NULL)
+		pw->flag = v;
+	else if (strcmp(o, "--requirepass-file") == 0 && pw->flag == NULL)
+		pw->file = v;
 	else if (strcmp(o, "--idle-timeout") == 0 && parse_int(v, 0, 86400L * 365, &n))
 		cfg->idle_ms = (int64_t)n * 1000;
 	else if (strcmp(o, "--backends") == 0 && parse_int(v, 0, SRV_MAX_POOL, &n))
@@ -106,15 +136,115 @@ static int run_supervisor(tool_ctx *ctx)
 	supervisor_main(abs, o, -1, true);
 }
 
-static int run_server(tool_ctx *ctx, srv_config *cfg, bool default_unix)
+/* walrus serve's options in DIR/walrus.conf count unless -o set them. */
+static int server_conf(const char *abs, wr_options *o)
+{
+	wr_options file;
+	size_t n;
+	const wr_opt_desc *t = wr_opts_table(&n);
+	wr_opts_defaults(&file);
+	int rc = conf_load(abs, &file);
+	for (size_t i = 0; rc == WALRUS_OK && i < n; i++)
+		if (t[i].scope == WR_SCOPE_SERVER && !wr_opts_is_set(o, i) &&
+		    wr_opts_is_set(&file, i))
+			wr_opts_copy(o, &file, i);
+	return rc;
+}
+
+static int pass_fail(const char *fmt, const char *path, const char *err)
+{
+	fprintf(stderr, "walrus serve: ");
+	fprintf(stderr, fmt, path, err);
+	fputc('\n', stderr);
+	return TOOL_EXIT_USAGE;
+}
+
+/* A password file is ours alone: whoever reads it has the data. */
+static int check_private(int fd, const char *path)
+{
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return pass_fail("could not stat \"%s\": %s", path, strerror(errno));
+	if ((st.st_mode & 077) == 0)
+		return 0;
+	return pass_fail("\"%s\" is readable by %s: chmod 600 it", path,
+	                 (st.st_mode & 070) ? "its group" : "others");
+}
+
+/* The first line of --requirepass-file into pw->buf. */
+static int read_pass_file(pass_src *pw)
+{
+	int fd = open(pw->file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return pass_fail("could not open \"%s\": %s", pw->file, strerror(errno));
+	int rc = check_private(fd, pw->file);
+	size_t got = 0;
+	while (rc == 0 && got < sizeof(pw->buf) - 1) {
+		ssize_t n = read(fd, pw->buf + got, sizeof(pw->buf) - 1 - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			rc = pass_fail("could not read \"%s\": %s", pw->file, strerror(errno));
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd); /* read-only: nothing a failed close could lose */
+	pw->buf[got] = '\0';
+	if (rc == 0 && got == sizeof(pw->buf) - 1)
+		rc = pass_fail("\"%s\" is too long for a password%s", pw->file, "");
+	pw->buf[strcspn(pw->buf, "\r\n")] = '\0'; /* the first line */
+	return rc;
+}
+
+/* The password, from --requirepass-file, --requirepass or walrus.conf; NULL for none. */
+static int find_password(const char *abs, pass_src *pw, const char **out)
+{
+	bool found = pw->file != NULL || pw->flag != NULL;
+	int rc = 0;
+	*out = NULL;
+	if (pw->file != NULL) {
+		rc = read_pass_file(pw);
+	} else if (pw->flag != NULL) {
+		fprintf(stderr,
+		        "walrus serve: WARNING: --requirepass shows the password to every "
+		        "local user (ps, /proc/PID/cmdline of the server and of each "
+		        "backend): put \"requirepass = '...'\" in %s/%s (mode 0600) or use "
+		        "--requirepass-file\n",
+		        abs, WR_CONF_FILE);
+		rc = wr_snprintf(pw->buf, sizeof(pw->buf), "%s", pw->flag)
+		         ? 0
+		         : pass_fail("--requirepass: a password is at most %s bytes%s", "1023", "");
+	} else {
+		int r = conf_secret(abs, "requirepass", pw->buf, sizeof(pw->buf), &found);
+		if (r != WALRUS_OK)
+			rc = tool_fail(r, "walrus serve");
+	}
+	if (rc == 0 && found && pw->buf[0] == '\0')
+		rc = pass_fail("the password (%s) is empty: anyone could AUTH%s",
+		               pw->file   ? pw->file
+		               : pw->flag ? "--requirepass"
+		                          : WR_CONF_FILE,
+		               "");
+	if (rc == 0 && found)
+		*out = pw->buf;
+	return rc;
+}
+
+static int run_server(tool_ctx *ctx, srv_config *cfg, pass_src *pw, bool default_unix)
 {
 	char abs[PATH_MAX];
 	const wr_options *o = &ctx->opts->o;
 	int rc = wr_opts_validate(o);
 	if (rc == WALRUS_OK)
 		rc = datadir_resolve(ctx->datadir, o->create_if_missing, abs);
+	if (rc == WALRUS_OK)
+		rc = server_conf(abs, &ctx->opts->o);
 	if (rc != WALRUS_OK)
 		return tool_fail(rc, ctx->datadir);
+	int code = find_password(abs, pw, &cfg->requirepass);
+	if (code != 0)
+		return code;
 	cfg->dir = abs;
 	cfg->opts = ctx->opts;
 	if (default_unix &&
@@ -130,6 +260,7 @@ static int run_server(tool_ctx *ctx, srv_config *cfg, bool default_unix)
 int cmd_serve(tool_ctx *ctx, int argc, char **argv)
 {
 	srv_config cfg = {.tcp = true, .bind = "127.0.0.1", .port = 6379, .backends = -1};
+	static pass_src pw; /* lives while the server runs */
 	bool default_unix = true;
 	if (tool_wants_help(argc, argv)) {
 		fputs(usage, stdout);
@@ -137,7 +268,7 @@ int cmd_serve(tool_ctx *ctx, int argc, char **argv)
 	}
 	for (int i = 1; i < argc; i++) {
 		const char *opt = argv[i];
-		if (!server_option(&cfg, argc, argv, &i, &default_unix)) {
+		if (!server_option(&cfg, &pw, argc, argv, &i, &default_unix)) {
 			fprintf(stderr, "walrus serve: bad or unknown option \"%s\"\n%s", opt,
 			        usage);
 			return TOOL_EXIT_USAGE;
@@ -147,5 +278,7 @@ int cmd_serve(tool_ctx *ctx, int argc, char **argv)
 		fprintf(stderr, "walrus: no data directory: use -D DIR or set WALRUS_DATA\n");
 		return TOOL_EXIT_USAGE;
 	}
-	return argc > 1 ? run_server(ctx, &cfg, default_unix) : run_supervisor(ctx);
+	int code = argc > 1 ? run_server(ctx, &cfg, &pw, default_unix) : run_supervisor(ctx);
+	explicit_bzero(pw.buf, sizeof(pw.buf));
+	return code;
 }

@@ -146,6 +146,7 @@ enum wr_opt_type { WR_OPT_BOOL, WR_OPT_INT, WR_OPT_SIZE, WR_OPT_TIME, WR_OPT_REA
 enum wr_opt_scope {
 	WR_SCOPE_INSTANCE, /* fixed when the instance starts */
 	WR_SCOPE_SESSION,  /* per open handle */
+	WR_SCOPE_SERVER,   /* read by `walrus serve` (walrus.conf or -o); the engine ignores it */
 };
 
 enum wr_sync_method { WR_SYNC_FDATASYNC, WR_SYNC_FSYNC, WR_SYNC_OPEN_DATASYNC };
@@ -188,6 +189,9 @@ typedef struct wr_options {
 	int log_min_messages;         /* enum wr_level, for DIR/log/walrus.log */
 	bool create_if_missing;
 	bool strict_options; /* an open asking other instance-wide values fails */
+	/* the RESP server */
+	int64_t client_query_buffer_limit; /* bytes of a connection's unparsed input */
+	int64_t authentication_timeout_us; /* a connection must AUTH within this */
 	/* Bit i: option i of the table was set explicitly (wr_opts_set), so it
 	 * outranks walrus.conf and is compared with a running instance's value. */
 	uint64_t set_mask;

@@ -55,6 +55,7 @@ static const char *const log_level_names[] = {"debug", "log",   "warning", "erro
 	}
 #define INST WR_SCOPE_INSTANCE
 #define SESS WR_SCOPE_SESSION
+#define SERV WR_SCOPE_SERVER
 
 static const wr_opt_desc opt_table[] = {
     OPT("shared_buffers", WR_OPT_SIZE, INST, shared_buffers, "128MB", 128 * KB, 64 * GB, NULL,
@@ -117,12 +118,19 @@ static const wr_opt_desc opt_table[] = {
         "create and initialise the data directory if it does not exist"),
     OPT("strict_options", WR_OPT_BOOL, SESS, strict_options, "off", 0, 0, NULL,
         "fail the open when an instance option set differs from the running instance's"),
+    OPT("client_query_buffer_limit", WR_OPT_SIZE, SERV, client_query_buffer_limit, "1GB", 1 * MB,
+        16 * GB, NULL,
+        "RESP server: unparsed input a connection may hold (beyond: error and close)"),
+    OPT("authentication_timeout", WR_OPT_TIME, SERV, authentication_timeout_us, "10s", 1 * SEC,
+        10 * MIN, NULL,
+        "RESP server with a password: connections not authenticated by then are closed"),
 };
 
 _Static_assert(WR_ARRAY_LEN(opt_table) <= WR_OPTS_MAX, "set_mask has a bit per option");
 
 #undef INST
 #undef SESS
+#undef SERV
 
 /* Constraints the generic table cannot say. */
 struct opt_rule {

@@ -13,9 +13,13 @@
  * or a single-quoted string in which '' stands for one quote.  Names are
  * case-insensitive.  When a name is set twice, the last line wins.
  *
- * Notes: only instance options belong in the file.  A session option
+ * Notes: only instance options belong in the file, and the options and
+ * the password (requirepass, a secret) of `walrus serve`, which the engine
+ * skips.  A session option
  * (synchronous_commit, create_if_missing, strict_options) is each opener's
- * choice, so the file refuses it rather than appear to set it.  Any error
+ * choice, so the file refuses it rather than appear to set it.  A secret
+ * is never copied into the options, so no dump, log or statistics shows
+ * it, and the file that holds one must be private (mode 0600).  Any error
  * fails the start and names the file, the line and the option: a setting
  * is never skipped silently.  conf_set refuses to write a file that would
  * not start an instance, and keeps the user's other lines and comments as
@@ -235,14 +239,21 @@ static int parse_line(const char *line, conf_line *l)
 
 /* ---------------------------------------------------------------- applying */
 
-/* Known, instance-wide and valid, or an error naming the option. */
+static bool is_secret(const char *name)
+{
+	return strcmp(name, "requirepass") == 0;
+}
+
+/* Known, instance-wide (or the server's) and valid, or an error naming the option. */
 static int apply_setting(const conf_line *l, wr_options *o)
 {
+	if (is_secret(l->name))
+		return WALRUS_OK; /* walrus serve's, read by conf_secret */
 	const wr_opt_desc *d = wr_opts_find(l->name, NULL);
 
 	if (d == NULL)
 		return wr_error(WALRUS_EINVAL, "unrecognized option \"%s\"", l->name);
-	if (d->scope != WR_SCOPE_INSTANCE)
+	if (d->scope == WR_SCOPE_SESSION)
 		return wr_error(WALRUS_EINVAL,
 		                "option \"%s\" is chosen by each opener (-o or walrus_opts_set), "
 		                "not in %s",
@@ -445,6 +456,11 @@ static int check_setting(const char *name, const char *value, conf_line *want)
 		return wr_error(WALRUS_EINVAL, "value of option \"%s\" is too long", name);
 	for (size_t i = 0; i <= n; i++)
 		want->name[i] = (char)tolower((unsigned char)name[i]);
+	if (is_secret(want->name))
+		return wr_error(WALRUS_EINVAL,
+		                "%s is not set with `walrus config set`: the password would show "
+		                "in ps; write \"%s = '...'\" into %s yourself (mode 0600)",
+		                want->name, want->name, WR_CONF_FILE);
 	memcpy(want->value, val, v + 1);
 	want->setting = true;
 	wr_opts_defaults(&scratch);
@@ -498,6 +514,12 @@ int conf_get(const char *abs, const char *name, char *buf, size_t len, bool *fou
 		return wr_error(WALRUS_EINVAL, "unrecognized option \"%.100s\"", name);
 	for (size_t i = 0; i <= n; i++)
 		lower[i] = (char)tolower((unsigned char)name[i]);
+	if (is_secret(lower)) {
+		int rc = conf_secret(abs, lower, NULL, 0, found);
+		if (rc == WALRUS_OK)
+			(void)wr_snprintf(buf, len, "%s", *found ? "********" : "");
+		return rc;
+	}
 	const wr_opt_desc *d = wr_opts_find(lower, &index);
 	if (d == NULL)
 		return wr_error(WALRUS_EINVAL, "unrecognized option \"%s\"", lower);
@@ -507,4 +529,77 @@ int conf_get(const char *abs, const char *name, char *buf, size_t len, bool *fou
 		return rc;
 	*found = wr_opts_is_set(&o, index);
 	return wr_opts_get(&o, d->name, buf, len);
+}
+
+/* ---------------------------------------------------------------- secrets */
+
+/* The value of the last line of @text that sets @name (split in place). */
+static int find_setting(const char *path, char *text, const char *name, conf_line *l, bool *found)
+{
+	size_t pos = 0;
+	int lineno = 0;
+	char *line;
+	conf_line cur;
+
+	*found = false;
+	while ((line = next_line(text, &pos)) != NULL) {
+		lineno++;
+		int rc = parse_line(line, &cur);
+		if (rc != WALRUS_OK)
+			return at_line(rc, path, lineno);
+		if (cur.setting && strcmp(cur.name, name) == 0) {
+			*l = cur;
+			*found = true;
+		}
+		explicit_bzero(&cur, sizeof(cur));
+	}
+	return WALRUS_OK;
+}
+
+/* A file that holds a password is ours alone. */
+static int check_private(int fd, const char *path, const char *name)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) != 0)
+		return wr_error(wr_errno_code(errno), "could not stat \"%s\": %m", path);
+	if ((st.st_mode & 077) == 0)
+		return WALRUS_OK;
+	return wr_error(WALRUS_EINVAL,
+	                "\"%s\" sets %s but is readable by %s (mode %04o): chmod 600 it", path,
+	                name,
+	                (st.st_mode & 070) && (st.st_mode & 07) ? "its group and others"
+	                : (st.st_mode & 070)                    ? "its group"
+	                                                        : "others",
+	                (unsigned)(st.st_mode & 07777));
+}
+
+int conf_secret(const char *abs, const char *name, char *buf, size_t len, bool *found)
+{
+	char path[PATH_MAX], *text = NULL;
+	conf_line l = {0};
+
+	*found = false;
+	int rc = conf_path(abs, path);
+	if (rc != WALRUS_OK)
+		return rc;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT
+		           ? WALRUS_OK
+		           : wr_error(wr_errno_code(errno), "could not open \"%s\": %m", path);
+	rc = read_text(fd, path, &text);
+	if (rc == WALRUS_OK)
+		rc = find_setting(path, text, name, &l, found);
+	if (rc == WALRUS_OK && *found)
+		rc = check_private(fd, path, name);
+	if (rc == WALRUS_OK && *found && buf != NULL && !wr_snprintf(buf, len, "%s", l.value))
+		rc = wr_error(WALRUS_EINVAL, "%s: %s is too long", path, name);
+	close(fd); /* read-only: nothing a failed close could lose */
+	if (text != NULL) {
+		explicit_bzero(text, strlen(text));
+		free(text);
+	}
+	explicit_bzero(&l, sizeof(l));
+	return rc;
 }

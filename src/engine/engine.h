@@ -119,8 +119,19 @@ int conf_effective(const char *abs, const wr_options *starter, wr_options *out,
  * WALRUS_EINVAL, naming the option, for an unknown option, a bad value, a
  * session option, or a file that would not start an instance. */
 int conf_set(const char *abs, const char *name, const char *value);
-/* The value DIR/walrus.conf gives @name into buf; *found false when it sets none. */
+/* The value DIR/walrus.conf gives @name into buf; *found false when it sets none.
+ * A secret (requirepass) reads back as "********". */
 int conf_get(const char *abs, const char *name, char *buf, size_t len, bool *found);
+/*
+ * Secrets: settings of walrus.conf that are not options but a password for
+ * `walrus serve` (requirepass).  The engine skips them when it applies the
+ * file; conf_set refuses them (the value would be on a command line, in
+ * ps); conf_get masks them; no option dump, log or statistics sees them.
+ * conf_secret reads one: *found false when the file sets none; a file that
+ * sets one must not be readable by its group or others (WALRUS_EINVAL
+ * naming its mode).
+ */
+int conf_secret(const char *abs, const char *name, char *buf, size_t len, bool *found);
 
 /* ---------------------------------------------------------------- shared state */
 

@@ -228,7 +228,7 @@ static size_t config_server(srv_session *s, resp_buf *b, const resp_arg *pat)
 	    {"bind", cfg->tcp ? cfg->bind : ""},
 	    {"port", port},
 	    {"unixsocket", cfg->unix_path},
-	    {"requirepass", cfg->requirepass ? cfg->requirepass : ""},
+	    {"requirepass", cfg->requirepass ? "********" : ""}, /* never the password */
 	    {"maxclients", clients},
 	    {"timeout", idle},
 	    {"databases", "1"},

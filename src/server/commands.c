@@ -46,7 +46,18 @@ void srv_session_init(srv_session *s, const srv_config *cfg, resp_buf *out)
 	s->out = out;
 	s->proto = 2;
 	s->authed = cfg->requirepass == NULL;
+	s->born_ns = wr_now_ns();
 	s->client_id = (uint64_t)getpid();
+}
+
+int64_t srv_auth_left_ms(const srv_session *s, uint64_t now_ns)
+{
+	if (s->authed || s->cfg->auth_timeout_ms <= 0)
+		return -1;
+	uint64_t spent_ms = (now_ns - s->born_ns) / 1000000u;
+	return spent_ms >= (uint64_t)s->cfg->auth_timeout_ms
+	           ? 0
+	           : s->cfg->auth_timeout_ms - (int64_t)spent_ms;
 }
 
 void srv_session_free(srv_session *s)
@@ -171,7 +182,7 @@ static const srv_cmd commands[] = {
     {"multi", 1, CMD_TXCTL, srv_cmd_multi},
     {"exec", 1, CMD_DB | CMD_TXCTL, srv_cmd_exec},
     {"discard", 1, CMD_TXCTL, srv_cmd_discard},
-    {"ping", -1, CMD_NOAUTH, cmd_ping},
+    {"ping", -1, 0, cmd_ping},
     {"echo", 2, 0, cmd_echo},
     {"quit", -1, CMD_NOAUTH | CMD_TXCTL, cmd_quit},
     {"auth", -2, CMD_NOAUTH, cmd_auth},

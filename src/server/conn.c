@@ -77,6 +77,20 @@ static int wait_fd(conn *c, short events, int timeout_ms)
 	return r == 0 ? WAIT_TIMEOUT : WAIT_READY;
 }
 
+/*
+ * How long a wait may last (-1: no limit): the idle timeout, and until
+ * authenticated what is left of authentication_timeout (0: the time is up,
+ * and a wait that times out closes the connection).
+ */
+static int wait_limit_ms(const conn *c)
+{
+	int64_t auth = srv_auth_left_ms(&c->sess, wr_now_ns());
+	int64_t ms = c->idle_ms > 0 ? c->idle_ms : -1;
+	if (auth >= 0 && (ms < 0 || auth < ms))
+		ms = auth;
+	return ms < 0 ? -1 : (int)WR_MIN(ms, (int64_t)INT32_MAX);
+}
+
 /* Sends what is buffered; false when the connection is gone or must go. */
 static bool send_all(conn *c)
 {
@@ -91,10 +105,9 @@ static bool send_all(conn *c)
 			continue;
 		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
 			return false;
-		/* A client that does not read: the idle timeout, or the shutdown's grace. */
-		int timeout = srv_got_term     ? SRV_TERM_SEND_MS
-		              : c->idle_ms > 0 ? (int)c->idle_ms
-		                               : -1;
+		/* A client that does not read: the idle or authentication timeout,
+		 * or the shutdown's grace. */
+		int timeout = srv_got_term ? SRV_TERM_SEND_MS : wait_limit_ms(c);
 		int r = wait_fd(c, POLLOUT, timeout);
 		if (srv_got_int || r == WAIT_ERROR || r == WAIT_TIMEOUT)
 			return false;
@@ -122,13 +135,17 @@ static bool read_input(conn *c)
 	for (;;) {
 		if (srv_got_term || srv_got_int)
 			return false;
-		int r = wait_fd(c, POLLIN, c->idle_ms > 0 ? (int)c->idle_ms : -1);
+		int limit = wait_limit_ms(c);
+		if (limit == 0)
+			return false; /* not authenticated in time */
+		int r = wait_fd(c, POLLIN, limit);
 		if (r == WAIT_SIGNAL)
 			continue;
 		if (r != WAIT_READY)
-			return false; /* an error, or the idle timeout */
-		if (!srv_input_reserve(&c->in)) {
-			resp_add_error(&c->out, "ERR Protocol error: query buffer limit reached");
+			return false; /* an error, the idle or the authentication timeout */
+		const char *full = srv_input_reserve(&c->in);
+		if (full != NULL) {
+			resp_add_error(&c->out, "%s", full);
 			c->closing = true;
 			return true;
 		}
@@ -190,7 +207,7 @@ int srv_backend(const srv_config *cfg, int fd)
 		return 1;
 	watch_parent(getppid());
 	srv_socket_nodelay(fd);
-	srv_input_init(&c.in);
+	srv_input_init(&c.in, cfg->query_limit);
 	srv_session_init(&c.sess, cfg, &c.out);
 	if (open_database(&c)) {
 		while (!c.closing && read_input(&c)) {

@@ -3,6 +3,12 @@
  * process per connection, conn.c; a pool of multiplexing processes,
  * pool.c): the buffer of bytes read and not yet run, growing as the
  * parser asks, and the loop that runs every complete request in it.
+ *
+ * Memory: the buffer never grows past the connection's limit
+ * (client_query_buffer_limit); a request that would need more fails at
+ * once, before anything is allocated for it.  Until the session has
+ * authenticated, the parser is strict (resp.h: a few small arguments), so
+ * a client without the password makes the backend hold a few KiB.
  */
 #include "server/srv_int.h"
 
@@ -16,11 +22,11 @@
 #include "common/common.h"
 
 #define SRV_READ_CHUNK ((size_t)64 * 1024)
-#define SRV_MAX_QUERY  (1024ull * 1024 * 1024) /* Redis's client-query-buffer-limit */
 
-void srv_input_init(srv_input *in)
+void srv_input_init(srv_input *in, size_t limit)
 {
 	memset(in, 0, sizeof(*in));
+	in->limit = limit;
 	resp_parser_init(&in->parser);
 }
 
@@ -32,20 +38,22 @@ void srv_input_free(srv_input *in)
 	in->len = in->cap = 0;
 }
 
-bool srv_input_reserve(srv_input *in)
+const char *srv_input_reserve(srv_input *in)
 {
-	size_t want = WR_MAX(in->parser.need, in->len + SRV_READ_CHUNK);
-	if (want > SRV_MAX_QUERY)
-		want = SRV_MAX_QUERY;
+	static const char full[] = "ERR Protocol error: query buffer limit reached "
+	                           "(client_query_buffer_limit)";
+	if (in->parser.need > in->limit)
+		return full; /* the request under way cannot fit: no use reading it */
+	size_t want = WR_MIN(WR_MAX(in->parser.need, in->len + SRV_READ_CHUNK), in->limit);
 	if (in->cap >= want)
-		return in->len < in->cap;
-	size_t cap = WR_MAX(in->cap * 2, want);
+		return in->len < in->cap ? NULL : full;
+	size_t cap = WR_MIN(WR_MAX(in->cap * 2, want), in->limit);
 	char *p = realloc(in->buf, cap);
 	if (p == NULL)
-		return false;
+		return "ERR out of memory for the request";
 	in->buf = p;
 	in->cap = cap;
-	return true;
+	return NULL;
 }
 
 /* Runs the request the parser holds. */
@@ -68,6 +76,7 @@ void srv_input_run(srv_input *in, srv_session *sess, resp_buf *out, bool *closin
 	size_t off = 0;
 	while (!*closing) {
 		size_t used;
+		in->parser.strict = !sess->authed; /* AUTH may have run just before */
 		int r = resp_parse(&in->parser, in->buf + off, in->len - off, &used);
 		if (r == RESP_PROTO || r == RESP_NOMEM) {
 			resp_add_error(out, "ERR Protocol error: %s",

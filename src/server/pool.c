@@ -167,7 +167,7 @@ static void conn_add(pool *p, int fd, uint64_t id)
 	c->idx = p->n;
 	p->conns[p->n++] = c;
 	c->last_ns = wr_now_ns();
-	srv_input_init(&c->in);
+	srv_input_init(&c->in, p->cfg->query_limit);
 	srv_session_init(&c->sess, p->cfg, &c->out);
 	c->sess.shared = &p->h;
 	c->sess.client_id = id;
@@ -215,8 +215,9 @@ static void take_connections(pool *p)
 /* One recv(); false when the connection is gone (EOF or an error). */
 static bool read_some(pconn *c)
 {
-	if (!srv_input_reserve(&c->in)) {
-		resp_add_error(&c->out, "ERR Protocol error: query buffer limit reached");
+	const char *full = srv_input_reserve(&c->in);
+	if (full != NULL) {
+		resp_add_error(&c->out, "%s", full);
 		c->closing = true;
 		c->ran = true; /* the error goes out */
 		return true;
@@ -372,6 +373,16 @@ static void check_idle(pool *p, uint64_t now)
 	}
 }
 
+/* Every iteration (wait_ms wakes the loop for it): whatever the connection does meanwhile. */
+static void check_auth(pool *p, uint64_t now)
+{
+	if (p->cfg->requirepass == NULL)
+		return;
+	for (size_t i = p->n; i-- > 0;)
+		if (srv_auth_left_ms(&p->conns[i]->sess, now) == 0)
+			conn_close(p, p->conns[i]);
+}
+
 /* Whether @c has requests to run now (not while its replies wait for EPOLLOUT). */
 static bool runnable(const pconn *c)
 {
@@ -387,6 +398,11 @@ static int wait_ms(pool *p, uint64_t now)
 	int ms = POOL_TICK_MS;
 	if (p->cfg->idle_ms > 0 && p->cfg->idle_ms < ms)
 		ms = (int)p->cfg->idle_ms;
+	for (size_t i = 0; i < p->n; i++) {
+		int64_t auth = srv_auth_left_ms(&p->conns[i]->sess, now);
+		if (auth >= 0 && auth < ms)
+			ms = (int)auth + 1; /* check_idle closes it once the time is up */
+	}
 	if (p->term_deadline != 0)
 		ms = p->term_deadline > now
 		         ? (int)WR_MIN((p->term_deadline - now) / 1000000u + 1, (uint64_t)ms)
@@ -450,6 +466,7 @@ static void iteration(pool *p)
 	}
 	reopen(p);
 	now = wr_now_ns();
+	check_auth(p, now);
 	if (now - p->idle_checked >= POOL_TICK_MS * 1000000ull / 4) {
 		check_idle(p, now);
 		p->idle_checked = now;

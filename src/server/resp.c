@@ -88,17 +88,24 @@ static bool parse_ll(const char *s, size_t n, long long *out)
 	return true;
 }
 
+/* The longest line: an inline request or a header. */
+static size_t line_max(const resp_parser *p)
+{
+	return p->strict ? RESP_NOAUTH_BULK : RESP_MAX_INLINE;
+}
+
 /*
  * Finds the CRLF ending the header line that starts at @from.  Returns 1
  * with *cr at the CR, 0 when more bytes are needed, -1 when the line is
  * over the limit or the CR is not followed by LF.
  */
-static int header_end(const char *buf, size_t len, size_t from, size_t *cr)
+static int header_end(const resp_parser *p, const char *buf, size_t len, size_t from, size_t *cr)
 {
-	size_t end = len - from > RESP_MAX_INLINE ? from + RESP_MAX_INLINE : len;
+	size_t max = line_max(p);
+	size_t end = len - from > max ? from + max : len;
 	const char *r = memchr(buf + from, '\r', end - from);
 	if (r == NULL)
-		return end < len || len - from >= RESP_MAX_INLINE ? -1 : 0;
+		return end < len || len - from >= max ? -1 : 0;
 	*cr = (size_t)(r - buf);
 	if (*cr + 1 >= len)
 		return 0;
@@ -109,7 +116,7 @@ static int array_header(resp_parser *p, const char *buf, size_t len, size_t *use
 {
 	size_t cr;
 	long long n;
-	int h = header_end(buf, len, 1, &cr);
+	int h = header_end(p, buf, len, 1, &cr);
 	if (h == 0) {
 		p->need = len + 1;
 		return RESP_MORE;
@@ -118,6 +125,8 @@ static int array_header(resp_parser *p, const char *buf, size_t len, size_t *use
 		return proto(p, "too big mbulk count string");
 	if (!parse_ll(buf + 1, cr - 1, &n) || n > (long long)RESP_MAX_ARGS)
 		return proto(p, "invalid multibulk length");
+	if (p->strict && n > RESP_NOAUTH_ARGS)
+		return proto(p, "unauthenticated multibulk length");
 	if (n <= 0) { /* an empty request, ignored as Redis does */
 		*used = cr + 2;
 		reset(p);
@@ -151,7 +160,7 @@ static int bulk_header(resp_parser *p, const char *buf, size_t len, long long *b
 		snprintf(why, sizeof(why), "expected '$', got '%s'", c);
 		return proto(p, why);
 	}
-	int h = header_end(buf, len, p->pos + 1, &cr);
+	int h = header_end(p, buf, len, p->pos + 1, &cr);
 	if (h == 0) {
 		p->need = len + 1;
 		return 0;
@@ -161,6 +170,8 @@ static int bulk_header(resp_parser *p, const char *buf, size_t len, long long *b
 	if (!parse_ll(buf + p->pos + 1, cr - p->pos - 1, blen) || *blen < 0 ||
 	    (unsigned long long)*blen > RESP_MAX_BULK)
 		return proto(p, "invalid bulk length");
+	if (p->strict && (unsigned long long)*blen > RESP_NOAUTH_BULK)
+		return proto(p, "unauthenticated bulk length");
 	*data = cr + 2;
 	return 1;
 }
@@ -321,6 +332,8 @@ static int split_inline(resp_parser *p, const char *s, size_t n)
 			i++;
 		if (i >= n)
 			break;
+		if (p->strict && p->argc >= RESP_NOAUTH_ARGS)
+			return proto(p, "unauthenticated multibulk length");
 		if (!grow_args(p))
 			return RESP_NOMEM;
 		size_t start = o;
@@ -344,10 +357,11 @@ static int split_inline(resp_parser *p, const char *s, size_t n)
 
 static int inline_request(resp_parser *p, const char *buf, size_t len, size_t *used)
 {
-	size_t lim = len > RESP_MAX_INLINE ? RESP_MAX_INLINE : len;
+	size_t max = line_max(p);
+	size_t lim = len > max ? max : len;
 	const char *nl = p->pos < lim ? memchr(buf + p->pos, '\n', lim - p->pos) : NULL;
 	if (nl == NULL) {
-		if (len >= RESP_MAX_INLINE)
+		if (len >= max)
 			return proto(p, "too big inline request");
 		p->pos = len;
 		p->need = len + 1;

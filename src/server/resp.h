@@ -19,7 +19,11 @@
  *   - bulk length 0..RESP_MAX_BULK; a bulk longer than RESP_MAX_KEEP (no
  *     walrus key or value can be that long) is read and discarded without
  *     being buffered, and the request gets the deferred error instead;
- *   - an inline line, or a "*N"/"$N" header line, of RESP_MAX_INLINE bytes.
+ *   - an inline line, or a "*N"/"$N" header line, of RESP_MAX_INLINE bytes;
+ *   - strict (a client not yet authenticated, as Redis since CVE-2021-32675):
+ *     at most RESP_NOAUTH_ARGS arguments of RESP_NOAUTH_BULK bytes, and lines
+ *     of RESP_NOAUTH_BULK bytes, so such a client makes the caller hold a few
+ *     KiB at most.
  * Anything else malformed (a nested array, a negative or non-numeric length,
  * a bulk not followed by CRLF) is a protocol error: the caller replies
  * "-ERR Protocol error: <reason>" and closes that connection.
@@ -32,10 +36,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RESP_MAX_ARGS   ((size_t)1024 * 1024) /* elements of a request array */
-#define RESP_MAX_BULK   (512ull << 20)        /* Redis's proto-max-bulk-len */
-#define RESP_MAX_KEEP   ((64ull << 20) + 1)   /* larger bulks are discarded (WALRUS_MAX_VALUE) */
-#define RESP_MAX_INLINE ((size_t)64 * 1024)   /* an inline request or a header line */
+#define RESP_MAX_ARGS    ((size_t)1024 * 1024) /* elements of a request array */
+#define RESP_MAX_BULK    (512ull << 20)        /* Redis's proto-max-bulk-len */
+#define RESP_MAX_KEEP    ((64ull << 20) + 1)   /* larger bulks are discarded (WALRUS_MAX_VALUE) */
+#define RESP_MAX_INLINE  ((size_t)64 * 1024)   /* an inline request or a header line */
+#define RESP_NOAUTH_ARGS 10                    /* strict: arguments of a request */
+#define RESP_NOAUTH_BULK ((size_t)16 * 1024)   /* strict: an argument, a line */
 
 typedef struct resp_arg {
 	const char *p;
@@ -62,6 +68,9 @@ typedef struct resp_parser {
 	char error[96];
 	/* After RESP_MORE: the buffer length worth waiting for (a hint). */
 	size_t need;
+	/* Set by the caller before a call that starts a request (it is kept for
+	 * the rest of it): the RESP_NOAUTH_* limits apply. */
+	bool strict;
 	/* private */
 	size_t *off; /* argument offsets from the request's start */
 	size_t cap;

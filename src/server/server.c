@@ -158,14 +158,31 @@ static int listen_tcp(srv_state *st)
 		    ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 		                                   : ((struct sockaddr_in *)&ss)->sin_port);
 	st->tcp_fd = fd;
-	printf("walrus serve: RESP on %s port %d\n", cfg->bind, cfg->sh->tcp_port);
-	if (cfg->requirepass == NULL && strcmp(cfg->bind, "127.0.0.1") != 0 &&
-	    strcmp(cfg->bind, "::1") != 0)
-		fprintf(stderr,
-		        "walrus serve: WARNING: listening on %s without --requirepass: anyone who "
-		        "can reach it reads and writes the data\n",
-		        cfg->bind);
 	return 0;
+}
+
+/* Once every listener is up (not before: a server that fails next is not serving). */
+static void announce(srv_state *st)
+{
+	const srv_config *cfg = st->cfg;
+	if (st->tcp_fd >= 0) {
+		printf("walrus serve: RESP on %s port %d\n", cfg->bind, cfg->sh->tcp_port);
+		if (cfg->requirepass == NULL && strcmp(cfg->bind, "127.0.0.1") != 0 &&
+		    strcmp(cfg->bind, "::1") != 0)
+			fprintf(
+			    stderr,
+			    "walrus serve: WARNING: listening on %s without a password "
+			    "(requirepass): anyone who can reach it reads and writes the data\n",
+			    cfg->bind);
+	}
+	if (st->unix_fd >= 0)
+		printf("walrus serve: RESP on unix socket %s\n", cfg->unix_path);
+	char model[64] = "one backend per connection";
+	if (cfg->backends > 0)
+		snprintf(model, sizeof(model), "%d pool backends", cfg->backends);
+	printf("walrus serve: ready (pid %d, synchronous_commit=%s, max clients %ld, %s)\n",
+	       (int)getpid(), cfg->sync ? "on" : "off", cfg->max_clients, model);
+	fflush(stdout);
 }
 
 /* The socket's directory must be private (0700): the socket's own mode is not enough. */
@@ -238,7 +255,6 @@ static int listen_unix(srv_state *st)
 		return fail("could not listen on \"%s\": %s", path, strerror(err));
 	}
 	st->unix_fd = fd;
-	printf("walrus serve: RESP on unix socket %s\n", path);
 	return 0;
 }
 
@@ -621,6 +637,8 @@ static void read_settings(srv_config *cfg)
 	char v[32];
 	cfg->sync = walrus_opts_get(cfg->opts, "synchronous_commit", v, sizeof(v)) == WALRUS_OK &&
 	            strcmp(v, "on") == 0;
+	cfg->auth_timeout_ms = cfg->opts->o.authentication_timeout_us / 1000;
+	cfg->query_limit = (size_t)cfg->opts->o.client_query_buffer_limit;
 	/* The running instance's limit (it may predate our options); we hold one slot. */
 	cfg->max_clients = (long)engine_sh()->opts.max_connections - 1;
 	/*
@@ -658,12 +676,7 @@ int srv_run(srv_config *cfg)
 		rc = listen_unix(&st);
 	if (rc == 0) {
 		spawn_pool_due(&st);
-		char model[64] = "one backend per connection";
-		if (cfg->backends > 0)
-			snprintf(model, sizeof(model), "%d pool backends", cfg->backends);
-		printf("walrus serve: ready (pid %d, synchronous_commit=%s, max clients %ld, %s)\n",
-		       (int)getpid(), cfg->sync ? "on" : "off", cfg->max_clients, model);
-		fflush(stdout);
+		announce(&st);
 		loop(&st);
 		shut_down(&st);
 	} else {

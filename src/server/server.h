@@ -91,12 +91,14 @@ typedef struct srv_config {
 	const char *bind;         /* its address (IPv4 or IPv6 literal) */
 	int port;                 /* 0: any free port */
 	char unix_path[PATH_MAX]; /* "" for no Unix socket */
-	const char *requirepass;  /* NULL: no AUTH needed */
+	const char *requirepass;  /* NULL: no AUTH needed; never empty */
 	int64_t idle_ms;          /* close a connection idle this long; 0: never */
 	int backends;             /* pool backends; 0: one backend process per connection */
 	/* filled by srv_run */
-	bool sync;        /* synchronous_commit */
-	long max_clients; /* max_connections minus the server's own attachment */
+	bool sync;               /* synchronous_commit */
+	int64_t auth_timeout_ms; /* authentication_timeout (with a password) */
+	size_t query_limit;      /* client_query_buffer_limit */
+	long max_clients;        /* max_connections minus the server's own attachment */
 	srv_shared *sh;
 } srv_config;
 

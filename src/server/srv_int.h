@@ -34,7 +34,8 @@ typedef struct srv_session {
 	uint64_t client_id; /* CLIENT ID */
 	int proto;          /* 2 or 3 (HELLO) */
 	bool authed;
-	bool quit; /* QUIT: close after the reply */
+	uint64_t born_ns; /* connected: authentication_timeout runs from here */
+	bool quit;        /* QUIT: close after the reply */
 	/* MULTI */
 	bool in_multi, tx_dirty;
 	srv_txop **tx;
@@ -79,6 +80,11 @@ void srv_barrier_result(srv_session *s, int rc);
 void srv_group_flush(srv_session *s);
 /* A request answered with an error without running (a discarded too-long argument). */
 void srv_reply_error(srv_session *s, const char *text);
+/*
+ * Milliseconds the session has left to authenticate (0: its time is up),
+ * or -1 when it has no such limit (authenticated, or no password).
+ */
+int64_t srv_auth_left_ms(const srv_session *s, uint64_t now_ns);
 
 /* ---------------------------------------------------------------- reply.c */
 
@@ -166,12 +172,17 @@ void srv_cmd_client(srv_session *s, const resp_arg *argv, size_t argc);
 typedef struct srv_input {
 	char *buf;
 	size_t len, cap;
+	size_t limit; /* client_query_buffer_limit: cap never exceeds it */
 	resp_parser parser;
 } srv_input;
-void srv_input_init(srv_input *in);
+void srv_input_init(srv_input *in, size_t limit);
 void srv_input_free(srv_input *in);
-/* Room for the next read (the parser's hint, at least a chunk); false at the query limit. */
-bool srv_input_reserve(srv_input *in);
+/*
+ * Room for the next read (the parser's hint, at least a chunk): NULL, or
+ * the error to reply before closing the connection (the request under way
+ * needs more than the limit, or no memory).
+ */
+const char *srv_input_reserve(srv_input *in);
 /*
  * Runs every complete request in the input, each followed by @after(conn)
  * (false: run no more now); a malformed request gets an error reply in
