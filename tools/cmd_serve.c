@@ -218,7 +218,7 @@ static int find_password(const char *abs, pass_src *pw, const char **out)
 	} else {
 		int r = conf_secret(abs, "requirepass", pw->buf, sizeof(pw->buf), &found);
 		if (r != WALRUS_OK)
-			rc = tool_fail(r, "walrus serve");
+			rc = tool_fail(r, "serve");
 	}
 	if (rc == 0 && found && pw->buf[0] == '\0')
 		rc = pass_fail("the password (%s) is empty: anyone could AUTH%s",

@@ -38,10 +38,11 @@ void srv_input_free(srv_input *in)
 	in->len = in->cap = 0;
 }
 
+static const char full[] = "ERR Protocol error: query buffer limit reached "
+                           "(client_query_buffer_limit)";
+
 const char *srv_input_reserve(srv_input *in)
 {
-	static const char full[] = "ERR Protocol error: query buffer limit reached "
-	                           "(client_query_buffer_limit)";
 	if (in->parser.need > in->limit)
 		return full; /* the request under way cannot fit: no use reading it */
 	size_t want = WR_MIN(WR_MAX(in->parser.need, in->len + SRV_READ_CHUNK), in->limit);
@@ -81,6 +82,11 @@ void srv_input_run(srv_input *in, srv_session *sess, resp_buf *out, bool *closin
 		if (r == RESP_PROTO || r == RESP_NOMEM) {
 			resp_add_error(out, "ERR Protocol error: %s",
 			               r == RESP_PROTO ? in->parser.error : "out of memory");
+			*closing = true;
+			break;
+		}
+		if (r == RESP_MORE && in->parser.need > in->limit) {
+			resp_add_error(out, "%s", full); /* before anything is read or allocated */
 			*closing = true;
 			break;
 		}

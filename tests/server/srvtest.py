@@ -102,6 +102,7 @@ class Server:
         self.port = None
         self.unix = None
         self.out = []
+        self.err = ""
 
     def __enter__(self):
         self.start()
@@ -153,7 +154,8 @@ class Server:
         except subprocess.TimeoutExpired:
             raise TestFailure(f"walrus serve did not stop within {timeout} s after {sig}")
         self.out += self.proc.stdout.read().decode().splitlines(True)
-        self.check_stderr(self.proc.stderr.read().decode())
+        self.err = self.proc.stderr.read().decode()
+        self.check_stderr(self.err)
         wait_no_pids(self.base, 30)
         self.proc = None
         return code
@@ -179,6 +181,40 @@ class Server:
 
     def client(self, **kw):
         return Client(port=self.port, **kw)
+
+    def write_conf(self, text, mode=0o600):
+        """DIR/walrus.conf before the first start (the directory is created for it)."""
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        path = os.path.join(self.dir, "walrus.conf")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(path, mode)
+        return path
+
+    def pids(self):
+        """The server and every process it forked (backends), with the instance's."""
+        return sorted(set([self.proc.pid] + self.backends() + dir_pids(self.base)))
+
+    def anon_kib(self):
+        """Anonymous memory (RssAnon, KiB) of the server and its backends: where
+        buffered requests live."""
+        total = 0
+        for pid in [self.proc.pid] + self.backends():
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        if line.startswith("RssAnon:"):
+                            total += int(line.split()[1])
+            except OSError:
+                pass  # a backend that just exited holds nothing
+        return total
+
+    def verify(self):
+        """`walrus verify` of the (stopped) directory passes."""
+        r = subprocess.run([self.walrus, "-D", self.dir, "verify"], capture_output=True,
+                           timeout=120)
+        check(r.returncode == 0, f"walrus verify failed: {r.stdout.decode()}{r.stderr.decode()}")
 
     def cli(self, *args, stdin=None, raw=True):
         """redis-cli against this server; returns its stdout as bytes."""

@@ -3,7 +3,8 @@
 real redis-cli and by a raw RESP client (exact bytes).
 
 Cases (all by default, or name them): commands, scan, cli, multi,
-pipeline, group, protocol, auth, limits, shutdown, pool.  Each starts its
+pipeline, group, protocol, auth, limits, preauth, authtimeout, querylimit,
+password, readiness, shutdown, pool.  Each starts its
 own server on a free port and a private data directory; whatever happens,
 every process of that directory is gone at the end (srvtest.Server).
 --backends N runs them against that process model (0: one backend per
@@ -13,16 +14,19 @@ own.
 usage: test_server.py --walrus build/tools/walrus [--backends N] [CASE ...]
 """
 import os
+import shutil
 import signal
 import socket
 import stat
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from srvtest import (Client, Closed, RespError, Server, backend_pid, check, eq,  # noqa: E402
-                     is_err, run_cases)
+                     is_err, kill_all, run_cases)
 
 
 def case_commands(walrus):
@@ -341,7 +345,7 @@ def case_protocol(walrus):
 def case_auth(walrus):
     with Server(walrus, args=["--requirepass", "s3cret"]) as s:
         with s.client() as c:
-            eq(c.call("PING"), "PONG", "PING without AUTH")
+            eq(str(c.call("PING")), "NOAUTH Authentication required.", "PING without AUTH")
             r = c.call("GET", "k")
             eq(str(r), "NOAUTH Authentication required.", "NOAUTH")
             check(is_err(c.call("SET", "k", "v"), "NOAUTH"), "NOAUTH SET")
@@ -350,6 +354,9 @@ def case_auth(walrus):
             check(is_err(c.call("HELLO", "3"), "NOAUTH"), "HELLO without AUTH")
             eq(c.call("AUTH", "s3cret"), "OK", "AUTH pw")
             eq(c.call("SET", "k", "v"), "OK", "after AUTH")
+            eq(c.call("PING"), "PONG", "PING after AUTH")
+            eq(c.call("CONFIG", "GET", "requirepass"), [b"requirepass", b"********"],
+               "CONFIG GET masks the password")
         with s.client() as c:
             eq(c.call("AUTH", "default", "s3cret"), "OK", "AUTH default pw")
             eq(c.call("GET", "k"), b"v", "")
@@ -361,6 +368,229 @@ def case_auth(walrus):
         check(s.cli("GET", "k").startswith(b"NOAUTH"), "redis-cli without -a")
     with Server(walrus) as s, s.client() as c:
         check(is_err(c.call("AUTH", "x"), "ERR AUTH <password> called without"), "no password")
+
+
+PASSWORD = "pw of 'the' test"
+CONF = "requirepass = 'pw of ''the'' test'\n"
+ATTACKERS = 8
+
+
+def announce_and_stall(data):
+    """An unauthenticated client that sends @data (as much as the server takes)
+    and then stalls; returns it, still open on our side."""
+    c = Client(port=ATTACK_PORT[0], timeout=60)
+    try:
+        c.send_raw(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the server closed it: what it should do
+    return c
+
+
+ATTACK_PORT = [None]
+
+
+def case_preauth(walrus):
+    """Clients that never authenticate cannot make the backends hold memory:
+    8 connections announcing 60 MB values, 8 sending a 1M-element array,
+    the server's anonymous memory stays within a few MB, they are refused and
+    closed, an authenticated client is served meanwhile, verify passes."""
+    s = Server(walrus)
+    s.write_conf(CONF)
+    with s:
+        ATTACK_PORT[0] = s.port
+        legit = s.client()
+        eq(legit.call("AUTH", PASSWORD), "OK", "AUTH")
+        eq(legit.call("SET", "before", "1"), "OK", "")
+        base = s.anon_kib()
+        value = 60 << 20
+        chunk = b"v" * value
+        bulk = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n" % value + chunk
+        args = b"*1000000\r\n" + b"$1\r\na\r\n" * 999999
+        attackers = []
+        for i in range(ATTACKERS):
+            attackers.append(announce_and_stall(bulk))
+            attackers.append(announce_and_stall(args))
+            eq(legit.call("SET", f"during{i}", i), "OK", "an authenticated client meanwhile")
+        grown = s.anon_kib() - base
+        check(grown < 16 * 1024,
+              f"unauthenticated clients made the server hold {grown} KiB more")
+        for a in attackers:
+            check(a.closed(timeout=60), "an unauthenticated oversized request is closed")
+            a.close()
+        # the refusal names the rule (a header alone: nothing unread to reset it)
+        for data, why in ((b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$62915584\r\n",
+                           "unauthenticated bulk length"),
+                          (b"*1000000\r\n", "unauthenticated multibulk length"),
+                          (b"*11\r\n", "unauthenticated multibulk length"),
+                          (b"x" * 20000, "too big inline request")):
+            with s.client() as c:
+                c.send_raw(data)
+                r = c.read()
+                check(is_err(r, "ERR Protocol error: " + why), f"{data[:20]!r}: {r}")
+                check(c.closed(), "closed after the error")
+        # small requests before AUTH still work, and AUTH lifts the limit
+        with s.client() as c:
+            eq(str(c.call("GET", "before")), "NOAUTH Authentication required.", "")
+            eq(c.call("AUTH", "default", PASSWORD), "OK", "")
+            eq(c.call("SET", "big", b"b" * 100000), "OK", "a large value after AUTH")
+        eq(legit.call("MGET", "before", "during0"), [b"1", b"0"], "")
+        legit.close()
+        eq(s.stop(), 0, "")
+        s.verify()
+
+
+def case_authtimeout(walrus):
+    """Connections that do not authenticate within authentication_timeout are
+    closed, whether silent or dribbling bytes; authenticated ones stay, and
+    the slots come back.  --idle-timeout is left at 0 (never)."""
+    s = Server(walrus, opts=["authentication_timeout=1s", "max_connections=6"])
+    s.write_conf(CONF)
+    with s:
+        legit = s.client()
+        eq(legit.call("AUTH", PASSWORD), "OK", "")
+        idle = [s.client() for _ in range(4)]  # every other slot
+        with s.client() as extra:
+            check(is_err(extra.read(), "ERR max number of clients reached"), "slots all taken")
+        for c in idle:
+            check(c.closed(timeout=60), "an idle unauthenticated connection is closed")
+            c.close()
+        # a client that keeps sending bytes, never a whole request
+        with s.client() as dribbler:
+            deadline = time.time() + 60
+            closed = False
+            while not closed and time.time() < deadline:
+                try:
+                    dribbler.send_raw(b"x")
+                except (BrokenPipeError, ConnectionResetError):
+                    closed = True
+                    break
+                closed = dribbler.closed(timeout=0.2)
+            check(closed, "a dribbling unauthenticated connection is closed")
+        with s.client() as c:
+            eq(c.call("AUTH", PASSWORD), "OK", "a slot is free again")
+            eq(c.call("SET", "k", "v"), "OK", "")
+        eq(legit.call("GET", "k"), b"v", "the authenticated connection outlived the timeout")
+        legit.close()
+        eq(s.stop(), 0, "")
+        s.verify()
+
+
+def case_querylimit(walrus):
+    """client_query_buffer_limit bounds a connection's unparsed input, and is
+    range-checked."""
+    with Server(walrus, opts=["client_query_buffer_limit=1MB"]) as s:
+        with s.client() as c:
+            eq(c.call("SET", "fits", b"f" * 900000), "OK", "under the limit")
+            c.send_raw(b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$2000000\r\n")
+            r = c.read()
+            check(is_err(r, "ERR Protocol error: query buffer limit reached"), f"{r}")
+            check(c.closed(), "closed after the error")
+        with s.client() as c:
+            eq(c.call("CONFIG", "GET", "client_query_buffer_limit"),
+               [b"client_query_buffer_limit", b"1MB"], "")
+            eq(c.call("EXISTS", "big", "fits"), 1, "")
+    for bad in ("100kB", "32GB", "x"):
+        s = Server(walrus, opts=[f"client_query_buffer_limit={bad}"])
+        try:
+            r = subprocess.run(s.cmdline(), capture_output=True, timeout=60)
+            check(r.returncode != 0 and b"client_query_buffer_limit" in r.stderr,
+                  f"client_query_buffer_limit={bad}: {r.returncode} {r.stderr.decode()}")
+        finally:
+            kill_all(s.base)
+            shutil.rmtree(s.base, ignore_errors=True)
+
+
+def no_password_in(s, pw, what):
+    for pid in s.pids():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        check(pw.encode() not in cmd, f"{what}: the password is in /proc/{pid}/cmdline")
+
+
+def serve_fails(walrus, conf=None, mode=0o600, args=(), want=""):
+    """walrus serve refuses to start; its stderr says @want."""
+    s = Server(walrus, args=args)
+    try:
+        if conf is not None:
+            s.write_conf(conf, mode)
+        r = subprocess.run(s.cmdline(), capture_output=True, timeout=60)
+        err = r.stderr.decode()
+        check(r.returncode != 0, f"walrus serve {args} started: {err}")
+        check(want in err, f"walrus serve {args}: {err!r} lacks {want!r}")
+        check(b"ready" not in r.stdout, "no readiness line")
+    finally:
+        kill_all(s.base)
+        shutil.rmtree(s.base, ignore_errors=True)
+
+
+def case_password(walrus):
+    """The password from walrus.conf or --requirepass-file: never in ps, in
+    `walrus config`, the settings, the log; files readable by others and
+    empty passwords refused; --requirepass warns."""
+    s = Server(walrus)
+    s.write_conf(CONF + "shared_buffers = 16MB\n")
+    with s:
+        no_password_in(s, PASSWORD, "walrus.conf")
+        with s.client() as c:
+            eq(str(c.call("PING")), "NOAUTH Authentication required.", "PING before AUTH")
+            eq(c.call("AUTH", PASSWORD), "OK", "the password of walrus.conf")
+            for what in (c.call("CONFIG", "GET", "*"), c.call("INFO", "everything")):
+                check(PASSWORD.encode() not in repr(what).encode(), f"password in {what}")
+        eq(s.cli("-a", PASSWORD, "--no-auth-warning", "PING"), b"PONG\n", "redis-cli -a")
+        tool = [walrus, "-D", s.dir]
+        got = subprocess.run(tool + ["config", "get", "requirepass"], capture_output=True,
+                             timeout=60)
+        eq(got.stdout, b"********\n", "config get masks it")
+        listed = subprocess.run(tool + ["config", "list"], capture_output=True, timeout=60)
+        check(listed.returncode == 0 and PASSWORD.encode() not in listed.stdout, "config list")
+        r = subprocess.run(tool + ["config", "set", "requirepass", "other"],
+                           capture_output=True, timeout=60)
+        check(r.returncode != 0 and b"ps" in r.stderr, f"config set requirepass: {r.stderr}")
+        eq(s.stop(), 0, "")
+        for name in ("walrus.settings", "log/walrus.log", "walrus.conf"):
+            path = os.path.join(s.dir, name)
+            if os.path.exists(path) and name != "walrus.conf":
+                with open(path, "rb") as f:
+                    check(PASSWORD.encode() not in f.read(), f"the password is in {name}")
+        eq(stat.S_IMODE(os.stat(os.path.join(s.dir, "walrus.conf")).st_mode), 0o600,
+           "walrus.conf stays 0600")
+    # --requirepass-file
+    pwdir = tempfile.mkdtemp(prefix="walrus-pw-")
+    try:
+        pwfile = os.path.join(pwdir, "pw")
+        with open(pwfile, "w") as f:
+            f.write("file secret\n")
+        os.chmod(pwfile, 0o600)
+        with Server(walrus, args=["--requirepass-file", pwfile]) as s:
+            no_password_in(s, "file secret", "--requirepass-file")
+            with s.client() as c:
+                eq(c.call("AUTH", "file secret"), "OK", "the password of the file")
+        os.chmod(pwfile, 0o640)
+        serve_fails(walrus, args=["--requirepass-file", pwfile], want="readable by its group")
+    finally:
+        shutil.rmtree(pwdir, ignore_errors=True)
+    serve_fails(walrus, conf=CONF, mode=0o644, want="readable by its group and others")
+    serve_fails(walrus, conf=CONF, mode=0o604, want="readable by others")
+    serve_fails(walrus, conf="requirepass = ''\n", want="empty")
+    serve_fails(walrus, args=["--requirepass", ""], want="empty")
+    with Server(walrus, args=["--requirepass", "flagpw"]) as s:
+        with s.client() as c:
+            eq(c.call("AUTH", "flagpw"), "OK", "--requirepass still works")
+        eq(s.stop(), 0, "")
+        check("WARNING: --requirepass shows the password" in s.err, f"no warning: {s.err}")
+
+
+def case_readiness(walrus):
+    """A second server of the same directory fails without saying it serves."""
+    with Server(walrus) as s:
+        r = subprocess.run(s.cmdline(), capture_output=True, timeout=60)
+        check(r.returncode != 0, "a second server of the directory started")
+        check(b"another server listens" in r.stderr, r.stderr.decode())
+        eq(r.stdout.decode(), "", "the second server printed readiness lines")
+        eq(s.client().call("PING"), "PONG", "the first one goes on")
 
 
 def case_limits(walrus):
@@ -503,6 +733,11 @@ CASES = {
     "group": case_group_fallback,
     "auth": case_auth,
     "limits": case_limits,
+    "preauth": case_preauth,
+    "authtimeout": case_authtimeout,
+    "querylimit": case_querylimit,
+    "password": case_password,
+    "readiness": case_readiness,
     "shutdown": case_shutdown,
     "pool": case_pool,
 }
