@@ -60,7 +60,7 @@ START_TEST(test_table_covers_struct)
 	const wr_opt_desc *t = wr_opts_table(&n);
 	bool covered[sizeof(wr_options)] = {false};
 
-	ck_assert_uint_eq(n, 30);
+	ck_assert_uint_eq(n, 32);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_lt(t[i].offset, sizeof(wr_options));
 		ck_assert_msg(!covered[t[i].offset], "%s shares a field", t[i].name);
@@ -70,7 +70,11 @@ START_TEST(test_table_covers_struct)
 		bool session = strcmp(t[i].name, "synchronous_commit") == 0 ||
 		               strcmp(t[i].name, "create_if_missing") == 0 ||
 		               strcmp(t[i].name, "strict_options") == 0;
-		ck_assert_int_eq(t[i].scope, session ? WR_SCOPE_SESSION : WR_SCOPE_INSTANCE);
+		bool server = strcmp(t[i].name, "client_query_buffer_limit") == 0 ||
+		              strcmp(t[i].name, "authentication_timeout") == 0;
+		ck_assert_int_eq(t[i].scope, session  ? WR_SCOPE_SESSION
+		                             : server ? WR_SCOPE_SERVER
+		                                      : WR_SCOPE_INSTANCE);
 		for (size_t j = 0; j < i; j++)
 			ck_assert_str_ne(t[i].name, t[j].name);
 	}
@@ -379,7 +383,8 @@ START_TEST(test_json)
 	ck_assert_ptr_nonnull(strstr(buf, "\"checkpoint_timeout\":\"5min\","));
 	ck_assert_ptr_nonnull(strstr(buf, "\"checkpoint_completion_target\":\"0.9\","));
 	ck_assert_ptr_nonnull(strstr(buf, "\"create_if_missing\":false,"));
-	ck_assert_ptr_nonnull(strstr(buf, "\"strict_options\":false}"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"strict_options\":false,"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"authentication_timeout\":\"10s\"}"));
 
 	/* Short buffers: terminated, truncated, and the needed length still returned. */
 	char small[10];

@@ -5,7 +5,9 @@
  * start), default < file < the starter's explicit options, the sources an
  * instance records, a bad file failing the start, and an open that asks
  * other instance options than the running instance's (a warning left in
- * walrus_errmsg, refused with strict_options=on).
+ * walrus_errmsg, refused with strict_options=on); walrus serve's settings
+ * in the file (its options, and the secret requirepass: skipped by the
+ * engine, masked, never set by conf_set, only from a private file).
  *
  * Every case that starts an instance waits for its supervisor to exit.
  */
@@ -219,6 +221,46 @@ START_TEST(set_refuses_and_leaves_the_file)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- walrus serve's settings */
+
+START_TEST(server_settings_and_secret)
+{
+	const char *before = "requirepass = 'a b''c'\nauthentication_timeout = 3s\n";
+	const char *dir = dir_with_conf(before);
+	char path[PATH_MAX + 32], buf[64], text[512];
+	bool found;
+	wr_options o;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, WR_CONF_FILE);
+	ck_assert_int_eq(chmod(path, 0600), 0);
+	wr_opts_defaults(&o);
+	ck_assert_int_eq(conf_load(dir, &o), WALRUS_OK); /* the engine skips the secret */
+	ck_assert_int_eq(o.authentication_timeout_us, 3000000);
+	ck_assert_int_eq(conf_secret(dir, "requirepass", buf, sizeof(buf), &found), WALRUS_OK);
+	ck_assert(found);
+	ck_assert_str_eq(buf, "a b'c");
+	ck_assert_int_eq(conf_get(dir, "requirepass", buf, sizeof(buf), &found), WALRUS_OK);
+	ck_assert(found);
+	ck_assert_str_eq(buf, "********");
+	ck_assert_int_eq(conf_set(dir, "requirepass", "x"), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "ps"));
+	read_file(dir, WR_CONF_FILE, text, sizeof(text));
+	ck_assert_str_eq(text, before);
+	/* an edit keeps the file private */
+	ck_assert_int_eq(conf_set(dir, "client_query_buffer_limit", "64MB"), WALRUS_OK);
+	struct stat st;
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert_int_eq(st.st_mode & 0777, 0600);
+	ck_assert_int_eq(chmod(path, 0640), 0);
+	ck_assert_int_eq(conf_secret(dir, "requirepass", buf, sizeof(buf), &found), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "readable by its group (mode 0640)"));
+	/* no secret, no rule on the mode */
+	const char *plain = dir_with_conf("authentication_timeout = 3s\n");
+	ck_assert_int_eq(conf_secret(plain, "requirepass", buf, sizeof(buf), &found), WALRUS_OK);
+	ck_assert(!found);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- precedence */
 
 START_TEST(precedence_default_file_command_line)
@@ -404,6 +446,7 @@ static Suite *conf_suite(void)
 	tcase_add_test(f, set_keeps_a_replaced_lines_comment);
 	tcase_add_test(f, set_quotes_what_needs_it);
 	tcase_add_test(f, set_refuses_and_leaves_the_file);
+	tcase_add_test(f, server_settings_and_secret);
 	tcase_add_test(f, precedence_default_file_command_line);
 	suite_add_tcase(s, f);
 	TCase *i = tcase_create("instance");
