@@ -7,7 +7,9 @@
  * are dropped from the front.  Each finished request is checked (arguments
  * inside the buffer or the parser's copy, lengths consistent) and echoed
  * through the encoder; the glob matcher gets the arguments as pattern and
- * subject.  Built with clang -fsanitize=fuzzer,address,undefined when the
+ * subject.  Bit 6 of the first byte makes the parser strict (a client not
+ * yet authenticated): then no request may pass the RESP_NOAUTH_* limits.
+ * Built with clang -fsanitize=fuzzer,address,undefined when the
  * compiler can (tests/server/meson.build).
  */
 #include "server/resp.h"
@@ -25,8 +27,12 @@ static void check_request(const resp_parser *p, const char *buf, size_t used, re
 		    p->copy != NULL && a->p >= p->copy && a->p + a->len <= p->copy + p->copy_cap;
 		if (!in_buf && !in_copy)
 			abort();
+		if (p->strict && a->len > RESP_NOAUTH_BULK)
+			abort();
 		resp_add_bulk(out, a->p, a->len);
 	}
+	if (p->strict && p->argc > RESP_NOAUTH_ARGS)
+		abort();
 	if (p->argc >= 2)
 		(void)resp_glob_match(p->argv[0].p, p->argv[0].len, p->argv[1].p, p->argv[1].len,
 		                      p->argv[0].len & 1);
@@ -38,6 +44,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	if (size < 2)
 		return 0;
 	size_t piece = (size_t)data[0] % 64 + 1;
+	bool strict = (data[0] & 64) != 0;
 	data++;
 	size--;
 	resp_parser p;
@@ -52,6 +59,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		fed += n;
 		for (;;) {
 			size_t used = 0;
+			p.strict = strict;
 			int r = resp_parse(&p, buf, len, &used);
 			if (used > len)
 				abort();

@@ -3,8 +3,8 @@
  * and incomplete requests, every cut of a request, inline commands and
  * their quoting, the limits (array length, bulk length, header and inline
  * line length), malformed input (nested arrays, negative or non-numeric
- * lengths, missing CRLF), discarding of a too-long bulk, the encoder, glob
- * matching.
+ * lengths, missing CRLF), discarding of a too-long bulk, the strict limits
+ * of a client not yet authenticated, the encoder, glob matching.
  */
 #include "server/resp.h"
 #include "testutil.h"
@@ -303,6 +303,56 @@ START_TEST(test_discard)
 }
 END_TEST
 
+/* Strict: @in alone is a protocol error saying @why. */
+static void strict_refuses(const char *in, size_t len, const char *why)
+{
+	resp_parser p;
+	size_t used;
+	resp_parser_init(&p);
+	p.strict = true;
+	ck_assert_int_eq(parse1(&p, in, len, &used), RESP_PROTO);
+	ck_assert_str_eq(p.error, why);
+	resp_parser_free(&p);
+}
+
+START_TEST(test_strict)
+{
+	resp_parser p;
+	size_t used;
+	resp_parser_init(&p);
+	p.strict = true;
+	ck_assert_int_eq(PARSE(&p, "*3\r\n$5\r\nHELLO\r\n$1\r\n3\r\n$2\r\npw\r\n", &used),
+	                 RESP_DONE);
+	ck_assert_int_eq(PARSE(&p, "AUTH a b c d e f g h i\r\n", &used), RESP_DONE);
+	ck_assert_uint_eq(p.argc, RESP_NOAUTH_ARGS);
+	resp_parser_free(&p);
+	/* refused from the header on: nothing to wait or allocate for */
+	strict_refuses("*11\r\n", 5, "unauthenticated multibulk length");
+	strict_refuses("*1000000\r\n", 10, "unauthenticated multibulk length");
+	strict_refuses("*1\r\n$16385\r\n", 13, "unauthenticated bulk length");
+	strict_refuses("AUTH a b c d e f g h i j\r\n", 26, "unauthenticated multibulk length");
+	char *line = malloc(RESP_NOAUTH_BULK + 1);
+	ck_assert_ptr_nonnull(line);
+	memset(line, 'x', RESP_NOAUTH_BULK + 1);
+	strict_refuses(line, RESP_NOAUTH_BULK + 1, "too big inline request");
+	line[0] = '*';
+	strict_refuses(line, RESP_NOAUTH_BULK + 1, "too big mbulk count string");
+	free(line);
+	/* the largest strict bulk passes */
+	resp_parser_init(&p);
+	p.strict = true;
+	char *req = malloc(RESP_NOAUTH_BULK + 32);
+	ck_assert_ptr_nonnull(req);
+	int n = sprintf(req, "*1\r\n$%zu\r\n", RESP_NOAUTH_BULK);
+	memset(req + n, 'y', RESP_NOAUTH_BULK);
+	memcpy(req + n + RESP_NOAUTH_BULK, "\r\n", 2);
+	ck_assert_int_eq(parse1(&p, req, (size_t)n + RESP_NOAUTH_BULK + 2, &used), RESP_DONE);
+	ck_assert_uint_eq(p.argv[0].len, RESP_NOAUTH_BULK);
+	free(req);
+	resp_parser_free(&p);
+}
+END_TEST
+
 START_TEST(test_encoder)
 {
 	resp_buf b = {0};
@@ -371,6 +421,7 @@ int main(void)
 	tcase_add_test(tc, test_empty_arrays);
 	tcase_add_test(tc, test_many_args);
 	tcase_add_test(tc, test_discard);
+	tcase_add_test(tc, test_strict);
 	tcase_add_test(tc, test_encoder);
 	tcase_add_test(tc, test_glob);
 	tcase_add_test(tc, test_arg_helpers);
