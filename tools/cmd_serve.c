@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,11 +152,17 @@ static int server_conf(const char *abs, wr_options *o)
 	return rc;
 }
 
-static int pass_fail(const char *fmt, const char *path, const char *err)
+static int pass_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A problem with the password: said on stderr; the usage exit code. */
+static int pass_fail(const char *fmt, ...)
 {
+	va_list ap;
+	va_start(ap, fmt);
 	fprintf(stderr, "walrus serve: ");
-	fprintf(stderr, fmt, path, err);
+	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
+	va_end(ap);
 	return TOOL_EXIT_USAGE;
 }
 
@@ -192,7 +199,7 @@ static int read_pass_file(pass_src *pw)
 	close(fd); /* read-only: nothing a failed close could lose */
 	pw->buf[got] = '\0';
 	if (rc == 0 && got == sizeof(pw->buf) - 1)
-		rc = pass_fail("\"%s\" is too long for a password%s", pw->file, "");
+		rc = pass_fail("\"%s\" is too long for a password", pw->file);
 	pw->buf[strcspn(pw->buf, "\r\n")] = '\0'; /* the first line */
 	return rc;
 }
@@ -214,18 +221,18 @@ static int find_password(const char *abs, pass_src *pw, const char **out)
 		        abs, WR_CONF_FILE);
 		rc = wr_snprintf(pw->buf, sizeof(pw->buf), "%s", pw->flag)
 		         ? 0
-		         : pass_fail("--requirepass: a password is at most %s bytes%s", "1023", "");
+		         : pass_fail("--requirepass: a password is at most %zu bytes",
+		                     sizeof(pw->buf) - 1);
 	} else {
 		int r = conf_secret(abs, "requirepass", pw->buf, sizeof(pw->buf), &found);
 		if (r != WALRUS_OK)
 			rc = tool_fail(r, "serve");
 	}
 	if (rc == 0 && found && pw->buf[0] == '\0')
-		rc = pass_fail("the password (%s) is empty: anyone could AUTH%s",
+		rc = pass_fail("the password (%s) is empty: anyone could AUTH",
 		               pw->file   ? pw->file
 		               : pw->flag ? "--requirepass"
-		                          : WR_CONF_FILE,
-		               "");
+		                          : WR_CONF_FILE);
 	if (rc == 0 && found)
 		*out = pw->buf;
 	return rc;

@@ -39,6 +39,11 @@
  * the server dies.  A pool backend that dies is forked again (its
  * connections are lost; the instance crash-restarts as for any backend).
  *
+ * Clients: with a password (cfg->requirepass), a connection that has not
+ * authenticated may send only small requests (resp.h, strict) and is closed
+ * after authentication_timeout; every connection's unparsed input is at most
+ * client_query_buffer_limit.  Either limit answers an error and closes.
+ *
  * Returns: srv_run() returns the command's exit code (0 after a clean
  * shutdown, 3 when the engine failed at start, 2 on a usage problem such as
  * an address in use).  Engine errors during requests become RESP errors;
@@ -102,7 +107,11 @@ typedef struct srv_config {
 	srv_shared *sh;
 } srv_config;
 
-/* Runs the server until SIGTERM/SIGINT; prints "listening ..." and "ready" lines on stdout. */
+/*
+ * Runs the server until SIGTERM/SIGINT; prints its "RESP on ..." and "ready"
+ * lines on stdout once every listener is up (a server that fails to start
+ * prints neither).
+ */
 int srv_run(srv_config *cfg);
 
 /* ---------------------------------------------------------------- backends (conn.c) */
