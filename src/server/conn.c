@@ -169,7 +169,7 @@ static bool after_request(void *arg)
 		c->closing = true;
 		return false;
 	}
-	if (c->out.len > SRV_OUT_FLUSH && !flush_replies(c)) {
+	if (c->out.len > srv_out_limit(&c->sess, SRV_OUT_FLUSH) && !flush_replies(c)) {
 		c->closing = true;
 		return false;
 	}

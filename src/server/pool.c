@@ -243,7 +243,7 @@ static bool after_request(void *arg)
 		c->closing = true;
 		return false;
 	}
-	if (c->out.len > POOL_OUT_PAUSE) {
+	if (c->out.len > srv_out_limit(&c->sess, POOL_OUT_PAUSE)) {
 		c->paused = true; /* the rest once these replies are out */
 		return false;
 	}
@@ -401,7 +401,7 @@ static int wait_ms(pool *p, uint64_t now)
 	for (size_t i = 0; i < p->n; i++) {
 		int64_t auth = srv_auth_left_ms(&p->conns[i]->sess, now);
 		if (auth >= 0 && auth < ms)
-			ms = (int)auth + 1; /* check_idle closes it once the time is up */
+			ms = (int)auth + 1; /* check_auth closes it once the time is up */
 	}
 	if (p->term_deadline != 0)
 		ms = p->term_deadline > now

@@ -167,6 +167,15 @@ void srv_cmd_client(srv_session *s, const resp_arg *argv, size_t argc);
 /* ---------------------------------------------------------------- input.c */
 
 #define SRV_KEEP_BUFFER ((size_t)1024 * 1024) /* larger idle buffers are given back */
+#define SRV_NOAUTH_OUT  ((size_t)16 * 1024)   /* replies buffered before AUTH: send first */
+
+/* Replies buffered past which no more requests run until they are sent:
+ * @most, or a few KiB for a session not yet authenticated (a client that
+ * pipelines requests without reading their -NOAUTH costs little). */
+static inline size_t srv_out_limit(const srv_session *s, size_t most)
+{
+	return s->authed ? most : SRV_NOAUTH_OUT;
+}
 
 /* A connection's input: bytes read and not yet run, and their parser. */
 typedef struct srv_input {

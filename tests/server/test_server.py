@@ -428,6 +428,13 @@ def case_preauth(walrus):
                 r = c.read()
                 check(is_err(r, "ERR Protocol error: " + why), f"{data[:20]!r}: {r}")
                 check(c.closed(), "closed after the error")
+        # replies before AUTH are sent a few KiB at a time, in order
+        with s.client() as c:
+            n = 5000
+            c.send_raw(c.encode("GET", "before") * n + c.encode("AUTH", PASSWORD))
+            for i in range(n):
+                eq(str(c.read()), "NOAUTH Authentication required.", f"pipelined #{i}")
+            eq(c.read(), "OK", "AUTH after the pipeline")
         # small requests before AUTH still work, and AUTH lifts the limit
         with s.client() as c:
             eq(str(c.call("GET", "before")), "NOAUTH Authentication required.", "")
