@@ -105,7 +105,11 @@ class Server:
         self.err = ""
 
     def __enter__(self):
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.__exit__(*sys.exc_info())  # a server that failed to start leaves nothing
+            raise
         return self
 
     def __exit__(self, etype, *exc):
