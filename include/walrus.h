@@ -204,9 +204,21 @@ WALRUS_API void walrus_set_log_handler(walrus_log_fn fn, void *arg, int min_leve
  * Every call returns WALRUS_OK or an error code with a message in
  * walrus_errmsg(); WALRUS_ERESTART means the instance crashed and restarted
  * under the handle: close it and open again (committed data is safe).
+ *
+ * shared_buffers limits values too: a value over 2,000 bytes or so takes
+ * one 8 KiB page per 8,136 bytes, and a write keeps all of its pages in the
+ * buffer pool at once, plus 8 for the tree, in at most a quarter of the
+ * pool.  So a value of N bytes needs shared_buffers of at least
+ * 32kB x (ceil(N / 8136) + 8), and a batch the same for its values
+ * together.  With the default shared_buffers (128MB) the largest value is
+ * WALRUS_MAX_VALUE_DEFAULT_POOL bytes (about 31.7 MiB); WALRUS_MAX_VALUE
+ * needs shared_buffers of 259MB.  Over either limit a write fails with
+ * WALRUS_ETOOBIG and changes nothing; the message names the shared_buffers
+ * the value needs.
  */
-#define WALRUS_MAX_KEY   1024u
-#define WALRUS_MAX_VALUE (64u << 20)
+#define WALRUS_MAX_KEY                1024u
+#define WALRUS_MAX_VALUE              (64u << 20)
+#define WALRUS_MAX_VALUE_DEFAULT_POOL 33259968u /* (128MB / 32kB - 8) x 8136 */
 
 /*
  * Per-write durability (the @flags of writes).  0 means "as the handle's

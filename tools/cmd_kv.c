@@ -1,8 +1,11 @@
 /*
  * cmd_kv.c - the key-value subcommands: put, get, del, scan, checkpoint,
- * stats, verify.  Keys and values are taken and printed as they are, or
- * as hexadecimal with --hex (any binary data round-trips that way).
- * Writes from the command line are durable before the command returns.
+ * stats, verify.  Keys and values are taken as they are, or as hexadecimal
+ * with --hex (any binary data round-trips that way).  get prints the value
+ * as it is (or --hex); scan escapes what is not printable ASCII as
+ * redis-cli does, so that a line is always one pair (--raw: as they are,
+ * --hex: hexadecimal).  Writes from the command line are durable before the
+ * command returns.
  */
 #include "tool.h"
 
@@ -13,7 +16,7 @@
 /* ---------------------------------------------------------------- arguments */
 
 typedef struct kv_args {
-	bool hex, json;
+	bool hex, raw, json;
 	const char *pos[2]; /* positional arguments */
 	int npos;
 	const char *from, *to;
@@ -29,6 +32,8 @@ static int parse(int argc, char **argv, int want_pos, kv_args *a, const char *us
 		bool more = i + 1 < argc;
 		if (strcmp(s, "--hex") == 0)
 			a->hex = true;
+		else if (strcmp(s, "--raw") == 0)
+			a->raw = true;
 		else if (strcmp(s, "--json") == 0)
 			a->json = true;
 		else if (strcmp(s, "--from") == 0 && more)
@@ -49,7 +54,7 @@ static int parse(int argc, char **argv, int want_pos, kv_args *a, const char *us
 		else
 			goto bad;
 	}
-	if (a->npos == want_pos)
+	if (a->npos == want_pos && !(a->hex && a->raw))
 		return 0;
 bad:
 	fprintf(stderr, "usage: walrus -D DIR %s\n", usage);
@@ -89,6 +94,40 @@ static void print_bytes(const void *p, size_t n, bool hex)
 	}
 	for (size_t i = 0; i < n; i++)
 		printf("%02x", b[i]);
+}
+
+/* Printable ASCII as it is, the rest as redis-cli quotes it: no TAB or newline left. */
+static void print_escaped(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = b[i];
+		switch (c) {
+		case '\\':
+			fputs("\\\\", stdout);
+			break;
+		case '\n':
+			fputs("\\n", stdout);
+			break;
+		case '\r':
+			fputs("\\r", stdout);
+			break;
+		case '\t':
+			fputs("\\t", stdout);
+			break;
+		case '\a':
+			fputs("\\a", stdout);
+			break;
+		case '\b':
+			fputs("\\b", stdout);
+			break;
+		default:
+			if (c >= 0x20 && c < 0x7f)
+				putchar(c);
+			else
+				printf("\\x%02x", c);
+		}
+	}
 }
 
 /* Opens the database, runs @fn, closes; the first failure decides the exit code. */
@@ -179,7 +218,8 @@ int cmd_put(tool_ctx *ctx, int argc, char **argv)
 
 int cmd_get(tool_ctx *ctx, int argc, char **argv)
 {
-	return run(ctx, argc, argv, 1, false, "get [--hex] KEY   (exit 1 when absent)", do_get);
+	return run(ctx, argc, argv, 1, false,
+	           "get [--hex] KEY   (the value as it is, or --hex; exit 1 when absent)", do_get);
 }
 
 int cmd_del(tool_ctx *ctx, int argc, char **argv)
@@ -188,6 +228,14 @@ int cmd_del(tool_ctx *ctx, int argc, char **argv)
 }
 
 /* ---------------------------------------------------------------- scan */
+
+static void print_field(const void *p, size_t n, const kv_args *a)
+{
+	if (a->hex || a->raw)
+		print_bytes(p, n, a->hex);
+	else
+		print_escaped(p, n);
+}
 
 static int scan_loop(walrus_iter *it, const kv_args *a)
 {
@@ -198,9 +246,9 @@ static int scan_loop(walrus_iter *it, const kv_args *a)
 		size_t kl, vl;
 		walrus_iter_key(it, &k, &kl);
 		walrus_iter_value(it, &v, &vl);
-		print_bytes(k, kl, a->hex);
+		print_field(k, kl, a);
 		putchar('\t');
-		print_bytes(v, vl, a->hex);
+		print_field(v, vl, a);
 		putchar('\n');
 		n++;
 		e = walrus_iter_next(it);
@@ -231,8 +279,12 @@ static int do_scan(walrus *db, const kv_args *a)
 int cmd_scan(tool_ctx *ctx, int argc, char **argv)
 {
 	return run(ctx, argc, argv, 0, false,
-	           "scan [--from KEY] [--to KEY] [--limit N] [--hex]\n"
-	           "  prints KEY<TAB>VALUE lines in key order over [from, to)",
+	           "scan [--from KEY] [--to KEY] [--limit N] [--hex | --raw]\n"
+	           "  prints KEY<TAB>VALUE lines in key order over [from, to); bytes that are\n"
+	           "  not printable ASCII are escaped as redis-cli does (\\n \\r \\t \\\\ "
+	           "\\xHH),\n"
+	           "  so that a line is one pair; --raw prints them as they are, --hex all in\n"
+	           "  hexadecimal",
 	           do_scan);
 }
 

@@ -208,9 +208,54 @@ int datadir_write_file(const char *dir, const char *name, const char *text)
 	return rc;
 }
 
+/*
+ * A subdirectory may be a symbolic link to another file system (wal/ above
+ * all).  When its target is missing (a file system not mounted, a directory
+ * moved), mkdir says only "File exists": name the link and its target
+ * instead.  Never create the target: an unmounted file system's mount point
+ * would then silently take the WAL.
+ */
+static int check_link(const char *path)
+{
+	struct stat st;
+	char target[PATH_MAX];
+	if (lstat(path, &st) != 0 || !S_ISLNK(st.st_mode) || stat(path, &st) == 0)
+		return WALRUS_OK; /* mkdir reports what else may be wrong */
+	int err = errno;
+	ssize_t n = readlink(path, target, sizeof(target) - 1);
+	if (n < 0)
+		return wr_error(wr_errno_code(errno), "could not read symbolic link \"%s\": %m",
+		                path);
+	target[n] = '\0';
+	errno = err;
+	if (err == ENOENT)
+		return wr_error(WALRUS_ENOENT,
+		                "\"%s\" is a symbolic link to \"%s\", which does not exist (is its "
+		                "file system mounted?)",
+		                path, target);
+	return wr_error(wr_errno_code(err),
+	                "\"%s\" is a symbolic link to \"%s\", which cannot be reached: %m", path,
+	                target);
+}
+
+static const char *const subdirs[] = {"base", "wal", WR_LOG_DIR};
+
+/* Before anything is written: a bootstrap must not start on a broken link. */
+static int check_links(const char *abs)
+{
+	char path[PATH_MAX];
+	for (size_t i = 0; i < WR_ARRAY_LEN(subdirs); i++) {
+		if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, subdirs[i]))
+			return wr_error(WALRUS_EINVAL, "path too long in \"%s\"", abs);
+		int rc = check_link(path);
+		if (rc != WALRUS_OK)
+			return rc;
+	}
+	return WALRUS_OK;
+}
+
 static int make_subdirs(const char *abs)
 {
-	static const char *const subdirs[] = {"base", "wal", WR_LOG_DIR};
 	char path[PATH_MAX];
 	for (size_t i = 0; i < WR_ARRAY_LEN(subdirs); i++) {
 		if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, subdirs[i]))
@@ -355,11 +400,14 @@ int datadir_init_or_verify(const char *abs, const wr_options *opts)
 	char path[PATH_MAX];
 	int version = 0;
 
+	int rc = check_links(abs);
+	if (rc != WALRUS_OK)
+		return rc;
 	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_VERSION_FILE))
 		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
 	if (access(path, F_OK) != 0)
 		return init_new(abs, opts);
-	int rc = read_version(path, &version);
+	rc = read_version(path, &version);
 	if (rc != WALRUS_OK)
 		return rc;
 	if (version != WR_FORMAT_VERSION)

@@ -30,8 +30,9 @@
  *
  * Returns: WALRUS_OK or a WALRUS_E* code with a message (walrus_errmsg()):
  * EINVAL (empty key, bad durability), ETOOBIG (key over 1 KiB, value over
- * 64 MiB, a batch needing more than a quarter of shared_buffers pinned at
- * once, or kv_get_into's buffer too small), ENOTFOUND (absent key), ENOMEM,
+ * 64 MiB, a value or batch needing more than a quarter of shared_buffers
+ * pinned at once: its overflow pages plus KV_PIN_RESERVE, or kv_get_into's
+ * buffer too small), ENOTFOUND (absent key), ENOMEM,
  * EBUSY (every buffer pinned), and I/O errors from the buffer pool (EIO,
  * ECORRUPT for a page whose checksum fails).  A batch that fails changes
  * nothing: its pages are restored and its WAL records are discarded by redo.

@@ -10,6 +10,7 @@
  *
  * Interface: kv.h (kv_batch_*, kv_put, kv_delete).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,23 +116,60 @@ void kv_batch_free(kv_batch *b)
 /* ---------------------------------------------------------------- applying */
 
 /*
- * A lower bound of the pages the batch keeps pinned: every overflow page of
- * its values, a leaf and the meta page.  Over the limit, fail before
- * touching anything; otherwise the writer checks as it goes (kv_write.c).
+ * Writes "128MB" (or "1536kB") for a pool of @pages buffers: how
+ * shared_buffers is set.  @round_up: to the next MB (a size to advise).
  */
+static void pool_size_text(uint64_t pages, bool round_up, char *buf, size_t len)
+{
+	uint64_t kb = pages * (WR_PAGE_SIZE / 1024);
+	if (round_up || kb % 1024 == 0)
+		snprintf(buf, len, "%lluMB", (unsigned long long)((kb + 1023) / 1024));
+	else
+		snprintf(buf, len, "%llukB", (unsigned long long)kb);
+}
+
+/*
+ * The pages the batch keeps pinned: every overflow page of its values, and
+ * KV_PIN_RESERVE for the tree's pages.  A batch may pin a quarter of the
+ * pool (kv_write.c says why), so the largest value is
+ * (shared_buffers / 32kB - KV_PIN_RESERVE) * KV_OVF_CHUNK bytes: below
+ * KV_MAX_VALUE unless shared_buffers is 259MB or more.  Over the limit, fail
+ * before touching anything, naming the shared_buffers that would do;
+ * otherwise the writer checks as it goes (kv_write.c).
+ */
+_Static_assert(KV_MAX_VALUE == WALRUS_MAX_VALUE, "the public limit is the tree's");
+_Static_assert(WALRUS_MAX_VALUE_DEFAULT_POOL ==
+                   ((128u << 20) / WR_PAGE_SIZE / 4 - KV_PIN_RESERVE) * KV_OVF_CHUNK,
+               "walrus.h gives the largest value of the default pool");
+
 static int precheck(const kv_op *ops, size_t n)
 {
-	uint64_t pages = 2;
+	uint64_t pages = 0;
 	uint32_t limit = buf_nbuffers() / 4;
 	for (size_t i = 0; i < n; i++)
 		if (ops[i].type == OP_PUT && !kvl_fits_inline(ops[i].kl, ops[i].vl))
 			pages += (ops[i].vl + KV_OVF_CHUNK - 1) / KV_OVF_CHUNK;
+	/* Without overflow pages the writer's own check is enough. */
+	if (pages == 0)
+		return WALRUS_OK;
+	pages += KV_PIN_RESERVE;
 	if (pages <= limit)
 		return WALRUS_OK;
+	char need[32], have[32];
+	pool_size_text(pages * 4, true, need, sizeof(need));
+	pool_size_text(buf_nbuffers(), false, have, sizeof(have));
+	if (n == 1)
+		return wr_error(
+		    WALRUS_ETOOBIG,
+		    "a value of %u bytes needs shared_buffers of at least %s (a write "
+		    "may pin a quarter of shared_buffers, and this one needs %llu pages); "
+		    "shared_buffers is %s",
+		    ops[0].vl, need, (unsigned long long)pages, have);
 	return wr_error(WALRUS_ETOOBIG,
-	                "batch too large: its values alone need %llu pages pinned at once, over a "
-	                "quarter of shared_buffers (%u pages)",
-	                (unsigned long long)pages, limit);
+	                "batch too large: its values need %llu pages pinned at once, over a "
+	                "quarter of shared_buffers (%u pages): it needs shared_buffers of at "
+	                "least %s, and shared_buffers is %s",
+	                (unsigned long long)pages, limit, need, have);
 }
 
 /* Applies the operations; *notfound counts deletes of absent keys. */

@@ -112,6 +112,14 @@ typedef struct kv_ovf_hdr {
 	uint32_t len;
 } kv_ovf_hdr;
 #define KV_OVF_CHUNK (KV_SPECIAL_OFF - WR_PAGE_HEADER_SIZE - (uint32_t)sizeof(kv_ovf_hdr))
+/*
+ * Pages a write is assumed to pin besides its overflow pages: the meta page
+ * and the path from the root to a leaf, with room for a split, in any tree
+ * of up to six levels.  Fixed, so that the largest value is a number the
+ * documentation can give (walrus.h); a deeper tree still meets the
+ * writer's own check (kv_write.c).
+ */
+#define KV_PIN_RESERVE 8u
 
 #define KV_MAX_HEIGHT 20
 

@@ -95,8 +95,9 @@ static int check_pin_limit(void)
 		return WALRUS_OK;
 	return wr_error(WALRUS_ETOOBIG,
 	                "batch too large: it needs more than %u pages pinned at once (a quarter "
-	                "of shared_buffers); use smaller batches or a larger shared_buffers",
-	                limit);
+	                "of shared_buffers, which is %u pages of 8kB); use smaller batches or a "
+	                "larger shared_buffers",
+	                limit, buf_nbuffers());
 }
 
 static int set_add(wr_blkno blk, int buf, bool locked, bool fresh, kvw_page **out)

@@ -22,6 +22,11 @@
  * one's prev-link must be X); if one of them lies on a page written when
  * X's end was already durable, X was flushed and is damaged:
  * WALRUS_ECORRUPT.  Otherwise the WAL ends at X, a torn tail.
+ *
+ * An empty segment file (0 bytes) reads like a zero-filled one: the WAL
+ * ends where the stream enters it.  Whether it may end there is for the
+ * caller to say (recovery: not before the checkpoint record).  A segment of
+ * any other wrong size is damage.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -132,6 +137,12 @@ static int wal_rd_segment(wal_reader *r, wr_lsn seg)
 		return rc;
 	off_t size;
 	rc = fdc_size(f, &size);
+	if (rc == WALRUS_OK && size == 0) {
+		/* Holds no WAL: where the stream needs it, that is where WAL ends,
+		 * and the caller decides whether the stream may end there. */
+		(void)fdc_close(f);
+		return wal_rd_bad(r, "WAL segment \"%s\" is empty (0 bytes)", path);
+	}
 	if (rc == WALRUS_OK && (uint64_t)size != r->seg_size)
 		rc = wr_error(WALRUS_ECORRUPT, "WAL segment \"%s\" has size %lld, expected %llu",
 		              path, (long long)size, (unsigned long long)r->seg_size);

@@ -503,13 +503,21 @@ static int list_segments(const recovery *rv, wr_lsn from, wr_lsn **out, size_t *
 	return 0;
 }
 
+/* What a segment file past the end of WAL holds. */
+enum seg_kind {
+	SEG_UNUSED,  /* zeros, or old WAL of a recycled segment */
+	SEG_WRITTEN, /* WAL written for its own place in this system's stream */
+	SEG_EMPTY,   /* 0 bytes: truncated while the instance was stopped */
+};
+
 /*
  * Whether the segment at @start holds WAL written for its own place in this
  * system's stream: a preallocated segment is zero, a recycled one carries
- * its old page address.  Also checks its size: a segment file of the wrong
- * size is never left by a crash (they are created whole, then renamed).
+ * its old page address.  Also checks its size: a segment file of another
+ * size is never left by a crash (they are created whole, then renamed);
+ * an empty one can only have been truncated by someone else.
  */
-static int probe_segment(const recovery *rv, wr_lsn start, bool *written)
+static int probe_segment(const recovery *rv, wr_lsn start, enum seg_kind *kind)
 {
 	char path[4096];
 	wal_long_page_header h;
@@ -525,13 +533,17 @@ static int probe_segment(const recovery *rv, wr_lsn start, bool *written)
 	fdc_close(f);
 	if (rc != 0 || got < 0)
 		return rc != 0 ? rc : (int)got;
+	*kind = SEG_EMPTY;
+	if (size == 0)
+		return 0;
 	if ((uint64_t)size != rv->c.wal_seg_size)
 		return wr_error(WALRUS_ECORRUPT,
 		                "WAL segment \"%s\" has size %lld, expected %llu bytes", path,
 		                (long long)size, (unsigned long long)rv->c.wal_seg_size);
-	*written = got == (ssize_t)sizeof(h) && h.std.magic == WAL_PAGE_MAGIC &&
-	           (h.std.info & WAL_PAGE_LONG) && h.std.pageaddr == start &&
-	           h.sysid == rv->c.sysid;
+	bool written = got == (ssize_t)sizeof(h) && h.std.magic == WAL_PAGE_MAGIC &&
+	               (h.std.info & WAL_PAGE_LONG) && h.std.pageaddr == start &&
+	               h.sysid == rv->c.sysid;
+	*kind = written ? SEG_WRITTEN : SEG_UNUSED;
 	return 0;
 }
 
@@ -543,37 +555,79 @@ static bool segment_listed(const wr_lsn *segs, size_t n, wr_lsn start)
 	return false;
 }
 
+/* Whether the segment at @start holds no WAL at all: missing, or empty. */
+static bool segment_holds_nothing(const wr_lsn *segs, const enum seg_kind *kinds, size_t n,
+                                  wr_lsn start)
+{
+	for (size_t i = 0; i < n; i++)
+		if (segs[i] == start)
+			return kinds[i] == SEG_EMPTY;
+	return true;
+}
+
+/*
+ * An empty segment at or past the end of WAL held no WAL recovery needs
+ * (none of it was read, and no later segment holds any): most likely one
+ * made ahead of use and truncated while the instance was stopped.  It goes,
+ * with a warning; the WAL writer makes a new one when the stream gets there.
+ */
+static int remove_empty_segment(const recovery *rv, wr_lsn start, wr_lsn end)
+{
+	char path[4096];
+	wal_segment_path(rv->waldir, rv->c.wal_seg_size, start, path, sizeof(path));
+	wr_log(WR_WARNING,
+	       "WAL segment \"%s\" is empty (0 bytes) but lies past the end of WAL at " WAL_LSN_FMT
+	       ": removing it (a new one is made when the WAL reaches it)",
+	       path, WAL_LSN_ARGS(end));
+	int rc = fdc_unlink(path);
+	if (rc != 0)
+		return rc;
+	/* Rule 5 holds for directories too: a failed fsync is never retried. */
+	if (fdc_fsync_parent(path) != 0)
+		wr_panic("could not fsync the WAL directory after removing \"%s\": %s", path,
+		         walrus_errmsg());
+	return 0;
+}
+
 /*
  * At the end of WAL: a crash leaves a torn or zero tail, but never a missing
  * segment file in the middle (segments are created durably before they are
  * written), nor one of the wrong size.  If a later segment holds this
- * system's WAL and a segment between is missing, WAL was lost: corruption.
+ * system's WAL and a segment between is missing or empty, WAL was lost:
+ * corruption.  Otherwise empty segments past the end are removed.
  */
 static int check_after_end(const recovery *rv, wr_lsn end)
 {
 	uint64_t seg = rv->c.wal_seg_size;
 	wr_lsn end_seg = end - end % seg;
 	wr_lsn *segs = NULL, later = 0;
+	enum seg_kind *kinds = NULL;
 	size_t n = 0;
 	int rc = list_segments(rv, end_seg, &segs, &n);
+	if (rc == 0 && n > 0 && (kinds = calloc(n, sizeof(*kinds))) == NULL)
+		rc = wr_error(WALRUS_ENOMEM, "out of memory");
 	for (size_t i = 0; rc == 0 && i < n; i++) {
-		bool written = false;
-		rc = probe_segment(rv, segs[i], &written);
-		if (rc == 0 && written && segs[i] > end_seg && (later == 0 || segs[i] < later))
+		rc = probe_segment(rv, segs[i], &kinds[i]);
+		if (rc == 0 && kinds[i] == SEG_WRITTEN && segs[i] > end_seg &&
+		    (later == 0 || segs[i] < later))
 			later = segs[i];
 	}
 	for (wr_lsn s = end_seg + seg; rc == 0 && later != 0 && s < later; s += seg) {
-		if (segment_listed(segs, n, s))
+		if (!segment_holds_nothing(segs, kinds, n, s))
 			continue;
 		char missing[4096], found[4096];
 		wal_segment_path(rv->waldir, seg, s, missing, sizeof(missing));
 		wal_segment_path(rv->waldir, seg, later, found, sizeof(found));
-		rc = wr_error(
-		    WALRUS_ECORRUPT,
-		    "WAL segment \"%s\" is missing, but the later segment \"%s\" holds WAL "
-		    "of this system (WAL ends at " WAL_LSN_FMT ")",
-		    missing, found, WAL_LSN_ARGS(end));
+		rc = wr_error(WALRUS_ECORRUPT,
+		              "WAL segment \"%s\" is %s, but the later segment \"%s\" holds WAL "
+		              "of this system (WAL ends at " WAL_LSN_FMT ")",
+		              missing, segment_listed(segs, n, s) ? "empty (0 bytes)" : "missing",
+		              found, WAL_LSN_ARGS(end));
 	}
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		if (kinds[i] == SEG_EMPTY)
+			rc = remove_empty_segment(rv, segs[i], end);
+	free(kinds);
 	free(segs);
 	return rc;
 }

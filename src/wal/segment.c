@@ -273,7 +273,16 @@ static int wal_recycle_one(const char *waldir, uint64_t seg, const wal_seglist *
                            wr_lsn *next, wr_lsn limit, int *recycled, int *removed)
 {
 	char from[PATH_MAX], to[PATH_MAX];
+	off_t size;
 	wal_segment_path(waldir, seg, old, from, sizeof(from));
+	/* A truncated old segment (no longer needed) must not become a future
+	 * one: it would be refused when the WAL reaches it. */
+	if (wal_file_size(from, &size) == WALRUS_OK && (uint64_t)size != seg) {
+		wr_log(WR_WARNING,
+		       "WAL segment \"%s\" has size %lld, expected %llu: removed, not recycled",
+		       from, (long long)size, (unsigned long long)seg);
+		limit = 0;
+	}
 	while (*next + seg <= limit) {
 		wal_segment_path(waldir, seg, *next, to, sizeof(to));
 		if (!wal_name_taken(l, to, *next))

@@ -366,7 +366,7 @@ void wal_reader_close(wal_reader *r);
 /*
  * Reads the record at @lsn (or, with 0, the one after the previous read).
  * WALRUS_OK with *rec valid until the next call; WALRUS_ENOTFOUND at the
- * end of WAL (a zeroed or torn tail, a missing next segment), with the
+ * end of WAL (a zeroed or torn tail, a missing or empty next segment), with the
  * reason in walrus_errmsg(); WALRUS_ECORRUPT when a bad record is followed
  * by valid WAL (damage, not a tail), naming the LSN.
  */

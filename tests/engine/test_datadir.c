@@ -5,7 +5,8 @@
  * An interrupted initialisation is made by hand: a complete one whose
  * WALRUS_VERSION is removed and whose marker (walrus.bootstrap) is put
  * back, as a power cut before the version file leaves it.  The power cuts
- * themselves are in tests/durability/bootstrap_cut.py.
+ * themselves are in tests/durability/bootstrap_cut.py.  Also: DIR/wal a
+ * symbolic link to a missing target.
  */
 #include "testutil.h"
 
@@ -170,6 +171,61 @@ START_TEST(prepared_directory_initialised)
 }
 END_TEST
 
+/* The error names the link and its target, and says the target is missing. */
+static void check_broken_link_message(const char *link, const char *target)
+{
+	char want[2 * PATH_MAX + 64];
+	snprintf(want, sizeof(want), "\"%s\" is a symbolic link to \"%s\", which does not exist",
+	         link, target);
+	ck_assert_msg(strstr(walrus_errmsg(), want) != NULL, "%s", walrus_errmsg());
+}
+
+/* DIR/wal linking to a missing directory: said so, not "File exists"; nothing written. */
+START_TEST(wal_link_to_missing_target_new)
+{
+	const char *dir = tu_tmpdir("walrus-datadir");
+	const char *elsewhere = tu_tmpdir("walrus-datadir-wal");
+	wr_options o = new_opts(true);
+	char target[PATH_MAX], link[PATH_MAX];
+	join(target, elsewhere, "gone");
+	join(link, dir, "wal");
+	ck_assert_int_eq(symlink(target, link), 0);
+	ck_assert_int_eq(datadir_init_or_verify(dir, &o), WALRUS_ENOENT);
+	check_broken_link_message(link, target);
+	ck_assert(!exists(dir, WR_BOOTSTRAP_FILE));
+	ck_assert(!exists(dir, "base"));
+	ck_assert(!exists(elsewhere, "gone")); /* never made: it may be a mount point */
+	/* With the target there, the same directory is initialised through the link. */
+	ck_assert_int_eq(mkdir(target, 0700), 0);
+	ck_assert_int_eq(datadir_init_or_verify(dir, &o), WALRUS_OK);
+	char seg[PATH_MAX];
+	wal_segment_path(target, SEG_SIZE, SEG_SIZE, seg, sizeof(seg));
+	ck_assert_int_eq(access(seg, F_OK), 0);
+}
+END_TEST
+
+/* An initialised directory whose WAL's file system is gone (not mounted). */
+START_TEST(wal_link_to_missing_target_initialised)
+{
+	const char *dir = tu_tmpdir("walrus-datadir");
+	const char *elsewhere = tu_tmpdir("walrus-datadir-wal");
+	wr_options o = new_opts(true);
+	char target[PATH_MAX], link[PATH_MAX], moved[PATH_MAX];
+	join(target, elsewhere, "wal");
+	join(moved, elsewhere, "wal.moved");
+	join(link, dir, "wal");
+	ck_assert_int_eq(mkdir(target, 0700), 0);
+	ck_assert_int_eq(symlink(target, link), 0);
+	ck_assert_int_eq(datadir_init_or_verify(dir, &o), WALRUS_OK);
+	ck_assert_int_eq(rename(target, moved), 0);
+	ck_assert_int_eq(datadir_init_or_verify(dir, &o), WALRUS_ENOENT);
+	check_broken_link_message(link, target);
+	ck_assert(!exists(elsewhere, "wal"));
+	ck_assert_int_eq(rename(moved, target), 0);
+	ck_assert_int_eq(datadir_init_or_verify(dir, &o), WALRUS_OK);
+}
+END_TEST
+
 /* A missing directory and its missing parents are made (0700). */
 START_TEST(resolve_creates_parents)
 {
@@ -213,6 +269,8 @@ static Suite *datadir_suite(void)
 	tcase_add_test(tc, prepared_directory_initialised);
 	tcase_add_test(tc, resolve_creates_parents);
 	tcase_add_test(tc, busy_message_names_starting_owner);
+	tcase_add_test(tc, wal_link_to_missing_target_new);
+	tcase_add_test(tc, wal_link_to_missing_target_initialised);
 	suite_add_tcase(s, tc);
 	return s;
 }
