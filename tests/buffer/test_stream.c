@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "buffer/buf_int.h"
@@ -431,6 +432,41 @@ static int lock_holder(void *p)
 	return buf_detach_check() == WALRUS_OK ? 0 : 13;
 }
 
+/* The descriptor of the buffer holding (REL, @blk); fails the test if none does. */
+static buf_desc *desc_of(wr_blkno blk)
+{
+	for (uint32_t i = 0; i < buf_l.r->nbuffers; i++) {
+		buf_desc *d = &buf_l.desc[i];
+		if ((atomic_load(&d->state) & BM_TAG_VALID) && d->rel == REL && d->blk == blk)
+			return d;
+	}
+	ck_abort_msg("no buffer holds block %u", (unsigned)blk);
+	return NULL;
+}
+
+/*
+ * Waits up to 20 s until process @pid sleeps in a futex wait on @word (the
+ * shared memory is mapped at the same address in the forked child).
+ */
+static void wait_futex_sleeper(pid_t pid, const _Atomic uint32_t *word)
+{
+	char path[64], buf[256] = "";
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+	for (int i = 0; i < 2000; i++) {
+		FILE *f = fopen(path, "r");
+		ck_assert_msg(f != NULL, "process %d is gone", (int)pid);
+		bool ok = fgets(buf, sizeof(buf), f) != NULL;
+		fclose(f);
+		char *end;
+		long nr = ok ? strtol(buf, &end, 10) : -1;
+		if (nr == SYS_futex && strtoull(end, NULL, 16) == (uintptr_t)word)
+			return;
+		usleep(10000);
+	}
+	ck_abort_msg("process %d never slept on the futex at %p (/proc/PID/syscall: %s)", (int)pid,
+	             (const void *)word, buf);
+}
+
 START_TEST(waiting_for_a_content_lock_completes_own_reads_first)
 {
 	enum { NBLK = 40 };
@@ -443,8 +479,9 @@ START_TEST(waiting_for_a_content_lock_completes_own_reads_first)
 	int x, buf;
 	wr_blkno blk;
 	ck_assert_int_eq(buf_stream_open(&s, REL, 20, NBLK, 8), WALRUS_OK);
+	ck_assert(atomic_load(&desc_of(20)->state) & BM_IO_IN_PROGRESS); /* our stream's read */
 	atomic_store(&tsh->arrived, 2);
-	wr_sleep_us(50000); /* B is asleep on block 20's I/O flag by now */
+	wait_futex_sleeper(pid, &desc_of(20)->io_seq); /* B waits for that read */
 	ck_assert_int_eq(buf_read(REL, 0, &x), WALRUS_OK);
 	buf_lock(x, false);
 	buf_unlock(x);

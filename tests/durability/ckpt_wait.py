@@ -18,12 +18,15 @@ asked for cannot end; then
                       call ... and return WALRUS_ERESTART") and return
                       an error.
 In both cases the command must exit within 15 s with a non-zero code, and
-the next start recovers and serves the key written before.
-
-KNOWN BUG (--victim instance): ckpt_request() (src/checkpointer/request.c)
-waits on the checkpoint counter's futex and only checks for
-SHM_STATE_CRASHED, which only a living supervisor sets, so the command
-waits forever.
+the next start recovers and serves the key written before.  (--victim
+instance is a regression test: ckpt_request() in
+src/checkpointer/request.c once waited for SHM_STATE_CRASHED only, which
+only a living supervisor sets; it now also asks whether the supervisor is
+still there.)
+  --victim wal-lock:  a committing `walrus load` waits for the WAL write
+                      lock held by the checkpointer, stopped right after
+                      its fdatasync of the checkpoint record, which is then
+                      SIGKILLed: the loader must return an error.
 
 usage: ckpt_wait.py [--walrus PATH] --victim ckpt|instance
 """
@@ -93,11 +96,11 @@ def wal_lock_case(w, a, cleanup):
             req.wait()
     check(caught, "never caught the checkpointer in fdatasync")
     since = w.log_size()
-    time.sleep(0.5)
-    before = acks[0]
-    time.sleep(0.5)
-    log(f"checkpointer stopped right after its WAL fdatasync; commits in the next 0.5 s: "
-        f"{acks[0] - before}")
+    # The committer is asleep, waiting for the lock (or for a flush behind it).
+    check(wtest.wait_for(lambda: wtest.asleep_in_futex(loader.pid), 20),
+          f"the loader never waited for the WAL write lock: {wtest.wait_channel(loader.pid)}")
+    log(f"checkpointer stopped right after its WAL fdatasync; the loader waits "
+        f"({acks[0]} commits acknowledged)")
     os.kill(ckpt[0], signal.SIGKILL)
     check(wtest.wait_for(lambda: w.log_has(r"instance is ready \(generation 1\)", since), 15),
           "the instance did not restart")
@@ -156,7 +159,9 @@ def main(cleanup):
     cp = subprocess.Popen(w.argv("checkpoint"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           env=w.env())
     cleanup.add(lambda: cp.poll() is None and cp.kill())
-    time.sleep(0.5)
+    # The command waits for its checkpoint (ckpt_request's futex wait).
+    check(wtest.wait_for(lambda: cp.poll() is not None or wtest.asleep_in_futex(cp.pid), 20),
+          f"`walrus checkpoint` never waited: {wtest.wait_channel(cp.pid)}")
     check(cp.poll() is None, "the checkpoint returned although the checkpointer is stopped")
     if a.victim == "ckpt":
         wtest.kill_pids(ckpt)
