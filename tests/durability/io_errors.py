@@ -185,6 +185,28 @@ def wait_restarted(w, since, timeout=60):
     raise wtest.TestFailure("no crash restart within %d s:\n%s" % (timeout, w.log_tail(since, 20)))
 
 
+def wait_reported(w, start, errno, reported, fire_timeout=0):
+    """Waits until the injected error, once it fired, was reported: a PANIC,
+    a line at ERROR, WARNING or FATAL naming the errno, or a failed command
+    (@reported).  With @fire_timeout (an asynchronous site: the WAL writer),
+    first waits that long for the failpoint to fire.  Without it the power
+    cut could come between the error and its report (outcome SILENT)."""
+    def lines():
+        return wtest.parse_log(w.log_text(start))
+
+    def fired():
+        return any(m.startswith("failpoint: injecting") for _p, _n, _lv, m in lines())
+
+    def told():
+        return any(lv == "PANIC" or (lv in ("ERROR", "WARNING", "FATAL") and ERRTEXT[errno] in m)
+                   for _p, _n, lv, m in lines())
+    if fire_timeout:
+        wtest.wait_for(fired, fire_timeout)
+    if reported or not fired():
+        return
+    wtest.wait_for(told, 30)
+
+
 def run_case(exe, name, errno, base, cleanup, rng):
     where, op, path, whose, action, extra = SITES[name]
     fp = f"{op}:{errno}:{path}"
@@ -241,7 +263,7 @@ def run_case(exe, name, errno, base, cleanup, rng):
             rc, err = load(w, book, items(rng, "c", 400), sync=False)
             if rc != 0:
                 reported.append(f"async load: {err.strip()[-300:]}")
-            time.sleep(0.3)
+            wait_reported(w, start, errno, reported, fire_timeout=30)
         elif action == "syncfill":  # 1.4 MB of acknowledged commits: new segments
             rc, err = load(w, book, items(rng, "s", 1500, 900))
             if rc != 0:
@@ -255,7 +277,7 @@ def run_case(exe, name, errno, base, cleanup, rng):
                 if r.returncode != 0:
                     reported.append("checkpoint: "
                                     + r.stderr.decode(errors='replace').strip()[-300:])
-        time.sleep(0.2)
+        wait_reported(w, start, errno, reported)
     # The power cut: everything not fsynced is lost.
     pids = wtest.instance_pids(w.dir)
     if w.serve_proc is not None and w.serve_proc.poll() is None:

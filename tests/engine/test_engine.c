@@ -374,7 +374,9 @@ static char proc_state(pid_t pid)
 	bool ok = fgets(buf, sizeof(buf), f) != NULL;
 	fclose(f);
 	char *p = strrchr(buf, ')');
-	return ok && p != NULL ? p[2] : 0;
+	if (!ok || p == NULL)
+		return 0;
+	return p[2];
 }
 
 /* Waits up to 20 s for auxiliary process @pid to end; fails the test otherwise. */
