@@ -47,6 +47,10 @@ OPTS = ["wal_segment_size=256kB", "max_wal_size=1MB", "min_wal_size=512kB",
         "checkpoint_timeout=30s", "io_method=sync", "supervisor_linger=1s",
         "wal_writer_delay=20ms"]
 
+# The process where a site's failpoint must fire, where another one could
+# meet the same call first (the case would then test another site).
+LANDS = {"control-dirsync": "walrus-startup"}
+
 # name: (where the call is made, op, path substring, whose failpoint, action, extra options)
 #   whose: "inst" = walrus serve (supervisor and its children), "backend" =
 #   the `walrus load` command
@@ -220,8 +224,12 @@ def run_case(exe, name, errno, base, cleanup, rng):
     os.makedirs(jdir)
     if path.startswith("WALDIR"):  # DIR/wal itself
         fp = f"{op}:{errno}:{os.path.realpath(d)}/wal{path[6:]}"
-    if path == "/cases/":  # the data directory (first met: the startup's control file)
-        fp = f"{op}:{errno}:{os.path.realpath(d)}"
+    if path == "/cases/":
+        # The data directory.  @1: the supervisor's first fsync of it (the
+        # settings file, DIR/walrus.settings, before the instance starts)
+        # passes; the startup process inherits that count and fails its
+        # first one, the control file's.
+        fp = f"{op}:{errno}:{os.path.realpath(d)}@1"
     w = PLWalrus(exe, d, OPTS + extra, jdir)
     w.register(cleanup)
     w.create()
@@ -295,6 +303,8 @@ def run_case(exe, name, errno, base, cleanup, rng):
     w.kill_instance()
     if not fired:
         outcome = "not hit"
+    elif name in LANDS and fired[0][1] != LANDS[name]:
+        outcome = f"MISSED (fired in {fired[0][1]}, not {LANDS[name]})"
     elif panics:
         outcome = "PANIC"
     elif refused:
