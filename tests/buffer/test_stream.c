@@ -444,29 +444,6 @@ static buf_desc *desc_of(wr_blkno blk)
 	return NULL;
 }
 
-/*
- * Waits up to 20 s until process @pid sleeps in a futex wait on @word (the
- * shared memory is mapped at the same address in the forked child).
- */
-static void wait_futex_sleeper(pid_t pid, const _Atomic uint32_t *word)
-{
-	char path[64], buf[256] = "";
-	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
-	for (int i = 0; i < 2000; i++) {
-		FILE *f = fopen(path, "r");
-		ck_assert_msg(f != NULL, "process %d is gone", (int)pid);
-		bool ok = fgets(buf, sizeof(buf), f) != NULL;
-		fclose(f);
-		char *end;
-		long nr = ok ? strtol(buf, &end, 10) : -1;
-		if (nr == SYS_futex && strtoull(end, NULL, 16) == (uintptr_t)word)
-			return;
-		usleep(10000);
-	}
-	ck_abort_msg("process %d never slept on the futex at %p (/proc/PID/syscall: %s)", (int)pid,
-	             (const void *)word, buf);
-}
-
 START_TEST(waiting_for_a_content_lock_completes_own_reads_first)
 {
 	enum { NBLK = 40 };
@@ -481,7 +458,7 @@ START_TEST(waiting_for_a_content_lock_completes_own_reads_first)
 	ck_assert_int_eq(buf_stream_open(&s, REL, 20, NBLK, 8), WALRUS_OK);
 	ck_assert(atomic_load(&desc_of(20)->state) & BM_IO_IN_PROGRESS); /* our stream's read */
 	atomic_store(&tsh->arrived, 2);
-	wait_futex_sleeper(pid, &desc_of(20)->io_seq); /* B waits for that read */
+	tu_wait_in_syscall(pid, SYS_futex, &desc_of(20)->io_seq); /* B waits for that read */
 	ck_assert_int_eq(buf_read(REL, 0, &x), WALRUS_OK);
 	buf_lock(x, false);
 	buf_unlock(x);

@@ -419,24 +419,6 @@ static void wait_state(pid_t pid, char want)
 	              proc_state(pid), want);
 }
 
-/* Waits up to 20 s until @pid sleeps in system call @nr; fails the test otherwise. */
-static void wait_in_syscall(pid_t pid, long nr)
-{
-	char path[64], buf[256] = "";
-	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
-	for (int i = 0; i < 2000; i++) {
-		FILE *f = fopen(path, "r");
-		ck_assert_msg(f != NULL, "process %d is gone", (int)pid);
-		bool ok = fgets(buf, sizeof(buf), f) != NULL;
-		fclose(f);
-		if (ok && strtol(buf, NULL, 10) == nr && proc_state(pid) == 'S')
-			return;
-		usleep(10000);
-	}
-	ck_abort_msg("process %d never slept in system call %ld (/proc/PID/syscall: %s)", (int)pid,
-	             nr, buf);
-}
-
 struct guard_arg {
 	pid_t sup, parent;
 };
@@ -482,7 +464,7 @@ START_TEST(attach_of_a_dead_process_restarts_nothing)
 	wait_state(sup, 'T');
 	pid_t child = tu_fork(open_forever, (void *)dir);
 	/* Connected (the listen queue takes it), ATTACH sent, waiting for the answer. */
-	wait_in_syscall(child, SYS_recvmsg);
+	tu_wait_in_syscall(child, SYS_recvmsg, NULL);
 	ck_assert_int_eq(kill(child, SIGKILL), 0);
 	ck_assert_int_eq(tu_wait(child), 128 + SIGKILL);
 	ck_assert_int_eq(kill(sup, SIGCONT), 0);
