@@ -335,7 +335,7 @@ def main(cleanup):
     ap.add_argument("--errno", action="append", choices=sorted(ERRTEXT))
     ap.add_argument("--case", action="append", choices=sorted(SITES))
     ap.add_argument("--skip", action="append", default=[], choices=sorted(SITES),
-                    help="leave a case out (a known bug has a test of its own)")
+                    help="leave a case out (one that runs in a test of its own)")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=1, help="run each case N times")
