@@ -4,6 +4,13 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 MESON_SETUP = meson setup --reconfigure
+# Every make build has the test hooks (failpoints, the power-loss journal):
+# the fault-injection suites need them.  Such a build installs nothing (see
+# README.md).  A build directory made before the option existed, or without
+# it, is reconfigured once to turn it on.
+HOOKS = -Dtest_hooks=true
+hooks_on = @[ ! -f $(1)/build.ninja ] || grep -q '"name": "test_hooks", "value": true' \
+	$(1)/meson-info/intro-buildoptions.json 2>/dev/null || $(MESON_SETUP) $(HOOKS) $(1) >/dev/null
 
 .PHONY: all deps build test asan tsan fuzz demo clean format tidy
 
@@ -14,9 +21,10 @@ deps:
 
 $(BUILD)/build.ninja:
 	@sh scripts/deps.sh
-	meson setup -Dwerror=true $(BUILD) >/dev/null
+	meson setup -Dwerror=true $(HOOKS) $(BUILD) >/dev/null
 
 build: deps $(BUILD)/build.ninja
+	$(call hooks_on,$(BUILD))
 	ninja -C $(BUILD)
 
 test: build
@@ -27,13 +35,15 @@ test: build
 # (so clang's warnings are errors too), then 10 s per target (300 s with
 # WALRUS_LONG=1).
 fuzz: deps
-	@[ -f $(FUZZ_BUILD)/build.ninja ] || CC=clang meson setup -Dwerror=true $(FUZZ_BUILD) -Dfuzz=enabled >/dev/null
+	@[ -f $(FUZZ_BUILD)/build.ninja ] || CC=clang meson setup -Dwerror=true $(HOOKS) $(FUZZ_BUILD) -Dfuzz=enabled >/dev/null
+	$(call hooks_on,$(FUZZ_BUILD))
 	ninja -C $(FUZZ_BUILD)
 	meson test -C $(FUZZ_BUILD) --suite fuzz --print-errorlogs --num-processes 2
 
 asan: deps
-	@[ -f $(ASAN_BUILD)/build.ninja ] || meson setup -Dwerror=true $(ASAN_BUILD) \
+	@[ -f $(ASAN_BUILD)/build.ninja ] || meson setup -Dwerror=true $(HOOKS) $(ASAN_BUILD) \
 		-Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug >/dev/null
+	$(call hooks_on,$(ASAN_BUILD))
 	ninja -C $(ASAN_BUILD)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		meson test -C $(ASAN_BUILD) --print-errorlogs --num-processes 2
@@ -41,8 +51,9 @@ asan: deps
 # The `threads` suite under ThreadSanitizer: any report fails the test.  The
 # fuzz targets stay off: their ASan flags do not mix with TSan (CC=clang).
 tsan: deps
-	@[ -f $(TSAN_BUILD)/build.ninja ] || meson setup -Dwerror=true $(TSAN_BUILD) \
+	@[ -f $(TSAN_BUILD)/build.ninja ] || meson setup -Dwerror=true $(HOOKS) $(TSAN_BUILD) \
 		-Db_sanitize=thread -Db_pie=true -Db_lundef=false -Dfuzz=disabled -Dbuildtype=debug >/dev/null
+	$(call hooks_on,$(TSAN_BUILD))
 	ninja -C $(TSAN_BUILD)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
 		meson test -C $(TSAN_BUILD) --suite threads --print-errorlogs --num-processes 2

@@ -58,6 +58,13 @@
 extern "C" {
 #endif
 
+/* The library is built with hidden symbols: only these functions leave it. */
+#if defined(__GNUC__) && !defined(WALRUS_API)
+#define WALRUS_API __attribute__((visibility("default")))
+#elif !defined(WALRUS_API)
+#define WALRUS_API
+#endif
+
 enum walrus_error {
 	WALRUS_OK = 0,
 	WALRUS_ENOTFOUND = -1,    /* key absent */
@@ -83,10 +90,10 @@ enum walrus_error {
 };
 
 /* A short description of an error code; never NULL. */
-const char *walrus_strerror(int code);
+WALRUS_API const char *walrus_strerror(int code);
 
 /* The detailed message of the last failure in this thread ("" if none). */
-const char *walrus_errmsg(void);
+WALRUS_API const char *walrus_errmsg(void);
 
 /*
  * Options.  Every engine knob has a name, a documented default and a valid
@@ -102,11 +109,11 @@ const char *walrus_errmsg(void);
  */
 typedef struct walrus_opts walrus_opts;
 
-walrus_opts *walrus_opts_new(void);
-void walrus_opts_free(walrus_opts *opts);
-int walrus_opts_set(walrus_opts *opts, const char *name, const char *value);
+WALRUS_API walrus_opts *walrus_opts_new(void);
+WALRUS_API void walrus_opts_free(walrus_opts *opts);
+WALRUS_API int walrus_opts_set(walrus_opts *opts, const char *name, const char *value);
 /* Writes the value of option @name into buf as text; WALRUS_EINVAL if unknown. */
-int walrus_opts_get(const walrus_opts *opts, const char *name, char *buf, size_t len);
+WALRUS_API int walrus_opts_get(const walrus_opts *opts, const char *name, char *buf, size_t len);
 
 typedef struct walrus walrus;
 
@@ -119,13 +126,13 @@ typedef struct walrus walrus;
  * owns it, or another directory is open in this process), EINVAL (also a bad
  * DIR/walrus.conf, named with its line, and strict_options=on conflicts), EIO.
  */
-int walrus_open(const char *dir, const walrus_opts *opts, walrus **db);
+WALRUS_API int walrus_open(const char *dir, const walrus_opts *opts, walrus **db);
 
 /* Detaches cleanly; always frees @db.  Returns the first error met, if any. */
-int walrus_close(walrus *db);
+WALRUS_API int walrus_close(walrus *db);
 
 /* Pid of the supervisor serving @db. */
-int walrus_supervisor_pid(const walrus *db);
+WALRUS_API int walrus_supervisor_pid(const walrus *db);
 
 /*
  * Stops the instance serving data directory @dir, as `pg_ctl stop` does
@@ -159,7 +166,7 @@ int walrus_supervisor_pid(const walrus *db);
 #define WALRUS_STOP_SMART     1
 #define WALRUS_STOP_FAST      2
 #define WALRUS_STOP_IMMEDIATE 3
-int walrus_stop(const char *dir, int mode, int wait);
+WALRUS_API int walrus_stop(const char *dir, int mode, int wait);
 
 /*
  * Messages.  The library never writes to the caller's stdout or stderr.
@@ -187,7 +194,7 @@ enum walrus_log_level {
 	WALRUS_LOG_PANIC = 5,   /* the instance restarts from its WAL (a call returns EPANIC) */
 };
 typedef void (*walrus_log_fn)(void *arg, int level, const char *line);
-void walrus_set_log_handler(walrus_log_fn fn, void *arg, int min_level);
+WALRUS_API void walrus_set_log_handler(walrus_log_fn fn, void *arg, int min_level);
 
 /* ---------------------------------------------------------------- key-value API */
 
@@ -212,27 +219,30 @@ void walrus_set_log_handler(walrus_log_fn fn, void *arg, int min_level);
 #define WALRUS_SYNC  0x1 /* return once the write is durable (group commit) */
 #define WALRUS_ASYNC 0x2 /* return at once; durable within wal_writer_delay */
 
-int walrus_put(walrus *db, const void *key, size_t klen, const void *val, size_t vlen, int flags);
+WALRUS_API int walrus_put(walrus *db, const void *key, size_t klen, const void *val, size_t vlen,
+                          int flags);
 /* WALRUS_ENOTFOUND when absent; else *val is malloc'd (free with walrus_free). */
-int walrus_get(walrus *db, const void *key, size_t klen, void **val, size_t *vlen);
+WALRUS_API int walrus_get(walrus *db, const void *key, size_t klen, void **val, size_t *vlen);
 /* Into the caller's buffer: *vlen gets the value's size; ETOOBIG (nothing
  * copied) when it exceeds @cap. */
-int walrus_get_into(walrus *db, const void *key, size_t klen, void *buf, size_t cap, size_t *vlen);
+WALRUS_API int walrus_get_into(walrus *db, const void *key, size_t klen, void *buf, size_t cap,
+                               size_t *vlen);
 /* WALRUS_ENOTFOUND when the key was absent (nothing written). */
-int walrus_delete(walrus *db, const void *key, size_t klen, int flags);
-void walrus_free(void *p);
+WALRUS_API int walrus_delete(walrus *db, const void *key, size_t klen, int flags);
+WALRUS_API void walrus_free(void *p);
 
 /* Atomic write batches: all operations become visible, and survive a
  * crash, together or not at all.  A batch copies keys and values. */
 typedef struct walrus_batch walrus_batch;
-walrus_batch *walrus_batch_new(void); /* NULL when out of memory */
-int walrus_batch_put(walrus_batch *b, const void *key, size_t klen, const void *val, size_t vlen);
-int walrus_batch_delete(walrus_batch *b, const void *key, size_t klen);
-size_t walrus_batch_count(const walrus_batch *b);
-void walrus_batch_clear(walrus_batch *b);
-void walrus_batch_free(walrus_batch *b);
+WALRUS_API walrus_batch *walrus_batch_new(void); /* NULL when out of memory */
+WALRUS_API int walrus_batch_put(walrus_batch *b, const void *key, size_t klen, const void *val,
+                                size_t vlen);
+WALRUS_API int walrus_batch_delete(walrus_batch *b, const void *key, size_t klen);
+WALRUS_API size_t walrus_batch_count(const walrus_batch *b);
+WALRUS_API void walrus_batch_clear(walrus_batch *b);
+WALRUS_API void walrus_batch_free(walrus_batch *b);
 /* Applies the batch (left unchanged: clear it to reuse). */
-int walrus_batch_commit(walrus *db, walrus_batch *b, int flags);
+WALRUS_API int walrus_batch_commit(walrus *db, walrus_batch *b, int flags);
 
 /*
  * Ordered iteration over [lo, hi) (NULL = unbounded; hi exclusive), positioned
@@ -241,34 +251,35 @@ int walrus_batch_commit(walrus *db, walrus_batch *b, int flags);
  * pointers stay valid until the iterator moves or closes.
  */
 typedef struct walrus_iter walrus_iter;
-int walrus_iter_open(walrus *db, const void *lo, size_t lolen, const void *hi, size_t hilen,
-                     walrus_iter **it);
-int walrus_iter_seek(walrus_iter *it, const void *key, size_t klen); /* first key >= key */
-int walrus_iter_seek_last(walrus_iter *it);
-int walrus_iter_next(walrus_iter *it);
-int walrus_iter_prev(walrus_iter *it);
-int walrus_iter_valid(const walrus_iter *it); /* 1 on a key, 0 past either end */
-void walrus_iter_key(const walrus_iter *it, const void **key, size_t *klen);
-void walrus_iter_value(const walrus_iter *it, const void **val, size_t *vlen);
-void walrus_iter_close(walrus_iter *it);
+WALRUS_API int walrus_iter_open(walrus *db, const void *lo, size_t lolen, const void *hi,
+                                size_t hilen, walrus_iter **it);
+WALRUS_API int walrus_iter_seek(walrus_iter *it, const void *key,
+                                size_t klen); /* first key >= key */
+WALRUS_API int walrus_iter_seek_last(walrus_iter *it);
+WALRUS_API int walrus_iter_next(walrus_iter *it);
+WALRUS_API int walrus_iter_prev(walrus_iter *it);
+WALRUS_API int walrus_iter_valid(const walrus_iter *it); /* 1 on a key, 0 past either end */
+WALRUS_API void walrus_iter_key(const walrus_iter *it, const void **key, size_t *klen);
+WALRUS_API void walrus_iter_value(const walrus_iter *it, const void **val, size_t *vlen);
+WALRUS_API void walrus_iter_close(walrus_iter *it);
 
 /*
  * Returns once every write acknowledged so far, by any process of the
  * instance, is durable: what WALRUS_SYNC does after a write, for the
  * WALRUS_ASYNC writes before it (one flush, shared by concurrent callers).
  */
-int walrus_sync(walrus *db);
+WALRUS_API int walrus_sync(walrus *db);
 /* An immediate checkpoint; returns when it is complete (EIO if it failed). */
-int walrus_checkpoint(walrus *db);
+WALRUS_API int walrus_checkpoint(walrus *db);
 /* The instance's counters as a JSON object; free *json with walrus_free. */
-int walrus_stats(walrus *db, char **json);
+WALRUS_API int walrus_stats(walrus *db, char **json);
 /*
  * Checks every page checksum and the tree's invariants; @report (may be
  * NULL) is called for each problem with the block it concerns.  Returns
  * WALRUS_OK when clean, WALRUS_ECORRUPT when problems were found.
  */
 typedef void (*walrus_report_fn)(void *arg, uint32_t block, const char *msg);
-int walrus_verify(walrus *db, walrus_report_fn report, void *arg);
+WALRUS_API int walrus_verify(walrus *db, walrus_report_fn report, void *arg);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,8 @@
  * would change nothing).  Each of --rounds rounds dirties every page (in a
  * random order) and requests an immediate checkpoint, then reads the
  * checkpoint's own figures: pages written, write phase, sync phase, total.
+ * --num N is --rounds N; --duration S runs rounds until S seconds have
+ * passed (at least one), as every bench workload takes one or the other.
  * Run it once per configuration (the options are the instance's):
  *   -o checkpoint_sort=on|off  -o checkpoint_flush_after=0|256kB
  *   -o io_method=sync|io_uring
@@ -29,7 +31,8 @@
 
 typedef struct ck_args {
 	uint64_t pages;
-	int rounds;
+	int rounds;        /* done when duration_s is 0 */
+	double duration_s; /* rounds until this many seconds have passed; < 0: not given */
 	bool json;
 } ck_args;
 
@@ -101,9 +104,17 @@ static int ck_prepare(uint64_t pages, wr_blkno *order, uint64_t *seed)
 	return rc;
 }
 
+/* Another round? --duration: until it has passed (one at least); else --rounds. */
+static bool ck_more(const ck_args *a, int done, uint64_t t0)
+{
+	if (a->duration_s >= 0)
+		return done == 0 || (double)(wr_now_ns() - t0) < a->duration_s * 1e9;
+	return done < a->rounds;
+}
+
 static int ck_parse(int argc, char **argv, ck_args *a)
 {
-	*a = (ck_args){.rounds = 3};
+	*a = (ck_args){.rounds = 3, .duration_s = -1};
 	for (int i = 1; i < argc; i++) {
 		char *end = NULL;
 		if (strcmp(argv[i], "--json") == 0)
@@ -112,18 +123,22 @@ static int ck_parse(int argc, char **argv, ck_args *a)
 			i++;
 		else if (strcmp(argv[i], "--pages") == 0 && i + 1 < argc)
 			a->pages = strtoull(argv[++i], &end, 10);
-		else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+		else if ((strcmp(argv[i], "--rounds") == 0 || strcmp(argv[i], "--num") == 0) &&
+		         i + 1 < argc)
 			a->rounds = (int)strtol(argv[++i], &end, 10);
+		else if (strcmp(argv[i], "--duration") == 0 && i + 1 < argc)
+			a->duration_s = strtod(argv[++i], &end);
 		else
 			goto bad;
-		if (end != NULL && *end != '\0')
+		if (end != NULL && (*end != '\0' || end == argv[i]))
 			goto bad;
 	}
-	if (a->rounds >= 1 && a->rounds <= 1000)
+	if (a->rounds >= 1 && a->rounds <= 1000 && (a->duration_s == -1 || a->duration_s > 0) &&
+	    a->duration_s <= 86400.0 * 7)
 		return 0;
 bad:
 	fprintf(stderr, "usage: walrus -D DIR [-o ...] bench --workload checkpoint [--pages N] "
-	                "[--rounds R] [--json]\n");
+	                "[--rounds R | --num R | --duration S] [--json]\n");
 	return TOOL_EXIT_USAGE;
 }
 
@@ -194,8 +209,11 @@ int cmd_bench_ckpt(tool_ctx *ctx, int argc, char **argv)
 	uint64_t seed = 0x2545F4914F6CDD1DULL;
 	ck_total t = {0};
 	int rc = order ? ck_prepare(pages, order, &seed) : WALRUS_ENOMEM;
-	for (int i = 0; rc == WALRUS_OK && i < a.rounds; i++)
-		rc = ck_round(pages, order, &seed, i + 1, &t);
+	uint64_t t0 = wr_now_ns();
+	int done = 0;
+	while (rc == WALRUS_OK && ck_more(&a, done, t0))
+		rc = ck_round(pages, order, &seed, ++done, &t);
+	a.rounds = done;
 	free(order);
 	if (rc == WALRUS_OK)
 		ck_report(ctx, &a, pages, &t);

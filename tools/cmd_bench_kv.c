@@ -10,6 +10,8 @@
  *   fillseq     --num puts of keys 0..N-1 in order (asynchronous unless --sync)
  *   fillrandom  the same puts in a fixed random order
  *   fillsync    --clients clients, each --num WALRUS_SYNC puts
+ *               (every workload runs for --duration instead when given: see
+ *               kv_usage and bench/peers/workloads.c)
  *   readrandom  --num random point reads over --clients clients (or each
  *               for --duration), of a database holding --num keys
  *   readwhilewriting
@@ -68,7 +70,7 @@ typedef struct kv_args {
 	bool processes; /* clients are forked processes (--processes), not threads */
 	int progress_s;
 	const char *csv, *plot;
-	bool set_clients, set_duration, set_mode; /* given on the command line */
+	bool set_clients, set_mode; /* given on the command line */
 } kv_args;
 
 static void kv_usage(FILE *f)
@@ -88,11 +90,13 @@ static void kv_usage(FILE *f)
 	    "                    steadily, the case where checkpoints matter\n"
 	    "  scan              one ordered scan of the N keys\n\n"
 	    "options:\n"
-	    "  --num N          keys (default %u); the operations of readrandom,\n"
-	    "                   readwhilewriting, updaterandom unless --duration;\n"
-	    "                   fillsync: durable puts per client (default %u)\n"
-	    "  --duration S     readrandom, readwhilewriting, updaterandom: each client runs\n"
-	    "                   S seconds instead\n"
+	    "  --num N          keys (default %u), and the operations of every workload\n"
+	    "                   unless --duration; fillsync: durable puts per client\n"
+	    "                   (default %u)\n"
+	    "  --duration S     run S seconds instead of the operations: each client of\n"
+	    "                   fillsync, readrandom, readwhilewriting, updaterandom; the\n"
+	    "                   fills go over their N keys again (same values) if time\n"
+	    "                   remains; scan repeats whole scans until S have passed\n"
 	    "  --clients P      clients of fillsync, readrandom, readwhilewriting (readers),\n"
 	    "                   updaterandom (default 1, at most %d)\n"
 	    "  --threads        the clients are threads of this process, each with its own\n"
@@ -192,13 +196,6 @@ static int kv_check(kv_args *a)
 		    name);
 		return TOOL_EXIT_USAGE;
 	}
-	if (a->set_duration && !is_random(a->workload)) {
-		fprintf(stderr,
-		        "walrus bench: %s runs --num operations (--duration is for readrandom, "
-		        "readwhilewriting, updaterandom)\n",
-		        name);
-		return TOOL_EXIT_USAGE;
-	}
 	if (a->sync && !writes) {
 		fprintf(stderr,
 		        "walrus bench: %s does not write (--sync is for the workloads that do)\n",
@@ -286,7 +283,6 @@ static int kv_parse(int argc, char **argv, kv_args *a)
 			a->set_clients = true;
 		} else if (strcmp(k, "--duration") == 0) {
 			ok = parse_seconds(k, s, &a->duration_s);
-			a->set_duration = true;
 		} else if (strcmp(k, "--key-size") == 0) {
 			ok = parse_u64(k, s, PEERS_MIN_KEY_SIZE, PEERS_MAX_KEY_SIZE, &a->key_size);
 		} else if (strcmp(k, "--value-size") == 0) {

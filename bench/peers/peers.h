@@ -156,8 +156,8 @@ typedef enum peers_client_mode { PEERS_CLIENTS_THREADS, PEERS_CLIENTS_PROCESSES 
 extern const char *const peers_client_mode_names[PEERS_MAX_MODES];
 
 typedef struct peers_config {
-	uint64_t num;      /* keys of every workload but fillsync; readrandom, readwhilewriting
-	                      and updaterandom: their operations too (unless duration_ns) */
+	uint64_t num;      /* keys of every workload but fillsync, and their operations
+	                      (unless duration_ns) */
 	uint64_t sync_ops; /* durable puts per fillsync client */
 	peers_workload workloads[PEERS_MAX_LIST];
 	int nworkloads;
@@ -187,8 +187,9 @@ typedef struct peers_config {
 	size_t key_size;      /* bytes of a key, PEERS_MIN_KEY_SIZE..PEERS_MAX_KEY_SIZE */
 	size_t value_size;    /* bytes of a value, PEERS_MIN_VALUE_SIZE..PEERS_MAX_VALUE_SIZE */
 	uint64_t seed;        /* mixed into every random stream */
-	uint64_t duration_ns; /* readrandom, readwhilewriting, updaterandom: run each client
-	                         this long instead of num operations in all */
+	uint64_t duration_ns; /* run each workload (each client) this long instead of its
+	                         operations; fills go over their keys again if time remains,
+	                         scan repeats whole scans */
 	bool sync;            /* durable puts in fillseq, fillrandom, updaterandom and
 	                         readwhilewriting's writer */
 	const peers_hooks *hooks;

@@ -30,8 +30,12 @@
  * Variations for `walrus bench` (peers_config; zero keeps the definitions):
  * key_size K (keys are K decimal digits, zero-padded), value_size, seed
  * (XOR-ed, times PERM_SEED, into every random stream's seed), duration_ns
- * (readrandom, readwhilewriting and updaterandom clients run that long
- * instead of sharing N operations), sync (durable puts in fillseq,
+ * (every workload runs that long instead of its operations: readrandom,
+ * readwhilewriting and updaterandom clients each for the duration; the
+ * fills go over their keys again, with the same values, when the duration
+ * outlasts them, so the database holds the keys written at least once;
+ * scan repeats whole scans until the duration has passed), sync (durable
+ * puts in fillseq,
  * fillrandom, updaterandom and readwhilewriting's writer), and hooks that
  * observe a timed run (peers.h).
  *
@@ -101,6 +105,7 @@ typedef struct client {
 	bool timed;                 /* a measured run: the hooks observe it */
 	uint64_t first;             /* fills: first key index (sequential order) */
 	const uint64_t *order;      /* fillrandom: key index of each op */
+	uint64_t span;              /* fills: keys to go over (again with a duration) */
 	uint64_t num;               /* readrandom and after: keys in the database */
 	uint64_t nops;              /* operations to run (0 with a duration or as the writer) */
 	uint64_t duration_ns;       /* run this long instead (0: nops) */
@@ -530,15 +535,31 @@ typedef struct verify_state {
 	const char *what;
 	uint64_t n;
 	uint64_t next;
+	uint64_t found; /* keys seen */
 	uint64_t fold;
-	bool any_round; /* values of later rounds are fine (after updates) */
+	bool any_round;         /* values of later rounds are fine (after updates) */
+	const uint8_t *present; /* keys of 0..n-1 expected (bit i); NULL: all of them */
 	char *key, *tmp;
 } verify_state;
+
+static inline bool bit_is_set(const uint8_t *bits, uint64_t i)
+{
+	return (bits[i / 8] >> (i % 8)) & 1;
+}
+
+/* The first key at or after @i that the database should hold (n: none). */
+static uint64_t next_present(const verify_state *s, uint64_t i)
+{
+	while (s->present != NULL && i < s->n && !bit_is_set(s->present, i))
+		i++;
+	return i;
+}
 
 static void verify_cb(void *arg, const char *k, size_t klen, const char *v, size_t vlen)
 {
 	verify_state *s = arg;
 
+	s->next = next_present(s, s->next);
 	if (s->next >= s->n)
 		peers_mismatch(s->engine, s->what, "more than %" PRIu64 " keys", s->n);
 	make_key(s->next, s->key);
@@ -550,25 +571,39 @@ static void verify_cb(void *arg, const char *k, size_t klen, const char *v, size
 		               (int)g_key_size, s->key, vlen);
 	s->fold = fold_value(s->fold, v);
 	s->next++;
+	s->found++;
 }
 
-/* Check by an ordered scan that the database holds exactly keys 0..n-1 with
- * their round-0 values (any_round: or values of later rounds); returns the
- * fingerprint of the values. */
-static uint64_t verify_all(const peers_engine *e, void *h, uint64_t n, const char *what,
-                           bool any_round)
+/* Check by an ordered scan that the database holds exactly the keys of
+ * 0..n-1 whose bit is set in @present (NULL: all of them) with their round-0
+ * values (any_round: or values of later rounds); returns the fingerprint of
+ * the values. */
+static uint64_t verify_keys(const peers_engine *e, void *h, uint64_t n, const uint8_t *present,
+                            const char *what, bool any_round)
 {
-	verify_state s = {.engine = e->name, .what = what, .n = n, .any_round = any_round};
+	verify_state s = {
+	    .engine = e->name, .what = what, .n = n, .any_round = any_round, .present = present};
 
 	s.key = peers_xmalloc("key", g_key_size);
 	s.tmp = peers_xmalloc("value", g_value_size);
 	e->scan(h, verify_cb, &s);
-	if (s.next != n)
+	if (next_present(&s, s.next) != n) {
+		uint64_t want = s.found;
+
+		for (uint64_t i = next_present(&s, s.next); i < n; i = next_present(&s, i + 1))
+			want++;
 		peers_mismatch(e->name, what, "scan found %" PRIu64 " keys, expected %" PRIu64,
-		               s.next, n);
+		               s.found, want);
+	}
 	free(s.key);
 	free(s.tmp);
 	return s.fold;
+}
+
+static uint64_t verify_all(const peers_engine *e, void *h, uint64_t n, const char *what,
+                           bool any_round)
+{
+	return verify_keys(e, h, n, NULL, what, any_round);
 }
 
 /* -------------------------------------------------------------- clients */
@@ -624,18 +659,54 @@ static void client_ready(client *c)
 	}
 }
 
+/* The fills: nops puts, or as many as the duration allows, going over the
+ * client's span of keys again (same values) when it outlasts them. */
 static void client_fill(client *c, void *h)
 {
-	for (uint64_t j = 0; j < c->nops; j++) {
-		uint64_t idx = c->order ? c->order[j] : c->first + j;
+	uint64_t t1 = c->start_ns;
+
+	for (uint64_t j = 0; client_more(c, t1); j++) {
+		uint64_t at = j % c->span;
+		uint64_t idx = c->order ? c->order[at] : c->first + at;
 		uint64_t t0;
 
 		make_key(idx, c->key);
 		make_value(idx, 0, c->val);
 		t0 = now_ns();
 		c->e->put(h, c->key, g_key_size, c->val, g_value_size);
-		client_record(c, t0, now_ns());
+		t1 = now_ns();
+		client_record(c, t0, t1);
 	}
+}
+
+/* Marks in @bits (of a span starting at key 0) the keys fill client @c wrote. */
+static void mark_filled(const client *c, uint8_t *bits)
+{
+	uint64_t n = c->ops < c->span ? c->ops : c->span;
+
+	for (uint64_t j = 0; j < n; j++) {
+		uint64_t idx = c->order ? c->order[j] : c->first + j;
+
+		bits[idx / 8] |= (uint8_t)(1u << (idx % 8));
+	}
+}
+
+/* After a fill of @n keys by @nc clients: did they write every key? If
+ * not (a duration shorter than the fill), which ones (*bits, to free). */
+static bool fill_complete(const client *cl, int nc, uint64_t n, uint8_t **bits)
+{
+	bool all = true;
+
+	*bits = NULL;
+	for (int i = 0; i < nc; i++)
+		all = all && cl[i].ops >= cl[i].span;
+	if (all)
+		return true;
+	*bits = peers_xmalloc("key bitmap", n / 8 + 1);
+	memset(*bits, 0, n / 8 + 1);
+	for (int i = 0; i < nc; i++)
+		mark_filled(&cl[i], *bits);
+	return false;
 }
 
 static void client_read(client *c, void *h)
@@ -1053,24 +1124,34 @@ static void client_free(client *c)
 }
 
 /* fillseq / fillrandom on a new database, in this process. With report ==
- * false, the untimed load that readrandom and scan start from. */
-static void wl_fill(const peers_config *cfg, const peers_engine *e, peers_workload w, bool report)
+ * false, the untimed load that readrandom and scan start from (all num
+ * keys, whatever the duration). Returns whether the database holds all num
+ * keys (a timed fill may end before). */
+static bool wl_fill(const peers_config *cfg, const peers_engine *e, peers_workload w, bool report)
 {
 	peers_open_args oa = {.dir = g_subdir, .sync = report && cfg->sync, .nkeys = cfg->num};
-	client c = client_new(e, &oa, w, cfg->num, report);
+	uint64_t duration = report ? cfg->duration_ns : 0;
+	client c = client_new(e, &oa, w, duration ? 0 : cfg->num, report);
 	uint64_t *order = w == PEERS_FILLRANDOM ? make_permutation(cfg->num) : NULL;
+	uint8_t *bits;
+	bool all;
 
 	reset_dir(cfg, e, g_subdir);
 	c.h = e->open(&oa);
 	c.order = order;
+	c.span = cfg->num;
+	c.duration_ns = duration;
 	client_run(&c);
+	all = fill_complete(&c, 1, cfg->num, &bits);
 	if (report) {
-		verify_all(e, c.h, cfg->num, peers_workload_names[w], false);
+		verify_keys(e, c.h, cfg->num, bits, peers_workload_names[w], false);
 		report_clients(cfg, &c, 1, w, "processes");
 	}
 	e->close(c.h);
+	free(bits);
 	free(order);
 	client_free(&c);
+	return all;
 }
 
 /* Run n clients as forked processes, as threads each opening its own handle
@@ -1104,20 +1185,26 @@ static void wl_fillsync(const peers_config *cfg, const peers_engine *e, int proc
 	peers_open_args oa = {.dir = g_subdir, .sync = true, .nkeys = total};
 	client cl[MAX_CLIENTS];
 	const char *mode;
+	uint8_t *bits;
 	void *h;
 
 	/* Create the database here, so the clients only open it. */
 	reset_dir(cfg, e, g_subdir);
 	e->close(e->open(&oa));
 	for (int i = 0; i < procs; i++) {
-		cl[i] = client_new(e, &oa, PEERS_FILLSYNC, cfg->sync_ops, true);
+		cl[i] =
+		    client_new(e, &oa, PEERS_FILLSYNC, cfg->duration_ns ? 0 : cfg->sync_ops, true);
 		cl[i].id = i;
 		cl[i].first = (uint64_t)i * cfg->sync_ops;
+		cl[i].span = cfg->sync_ops;
+		cl[i].duration_ns = cfg->duration_ns;
 	}
 	mode = run_clients(e, &oa, cl, procs, cmode);
 
 	h = e->open(&oa);
-	verify_all(e, h, total, "fillsync", false);
+	fill_complete(cl, procs, total, &bits);
+	verify_keys(e, h, total, bits, "fillsync", false);
+	free(bits);
 	e->close(h);
 	report_clients(cfg, cl, procs, PEERS_FILLSYNC, mode);
 	for (int i = 0; i < procs; i++)
@@ -1358,24 +1445,29 @@ static void wl_scan(const peers_config *cfg, const peers_engine *e)
 	void *h = e->open(&oa);
 	uint64_t want = verify_all(e, h, cfg->num, "scan warm pass", true);
 	scan_state s = {.engine = e->name, .n = cfg->num};
-	uint64_t t0, t1;
+	uint64_t t0, t1, keys = 0;
 	peers_result r;
 
 	s.key = peers_xmalloc("key", g_key_size);
-	make_key(0, s.key);
 	t0 = now_ns();
 	s.now = t0;
 	if (g_hooks != NULL && g_hooks->start != NULL)
 		g_hooks->start(g_hooks->arg, 0, t0);
-	e->scan(h, scan_cb, &s);
-	t1 = now_ns();
+	do { /* with a duration: whole scans until it has passed */
+		s.count = 0;
+		s.fold = 0;
+		make_key(0, s.key);
+		e->scan(h, scan_cb, &s);
+		if (s.count != cfg->num)
+			peers_mismatch(e->name, "scan", "found %" PRIu64 " keys, expected %" PRIu64,
+			               s.count, cfg->num);
+		if (s.fold != want)
+			peers_mismatch(e->name, "scan", "values differ from the warm pass's");
+		keys += s.count;
+		t1 = now_ns();
+	} while (cfg->duration_ns != 0 && t1 - t0 < cfg->duration_ns);
 	if (g_hooks != NULL && g_hooks->end != NULL)
 		g_hooks->end(g_hooks->arg, 0, t1);
-	if (s.count != cfg->num)
-		peers_mismatch(e->name, "scan", "found %" PRIu64 " keys, expected %" PRIu64,
-		               s.count, cfg->num);
-	if (s.fold != want)
-		peers_mismatch(e->name, "scan", "values differ from the warm pass's");
 	e->close(h);
 	free(s.key);
 	r = (peers_result){
@@ -1383,7 +1475,7 @@ static void wl_scan(const peers_config *cfg, const peers_engine *e)
 	    .workload = "scan",
 	    .mode = "processes",
 	    .procs = 1,
-	    .ops = s.count,
+	    .ops = keys,
 	    .start_ns = t0,
 	    .end_ns = t1,
 	    .ns = t1 - t0,
@@ -1450,8 +1542,7 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 
 		switch (w) {
 		case PEERS_FILLSEQ:
-			wl_fill(cfg, e, PEERS_FILLSEQ, true);
-			loaded = pristine = true;
+			loaded = pristine = wl_fill(cfg, e, PEERS_FILLSEQ, true);
 			break;
 		case PEERS_FILLRANDOM:
 			wl_fill(cfg, e, PEERS_FILLRANDOM, true);

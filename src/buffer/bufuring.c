@@ -28,7 +28,9 @@ typedef struct ck_slot {
 	const buf_ckpt_item *it;
 	smgr_rel *rel;
 	fdc_file f;
-	int err; /* errno of a failed write, 0 when written */
+	int err;         /* errno of a failed write, 0 when written */
+	bool guarded;    /* inside the I/O guard until the write completed */
+	uint64_t intent; /* the power-loss journal's record of the write, or 0 */
 } ck_slot;
 
 static int ck_ring_init(void)
@@ -57,11 +59,13 @@ static bool ck_claim(const buf_ckpt_item *it, bool wait, bool *busy)
 	buf_hdr_unlock(d, s);
 	if (!ok)
 		return false;
-	if (wait)
+	if (wait) {
 		buf_lock(it->buf, false);
-	else if (rw_trylock_shared(&d->content))
+	} else if (rw_trylock_shared(&d->content)) {
+		WR_ASSERT(buf_me->locked[it->buf - 1] ==
+		          0); /* buf_lock refuses a second lock too */
 		buf_me->locked[it->buf - 1] = BUF_LOCK_SHARED;
-	else {
+	} else {
 		buf_unpin(it->buf);
 		*busy = true;
 		return false;
@@ -96,17 +100,19 @@ static void ck_queue(ck_slot *s, int i)
 		return;
 	}
 	fdc_pin(s->f, true); /* the fd must stay open while the kernel uses it */
-	/* The seam's guard and failpoints apply as to a pwrite. */
+	/* The seam's guard and failpoints apply as to a pwrite; the guard is
+	 * held until the write completed (ck_finish). */
 	if (fdc_io_begin(s->f, "pwrite", &injected) != WALRUS_OK) {
 		s->err = EIO;
 		return;
 	}
-	fdc_io_end();
+	s->guarded = true;
 	if (injected) {
 		s->err = injected;
 		return;
 	}
 	page_set_checksum(page, s->it->blk);
+	s->intent = fdc_io_write_intent(s->f, off, WR_PAGE_SIZE);
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&ck_ring);
 	io_uring_prep_write(sqe, fd, page, WR_PAGE_SIZE, (uint64_t)off);
 	io_uring_sqe_set_data64(sqe, (uint64_t)i);
@@ -138,6 +144,10 @@ static int ck_finish(ck_slot *s, buf_wb *wb, uint32_t *written)
 {
 	buf_desc *d = buf_get_desc(s->it->buf);
 	int rc = WALRUS_OK;
+	if (s->err == 0)
+		fdc_io_write_done(s->f, s->intent);
+	if (s->guarded)
+		fdc_io_end();
 	if (s->err == 0)
 		rc = smgr_written(s->rel, s->it->blk);
 	if (s->f != FDC_INVALID)

@@ -8,30 +8,15 @@
  */
 #include "buffer/buf_int.h"
 
-#include <sched.h>
-
-/* Spins politely: on 2 CPUs the holder may be preempted, so yield early. */
-static void buf_spin_delay(int *spins)
-{
-	if (++*spins < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-		__builtin_ia32_pause();
-#endif
-	} else if (*spins < 1000)
-		sched_yield();
-	else
-		wr_sleep_us(50);
-}
-
 uint32_t buf_hdr_lock(buf_desc *d)
 {
-	int spins = 0;
+	ipc_spin sp = IPC_SPIN_INIT("a buffer header lock");
 	for (;;) {
 		uint32_t old = atomic_fetch_or(&d->state, BM_LOCKED);
 		if (!(old & BM_LOCKED))
 			return old | BM_LOCKED;
 		while (atomic_load_explicit(&d->state, memory_order_relaxed) & BM_LOCKED)
-			buf_spin_delay(&spins);
+			ipc_spin_delay(&sp);
 	}
 }
 
@@ -57,10 +42,10 @@ bool buf_pin(int buf)
 		return atomic_load(&d->state) & BM_VALID;
 	}
 	uint32_t old = atomic_load(&d->state), want;
-	int spins = 0;
+	ipc_spin sp = IPC_SPIN_INIT("a buffer header lock (to pin)");
 	for (;;) {
 		if (old & BM_LOCKED) {
-			buf_spin_delay(&spins);
+			ipc_spin_delay(&sp);
 			old = atomic_load(&d->state);
 			continue;
 		}
@@ -91,10 +76,10 @@ void buf_unpin(int buf)
 		return;
 	buf_desc *d = buf_get_desc(buf);
 	uint32_t old = atomic_load(&d->state);
-	int spins = 0;
+	ipc_spin sp = IPC_SPIN_INIT("a buffer header lock (to unpin)");
 	for (;;) {
 		if (old & BM_LOCKED) {
-			buf_spin_delay(&spins);
+			ipc_spin_delay(&sp);
 			old = atomic_load(&d->state);
 			continue;
 		}

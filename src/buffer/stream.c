@@ -180,6 +180,7 @@ static int fd_pin(fdc_file f)
 
 static void fd_unpin(fdc_file f)
 {
+	WR_ASSERT(f >= 0 && f < su.nfpins && su.fpins[f] > 0);
 	if (--su.fpins[f] == 0)
 		fdc_pin(f, false);
 }

@@ -256,8 +256,9 @@ _Noreturn void ckpt_main(const char *datadir, const wr_options *o, _Atomic uint3
                          pid_t supervisor)
 {
 	_Atomic uint32_t *latch = wal_ckpt_latch();
-	uint64_t last = wr_now_ns();
-	wr_lsn last_end = wal_insert_lsn();
+	ckpt_sched sched;
+	ckpt_sched_init(&sched, (uint64_t)o->checkpoint_timeout_us * 1000, wr_now_ns(),
+	                wal_insert_lsn());
 	ckpt_shutdown = shutdown;
 	if (ckpt_sync_listen(datadir) != WALRUS_OK)
 		wr_panic("checkpointer could not listen for sync requests: %s", walrus_errmsg());
@@ -272,27 +273,23 @@ _Noreturn void ckpt_main(const char *datadir, const wr_options *o, _Atomic uint3
 		}
 		if (getppid() != supervisor)
 			_exit(1);
-		uint64_t now = wr_now_ns();
-		bool timed = now - last >= (uint64_t)o->checkpoint_timeout_us * 1000;
 		bool wal = wal_take_ckpt_request();
 		uint32_t req = ckpt_take_requests();
 		int flags;
 		const char *reason = reason_of(req, wal, &flags);
-		/* An idle instance needs no checkpoint: nothing to replay since. */
-		bool busy = wal_insert_lsn() != last_end;
-		if ((req & CKPT_REQUESTED) || wal || (timed && busy)) {
-			if ((req & CKPT_REQUESTED) && !busy && !(req & CKPT_FORCE))
-				ckpt_note_skipped();
-			else
-				run_one(datadir, o, flags | (int)(req & CKPT_REQUESTED), reason);
-			last_end = wal_insert_lsn();
-			last = wr_now_ns();
-		} else if (timed) {
-			last = now;
+		switch (ckpt_sched_decide(&sched, wr_now_ns(), req, wal, wal_insert_lsn())) {
+		case CKPT_ACT_RUN:
+			run_one(datadir, o, flags | (int)(req & CKPT_REQUESTED), reason);
+			ckpt_sched_ended(&sched, wal_insert_lsn());
+			break;
+		case CKPT_ACT_SKIP:
+			ckpt_note_skipped();
+			ckpt_sched_ended(&sched, wal_insert_lsn());
+			break;
+		case CKPT_ACT_WAIT:
+			break;
 		}
-		uint64_t period = (uint64_t)o->checkpoint_timeout_us * 1000,
-		         gone = wr_now_ns() - last;
-		uint64_t left = gone < period ? period - gone : 1;
+		uint64_t left = ckpt_sched_wait_ns(&sched, wr_now_ns());
 		ipc_wait_u32(latch, seen, WR_MIN(left, 1000000000ULL));
 	}
 }

@@ -3,11 +3,16 @@
  *
  * A checkpoint makes everything before its redo point durable in the data
  * files, so recovery may start there and older WAL segments can be
- * recycled.  Today the engine has no shared buffers yet, so nothing dirty
- * lives outside the WAL and a checkpoint is: set the redo pointer, write
- * the checkpoint record, flush it, replace the control file, recycle WAL.
- * The buffer pool's sorted write and sync phases slot in between the redo
- * pointer and the record (DESIGN.md rule 7) when it arrives.
+ * recycled: set the redo pointer, write the buffer pool's dirty pages in
+ * sorted order (paced), fsync every file written (the sync phase), write
+ * the checkpoint record, flush it, replace the control file, recycle WAL
+ * (DESIGN.md rule 7).
+ *
+ * Files: checkpoint.c (one checkpoint, the checkpointer's loop), request.c
+ * (requests and waiting for them, region "ckpt"), pacing.c (spreading the
+ * writes), sync.c (the checkpointer's side of the sync-request queue: the
+ * fds it holds and fsyncs), sync_send.c (the side every writing process
+ * runs: handing fds over), sync_int.h (what the two sync files share).
  *
  * Owns: the control file's checkpoint fields (only the checkpointer and the
  * startup process write it, never at the same time).
@@ -116,7 +121,8 @@ int ckpt_perform(const char *datadir, const wr_options *o, int flags, const char
 _Noreturn void ckpt_main(const char *datadir, const wr_options *o, _Atomic uint32_t *shutdown,
                          pid_t supervisor);
 
-/* ---------------------------------------------------------------- sync requests (sync.c) */
+/* ---------------------------------------------------------------- sync requests (sync.c,
+ * sync_send.c) */
 
 /*
  * Design rule 4: only the checkpointer fsyncs data files.  The first write
@@ -170,7 +176,7 @@ int ckpt_sync_shmem_init(void);
 /* In every process after attaching (and after fork, harmlessly again). */
 int ckpt_sync_attach(void);
 
-/* --- checkpointer side */
+/* --- checkpointer side (sync.c) */
 
 /*
  * Listens on DIR/walrus-ckpt.sock (a stale socket is replaced) and makes
@@ -220,7 +226,7 @@ int ckpt_sync_all(ckpt_sync_result *r);
  */
 void ckpt_sync_shutdown(void);
 
-/* --- sender side (every process that writes data files) */
+/* --- sender side (sync_send.c: every process that writes data files) */
 
 /*
  * The three storage hooks (see smgr_set_sync_hooks).  The register hook
@@ -292,6 +298,37 @@ bool ckpt_pace_on_schedule(const ckpt_pacer *p, double progress, uint64_t now_us
  */
 uint64_t ckpt_pace_sleep_us(const ckpt_pacer *p, double progress, uint64_t now_us,
                             uint64_t wal_pos);
+
+/*
+ * When the checkpointer starts the next checkpoint.  checkpoint_timeout
+ * counts from the *start* of the previous one, as PostgreSQL counts it: a
+ * spread checkpoint that took 0.9 of the interval is followed by a timed
+ * one 0.1 later, not a whole interval after it ended, and the pacing above
+ * spreads the writes over the interval that really separates them.  An
+ * idle instance (no WAL since the last checkpoint ended) skips the timed
+ * one; a request finding nothing to do is skipped unless forced.  Pure:
+ * the clock is the caller's, so tests inject it.
+ */
+typedef enum ckpt_action {
+	CKPT_ACT_WAIT = 0, /* nothing due */
+	CKPT_ACT_RUN,      /* perform one now */
+	CKPT_ACT_SKIP,     /* a request with nothing to do: count it skipped */
+} ckpt_action;
+
+typedef struct ckpt_sched {
+	uint64_t period_ns; /* checkpoint_timeout */
+	uint64_t last_ns;   /* start of the last checkpoint (or skip, or idle timeout) */
+	wr_lsn last_end;    /* WAL insert position when the last checkpoint ended */
+} ckpt_sched;
+
+void ckpt_sched_init(ckpt_sched *s, uint64_t period_ns, uint64_t now_ns, wr_lsn insert_lsn);
+/* @req: the flags taken from the request word; @wal: max_wal_size asked for one. */
+ckpt_action ckpt_sched_decide(ckpt_sched *s, uint64_t now_ns, uint32_t req, bool wal,
+                              wr_lsn insert_lsn);
+/* After a checkpoint (or skip) ended, with the insert position then. */
+void ckpt_sched_ended(ckpt_sched *s, wr_lsn insert_lsn);
+/* How long until the next timed checkpoint is due (at least 1 ns). */
+uint64_t ckpt_sched_wait_ns(const ckpt_sched *s, uint64_t now_ns);
 
 /* A dirty buffer to write, sorted by (rel, blk) so writes go in file order. */
 typedef buf_ckpt_item ckpt_item;

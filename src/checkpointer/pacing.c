@@ -1,6 +1,6 @@
 /*
- * pacing.c - spreading a checkpoint's writes over the interval, and the sort
- * order of the writes.
+ * pacing.c - when a checkpoint starts, spreading its writes over the
+ * interval, and the sort order of the writes.
  *
  * Interface: see checkpointer.h ("pacing").
  *
@@ -99,6 +99,43 @@ uint64_t ckpt_pace_sleep_us(const ckpt_pacer *p, double progress, uint64_t now_u
 	if (!(sleep >= (double)CKPT_PACE_MIN_SLEEP_US))
 		return 0;
 	return (uint64_t)sleep;
+}
+
+/* ---------------------------------------------------------------- scheduling */
+
+void ckpt_sched_init(ckpt_sched *s, uint64_t period_ns, uint64_t now_ns, wr_lsn insert_lsn)
+{
+	*s = (ckpt_sched){
+	    .period_ns = period_ns ? period_ns : 1, .last_ns = now_ns, .last_end = insert_lsn};
+}
+
+ckpt_action ckpt_sched_decide(ckpt_sched *s, uint64_t now_ns, uint32_t req, bool wal,
+                              wr_lsn insert_lsn)
+{
+	bool timed = now_ns - s->last_ns >= s->period_ns;
+	bool busy = insert_lsn != s->last_end;
+	bool requested = (req & CKPT_REQUESTED) != 0;
+	if (!requested && !wal && !(timed && busy)) {
+		/* Idle through a whole interval: the next one counts from now. */
+		if (timed)
+			s->last_ns = now_ns;
+		return CKPT_ACT_WAIT;
+	}
+	s->last_ns = now_ns; /* the start, whatever the checkpoint then takes */
+	if (requested && !busy && !(req & CKPT_FORCE))
+		return CKPT_ACT_SKIP;
+	return CKPT_ACT_RUN;
+}
+
+void ckpt_sched_ended(ckpt_sched *s, wr_lsn insert_lsn)
+{
+	s->last_end = insert_lsn;
+}
+
+uint64_t ckpt_sched_wait_ns(const ckpt_sched *s, uint64_t now_ns)
+{
+	uint64_t gone = now_ns - s->last_ns;
+	return gone < s->period_ns ? s->period_ns - gone : 1;
 }
 
 /* ---------------------------------------------------------------- sorting */

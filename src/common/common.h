@@ -1,5 +1,6 @@
 /*
- * common.h - the ground floor: CRC32C, logging, errors, options, time.
+ * common.h - the ground floor: CRC32C, logging, errors, options, time,
+ * growing arrays.
  *
  * Owns: per-process logging state (sinks, process name, level), the
  * thread-local "last error" message, the option table.
@@ -91,12 +92,27 @@ void wr_panic_rearm(void);
 
 /*
  * Critical sections: code between enter and exit must not fail halfway
- * (WAL insert + page change).  Error paths inside one call wr_panic(); the
- * macro below checks it in debug builds.
+ * (WAL insert + page change).  Error paths inside one call wr_panic();
+ * wr_error() checks it with WR_ASSERT in debug builds.
  */
 void wr_crit_enter(void);
 void wr_crit_exit(void);
 bool wr_in_crit(void);
+
+/*
+ * WR_ASSERT(cond): an invariant the code relies on, checked where NDEBUG is
+ * not defined (every build but meson's release buildtype, b_ndebug=if-release).
+ * A false one PANICs with the condition and its place: it is a bug, and the
+ * state it guards may be shared memory.  In release builds the condition is
+ * not evaluated (so it must have no side effects) but still compiled.
+ */
+#ifdef NDEBUG
+#define WR_ASSERT(cond) ((void)sizeof((cond) ? 1 : 0))
+#else
+#define WR_ASSERT(cond)                                                                            \
+	(WR_LIKELY(cond) ? (void)0 : wr_assert_failed(#cond, __FILE__, __LINE__, __func__))
+#endif
+_Noreturn void wr_assert_failed(const char *cond, const char *file, int line, const char *func);
 
 /* ---------------------------------------------------------------- errors */
 
@@ -231,6 +247,18 @@ const char *wr_opt_source_name(int source);
 int wr_parse_size(const char *s, int64_t *out);
 int wr_parse_time_us(const char *s, int64_t *out);
 int wr_parse_bool(const char *s, bool *out);
+
+/* ---------------------------------------------------------------- memory */
+
+/*
+ * Grows the array *@bufp (a pointer of any object type, passed by address)
+ * of *@cap elements of @elem bytes to hold at least @need: *@cap doubles,
+ * starting from @first when the array is empty.  WALRUS_OK (also when it
+ * is large enough already), or WALRUS_ENOMEM when need * elem overflows or
+ * realloc fails: *@bufp and *@cap are then unchanged and the old contents
+ * intact.  Records no message: the caller knows what it was growing.
+ */
+int wr_grow(void *bufp, size_t *cap, size_t need, size_t elem, size_t first);
 
 /* ---------------------------------------------------------------- strings */
 

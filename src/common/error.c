@@ -4,7 +4,8 @@
  * Interface: walrus_strerror() names a WALRUS_E* code; wr_error() records a
  * detailed message (read back with walrus_errmsg()) and returns its code, so
  * an error path is one statement; wr_errno_code() maps errno values onto
- * the few codes the public API promises.
+ * the few codes the public API promises; wr_assert_failed() is where a
+ * false WR_ASSERT goes.
  *
  * Notes: the message buffer is thread-local because an embedding
  * application may call walrus from several threads (one at a time per
@@ -75,6 +76,8 @@ const char *walrus_errmsg(void)
 
 int wr_error(int code, const char *fmt, ...)
 {
+	/* An error returned from a critical section would leave it half done. */
+	WR_ASSERT(!wr_in_crit());
 	int saved_errno = errno;
 	va_list ap;
 
@@ -119,4 +122,9 @@ int wr_errno_code(int err)
 		return WALRUS_ELIMIT;
 	}
 	return WALRUS_EIO;
+}
+
+_Noreturn void wr_assert_failed(const char *cond, const char *file, int line, const char *func)
+{
+	wr_panic("assertion \"%s\" failed at %s:%d in %s()", cond, file, line, func);
 }

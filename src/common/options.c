@@ -76,7 +76,7 @@ static const wr_opt_desc opt_table[] = {
     OPT("io_method", WR_OPT_ENUM, INST, io_method, "sync", 0, 0, io_method_names,
         "system calls used for checkpoint, bgwriter, WAL and recovery I/O"),
     OPT("wal_compression", WR_OPT_ENUM, INST, wal_compression, "off", 0, 0, compression_names,
-        "compression of full page images in the WAL"),
+        "compression of full page images in the WAL (on = zstd)"),
     OPT("wal_compression_level", WR_OPT_INT, INST, wal_compression_level, "3", 1, 19, NULL,
         "zstd level for wal_compression"),
     OPT("wal_writer_delay", WR_OPT_TIME, INST, wal_writer_delay_us, "200ms", 1 * MS, 10 * SEC, NULL,
@@ -502,6 +502,20 @@ static bool value_ok(const wr_opt_desc *d, union opt_value v)
 	return true;
 }
 
+/* Spellings users bring from PostgreSQL: wal_compression = on picks the one method there is. */
+static const struct {
+	const char *opt, *alias, *value;
+} enum_aliases[] = {{"wal_compression", "on", "zstd"}};
+
+static const char *enum_alias(const wr_opt_desc *d, const char *text)
+{
+	for (size_t i = 0; i < WR_ARRAY_LEN(enum_aliases); i++)
+		if (strcmp(d->name, enum_aliases[i].opt) == 0 &&
+		    strcasecmp(text, enum_aliases[i].alias) == 0)
+			return enum_aliases[i].value;
+	return text;
+}
+
 static bool parse_value(const wr_opt_desc *d, const char *text, union opt_value *v)
 {
 	switch (d->type) {
@@ -516,7 +530,7 @@ static bool parse_value(const wr_opt_desc *d, const char *text, union opt_value 
 	case WR_OPT_REAL:
 		return parse_real(text, &v->r);
 	case WR_OPT_ENUM:
-		return parse_enum(text, d->enum_names, &v->e);
+		return parse_enum(enum_alias(d, text), d->enum_names, &v->e);
 	}
 	return false;
 }

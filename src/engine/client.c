@@ -137,15 +137,20 @@ static _Thread_local char thread_token;
 
 /* ---------------------------------------------------------------- guard and PANIC */
 
+/*
+ * in_io counts nested brackets: I/O submitted to io_uring stays in flight
+ * across the seam's own calls (a short write finished by pwrite, the
+ * flush's own bracket), and an inner exit must not end the outer guard.
+ */
 static int guard_enter(void)
 {
 	wr_proc *p = engine_my_proc();
 	if (p == NULL)
 		return WALRUS_OK;
-	atomic_store(&p->in_io, 1);
+	atomic_fetch_add(&p->in_io, 1);
 	uint32_t state = atomic_load(&shm_hdr()->state);
 	if (state == SHM_STATE_CRASHED || state == SHM_STATE_SHUTDOWN) {
-		atomic_store(&p->in_io, 0);
+		atomic_fetch_sub(&p->in_io, 1);
 		/* ERESTART for both: the callers know it as "refused, nothing done". */
 		return wr_error(WALRUS_ERESTART, state == SHM_STATE_CRASHED
 		                                     ? "the instance crashed and is restarting; "
@@ -156,6 +161,14 @@ static int guard_enter(void)
 }
 
 static void guard_exit(void)
+{
+	wr_proc *p = engine_my_proc();
+	if (p != NULL && atomic_fetch_sub(&p->in_io, 1) == 0)
+		wr_panic("I/O guard left more often than entered");
+}
+
+/* A PANIC unwinds every bracket at once; its I/O can no longer complete. */
+static void guard_drop(void)
 {
 	wr_proc *p = engine_my_proc();
 	if (p != NULL)
@@ -180,7 +193,7 @@ static void client_panic_handler(void)
 		atomic_store(&h->state, SHM_STATE_CRASHED);
 		ipc_wake_all(&h->state);
 	}
-	guard_exit();
+	guard_drop();
 	atomic_store(&C.poisoned, true);
 	if (C.sock >= 0 && !panic_after_crash) {
 		wr_msg m = {.magic = WR_PROTO_MAGIC,

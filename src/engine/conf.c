@@ -343,14 +343,8 @@ typedef struct conf_buf {
 
 static int buf_add(conf_buf *b, const char *s, size_t n)
 {
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = (b->len + n + 1) * 2;
-		char *p = realloc(b->s, cap);
-		if (p == NULL)
-			return wr_error(WALRUS_ENOMEM, "out of memory editing %s", WR_CONF_FILE);
-		b->s = p;
-		b->cap = cap;
-	}
+	if (wr_grow(&b->s, &b->cap, b->len + n + 1, 1, 2 * (n + 1)) != WALRUS_OK)
+		return wr_error(WALRUS_ENOMEM, "out of memory editing %s", WR_CONF_FILE);
 	memcpy(b->s + b->len, s, n);
 	b->len += n;
 	b->s[b->len] = '\0';

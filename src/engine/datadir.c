@@ -2,6 +2,35 @@
  * datadir.c - the data directory: resolution, checks, initialisation and
  * the instance and attach locks in walrus.pid.
  *
+ * Initialisation is atomic by a marker written first.  It runs in the
+ * supervisor under the instance lock, so two processes creating the same
+ * directory never both initialise it: the loser of the lock gets
+ * WALRUS_EBUSY and its opener retries until the winner listens.  Building
+ * the directory elsewhere and renaming it into place would not do: DIR may
+ * exist already, empty (a mount point, a directory made by the user, with
+ * wal/ as a symbolic link to another file system, log/ or walrus.conf in
+ * it), and nothing can be renamed over it; and the lock that serialises
+ * creators lives inside DIR.  So the supervisor makes DIR/walrus.bootstrap
+ * durable (file and directory fsynced) before it writes anything else,
+ * then base/, wal/, the WAL's bootstrap (first segment, control file),
+ * then WALRUS_VERSION (temp file, fsync, rename, directory fsync), and
+ * removes the marker last.  After a crash or power cut:
+ *   - no marker and no WALRUS_VERSION: nothing of the bootstrap reached the
+ *     disk (everything else follows the durable marker): DIR is initialised
+ *     as a new one;
+ *   - marker and no WALRUS_VERSION: an interrupted bootstrap.  Its WAL files
+ *     and control file are removed (they cannot be finished: a new system
+ *     identifier is in both) and it is done again, with a log line; any
+ *     other unexpected file refuses the start;
+ *   - WALRUS_VERSION and the marker: complete; the marker is removed, with
+ *     a log line.
+ * A directory without WALRUS_VERSION is never used as a data directory, and
+ * one holding files that are not ours is never touched.  When DIR itself is
+ * missing, datadir_resolve creates it (and its missing parents) and fsyncs
+ * each new directory's parent, so that its name outlives a power cut; the
+ * bootstrap fsyncs DIR's parent again before its marker, for a DIR made by
+ * a creator that died before that fsync, or by the user.
+ *
  * The locks are open-file-description (OFD) locks: unlike POSIX record
  * locks they are not dropped when some other fd of the same file is closed
  * in the process, and they are shared by children that inherit the fd, so
@@ -23,6 +52,16 @@
 #include "fdcache/fdcache.h"
 #include "wal/wal.h"
 
+/* mkdir, and when it made @path, an fsync of its parent: the name is durable. */
+static int mkdir_durable(const char *path)
+{
+	if (mkdir(path, 0700) != 0)
+		return errno == EEXIST ? WALRUS_OK
+		                       : wr_error(wr_errno_code(errno),
+		                                  "could not create directory \"%s\": %m", path);
+	return fdc_fsync_parent(path);
+}
+
 static int mkdir_p(const char *path)
 {
 	char buf[PATH_MAX];
@@ -32,14 +71,12 @@ static int mkdir_p(const char *path)
 		if (*p != '/')
 			continue;
 		*p = '\0';
-		if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-			return wr_error(wr_errno_code(errno),
-			                "could not create directory \"%s\": %m", buf);
+		int rc = mkdir_durable(buf);
+		if (rc != WALRUS_OK)
+			return rc;
 		*p = '/';
 	}
-	if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-		return wr_error(wr_errno_code(errno), "could not create directory \"%s\": %m", buf);
-	return WALRUS_OK;
+	return mkdir_durable(buf);
 }
 
 int datadir_resolve(const char *dir, bool create, char *out)
@@ -92,27 +129,56 @@ int datadir_check(const char *abs)
 	return WALRUS_OK;
 }
 
-static bool dir_is_empty_for_init(const char *abs)
+/* The first entry of directory @path other than "." and ".." into @name ("" if none). */
+static int first_entry(const char *path, const char *const *skip, size_t nskip, char *name,
+                       size_t len)
 {
-	/* A user may prepare wal/ (a symlink elsewhere), log/ and walrus.conf first. */
-	static const char *const allowed[] = {".",          "..",        "wal",       "log",
-	                                      "lost+found", WR_PID_FILE, WR_CONF_FILE};
-	DIR *d = opendir(abs);
+	name[0] = '\0';
+	DIR *d = opendir(path);
 	if (d == NULL)
-		return false;
-	bool empty = true;
+		return errno == ENOENT ? WALRUS_OK
+		                       : wr_error(wr_errno_code(errno),
+		                                  "could not open directory \"%s\": %m", path);
 	struct dirent *e;
-	while ((e = readdir(d)) != NULL) {
-		bool ok = false;
-		for (size_t i = 0; i < WR_ARRAY_LEN(allowed); i++)
-			ok |= strcmp(e->d_name, allowed[i]) == 0;
-		if (!ok) {
-			empty = false;
-			break;
-		}
+	while (name[0] == '\0' && (e = readdir(d)) != NULL) {
+		bool ok = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+		for (size_t i = 0; i < nskip; i++)
+			ok |= strcmp(e->d_name, skip[i]) == 0;
+		if (!ok)
+			wr_snprintf(name, len, "%s", e->d_name);
 	}
 	closedir(d);
-	return empty;
+	return WALRUS_OK;
+}
+
+/*
+ * What may be in a directory that is initialised: a user may prepare wal/
+ * (a symlink elsewhere, holding no WAL), log/ and walrus.conf first; an
+ * interrupted bootstrap (@resuming) also leaves its marker and an empty
+ * base/.  Into @extra the first other entry (an empty string when none).
+ */
+static int find_foreign(const char *abs, bool resuming, char *extra, size_t len)
+{
+	static const char *const allowed[] = {
+	    "wal", "log", "lost+found", WR_PID_FILE, WR_CONF_FILE, WR_BOOTSTRAP_FILE, "base"};
+	char path[PATH_MAX], name[NAME_MAX + 1];
+	size_t nallowed = WR_ARRAY_LEN(allowed) - (resuming ? 0 : 2);
+	int rc = first_entry(abs, allowed, nallowed, name, sizeof(name));
+	if (rc != WALRUS_OK || name[0] != '\0') {
+		wr_snprintf(extra, len, "%s", name);
+		return rc;
+	}
+	if (!wr_snprintf(path, sizeof(path), "%s/base", abs))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
+	rc = first_entry(path, NULL, 0, name, sizeof(name));
+	if (rc == WALRUS_OK && name[0] == '\0') {
+		wr_snprintf(path, sizeof(path), "%s/wal", abs);
+		rc = wal_dir_first_file(path, name, sizeof(name));
+		wr_snprintf(extra, len, "%s%s", name[0] ? "wal/" : "", name);
+	} else {
+		wr_snprintf(extra, len, "base/%s", name);
+	}
+	return rc;
 }
 
 /* write temp + fsync + rename + fsync directory: the file appears whole or not at all. */
@@ -156,21 +222,109 @@ static int make_subdirs(const char *abs)
 	return WALRUS_OK;
 }
 
+/*
+ * Creates DIR/walrus.bootstrap (empty: its name is the message) and makes it
+ * durable.  DIR's own name first: whoever made DIR (a creator that died
+ * before its fsync, the user) may not have made it durable.
+ */
+static int mark_bootstrap(const char *abs)
+{
+	char path[PATH_MAX];
+	fdc_file f;
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_BOOTSTRAP_FILE))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
+	int rc = fdc_fsync_parent(abs);
+	if (rc != WALRUS_OK)
+		return rc;
+	rc = fdc_open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600, &f);
+	if (rc != WALRUS_OK)
+		return rc;
+	rc = fdc_fsync(f);
+	int rc2 = fdc_close(f);
+	if (rc == WALRUS_OK)
+		rc = rc2;
+	return rc == WALRUS_OK ? fdc_fsync_path(abs) : rc;
+}
+
+static int unmark_bootstrap(const char *abs)
+{
+	char path[PATH_MAX];
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_BOOTSTRAP_FILE))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
+	int rc = fdc_unlink(path);
+	return rc == WALRUS_OK ? fdc_fsync_path(abs) : rc;
+}
+
+/* The order is the whole point: see the comment at the top. */
 static int initialise(const char *abs, const wr_options *opts)
 {
 	char text[32];
-	int rc = make_subdirs(abs);
+	int rc = mark_bootstrap(abs);
+	if (rc == WALRUS_OK)
+		rc = make_subdirs(abs);
 	if (rc == WALRUS_OK)
 		rc = wal_bootstrap(abs, opts);
-	if (rc != WALRUS_OK)
-		return rc;
-	/* The version file is written last: its presence means "initialised". */
 	snprintf(text, sizeof(text), "%d\n", WR_FORMAT_VERSION);
-	rc = datadir_write_file(abs, WR_VERSION_FILE, text);
+	if (rc == WALRUS_OK)
+		rc = datadir_write_file(abs, WR_VERSION_FILE, text);
+	if (rc == WALRUS_OK)
+		rc = unmark_bootstrap(abs);
 	if (rc == WALRUS_OK)
 		wr_log(WR_LOG, "initialised data directory \"%s\" (format %d)", abs,
 		       WR_FORMAT_VERSION);
 	return rc;
+}
+
+/* Removes what an interrupted bootstrap wrote, so that it can run again. */
+static int undo_bootstrap(const char *abs)
+{
+	char path[PATH_MAX];
+	wr_log(WR_WARNING,
+	       "the initialisation of \"%s\" was interrupted (%s is there, %s is not): "
+	       "doing it again",
+	       abs, WR_BOOTSTRAP_FILE, WR_VERSION_FILE);
+	if (!wr_snprintf(path, sizeof(path), "%s/%s.tmp", abs, WR_VERSION_FILE))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
+	int rc = access(path, F_OK) == 0 ? fdc_unlink(path) : WALRUS_OK;
+	return rc == WALRUS_OK ? wal_bootstrap_undo(abs) : rc;
+}
+
+static int refuse_foreign(const char *abs, bool resuming)
+{
+	char extra[NAME_MAX + 16];
+	int rc = find_foreign(abs, resuming, extra, sizeof(extra));
+	if (rc != WALRUS_OK || extra[0] == '\0')
+		return rc;
+	return wr_error(WALRUS_ENOTWALRUS,
+	                "\"%s\" is not a walrus data directory (no %s file, and it holds "
+	                "\"%s\"%s)",
+	                abs, WR_VERSION_FILE, extra,
+	                resuming ? ", which an interrupted initialisation does not write" : "");
+}
+
+/* No WALRUS_VERSION: a new directory, an interrupted bootstrap, or not ours. */
+static int init_new(const char *abs, const wr_options *opts)
+{
+	char path[PATH_MAX];
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_BOOTSTRAP_FILE))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
+	bool resuming = access(path, F_OK) == 0;
+	int rc = resuming ? WALRUS_OK : refuse_foreign(abs, false);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (!opts->create_if_missing)
+		return wr_error(WALRUS_ENOTWALRUS,
+		                "\"%s\" is not a walrus data directory (%s: create_if_missing=on "
+		                "%s)",
+		                abs,
+		                resuming ? "its initialisation was interrupted" : "it is empty",
+		                resuming ? "initialises it again" : "initialises it");
+	/* The marker proves that the files the undo removes are the bootstrap's. */
+	if (resuming)
+		rc = undo_bootstrap(abs);
+	if (resuming && rc == WALRUS_OK)
+		rc = refuse_foreign(abs, true);
+	return rc == WALRUS_OK ? initialise(abs, opts) : rc;
 }
 
 static int read_version(const char *path, int *version)
@@ -198,26 +352,13 @@ static int read_version(const char *path, int *version)
 
 int datadir_init_or_verify(const char *abs, const wr_options *opts)
 {
-	bool create = opts->create_if_missing;
 	char path[PATH_MAX];
 	int version = 0;
 
 	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_VERSION_FILE))
 		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
-	if (access(path, F_OK) != 0) {
-		if (!dir_is_empty_for_init(abs))
-			return wr_error(WALRUS_ENOTWALRUS,
-			                "\"%s\" is not a walrus data directory (no %s file, and it "
-			                "is not empty)",
-			                abs, WR_VERSION_FILE);
-		if (!create)
-			return wr_error(
-			    WALRUS_ENOTWALRUS,
-			    "\"%s\" is not a walrus data directory (create_if_missing=on "
-			    "initialises an empty directory)",
-			    abs);
-		return initialise(abs, opts);
-	}
+	if (access(path, F_OK) != 0)
+		return init_new(abs, opts);
 	int rc = read_version(path, &version);
 	if (rc != WALRUS_OK)
 		return rc;
@@ -226,6 +367,14 @@ int datadir_init_or_verify(const char *abs, const wr_options *opts)
 		                "data directory \"%s\" has format version %d, but this walrus "
 		                "reads format %d",
 		                abs, version, WR_FORMAT_VERSION);
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_BOOTSTRAP_FILE))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
+	if (access(path, F_OK) == 0) {
+		/* A cut between the version file and the marker's removal. */
+		wr_log(WR_LOG, "removing \"%s\": the initialisation it marks was complete", path);
+		if ((rc = unmark_bootstrap(abs)) != WALRUS_OK)
+			return rc;
+	}
 	return make_subdirs(abs); /* a lost log/ or base/ is recreated, not an error */
 }
 
@@ -274,6 +423,11 @@ int datadir_lock_instance(const char *abs, int *lock_fd)
 	}
 	long owner = pid_in_file(fd);
 	close(fd);
+	if ((err == EAGAIN || err == EACCES) && owner <= 0)
+		return wr_error(WALRUS_EBUSY,
+		                "data directory \"%s\" is in use by another instance, which is "
+		                "starting (its supervisor has not written its pid into %s yet)",
+		                abs, WR_PID_FILE);
 	if (err == EAGAIN || err == EACCES)
 		return wr_error(WALRUS_EBUSY,
 		                "data directory \"%s\" is in use by another instance (supervisor "

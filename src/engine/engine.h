@@ -2,6 +2,12 @@
  * engine.h - the instance: data directory, supervisor, auxiliary processes,
  * backends attaching, crash restart, and the public API's plumbing.
  *
+ * Data directory: initialised by the supervisor under the directory lock,
+ * atomically: a durable marker (DIR/walrus.bootstrap) is written first and
+ * removed after WALRUS_VERSION, so a bootstrap cut by a crash or power cut
+ * is recognised and done again; never renamed into place, since DIR may be
+ * a mount point or made beforehand (datadir.c, docs/architecture.md).
+ *
  * Owns: the data directory's layout and lock (DIR/walrus.pid), the
  * supervisor process and its socket (DIR/walrus.sock), the shared memory
  * segment's lifetime, the process table in shared memory (one slot per
@@ -62,18 +68,23 @@
 #define WR_LOG_DIR        "log"
 #define WR_LOG_FILE       "log/walrus.log"
 #define WR_CONF_FILE      "walrus.conf"
-#define WR_PANIC_EXIT     86          /* exit code of a process that PANICked */
-#define WR_PROTO_MAGIC    0x57524d31u /* "WRM1" */
+#define WR_BOOTSTRAP_FILE "walrus.bootstrap" /* initialisation under way (datadir.c) */
+#define WR_PANIC_EXIT     86                 /* exit code of a process that PANICked */
+#define WR_PROTO_MAGIC    0x57524d31u        /* "WRM1" */
 #define WR_PROTO_VERSION  1
 
 /* ---------------------------------------------------------------- data directory */
 
-/* Makes @dir absolute (creating it 0700 when @create) into out (PATH_MAX). */
+/* Makes @dir absolute (creating it 0700 when @create, each new directory's
+ * name made durable) into out (PATH_MAX). */
 int datadir_resolve(const char *dir, bool create, char *out);
 /* Ownership, permissions (no group/world bits), writability. */
 int datadir_check(const char *abs);
 /* Verifies WALRUS_VERSION, or initialises an empty directory when
- * opts->create_if_missing (with the WAL's bootstrap: control file and first segment). */
+ * opts->create_if_missing (with the WAL's bootstrap: control file and first
+ * segment).  Atomic: a marker file written first makes an initialisation cut
+ * by a crash or power cut recognisable; it is then done again (datadir.c).
+ * Called under the instance lock. */
 int datadir_init_or_verify(const char *abs, const wr_options *opts);
 /* Takes the instance lock (byte 0 of walrus.pid); EBUSY naming the owner's pid. */
 int datadir_lock_instance(const char *abs, int *lock_fd);

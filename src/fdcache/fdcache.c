@@ -6,8 +6,9 @@
  * times segments, WAL segments), so callers hold handles and this module
  * keeps at most `bound` real fds, closing the least recently used one when
  * it needs a slot and reopening it on the next use.  Because every syscall of
- * the engine's file I/O is made here, failpoints, the I/O guard and the
- * write observer apply to all of them.
+ * the engine's file I/O is made here, the I/O guard, the write observer and,
+ * in test builds, the failpoints and the power-loss journal (src/testsupport)
+ * apply to all of them.
  *
  * Interface: see fdcache.h.  Test support: fdc_debug_is_open.
  *
@@ -41,25 +42,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
-#include "fdcache/failpoint.h"
-
-/*
- * The power-loss journal (test support, WALRUS_POWERLOSS; failpoint.c
- * explains it).  Before each change to a file: an intent record; after it
- * succeeded: a done record; after each successful fsync/fdatasync: a sync
- * record.  All of it costs one getenv per process while the variable is unset.
- */
-#define FDC_PL_WRITE  1
-#define FDC_PL_TRUNC  2
-#define FDC_PL_FALLOC 3
-bool fdc_pl_enabled(void);
-uint64_t fdc_pl_data_intent(int type, int fd, const char *path, off_t off, off_t len);
-uint64_t fdc_pl_create_intent(const char *path);
-uint64_t fdc_pl_rename_intent(const char *from, const char *to);
-uint64_t fdc_pl_unlink_intent(const char *path);
-void fdc_pl_done(uint64_t intent);
-uint64_t fdc_pl_sync_begin(void);
-void fdc_pl_synced(int fd, const char *path, uint64_t began);
+#include "testsupport/testsupport.h"
 
 #define FDC_DEFAULT_MAX_OPEN 1000 /* used if a call comes before fdc_init */
 #define FDC_NONE             (-1) /* end of an index list */
@@ -184,7 +167,7 @@ static fdc_entry *fdc_get(fdc_file f)
 static bool fdc_release_for_io(fdc_entry *e)
 {
 	e->busy++;
-	if (fdc_pl_enabled())
+	if (ts_pl_enabled())
 		return false;
 	fdc_unlock();
 	return true;
@@ -195,6 +178,7 @@ static void fdc_retake_after_io(fdc_entry *e, bool released)
 	int err = errno;
 	if (released)
 		fdc_lock();
+	WR_ASSERT(e->busy > 0);
 	e->busy--;
 	errno = err;
 }
@@ -244,12 +228,9 @@ int fdc_init(int64_t max_open_files)
 		                "and %d are reserved",
 		                (unsigned long long)rl.rlim_cur, (long long)others,
 		                FDC_RESERVED_FDS);
-	const char *spec = getenv("WALRUS_FAILPOINTS");
-	if (spec != NULL && *spec != '\0') {
-		int rc = fdc_failpoint_set(spec);
-		if (rc != 0)
-			return rc;
-	}
+	int rc = ts_failpoints_from_env();
+	if (rc != 0)
+		return rc;
 	fdc_max_fds = (int)WR_MIN(max_open_files, avail);
 	return 0;
 }
@@ -321,7 +302,7 @@ static int fdc_close_real(int i, bool hooks)
 			return rc;
 	}
 	fdc_entry *e = fdc_ent(i);
-	int injected = fdc_fp_check("close", e->path, NULL);
+	int injected = ts_fp_check("close", e->path, NULL);
 	/*
 	 * close() is never retried, not even after EINTR: Linux releases the fd
 	 * before reporting anything, so a retry could close an fd that another
@@ -372,19 +353,19 @@ static int fdc_evict_one(void)
 /* open(2) through the failpoints, EINTR retried (a slow device or FIFO may be interrupted). */
 static int fdc_sys_open(const char *path, int flags, mode_t mode)
 {
-	int injected = fdc_fp_check("open", path, NULL);
+	int injected = ts_fp_check("open", path, NULL);
 	if (injected > 0) {
 		errno = injected;
 		return -1;
 	}
-	uint64_t pl = (flags & O_CREAT) && fdc_pl_enabled() ? fdc_pl_create_intent(path) : 0;
+	uint64_t pl = (flags & O_CREAT) && ts_pl_enabled() ? ts_pl_create_intent(path) : TS_PL_NONE;
 	int fd;
 	do
 		fd = open(path, flags | O_CLOEXEC, mode);
 	while (fd < 0 && errno == EINTR);
-	if (fd >= 0 && pl != 0) {
+	if (fd >= 0 && pl != TS_PL_NONE) {
 		int err = errno;
-		fdc_pl_done(pl);
+		ts_pl_done(pl);
 		errno = err;
 	}
 	return fd;
@@ -598,7 +579,7 @@ ssize_t fdc_pread(fdc_file f, void *buf, size_t len, off_t off)
 	fdc_entry *e = fdc_ent(f);
 	size_t done = 0;
 	while (done < len) {
-		int injected = fdc_fp_check("pread", e->path, NULL);
+		int injected = ts_fp_check("pread", e->path, NULL);
 		ssize_t n;
 		if (injected > 0) {
 			errno = injected;
@@ -624,8 +605,8 @@ static int fdc_pwrite_all(fdc_entry *e, const void *buf, size_t len, off_t off)
 	size_t done = 0;
 	while (done < len) {
 		size_t want = len - done;
-		int injected = fdc_fp_check("pwrite", e->path, NULL);
-		if (injected == FDC_FP_SHORT && want > 1)
+		int injected = ts_fp_check("pwrite", e->path, NULL);
+		if (injected == TS_FP_SHORT && want > 1)
 			want /= 2;
 		ssize_t n;
 		if (injected > 0) {
@@ -657,14 +638,13 @@ int fdc_pwrite(fdc_file f, const void *buf, size_t len, off_t off)
 	fdc_entry *e = fdc_ent(f);
 	/* Before the write: a failed write may still have left dirty pages behind. */
 	e->dirty = true;
-	bool pl = fdc_pl_enabled();
-	uint64_t intent =
-	    pl ? fdc_pl_data_intent(FDC_PL_WRITE, e->fd, e->path, off, (off_t)len) : 0;
+	bool pl = ts_pl_enabled();
+	uint64_t intent = pl ? ts_pl_data_intent(TS_PL_WRITE, e->fd, e->path, off, (off_t)len) : 0;
 	rc = fdc_pwrite_all(e, buf, len, off);
 	if (rc == 0 && pl) {
-		fdc_pl_done(intent);
+		ts_pl_done(intent);
 		if (e->flags & (O_DSYNC | O_SYNC)) /* durable when it returns */
-			fdc_pl_synced(e->fd, e->path, fdc_pl_sync_begin());
+			ts_pl_synced(e->fd, e->path, ts_pl_sync_begin());
 	}
 	if (rc == 0 && fdc_observer != NULL)
 		fdc_observer(e->path, off, len, buf);
@@ -686,9 +666,9 @@ static int fdc_sync_common(fdc_file f, const char *op, const char *what, int how
 	if (rc != 0)
 		return rc;
 	fdc_entry *e = fdc_ent(f);
-	int injected = fdc_fp_check(op, e->path, NULL);
-	bool pl = how != 2 && fdc_pl_enabled(); /* sync_file_range makes nothing durable */
-	uint64_t began = pl ? fdc_pl_sync_begin() : 0;
+	int injected = ts_fp_check(op, e->path, NULL);
+	bool pl = how != 2 && ts_pl_enabled(); /* sync_file_range makes nothing durable */
+	uint64_t began = pl ? ts_pl_sync_begin() : 0;
 	int res;
 	if (injected > 0) {
 		errno = injected;
@@ -704,7 +684,7 @@ static int fdc_sync_common(fdc_file f, const char *op, const char *what, int how
 		fdc_retake_after_io(e, released);
 	}
 	if (res == 0 && pl)
-		fdc_pl_synced(e->fd, e->path, began);
+		ts_pl_synced(e->fd, e->path, began);
 	rc = res == 0 ? 0 : fdc_syserr(errno, what, e->path);
 	int err = errno;
 	fdc_exit();
@@ -718,9 +698,9 @@ int fdc_fsync_fd(int fd, const char *path)
 	if (rc != 0)
 		return rc;
 	fdc_lock();
-	int injected = fdc_fp_check("fsync", path, NULL);
-	bool pl = fdc_pl_enabled();
-	uint64_t began = pl ? fdc_pl_sync_begin() : 0;
+	int injected = ts_fp_check("fsync", path, NULL);
+	bool pl = ts_pl_enabled();
+	uint64_t began = pl ? ts_pl_sync_begin() : 0;
 	if (!pl)
 		fdc_unlock(); /* the journal's records stay in order only under the lock */
 	int res;
@@ -731,7 +711,7 @@ int fdc_fsync_fd(int fd, const char *path)
 		res = fsync(fd); /* once: see fdc_sync_common */
 	}
 	if (res == 0 && pl)
-		fdc_pl_synced(fd, path, began);
+		ts_pl_synced(fd, path, began);
 	if (pl) {
 		int err = errno;
 		fdc_unlock();
@@ -747,7 +727,7 @@ int fdc_fsync_fd(int fd, const char *path)
 int fdc_close_fd(int fd, const char *path)
 {
 	FDC_LOCKED();
-	int injected = fdc_fp_check("close", path, NULL);
+	int injected = ts_fp_check("close", path, NULL);
 	int res = close(fd); /* never retried: see fdc_close_real */
 	if (injected > 0) {
 		errno = injected;
@@ -779,9 +759,9 @@ int fdc_truncate(fdc_file f, off_t len)
 		return rc;
 	fdc_entry *e = fdc_ent(f);
 	e->dirty = true;
-	int injected = fdc_fp_check("truncate", e->path, NULL);
-	bool pl = fdc_pl_enabled();
-	uint64_t intent = pl ? fdc_pl_data_intent(FDC_PL_TRUNC, e->fd, e->path, len, 0) : 0;
+	int injected = ts_fp_check("truncate", e->path, NULL);
+	bool pl = ts_pl_enabled();
+	uint64_t intent = pl ? ts_pl_data_intent(TS_PL_TRUNC, e->fd, e->path, len, 0) : 0;
 	int res;
 	if (injected > 0) {
 		errno = injected;
@@ -793,7 +773,7 @@ int fdc_truncate(fdc_file f, off_t len)
 	}
 	if (res == 0 && pl) {
 		int err = errno;
-		fdc_pl_done(intent);
+		ts_pl_done(intent);
 		errno = err;
 	}
 	rc = res == 0 ? 0 : fdc_syserr(errno, "truncate", e->path);
@@ -811,16 +791,16 @@ int fdc_fallocate(fdc_file f, off_t off, off_t len)
 		return rc;
 	fdc_entry *e = fdc_ent(f);
 	e->dirty = true;
-	int err = fdc_fp_check("fallocate", e->path, NULL);
-	bool pl = fdc_pl_enabled();
-	uint64_t intent = pl ? fdc_pl_data_intent(FDC_PL_FALLOC, e->fd, e->path, off, len) : 0;
+	int err = ts_fp_check("fallocate", e->path, NULL);
+	bool pl = ts_pl_enabled();
+	uint64_t intent = pl ? ts_pl_data_intent(TS_PL_FALLOC, e->fd, e->path, off, len) : 0;
 	if (err <= 0) {
 		do /* posix_fallocate returns the error instead of setting errno */
 			err = posix_fallocate(e->fd, off, len);
 		while (err == EINTR);
 	}
 	if (err == 0 && pl)
-		fdc_pl_done(intent);
+		ts_pl_done(intent);
 	rc = err == 0 ? 0 : fdc_syserr(err, "allocate space in", e->path);
 	fdc_exit();
 	errno = err;
@@ -921,9 +901,9 @@ static int fdc_rename_flags(const char *from, const char *to, unsigned int flags
 	int rc = fdc_enter();
 	if (rc != 0)
 		return rc;
-	int injected = fdc_fp_check("rename", from, to);
-	bool pl = fdc_pl_enabled();
-	uint64_t intent = pl ? fdc_pl_rename_intent(from, to) : 0;
+	int injected = ts_fp_check("rename", from, to);
+	bool pl = ts_pl_enabled();
+	uint64_t intent = pl ? ts_pl_rename_intent(from, to) : 0;
 	int res;
 	if (injected > 0) {
 		errno = injected;
@@ -932,7 +912,7 @@ static int fdc_rename_flags(const char *from, const char *to, unsigned int flags
 		res = renameat2(AT_FDCWD, from, AT_FDCWD, to, flags);
 	}
 	if (res == 0 && pl)
-		fdc_pl_done(intent);
+		ts_pl_done(intent);
 	if (res != 0) {
 		int err = errno;
 		rc = wr_error(wr_errno_code(err), "could not rename file \"%s\" to \"%s\": %m",
@@ -959,9 +939,9 @@ int fdc_unlink(const char *path)
 	int rc = fdc_enter();
 	if (rc != 0)
 		return rc;
-	int injected = fdc_fp_check("unlink", path, NULL);
-	bool pl = fdc_pl_enabled();
-	uint64_t intent = pl ? fdc_pl_unlink_intent(path) : 0;
+	int injected = ts_fp_check("unlink", path, NULL);
+	bool pl = ts_pl_enabled();
+	uint64_t intent = pl ? ts_pl_unlink_intent(path) : 0;
 	int res;
 	if (injected > 0) {
 		errno = injected;
@@ -970,7 +950,7 @@ int fdc_unlink(const char *path)
 		res = unlink(path);
 	}
 	if (res == 0 && pl)
-		fdc_pl_done(intent);
+		ts_pl_done(intent);
 	rc = res == 0 ? 0 : fdc_syserr(errno, "remove", path);
 	int err = errno;
 	fdc_exit();
@@ -981,7 +961,7 @@ int fdc_unlink(const char *path)
 int fdc_mkdir(const char *path, mode_t mode)
 {
 	FDC_LOCKED();
-	int injected = fdc_fp_check("mkdir", path, NULL);
+	int injected = ts_fp_check("mkdir", path, NULL);
 	int res;
 	if (injected > 0) {
 		errno = injected;
@@ -1011,9 +991,9 @@ static int fdc_fsync_open_path(const char *path, bool dir)
 	struct stat st;
 	if (!dir && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
 		dir = true;
-	int injected = fdc_fp_check(dir ? "fsync_dir" : "fsync", path, NULL);
-	bool pl = fdc_pl_enabled();
-	uint64_t began = pl ? fdc_pl_sync_begin() : 0;
+	int injected = ts_fp_check(dir ? "fsync_dir" : "fsync", path, NULL);
+	bool pl = ts_pl_enabled();
+	uint64_t began = pl ? ts_pl_sync_begin() : 0;
 	int res;
 	if (injected > 0) {
 		errno = injected;
@@ -1023,8 +1003,8 @@ static int fdc_fsync_open_path(const char *path, bool dir)
 	}
 	int err = errno;
 	if (res == 0 && pl)
-		fdc_pl_synced(fd, path, began);
-	injected = fdc_fp_check("close", path, NULL);
+		ts_pl_synced(fd, path, began);
+	injected = ts_fp_check("close", path, NULL);
 	int cres = close(fd); /* read-only: close reports no write-back error of ours */
 	if (injected > 0 || (cres != 0 && res == 0)) {
 		res = -1;
@@ -1160,8 +1140,10 @@ void fdc_pin(fdc_file f, bool pin)
 {
 	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
-	if (e != NULL)
-		e->pins += pin ? 1 : -1;
+	if (e == NULL)
+		return;
+	WR_ASSERT(pin || e->pins > 0); /* a pin dropped twice would let the LRU close the fd */
+	e->pins += pin ? 1 : -1;
 }
 
 /*
@@ -1175,15 +1157,11 @@ int fdc_io_begin(fdc_file f, const char *op, int *injected)
 	*injected = 0;
 	if (fdc_get(f) == NULL)
 		return wr_error(WALRUS_EINVAL, "fdc_io_begin: bad handle %d", f);
-	if (strcmp(op, "pread") != 0 && fdc_pl_enabled())
-		return wr_error(WALRUS_EINVAL,
-		                "the power-loss simulation (WALRUS_POWERLOSS) sees only the fd "
-		                "cache's own system calls: set io_method=sync, not io_uring");
 	int rc = fdc_enter();
 	if (rc != 0)
 		return rc;
-	int e = fdc_fp_check(op, fdc_ent(f)->path, NULL);
-	*injected = e == FDC_FP_SHORT ? 0 : e;
+	int e = ts_fp_check(op, fdc_ent(f)->path, NULL);
+	*injected = e == TS_FP_SHORT ? 0 : e;
 	if (strcmp(op, "pwrite") == 0)
 		fdc_ent(f)->dirty = true;
 	return 0;
@@ -1192,4 +1170,32 @@ int fdc_io_begin(fdc_file f, const char *op, int *injected)
 void fdc_io_end(void)
 {
 	fdc_exit();
+}
+
+uint64_t fdc_io_write_intent(fdc_file f, off_t off, size_t len)
+{
+	FDC_LOCKED();
+	fdc_entry *e = fdc_get(f);
+	if (e == NULL || !ts_pl_enabled())
+		return TS_PL_NONE;
+	return ts_pl_data_intent(TS_PL_WRITE, e->fd, e->path, off, (off_t)len);
+}
+
+void fdc_io_write_done(fdc_file f, uint64_t intent)
+{
+	FDC_LOCKED();
+	fdc_entry *e = fdc_get(f);
+	if (e == NULL || intent == TS_PL_NONE)
+		return;
+	ts_pl_done(intent);
+	if (e->flags & (O_DSYNC | O_SYNC)) /* durable when it completed */
+		ts_pl_synced(e->fd, e->path, ts_pl_sync_begin());
+}
+
+void fdc_io_synced(fdc_file f)
+{
+	FDC_LOCKED();
+	fdc_entry *e = fdc_get(f);
+	if (e != NULL && ts_pl_enabled())
+		ts_pl_synced(e->fd, e->path, ts_pl_sync_begin());
 }

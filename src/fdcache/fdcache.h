@@ -5,7 +5,8 @@
  * Like PostgreSQL's fd.c (VFDs) and SQLite's VFS: every open, pread, pwrite,
  * fsync, fdatasync, sync_file_range, ftruncate, fallocate, rename, unlink,
  * directory fsync and close of the engine goes through this module, so that
- * failpoints (and later the power-loss simulation) plug in at one place.
+ * the test builds' failpoints and power-loss journal (src/testsupport,
+ * compiled to nothing otherwise) plug in at one place.
  *
  * Owns: the table of virtual fds of this process.  A caller holds a small
  * integer handle (fdc_file); at most `bound` real fds are open at once,
@@ -172,30 +173,21 @@ void fdc_set_write_observer(fdc_write_observer_fn fn);
 /*
  * Bracket I/O submitted outside the seam (io_uring) on @f: runs the guard
  * (its error is returned; then fdc_io_end must not be called) and asks the
- * failpoints about @op ("pwrite", "fdatasync", ...): *injected is the errno
+ * failpoints (test builds) about @op ("pwrite", "fdatasync", ...): *injected is the errno
  * the caller must treat as the kernel's answer, or 0.
  */
 int fdc_io_begin(fdc_file f, const char *op, int *injected);
 void fdc_io_end(void);
-
-/* ---------------------------------------------------------------- failpoints */
-
 /*
- * Failpoints make an operation fail with an errno as if the kernel had
- * returned it.  A spec is a ';'-separated list of entries
- *     OP:ERRNO[:PATH_SUBSTRING][@SKIP][*COUNT]
- * OP is open, pread, pwrite, fsync, fdatasync, sync_range, truncate,
- * fallocate, rename, unlink, close, fsync_dir, mkdir or any; ERRNO is a name (EIO,
- * ENOSPC, EACCES, EMFILE, ...); the entry matches calls whose path contains
- * PATH_SUBSTRING, lets SKIP matching calls pass, then fails COUNT of them
- * (default 1; 0 = forever).  Example: "fsync:EIO:/base/@2*1".
- * The environment variable WALRUS_FAILPOINTS is read by fdc_init().
- * A pwrite failpoint with ERRNO "short" performs a short write of half the
- * length (to exercise the retry loop) instead of failing.
+ * The power-loss journal's view of I/O submitted outside the seam: an intent
+ * before a write is submitted (TS_PL_NONE when the journal is off), done once it
+ * completed, and synced once a flush of @f submitted after every write it
+ * covers completed (with IOSQE_IO_DRAIN, when its completion is reaped after
+ * theirs).  No-ops unless WALRUS_POWERLOSS is set.
  */
-int fdc_failpoint_set(const char *spec); /* replaces all; NULL or "" clears */
-/* How many times failpoints fired in this process. */
-uint64_t fdc_failpoint_hits(void);
+uint64_t fdc_io_write_intent(fdc_file f, off_t off, size_t len);
+void fdc_io_write_done(fdc_file f, uint64_t intent);
+void fdc_io_synced(fdc_file f);
 
 /* ---------------------------------------------------------------- stats */
 

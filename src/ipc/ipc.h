@@ -37,7 +37,9 @@
  * The rw lock cannot be taken shared twice by one process (a waiting writer
  * would deadlock it) nor upgraded.  The memfd is sealed against resizing.
  *
- * Returns: WALRUS_* codes with a message.  PANICs: never (callers decide).
+ * Returns: WALRUS_* codes with a message.  PANICs: in a wait (spin or rw
+ * lock) that finds the instance CRASHED, or a spin wait stuck for
+ * IPC_STUCK_NS; nowhere else (callers decide).
  */
 #ifndef WALRUS_IPC_H
 #define WALRUS_IPC_H
@@ -132,6 +134,33 @@ typedef struct wr_spinlock {
 	_Atomic uint32_t v;
 	wr_lock_stats stats;
 } wr_spinlock;
+
+/*
+ * A wait for a word another process of the instance will change (a
+ * spinlock, a buffer header lock, a WAL insertion slot): backoff from pause
+ * to yield to short sleeps.  The holder may have been killed, and then only
+ * the instance's CRASHED state ends the wait: past the pause phase every
+ * step checks it and PANICs (a backend's call then returns ERESTART).  A
+ * holder that is alive but never lets go is a bug: after IPC_STUCK_NS of
+ * waiting, "stuck spinlock" PANICs, as PostgreSQL's s_lock does.
+ *     ipc_spin sp = IPC_SPIN_INIT("the WAL insert lock");
+ *     while (busy) ipc_spin_delay(&sp);
+ */
+#define IPC_STUCK_NS (60ULL * 1000 * 1000 * 1000)
+typedef struct ipc_spin {
+	uint32_t round;
+	uint64_t start_ns; /* of the first step past the pause phase */
+	const char *what;  /* for the PANIC message */
+} ipc_spin;
+#define IPC_SPIN_INIT(what_)                                                                       \
+	{                                                                                          \
+		.round = 0, .start_ns = 0, .what = (what_)                                         \
+	}
+void ipc_spin_delay(ipc_spin *s);
+/* Tests: shortens (or, with 0, restores) the stuck limit of this process. */
+void ipc_set_stuck_ns(uint64_t ns);
+/* Spin waits of this process that went past the pause phase. */
+uint64_t ipc_spin_delays(void);
 
 void spin_init(wr_spinlock *l);
 void spin_lock(wr_spinlock *l);

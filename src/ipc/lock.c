@@ -134,6 +134,45 @@ static void backoff(uint32_t *round)
 	}
 }
 
+/* ---------------------------------------------------------------- spin waits */
+
+static _Atomic uint64_t stuck_ns = IPC_STUCK_NS;
+static _Atomic uint64_t spin_delays;
+
+uint64_t ipc_spin_delays(void)
+{
+	return atomic_load(&spin_delays);
+}
+
+void ipc_set_stuck_ns(uint64_t ns)
+{
+	atomic_store(&stuck_ns, ns != 0 ? ns : IPC_STUCK_NS);
+}
+
+/*
+ * The pause phase stays free of loads outside the word waited on: most
+ * waits end there.  Later steps cost a sched_yield or a sleep anyway, so a
+ * look at the instance state and the clock adds nothing that shows.
+ */
+void ipc_spin_delay(ipc_spin *s)
+{
+	uint32_t r = s->round;
+	backoff(&s->round);
+	if (r < SPIN_PAUSE_ROUNDS)
+		return;
+	shm_header *h = shm_hdr();
+	uint64_t now = wr_now_ns();
+	if (s->start_ns == 0) {
+		s->start_ns = now;
+		atomic_fetch_add_explicit(&spin_delays, 1, memory_order_relaxed);
+	}
+	if (h != NULL && atomic_load(&h->state) == SHM_STATE_CRASHED)
+		wr_panic("instance crashed while this process waited for %s", s->what);
+	if (now - s->start_ns > atomic_load_explicit(&stuck_ns, memory_order_relaxed))
+		wr_panic("stuck spinlock detected: waited %.1f s for %s",
+		         (double)(now - s->start_ns) / 1e9, s->what);
+}
+
 /* ---------------------------------------------------------------- stats */
 
 static void stats_init(wr_lock_stats *s)
@@ -174,10 +213,10 @@ static inline void spin_count(wr_spinlock *l)
 static void spin_lock_slow(wr_spinlock *l)
 {
 	uint64_t start = wr_now_ns();
-	uint32_t round = 0;
+	ipc_spin sp = IPC_SPIN_INIT("a spinlock");
 	do {
 		while (atomic_load_explicit(&l->v, memory_order_relaxed) != 0)
-			backoff(&round);
+			ipc_spin_delay(&sp);
 	} while (atomic_exchange_explicit(&l->v, 1, memory_order_acquire) != 0);
 	stats_contended(&l->stats, start);
 }

@@ -147,7 +147,7 @@ int shm_attach(int fd)
 		                "received fd is not a walrus shared memory segment (%lld bytes)",
 		                (long long)st.st_size);
 	size_t size = (size_t)st.st_size;
-	char *base;
+	char *base = NULL;
 	int rc = map_segment(fd, size, &base);
 	if (rc != WALRUS_OK)
 		return rc;

@@ -205,6 +205,7 @@ void kv_get_stats(kv_stats *s);
 
 /* ---------------------------------------------------------------- test hooks */
 
+#ifdef WALRUS_TEST_HOOKS /* test builds only (meson -Dtest_hooks=true) */
 /* Exit code of a process stopped by kv_test_crash_after_records. */
 #define KV_TEST_CRASH_EXIT 77
 /*
@@ -213,5 +214,6 @@ void kv_get_stats(kv_stats *s);
  * batch unfinished in a durable WAL: recovery must discard it.
  */
 void kv_test_crash_after_records(int n);
+#endif
 
 #endif /* WALRUS_KV_H */

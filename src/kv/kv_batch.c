@@ -51,17 +51,9 @@ static int check_value(size_t vl)
 
 static int arena_add(kv_batch *b, const void *p, size_t len, size_t *off)
 {
-	if (b->used + len > b->acap) {
-		size_t cap = b->acap ? b->acap : 4096;
-		while (cap < b->used + len)
-			cap *= 2;
-		char *a = realloc(b->arena, cap);
-		if (a == NULL)
-			return wr_error(WALRUS_ENOMEM, "out of memory adding %zu bytes to a batch",
-			                len);
-		b->arena = a;
-		b->acap = cap;
-	}
+	if (len > SIZE_MAX - b->used ||
+	    wr_grow(&b->arena, &b->acap, b->used + len, 1, 4096) != WALRUS_OK)
+		return wr_error(WALRUS_ENOMEM, "out of memory adding %zu bytes to a batch", len);
 	*off = b->used;
 	if (len > 0)
 		memcpy(b->arena + b->used, p, len);
@@ -71,14 +63,8 @@ static int arena_add(kv_batch *b, const void *p, size_t len, size_t *off)
 
 static int add_op(kv_batch *b, uint8_t type, const void *k, size_t kl, const void *v, size_t vl)
 {
-	if (b->n == b->cap) {
-		size_t cap = b->cap ? b->cap * 2 : 16;
-		kv_op *o = realloc(b->ops, cap * sizeof(*o));
-		if (o == NULL)
-			return wr_error(WALRUS_ENOMEM, "out of memory growing a batch");
-		b->ops = o;
-		b->cap = cap;
-	}
+	if (wr_grow(&b->ops, &b->cap, b->n + 1, sizeof(*b->ops), 16) != WALRUS_OK)
+		return wr_error(WALRUS_ENOMEM, "out of memory growing a batch");
 	kv_op op = {.type = type, .kl = (uint16_t)kl, .vl = (uint32_t)vl};
 	size_t mark = b->used;
 	int rc = arena_add(b, k, kl, &op.koff);

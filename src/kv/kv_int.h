@@ -435,7 +435,7 @@ typedef struct kv_write_state {
 	rb_block rb[WAL_MAX_BLOCKS];
 	int nrb;
 	int nrec;        /* records inserted by this batch */
-	int crash_after; /* test hook */
+	int crash_after; /* kv_test_crash_after_records (test builds only) */
 	uint64_t splits, freed, reused;
 } kv_write_state;
 

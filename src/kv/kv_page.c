@@ -80,6 +80,7 @@ static bool make_room(char *page, int need)
 static uint16_t place(char *page, const void *item, uint16_t len)
 {
 	wr_page_header h = kvp_header(page);
+	WR_ASSERT(h.lower <= h.upper && len <= h.upper - h.lower);
 	uint16_t upper = (uint16_t)(h.upper - len);
 	if (len > 0)
 		memcpy(page + upper, item, len);
@@ -106,6 +107,7 @@ bool kvp_insert(char *page, int slot, const void *item, uint16_t len)
 void kvp_delete(char *page, int slot)
 {
 	int n = kvp_nslots(page);
+	WR_ASSERT(slot >= 0 && slot < n);
 	char *lps = page + WR_PAGE_HEADER_SIZE;
 	memmove(lps + (size_t)slot * KV_LP_SIZE, lps + (size_t)(slot + 1) * KV_LP_SIZE,
 	        (size_t)(n - slot - 1) * KV_LP_SIZE);
@@ -116,6 +118,7 @@ void kvp_delete(char *page, int slot)
 
 bool kvp_replace(char *page, int slot, const void *item, uint16_t len)
 {
+	WR_ASSERT(slot >= 0 && slot < kvp_nslots(page));
 	kv_lp lp = kvp_lp(page, slot);
 	if (len <= lp.len) {
 		if (len > 0)
@@ -135,6 +138,7 @@ bool kvp_replace(char *page, int slot, const void *item, uint16_t len)
 
 void kvp_truncate(char *page, int nslots)
 {
+	WR_ASSERT(nslots >= 0 && nslots <= kvp_nslots(page));
 	wr_page_header h = kvp_header(page);
 	uint16_t lower = (uint16_t)(WR_PAGE_HEADER_SIZE + nslots * KV_LP_SIZE);
 	if (lower < h.lower)

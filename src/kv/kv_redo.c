@@ -62,14 +62,8 @@ void kv_redo_end(void)
 
 static void stash_add(const wal_decoded *rec)
 {
-	if (stash.n == stash.cap) {
-		size_t cap = stash.cap ? stash.cap * 2 : 64;
-		stashed *r = realloc(stash.recs, cap * sizeof(*r));
-		if (r == NULL)
-			wr_panic("out of memory keeping a key-value batch for redo");
-		stash.recs = r;
-		stash.cap = cap;
-	}
+	if (wr_grow(&stash.recs, &stash.cap, stash.n + 1, sizeof(*stash.recs), 64) != WALRUS_OK)
+		wr_panic("out of memory keeping a key-value batch for redo");
 	stashed *s = &stash.recs[stash.n];
 	s->raw = malloc(rec->hdr.tot_len);
 	if (s->raw == NULL)

@@ -428,7 +428,7 @@ static void dst_discard(get_dst *d)
 /* One try: the leaf entry, then the value (inline under the lock, overflow after it). */
 static int lookup_once(const void *k, size_t kl, get_dst *d)
 {
-	kv_rpage p;
+	kv_rpage p = {0};
 	kv_key key = {.p = k, .len = (uint16_t)kl};
 	int rc = kv_descend(&key, KV_SEEK_GE, &p);
 	if (rc != WALRUS_OK)

@@ -109,14 +109,8 @@ static char *dup_key(const kv_key *k)
 
 static int level_add(vlevel *l, wr_blkno blk, const kv_key *low, const kv_key *high)
 {
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		vnode *v = realloc(l->v, cap * sizeof(*v));
-		if (v == NULL)
-			return wr_error(WALRUS_ENOMEM, "out of memory verifying the tree");
-		l->v = v;
-		l->cap = cap;
-	}
+	if (wr_grow(&l->v, &l->cap, l->n + 1, sizeof(*l->v), 64) != WALRUS_OK)
+		return wr_error(WALRUS_ENOMEM, "out of memory verifying the tree");
 	vnode *n = &l->v[l->n];
 	*n = (vnode){.blk = blk,
 	             .lowlen = low->len,

@@ -1,6 +1,6 @@
 /*
  * admin.c - the administrative commands: INFO, CONFIG GET, DBSIZE, HELLO,
- * COMMAND, CLIENT; how engine errors become replies; the WAL barrier.
+ * COMMAND, CLIENT.
  *
  * INFO flattens walrus_stats()'s JSON into Redis's "# Section" /
  * "name:value" lines: one section per top-level object of the JSON
@@ -22,22 +22,6 @@
 
 #include "common/common.h"
 #include "engine/engine.h"
-
-/* ---------------------------------------------------------------- errors and the barrier */
-
-void srv_reply_engine_error(srv_session *s, int rc)
-{
-	const char *m = walrus_errmsg()[0] ? walrus_errmsg() : walrus_strerror(rc);
-	if (rc == WALRUS_ERESTART || rc == WALRUS_EPANIC || rc == WALRUS_ESHUTDOWN) {
-		s->db_dead = true; /* reopened before the next request */
-		resp_add_error(s->out,
-		               "ERR the walrus instance restarted (%s); the request may or may not "
-		               "have been applied: retry it",
-		               walrus_strerror(rc));
-		return;
-	}
-	resp_add_error(s->out, "ERR %s", m);
-}
 
 /* ---------------------------------------------------------------- INFO */
 

@@ -3,7 +3,8 @@
  * table, the checks every request goes through (arity, AUTH, MULTI), the
  * connection commands (PING ECHO QUIT AUTH SELECT CHECKPOINT) and the
  * durability barrier.  Key-value commands are in keys.c, MULTI/EXEC in
- * tx.c, INFO/CONFIG/HELLO and friends in admin.c.
+ * tx.c, INFO/CONFIG/HELLO and friends in admin.c; what they share (error
+ * replies, argument checks, the write path) in reply.c, below them all.
  *
  * Interface: srv_session_init/free/open, srv_dispatch, srv_barrier.
  *
@@ -129,16 +130,6 @@ static void cmd_checkpoint(srv_session *s, const resp_arg *argv, size_t argc)
 		resp_add_simple(s->out, "OK");
 	else
 		srv_reply_engine_error(s, rc);
-}
-
-/* Constant-time comparison of the password (no early exit on the first difference). */
-bool srv_password_ok(const char *want, const resp_arg *got)
-{
-	size_t n = strlen(want);
-	unsigned char diff = got->len != n;
-	for (size_t i = 0; i < got->len; i++)
-		diff |= (unsigned char)(got->p[i] ^ want[i % (n ? n : 1)]);
-	return diff == 0;
 }
 
 static void cmd_auth(srv_session *s, const resp_arg *argv, size_t argc)
@@ -293,14 +284,9 @@ static bool group_add(srv_session *s, const resp_arg *argv)
 		return false;
 	if (g->n == GROUP_MAX_SETS || g->bytes + argv[2].len > GROUP_MAX_BYTES)
 		srv_group_flush(s);
-	if (2 * g->n + 3 > g->cap) {
-		size_t cap = g->cap ? g->cap * 2 : 2 * GROUP_MAX_SETS + 1;
-		resp_arg *kv = realloc(g->kv, cap * sizeof(*kv));
-		if (kv == NULL)
-			return false;
-		g->kv = kv;
-		g->cap = cap;
-	}
+	if (wr_grow(&g->kv, &g->cap, 2 * g->n + 3, sizeof(*g->kv), 2 * GROUP_MAX_SETS + 1) !=
+	    WALRUS_OK)
+		return false;
 	if (g->n == 0)
 		g->out_start = s->out->len;
 	g->kv[2 * g->n] = argv[1];

@@ -154,15 +154,7 @@ static void conn_add(pool *p, int fd, uint64_t id)
 {
 	static const char oom[] = "-ERR out of memory\r\n";
 	pconn *c = NULL;
-	if (p->n == p->cap) {
-		size_t cap = p->cap ? p->cap * 2 : 64;
-		pconn **a = realloc(p->conns, cap * sizeof(pconn *));
-		if (a != NULL) {
-			p->conns = a;
-			p->cap = cap;
-		}
-	}
-	if (p->n < p->cap)
+	if (wr_grow(&p->conns, &p->cap, p->n + 1, sizeof(pconn *), 64) == WALRUS_OK)
 		c = calloc(1, sizeof(*c));
 	if (c == NULL) {
 		(void)send(fd, oom, sizeof(oom) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);

@@ -79,10 +79,14 @@ void srv_barrier_result(srv_session *s, int rc);
 void srv_group_flush(srv_session *s);
 /* A request answered with an error without running (a discarded too-long argument). */
 void srv_reply_error(srv_session *s, const char *text);
+
+/* ---------------------------------------------------------------- reply.c */
+
+/* Replies with the error of a failed walrus call (noting a crashed instance). */
+void srv_reply_engine_error(srv_session *s, int rc);
+void srv_arity_error(srv_session *s, const char *name);
 /* Compares a password in constant time. */
 bool srv_password_ok(const char *want, const resp_arg *got);
-
-/* ---------------------------------------------------------------- keys.c */
 
 enum { SET_NX = 1, SET_XX = 2, SET_GET = 4 };
 
@@ -92,7 +96,6 @@ bool srv_check_value(srv_session *s, const resp_arg *v);
 /* Keys at argv[from], argv[from + step], ...; with step 2 each is followed by a value. */
 bool srv_check_keys(srv_session *s, const resp_arg *argv, size_t from, size_t argc, size_t step);
 bool srv_set_options(srv_session *s, const resp_arg *argv, size_t argc, int *flags);
-void srv_arity_error(srv_session *s, const char *name);
 /* A write was applied WALRUS_ASYNC: a barrier is owed before its reply leaves. */
 void srv_note_write(srv_session *s);
 /* 1 when the (valid) key exists, 0 when not, or a walrus error. */
@@ -127,6 +130,8 @@ int srv_mset_into(walrus_batch *b, const resp_arg *argv, size_t from, size_t arg
 /* Commits @b (WALRUS_ASYNC, noting the write); an empty batch is a no-op. */
 int srv_commit(srv_session *s, walrus_batch *b);
 
+/* ---------------------------------------------------------------- keys.c */
+
 void srv_cmd_get(srv_session *s, const resp_arg *argv, size_t argc);
 void srv_cmd_set(srv_session *s, const resp_arg *argv, size_t argc);
 void srv_cmd_del(srv_session *s, const resp_arg *argv, size_t argc);
@@ -152,8 +157,6 @@ void srv_cmd_dbsize(srv_session *s, const resp_arg *argv, size_t argc);
 void srv_cmd_hello(srv_session *s, const resp_arg *argv, size_t argc);
 void srv_cmd_command(srv_session *s, const resp_arg *argv, size_t argc);
 void srv_cmd_client(srv_session *s, const resp_arg *argv, size_t argc);
-/* Replies with the error of a failed walrus call (noting a crashed instance). */
-void srv_reply_engine_error(srv_session *s, int rc);
 
 /* ---------------------------------------------------------------- input.c */
 

@@ -62,14 +62,8 @@ static bool tx_queue(srv_session *s, int kind, int flags, const resp_arg *argv, 
 	size_t bytes = 0;
 	for (size_t i = 0; i < argc; i++)
 		bytes += argv[i].len;
-	if (s->ntx == s->tx_cap) {
-		size_t cap = s->tx_cap ? s->tx_cap * 2 : 16;
-		srv_txop **t = realloc(s->tx, cap * sizeof(srv_txop *));
-		if (t == NULL)
-			return false;
-		s->tx = t;
-		s->tx_cap = cap;
-	}
+	if (wr_grow(&s->tx, &s->tx_cap, s->ntx + 1, sizeof(srv_txop *), 16) != WALRUS_OK)
+		return false;
 	srv_txop *op = malloc(sizeof(*op) + argc * sizeof(resp_arg) + bytes);
 	if (op == NULL)
 		return false;

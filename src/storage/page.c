@@ -12,7 +12,6 @@
  * but never written, or a sparse gap); any other page has a non-zero
  * checksum, so a zero checksum can only mean "new".
  */
-#include <assert.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -33,7 +32,7 @@ static wr_page_header page_header(const void *page)
 
 void page_init(void *page, uint16_t special, uint8_t type)
 {
-	assert(special <= WR_PAGE_SIZE - WR_PAGE_HEADER_SIZE);
+	WR_ASSERT(special <= WR_PAGE_SIZE - WR_PAGE_HEADER_SIZE);
 	memset(page, 0, WR_PAGE_SIZE);
 	wr_page_header h = {0};
 	h.lower = WR_PAGE_HEADER_SIZE;

@@ -450,7 +450,7 @@ static int smgr_scan(smgr_rel *r, wr_blkno *nblocks, uint32_t *nsegs)
 		}
 		if (rc != 0)
 			return rc;
-		uint32_t blocks;
+		uint32_t blocks = 0;
 		rc = smgr_seg_blocks(f, &blocks);
 		if (rc != 0)
 			return rc;
@@ -669,7 +669,7 @@ static int smgr_fill_before(smgr_rel *r, uint32_t seg)
 {
 	for (uint32_t s = 0; s < seg; s++) {
 		fdc_file f;
-		uint32_t blocks;
+		uint32_t blocks = 0;
 		int rc = smgr_seg(r, s, true, &f);
 		if (rc == 0)
 			rc = smgr_seg_blocks(f, &blocks);

@@ -14,7 +14,15 @@
  * Interface: see wal.h.  Errors are returned, never PANICed: the caller
  * decides (a failed fsync of the control file during a checkpoint is a
  * PANIC there; at bootstrap it is just a failed command).
+ *
+ * A bootstrap interrupted by a crash or power cut may leave a control file
+ * pointing at a half-written segment, or a segment and no control file.  It
+ * cannot be finished (its system identifier lives in both), so
+ * wal_bootstrap_undo removes what it wrote and the engine bootstraps again;
+ * the engine knows a bootstrap was interrupted by the marker it writes
+ * first (engine/datadir.c).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
@@ -257,5 +265,84 @@ int wal_bootstrap(const char *datadir, const wr_options *o)
 		wr_log(WR_LOG,
 		       "bootstrapped \"%s\": system identifier %llu, checkpoint at " WAL_LSN_FMT,
 		       datadir, (unsigned long long)sysid, WAL_LSN_ARGS(start));
+	return rc;
+}
+
+/* A segment or a temporary segment (NAME.tmp.PID): a file only the WAL writes. */
+static bool wal_file_name(const char *name)
+{
+	char head[17];
+	wr_lsn start;
+	if (strlen(name) < sizeof(head) - 1)
+		return false;
+	memcpy(head, name, sizeof(head) - 1);
+	head[sizeof(head) - 1] = '\0';
+	const char *rest = name + sizeof(head) - 1;
+	return wal_segment_parse_name(head, 1, &start) &&
+	       (*rest == '\0' || strncmp(rest, ".tmp.", 5) == 0);
+}
+
+/* The first WAL file in @waldir into @found (empty: none), or removes each when @remove. */
+static int wal_files(const char *waldir, bool remove, char *found, size_t len)
+{
+	found[0] = '\0';
+	DIR *d = opendir(waldir);
+	if (d == NULL)
+		return errno == ENOENT
+		           ? 0
+		           : wr_error(wr_errno_code(errno),
+		                      "could not open WAL directory \"%s\": %m", waldir);
+	int rc = 0;
+	struct dirent *e;
+	while (rc == 0 && (e = readdir(d)) != NULL) {
+		char path[4096];
+		if (!wal_file_name(e->d_name))
+			continue;
+		if (!remove) {
+			wr_snprintf(found, len, "%s", e->d_name);
+			break;
+		}
+		if (!wr_snprintf(path, sizeof(path), "%s/%s", waldir, e->d_name))
+			rc = wr_error(WALRUS_EINVAL, "path too long in \"%s\"", waldir);
+		else if ((rc = fdc_unlink(path)) == 0)
+			wr_log(WR_LOG, "removed \"%s\", left by an interrupted bootstrap", path);
+	}
+	closedir(d);
+	if (rc == 0 && remove)
+		rc = fdc_fsync_path(waldir);
+	return rc;
+}
+
+int wal_dir_first_file(const char *waldir, char *found, size_t len)
+{
+	return wal_files(waldir, false, found, len);
+}
+
+/* Removes DIR/@name when it exists. */
+static int remove_if_there(const char *datadir, const char *name)
+{
+	char path[4096];
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", datadir, name))
+		return wr_error(WALRUS_EINVAL, "path too long in \"%s\"", datadir);
+	if (access(path, F_OK) != 0)
+		return 0;
+	int rc = fdc_unlink(path);
+	if (rc == 0)
+		wr_log(WR_LOG, "removed \"%s\", left by an interrupted bootstrap", path);
+	return rc;
+}
+
+int wal_bootstrap_undo(const char *datadir)
+{
+	char waldir[4096], none[1];
+	if (!wr_snprintf(waldir, sizeof(waldir), "%s/wal", datadir))
+		return wr_error(WALRUS_EINVAL, "path too long in \"%s\"", datadir);
+	int rc = remove_if_there(datadir, WAL_CONTROL_FILE);
+	if (rc == 0)
+		rc = remove_if_there(datadir, WAL_CONTROL_FILE ".tmp");
+	if (rc == 0)
+		rc = fdc_fsync_path(datadir);
+	if (rc == 0)
+		rc = wal_files(waldir, true, none, sizeof(none));
 	return rc;
 }

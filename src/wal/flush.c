@@ -38,8 +38,11 @@ static struct {
 	fdc_file f;
 } seg = {UINT64_MAX, FDC_INVALID};
 
+/* The ring of the process that set it up: a forked child (a supervisor
+ * started from an application) shares its memory with the parent, and its
+ * fd may be closed, so the child sets up its own. */
 static struct io_uring ring;
-static bool ring_ready;
+static pid_t ring_owner;
 
 _Noreturn void wal_io_failed(const char *what, uint64_t seg_start, int err)
 {
@@ -141,20 +144,23 @@ static void write_pages_sync(fdc_file f, uint64_t seg_start, uint64_t page_start
 
 static void ring_init(void)
 {
-	if (ring_ready)
+	if (ring_owner == getpid())
 		return;
 	int rc = io_uring_queue_init(WAL_URING_DEPTH, &ring, 0);
 	if (rc < 0) {
 		errno = -rc;
 		wr_panic("could not set up io_uring for the WAL: %m");
 	}
-	ring_ready = true;
+	ring_owner = getpid();
 }
 
-static void uring_fail(const char *what, uint64_t seg_start, int err)
+/* After a failed batch every submitted request has been reaped, but some
+ * may never have been submitted: tear the ring down so no later submission
+ * carries them. */
+static void ring_discard(void)
 {
-	fdc_io_end();
-	wal_io_failed(what, seg_start, err);
+	io_uring_queue_exit(&ring);
+	ring_owner = 0;
 }
 
 /* Completes a write the kernel did only part of, on the sync path. */
@@ -170,10 +176,11 @@ static void finish_short_write(fdc_file f, uint64_t seg_start, uint64_t page, ui
 typedef struct uring_run {
 	uint64_t page;
 	uint32_t len;
+	uint64_t intent; /* the power-loss journal's record of it, or 0 */
 } uring_run;
 
-static int queue_writes(int fd, uint64_t seg_start, uint64_t *page_start, uint32_t *npages,
-                        uring_run *runs)
+static int queue_writes(fdc_file f, int fd, uint64_t seg_start, uint64_t *page_start,
+                        uint32_t *npages, uring_run *runs)
 {
 	int n = 0;
 	while (*npages > 0 && n < WAL_URING_DEPTH - 1) {
@@ -184,39 +191,131 @@ static int queue_writes(int fd, uint64_t seg_start, uint64_t *page_start, uint32
 		                    run * WAL_PAGE_SIZE, *page_start - seg_start);
 		io_uring_sqe_set_data64(sqe, (uint64_t)n);
 		runs[n].page = *page_start;
-		runs[n++].len = run * WAL_PAGE_SIZE;
+		runs[n].len = run * WAL_PAGE_SIZE;
+		runs[n++].intent = fdc_io_write_intent(f, (off_t)(*page_start - seg_start),
+		                                       (size_t)run * WAL_PAGE_SIZE);
 		*page_start += (uint64_t)run * WAL_PAGE_SIZE;
 		*npages -= run;
 	}
 	return n;
 }
 
+/* Whether queue_writes would queue all of @npages in one batch. */
+static bool batch_ends(uint64_t page_start, uint32_t npages)
+{
+	for (int n = 0; n < WAL_URING_DEPTH - 1; n++) {
+		uint32_t run = WR_MIN(npages, wal_sh->nbufs - wal_buf_index(page_start));
+		page_start += (uint64_t)run * WAL_PAGE_SIZE;
+		npages -= run;
+		if (npages == 0)
+			return true;
+	}
+	return false;
+}
+
+/* The first failure of a batch: reported once every request has completed. */
+typedef struct uring_err {
+	const char *what;
+	int err;
+} uring_err;
+
+static void uring_note(uring_err *e, const char *what, int err)
+{
+	if (e->err == 0) {
+		e->what = what;
+		e->err = err;
+	}
+}
+
+/*
+ * Reaps @total completions.  A failed request does not stop the reaping: the
+ * others are still in flight, and the I/O guard may be dropped (a PANIC)
+ * only when none of this instance's writes can still land.
+ */
+static bool reap_batch(fdc_file f, uint64_t seg_start, const uring_run *runs, int total,
+                       uring_err *e)
+{
+	bool short_write = false;
+	for (int i = 0; i < total; i++) {
+		struct io_uring_cqe *cqe;
+		int rc = io_uring_wait_cqe(&ring, &cqe);
+		if (rc == -EINTR) {
+			i--;
+			continue;
+		}
+		if (rc < 0) {
+			/* The ring itself failed: nothing more can be reaped. */
+			errno = -rc;
+			wr_panic("could not wait for writes to the WAL: %m");
+		}
+		uint64_t id = io_uring_cqe_get_data64(cqe);
+		int res = cqe->res;
+		io_uring_cqe_seen(&ring, cqe);
+		if (res < 0) {
+			uring_note(e, id == UINT64_MAX ? "fdatasync" : "write to", -res);
+			continue;
+		}
+		if (id == UINT64_MAX) {
+			if (e->err == 0)
+				fdc_io_synced(f);
+			continue;
+		}
+		fdc_io_write_done(f, runs[id].intent);
+		if (e->err != 0)
+			continue;
+		if ((uint32_t)res < runs[id].len) {
+			finish_short_write(f, seg_start, runs[id].page, (uint32_t)res,
+			                   runs[id].len);
+			short_write = true;
+		}
+		atomic_fetch_add_explicit(&wal_sh->st_writes, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&wal_sh->st_write_bytes, runs[id].len,
+		                          memory_order_relaxed);
+	}
+	return short_write;
+}
+
+/* Enters the I/O guard for @op on @f; PANICs when refused (the instance crashed). */
+static void uring_begin(fdc_file f, uint64_t seg_start, const char *op, int *held)
+{
+	int injected;
+	if (fdc_io_begin(f, op, &injected) != WALRUS_OK) {
+		for (; *held > 0; (*held)--)
+			fdc_io_end();
+		wr_panic("WAL %s refused: %s", op, walrus_errmsg());
+	}
+	(*held)++;
+	if (injected)
+		wal_io_failed(strcmp(op, "pwrite") == 0 ? "write to" : op, seg_start, injected);
+}
+
 /*
  * Writes the pages with one SQE per contiguous run of the ring and, when the
  * batch ends the range and the sync method needs one, an fdatasync SQE with
  * IOSQE_IO_DRAIN so it starts after every write.  Short writes are finished
- * on the sync path, which then also flushes again.  Returns whether the
- * batch's flush covered everything.
+ * on the sync path, which then also flushes again.  The I/O guard is held
+ * from before the submission until the last completion (one bracket for the
+ * writes, one for the flush).  Returns whether the batch's flush covered
+ * everything.
  */
 static bool write_pages_uring(fdc_file f, uint64_t seg_start, uint64_t page_start, uint32_t npages)
 {
-	int fd, injected;
+	int fd;
 	uring_run runs[WAL_URING_DEPTH];
 	ring_init();
 	if (fdc_fd(f, &fd) != WALRUS_OK)
 		wr_panic("could not open WAL segment: %s", walrus_errmsg());
 	while (npages > 0) {
-		if (fdc_io_begin(f, "pwrite", &injected) != WALRUS_OK)
-			wr_panic("WAL write refused: %s", walrus_errmsg());
-		if (injected)
-			uring_fail("write to", seg_start, injected);
-		int nw = queue_writes(fd, seg_start, &page_start, &npages, runs);
-		bool flush = npages == 0 && wal_sh->sync_method != WR_SYNC_OPEN_DATASYNC;
+		/* Both brackets before anything is queued: a refusal must not
+		 * leave SQEs behind for the next submission. */
+		int held = 0;
+		uring_begin(f, seg_start, "pwrite", &held);
+		bool flush =
+		    wal_sh->sync_method != WR_SYNC_OPEN_DATASYNC && batch_ends(page_start, npages);
+		if (flush)
+			uring_begin(f, seg_start, "fdatasync", &held);
+		int nw = queue_writes(f, fd, seg_start, &page_start, &npages, runs);
 		if (flush) {
-			if (fdc_io_begin(f, "fdatasync", &injected) == WALRUS_OK)
-				fdc_io_end();
-			if (injected)
-				uring_fail("fdatasync", seg_start, injected);
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
 			io_uring_prep_fsync(
 			    sqe, fd,
@@ -225,33 +324,24 @@ static bool write_pages_uring(fdc_file f, uint64_t seg_start, uint64_t page_star
 			io_uring_sqe_set_data64(sqe, UINT64_MAX);
 		}
 		int total = nw + (flush ? 1 : 0);
-		int rc = io_uring_submit_and_wait(&ring, (unsigned)total);
-		if (rc < 0)
-			uring_fail("submit writes to", seg_start, -rc);
+		uring_err e = {NULL, 0};
 		bool short_write = false;
-		for (int i = 0; i < total; i++) {
-			struct io_uring_cqe *cqe;
-			rc = io_uring_wait_cqe(&ring, &cqe);
-			if (rc < 0)
-				uring_fail("wait for writes to", seg_start, -rc);
-			uint64_t id = io_uring_cqe_get_data64(cqe);
-			int res = cqe->res;
-			io_uring_cqe_seen(&ring, cqe);
-			if (res < 0)
-				uring_fail(id == UINT64_MAX ? "fdatasync" : "write to", seg_start,
-				           -res);
-			if (id == UINT64_MAX)
-				continue;
-			if ((uint32_t)res < runs[id].len) {
-				finish_short_write(f, seg_start, runs[id].page, (uint32_t)res,
-				                   runs[id].len);
-				short_write = true;
-			}
-			atomic_fetch_add_explicit(&wal_sh->st_writes, 1, memory_order_relaxed);
-			atomic_fetch_add_explicit(&wal_sh->st_write_bytes, runs[id].len,
-			                          memory_order_relaxed);
+		int rc;
+		do
+			rc = io_uring_submit(&ring);
+		while (rc == -EINTR);
+		if (rc < 0)
+			uring_note(&e, "submit writes to", -rc);
+		else
+			short_write = reap_batch(f, seg_start, runs, rc, &e);
+		if (rc >= 0 && rc < total)
+			uring_note(&e, "submit every write to", EAGAIN);
+		for (; held > 0; held--)
+			fdc_io_end();
+		if (e.err != 0) {
+			ring_discard();
+			wal_io_failed(e.what, seg_start, e.err);
 		}
-		fdc_io_end();
 		if (npages == 0)
 			return flush && !short_write;
 	}
@@ -292,14 +382,10 @@ uint64_t wal_wait_insertions(uint64_t upto)
 	for (uint32_t i = 0; i < wal_sh->nslots; i++) {
 		_Atomic uint64_t *v = &wal_slots[i].done_upto;
 		uint64_t x;
-		int round = 0;
+		ipc_spin sp = IPC_SPIN_INIT("a WAL insertion to finish its copy");
 		/* Busy and silent: it is copying and cannot block, so wait. */
-		while ((x = atomic_load(v)) == WAL_SLOT_BUSY) {
-			if (++round < WAL_SPIN_ROUNDS)
-				wal_cpu_relax();
-			else
-				sched_yield();
-		}
+		while ((x = atomic_load(v)) == WAL_SLOT_BUSY)
+			ipc_spin_delay(&sp);
 		if (x != WAL_SLOT_IDLE && x < done)
 			done = x;
 	}

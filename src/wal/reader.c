@@ -229,17 +229,9 @@ static int wal_rd_page(wal_reader *r, wr_lsn page_start)
 
 static int wal_rd_grow(wal_reader *r, size_t need)
 {
-	if (need <= r->cap)
-		return WALRUS_OK;
-	size_t cap = r->cap ? r->cap : 16384;
-	while (cap < need)
-		cap *= 2;
-	char *p = realloc(r->buf, cap);
-	if (p == NULL)
+	if (wr_grow(&r->buf, &r->cap, need, 1, 16384) != WALRUS_OK)
 		return wr_error(WALRUS_ENOMEM, "out of memory reading a WAL record of %zu bytes",
 		                need);
-	r->buf = p;
-	r->cap = cap;
 	return WALRUS_OK;
 }
 
@@ -362,7 +354,7 @@ static uint64_t wal_rd_follow(wal_reader *r, wr_lsn next, wr_lsn prev, wr_lsn ba
 {
 	uint64_t n = 0;
 	uint32_t len;
-	wr_lsn end;
+	wr_lsn end = 0;
 	*proof = 0;
 	while (wal_rd_fetch(r, next, true, prev, &len, &end) == WALRUS_OK) {
 		n++;
@@ -435,7 +427,7 @@ int wal_read_record(wal_reader *r, wr_lsn lsn, wal_decoded **rec)
 		return wr_error(WALRUS_EINVAL, "invalid record start LSN " WAL_LSN_FMT,
 		                WAL_LSN_ARGS(lsn));
 	uint32_t tot_len;
-	wr_lsn end;
+	wr_lsn end = 0;
 	int rc = wal_rd_fetch(r, lsn, sequential, r->last, &tot_len, &end);
 	if (rc == WAL_BAD)
 		return wal_rd_failed(r, lsn, tot_len);
@@ -469,7 +461,7 @@ static int wal_rd_first_on_page(wal_reader *r, wr_lsn page_start, wr_lsn *first)
 
 int wal_find_first(wal_reader *r, wr_lsn lsn, wr_lsn *found)
 {
-	wr_lsn cand;
+	wr_lsn cand = 0;
 	int rc = wal_rd_first_on_page(r, lsn - lsn % WAL_PAGE_SIZE, &cand);
 	wal_decoded *rec;
 	for (bool first = true; rc == WALRUS_OK; first = false) {

@@ -115,17 +115,9 @@ void wal_register_data(const void *data, size_t len)
 
 static int wal_reserve(wal_assembled *a, size_t need)
 {
-	if (need <= a->cap)
-		return WALRUS_OK;
-	size_t cap = a->cap ? a->cap : 8192;
-	while (cap < need)
-		cap *= 2;
-	char *p = realloc(a->buf, cap);
-	if (p == NULL)
+	if (wr_grow(&a->buf, &a->cap, need, 1, 8192) != WALRUS_OK)
 		return wr_error(WALRUS_ENOMEM, "out of memory assembling a WAL record of %zu bytes",
 		                need);
-	a->buf = p;
-	a->cap = cap;
 	return WALRUS_OK;
 }
 

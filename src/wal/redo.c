@@ -103,14 +103,8 @@ static int touch_rel(wr_relid rel)
 	for (size_t i = 0; i < ntouched; i++)
 		if (touched[i] == rel)
 			return 0;
-	if (ntouched == touched_cap) {
-		size_t cap = touched_cap ? touched_cap * 2 : 16;
-		wr_relid *t = realloc(touched, cap * sizeof(*t));
-		if (t == NULL)
-			return wr_error(WALRUS_ENOMEM, "out of memory");
-		touched = t;
-		touched_cap = cap;
-	}
+	if (wr_grow(&touched, &touched_cap, ntouched + 1, sizeof(*touched), 16) != WALRUS_OK)
+		return wr_error(WALRUS_ENOMEM, "out of memory");
 	touched[ntouched++] = rel;
 	return 0;
 }
@@ -499,14 +493,9 @@ static int list_segments(const recovery *rv, wr_lsn from, wr_lsn **out, size_t *
 		wr_lsn start;
 		if (!wal_segment_parse_name(e->d_name, rv->c.wal_seg_size, &start) || start < from)
 			continue;
-		if (*n == cap) {
-			cap = cap ? cap * 2 : 16;
-			wr_lsn *p = realloc(*out, cap * sizeof(*p));
-			if (p == NULL) {
-				closedir(d);
-				return wr_error(WALRUS_ENOMEM, "out of memory");
-			}
-			*out = p;
+		if (wr_grow(out, &cap, *n + 1, sizeof(**out), 16) != WALRUS_OK) {
+			closedir(d);
+			return wr_error(WALRUS_ENOMEM, "out of memory");
 		}
 		(*out)[(*n)++] = start;
 	}

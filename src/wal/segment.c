@@ -211,14 +211,8 @@ static int wal_cmp_lsn(const void *a, const void *b)
 
 static int wal_seglist_add(wal_seglist *l, wr_lsn start)
 {
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		wr_lsn *v = realloc(l->v, cap * sizeof(*v));
-		if (v == NULL)
-			return wr_error(WALRUS_ENOMEM, "out of memory listing WAL segments");
-		l->v = v;
-		l->cap = cap;
-	}
+	if (wr_grow(&l->v, &l->cap, l->n + 1, sizeof(*l->v), 64) != WALRUS_OK)
+		return wr_error(WALRUS_ENOMEM, "out of memory listing WAL segments");
 	l->v[l->n++] = start;
 	return WALRUS_OK;
 }

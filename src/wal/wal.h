@@ -325,6 +325,16 @@ int wal_control_read(const char *datadir, wal_control *c);
 int wal_control_write(const char *datadir, const wal_control *c);
 /* A new instance: control file + first segment holding a shutdown checkpoint record. */
 int wal_bootstrap(const char *datadir, const wr_options *o);
+/*
+ * Removes what an interrupted wal_bootstrap may have written in @datadir (the
+ * control file and its temp file, every segment and temporary segment in
+ * DIR/wal), logging each file, and makes the removals durable.  Only for a
+ * directory whose initialisation is known not to have finished.
+ */
+int wal_bootstrap_undo(const char *datadir);
+/* The name of the first WAL segment or temporary segment in @waldir into
+ * @found (an empty string when it holds none, or does not exist). */
+int wal_dir_first_file(const char *waldir, char *found, size_t len);
 
 /* ---------------------------------------------------------------- reader */
 

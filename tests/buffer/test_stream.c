@@ -26,6 +26,7 @@
 
 #include "buffer/buf_int.h"
 #include "fdcache/fdcache.h"
+#include "testsupport/testsupport.h"
 #include "wal/wal.h"
 
 #define NSLOTS 16
@@ -334,10 +335,10 @@ START_TEST(injected_read_error_is_reported_alike)
 	setup(32, _i);
 	make_relation(NBLK);
 	/* The fourth read of segment 1 (block 35) fails, whichever method reads. */
-	ck_assert_int_eq(fdc_failpoint_set("pread:EIO:/base/7.1@3*1"), WALRUS_OK);
+	ck_assert_int_eq(ts_failpoint_set("pread:EIO:/base/7.1@3*1"), WALRUS_OK);
 	scan_expect_failure(NBLK, 35, WALRUS_EIO, "/base/7.1\": Input/output error");
-	ck_assert_uint_eq(fdc_failpoint_hits(), 1);
-	ck_assert_int_eq(fdc_failpoint_set(NULL), WALRUS_OK);
+	ck_assert_uint_eq(ts_failpoint_hits(), 1);
+	ck_assert_int_eq(ts_failpoint_set(NULL), WALRUS_OK);
 	check_pool_idle();
 	ck_assert_int_eq(scan(0, NBLK, 8, NULL), 0); /* block 35 is read again */
 	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);

@@ -1,7 +1,8 @@
 /*
  * test_pacing.c - checkpoint write pacing with an injected clock and WAL
  * position (on schedule: sleep; behind by time or by WAL: never; immediate:
- * never), and the (rel, blk) sort order of checkpoint writes.
+ * never), the (rel, blk) sort order of checkpoint writes, and when the
+ * next checkpoint starts (checkpoint_timeout counted from each start).
  */
 #include <stdlib.h>
 
@@ -147,6 +148,65 @@ START_TEST(test_sort_items)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- scheduling */
+
+#define NS 1000000000ULL
+
+/*
+ * checkpoint_timeout 6 s, a busy instance, and a spread checkpoint that
+ * takes 5.4 s: timed checkpoints start every 6 s, counted from each start.
+ * (Counted from each end, the second would start at 17.4 s.)
+ */
+START_TEST(test_sched_counts_from_start)
+{
+	ckpt_sched s;
+	wr_lsn lsn = 1000;
+	ckpt_sched_init(&s, 6 * NS, 0, lsn);
+	lsn += 10; /* WAL written: the instance is busy */
+	ck_assert_int_eq(ckpt_sched_decide(&s, 6 * NS - 1, 0, false, lsn), CKPT_ACT_WAIT);
+	ck_assert_uint_eq(ckpt_sched_wait_ns(&s, 6 * NS - 1), 1);
+	for (uint64_t start = 6 * NS; start < 60 * NS; start += 6 * NS) {
+		ck_assert_int_eq(ckpt_sched_decide(&s, start, 0, false, lsn), CKPT_ACT_RUN);
+		lsn += 10; /* written while the checkpoint ran */
+		uint64_t end = start + 54 * NS / 10;
+		ckpt_sched_ended(&s, lsn);
+		ck_assert_int_eq(ckpt_sched_decide(&s, end, 0, false, lsn), CKPT_ACT_WAIT);
+		ck_assert_uint_eq(ckpt_sched_wait_ns(&s, end), 6 * NS / 10);
+		lsn += 10;
+	}
+}
+END_TEST
+
+/* An idle interval runs nothing, and the next one counts from its end. */
+START_TEST(test_sched_idle)
+{
+	ckpt_sched s;
+	ckpt_sched_init(&s, 6 * NS, 0, 1000);
+	ck_assert_int_eq(ckpt_sched_decide(&s, 6 * NS, 0, false, 1000), CKPT_ACT_WAIT);
+	ck_assert_uint_eq(ckpt_sched_wait_ns(&s, 6 * NS), 6 * NS);
+	/* WAL arrives: the timed checkpoint comes a whole interval later. */
+	ck_assert_int_eq(ckpt_sched_decide(&s, 11 * NS, 0, false, 2000), CKPT_ACT_WAIT);
+	ck_assert_int_eq(ckpt_sched_decide(&s, 12 * NS, 0, false, 2000), CKPT_ACT_RUN);
+}
+END_TEST
+
+/* Requests and WAL volume start one at once; a request with nothing to do is skipped. */
+START_TEST(test_sched_requests)
+{
+	ckpt_sched s;
+	ckpt_sched_init(&s, 6 * NS, 0, 1000);
+	ck_assert_int_eq(ckpt_sched_decide(&s, NS, CKPT_REQUESTED, false, 1000), CKPT_ACT_SKIP);
+	ck_assert_int_eq(ckpt_sched_decide(&s, NS, CKPT_REQUESTED | CKPT_FORCE, false, 1000),
+	                 CKPT_ACT_RUN);
+	ck_assert_int_eq(ckpt_sched_decide(&s, 2 * NS, CKPT_REQUESTED, false, 1500), CKPT_ACT_RUN);
+	ckpt_sched_ended(&s, 1600);
+	ck_assert_int_eq(ckpt_sched_decide(&s, 3 * NS, 0, true, 1700), CKPT_ACT_RUN);
+	ckpt_sched_ended(&s, 1800);
+	/* The timer restarted at the WAL-triggered start. */
+	ck_assert_uint_eq(ckpt_sched_wait_ns(&s, 4 * NS), 5 * NS);
+}
+END_TEST
+
 static Suite *pacing_suite(void)
 {
 	Suite *s = suite_create("ckpt-pacing");
@@ -160,6 +220,9 @@ static Suite *pacing_suite(void)
 	tcase_add_test(tc, test_immediate_never_sleeps);
 	tcase_add_test(tc, test_clock_before_start);
 	tcase_add_test(tc, test_sort_items);
+	tcase_add_test(tc, test_sched_counts_from_start);
+	tcase_add_test(tc, test_sched_idle);
+	tcase_add_test(tc, test_sched_requests);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -22,6 +22,7 @@
 
 #include "checkpointer/checkpointer.h"
 #include "ipc/ipc.h"
+#include "testsupport/testsupport.h"
 #include "testutil.h"
 
 #define SEGSIZE ((int64_t)64 * 1024) /* 8 blocks per segment */
@@ -767,7 +768,7 @@ static int ckpt_fsync_fails_child(void *arg)
 	TU_CHILD_CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	ckpt_sync_absorb();
 	TU_CHILD_CHECK(ckpt_sync_debug_count() == 1);
-	TU_CHILD_CHECK(fdc_failpoint_set("fsync:EIO:/base/9") == 0);
+	TU_CHILD_CHECK(ts_failpoint_set("fsync:EIO:/base/9") == 0);
 	ckpt_sync_result r;
 	ckpt_sync_all(&r);
 	return 1; /* not reached: the failed fsync PANICs */
@@ -786,7 +787,7 @@ static int early_fsync_fails_child(void *arg)
 	TU_CHILD_CHECK(ckpt_sync_listen(dir) == WALRUS_OK);
 	ckpt_sync_set_budget(1);
 	TU_CHILD_CHECK(write_block(15, 0, true) == 0);
-	TU_CHILD_CHECK(fdc_failpoint_set("fsync:EIO:/base/15") == 0);
+	TU_CHILD_CHECK(ts_failpoint_set("fsync:EIO:/base/15") == 0);
 	TU_CHILD_CHECK(smgr_create(16) == 0);
 	write_block(16, 0, false); /* over the budget: relation 15 is synced early */
 	return 1;
@@ -835,7 +836,7 @@ static int dup_close_fails_child(void *arg)
 	uint64_t tb = wr_now_ns();
 	smgr_sync_req req = {.rel = 11, .seg = 0, .open_seq = ta, .cycle = ckpt_sync_cycle()};
 	TU_CHILD_CHECK(ckpt_sync_register(&req, a) == WALRUS_OK);
-	TU_CHILD_CHECK(fdc_failpoint_set("close:EIO:/base/11") == 0);
+	TU_CHILD_CHECK(ts_failpoint_set("close:EIO:/base/11") == 0);
 	req.open_seq = tb;
 	ckpt_sync_register(&req, b);
 	return 1;

@@ -156,6 +156,7 @@ START_TEST(test_values_and_units)
 	check_set_get("io_method", "io_uring", "io_uring");
 	check_set_get("wal_sync_method", "open_datasync", "open_datasync");
 	check_set_get("wal_compression", "zstd", "zstd");
+	check_set_get("wal_compression", "on", "zstd"); /* PostgreSQL's spelling */
 	check_set_get("log_min_messages", "debug", "debug");
 	check_set_get("log_min_messages", "PANIC", "panic");
 	check_set_get("max_connections", "1", "1");

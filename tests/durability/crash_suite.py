@@ -26,6 +26,7 @@ batch, no value from nowhere), and `walrus verify` is clean.
 
 Default: 100 rounds (about 2-3 minutes); WALRUS_LONG=1 or --rounds N for more.
 usage: crash_suite.py --walrus PATH --driver PATH [--rounds N] [--seed S] [--keep]
+                      [--opt NAME=VALUE ...]
 Prints a summary per victim and "N passed, N failed".
 """
 import os, random, subprocess, sys, threading, time
@@ -101,7 +102,7 @@ def main(cleanup):
     a = workload.suite_args(rounds=100, long_rounds=1000, seed=11)
     rng = random.Random(a.seed)
     base = wtest.tempdir(cleanup, "walrus-crashsuite-", keep=a.keep)
-    w = wtest.Walrus(a.walrus, os.path.join(base, "data"), OPTS)
+    w = wtest.Walrus(a.walrus, os.path.join(base, "data"), workload.with_opts(OPTS, a.opt))
     w.register(cleanup)
     w.create()
     rounds = workload.Rounds(w)

@@ -6,16 +6,17 @@ file must PANIC the instance; it is never retried and never ignored, no
 checkpoint that depends on it is completed, and recovery from the WAL brings
 back every acknowledged write.
 
-Failpoints (WALRUS_FAILPOINTS, see src/fdcache/fdcache.h) are read by each
-process's fd cache at initialisation: by the supervisor, whose children (the
-startup process, checkpointer, background writer, WAL writer) inherit its
-entries with their counters as they were at fork time, and by each backend
-(a `walrus` command) for itself.  So a failpoint meant for the instance is
-put in the environment of `walrus serve`, which runs the supervisor in the
-foreground; one meant for a backend is put in that command's environment.
-Since every child of the supervisor starts with fresh counters, a failpoint
-that stays in force also makes the restarted instance's end-of-recovery
-checkpoint fail: "if the error persists, every start PANICs".
+Failpoints (WALRUS_FAILPOINTS, test builds only:
+src/testsupport/testsupport.h) are read by each process's fd cache at
+initialisation: by the supervisor, whose children (the startup process,
+checkpointer, background writer, WAL writer) inherit its entries with their
+counters as they were at fork time, and by each backend (a `walrus` command)
+for itself. So a failpoint meant for the instance is put in the environment
+of `walrus serve`, which runs the supervisor in the foreground; one meant
+for a backend is put in that command's environment. Since every child of the
+supervisor starts with fresh counters, a failpoint that stays in force also
+makes the restarted instance's end-of-recovery checkpoint fail: "if the
+error persists, every start PANICs".
 
 Each case: create DIR; start the instance; load keys with `load --sync
 --ack`; note controldata's checkpoint location; provoke the error (mostly by

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """I/O error table: every write, fsync, fdatasync, sync_file_range, open,
 rename, unlink, close and directory-fsync site of walrus, with EIO and with
-ENOSPC injected by the fd cache's failpoints (src/fdcache/failpoint.c).
+ENOSPC injected by the fd cache's failpoints (src/testsupport/failpoint.c).
 
 The rule checked (DESIGN.md, durability rules 2, 5, 6): the outcome is
 either a clean error to the caller -- a failing command, or a failed

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The power cut of the power-loss simulation: rolls back, from the journal
-that the fd cache keeps with WALRUS_POWERLOSS=JDIR (src/fdcache/failpoint.c),
+that the fd cache keeps with WALRUS_POWERLOSS=JDIR (src/testsupport/powerloss.c),
 whatever was written but not made durable, as a power cut may lose it.
 
 Model (what a journaling file system such as ext4 guarantees, by POSIX):

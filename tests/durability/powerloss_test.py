@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Power-loss simulation: the mixed workload of crash_suite.py with the fd
-cache journaling every change (WALRUS_POWERLOSS, src/fdcache/failpoint.c),
+cache journaling every change (WALRUS_POWERLOSS, src/testsupport/powerloss.c),
 then a simulated power cut (powerloss.py): every process stopped and killed
 at once, and what was written but not made durable rolled back --
   drop     all of it (the page cache never reached the disk)
@@ -14,6 +14,7 @@ lost acknowledged write, no partial batch), `walrus verify` is clean.
 
 Default 24 power cuts (about a minute); WALRUS_LONG=1 or --rounds N for more.
 usage: powerloss_test.py --walrus PATH --driver PATH [--rounds N] [--seed S] [--keep]
+                         [--opt NAME=VALUE ...]
 """
 import os, random, sys, time
 
@@ -28,7 +29,7 @@ from wtest import log  # noqa: E402
 OPTS = ["wal_segment_size=256kB", "max_wal_size=2MB", "min_wal_size=1MB",
         "shared_buffers=8MB", "checkpoint_timeout=3s", "checkpoint_completion_target=0.5",
         "wal_writer_delay=20ms", "bgwriter_delay=50ms", "supervisor_linger=5s",
-        "io_method=sync"]
+        "io_method=sync"]  # the matrix runs io_uring too (--opt)
 MODES = ["drop", "pages", "sectors", "keep"]
 
 
@@ -53,7 +54,7 @@ def main(cleanup):
     base = wtest.tempdir(cleanup, "walrus-powerloss-", keep=a.keep)
     jdir = os.path.join(base, "journal")  # same file system: saved hard links
     os.mkdir(jdir)
-    w = PLWalrus(a.walrus, os.path.join(base, "data"), OPTS, jdir)
+    w = PLWalrus(a.walrus, os.path.join(base, "data"), workload.with_opts(OPTS, a.opt), jdir)
     w.register(cleanup)
     w.create()
     w.journal = True

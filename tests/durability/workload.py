@@ -340,7 +340,16 @@ def suite_args(rounds, long_rounds, seed):
     ap.add_argument("--rounds", type=int, default=long_rounds if wtest.long_mode() else rounds)
     ap.add_argument("--seed", type=int, default=seed)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--opt", action="append", default=[], metavar="NAME=VALUE",
+                    help="an engine option on top of the suite's own (the durability "
+                         "matrix: io_method=io_uring, wal_direct_io=on, ...)")
     return ap.parse_args()
+
+
+def with_opts(base, extra):
+    """@base options with @extra ones added, replacing those of the same name."""
+    names = {kv.split("=", 1)[0] for kv in extra}
+    return [kv for kv in base if kv.split("=", 1)[0] not in names] + list(extra)
 
 
 def client_pids(clients):

@@ -17,6 +17,7 @@
 
 #include "common/common.h"
 #include "fdcache/fdcache.h"
+#include "testsupport/testsupport.h"
 #include "testutil.h"
 
 static const char *dir;
@@ -258,7 +259,7 @@ START_TEST(test_emfile_retry)
 {
 	ck_assert_int_eq(fdc_init(10), 0);
 	fdc_file a = open_new("a");
-	ck_assert_int_eq(fdc_failpoint_set("open:EMFILE"), 0);
+	ck_assert_int_eq(ts_failpoint_set("open:EMFILE"), 0);
 	fdc_file b = open_new("b");
 	ck_assert(!fdc_debug_is_open(a));
 	ck_assert(fdc_debug_is_open(b));
@@ -268,7 +269,7 @@ START_TEST(test_emfile_retry)
 	/* With nothing of ours to give up, the error stands. */
 	fdc_close_all();
 	fdc_file c;
-	ck_assert_int_eq(fdc_failpoint_set("open:ENFILE"), 0);
+	ck_assert_int_eq(ts_failpoint_set("open:ENFILE"), 0);
 	ck_assert_int_ne(fdc_open(path_of("c"), O_RDWR | O_CREAT, 0600, &c), 0);
 	ck_assert_int_eq(errno, ENFILE);
 }
@@ -361,7 +362,7 @@ static int close_panic_child(void *arg)
 	TU_CHILD_CHECK(fdc_open(path_of("clean"), O_RDWR | O_CREAT, 0600, &b) == 0);
 	TU_CHILD_CHECK(fdc_open(path_of("dirty"), O_RDWR | O_CREAT, 0600, &a) == 0);
 	TU_CHILD_CHECK(fdc_pwrite(a, "x", 1, 0) == 0);
-	TU_CHILD_CHECK(fdc_failpoint_set("close:EIO*0") == 0);
+	TU_CHILD_CHECK(ts_failpoint_set("close:EIO*0") == 0);
 	TU_CHILD_CHECK(fdc_close(b) == 0); /* never written: only a warning */
 	fdc_close(a);
 	return 1; /* not reached */
@@ -391,80 +392,80 @@ START_TEST(test_failpoint_each_op)
 	char buf[8] = "abcdefg";
 	ck_assert_int_eq(fdc_pwrite(t, buf, 8, 0), 0);
 	ck_assert_int_eq(fdc_pwrite(o, buf, 8, 0), 0);
-	uint64_t hits = fdc_failpoint_hits();
+	uint64_t hits = ts_failpoint_hits();
 
-	ck_assert_int_eq(fdc_failpoint_set("pread:EIO:target"), 0);
+	ck_assert_int_eq(ts_failpoint_set("pread:EIO:target"), 0);
 	ck_assert_int_eq(fdc_pread(o, buf, 8, 0), 8);
 	expect_fail((int)fdc_pread(t, buf, 8, 0), EIO);
 
-	ck_assert_int_eq(fdc_failpoint_set("pwrite:ENOSPC:target"), 0);
+	ck_assert_int_eq(ts_failpoint_set("pwrite:ENOSPC:target"), 0);
 	ck_assert_int_eq(fdc_pwrite(o, buf, 8, 0), 0);
 	expect_fail(fdc_pwrite(t, buf, 8, 0), ENOSPC);
 	ck_assert_int_eq(fdc_pwrite(t, buf, 8, 0), 0); /* count 1: once */
 
-	ck_assert_int_eq(fdc_failpoint_set("fsync:EIO:target"), 0);
+	ck_assert_int_eq(ts_failpoint_set("fsync:EIO:target"), 0);
 	ck_assert_int_eq(fdc_fsync(o), 0);
 	expect_fail(fdc_fsync(t), EIO);
 
-	ck_assert_int_eq(fdc_failpoint_set("fdatasync:EROFS:target"), 0);
+	ck_assert_int_eq(ts_failpoint_set("fdatasync:EROFS:target"), 0);
 	ck_assert_int_eq(fdc_fdatasync(o), 0);
 	expect_fail(fdc_fdatasync(t), EROFS);
 
-	ck_assert_int_eq(fdc_failpoint_set("sync_range:EIO:target"), 0);
+	ck_assert_int_eq(ts_failpoint_set("sync_range:EIO:target"), 0);
 	ck_assert_int_eq(fdc_sync_range(o, 0, 8, SYNC_FILE_RANGE_WRITE), 0);
 	expect_fail(fdc_sync_range(t, 0, 8, SYNC_FILE_RANGE_WRITE), EIO);
 
-	ck_assert_int_eq(fdc_failpoint_set("truncate:EFBIG:target"), 0);
+	ck_assert_int_eq(ts_failpoint_set("truncate:EFBIG:target"), 0);
 	ck_assert_int_eq(fdc_truncate(o, 8), 0);
 	expect_fail(fdc_truncate(t, 8), EFBIG);
 
-	ck_assert_int_eq(fdc_failpoint_set("fallocate:EDQUOT:target"), 0);
+	ck_assert_int_eq(ts_failpoint_set("fallocate:EDQUOT:target"), 0);
 	ck_assert_int_eq(fdc_fallocate(o, 0, 4096), 0);
 	expect_fail(fdc_fallocate(t, 0, 4096), EDQUOT);
 
 	fdc_file n;
-	ck_assert_int_eq(fdc_failpoint_set("open:EACCES:newfile"), 0);
+	ck_assert_int_eq(ts_failpoint_set("open:EACCES:newfile"), 0);
 	ck_assert_int_eq(fdc_open(path_of("ok-file"), O_RDWR | O_CREAT, 0600, &n), 0);
 	expect_fail(fdc_open(path_of("newfile"), O_RDWR | O_CREAT, 0600, &n), EACCES);
 
-	ck_assert_int_eq(fdc_failpoint_set("rename:EPERM:target"), 0);
+	ck_assert_int_eq(ts_failpoint_set("rename:EPERM:target"), 0);
 	ck_assert_int_eq(fdc_rename(path_of("ok-file"), path_of("ok-file2")), 0);
 	expect_fail(fdc_rename(path_of("target"), path_of("target2")), EPERM);
 	ck_assert_int_eq(access(path_of("target"), F_OK), 0);
 
-	ck_assert_int_eq(fdc_failpoint_set("unlink:EBUSY-NOT-A-NAME"), WALRUS_EINVAL);
-	ck_assert_int_eq(fdc_failpoint_set("unlink:EACCES:target"), 0);
+	ck_assert_int_eq(ts_failpoint_set("unlink:EBUSY-NOT-A-NAME"), WALRUS_EINVAL);
+	ck_assert_int_eq(ts_failpoint_set("unlink:EACCES:target"), 0);
 	ck_assert_int_eq(fdc_unlink(path_of("ok-file2")), 0);
 	expect_fail(fdc_unlink(path_of("target")), EACCES);
 	ck_assert_int_eq(access(path_of("target"), F_OK), 0);
 
-	ck_assert_int_eq(fdc_failpoint_set("fsync_dir:EIO"), 0);
+	ck_assert_int_eq(ts_failpoint_set("fsync_dir:EIO"), 0);
 	ck_assert_int_eq(fdc_fsync_path(path_of("other")), 0); /* a file: not fsync_dir */
 	expect_fail(fdc_fsync_parent(path_of("other")), EIO);
-	ck_assert_int_eq(fdc_failpoint_set("fsync_dir:EIO"), 0);
+	ck_assert_int_eq(ts_failpoint_set("fsync_dir:EIO"), 0);
 	expect_fail(fdc_fsync_path(dir), EIO);
 
-	ck_assert_int_eq(fdc_failpoint_set("fsync:EIO:other"), 0);
+	ck_assert_int_eq(ts_failpoint_set("fsync:EIO:other"), 0);
 	expect_fail(fdc_fsync_path(path_of("other")), EIO);
 
-	ck_assert_int_eq(fdc_failpoint_set("mkdir:ENOSPC:sub"), 0);
+	ck_assert_int_eq(ts_failpoint_set("mkdir:ENOSPC:sub"), 0);
 	expect_fail(fdc_mkdir(path_of("sub"), 0700), ENOSPC);
 	ck_assert_int_eq(fdc_mkdir(path_of("sub"), 0700), 0);
 
-	ck_assert_int_eq(fdc_failpoint_set("any:EINVAL:other"), 0);
+	ck_assert_int_eq(ts_failpoint_set("any:EINVAL:other"), 0);
 	expect_fail(fdc_fsync(o), EINVAL);
-	ck_assert_int_eq(fdc_failpoint_set("any:EBADF:other"), 0);
+	ck_assert_int_eq(ts_failpoint_set("any:EBADF:other"), 0);
 	expect_fail((int)fdc_pread(o, buf, 8, 0), EBADF);
 
 	/* close: fires, but a clean fd's close failure is only logged. */
-	ck_assert_int_eq(fdc_failpoint_set("close:EIO:other"), 0);
-	uint64_t before = fdc_failpoint_hits();
+	ck_assert_int_eq(ts_failpoint_set("close:EIO:other"), 0);
+	uint64_t before = ts_failpoint_hits();
 	fdc_clear_dirty(o);
 	ck_assert_int_eq(fdc_close(o), 0);
-	ck_assert_uint_eq(fdc_failpoint_hits(), before + 1);
+	ck_assert_uint_eq(ts_failpoint_hits(), before + 1);
 
-	ck_assert_uint_eq(fdc_failpoint_hits(), hits + 17);
-	ck_assert_int_eq(fdc_failpoint_set(NULL), 0);
+	ck_assert_uint_eq(ts_failpoint_hits(), hits + 17);
+	ck_assert_int_eq(ts_failpoint_set(NULL), 0);
 	ck_assert_int_eq(fdc_fsync(t), 0);
 }
 END_TEST
@@ -473,22 +474,22 @@ START_TEST(test_failpoint_skip_count)
 {
 	ck_assert_int_eq(fdc_init(4), 0);
 	fdc_file a = open_new("a");
-	ck_assert_int_eq(fdc_failpoint_set("pwrite:EIO:/a@2*3"), 0);
+	ck_assert_int_eq(ts_failpoint_set("pwrite:EIO:/a@2*3"), 0);
 	int results[8];
 	for (int i = 0; i < 8; i++)
 		results[i] = fdc_pwrite(a, "x", 1, i);
 	int expect[8] = {0, 0, WALRUS_EIO, WALRUS_EIO, WALRUS_EIO, 0, 0, 0};
 	for (int i = 0; i < 8; i++)
 		ck_assert_int_eq(results[i], expect[i]);
-	ck_assert_uint_eq(fdc_failpoint_hits(), 3);
+	ck_assert_uint_eq(ts_failpoint_hits(), 3);
 
-	ck_assert_int_eq(fdc_failpoint_set("fsync:EIO*0"), 0); /* forever */
+	ck_assert_int_eq(ts_failpoint_set("fsync:EIO*0"), 0); /* forever */
 	for (int i = 0; i < 10; i++)
 		ck_assert_int_eq(fdc_fsync(a), WALRUS_EIO);
-	ck_assert_uint_eq(fdc_failpoint_hits(), 13);
+	ck_assert_uint_eq(ts_failpoint_hits(), 13);
 
 	/* Several entries; the path filter keeps the second away from "a". */
-	ck_assert_int_eq(fdc_failpoint_set(" fdatasync:EIO:nomatch ; fdatasync:ENOSPC@1 ;"), 0);
+	ck_assert_int_eq(ts_failpoint_set(" fdatasync:EIO:nomatch ; fdatasync:ENOSPC@1 ;"), 0);
 	ck_assert_int_eq(fdc_fdatasync(a), 0);
 	expect_fail(fdc_fdatasync(a), ENOSPC);
 	ck_assert_int_eq(fdc_fdatasync(a), 0);
@@ -528,10 +529,10 @@ START_TEST(test_failpoint_short_write)
 	char page[8192];
 	for (size_t i = 0; i < sizeof(page); i++)
 		page[i] = (char)(i * 7);
-	ck_assert_int_eq(fdc_failpoint_set("pwrite:short*0"), 0);
+	ck_assert_int_eq(ts_failpoint_set("pwrite:short*0"), 0);
 	ck_assert_int_eq(fdc_pwrite(a, page, sizeof(page), 8192), 0);
-	ck_assert_uint_gt(fdc_failpoint_hits(), 10); /* halves down to single bytes */
-	ck_assert_int_eq(fdc_failpoint_set(""), 0);
+	ck_assert_uint_gt(ts_failpoint_hits(), 10); /* halves down to single bytes */
+	ck_assert_int_eq(ts_failpoint_set(""), 0);
 	char back[8192];
 	ck_assert_int_eq(fdc_pread(a, back, sizeof(back), 8192), (ssize_t)sizeof(back));
 	ck_assert_int_eq(memcmp(page, back, sizeof(page)), 0);
@@ -548,17 +549,16 @@ START_TEST(test_failpoint_invalid)
 	    "fsync:short", ":EIO",        "fsync:EIO;zzz", "pwrite:eio",
 	};
 	ck_assert_int_eq(fdc_init(4), 0);
-	ck_assert_int_eq(fdc_failpoint_set("fsync:EIO*0"), 0);
+	ck_assert_int_eq(ts_failpoint_set("fsync:EIO*0"), 0);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		ck_assert_msg(fdc_failpoint_set(bad[i]) == WALRUS_EINVAL, "accepted \"%s\"",
-		              bad[i]);
+		ck_assert_msg(ts_failpoint_set(bad[i]) == WALRUS_EINVAL, "accepted \"%s\"", bad[i]);
 		ck_assert_msg(strlen(walrus_errmsg()) > 0, "no message for \"%s\"", bad[i]);
 	}
 	/* A rejected spec leaves the one in force. */
 	fdc_file a = open_new("a");
 	ck_assert_int_eq(fdc_fsync(a), WALRUS_EIO);
-	ck_assert_int_eq(fdc_failpoint_set("pwrite:short;fsync:EIO:with:colons@0*1"), 0);
-	ck_assert_int_eq(fdc_failpoint_set(NULL), 0);
+	ck_assert_int_eq(ts_failpoint_set("pwrite:short;fsync:EIO:with:colons@0*1"), 0);
+	ck_assert_int_eq(ts_failpoint_set(NULL), 0);
 	ck_assert_int_eq(fdc_fsync(a), 0);
 }
 END_TEST
@@ -568,18 +568,18 @@ START_TEST(test_fsync_not_retried)
 {
 	ck_assert_int_eq(fdc_init(4), 0);
 	fdc_file a = open_new("a");
-	ck_assert_int_eq(fdc_failpoint_set("fsync:EINTR"), 0);
+	ck_assert_int_eq(ts_failpoint_set("fsync:EINTR"), 0);
 	ck_assert_int_ne(fdc_fsync(a), 0);
 	ck_assert_int_eq(errno, EINTR);
 	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "could not fsync file"));
-	ck_assert_uint_eq(fdc_failpoint_hits(), 1);
+	ck_assert_uint_eq(ts_failpoint_hits(), 1);
 	/* EINTR from pread/pwrite is retried. */
-	ck_assert_int_eq(fdc_failpoint_set("pwrite:EINTR*3;pread:EINTR*3"), 0);
+	ck_assert_int_eq(ts_failpoint_set("pwrite:EINTR*3;pread:EINTR*3"), 0);
 	ck_assert_int_eq(fdc_pwrite(a, "hello", 5, 0), 0);
 	char buf[5];
 	ck_assert_int_eq(fdc_pread(a, buf, 5, 0), 5);
 	ck_assert_int_eq(memcmp(buf, "hello", 5), 0);
-	ck_assert_uint_eq(fdc_failpoint_hits(), 7);
+	ck_assert_uint_eq(ts_failpoint_hits(), 7);
 }
 END_TEST
 
@@ -588,7 +588,7 @@ START_TEST(test_failed_write_is_dirty)
 	ck_assert_int_eq(fdc_init(4), 0);
 	fdc_set_write_observer(observer);
 	fdc_file a = open_new("a");
-	ck_assert_int_eq(fdc_failpoint_set("pwrite:ENOSPC"), 0);
+	ck_assert_int_eq(ts_failpoint_set("pwrite:ENOSPC"), 0);
 	ck_assert_int_eq(fdc_pwrite(a, "x", 1, 0), WALRUS_ENOSPC);
 	ck_assert(fdc_is_dirty(a));
 	ck_assert_int_eq(observed_writes, 0);

@@ -1,25 +1,66 @@
 #!/bin/sh
-# Installs the build into a staging directory, builds examples/hello.c
-# against the installed pkg-config file only, runs it, and checks its output.
-# usage: test_install.sh BUILD_DIR SOURCE_DIR [EXTRA_CFLAGS]
+# Installs walrus into a staging directory, checks that what is installed
+# carries no test hooks and exports only the public API, then builds
+# examples/hello.c against the installed pkg-config file only, runs it, and
+# checks its output.
+#
+# A build with test hooks (HOOKS=true, make's and CI's builds) installs
+# nothing: the source is then built afresh as a user would, a release build
+# without hooks (warnings are errors), and that is installed.  This is also
+# CI's release build: a warning gcc gives only at -O3 fails it.
+# usage: test_install.sh BUILD_DIR SOURCE_DIR HOOKS [EXTRA_CFLAGS]
 set -eu
 build=$1
 src=$2
-extra=${3:-}
+hooks=$3
+extra=${4:-}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-meson install -C "$build" --destdir "$stage" --no-rebuild >/dev/null
-pc=$(find "$stage" -name walrus.pc | head -n1)
+if [ "$hooks" = true ]; then
+	build=$stage/build
+	meson setup --buildtype=release -Dwerror=true -Dtests=false -Dtest_hooks=false \
+		"$build" "$src" >"$stage/setup.log" 2>&1 || { cat "$stage/setup.log"; exit 1; }
+	ninja -j 2 -C "$build" >"$stage/build.log" 2>&1 || { cat "$stage/build.log"; exit 1; }
+	if grep -n 'warning:' "$stage/build.log"; then
+		echo "the release build has warnings"
+		exit 1
+	fi
+fi
+meson install -C "$build" --destdir "$stage/root" --no-rebuild >/dev/null
+root=$stage/root
+pc=$(find "$root" -name walrus.pc | head -n1)
 [ -n "$pc" ] || { echo "walrus.pc not installed"; exit 1; }
+lib=$(find "$root" -type f -name 'libwalrus.so*' | head -n1)
+[ -n "$lib" ] || { echo "libwalrus.so not installed"; exit 1; }
+bin=$(find "$root" -type f -name walrus -path '*/bin/*' | head -n1)
+[ -n "$bin" ] || { echo "tool walrus not installed"; exit 1; }
+
+# Only the public API leaves the library.
+others=$(nm -D --defined-only "$lib" | awk '{print $NF}' | grep -v '^walrus_' || true)
+if [ -n "$others" ]; then
+	echo "libwalrus.so exports symbols outside the public API:"
+	echo "$others" | head -n 20
+	exit 1
+fi
+nm -D --defined-only "$lib" | grep -q ' walrus_open$' || { echo "walrus_open not exported"; exit 1; }
+# No environment variable may inject faults into an installed program.
+for f in "$lib" "$bin"; do
+	if strings "$f" | grep -E 'WALRUS_(FAILPOINTS|POWERLOSS)'; then
+		echo "$f carries test hooks"
+		exit 1
+	fi
+	if nm "$f" 2>/dev/null | grep -E ' (ts_failpoint_set|ts_pl_enabled|kv_test_crash_after_records)$'; then
+		echo "$f carries test hooks"
+		exit 1
+	fi
+done
+
 export PKG_CONFIG_PATH=$(dirname "$pc")
-export PKG_CONFIG_SYSROOT_DIR=$stage
+export PKG_CONFIG_SYSROOT_DIR=$root
 cflags=$(pkg-config --cflags walrus)
 libs=$(pkg-config --libs walrus)
 libdir=$(pkg-config --variable=libdir walrus)
 cc -std=c11 -Wall -Wextra -Werror $extra $cflags "$src/examples/hello.c" $libs -o "$stage/hello"
-for f in walrus; do
-	find "$stage" -type f -name "$f" -path '*/bin/*' | grep -q . || { echo "tool $f not installed"; exit 1; }
-done
 out=$(LD_LIBRARY_PATH="$libdir" "$stage/hello" "$stage/db" 2>&1)
 echo "$out"
 echo "$out" | grep -q '^hello -> world$'

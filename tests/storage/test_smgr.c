@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "storage/storage.h"
+#include "testsupport/testsupport.h"
 #include "testutil.h"
 
 #define SEGSIZE (64 * 1024) /* 8 blocks per segment */
@@ -481,7 +482,7 @@ static int fsync_at_close_child(void *arg)
 	smgr_set_sync_hooks(NULL, NULL, NULL);
 	smgr_rel *r;
 	TU_CHILD_CHECK(make_rel(20, 1, &r) == 0);
-	TU_CHILD_CHECK(fdc_failpoint_set("fsync:EIO:/base/20") == 0);
+	TU_CHILD_CHECK(ts_failpoint_set("fsync:EIO:/base/20") == 0);
 	for (wr_relid rel = 21; rel < 30; rel++) /* pushes relation 20's fd out */
 		TU_CHILD_CHECK(smgr_create(rel) == 0);
 	return 1; /* not reached: the fsync at eviction must PANIC */
@@ -499,7 +500,7 @@ static int immedsync_child(void *arg)
 	smgr_rel *r;
 	TU_CHILD_CHECK(make_rel(30, 10, &r) == 0);
 	smgr_immedsync(r); /* fine */
-	TU_CHILD_CHECK(fdc_failpoint_set("fsync:EIO:/base/30.1") == 0);
+	TU_CHILD_CHECK(ts_failpoint_set("fsync:EIO:/base/30.1") == 0);
 	smgr_immedsync(r);
 	return 1;
 }
@@ -516,7 +517,7 @@ static int writeback_child(void *arg)
 	smgr_rel *r;
 	TU_CHILD_CHECK(make_rel(31, 20, &r) == 0);
 	smgr_writeback(r, 2, 15); /* fine: three pieces */
-	TU_CHILD_CHECK(fdc_failpoint_set("sync_range:EIO:/base/31.2") == 0);
+	TU_CHILD_CHECK(ts_failpoint_set("sync_range:EIO:/base/31.2") == 0);
 	smgr_writeback(r, 0, 12); /* does not reach segment 2 */
 	smgr_writeback(r, 6, 12);
 	return 1;
@@ -535,10 +536,10 @@ START_TEST(test_immedsync_clears_dirty)
 	smgr_set_sync_hooks(NULL, NULL, NULL);
 	smgr_rel *r = new_rel(40, 3);
 	smgr_immedsync(r);
-	ck_assert_int_eq(fdc_failpoint_set("fsync:EIO:/base/40*0"), 0);
+	ck_assert_int_eq(ts_failpoint_set("fsync:EIO:/base/40*0"), 0);
 	for (wr_relid rel = 41; rel < 46; rel++)
 		new_rel(rel, 1); /* evicts relation 40's fd: a PANIC if it fsynced */
-	ck_assert_int_eq(fdc_failpoint_set(NULL), 0);
+	ck_assert_int_eq(ts_failpoint_set(NULL), 0);
 	check_page(r, 40, 2, 0);
 }
 END_TEST

@@ -90,7 +90,6 @@ def test_usage_errors(walrus):
         (["--workload", "updaterandom", "--progress", "0"], "bad value for --progress"),
         (["--workload", "updaterandom", "--csv"], "--csv needs a value"),
         (["--workload", "updaterandom", "--plot", "--json"], "--plot needs a file name"),
-        (["--workload", "fillseq", "--duration", "1"], "--duration is for"),
         (["--workload", "scan", "--clients", "2"], "--clients is for"),
         (["--workload", "scan", "--processes"], "--threads and --processes are for"),
         (["--workload", "fillseq", "--threads"], "--threads and --processes are for"),

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "testsupport/testsupport.h"
 #include "testutil.h"
 #include "wal/wal.h"
 
@@ -20,7 +21,7 @@ static void setup(void)
 	dir = tu_tmpdir("walrus-control");
 	wr_log_set_stderr(WR_PANIC + 1);
 	ck_assert_int_eq(fdc_init(100), 0);
-	fdc_failpoint_set(NULL);
+	ts_failpoint_set(NULL);
 	snprintf(path, sizeof(path), "%s/%s", dir, WAL_CONTROL_FILE);
 }
 
@@ -95,18 +96,18 @@ START_TEST(atomic_replace)
 {
 	wal_control old = sample(0x2000000), fresh = sample(0x5000000), got;
 	ck_assert_int_eq(wal_control_write(dir, &old), 0);
-	ck_assert_int_eq(fdc_failpoint_set("fsync:EIO:walrus.control.tmp"), 0);
+	ck_assert_int_eq(ts_failpoint_set("fsync:EIO:walrus.control.tmp"), 0);
 	int rc = wal_control_write(dir, &fresh);
 	ck_assert_int_eq(rc, WALRUS_EIO);
 	assert_msg_has("walrus.control.tmp");
-	ck_assert_uint_eq(fdc_failpoint_hits(), 1);
-	fdc_failpoint_set(NULL);
+	ck_assert_uint_eq(ts_failpoint_hits(), 1);
+	ts_failpoint_set(NULL);
 	ck_assert_int_eq(wal_control_read(dir, &got), 0);
 	assert_same(&old, &got);
 	/* A failed directory fsync is reported too (the caller PANICs on it). */
-	ck_assert_int_eq(fdc_failpoint_set("fsync_dir:EIO"), 0);
+	ck_assert_int_eq(ts_failpoint_set("fsync_dir:EIO"), 0);
 	ck_assert_int_ne(wal_control_write(dir, &fresh), 0);
-	fdc_failpoint_set(NULL);
+	ts_failpoint_set(NULL);
 }
 END_TEST
 

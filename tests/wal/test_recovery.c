@@ -46,7 +46,6 @@ static void setup(void)
 	dir = tu_tmpdir("walrus-recovery");
 	wr_log_set_stderr(WR_PANIC + 1);
 	ck_assert_int_eq(fdc_init(100), 0);
-	fdc_failpoint_set(NULL);
 	wr_opts_defaults(&o);
 	o.wal_segment_size = SEG;
 	o.data_segment_size = SEG;

@@ -1,21 +1,12 @@
 /*
- * failpoint.c - make the fd cache's syscalls fail on purpose.
+ * powerloss.c - the power-loss journal (test builds only).
  *
- * The fault-injection suites need real error paths (an fsync that returns
- * EIO, a disk that fills up) without a broken disk.  Every syscall of the
- * I/O seam asks fdc_fp_check() first; an entry of the spec set with
- * fdc_failpoint_set() (or WALRUS_FAILPOINTS, read by fdc_init) decides
- * whether it fails and with which errno.  Spec syntax: see fdcache.h.
- *
- * Interface: fdc_failpoint_set, fdc_failpoint_hits (public);
- * fdc_fp_check (failpoint.h, for fdcache.c only); the power-loss journal
- * fdc_pl_* (declared in fdcache.c, its only caller), at the end of the file.
- * Notes: the state is per process; a forked child inherits the entries and
- * their counters as they were at fork time.
+ * Interface: ts_pl_* (testsupport.h), called by the fd cache around each
+ * change it makes to a file.
  */
-#include "fdcache/failpoint.h"
-
-#include <ctype.h>
+#ifndef WALRUS_TEST_HOOKS
+#error "test builds only: meson -Dtest_hooks=true (src/testsupport/meson.build)"
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -27,223 +18,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
-#include "fdcache/fdcache.h"
-
-#define FP_MAX_ENTRIES 32
-
-typedef struct fp_entry {
-	char op[16];
-	int err;    /* errno, or FDC_FP_SHORT */
-	char *path; /* substring filter; NULL matches every path */
-	uint64_t skip;
-	uint64_t count; /* 0 = forever */
-	uint64_t seen;  /* matching calls so far */
-	uint64_t fired;
-} fp_entry;
-
-static fp_entry fp_entries[FP_MAX_ENTRIES];
-static int fp_nentries;
-static uint64_t fp_hits;
-
-static const char *const fp_ops[] = {
-    "open",      "pread",  "pwrite", "fsync", "fdatasync", "sync_range", "truncate",
-    "fallocate", "rename", "unlink", "close", "fsync_dir", "mkdir",      "any",
-};
-
-static const struct {
-	const char *name;
-	int err;
-} fp_errnos[] = {
-    {"EIO", EIO},       {"ENOSPC", ENOSPC},      {"EACCES", EACCES},
-    {"EPERM", EPERM},   {"EROFS", EROFS},        {"EMFILE", EMFILE},
-    {"ENFILE", ENFILE}, {"ENOENT", ENOENT},      {"EEXIST", EEXIST},
-    {"EINTR", EINTR},   {"EAGAIN", EAGAIN},      {"EDQUOT", EDQUOT},
-    {"EFBIG", EFBIG},   {"EBADF", EBADF},        {"EINVAL", EINVAL},
-    {"ENOMEM", ENOMEM}, {"short", FDC_FP_SHORT},
-};
-
-static void fp_free_entries(fp_entry *e, int n)
-{
-	for (int i = 0; i < n; i++)
-		free(e[i].path);
-}
-
-static bool fp_known_op(const char *op)
-{
-	for (size_t i = 0; i < WR_ARRAY_LEN(fp_ops); i++)
-		if (strcmp(fp_ops[i], op) == 0)
-			return true;
-	return false;
-}
-
-static int fp_errno_parse(const char *name)
-{
-	for (size_t i = 0; i < WR_ARRAY_LEN(fp_errnos); i++)
-		if (strcmp(fp_errnos[i].name, name) == 0)
-			return fp_errnos[i].err;
-	return 0;
-}
-
-static const char *fp_errno_name(int err)
-{
-	for (size_t i = 0; i < WR_ARRAY_LEN(fp_errnos); i++)
-		if (fp_errnos[i].err == err)
-			return fp_errnos[i].name;
-	return "?";
-}
-
-/* Parses the decimal number after @mark at the end of @s and cuts it off; false if malformed. */
-static bool fp_take_suffix(char *s, char mark, uint64_t *out)
-{
-	char *m = strrchr(s, mark);
-	if (m == NULL)
-		return true;
-	char *end;
-	if (m[1] == '\0' || !isdigit((unsigned char)m[1]))
-		return false;
-	errno = 0;
-	unsigned long long v = strtoull(m + 1, &end, 10);
-	if (*end != '\0' || errno != 0)
-		return false;
-	*out = v;
-	*m = '\0';
-	return true;
-}
-
-static char *fp_trim(char *s)
-{
-	while (isspace((unsigned char)*s))
-		s++;
-	char *end = s + strlen(s);
-	while (end > s && isspace((unsigned char)end[-1]))
-		*--end = '\0';
-	return s;
-}
-
-/* One entry "OP:ERRNO[:PATH][@SKIP][*COUNT]" (modified in place). */
-static int fp_parse_entry(char *text, fp_entry *e)
-{
-	memset(e, 0, sizeof(*e));
-	e->count = 1;
-	char *colon = strchr(text, ':');
-	if (colon == NULL)
-		return wr_error(WALRUS_EINVAL, "invalid failpoint \"%s\": expected OP:ERRNO", text);
-	*colon = '\0';
-	char *op = text, *rest = colon + 1;
-	if (!fp_known_op(op) || strlen(op) >= sizeof(e->op))
-		return wr_error(WALRUS_EINVAL, "invalid failpoint: unknown operation \"%s\"", op);
-	strcpy(e->op, op);
-	if (!fp_take_suffix(rest, '*', &e->count) || !fp_take_suffix(rest, '@', &e->skip))
-		return wr_error(WALRUS_EINVAL,
-		                "invalid failpoint for \"%s\": @SKIP and *COUNT take a number", op);
-	char *path = strchr(rest, ':');
-	if (path != NULL)
-		*path++ = '\0';
-	e->err = fp_errno_parse(rest);
-	if (e->err == 0)
-		return wr_error(WALRUS_EINVAL, "invalid failpoint for \"%s\": unknown errno \"%s\"",
-		                op, rest);
-	if (e->err == FDC_FP_SHORT && strcmp(op, "pwrite") != 0)
-		return wr_error(WALRUS_EINVAL,
-		                "invalid failpoint: \"short\" applies to pwrite only");
-	if (path != NULL && *path != '\0') {
-		e->path = strdup(path);
-		if (e->path == NULL)
-			return wr_error(WALRUS_ENOMEM, "out of memory");
-	}
-	return 0;
-}
-
-static int fp_parse(const char *spec, fp_entry *out, int *n)
-{
-	char *copy = strdup(spec);
-	if (copy == NULL)
-		return wr_error(WALRUS_ENOMEM, "out of memory");
-	int rc = 0;
-	char *save = NULL;
-	*n = 0;
-	for (char *tok = strtok_r(copy, ";", &save); tok != NULL;
-	     tok = strtok_r(NULL, ";", &save)) {
-		char *t = fp_trim(tok);
-		if (*t == '\0')
-			continue;
-		if (*n == FP_MAX_ENTRIES) {
-			rc = wr_error(WALRUS_EINVAL, "invalid failpoints: more than %d entries",
-			              FP_MAX_ENTRIES);
-			break;
-		}
-		rc = fp_parse_entry(t, &out[*n]);
-		if (rc != 0) {
-			free(out[*n].path);
-			break;
-		}
-		(*n)++;
-	}
-	free(copy);
-	if (rc != 0) {
-		fp_free_entries(out, *n);
-		*n = 0;
-	}
-	return rc;
-}
-
-int fdc_failpoint_set(const char *spec)
-{
-	fp_entry parsed[FP_MAX_ENTRIES];
-	int n = 0;
-	if (spec != NULL && *spec != '\0') {
-		int rc = fp_parse(spec, parsed, &n);
-		if (rc != 0)
-			return rc; /* the failpoints in force stay as they were */
-	}
-	fdc_lock(); /* the table is the process's, read by every thread's I/O */
-	fp_free_entries(fp_entries, fp_nentries);
-	memcpy(fp_entries, parsed, sizeof(fp_entry) * (size_t)n);
-	fp_nentries = n;
-	fdc_unlock();
-	return 0;
-}
-
-uint64_t fdc_failpoint_hits(void)
-{
-	fdc_lock();
-	uint64_t n = fp_hits;
-	fdc_unlock();
-	return n;
-}
-
-static bool fp_matches(const fp_entry *e, const char *op, const char *path, const char *path2)
-{
-	if (strcmp(e->op, op) != 0 && strcmp(e->op, "any") != 0)
-		return false;
-	if (e->path == NULL)
-		return true;
-	return (path != NULL && strstr(path, e->path) != NULL) ||
-	       (path2 != NULL && strstr(path2, e->path) != NULL);
-}
-
-int fdc_fp_check(const char *op, const char *path, const char *path2)
-{
-	if (WR_LIKELY(fp_nentries == 0))
-		return 0;
-	for (int i = 0; i < fp_nentries; i++) {
-		fp_entry *e = &fp_entries[i];
-		if (!fp_matches(e, op, path, path2))
-			continue;
-		if (e->seen++ < e->skip)
-			continue;
-		if (e->count != 0 && e->fired >= e->count)
-			continue;
-		e->fired++;
-		fp_hits++;
-		wr_log(WR_LOG, "failpoint: injecting %s into %s of \"%s\"", fp_errno_name(e->err),
-		       op, path ? path : "");
-		return e->err;
-	}
-	return 0;
-}
-
-/* ================================================================ power-loss journal */
+#include "testsupport/testsupport.h"
 
 /*
  * The power-loss simulation (test support, docs/durability.md).  With
@@ -264,8 +39,10 @@ int fdc_fp_check(const char *op, const char *path, const char *path2)
  * opened O_APPEND by each process: one write() per record keeps the
  * records of all processes whole and in one order.
  *
- * Only the fd cache's own system calls are seen: I/O submitted through
- * io_uring is refused while the journal is on (io_method=sync is needed).
+ * I/O submitted through io_uring is journaled by its submitters through
+ * the fd cache (fdc_io_write_intent, fdc_io_write_done, fdc_io_synced):
+ * intents before submission, DONE and SYNC records as completions are
+ * reaped.
  */
 enum {
 	PL_WRITE = 1,   /* intent: pwrite [off, off+len); data = old bytes inside the old size */
@@ -278,6 +55,9 @@ enum {
 	PL_SYNC = 20,   /* fsync/fdatasync of (dev, ino) succeeded; it began at journal size ref */
 	PL_DIRSYNC = 21 /* the same for a directory (dirdev, dirino) */
 };
+
+_Static_assert(PL_WRITE == TS_PL_WRITE && PL_TRUNC == TS_PL_TRUNC && PL_FALLOC == TS_PL_FALLOC,
+               "the fd cache names data changes by the journal's record types");
 
 #define PL_MAGIC 0x314a4c50u /* "PLJ1" */
 
@@ -297,13 +77,15 @@ typedef struct pl_rec {
 } pl_rec; /* 88 bytes: tests/durability/powerloss.py reads it */
 _Static_assert(sizeof(pl_rec) == 88, "the journal record layout is fixed");
 
-static char *pl_dir;      /* NULL: the simulation is off */
-static int pl_fd = -1;    /* this process's fd of DIR/journal */
-static pid_t pl_pid;      /* the process pl_fd belongs to (reopened after fork) */
+static char *pl_dir;   /* NULL: the simulation is off */
+static int pl_fd = -1; /* this process's fd of DIR/journal */
+static pid_t pl_pid;   /* the process pl_fd belongs to (reopened after fork) */
+static dev_t pl_dev;   /* the journal's identity, to know pl_fd is still it */
+static ino_t pl_ino;
 static uint64_t pl_saved; /* counter for saved links */
 static bool pl_checked;
 
-bool fdc_pl_enabled(void)
+bool ts_pl_enabled(void)
 {
 	if (WR_UNLIKELY(!pl_checked)) {
 		pl_checked = true;
@@ -319,13 +101,19 @@ static int pl_journal(void)
 	pid_t me = getpid();
 	if (pl_fd >= 0 && pl_pid == me)
 		return pl_fd;
-	if (pl_fd >= 0)
-		close(pl_fd); /* inherited across fork: a position of its own for each process */
+	/* Inherited across fork: a position of its own for each process.  The
+	 * child may have closed every inherited fd already (the supervisor
+	 * does) and reused the number (for its log): close only the journal. */
+	struct stat st;
+	if (pl_fd >= 0 && fstat(pl_fd, &st) == 0 && st.st_dev == pl_dev && st.st_ino == pl_ino)
+		close(pl_fd);
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/journal", pl_dir);
 	pl_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-	if (pl_fd < 0)
+	if (pl_fd < 0 || fstat(pl_fd, &st) != 0)
 		wr_panic("power-loss journal: could not open \"%s\": %m", path);
+	pl_dev = st.st_dev;
+	pl_ino = st.st_ino;
 	pl_pid = me;
 	return pl_fd;
 }
@@ -362,7 +150,8 @@ static uint64_t pl_journal_size(void)
 static void pl_read_old(int fd, void *buf, size_t len, off_t off)
 {
 	ssize_t n = pread(fd, buf, len, off);
-	if (n < 0 && errno == EBADF) {
+	/* Write-only, or O_DIRECT (whose reads need aligned buffers): read through a plain fd. */
+	if (n < 0 && (errno == EBADF || errno == EINVAL)) {
 		char p[64];
 		snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
 		int rfd = open(p, O_RDONLY | O_CLOEXEC);
@@ -376,7 +165,7 @@ static void pl_read_old(int fd, void *buf, size_t len, off_t off)
 }
 
 /* Intent record of a change to the data or size of the file behind @fd. */
-uint64_t fdc_pl_data_intent(int type, int fd, const char *path, off_t off, off_t len)
+uint64_t ts_pl_data_intent(int type, int fd, const char *path, off_t off, off_t len)
 {
 	struct stat st;
 	if (fstat(fd, &st) != 0)
@@ -408,19 +197,19 @@ uint64_t fdc_pl_data_intent(int type, int fd, const char *path, off_t off, off_t
 	return at;
 }
 
-void fdc_pl_done(uint64_t intent)
+void ts_pl_done(uint64_t intent)
 {
 	pl_rec r = {.type = PL_DONE, .ref = intent};
 	pl_append(&r, "", 0, NULL);
 }
 
 /* Journal size before a sync call: the changes done before it are what it covers. */
-uint64_t fdc_pl_sync_begin(void)
+uint64_t ts_pl_sync_begin(void)
 {
 	return pl_journal_size();
 }
 
-void fdc_pl_synced(int fd, const char *path, uint64_t began)
+void ts_pl_synced(int fd, const char *path, uint64_t began)
 {
 	struct stat st;
 	if (fstat(fd, &st) != 0)
@@ -459,18 +248,18 @@ static bool pl_save(const char *path, char *saved, size_t len)
 	return link(path, saved) == 0;
 }
 
-/* Intent of an open(O_CREAT) of @path: 0 when the file exists already. */
-uint64_t fdc_pl_create_intent(const char *path)
+/* Intent of an open(O_CREAT) of @path: TS_PL_NONE when the file exists already. */
+uint64_t ts_pl_create_intent(const char *path)
 {
 	struct stat st;
 	if (stat(path, &st) == 0)
-		return 0;
+		return TS_PL_NONE;
 	pl_rec r = {.type = PL_CREATE};
 	pl_dir_of(path, &r);
 	return pl_append(&r, path, strlen(path), NULL);
 }
 
-uint64_t fdc_pl_rename_intent(const char *from, const char *to)
+uint64_t ts_pl_rename_intent(const char *from, const char *to)
 {
 	pl_rec r = {.type = PL_RENAME};
 	struct stat st;
@@ -495,7 +284,7 @@ uint64_t fdc_pl_rename_intent(const char *from, const char *to)
 	return at;
 }
 
-uint64_t fdc_pl_unlink_intent(const char *path)
+uint64_t ts_pl_unlink_intent(const char *path)
 {
 	pl_rec r = {.type = PL_UNLINK};
 	struct stat st;
