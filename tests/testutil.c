@@ -126,6 +126,51 @@ void tu_wait_gone(pid_t pid)
 	ck_assert_msg(tu_proc_gone(pid), "process %d still running", (int)pid);
 }
 
+bool tu_in_syscall(pid_t pid, long nr, const void *arg0)
+{
+	char path[64], line[256], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		return false;
+	bool ok = fgets(line, sizeof(line), f) != NULL;
+	fclose(f);
+	char *end;
+	if (!ok || strtol(line, &end, 10) != nr || end == line)
+		return false;
+	if (arg0 != NULL && strtoull(end, NULL, 16) != (uintptr_t)arg0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return false;
+	ok = fgets(buf, sizeof(buf), f) != NULL;
+	fclose(f);
+	char *p = strrchr(buf, ')');
+	return ok && p != NULL && p[2] == 'S';
+}
+
+void tu_wait_in_syscall(pid_t pid, long nr, const void *arg0)
+{
+	for (int i = 0; i < 20000; i++) {
+		if (tu_in_syscall(pid, nr, arg0))
+			return;
+		ck_assert_msg(!tu_proc_gone(pid), "process %d ended", (int)pid);
+		usleep(1000);
+	}
+	char path[64], line[256] = "";
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (f != NULL) {
+		if (fgets(line, sizeof(line), f) == NULL)
+			line[0] = '\0';
+		fclose(f);
+	}
+	ck_abort_msg("process %d never slept in system call %ld (first argument %p) within 20 s; "
+	             "/proc/PID/syscall: %s",
+	             (int)pid, nr, arg0, line);
+}
+
 int tu_write_file(const char *path, const void *buf, size_t len)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);

@@ -32,6 +32,14 @@ int tu_wait(pid_t pid);
 bool tu_proc_gone(pid_t pid);
 /* Waits up to 20 s for tu_proc_gone (fails the test otherwise). */
 void tu_wait_gone(pid_t pid);
+/*
+ * Whether process @pid sleeps in system call @nr (a SYS_ number) whose first
+ * argument is @arg0 (any when NULL), from /proc/PID/syscall.  Waits up to
+ * 20 s for it (fails the test otherwise).  @arg0: a futex word, say, at the
+ * same address in a forked child.
+ */
+bool tu_in_syscall(pid_t pid, long nr, const void *arg0);
+void tu_wait_in_syscall(pid_t pid, long nr, const void *arg0);
 /* Writes/reads a whole small file; return 0 on success. */
 int tu_write_file(const char *path, const void *buf, size_t len);
 /* Flips one bit of a file in place. */

@@ -473,6 +473,16 @@ static void answer_attach(sup_conn *c)
 		           0);
 		return;
 	}
+	/*
+	 * A process killed while its ATTACH waited (in the listen queue, or
+	 * during a crash restart) must not take a slot: its end of file would
+	 * then count as a backend dying while attached and restart the instance
+	 * for nothing, under every process that attached meanwhile.
+	 */
+	if (c->pid > 0 && !pid_alive(c->pid)) {
+		wr_log(WR_DEBUG, "process %d ended before its attach was answered", (int)c->pid);
+		return;
+	}
 	int slot = claim_backend_slot(c->pid);
 	if (slot < 0) {
 		char text[128];

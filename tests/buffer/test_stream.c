@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "buffer/buf_int.h"
@@ -432,6 +433,18 @@ static int lock_holder(void *p)
 	return buf_detach_check() == WALRUS_OK ? 0 : 13;
 }
 
+/* The descriptor of the buffer holding (REL, @blk); fails the test if none does. */
+static buf_desc *desc_of(wr_blkno blk)
+{
+	for (uint32_t i = 0; i < buf_l.r->nbuffers; i++) {
+		buf_desc *d = &buf_l.desc[i];
+		if ((atomic_load(&d->state) & BM_TAG_VALID) && d->rel == REL && d->blk == blk)
+			return d;
+	}
+	ck_abort_msg("no buffer holds block %u", (unsigned)blk);
+	return NULL;
+}
+
 START_TEST(waiting_for_a_content_lock_completes_own_reads_first)
 {
 	enum { NBLK = 40 };
@@ -444,8 +457,9 @@ START_TEST(waiting_for_a_content_lock_completes_own_reads_first)
 	int x, buf;
 	wr_blkno blk;
 	ck_assert_int_eq(buf_stream_open(&s, REL, 20, NBLK, 8), WALRUS_OK);
+	ck_assert(atomic_load(&desc_of(20)->state) & BM_IO_IN_PROGRESS); /* our stream's read */
 	atomic_store(&tsh->arrived, 2);
-	wr_sleep_us(50000); /* B is asleep on block 20's I/O flag by now */
+	tu_wait_in_syscall(pid, SYS_futex, &desc_of(20)->io_seq); /* B waits for that read */
 	ck_assert_int_eq(buf_read(REL, 0, &x), WALRUS_OK);
 	buf_lock(x, false);
 	buf_unlock(x);

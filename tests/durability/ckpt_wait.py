@@ -18,12 +18,15 @@ asked for cannot end; then
                       call ... and return WALRUS_ERESTART") and return
                       an error.
 In both cases the command must exit within 15 s with a non-zero code, and
-the next start recovers and serves the key written before.
-
-KNOWN BUG (--victim instance): ckpt_request() (src/checkpointer/request.c)
-waits on the checkpoint counter's futex and only checks for
-SHM_STATE_CRASHED, which only a living supervisor sets, so the command
-waits forever.
+the next start recovers and serves the key written before.  (--victim
+instance is a regression test: ckpt_request() in
+src/checkpointer/request.c once waited for SHM_STATE_CRASHED only, which
+only a living supervisor sets; it now also asks whether the supervisor is
+still there.)
+  --victim wal-lock:  a committing `walrus load` waits for the WAL write
+                      lock held by the checkpointer, stopped right after
+                      its fdatasync of the checkpoint record, which is then
+                      SIGKILLed: the loader must return an error.
 
 usage: ckpt_wait.py [--walrus PATH] --victim ckpt|instance
 """
@@ -78,26 +81,38 @@ def wal_lock_case(w, a, cleanup):
     check(wtest.wait_for(lambda: acks[0] > 100, 20), "the loader does not commit")
     ckpt = wtest.named(wtest.instance_pids(w.dir), "walrus-ckpt")
     check(len(ckpt) == 1, "no checkpointer")
+    def stopped_holding_lock():
+        """With the checkpointer stopped: True once the committer sleeps
+        waiting for it, False once commits go on without it (that fdatasync
+        was not under the WAL write lock: a segment's, say), None if neither
+        happens within 20 s."""
+        before = acks[0]
+        r = wtest.wait_for(lambda: (wtest.asleep_in_futex(loader.pid) and "blocked")
+                           or (acks[0] >= before + 50 and "passing"), 20)
+        return {"blocked": True, "passing": False}.get(r)
     caught = False
     deadline = time.time() + 60
     while not caught and time.time() < deadline:
         req = subprocess.Popen(w.argv("checkpoint"), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, env=w.env())
-        while req.poll() is None:
+        while req.poll() is None and not caught and time.time() < deadline:
             s = wtest.syscall_of(ckpt[0])
-            if s is not None and s.isdigit() and int(s) == nr:
-                os.kill(ckpt[0], signal.SIGSTOP)  # stops as fdatasync returns: lock held
-                caught = True
-                break
+            if s is None or not s.isdigit() or int(s) != nr:
+                continue
+            os.kill(ckpt[0], signal.SIGSTOP)  # stops as fdatasync returns
+            held = stopped_holding_lock()
+            check(held is not None, "with the checkpointer stopped the loader neither "
+                  f"waits nor commits: {wtest.wait_channel(loader.pid)}")
+            caught = held
+            if not caught:
+                log("that fdatasync was not under the WAL write lock (commits go on): again")
+                os.kill(ckpt[0], signal.SIGCONT)
         if not caught:
             req.wait()
-    check(caught, "never caught the checkpointer in fdatasync")
+    check(caught, "never caught the checkpointer in an fdatasync under the WAL write lock")
     since = w.log_size()
-    time.sleep(0.5)
-    before = acks[0]
-    time.sleep(0.5)
-    log(f"checkpointer stopped right after its WAL fdatasync; commits in the next 0.5 s: "
-        f"{acks[0] - before}")
+    log(f"checkpointer stopped right after its WAL fdatasync; the loader waits for the WAL "
+        f"write lock ({acks[0]} commits acknowledged)")
     os.kill(ckpt[0], signal.SIGKILL)
     check(wtest.wait_for(lambda: w.log_has(r"instance is ready \(generation 1\)", since), 15),
           "the instance did not restart")
@@ -156,7 +171,9 @@ def main(cleanup):
     cp = subprocess.Popen(w.argv("checkpoint"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           env=w.env())
     cleanup.add(lambda: cp.poll() is None and cp.kill())
-    time.sleep(0.5)
+    # The command waits for its checkpoint (ckpt_request's futex wait).
+    check(wtest.wait_for(lambda: cp.poll() is not None or wtest.asleep_in_futex(cp.pid), 20),
+          f"`walrus checkpoint` never waited: {wtest.wait_channel(cp.pid)}")
     check(cp.poll() is None, "the checkpoint returned although the checkpointer is stopped")
     if a.victim == "ckpt":
         wtest.kill_pids(ckpt)

@@ -117,23 +117,28 @@ def main(cleanup):
         what = victim
         if victim == "client":
             c = rng.choice([c for c in clients if c.pids()] or clients)
-            wtest.kill_pids(c.pids())
+            killed = c.pids()
             what = f"client {c.space.name}"
         elif victim == "ckpt":
             if rng.random() < 0.5:
                 wtest.wait_for(lambda: in_checkpoint(w, since), 2.0, step=0.01)
                 time.sleep(rng.uniform(0, 0.05))
-            wtest.kill_pids(wtest.named(wtest.instance_pids(w.dir), "walrus-ckpt"))
+            killed = wtest.named(wtest.instance_pids(w.dir), "walrus-ckpt")
         elif victim == "super":
-            wtest.kill_pids(wtest.named(wtest.instance_pids(w.dir), "walrus-super"))
+            killed = wtest.named(wtest.instance_pids(w.dir), "walrus-super")
         else:
-            wtest.kill_pids(wtest.instance_pids(w.dir) + forcer.pids()
-                            + workload.client_pids(clients))
+            killed = wtest.instance_pids(w.dir) + forcer.pids() + workload.client_pids(clients)
+        wtest.kill_pids(killed)
         time.sleep(rng.uniform(0, 0.2))
         forcer.finish()
         wtest.kill_pids(workload.client_pids(clients))
         for c in clients:
             c.finish()
+        # Every process killed has ended before the check's first command:
+        # the supervisor then handles each end (a crash restart) before that
+        # command attaches (wtest.Walrus.run_settled).
+        wtest.check(wtest.wait_gone(killed, 30), f"round {rnd}: killed processes still run: "
+                    f"{wtest.still_running(killed)}")
         passed = rounds.check(f"round {rnd} (kill {what})", since)
         stats[victim][0 if passed else 1] += 1
         if rounds.gave_up:

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "engine/engine.h"
@@ -32,9 +33,14 @@ static walrus *open_ok(const char *dir)
 	return tu_open(dir, test_opts());
 }
 
-static int count_children_named(pid_t parent, const char *comm)
+/*
+ * The living children of @parent named @comm (any name when NULL): their
+ * number, and the first @max of their pids in @out.
+ */
+static int list_children(pid_t parent, const char *comm, pid_t *out, int max)
 {
 	DIR *d = opendir("/proc");
+	ck_assert_ptr_nonnull(d);
 	struct dirent *e;
 	int n = 0;
 	while ((e = readdir(d)) != NULL) {
@@ -49,12 +55,21 @@ static int count_children_named(pid_t parent, const char *comm)
 		if (!ok || !open || !close || close[2] == 'Z')
 			continue;
 		long ppid = strtol(close + 4, NULL, 10);
-		if (ppid == parent && (int)strlen(comm) == close - open - 1 &&
-		    strncmp(open + 1, comm, (size_t)(close - open - 1)) == 0)
-			n++;
+		if (ppid != parent ||
+		    (comm != NULL && ((int)strlen(comm) != close - open - 1 ||
+		                      strncmp(open + 1, comm, (size_t)(close - open - 1)) != 0)))
+			continue;
+		if (n < max)
+			out[n] = (pid_t)strtol(e->d_name, NULL, 10);
+		n++;
 	}
 	closedir(d);
 	return n;
+}
+
+static int count_children_named(pid_t parent, const char *comm)
+{
+	return list_children(parent, comm, NULL, 0);
 }
 
 /* Aux processes name themselves just after fork: give them a moment. */
@@ -348,21 +363,122 @@ START_TEST(kill9_backend_crash_restart)
 }
 END_TEST
 
+/* The process state letter of @pid from /proc (0 when it is gone). */
+static char proc_state(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		return 0;
+	bool ok = fgets(buf, sizeof(buf), f) != NULL;
+	fclose(f);
+	char *p = strrchr(buf, ')');
+	if (!ok || p == NULL)
+		return 0;
+	return p[2];
+}
+
+/* Waits up to 20 s for auxiliary process @pid to end; fails the test otherwise. */
+static void wait_aux_gone(pid_t pid, pid_t sup)
+{
+	for (int i = 0; i < 2000 && !tu_proc_gone(pid); i++)
+		usleep(10000);
+	ck_assert_msg(tu_proc_gone(pid),
+	              "auxiliary process %d still runs (state %c) 20 s after its supervisor %d "
+	              "was killed: it must exit with its supervisor",
+	              (int)pid, proc_state(pid), (int)sup);
+}
+
 /* SIGKILL of the supervisor; returns once its auxiliary processes are gone too. */
 static void kill_supervisor(walrus *db)
 {
 	pid_t sup = walrus_supervisor_pid(db);
+	/* The checkpointer, background writer and WAL writer at least. */
+	ck_assert_int_eq(wait_children_named(sup, "walrus-ckpt", 1), 1);
+	ck_assert_int_eq(wait_children_named(sup, "walrus-bgwr", 1), 1);
+	ck_assert_int_eq(wait_children_named(sup, "walrus-walw", 1), 1);
+	pid_t aux[16];
+	int naux = list_children(sup, NULL, aux, (int)WR_ARRAY_LEN(aux));
+	ck_assert_int_ge(naux, 3);
+	ck_assert_int_le(naux, (int)WR_ARRAY_LEN(aux));
 	ck_assert_int_eq(kill(sup, SIGKILL), 0);
 	tu_wait_gone(sup);
 	wait_check(WALRUS_ERESTART);
 	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "supervisor"));
-	/* The auxiliary processes die with their supervisor. */
-	for (int i = 0;
-	     i < 500 &&
-	     count_children_named(1, "walrus-ckpt") + count_children_named(sup, "walrus-ckpt") > 0;
-	     i++)
-		usleep(10000);
+	for (int i = 0; i < naux; i++)
+		wait_aux_gone(aux[i], sup);
 }
+
+/* Waits up to 20 s until @pid is in state @want ('T' stopped); fails the test otherwise. */
+static void wait_state(pid_t pid, char want)
+{
+	for (int i = 0; i < 2000 && proc_state(pid) != want; i++)
+		usleep(10000);
+	ck_assert_msg(proc_state(pid) == want, "process %d is in state %c, not %c", (int)pid,
+	              proc_state(pid), want);
+}
+
+struct guard_arg {
+	pid_t sup, parent;
+};
+
+/* Resumes the stopped supervisor when the test process ends without doing it. */
+static int resume_guard(void *p)
+{
+	const struct guard_arg *a = p;
+	while (getppid() == a->parent)
+		usleep(10000);
+	return kill(a->sup, SIGCONT) == 0 ? 0 : 1;
+}
+
+static int open_and_close(void *p)
+{
+	walrus *db = NULL;
+	if (walrus_open(p, NULL, &db) != WALRUS_OK)
+		return 10;
+	return walrus_close(db) == WALRUS_OK ? 0 : 11;
+}
+
+static int open_forever(void *p)
+{
+	walrus *db = NULL;
+	(void)walrus_open(p, NULL, &db);
+	return 12; /* never reached: killed while its attach waits */
+}
+
+/*
+ * A process killed while its ATTACH waits for the supervisor (here:
+ * stopped; in the crash suites: busy restarting the instance) is not
+ * attached: its end restarts nothing.  It once got a slot, and its end of
+ * file then crash-restarted the instance under everybody attached since.
+ */
+START_TEST(attach_of_a_dead_process_restarts_nothing)
+{
+	const char *dir = tu_tmpdir("walrus-eng");
+	walrus *db = open_ok(dir);
+	pid_t sup = walrus_supervisor_pid(db);
+	struct guard_arg ga = {sup, getpid()};
+	pid_t guard = tu_fork(resume_guard, &ga);
+	ck_assert_int_eq(kill(sup, SIGSTOP), 0);
+	wait_state(sup, 'T');
+	pid_t child = tu_fork(open_forever, (void *)dir);
+	/* Connected (the listen queue takes it), ATTACH sent, waiting for the answer. */
+	tu_wait_in_syscall(child, SYS_recvmsg, NULL);
+	ck_assert_int_eq(kill(child, SIGKILL), 0);
+	ck_assert_int_eq(tu_wait(child), 128 + SIGKILL);
+	ck_assert_int_eq(kill(sup, SIGCONT), 0);
+	ck_assert_int_eq(kill(guard, SIGKILL), 0);
+	ck_assert_int_eq(tu_wait(guard), 128 + SIGKILL);
+	/* The second open is answered after the supervisor has read the dead
+	 * process's ATTACH and its end of file (one message per connection and
+	 * one accept per round of its loop): any restart they caused is done. */
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(tu_wait(tu_fork(open_and_close, (void *)dir)), 0);
+	ck_assert_int_eq(client_check(), WALRUS_OK); /* not crashed */
+	tu_close_and_wait(db);
+}
+END_TEST
 
 START_TEST(kill9_supervisor_then_reopen)
 {
@@ -508,6 +624,7 @@ static Suite *engine_suite(void)
 	tcase_add_test(m, two_processes_share_memory);
 	tcase_add_test(m, kill9_backend_crash_restart);
 	tcase_add_test(m, kill9_supervisor_then_reopen);
+	tcase_add_test(m, attach_of_a_dead_process_restarts_nothing);
 	tcase_add_test(m, sync_makes_async_writes_durable);
 	tcase_add_test(m, panic_in_backend_restarts_instance);
 	tcase_add_test(m, max_connections_limit);

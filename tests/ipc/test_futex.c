@@ -7,6 +7,7 @@
 #include "ipc/ipc.h"
 
 #include <errno.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,12 +34,6 @@ static void teardown(void)
 {
 	shm_detach();
 	close(shm_fd);
-}
-
-static void sleep_ms(long ms)
-{
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-	nanosleep(&ts, NULL);
 }
 
 START_TEST(wait_times_out)
@@ -68,9 +63,8 @@ START_TEST(wake_all_wakes_everyone)
 	pid_t pids[NWAITERS];
 	for (int i = 0; i < NWAITERS; i++)
 		pids[i] = tu_fork(waiter, NULL);
-	while (atomic_load(&sh->ready) < NWAITERS)
-		sleep_ms(1);
-	sleep_ms(50); /* most of them are asleep in the kernel by now */
+	for (int i = 0; i < NWAITERS; i++) /* every one asleep in the kernel */
+		tu_wait_in_syscall(pids[i], SYS_futex, &sh->word);
 	ck_assert_uint_eq(atomic_load(&sh->woken), 0);
 	atomic_store(&sh->word, 1);
 	ipc_wake_all(&sh->word);
@@ -83,9 +77,7 @@ END_TEST
 START_TEST(wake_one_wakes_a_sleeper)
 {
 	pid_t pid = tu_fork(waiter, NULL);
-	while (atomic_load(&sh->ready) < 1)
-		sleep_ms(1);
-	sleep_ms(20);
+	tu_wait_in_syscall(pid, SYS_futex, &sh->word);
 	atomic_store(&sh->word, 1);
 	ipc_wake_one(&sh->word);
 	ck_assert_int_eq(tu_wait(pid), 0);

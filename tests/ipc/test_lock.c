@@ -7,6 +7,8 @@
 #include "ipc/ipc.h"
 
 #include <sched.h>
+#include <stdbool.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,6 +114,16 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
+/* nanosleep(3) is either system call, depending on the C library. */
+static bool in_nanosleep(pid_t pid)
+{
+#ifdef SYS_nanosleep
+	if (tu_in_syscall(pid, SYS_nanosleep, NULL))
+		return true;
+#endif
+	return tu_in_syscall(pid, SYS_clock_nanosleep, NULL);
+}
+
 static int spin_waiter(void *arg)
 {
 	(void)arg;
@@ -136,9 +148,11 @@ START_TEST(stats_count_contention)
 {
 	spin_lock(&sh->spin);
 	pid_t pid = tu_fork(spin_waiter, NULL);
-	while (atomic_load(&sh->started) == 0)
-		sleep_ms(1);
-	sleep_ms(20);
+	/* Past its spinning and yielding: in the backoff's sleeps. */
+	bool asleep = false;
+	for (int i = 0; i < 200000 && !(asleep = in_nanosleep(pid)); i++)
+		sched_yield();
+	ck_assert_msg(asleep, "the spinlock's waiter never reached its backoff sleep");
 	spin_unlock(&sh->spin);
 	ck_assert_int_eq(tu_wait(pid), 0);
 	ck_assert_uint_eq(atomic_load(&sh->spin.stats.acquisitions), 2);
@@ -150,9 +164,8 @@ START_TEST(stats_count_contention)
 	rw_lock_excl(&sh->rw);
 	pid_t r = tu_fork(rw_waiter, NULL);
 	pid_t w = tu_fork(rw_waiter, (void *)1);
-	while (atomic_load(&sh->started) < 2)
-		sleep_ms(1);
-	sleep_ms(50);
+	tu_wait_in_syscall(r, SYS_futex, &sh->rw.state);
+	tu_wait_in_syscall(w, SYS_futex, &sh->rw.state);
 	rw_unlock(&sh->rw);
 	ck_assert_int_eq(tu_wait(r), 0);
 	ck_assert_int_eq(tu_wait(w), 0);
@@ -270,9 +283,10 @@ START_TEST(writer_not_starved)
 	pid_t readers[3];
 	for (int i = 0; i < 3; i++)
 		readers[i] = tu_fork(stream_reader, NULL);
-	while (atomic_load(&sh->started) < 3)
+	/* The readers hold the lock in turns, overlapping, before the writer comes. */
+	for (int i = 0; i < 20000 && atomic_load(&sh->rw.stats.acquisitions) < 30; i++)
 		sleep_ms(1);
-	sleep_ms(20);
+	ck_assert_uint_ge(atomic_load(&sh->rw.stats.acquisitions), 30);
 	pid_t w = tu_fork(lone_writer, NULL);
 	/* generous bound: a starved writer would wait until the readers stop */
 	for (int i = 0; i < 60000 && !atomic_load(&sh->acquired); i++)

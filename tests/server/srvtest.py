@@ -7,14 +7,17 @@ any exit, passing or failing, every process whose command line names the
 test's directory is killed (SIGKILL) and waited for, so a failed test leaves
 no server, backend or supervisor behind.
 """
+import fcntl
 import os
 import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 
 
@@ -271,6 +274,15 @@ class Client:
 
     def send_raw(self, data):
         self.sock.sendall(data)
+
+    def wait_replies(self, timeout=30.0):
+        """Waits until the server has begun answering: reply bytes wait,
+        unread, in this connection's socket."""
+        deadline = time.time() + timeout
+        while not self.buf and fcntl.ioctl(self.sock, termios.FIONREAD,
+                                           struct.pack("i", 0)) == struct.pack("i", 0):
+            check(time.time() < deadline, f"no reply within {timeout:.0f} s")
+            time.sleep(0.01)
 
     def send(self, *args):
         self.sock.sendall(self.encode(*args))

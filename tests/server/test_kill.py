@@ -4,15 +4,22 @@
 Several clients write (SET, synchronous_commit=on) as fast as they can,
 each remembering what was acknowledged with +OK.  Round after round, the
 backend process of one client is killed with SIGKILL: the instance
-crash-restarts from its WAL, the other backends answer the request under
-way with an error and reattach by themselves (the next request on the same
-connection works), the killed client reconnects.  At the end every
+crash-restarts from its WAL exactly once per kill (its restart counter, in
+INFO), the other backends answer a request under way with an error and
+reattach by themselves (the next request on the same connection works:
+every error reply is followed by +OK, never by a second error), the killed
+client reconnects, and every writer writes again.  At the end every
 acknowledged write must be there, on a new connection and again after the
 server restarted; new connections must work throughout.
 
-With a pool (--backends N > 0) the killed process serves several writers:
-all of them lose their connection and reconnect, and the server forks a
-new pool backend in its place (checked after every round).
+With one backend per connection (--backends 0) a surviving backend learns
+of the restart from its next call: every writer but the victim gets an
+error reply and then +OK in every round.  With a pool (--backends N > 0)
+the killed process serves several writers: all of them lose their
+connection and reconnect, and the server forks a new pool backend in its
+place (checked after every round); a surviving pool backend reopens its
+handle before it runs the next requests, so only a request under way
+during the restart gets an error.
 
 usage: test_kill.py --walrus build/tools/walrus [--rounds N] [--backends N]
 """
@@ -35,6 +42,8 @@ class Writer(threading.Thread):
         self.errors = []  # error replies (instance restarts)
         self.reconnects = 0
         self.after_error_ok = 0  # +OK on the same connection right after an error
+        self.oks = 0
+        self.oks_at_connect = 0  # oks when the current connection was made
         self.failure = None
         self.stop = threading.Event()
         self.pid = None
@@ -52,6 +61,7 @@ class Writer(threading.Thread):
                 self.c.close()
                 check(attempt < 49, "could not connect again")
                 time.sleep(0.1)
+        self.oks_at_connect = self.oks
         self.connected.set()
 
     def run(self):
@@ -64,15 +74,18 @@ class Writer(threading.Thread):
                     r = self.c.call("SET", key, val)
                 except (Closed, ConnectionResetError, BrokenPipeError):
                     self.reconnects += 1
+                    last_err = False  # "the same connection" is gone
                     self.connected.clear()
                     self.c.close()
                     self.connect()
                     continue
                 if r == "OK":
                     self.acked[key] = val
+                    self.oks += 1
                     self.after_error_ok += last_err
                     last_err = False
                 elif isinstance(r, RespError):
+                    check(not last_err, f"writer {self.n}: a second error in a row: {r}")
                     self.errors.append(str(r))
                     last_err = True
                 else:
@@ -98,6 +111,35 @@ def verify(server, writers, what):
                           f"{what}: {k} went back from {w.acked[k]} to {v}")
 
 
+def crash_restarts(server, during_kill=False):
+    """The instance's crash restarts (INFO).  @during_kill: a connection made
+    as a pool backend is killed may be handed to it and dropped with it
+    (None then: ask again)."""
+    try:
+        with server.client(timeout=60) as c:
+            info = c.call("INFO", "instance").decode()
+    except (Closed, ConnectionResetError, BrokenPipeError):
+        if during_kill:
+            return None
+        raise
+    return int(info.split("instance_crash_restarts:")[1].split()[0])
+
+
+def wait_for(cond, timeout, what, detail=lambda: ""):
+    """Waits on state (a writer's counters, the instance's restart counter)."""
+    deadline = time.time() + timeout
+    while not cond():
+        check(time.time() < deadline, f"{what} (not within {timeout:.0f} s) {detail()}")
+        time.sleep(0.02)
+
+
+def state(writers):
+    return "; ".join(f"writer {w.n}: pid {w.pid}, {w.oks} oks ({w.oks_at_connect} at connect), "
+                     f"{len(w.errors)} errors {w.errors[-1:]}, {w.after_error_ok} after an error, "
+                     f"{w.reconnects} reconnects, connected {w.connected.is_set()}, "
+                     f"failure {w.failure!r}" for w in writers)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--walrus", required=True)
@@ -115,25 +157,53 @@ def main():
             w.start()
         for w in writers:
             check(w.connected.wait(30), "a writer could not connect")
-        time.sleep(0.5)
+        wait_for(lambda: all(w.oks > 0 or w.failure for w in writers), 60,
+                 "every writer has a write acknowledged")
         for rnd in range(a.rounds):
             victim = writers[rnd % len(writers)]
             check(victim.connected.wait(60), "the victim did not reconnect")
             before = sum(len(w.acked) for w in writers)
+            restarts0 = crash_restarts(s)
+            errs0 = {w: w.after_error_ok for w in writers}
+            conns0 = {w: w.reconnects for w in writers}
             pid = victim.pid  # the writer updates its own when it reconnects
             check(pid in s.backends(), f"backend {pid} is a child of the server")
             os.kill(pid, signal.SIGKILL)
             print(f"round {rnd}: killed backend {pid} of writer {victim.n} "
                   f"({before} keys acknowledged so far)", flush=True)
-            time.sleep(1.5)
+            wait_for(lambda: (crash_restarts(s, during_kill=True) or 0) > restarts0, 60,
+                     f"round {rnd}: the instance crash-restarts after the kill")
+            # Every writer goes on: the ones the killed backend served on a new
+            # connection, every other one on its own.  Two acknowledgements
+            # after the restart was seen: the first may answer a request made
+            # before it, the second was made on the new instance.
+            oks1 = {w: w.oks for w in writers}
+
+            def went_on(w):
+                if w.reconnects > conns0[w]:
+                    return w.connected.is_set() and w.oks > w.oks_at_connect
+                return w.oks >= oks1[w] + 2
+            wait_for(lambda: all(w.failure or went_on(w) for w in writers), 60,
+                     f"round {rnd}: every writer writes again", lambda: state(writers))
+            if a.backends == 0:
+                # A backend of its own, which learns of the restart from its
+                # next call: an error reply, then the next request works.
+                for w in writers:
+                    check(w.reconnects > conns0[w] or w.after_error_ok > errs0[w],
+                          f"round {rnd}: writer {w.n} had an error reply and then +OK "
+                          f"on the same connection: {state([w])}")
+            for w in writers:
+                check(w.failure is None, f"writer {w.n} failed: {w.failure!r}")
+            check(victim.reconnects > conns0[victim], f"round {rnd}: the victim reconnected")
             with s.client(timeout=60) as c:  # the server keeps accepting
                 eq(c.call("PING"), "PONG", "a new connection after the kill")
             if a.backends > 0:
                 pool = s.wait_backends(a.backends)
                 check(pid not in pool, f"pool backend {pid} was replaced: {pool}")
-            for w in writers:
-                check(w.failure is None, f"writer {w.n} failed: {w.failure!r}")
-        time.sleep(1.0)
+            eq(crash_restarts(s), restarts0 + 1, f"round {rnd}: crash restarts of one kill")
+        oks = {w: w.oks for w in writers}
+        wait_for(lambda: all(w.failure or w.oks > oks[w] for w in writers), 60,
+                 "every writer writes after the last round")
         for w in writers:
             w.stop.set()
         for w in writers:
@@ -149,12 +219,13 @@ def main():
         print(f"acknowledged {sum(len(w.acked) for w in writers)} keys; {errors} error "
               f"replies, {recovered} connections went on after an error; "
               f"{sum(w.reconnects for w in writers)} reconnects", flush=True)
-        check(sum(w.reconnects for w in writers) >= a.rounds, "the victims reconnected")
+        # Every error reply (a request under way during a restart) was
+        # followed by +OK on the same connection.
+        for w in writers:
+            eq(w.after_error_ok, len(w.errors),
+               f"writer {w.n}: error replies followed by +OK on the same connection")
         verify(s, writers, "after the crash restarts")
-        with s.client() as c:
-            info = c.call("INFO", "instance").decode()
-        restarts = int(info.split("instance_crash_restarts:")[1].split()[0])
-        check(restarts >= 1, f"the instance crash-restarted ({restarts})")
+        eq(crash_restarts(s), a.rounds, "crash restarts (one per killed backend)")
         eq(s.stop(), 0, "clean stop")
         s.start()
         verify(s, writers, "after a server restart")

@@ -640,11 +640,11 @@ def case_shutdown(walrus):
         eq(c.call("SET", "a", "1"), "OK", "")
         n = 500
         c.send_raw(b"".join(c.encode("SET", f"s{i}", "v" * 1000) for i in range(n)))
-        time.sleep(0.05)
+        eq(c.read(), "OK", "the first request")  # requests under way now
         s.proc.send_signal(signal.SIGTERM)
-        got = 0
+        got = 1
         try:
-            for _ in range(n):
+            for _ in range(n - 1):
                 r = c.read()
                 if r != "OK":
                     break
@@ -654,7 +654,6 @@ def case_shutdown(walrus):
         check(c.closed(), "connection closed by the shutdown")
         eq(s.proc.wait(60), 0, "exit code")
         s.proc = None
-        time.sleep(0.1)
         from srvtest import wait_no_pids
         wait_no_pids(s.base, 30)
         # everything acknowledged is there after a restart
@@ -693,7 +692,7 @@ def case_pool(walrus):
         eq(a.call("SET", "big", big), "OK", "")
         n = 48
         a.send_raw(b"".join(a.encode("GET", "big") for _ in range(n)))
-        time.sleep(0.5)
+        a.wait_replies()  # its backend is answering it, 48 MiB that cannot all be sent
         # a stalled neighbour would wait for a's reads, which come only
         # after: its socket timeout (30 s) fails the call, no clock needed
         for i in range(50):
@@ -723,7 +722,7 @@ def case_pool(walrus):
         # replies get their grace (5 s), then the connection goes
         slow = s.client()
         slow.send_raw(b"".join(slow.encode("GET", "big") for _ in range(n)))
-        time.sleep(0.5)
+        slow.wait_replies()
         # held up, the stop would wait for a reader that never reads: the
         # bound detects that hang (the grace is 5 s), it measures nothing
         eq(s.stop(timeout=30), 0, "clean stop with a slow reader")
