@@ -124,6 +124,9 @@ uint64_t reserve_size(const wr_options *o);
 /* In the startup process, before the end-of-recovery checkpoint: decides
  * read-only or not (engine_shared) and whether the checkpoint can run. */
 bool reserve_startup(const char *abs, const wr_options *o);
+/* In the supervisor before it writes anything: on a full disk, releases the
+ * reserve (its room takes the pid file, the log and the checkpoint). */
+bool reserve_release_if_full(const char *abs, const wr_options *o);
 /* Whether DIR's or DIR/wal's file system has less than reserve_size() free. */
 bool reserve_disk_full(const char *abs, const wr_options *o);
 /* WALRUS_ENOSPC with the reason, for a write refused by a read-only instance. */
@@ -183,6 +186,7 @@ typedef struct engine_shared {
 	_Atomic uint32_t read_only;
 	uint32_t skip_end_ckpt;    /* set by the supervisor: recover without the checkpoint */
 	uint32_t end_ckpt_started; /* the startup process got as far as its checkpoint */
+	uint32_t reserve_released; /* by the supervisor, for this start */
 	char read_only_why[768];
 } engine_shared;
 

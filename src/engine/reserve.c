@@ -11,8 +11,11 @@
  *
  * So the instance keeps a reserve, a file of reserve_size() bytes
  * allocated with posix_fallocate, and accepts writes only while it holds
- * it and as much is free beside it.  At each start, after redo and before
- * the end-of-recovery checkpoint (reserve_startup):
+ * it and as much is free beside it.  A start on a full disk cannot even
+ * write its pid file: the supervisor releases the reserve first thing
+ * (reserve_release_if_full), and the instance will be read-only.  Then in
+ * the startup process, after redo and before the end-of-recovery
+ * checkpoint (reserve_startup):
  *   - reserve in place and room beside it: a normal start;
  *   - reserve in place, no room (the disk filled up, the instance
  *     PANICked): the reserve is removed, the checkpoint runs in the room it
@@ -21,8 +24,9 @@
  *     there is room for it and for the checkpoint; otherwise read-only, and
  *     without the checkpoint when even that room is missing (nothing is
  *     written; the next start recovers from the same WAL).
- * If the checkpoint still fails and the disk is full, the supervisor runs
- * the startup again with skip_end_ckpt: read-only without it.
+ * If the checkpoint still fails on a full disk (or one found short of room
+ * already), the supervisor runs the startup again, in fresh shared memory,
+ * with skip_end_ckpt: read-only without the checkpoint.
  *
  * Read-only: no WAL is written, so no acknowledgement can be given for
  * what could not be made durable; puts, deletes, batches and checkpoints
@@ -174,6 +178,7 @@ bool reserve_startup(const char *abs, const wr_options *o)
 		return false;
 	}
 	bool held = reserve_held(path) >= need;
+	const char *missing = engine_sh()->reserve_released ? "released for this start" : "missing";
 	if (held && room)
 		return true;
 	if (held) {
@@ -189,8 +194,22 @@ bool reserve_startup(const char *abs, const wr_options *o)
 		wr_log(WR_WARNING, "could not make the reserve \"%s\": %s", path, walrus_errmsg());
 		(void)room_of(abs, &d);
 	}
-	go_read_only(tight, want, path, "missing");
+	go_read_only(tight, want, path, missing);
 	return room;
+}
+
+bool reserve_release_if_full(const char *abs, const wr_options *o)
+{
+	char path[PATH_MAX];
+	uint64_t need = reserve_size(o);
+	if (!reserve_disk_full(abs, o) ||
+	    !wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_RESERVE_FILE) ||
+	    reserve_held(path) < need)
+		return false;
+	reserve_release(path, abs);
+	wr_log(WR_WARNING, "the disk is full: released the reserve \"%s\" (%llu kB) for this start",
+	       path, (unsigned long long)(need >> 10));
+	return true;
 }
 
 bool reserve_disk_full(const char *abs, const wr_options *o)

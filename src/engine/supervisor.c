@@ -73,6 +73,7 @@ static struct {
 	bool foreground;
 	bool ever_attached;
 	bool shutdown_failed;   /* an auxiliary process failed its last duty */
+	bool reserve_released;  /* on a full disk, for this start (reserve.c) */
 	int stop_mode;          /* WALRUS_STOP_* asked for (walrus_stop, a signal), 0 if none */
 	uint64_t drain_note_ns; /* when a drain that waits says so again */
 } S = {.lock_fd = -1, .listen_fd = -1, .sig_fd = -1, .shm_fd = -1, .ready_fd = -1};
@@ -214,6 +215,7 @@ static int create_shared_memory(void)
 	e->nprocs = nprocs;
 	e->start_time_us = wr_wall_us();
 	e->crash_restarts = S.crash_restarts;
+	e->reserve_released = S.reserve_released;
 	atomic_store(&e->stop_mode, (uint32_t)S.stop_mode); /* a restart during a smart stop */
 	for (uint32_t i = 0; i < nprocs; i++) {
 		procs[i].index = i;
@@ -291,7 +293,8 @@ static int run_startup(bool *again)
 	char why[128];
 	engine_shared *e = engine_sh();
 	describe_status(st, why, sizeof(why));
-	if (e->end_ckpt_started && !e->skip_end_ckpt && reserve_disk_full(S.abs, &S.opts)) {
+	bool short_of_room = atomic_load(&e->read_only) || reserve_disk_full(S.abs, &S.opts);
+	if (e->end_ckpt_started && !e->skip_end_ckpt && short_of_room) {
 		wr_log(WR_WARNING,
 		       "the startup process %s in its end-of-recovery checkpoint on a "
 		       "full disk: recovering again without it, read-only",
@@ -1013,6 +1016,7 @@ _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int read
 		fail_start(ready_fd, rc);
 	if ((rc = datadir_wait_old_backends(S.lock_fd, abs, 30000000)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
+	S.reserve_released = reserve_release_if_full(abs, &S.opts);
 	if ((rc = datadir_write_pid(S.lock_fd, abs)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
 	if (chdir(abs) != 0)
