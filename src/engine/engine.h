@@ -114,9 +114,10 @@ void datadir_pid_status(const char *abs, char *buf, size_t len);
  * The instance accepts writes only while DIR/walrus.reserve holds
  * reserve_size() bytes and as much is free beside it: the room its
  * end-of-recovery checkpoint needs (a new WAL segment, the control file,
- * the log).  On a full disk the startup process releases the reserve, runs
- * the checkpoint in its room and starts the instance read-only; when even
- * the reserve is not enough it starts read-only without the checkpoint (the
+ * the log).  On a full disk the reserve is released (by the supervisor
+ * before it writes its pid file, or by the startup process), the
+ * checkpoint runs in its room and the instance starts read-only; when even
+ * that room is not enough it starts read-only without the checkpoint (the
  * next start recovers from the same WAL).  Reads work either way; the
  * reserve is made again at the next start that finds room for it.
  */
