@@ -74,6 +74,7 @@ static struct {
 	bool ever_attached;
 	bool shutdown_failed;   /* an auxiliary process failed its last duty */
 	bool reserve_released;  /* on a full disk, for this start (reserve.c) */
+	bool read_only;         /* the instance started read-only (reserve.c) */
 	int stop_mode;          /* WALRUS_STOP_* asked for (walrus_stop, a signal), 0 if none */
 	uint64_t drain_note_ns; /* when a drain that waits says so again */
 } S = {.lock_fd = -1, .listen_fd = -1, .sig_fd = -1, .shm_fd = -1, .ready_fd = -1};
@@ -378,6 +379,7 @@ static int instance_start(void)
 	/* Read-only: nothing to write, and the WAL writer and the checkpointer
 	 * would write (new segments, the shutdown checkpoint). */
 	bool read_only = rc == WALRUS_OK && atomic_load(&engine_sh()->read_only);
+	S.read_only = read_only;
 	if (rc == WALRUS_OK && !read_only)
 		rc = start_aux_processes();
 	if (rc != WALRUS_OK)
@@ -443,7 +445,9 @@ static _Noreturn void sup_exit(int code)
 		if (wr_snprintf(path, sizeof(path), "%s/%s", S.abs, WR_SOCKET_NAME))
 			unlink(path);
 	}
-	if (code == 0 && S.lock_fd >= 0) {
+	/* Read-only on a full disk, a new pid file might find no block: the
+	 * next start reuses this one (its lock, not its presence, is what counts). */
+	if (code == 0 && S.lock_fd >= 0 && !S.read_only) {
 		char path[PATH_MAX];
 		if (wr_snprintf(path, sizeof(path), "%s/%s", S.abs, WR_PID_FILE))
 			unlink(path);

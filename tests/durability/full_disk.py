@@ -9,6 +9,8 @@ next start must come up read-only instead of failing ("startup process
 PANICked" before the fix): `walrus get` and `walrus scan` find every
 acknowledged key with its value, `walrus status` and the log say
 read-only, and a put fails with WALRUS_ENOSPC naming the file system.
+After a clean stop, the disk still full, a get must start it again (a
+new pid file would find no block: a read-only instance leaves it).
 Once the filler is removed and the instance restarted, it accepts writes
 again and `walrus verify` is clean.
 
@@ -33,6 +35,18 @@ def items(n, vsize=1500):
 
 def out(r):
     return (r.stdout + r.stderr).decode(errors="replace")
+
+
+def fill(mnt, name):
+    """A file that takes every block left on the file system."""
+    fd = os.open(os.path.join(mnt, name), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while os.write(fd, b"\0" * 4096) > 0:
+            pass
+    except OSError:
+        pass
+    os.close(fd)
+    check(os.statvfs(mnt).f_bavail == 0, "the tmpfs is not full")
 
 
 def serve(w, status):
@@ -75,8 +89,7 @@ def main(cleanup):
     w = wtest.Walrus(a.walrus, os.path.join(mnt, "data"), OPTS)
     w.register(cleanup)
     w.create()
-    filler = os.path.join(mnt, "filler")
-    with open(filler, "wb") as f:
+    with open(os.path.join(mnt, "filler"), "wb") as f:
         f.write(b"\0" * (FILLER_MB << 20))
 
     rc, acked, err = w.load(items(60000), batch=20, timeout=120)
@@ -88,16 +101,7 @@ def main(cleanup):
     check(len(acked) > 1000, "too few acknowledged writes to prove anything")
     w.kill_instance()
     # Whatever the load left free (a WAL segment it could not make) taken too.
-    top_up = os.path.join(mnt, "top-up")
-    fd = os.open(top_up, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while os.write(fd, b"\0" * 4096) > 0:
-            pass
-    except OSError:
-        pass
-    os.close(fd)
-    st = os.statvfs(mnt)
-    check(st.f_bavail == 0, "the tmpfs is not full")
+    fill(mnt, "top-up")
 
     # Read-only on the full disk (`walrus serve` keeps it running for status).
     serve(w, "read-only")
@@ -120,10 +124,18 @@ def main(cleanup):
           and "kB free" in out(r), f"put on the full disk: {out(r)[-600:]}")
     log("read-only: get, scan, status and the refused put as expected")
 
-    # Room again: the next start accepts writes.
+    # A clean stop, the disk still full (what the start released taken
+    # too): the next start must still serve reads.
     stop(w)
-    os.unlink(filler)
-    os.unlink(top_up)
+    fill(mnt, "top-up-2")
+    r = w.run("get", acked[0])
+    check(r.returncode == 0 and r.stdout.decode().strip() == want[acked[0]],
+          f"get after a clean stop on the full disk failed: {out(r)[-600:]}")
+    w.wait_stopped()
+
+    # Room again: the next start accepts writes.
+    for n in ("filler", "top-up", "top-up-2"):
+        os.unlink(os.path.join(mnt, n))
     serve(w, "ready")
     r = w.run("put", "after-full", "x")
     check(r.returncode == 0, f"put after freeing space failed: {out(r)[-600:]}")
