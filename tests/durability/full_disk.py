@@ -16,7 +16,7 @@ again and `walrus verify` is clean.
 
 usage: full_disk.py [--walrus PATH]
 """
-import argparse, os, subprocess, sys
+import argparse, json, os, subprocess, sys
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -118,6 +118,9 @@ def main(cleanup):
           f"status does not say read-only: {out(r)[-800:]}")
     check(w.log_has(r"WARNING:  the instance starts read-only: no space left on device"),
           "the log does not say read-only")
+    r = w.run("stats", "--json")
+    check(r.returncode == 0 and json.loads(r.stdout)["instance"]["read_only"] == 1,
+          f"stats do not say read-only: {out(r)[-400:]}")
     r = w.run("put", "after-full", "x")
     check(r.returncode != 0 and "read-only: no space left on device" in out(r)
           and f'the file system of "{os.path.realpath(w.dir)}"' in out(r)
