@@ -11,7 +11,8 @@
  * Owns: the data directory's layout and lock (DIR/walrus.pid), the
  * supervisor process and its socket (DIR/walrus.sock), the shared memory
  * segment's lifetime, the process table in shared memory (one slot per
- * attached process), and this process's attachment.
+ * attached process), and this process's attachment; on a full disk, the
+ * reserve (DIR/walrus.reserve) and the read-only start (reserve.c).
  *
  * Process model (as PostgreSQL's): the first walrus_open() of a directory
  * forks a detached supervisor (fork, setsid, fork) that takes the directory
