@@ -70,7 +70,8 @@ enum walrus_error {
 	WALRUS_ENOTFOUND = -1,    /* key absent */
 	WALRUS_EINVAL = -2,       /* bad argument or option value */
 	WALRUS_EIO = -3,          /* an I/O error (the message names file and errno) */
-	WALRUS_ENOSPC = -4,       /* no space left on a device */
+	WALRUS_ENOSPC = -4,       /* no space left on a device; also every write of an
+	                           * instance started read-only on a full disk */
 	WALRUS_ECORRUPT = -5,     /* a checksum or structural check failed */
 	WALRUS_EBUSY = -6,        /* directory owned by another instance, or in use */
 	WALRUS_EPERM = -7,        /* permissions (or bad permissions on the directory) */

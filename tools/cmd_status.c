@@ -78,7 +78,8 @@ int cmd_status(tool_ctx *ctx, int argc, char **argv)
 
 	if (tool_wants_help(argc, argv)) {
 		printf("usage: walrus -D DIR status\n\nExit 0 when an instance serves DIR, 1 when "
-		       "none does.\nShows its processes, and its settings with where each came "
+		       "none does.\nShows its status (ready, or read-only and why),\nits "
+		       "processes, and its settings with where each came "
 		       "from:\ndefault, file (DIR/walrus.conf), command line (the starter's -o or\n"
 		       "walrus_opts_set), control file (fixed at initialisation).\n");
 		return 0;
@@ -99,6 +100,10 @@ int cmd_status(tool_ctx *ctx, int argc, char **argv)
 		return 0;
 	}
 	printf("instance running on \"%s\"\n", abs);
+	char status[2048];
+	datadir_pid_status(abs, status, sizeof(status));
+	if (status[0])
+		printf("status: %s\n", status);
 	if (read_proc(pid, comm, sizeof(comm), &ppid))
 		printf("  %7ld  %s\n", pid, comm);
 	list_children(pid);

@@ -6,6 +6,7 @@
  */
 #include "engine/engine.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "checkpointer/checkpointer.h"
@@ -65,12 +66,16 @@ static int check_flags(int flags, const char *fn)
 	 : api_sync_default(db) ? KV_SYNC                                                          \
 	                        : KV_ASYNC)
 
+/* A read-only instance (a full disk, reserve.c) writes no WAL: nothing is acknowledged. */
+#define WRITABLE(fn, call) (atomic_load(&engine_sh()->read_only) ? reserve_refuse(fn) : (call))
+
 int walrus_put(walrus *db, const void *key, size_t klen, const void *val, size_t vlen, int flags)
 {
 	int rc = check_flags(flags, "walrus_put");
 	if (rc != WALRUS_OK)
 		return rc;
-	API_CALL(db, "walrus_put", kv_put(key, klen, val, vlen, DURABILITY(db, flags)));
+	API_CALL(db, "walrus_put",
+	         WRITABLE("walrus_put", kv_put(key, klen, val, vlen, DURABILITY(db, flags))));
 }
 
 int walrus_get(walrus *db, const void *key, size_t klen, void **val, size_t *vlen)
@@ -94,7 +99,8 @@ int walrus_delete(walrus *db, const void *key, size_t klen, int flags)
 	int rc = check_flags(flags, "walrus_delete");
 	if (rc != WALRUS_OK)
 		return rc;
-	API_CALL(db, "walrus_delete", kv_delete(key, klen, DURABILITY(db, flags)));
+	API_CALL(db, "walrus_delete",
+	         WRITABLE("walrus_delete", kv_delete(key, klen, DURABILITY(db, flags))));
 }
 
 void walrus_free(void *p)
@@ -156,7 +162,9 @@ int walrus_batch_commit(walrus *db, walrus_batch *b, int flags)
 		rc = wr_error(WALRUS_EINVAL, "walrus_batch_commit: batch is NULL");
 	if (rc != WALRUS_OK)
 		return rc;
-	API_CALL(db, "walrus_batch_commit", kv_batch_commit(b->kb, DURABILITY(db, flags), NULL));
+	API_CALL(
+	    db, "walrus_batch_commit",
+	    WRITABLE("walrus_batch_commit", kv_batch_commit(b->kb, DURABILITY(db, flags), NULL)));
 }
 
 /* ---------------------------------------------------------------- iterators */
@@ -275,7 +283,8 @@ int walrus_sync(walrus *db)
 
 int walrus_checkpoint(walrus *db)
 {
-	API_CALL(db, "walrus_checkpoint", ckpt_request(CKPT_IMMEDIATE | CKPT_FORCE, true));
+	API_CALL(db, "walrus_checkpoint",
+	         WRITABLE("walrus_checkpoint", ckpt_request(CKPT_IMMEDIATE | CKPT_FORCE, true)));
 }
 
 int walrus_stats(walrus *db, char **json)

@@ -139,9 +139,19 @@ static _Noreturn void startup_main(void)
 		wr_log(WR_FATAL, "%s", e->startup_error);
 		_exit(1);
 	}
+	/* On a full disk: read-only, and perhaps no room for the checkpoint
+	 * (the pages stay dirty in the pool; the next start replays again). */
+	if (!reserve_startup(e->datadir, &e->opts)) {
+		wr_log(WR_LOG, "no end-of-recovery checkpoint: the next start recovers from the "
+		               "same WAL");
+		ckpt_sync_shutdown();
+		free(res);
+		_exit(0);
+	}
 	/* Redo left its pages dirty in the pool and nothing else runs yet: the
 	 * checkpoint writes and syncs them, so the next crash replays only what
 	 * follows. */
+	e->end_ckpt_started = 1;
 	ckpt_result r;
 	if (ckpt_perform(e->datadir, &e->opts, CKPT_END_OF_RECOVERY, "end-of-recovery",
 	                 res->next_relid, &r) != WALRUS_OK) {

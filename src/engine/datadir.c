@@ -519,6 +519,8 @@ int datadir_wait_old_backends(int lock_fd, const char *abs, uint64_t timeout_us)
 	}
 }
 
+static int pid_file_put(int lock_fd, const char *abs, const char *text, size_t n);
+
 int datadir_write_pid(int lock_fd, const char *abs)
 {
 	char text[PATH_MAX + 64];
@@ -526,20 +528,79 @@ int datadir_write_pid(int lock_fd, const char *abs)
 	                 (unsigned long long)(wr_wall_us() / 1000000));
 	if (n < 0 || (size_t)n >= sizeof(text))
 		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
-	if (ftruncate(lock_fd, 0) != 0)
-		return wr_error(wr_errno_code(errno), "could not truncate \"%s/%s\": %m", abs,
-		                WR_PID_FILE);
-	ssize_t done = 0;
+	return pid_file_put(lock_fd, abs, text, (size_t)n);
+}
+
+/*
+ * Overwrites, then cuts to length: truncating first would free the file's
+ * block, and on a full disk another writer could take it before ours.
+ */
+static int pid_file_put(int lock_fd, const char *abs, const char *text, size_t n)
+{
+	size_t done = 0;
 	while (done < n) {
-		ssize_t w = pwrite(lock_fd, text + done, (size_t)(n - done), done);
+		ssize_t w = pwrite(lock_fd, text + done, n - done, (off_t)done);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
 			return wr_error(wr_errno_code(errno), "could not write \"%s/%s\": %m", abs,
 			                WR_PID_FILE);
-		done += w;
+		done += (size_t)w;
 	}
+	if (ftruncate(lock_fd, (off_t)n) != 0)
+		return wr_error(wr_errno_code(errno), "could not truncate \"%s/%s\": %m", abs,
+		                WR_PID_FILE);
 	return WALRUS_OK;
+}
+
+/* Where the status line begins: after "pid\ndir\nstart\n". */
+static size_t pid_status_offset(const char *text)
+{
+	const char *p = text;
+	for (int line = 0; line < 3 && p != NULL; line++)
+		if ((p = strchr(p, '\n')) != NULL)
+			p++;
+	return p == NULL ? strlen(text) : (size_t)(p - text);
+}
+
+static ssize_t pid_file_read(int fd, char *buf, size_t len)
+{
+	ssize_t n;
+	do
+		n = pread(fd, buf, len - 1, 0);
+	while (n < 0 && errno == EINTR);
+	buf[n > 0 ? n : 0] = '\0';
+	return n;
+}
+
+int datadir_set_pid_status(int lock_fd, const char *abs, const char *status)
+{
+	char text[PATH_MAX + 2048];
+	if (pid_file_read(lock_fd, text, sizeof(text)) < 0)
+		return wr_error(wr_errno_code(errno), "could not read \"%s/%s\": %m", abs,
+		                WR_PID_FILE);
+	size_t off = pid_status_offset(text);
+	int n = snprintf(text + off, sizeof(text) - off, "%s\n", status);
+	if (n < 0 || (size_t)n >= sizeof(text) - off)
+		return wr_error(WALRUS_EINVAL, "status too long for \"%s/%s\"", abs, WR_PID_FILE);
+	return pid_file_put(lock_fd, abs, text, off + (size_t)n);
+}
+
+void datadir_pid_status(const char *abs, char *buf, size_t len)
+{
+	char path[PATH_MAX], text[PATH_MAX + 2048];
+	buf[0] = '\0';
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_PID_FILE))
+		return;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t n = pid_file_read(fd, text, sizeof(text));
+	close(fd);
+	if (n <= 0)
+		return;
+	const char *st = text + pid_status_offset(text);
+	wr_snprintf(buf, len, "%.*s", (int)strcspn(st, "\n"), st);
 }
 
 int datadir_lock_attach(const char *abs, int *fd_out)

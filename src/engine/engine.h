@@ -11,7 +11,8 @@
  * Owns: the data directory's layout and lock (DIR/walrus.pid), the
  * supervisor process and its socket (DIR/walrus.sock), the shared memory
  * segment's lifetime, the process table in shared memory (one slot per
- * attached process), and this process's attachment.
+ * attached process), and this process's attachment; on a full disk, the
+ * reserve (DIR/walrus.reserve) and the read-only start (reserve.c).
  *
  * Process model (as PostgreSQL's): the first walrus_open() of a directory
  * forks a detached supervisor (fork, setsid, fork) that takes the directory
@@ -69,6 +70,7 @@
 #define WR_LOG_FILE       "log/walrus.log"
 #define WR_CONF_FILE      "walrus.conf"
 #define WR_BOOTSTRAP_FILE "walrus.bootstrap" /* initialisation under way (datadir.c) */
+#define WR_RESERVE_FILE   "walrus.reserve"   /* space kept for the end-of-recovery checkpoint */
 #define WR_PANIC_EXIT     86                 /* exit code of a process that PANICked */
 #define WR_PROTO_MAGIC    0x57524d31u        /* "WRM1" */
 #define WR_PROTO_VERSION  1
@@ -99,6 +101,38 @@ int datadir_lock_attach(const char *abs, int *fd);
 pid_t datadir_instance_pid(const char *abs);
 /* Replaces DIR/@name with @text atomically: temp file, fsync, rename, fsync DIR. */
 int datadir_write_file(const char *abs, const char *name, const char *text);
+
+/* Rewrites the status line of the locked pid file in place ("ready", "read-only:
+ * why"), as PostgreSQL's postmaster.pid: `walrus status` shows it.  Written
+ * within the file's first block, so it needs no new space on a full disk. */
+int datadir_set_pid_status(int lock_fd, const char *abs, const char *status);
+/* The status line of the running instance's pid file into buf ("" when none). */
+void datadir_pid_status(const char *abs, char *buf, size_t len);
+
+/* ---------------------------------------------------------------- a full disk (reserve.c) */
+
+/*
+ * The instance accepts writes only while DIR/walrus.reserve holds
+ * reserve_size() bytes and as much is free beside it: the room its
+ * end-of-recovery checkpoint needs (a new WAL segment, the control file,
+ * the log).  On a full disk the reserve is released (by the supervisor
+ * before it writes its pid file, or by the startup process), the
+ * checkpoint runs in its room and the instance starts read-only; when even
+ * that room is not enough it starts read-only without the checkpoint (the
+ * next start recovers from the same WAL).  Reads work either way; the
+ * reserve is made again at the next start that finds room for it.
+ */
+uint64_t reserve_size(const wr_options *o);
+/* In the startup process, before the end-of-recovery checkpoint: decides
+ * read-only or not (engine_shared) and whether the checkpoint can run. */
+bool reserve_startup(const char *abs, const wr_options *o);
+/* In the supervisor before it writes anything: on a full disk, releases the
+ * reserve (its room takes the pid file, the log and the checkpoint). */
+bool reserve_release_if_full(const char *abs, const wr_options *o);
+/* Whether DIR's or DIR/wal's file system has less than reserve_size() free. */
+bool reserve_disk_full(const char *abs, const wr_options *o);
+/* WALRUS_ENOSPC with the reason, for a write refused by a read-only instance. */
+int reserve_refuse(const char *fn);
 
 /* ---------------------------------------------------------------- walrus.conf (conf.c) */
 
@@ -160,6 +194,13 @@ typedef struct engine_shared {
 	_Atomic uint32_t stop_mode;          /* WALRUS_STOP_* requested, 0 when none */
 	_Atomic uint32_t aux_wakeup[4];      /* one latch per auxiliary process kind */
 	char startup_error[512];             /* why recovery failed, for the clients */
+	/* Set by the startup process (reserve.c) before the instance runs:
+	 * writes are refused with WALRUS_ENOSPC and read_only_why. */
+	_Atomic uint32_t read_only;
+	uint32_t skip_end_ckpt;    /* set by the supervisor: recover without the checkpoint */
+	uint32_t end_ckpt_started; /* the startup process got as far as its checkpoint */
+	uint32_t reserve_released; /* by the supervisor, for this start */
+	char read_only_why[768];
 } engine_shared;
 
 #define ENGINE_SCRATCH_SIZE 4096 /* region "scratch": free for tests and tools */

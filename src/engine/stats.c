@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +210,7 @@ int engine_stats_json(char **out)
 	jb_u64(&j, "supervisor_pid", e->supervisor_pid);
 	jb_u64(&j, "crash_restarts", e->crash_restarts);
 	jb_u64(&j, "uptime_s", (wr_wall_us() - e->start_time_us) / 1000000);
+	jb_u64(&j, "read_only", atomic_load(&e->read_only)); /* 1: a full disk (reserve.c) */
 	jb_close(&j);
 	stats_wal(&j);
 	stats_buffers(&j);

@@ -73,6 +73,8 @@ static struct {
 	bool foreground;
 	bool ever_attached;
 	bool shutdown_failed;   /* an auxiliary process failed its last duty */
+	bool reserve_released;  /* on a full disk, for this start (reserve.c) */
+	bool read_only;         /* the instance started read-only (reserve.c) */
 	int stop_mode;          /* WALRUS_STOP_* asked for (walrus_stop, a signal), 0 if none */
 	uint64_t drain_note_ns; /* when a drain that waits says so again */
 } S = {.lock_fd = -1, .listen_fd = -1, .sig_fd = -1, .shm_fd = -1, .ready_fd = -1};
@@ -214,6 +216,7 @@ static int create_shared_memory(void)
 	e->nprocs = nprocs;
 	e->start_time_us = wr_wall_us();
 	e->crash_restarts = S.crash_restarts;
+	e->reserve_released = S.reserve_released;
 	atomic_store(&e->stop_mode, (uint32_t)S.stop_mode); /* a restart during a smart stop */
 	for (uint32_t i = 0; i < nprocs; i++) {
 		procs[i].index = i;
@@ -270,9 +273,15 @@ static const char *describe_status(int st, char *buf, size_t len)
 	return buf;
 }
 
-/* Runs recovery in a child, so that a PANIC there cannot take the supervisor down. */
-static int run_startup(void)
+/*
+ * Runs recovery in a child, so that a PANIC there cannot take the supervisor
+ * down.  *again: its end-of-recovery checkpoint failed on a full disk, and
+ * it should run again without it, read-only (reserve.c): reads must work
+ * on a full disk.  Any other failure, or one with room, is the start's error.
+ */
+static int run_startup(bool *again)
 {
+	*again = false;
 	pid_t pid = fork_child(WR_AUX_STARTUP);
 	if (pid < 0)
 		return wr_error(WALRUS_EINTERNAL, "could not fork the startup process: %m");
@@ -284,10 +293,32 @@ static int run_startup(void)
 		return WALRUS_OK;
 	char why[128];
 	engine_shared *e = engine_sh();
+	describe_status(st, why, sizeof(why));
+	bool short_of_room = atomic_load(&e->read_only) || reserve_disk_full(S.abs, &S.opts);
+	if (e->end_ckpt_started && !e->skip_end_ckpt && short_of_room) {
+		wr_log(WR_WARNING,
+		       "the startup process %s in its end-of-recovery checkpoint on a "
+		       "full disk: recovering again without it, read-only",
+		       why);
+		*again = true;
+		return wr_error(WALRUS_ENOSPC,
+		                "the end-of-recovery checkpoint failed on a full disk");
+	}
 	if (e->startup_error[0])
 		return wr_error(WALRUS_ECORRUPT, "recovery failed: %s", e->startup_error);
-	return wr_error(WALRUS_EIO, "startup process %s (see %s/%s)",
-	                describe_status(st, why, sizeof(why)), S.abs, WR_LOG_FILE);
+	return wr_error(WALRUS_EIO, "startup process %s (see %s/%s)", why, S.abs, WR_LOG_FILE);
+}
+
+/* Fresh shared memory (the failed startup PANICked in it), then recovery without the checkpoint. */
+static int run_startup_read_only(void)
+{
+	bool again;
+	drop_shared_memory();
+	int rc = create_shared_memory();
+	if (rc != WALRUS_OK)
+		return rc;
+	engine_sh()->skip_end_ckpt = 1;
+	return run_startup(&again);
 }
 
 static int start_aux_processes(void)
@@ -325,19 +356,39 @@ static void kill_aux_processes(void)
 
 static void answer_pending(void);
 
+/* The status line of walrus.pid, for `walrus status`. */
+static void publish_status(bool read_only)
+{
+	char text[1024];
+	snprintf(text, sizeof(text), "%s%s", read_only ? "read-only: " : "ready",
+	         read_only ? engine_sh()->read_only_why : "");
+	if (datadir_set_pid_status(S.lock_fd, S.abs, text) != WALRUS_OK)
+		wr_log(WR_WARNING, "could not write the status for walrus status: %s",
+		       walrus_errmsg());
+}
+
 static int instance_start(void)
 {
 	S.phase = SUP_STARTING;
+	bool again = false;
 	int rc = create_shared_memory();
 	if (rc == WALRUS_OK)
-		rc = run_startup();
-	if (rc == WALRUS_OK)
+		rc = run_startup(&again);
+	if (again)
+		rc = run_startup_read_only();
+	/* Read-only: nothing to write, and the WAL writer and the checkpointer
+	 * would write (new segments, the shutdown checkpoint). */
+	bool read_only = rc == WALRUS_OK && atomic_load(&engine_sh()->read_only);
+	S.read_only = read_only;
+	if (rc == WALRUS_OK && !read_only)
 		rc = start_aux_processes();
 	if (rc != WALRUS_OK)
 		return rc;
 	atomic_store(&shm_hdr()->state, SHM_STATE_RUNNING);
 	S.phase = SUP_RUNNING;
-	wr_log(WR_LOG, "instance is ready (generation %llu)", (unsigned long long)S.generation);
+	publish_status(read_only);
+	wr_log(WR_LOG, "instance is ready (generation %llu)%s", (unsigned long long)S.generation,
+	       read_only ? ", read-only" : "");
 	answer_pending();
 	return WALRUS_OK;
 }
@@ -394,7 +445,9 @@ static _Noreturn void sup_exit(int code)
 		if (wr_snprintf(path, sizeof(path), "%s/%s", S.abs, WR_SOCKET_NAME))
 			unlink(path);
 	}
-	if (code == 0 && S.lock_fd >= 0) {
+	/* Read-only on a full disk, a new pid file might find no block: the
+	 * next start reuses this one (its lock, not its presence, is what counts). */
+	if (code == 0 && S.lock_fd >= 0 && !S.read_only) {
 		char path[PATH_MAX];
 		if (wr_snprintf(path, sizeof(path), "%s/%s", S.abs, WR_PID_FILE))
 			unlink(path);
@@ -977,6 +1030,7 @@ _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int read
 		fail_start(ready_fd, rc);
 	if ((rc = datadir_wait_old_backends(S.lock_fd, abs, 30000000)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
+	S.reserve_released = reserve_release_if_full(abs, &S.opts);
 	if ((rc = datadir_write_pid(S.lock_fd, abs)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
 	if (chdir(abs) != 0)
