@@ -50,9 +50,14 @@ void srv_session_init(srv_session *s, const srv_config *cfg, resp_buf *out)
 	s->client_id = (uint64_t)getpid();
 }
 
+/*
+ * With a password, a connection has authentication_timeout to authenticate;
+ * without one, to send its first command (PostgreSQL's startup packet): a
+ * socket that stays silent cannot hold a slot either way.
+ */
 int64_t srv_auth_left_ms(const srv_session *s, uint64_t now_ns)
 {
-	if (s->authed || s->cfg->auth_timeout_ms <= 0)
+	if ((s->authed && s->spoke) || s->cfg->auth_timeout_ms <= 0)
 		return -1;
 	uint64_t spent_ms = (now_ns - s->born_ns) / 1000000u;
 	return spent_ms >= (uint64_t)s->cfg->auth_timeout_ms
@@ -321,6 +326,7 @@ static bool groupable(const srv_session *s, const srv_cmd *c, size_t argc)
 static void run(srv_session *s, const resp_arg *argv, size_t argc)
 {
 	const srv_cmd *c = lookup(&argv[0]);
+	s->spoke = true;
 	if (groupable(s, c, argc) && group_add(s, argv))
 		return;
 	srv_group_flush(s);

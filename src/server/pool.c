@@ -376,8 +376,6 @@ static void check_idle(pool *p, uint64_t now)
 /* Every iteration (wait_ms wakes the loop for it): whatever the connection does meanwhile. */
 static void check_auth(pool *p, uint64_t now)
 {
-	if (p->cfg->requirepass == NULL)
-		return;
 	for (size_t i = p->n; i-- > 0;)
 		if (srv_auth_left_ms(&p->conns[i]->sess, now) == 0)
 			conn_close(p, p->conns[i]);

@@ -41,7 +41,8 @@
  *
  * Clients: with a password (cfg->requirepass), a connection that has not
  * authenticated may send only small requests (resp.h, strict) and is closed
- * after authentication_timeout; every connection's unparsed input is at most
+ * after authentication_timeout; without one, a connection that sent no
+ * command within authentication_timeout is closed; every connection's unparsed input is at most
  * client_query_buffer_limit.  Either limit answers an error and closes.
  *
  * Returns: srv_run() returns the command's exit code (0 after a clean
@@ -101,7 +102,8 @@ typedef struct srv_config {
 	int backends;             /* pool backends; 0: one backend process per connection */
 	/* filled by srv_run */
 	bool sync;               /* synchronous_commit */
-	int64_t auth_timeout_ms; /* authentication_timeout (with a password) */
+	int64_t auth_timeout_ms; /* authentication_timeout: to authenticate, or to send a first
+	                            command */
 	size_t query_limit;      /* client_query_buffer_limit */
 	long max_clients;        /* max_connections minus the server's own attachment */
 	srv_shared *sh;

@@ -34,6 +34,7 @@ typedef struct srv_session {
 	uint64_t client_id; /* CLIENT ID */
 	int proto;          /* 2 or 3 (HELLO) */
 	bool authed;
+	bool spoke;       /* a first complete command arrived */
 	uint64_t born_ns; /* connected: authentication_timeout runs from here */
 	bool quit;        /* QUIT: close after the reply */
 	/* MULTI */

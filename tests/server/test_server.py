@@ -3,7 +3,7 @@
 real redis-cli and by a raw RESP client (exact bytes).
 
 Cases (all by default, or name them): commands, scan, cli, multi,
-pipeline, group, protocol, auth, limits, preauth, authtimeout, querylimit,
+pipeline, group, protocol, auth, limits, preauth, authtimeout, silenttimeout, querylimit,
 password, readiness, shutdown, pool.  Each starts its
 own server on a free port and a private data directory; whatever happens,
 every process of that directory is gone at the end (srvtest.Server).
@@ -482,6 +482,28 @@ def case_authtimeout(walrus):
         s.verify()
 
 
+def case_silenttimeout(walrus):
+    """Without a password, connections that send no command within
+    authentication_timeout are closed (the issue's 99 idle sockets locked
+    every client out); one that spoke stays past it.  --idle-timeout is 0."""
+    s = Server(walrus, opts=["authentication_timeout=1s", "max_connections=6"])
+    with s:
+        legit = s.client()
+        eq(legit.call("PING"), "PONG", "")
+        idle = [s.client() for _ in range(4)]  # every other slot
+        with s.client() as extra:
+            check(is_err(extra.read(), "ERR max number of clients reached"), "slots all taken")
+        for c in idle:
+            check(c.closed(timeout=60), "a connection that never sent a command is closed")
+            c.close()
+        with s.client() as c:
+            eq(c.call("SET", "k", "v"), "OK", "a slot is free again")
+        eq(legit.call("GET", "k"), b"v", "the connection that spoke outlived the timeout")
+        legit.close()
+        eq(s.stop(), 0, "")
+        s.verify()
+
+
 def case_querylimit(walrus):
     """client_query_buffer_limit bounds a connection's unparsed input, and is
     range-checked."""
@@ -741,6 +763,7 @@ CASES = {
     "limits": case_limits,
     "preauth": case_preauth,
     "authtimeout": case_authtimeout,
+    "silenttimeout": case_silenttimeout,
     "querylimit": case_querylimit,
     "password": case_password,
     "readiness": case_readiness,
