@@ -159,7 +159,7 @@ static void go_read_only(const fs_room *tight, uint64_t want, const char *path, 
 bool reserve_startup(const char *abs, const wr_options *o)
 {
 	char path[PATH_MAX], wal[PATH_MAX];
-	fs_room d, w;
+	fs_room d = {0}, w = {0};
 	uint64_t need = reserve_size(o);
 	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_RESERVE_FILE) ||
 	    !wr_snprintf(wal, sizeof(wal), "%s/wal", abs))
@@ -215,7 +215,7 @@ bool reserve_release_if_full(const char *abs, const wr_options *o)
 bool reserve_disk_full(const char *abs, const wr_options *o)
 {
 	char wal[PATH_MAX];
-	fs_room d, w;
+	fs_room d = {0}, w = {0};
 	if (!wr_snprintf(wal, sizeof(wal), "%s/wal", abs) || room_of(abs, &d) != WALRUS_OK ||
 	    room_of(wal, &w) != WALRUS_OK)
 		return false;
