@@ -206,16 +206,25 @@ class Server:
     def anon_kib(self):
         """Anonymous memory (RssAnon, KiB) of the server and its backends: where
         buffered requests live."""
-        total = 0
+        return sum(self.anon_by_pid().values())
+
+    def anon_by_pid(self):
+        """RssAnon (KiB) of the server and of each backend, by pid."""
+        out = {}
         for pid in [self.proc.pid] + self.backends():
             try:
                 with open(f"/proc/{pid}/status") as f:
                     for line in f:
                         if line.startswith("RssAnon:"):
-                            total += int(line.split()[1])
+                            out[pid] = int(line.split()[1])
             except OSError:
                 pass  # a backend that just exited holds nothing
-        return total
+        return out
+
+    def connected_clients(self, c):
+        """connected_clients of INFO, asked on connection @c."""
+        info = c.call("INFO", "clients").decode()
+        return int(info.split("connected_clients:")[1].split()[0])
 
     def verify(self):
         """`walrus verify` of the (stopped) directory passes."""
