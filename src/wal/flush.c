@@ -356,6 +356,16 @@ static bool write_pages_uring(fdc_file f, uint64_t seg_start, uint64_t page_star
  */
 static void write_and_flush(uint64_t from, uint64_t upto)
 {
+	/* A flush target just past a page's header (a record ended at the end
+	 * of the page before) puts nothing on that page, which an inserter may
+	 * not even have initialised yet: leave the page, header included, to
+	 * the write that carries its first record.  No page written now claims
+	 * that position as durable (they carry the previous flush position). */
+	uint64_t off = upto % WAL_PAGE_SIZE;
+	if (off != 0 && off == wal_page_header_size(upto - off, wal_sh->seg_size))
+		upto -= off;
+	if (upto <= from - from % WAL_PAGE_SIZE)
+		return;
 	wal_stamp_durable(from, upto, atomic_load(&wal_sh->flush_lsn));
 	uint64_t pos = from - from % WAL_PAGE_SIZE;
 	while (pos < upto) {
