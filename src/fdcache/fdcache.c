@@ -1172,20 +1172,26 @@ void fdc_io_end(void)
 	fdc_exit();
 }
 
+/* Without the journal (every build but the tests') these take no lock: the
+ * WAL's io_uring path calls them for each batch. */
 uint64_t fdc_io_write_intent(fdc_file f, off_t off, size_t len)
 {
+	if (!ts_pl_enabled())
+		return TS_PL_NONE;
 	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
-	if (e == NULL || !ts_pl_enabled())
+	if (e == NULL)
 		return TS_PL_NONE;
 	return ts_pl_data_intent(TS_PL_WRITE, e->fd, e->path, off, (off_t)len);
 }
 
 void fdc_io_write_done(fdc_file f, uint64_t intent)
 {
+	if (intent == TS_PL_NONE)
+		return;
 	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
-	if (e == NULL || intent == TS_PL_NONE)
+	if (e == NULL)
 		return;
 	ts_pl_done(intent);
 	if (e->flags & (O_DSYNC | O_SYNC)) /* durable when it completed */
@@ -1194,8 +1200,10 @@ void fdc_io_write_done(fdc_file f, uint64_t intent)
 
 void fdc_io_synced(fdc_file f)
 {
+	if (!ts_pl_enabled())
+		return;
 	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
-	if (e != NULL && ts_pl_enabled())
+	if (e != NULL)
 		ts_pl_synced(e->fd, e->path, ts_pl_sync_begin());
 }
