@@ -391,13 +391,39 @@ static void copy_record(uint64_t start, const char *rec, uint32_t len)
 
 /* ---------------------------------------------------------------- insert */
 
+/* Full-page images: as configured, and always while a base backup runs. */
+static bool fpw_now(void)
+{
+	return wal_sh->fpw || atomic_load(&wal_sh->backup_running) != 0;
+}
+
+int wal_backup_begin(wr_lsn keep)
+{
+	uint32_t idle = 0;
+	if (!atomic_compare_exchange_strong(&wal_sh->backup_running, &idle, 1))
+		return wr_error(WALRUS_EBUSY, "a base backup is already running on this instance");
+	atomic_store(&wal_sh->backup_keep, keep);
+	return WALRUS_OK;
+}
+
+void wal_backup_end(void)
+{
+	atomic_store(&wal_sh->backup_keep, 0);
+	atomic_store(&wal_sh->backup_running, 0);
+}
+
+wr_lsn wal_backup_keep_lsn(void)
+{
+	return wal_sh == NULL ? 0 : atomic_load(&wal_sh->backup_keep);
+}
+
 static bool reserve(uint32_t len, uint64_t redo_used, uint64_t *start, uint64_t *end,
                     uint64_t *prev)
 {
 	spin_lock(&wal_sh->insert_lock);
 	/* A checkpoint moved the redo pointer since we decided the FPIs: a page
 	 * changed for the first time since then needs an image we did not take. */
-	if (wal_sh->fpw && atomic_load(&wal_sh->redo) != redo_used) {
+	if (fpw_now() && atomic_load(&wal_sh->redo) != redo_used) {
 		spin_unlock(&wal_sh->insert_lock);
 		return false;
 	}
@@ -434,7 +460,7 @@ wr_lsn wal_insert_at(uint8_t rmid, uint8_t info, wr_lsn *start_out)
 	wal_assembled *a = &me->scratch;
 	for (;;) {
 		uint64_t redo = atomic_load(&wal_sh->redo);
-		int rc = wal_assemble(a, rmid, info, redo, wal_sh->fpw, wal_sh->zstd_level);
+		int rc = wal_assemble(a, rmid, info, redo, fpw_now(), wal_sh->zstd_level);
 		if (rc != WALRUS_OK)
 			wr_panic("could not assemble a WAL record: %s", walrus_errmsg());
 		/* Busy before reserving, so a writer that read the insert

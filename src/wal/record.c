@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "wal/wal_int.h"
 
@@ -251,11 +252,31 @@ int wal_assemble(wal_assembled *a, uint8_t rmid, uint8_t info, wr_lsn redo, bool
 	return WALRUS_OK;
 }
 
+static uint64_t (*record_clock)(void);
+
+void wal_set_clock(uint64_t (*now_ms)(void))
+{
+	record_clock = now_ms;
+}
+
+static uint64_t record_time_ms(void)
+{
+	struct timespec now;
+	if (record_clock != NULL)
+		return record_clock();
+	if (clock_gettime(CLOCK_REALTIME, &now) != 0)
+		return 0;
+	return (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+}
+
 void wal_finish_record(wal_assembled *a, wr_lsn prev)
 {
 	wal_record h;
 	memcpy(&h, a->buf, sizeof(h));
 	h.prev = prev;
+	uint64_t ms = record_time_ms();
+	h.time_hi = (uint16_t)(ms >> 32);
+	h.time_lo = (uint32_t)ms;
 	h.crc = crc32c(a->payload_crc, &h, offsetof(wal_record, crc));
 	memcpy(a->buf, &h, sizeof(h));
 }

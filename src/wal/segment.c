@@ -319,7 +319,10 @@ int wal_recycle(const char *waldir, const wr_options *o, wr_lsn redo, wr_lsn ins
 	insert = WR_MAX(insert, redo);
 	wr_lsn next = insert - insert % seg + seg;
 	wr_lsn limit = redo_seg + wal_keep_bytes(o, &l, redo_seg, redo, insert);
-	for (size_t i = 0; rc == WALRUS_OK && i < l.n && l.v[i] + seg <= redo_seg; i++)
+	/* A running base backup still has to copy its WAL. */
+	wr_lsn keep = wal_backup_keep_lsn();
+	wr_lsn upto = keep != 0 && keep - keep % seg < redo_seg ? keep - keep % seg : redo_seg;
+	for (size_t i = 0; rc == WALRUS_OK && i < l.n && l.v[i] + seg <= upto; i++)
 		rc = wal_recycle_one(waldir, seg, &l, l.v[i], &next, limit, recycled, removed);
 	free(l.v);
 	if (*recycled + *removed > 0) {

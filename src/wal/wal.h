@@ -82,12 +82,18 @@ typedef struct wal_record {
 	uint32_t tot_len; /* header + payload */
 	uint8_t rmid;     /* resource manager */
 	uint8_t info;     /* rmgr-specific */
-	uint16_t flags;   /* reserved, 0 */
+	uint16_t time_hi; /* with time_lo: milliseconds since the epoch when inserted (48 bits) */
 	uint64_t prev;    /* LSN of the previous record */
-	uint32_t reserved;
-	uint32_t crc; /* CRC32C(payload, then the 20 bytes above) */
+	uint32_t time_lo; /* point-in-time recovery stops by it (0: unknown, older WAL) */
+	uint32_t crc;     /* CRC32C(payload, then the 20 bytes above) */
 } wal_record;
 #define WAL_RECORD_HEADER ((uint32_t)sizeof(wal_record)) /* 24 */
+
+/* The record's insertion time in milliseconds since the epoch (0: not recorded). */
+static inline uint64_t wal_record_time_ms(const wal_record *h)
+{
+	return ((uint64_t)h->time_hi << 32) | h->time_lo;
+}
 
 /* Block reference flags. */
 #define WAL_BLK_HAS_IMAGE  0x01
@@ -165,8 +171,11 @@ typedef struct wal_assembled {
 } wal_assembled;
 int wal_assemble(wal_assembled *a, uint8_t rmid, uint8_t info, wr_lsn redo, bool fpw,
                  int zstd_level);
-/* Stamps prev and the CRC into an assembled record. */
+/* Stamps prev, the time and the CRC into an assembled record. */
 void wal_finish_record(wal_assembled *a, wr_lsn prev);
+/* The clock of record times (NULL: CLOCK_REALTIME); tests that compare WAL
+ * bytes, or stop recovery at a time, set their own. */
+void wal_set_clock(uint64_t (*now_ms)(void));
 
 /* ---------------------------------------------------------------- writing WAL files directly */
 
@@ -315,9 +324,18 @@ typedef struct wal_control {
 	uint64_t prev_checkpoint_lsn;
 	uint64_t checkpoint_time_us;
 	uint64_t next_relid; /* first relation id not yet used */
-	uint64_t reserved[8];
+	/* The history this WAL belongs to: 1 at creation, a new one at the end of
+	 * each point-in-time recovery (0 in older files means 1). */
+	uint32_t timeline;
+	uint32_t pad;
+	uint64_t reserved[7];
 	uint32_t crc; /* CRC32C of everything before it */
 } wal_control;
+
+static inline uint32_t wal_control_timeline(const wal_control *c)
+{
+	return c->timeline == 0 ? 1 : c->timeline;
+}
 
 /* Reads and verifies DIR/walrus.control: ENOENT, ECORRUPT (bad CRC/magic), EVERSION. */
 int wal_control_read(const char *datadir, wal_control *c);
@@ -335,6 +353,73 @@ int wal_bootstrap_undo(const char *datadir);
 /* The name of the first WAL segment or temporary segment in @waldir into
  * @found (an empty string when it holds none, or does not exist). */
 int wal_dir_first_file(const char *waldir, char *found, size_t len);
+
+/* ---------------------------------------------------------------- archive names and timelines */
+
+/*
+ * Segments are archived as TTTTTTTT + the 16 hex digits of their start
+ * (24 characters, as PostgreSQL's names): the timeline keeps the WAL of a
+ * new history (after a point-in-time recovery) apart from the old one, whose
+ * segments have the same LSNs.  Inside DIR/wal, names stay LSN-only: a data
+ * directory holds one history.
+ */
+#define WAL_ARCHIVE_NAME_LEN 24
+void wal_archive_name(uint32_t tli, wr_lsn seg_start, char *buf, size_t len);
+bool wal_archive_parse_name(const char *name, uint32_t *tli, wr_lsn *seg_start);
+
+/*
+ * Timeline history (DIR/wal/TTTTTTTT.history, archived too): one line per
+ * ancestor, "PARENT_TLI<TAB>X/Y<TAB>reason", where X/Y is the LSN at which
+ * the child timeline branched off PARENT_TLI (WAL before it is the parent's).
+ * Timeline 1 has no file.
+ */
+#define WAL_HISTORY_MAX 64
+typedef struct wal_history {
+	int n;
+	struct {
+		uint32_t tli; /* an ancestor ... */
+		wr_lsn end;   /* ... whose WAL is followed up to here (exclusive) */
+	} e[WAL_HISTORY_MAX]; /* oldest first; the timeline itself is not listed */
+	uint32_t tli;         /* the timeline the file describes */
+} wal_history;
+void wal_history_name(uint32_t tli, char *buf, size_t len); /* "TTTTTTTT.history" */
+/* "X/Y" (hex, as printed by WAL_LSN_FMT) into *out. */
+bool wal_parse_lsn(const char *s, wr_lsn *out);
+/* Reads @path (the file of timeline @tli); timeline 1 needs no file (empty history). */
+int wal_history_read(const char *path, uint32_t tli, wal_history *h);
+/* The timeline whose WAL holds the segment starting at @seg_start when following @h. */
+uint32_t wal_history_tli_for(const wal_history *h, wr_lsn seg_start, uint64_t seg_size);
+/* Writes WALDIR/<child>.history durably: @parent's lines, then "parent<TAB>X/Y<TAB>reason". */
+int wal_history_write(const char *waldir, const wal_history *parent, uint32_t child, wr_lsn branch,
+                      const char *reason);
+
+/* ---------------------------------------------------------------- backups and archiving hooks */
+
+/*
+ * A base backup runs between wal_backup_begin and wal_backup_end: meanwhile
+ * every page's first change after the redo point carries a full image even
+ * with full_page_writes=off (the copy may read torn pages), and no segment
+ * at or after @keep is recycled.  One at a time: WALRUS_EBUSY otherwise.
+ * Shared memory is reset by a crash restart, which ends a backup whose
+ * process died.
+ */
+int wal_backup_begin(wr_lsn keep);
+void wal_backup_end(void);
+wr_lsn wal_backup_keep_lsn(void); /* 0: no backup running */
+
+/*
+ * Ends the current segment: inserts an XLOG_SWITCH record, moves the insert
+ * position to the next segment's start and flushes.  Returns the switch
+ * record's end, or 0 when nothing was inserted since the segment began
+ * (nothing to switch).
+ */
+wr_lsn wal_insert_switch(void);
+
+/*
+ * Whether the segment starting at @seg_start may be recycled or removed:
+ * with archive_mode=on only once archived (DIR/wal/archive_status/NAME.done).
+ */
+bool wal_archive_may_remove(const char *waldir, const wr_options *o, wr_lsn seg_start);
 
 /* ---------------------------------------------------------------- reader */
 
@@ -385,6 +470,16 @@ enum wal_rmid { RM_XLOG = 0, RM_STORAGE = 1, RM_KV = 2, RM_TEST = 3, RM_MAX = 16
 #define XLOG_CHECKPOINT_ONLINE   0x20
 #define XLOG_NOOP                0x30
 #define XLOG_FPI                 0x40 /* a page image on its own */
+/* The rest of the segment is unused: the next record starts the next segment
+ * (switch-wal, archive_timeout: a segment ends so that it can be archived). */
+#define XLOG_SWITCH        0x50
+#define XLOG_RESTORE_POINT 0x60 /* main data: wal_restore_point_rec; its time is the header's */
+#define XLOG_BACKUP_END    0x70 /* main data: the backup's start (wr_lsn): consistent from here */
+
+#define WAL_RESTORE_POINT_NAME 64 /* with its terminating zero */
+typedef struct wal_restore_point_rec {
+	char name[WAL_RESTORE_POINT_NAME];
+} wal_restore_point_rec;
 
 typedef struct wal_checkpoint_rec {
 	wr_lsn redo;
@@ -427,7 +522,24 @@ void wal_redo_release_block(const wal_decoded *rec, int id, void *page, bool cha
  * Recovery: from the control file's redo LSN, replays every record to the
  * end of WAL and reports where the stream ends (so insertion continues
  * there).  Returns ECORRUPT on damage, naming the LSN.
+ *
+ * Archive recovery (a restored base backup): DIR/walrus.recovery, written by
+ * `walrus restore`, in walrus.conf's "name = value" format:
+ *   backup_end_lsn = X/Y   the backup is consistent only once replay gets here
+ *   target = end | lsn | time | name
+ *   target_lsn = X/Y       replay the records that end at or before it
+ *   target_time = N        microseconds since the epoch: replay records inserted no later
+ *   target_name = NAME     replay up to and including this restore point
+ *   new_timeline = N       the timeline that starts where replay stops
+ * Replay stops at the target (an error when the WAL ends first, or before
+ * backup_end_lsn, naming where it ended); the WAL after that point is cut
+ * off (the rest of its segment zeroed, later segments removed), the new
+ * timeline's history file written, and the end-of-recovery checkpoint
+ * records the timeline in the control file; then the file is removed.
  */
+#define WAL_RECOVERY_FILE "walrus.recovery"
+#define WAL_BACKUP_LABEL  "backup_label"
+
 typedef struct wal_recovery_result {
 	wr_lsn end, last_lsn, last_redo;
 	uint64_t records;

@@ -122,6 +122,9 @@ typedef struct wal_shared {
 	_Atomic uint64_t prealloc_end;   /* segments are known to exist up to here */
 	_Atomic uint32_t ckpt_requested; /* by WAL volume: consumed by the checkpointer */
 	_Atomic uint32_t ckpt_latch;
+	/* a base backup (wal_backup_begin): forces full-page writes, keeps WAL */
+	_Atomic uint32_t backup_running;
+	_Atomic uint64_t backup_keep;
 
 	/* statistics */
 	_Atomic uint64_t st_records, st_bytes, st_fpis, st_fpi_raw, st_fpi_stored;
