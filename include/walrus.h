@@ -282,6 +282,19 @@ WALRUS_API void walrus_iter_close(walrus_iter *it);
  * WALRUS_ASYNC writes before it (one flush, shared by concurrent callers).
  */
 WALRUS_API int walrus_sync(walrus *db);
+/*
+ * Ends the current WAL segment (PostgreSQL's pg_switch_wal) so that the
+ * archiver can archive it; *lsn (may be NULL) gets the end of that segment,
+ * or 0 when nothing was written since the segment began (no switch).
+ */
+WALRUS_API int walrus_switch_wal(walrus *db, uint64_t *lsn);
+/*
+ * Writes a named restore point into the WAL (pg_create_restore_point) and
+ * makes it durable: `walrus restore --target-name NAME` stops right after
+ * it.  NAME: 1 to 63 printable characters.  *lsn (may be NULL) gets the
+ * end of its record.
+ */
+WALRUS_API int walrus_restore_point(walrus *db, const char *name, uint64_t *lsn);
 /* An immediate checkpoint; returns when it is complete (EIO if it failed). */
 WALRUS_API int walrus_checkpoint(walrus *db);
 /* The instance's counters as a JSON object; free *json with walrus_free. */

@@ -54,6 +54,7 @@ static void print_control(const wal_control *c)
 	printf("Data segment size:                    %llu\n",
 	       (unsigned long long)c->data_seg_size);
 	printf("Next relation id:                     %llu\n", (unsigned long long)c->next_relid);
+	printf("Latest checkpoint's TimeLineID:       %u\n", wal_control_timeline(c));
 }
 
 int cmd_controldata(tool_ctx *ctx, int argc, char **argv)

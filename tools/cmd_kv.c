@@ -304,6 +304,46 @@ int cmd_checkpoint(tool_ctx *ctx, int argc, char **argv)
 	           do_checkpoint);
 }
 
+static int do_switch_wal(walrus *db, const kv_args *a)
+{
+	(void)a;
+	uint64_t lsn;
+	int e = walrus_switch_wal(db, &lsn);
+	if (e != WALRUS_OK)
+		return tool_fail(e, "switch-wal");
+	if (lsn == 0)
+		printf("nothing written since the current segment began: no switch\n");
+	else
+		printf("%X/%08X\n", (unsigned)(lsn >> 32), (unsigned)lsn);
+	return 0;
+}
+
+int cmd_switch_wal(tool_ctx *ctx, int argc, char **argv)
+{
+	return run(ctx, argc, argv, 0, false,
+	           "switch-wal   (end the current WAL segment so it can be archived; prints "
+	           "where the next one starts)",
+	           do_switch_wal);
+}
+
+static int do_restore_point(walrus *db, const kv_args *a)
+{
+	uint64_t lsn;
+	int e = walrus_restore_point(db, a->pos[0], &lsn);
+	if (e != WALRUS_OK)
+		return tool_fail(e, "restore-point");
+	printf("%X/%08X\n", (unsigned)(lsn >> 32), (unsigned)lsn);
+	return 0;
+}
+
+int cmd_restore_point(tool_ctx *ctx, int argc, char **argv)
+{
+	return run(ctx, argc, argv, 1, false,
+	           "restore-point NAME   (a named point in the WAL: walrus restore "
+	           "--target-name NAME stops after it; prints its LSN)",
+	           do_restore_point);
+}
+
 /* Human form of the JSON: one "section.name value" line per figure. */
 static void print_flat(const char *j)
 {

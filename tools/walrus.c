@@ -20,6 +20,8 @@ static const tool_cmd commands[] = {
     {"scan", cmd_scan, "print KEY<TAB>VALUE lines in key order (escaped)"},
     {"load", cmd_load, "KEY<TAB>VALUE lines from stdin (--sync, --ack)"},
     {"checkpoint", cmd_checkpoint, "run an immediate checkpoint"},
+    {"switch-wal", cmd_switch_wal, "end the current WAL segment (for archiving)"},
+    {"restore-point", cmd_restore_point, "write a named restore point into the WAL"},
     {"stats", cmd_stats, "the instance's counters (--json)"},
     {"verify", cmd_verify, "check every page checksum and the tree (exit 2 on damage)"},
     {"serve", cmd_serve,

@@ -8,9 +8,11 @@
 
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "checkpointer/checkpointer.h"
 #include "kv/kv.h"
+#include "wal/wal.h"
 
 struct walrus_batch {
 	kv_batch *kb;
@@ -285,6 +287,57 @@ int walrus_checkpoint(walrus *db)
 {
 	API_CALL(db, "walrus_checkpoint",
 	         WRITABLE("walrus_checkpoint", ckpt_request(CKPT_IMMEDIATE | CKPT_FORCE, true)));
+}
+
+static int switch_wal(uint64_t *lsn)
+{
+	wr_lsn end = wal_insert_switch();
+	if (lsn != NULL)
+		*lsn = end;
+	return WALRUS_OK;
+}
+
+int walrus_switch_wal(walrus *db, uint64_t *lsn)
+{
+	API_CALL(db, "walrus_switch_wal", WRITABLE("walrus_switch_wal", switch_wal(lsn)));
+}
+
+static int check_point_name(const char *name)
+{
+	size_t n = name == NULL ? 0 : strlen(name);
+	if (n == 0 || n >= WAL_RESTORE_POINT_NAME)
+		return wr_error(WALRUS_EINVAL,
+		                "walrus_restore_point: the name must have 1 to %d characters",
+		                WAL_RESTORE_POINT_NAME - 1);
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+			return wr_error(WALRUS_EINVAL,
+			                "walrus_restore_point: the name must not hold control "
+			                "characters");
+	return WALRUS_OK;
+}
+
+static int restore_point(const char *name, uint64_t *lsn)
+{
+	wal_restore_point_rec rp = {{0}};
+	memcpy(rp.name, name, strlen(name));
+	wal_begin();
+	wal_register_data(&rp, sizeof(rp));
+	wr_lsn end = wal_insert(RM_XLOG, XLOG_RESTORE_POINT);
+	wal_flush_to(end);
+	wr_log(WR_LOG, "restore point \"%s\" created at " WAL_LSN_FMT, name, WAL_LSN_ARGS(end));
+	if (lsn != NULL)
+		*lsn = end;
+	return WALRUS_OK;
+}
+
+int walrus_restore_point(walrus *db, const char *name, uint64_t *lsn)
+{
+	int rc = check_point_name(name);
+	if (rc != WALRUS_OK)
+		return rc;
+	API_CALL(db, "walrus_restore_point",
+	         WRITABLE("walrus_restore_point", restore_point(name, lsn)));
 }
 
 int walrus_stats(walrus *db, char **json)

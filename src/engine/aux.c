@@ -97,6 +97,35 @@ static void sync_data_directory(const char *datadir)
 	       (unsigned long long)nfiles, (double)(wr_now_ns() - t0) / 1e9);
 }
 
+/* Archive recovery ended: the new timeline goes into the control file
+ * before the end-of-recovery checkpoint writes anything on it. */
+static void startup_set_timeline(const char *datadir, uint32_t tli)
+{
+	wal_control c;
+	if (wal_control_read(datadir, &c) != WALRUS_OK)
+		wr_panic("startup process: %s", walrus_errmsg());
+	c.timeline = tli;
+	if (wal_control_write(datadir, &c) != WALRUS_OK)
+		wr_panic("startup process: could not record timeline %u: %s", tli, walrus_errmsg());
+}
+
+/* After the end-of-recovery checkpoint: the directory is an ordinary one again. */
+static void startup_archive_done(const char *datadir)
+{
+	static const char *const names[] = {WAL_RECOVERY_FILE, WAL_BACKUP_LABEL};
+	char path[PATH_MAX];
+	for (size_t i = 0; i < WR_ARRAY_LEN(names); i++) {
+		if (!wr_snprintf(path, sizeof(path), "%s/%s", datadir, names[i]) ||
+		    (access(path, F_OK) != 0 && errno == ENOENT))
+			continue;
+		if (fdc_unlink(path) != WALRUS_OK)
+			wr_panic("startup process: %s", walrus_errmsg());
+	}
+	if (fdc_fsync_path(datadir) != WALRUS_OK)
+		wr_panic("startup process: could not fsync \"%s\": %s", datadir, walrus_errmsg());
+	wr_log(WR_LOG, "archive recovery complete");
+}
+
 static _Noreturn void startup_main(void)
 {
 	engine_shared *e = engine_sh();
@@ -131,6 +160,8 @@ static _Noreturn void startup_main(void)
 		_exit(1);
 	}
 	kv_redo_end(); /* a batch cut short by the crash is dropped */
+	if (res->new_timeline != 0)
+		startup_set_timeline(e->datadir, res->new_timeline);
 	wal_start_insert_at(res->end, res->last_lsn, res->last_redo, c.sysid, res->last_page);
 	if ((tree_created ? kv_check_tree() : kv_create_if_missing()) != WALRUS_OK) {
 		wr_snprintf(
@@ -159,6 +190,8 @@ static _Noreturn void startup_main(void)
 		            "end-of-recovery checkpoint failed: %s", walrus_errmsg());
 		_exit(1);
 	}
+	if (res->archive_done)
+		startup_archive_done(e->datadir);
 	ckpt_sync_shutdown();
 	free(res);
 	_exit(0);

@@ -149,22 +149,12 @@ static int write_all(int fd, const char *buf, size_t len, const char *path)
 	return WALRUS_OK;
 }
 
-int wal_history_write(const char *waldir, const wal_history *parent, uint32_t child, wr_lsn branch,
-                      const char *reason)
+int wal_write_file(const char *dir, const char *name, const char *text)
 {
-	char name[32], path[4096], tmp[4200], text[WAL_HISTORY_MAX * 96 + 256];
-	size_t used = 0;
-	for (int i = 0; i < parent->n; i++)
-		used += (size_t)snprintf(text + used, sizeof(text) - used,
-		                         "%" PRIu32 "\t" WAL_LSN_FMT "\tfrom an earlier history\n",
-		                         parent->e[i].tli, WAL_LSN_ARGS(parent->e[i].end));
-	if (!wr_snprintf(text + used, sizeof(text) - used, "%" PRIu32 "\t" WAL_LSN_FMT "\t%s\n",
-	                 parent->tli, WAL_LSN_ARGS(branch), reason))
-		return wr_error(WALRUS_EINVAL, "timeline history too long");
-	wal_history_name(child, name, sizeof(name));
-	if (!wr_snprintf(path, sizeof(path), "%s/%s", waldir, name) ||
+	char path[4096], tmp[4200];
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", dir, name) ||
 	    !wr_snprintf(tmp, sizeof(tmp), "%s.tmp", path))
-		return wr_error(WALRUS_EINVAL, "path too long: \"%s/%s\"", waldir, name);
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s/%s\"", dir, name);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return wr_error(wr_errno_code(errno), "could not create \"%s\": %m", tmp);
@@ -179,4 +169,20 @@ int wal_history_write(const char *waldir, const wal_history *parent, uint32_t ch
 	if (rc == WALRUS_OK)
 		rc = fdc_fsync_parent(path);
 	return rc;
+}
+
+int wal_history_write(const char *waldir, const wal_history *parent, uint32_t child, wr_lsn branch,
+                      const char *reason)
+{
+	char name[32], text[WAL_HISTORY_MAX * 96 + 256];
+	size_t used = 0;
+	for (int i = 0; i < parent->n; i++)
+		used += (size_t)snprintf(text + used, sizeof(text) - used,
+		                         "%" PRIu32 "\t" WAL_LSN_FMT "\tfrom an earlier history\n",
+		                         parent->e[i].tli, WAL_LSN_ARGS(parent->e[i].end));
+	if (!wr_snprintf(text + used, sizeof(text) - used, "%" PRIu32 "\t" WAL_LSN_FMT "\t%s\n",
+	                 parent->tli, WAL_LSN_ARGS(branch), reason))
+		return wr_error(WALRUS_EINVAL, "timeline history too long");
+	wal_history_name(child, name, sizeof(name));
+	return wal_write_file(waldir, name, text);
 }

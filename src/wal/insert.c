@@ -485,6 +485,72 @@ wr_lsn wal_insert(uint8_t rmid, uint8_t info)
 	return wal_insert_at(rmid, info, NULL);
 }
 
+/*
+ * Reserves the switch record and the rest of the segment it ends in, under
+ * one hold of the lock (nobody may reserve after it in that segment).
+ * 1: reserved; 0: nothing was inserted since the segment began (a switch
+ * would only waste a segment); -1: the redo pointer moved, assemble again.
+ */
+static int reserve_switch(uint32_t len, uint64_t redo_used, uint64_t *start, uint64_t *prev,
+                          uint64_t *seg_end)
+{
+	uint64_t seg = seg_size();
+	spin_lock(&wal_sh->insert_lock);
+	int rc = wal_sh->cur_end % seg == 0 ? 0 : 1;
+	if (rc == 1 && fpw_now() && atomic_load(&wal_sh->redo) != redo_used)
+		rc = -1;
+	if (rc == 1) {
+		*start = wal_sh->cur_start;
+		*prev = wal_sh->prev_start;
+		uint64_t end = wal_lsn_advance(*start, len, seg);
+		*seg_end = end % seg == 0 ? end : end - end % seg + seg;
+		wal_sh->prev_start = *start;
+		wal_sh->cur_end = *seg_end;
+		wal_sh->cur_start = next_start(*seg_end);
+	}
+	spin_unlock(&wal_sh->insert_lock);
+	return rc;
+}
+
+/* Maps the pages after the switch record up to @seg_end: the writer writes them as empty pages. */
+static void fill_to_segment_end(uint64_t start, uint32_t len, uint64_t seg_end)
+{
+	uint64_t end = wal_lsn_advance(start, len, seg_size());
+	uint64_t p = end % WAL_PAGE_SIZE == 0 ? end : end - end % WAL_PAGE_SIZE + WAL_PAGE_SIZE;
+	for (; p < seg_end; p += WAL_PAGE_SIZE)
+		(void)page_for(p, p);
+}
+
+wr_lsn wal_insert_switch(void)
+{
+	uint64_t start = 0, prev = 0, seg_end = 0;
+	wal_backend *me = wal_me;
+	if (wal_sh == NULL || me->slot < 0 || !atomic_load(&wal_sh->started))
+		wr_panic("WAL switch before the WAL is ready");
+	wal_slot *slot = &wal_slots[me->slot];
+	wal_assembled *a = &me->scratch;
+	int rc;
+	do {
+		uint64_t redo = atomic_load(&wal_sh->redo);
+		wal_begin();
+		if (wal_assemble(a, RM_XLOG, XLOG_SWITCH, redo, fpw_now(), 0) != WALRUS_OK)
+			wr_panic("could not assemble a WAL record: %s", walrus_errmsg());
+		atomic_store(&slot->done_upto, WAL_SLOT_BUSY);
+		rc = reserve_switch(a->len, redo, &start, &prev, &seg_end);
+		if (rc != 1)
+			atomic_store(&slot->done_upto, WAL_SLOT_IDLE);
+	} while (rc < 0);
+	if (rc == 0)
+		return 0;
+	wal_finish_record(a, prev);
+	copy_record(start, a->buf, a->len);
+	fill_to_segment_end(start, a->len, seg_end);
+	atomic_store(&slot->done_upto, WAL_SLOT_IDLE);
+	count_insert(a);
+	wal_flush_to(seg_end);
+	return seg_end;
+}
+
 void wal_get_stats(wal_stats *s)
 {
 	memset(s, 0, sizeof(*s));

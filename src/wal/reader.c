@@ -88,6 +88,12 @@ static wr_lsn wal_rd_next_start(wr_lsn end, uint64_t seg_size)
 	return n;
 }
 
+/* Where the record after the one just fetched (r->dec, ending at @end) starts. */
+static wr_lsn wal_rd_after(const wal_reader *r, wr_lsn end)
+{
+	return wal_rd_next_start(wal_record_next_end(&r->dec, end, r->seg_size), r->seg_size);
+}
+
 int wal_reader_open(const char *waldir, uint64_t seg_size, uint64_t sysid, wal_reader **out)
 {
 	*out = NULL;
@@ -374,7 +380,7 @@ static uint64_t wal_rd_follow(wal_reader *r, wr_lsn next, wr_lsn prev, wr_lsn ba
 			break;
 		}
 		prev = next;
-		next = wal_rd_next_start(end, r->seg_size);
+		next = wal_rd_after(r, end);
 	}
 	r->page_start = 0; /* read the tail again next time: it may have grown */
 	return n;
@@ -447,7 +453,7 @@ int wal_read_record(wal_reader *r, wr_lsn lsn, wal_decoded **rec)
 		return wal_rd_hard_error(rc, lsn);
 	}
 	r->last = lsn;
-	r->next = wal_rd_next_start(end, r->seg_size);
+	r->next = wal_rd_after(r, end);
 	*rec = &r->dec;
 	return WALRUS_OK;
 }

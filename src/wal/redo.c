@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "wal/wal.h"
+#include "wal/wal_int.h"
 
 /* ---------------------------------------------------------------- rmgr table */
 
@@ -282,6 +282,12 @@ static const char *xlog_info_name(uint8_t info)
 		return "NOOP";
 	case XLOG_FPI:
 		return "FPI";
+	case XLOG_SWITCH:
+		return "SWITCH";
+	case XLOG_RESTORE_POINT:
+		return "RESTORE_POINT";
+	case XLOG_BACKUP_END:
+		return "BACKUP_END";
 	default:
 		return NULL;
 	}
@@ -314,6 +320,16 @@ static void xlog_describe(const wal_decoded *rec, char *buf, size_t len)
 		         rec->hdr.info == XLOG_CHECKPOINT_SHUTDOWN ? "shutdown" : "online");
 	} else if (rec->hdr.info == XLOG_FPI) {
 		describe_blocks(rec, buf, len);
+	} else if (rec->hdr.info == XLOG_RESTORE_POINT &&
+	           rec->main_len == sizeof(wal_restore_point_rec)) {
+		wal_restore_point_rec rp;
+		memcpy(&rp, rec->main_data, sizeof(rp));
+		rp.name[sizeof(rp.name) - 1] = '\0';
+		snprintf(buf, len, "name \"%s\"", rp.name);
+	} else if (rec->hdr.info == XLOG_BACKUP_END && rec->main_len == sizeof(wr_lsn)) {
+		wr_lsn start;
+		memcpy(&start, rec->main_data, sizeof(start));
+		snprintf(buf, len, "backup started at " WAL_LSN_FMT, WAL_LSN_ARGS(start));
 	}
 }
 
@@ -413,6 +429,7 @@ typedef struct recovery {
 	wal_reader *r;
 	wr_lsn ckpt_end; /* the WAL must reach this far: the checkpoint was durable */
 	wal_recovery_result *res;
+	wal_target t; /* archive recovery: where to stop */
 } recovery;
 
 static int bad_checkpoint(const recovery *rv, const char *why)
@@ -472,7 +489,7 @@ static int replay(recovery *rv, const wal_decoded *rec)
 	}
 	rv->res->records++;
 	rv->res->last_lsn = rec->lsn;
-	rv->res->end = rec->end;
+	rv->res->end = wal_record_next_end(rec, rec->end, rv->c.wal_seg_size);
 	return 0;
 }
 
@@ -690,6 +707,71 @@ static int end_of_wal(recovery *rv, wr_lsn at)
 	return rc;
 }
 
+/* ---------------------------------------------------------------- archive recovery */
+
+/* The WAL segment file that holds @lsn, for messages. */
+static void segment_named(const recovery *rv, wr_lsn lsn, char *buf, size_t len)
+{
+	wal_segment_path(rv->waldir, rv->c.wal_seg_size, lsn - lsn % rv->c.wal_seg_size, buf, len);
+}
+
+/* Replay stopped at the target: the new timeline starts at the end of what was replayed. */
+static int target_reached(recovery *rv)
+{
+	wr_lsn cut = rv->res->end;
+	char desc[160], why[1024];
+	wal_target_describe(&rv->t, desc, sizeof(desc));
+	if (cut < rv->t.backup_end)
+		return wr_error(WALRUS_EINVAL,
+		                "the recovery target (%s) lies before the end of the base backup "
+		                "at " WAL_LSN_FMT ": the copy is consistent only from there",
+		                desc, WAL_LSN_ARGS(rv->t.backup_end));
+	wal_history parent;
+	char hist[4096], name[32];
+	uint32_t tli = wal_control_timeline(&rv->c);
+	wal_history_name(tli, name, sizeof(name));
+	wr_snprintf(hist, sizeof(hist), "%s/%s", rv->waldir, name);
+	int rc = wal_history_read(hist, tli, &parent);
+	if (rc == 0)
+		rc = wal_target_cut(rv->datadir, &rv->t, cut, rv->c.wal_seg_size);
+	wr_snprintf(why, sizeof(why), "recovery to %s", desc);
+	if (rc == 0)
+		rc = wal_history_write(rv->waldir, &parent, rv->t.new_tli, cut, why);
+	if (rc == 0)
+		rc = check_after_end(rv, cut);
+	if (rc == 0)
+		rc = read_last_page(rv, cut, rv->res->last_page);
+	if (rc == 0) {
+		wr_log(WR_LOG,
+		       "archive recovery stopped at " WAL_LSN_FMT " (%s): timeline %u begins",
+		       WAL_LSN_ARGS(cut), desc, rv->t.new_tli);
+		rv->res->new_timeline = rv->t.new_tli;
+		rv->res->archive_done = true;
+	}
+	return rc;
+}
+
+/* The WAL ended (the reader said why) during archive recovery. */
+static int target_end_of_wal(recovery *rv, wr_lsn at)
+{
+	char desc[160], why[1024], seg[4096];
+	wr_snprintf(why, sizeof(why), "%s", walrus_errmsg());
+	wal_target_describe(&rv->t, desc, sizeof(desc));
+	segment_named(rv, at, seg, sizeof(seg));
+	if (rv->res->end < rv->t.backup_end)
+		return wr_error(WALRUS_ENOTFOUND,
+		                "the WAL ends at " WAL_LSN_FMT " in \"%s\", before the end of the "
+		                "base backup at " WAL_LSN_FMT ": %s",
+		                WAL_LSN_ARGS(at), seg, WAL_LSN_ARGS(rv->t.backup_end), why);
+	if (!wal_target_reached_at_end(&rv->t, rv->res->end))
+		return wr_error(WALRUS_ENOTFOUND,
+		                "recovery ended at " WAL_LSN_FMT " in \"%s\" before reaching the "
+		                "recovery target (%s): %s",
+		                WAL_LSN_ARGS(at), seg, desc, why);
+	wr_error_clear();
+	return target_reached(rv);
+}
+
 static int redo_loop(recovery *rv)
 {
 	wal_decoded *rec;
@@ -699,6 +781,10 @@ static int redo_loop(recovery *rv)
 	wr_log(WR_LOG, "redo starts at " WAL_LSN_FMT, WAL_LSN_ARGS(next));
 	for (;;) {
 		int rc = wal_read_record(rv->r, next, &rec);
+		if (rc == WALRUS_ENOTFOUND && rv->t.active)
+			return target_end_of_wal(rv, rv->res->end ? rv->res->end : rv->c.redo_lsn);
+		if (rc == 0 && rv->t.active && wal_target_stop_before(&rv->t, rec))
+			return target_reached(rv);
 		if (rc == WALRUS_ENOTFOUND) {
 			rc = end_of_wal(rv, rv->res->end ? rv->res->end : rv->c.redo_lsn);
 			if (rc == 0)
@@ -713,6 +799,8 @@ static int redo_loop(recovery *rv)
 			rc = replay(rv, rec);
 		if (rc != 0)
 			return rc;
+		if (rv->t.active && wal_target_stop_after(&rv->t, rec))
+			return target_reached(rv);
 		next = 0;
 	}
 }
@@ -723,6 +811,24 @@ static int recover(recovery *rv)
 	if (rc != 0)
 		return rc;
 	wr_snprintf(rv->waldir, sizeof(rv->waldir), "%s/wal", rv->datadir);
+	rc = wal_target_read(rv->datadir, &rv->t);
+	if (rc != 0)
+		return rc;
+	/* An earlier run finished this recovery and checkpointed past its cut:
+	 * only the file's removal was missing. */
+	if (rv->t.active && rv->t.cut != 0 && wal_control_timeline(&rv->c) == rv->t.new_tli &&
+	    rv->c.checkpoint_lsn >= rv->t.cut) {
+		rv->t.active = false;
+		rv->res->archive_done = true;
+	}
+	if (rv->t.active) {
+		char desc[160];
+		wal_target_describe(&rv->t, desc, sizeof(desc));
+		wr_log(WR_LOG,
+		       "archive recovery to %s (the base backup is consistent from " WAL_LSN_FMT
+		       ")",
+		       desc, WAL_LSN_ARGS(rv->t.backup_end));
+	}
 	rc = wal_reader_open(rv->waldir, rv->c.wal_seg_size, rv->c.sysid, &rv->r);
 	if (rc != 0)
 		return rc;

@@ -383,6 +383,8 @@ typedef struct wal_history {
 	uint32_t tli;         /* the timeline the file describes */
 } wal_history;
 void wal_history_name(uint32_t tli, char *buf, size_t len); /* "TTTTTTTT.history" */
+/* Replaces DIR/NAME with @text durably: temp file, fsync, rename, fsync DIR. */
+int wal_write_file(const char *dir, const char *name, const char *text);
 /* "X/Y" (hex, as printed by WAL_LSN_FMT) into *out. */
 bool wal_parse_lsn(const char *s, wr_lsn *out);
 /* Reads @path (the file of timeline @tli); timeline 1 needs no file (empty history). */
@@ -409,9 +411,9 @@ wr_lsn wal_backup_keep_lsn(void); /* 0: no backup running */
 
 /*
  * Ends the current segment: inserts an XLOG_SWITCH record, moves the insert
- * position to the next segment's start and flushes.  Returns the switch
- * record's end, or 0 when nothing was inserted since the segment began
- * (nothing to switch).
+ * position to the next segment's start and flushes up to there.  Returns
+ * that start (the end of the switched segment), or 0 when nothing was
+ * inserted since the segment began (nothing to switch).
  */
 wr_lsn wal_insert_switch(void);
 
@@ -481,6 +483,15 @@ typedef struct wal_restore_point_rec {
 	char name[WAL_RESTORE_POINT_NAME];
 } wal_restore_point_rec;
 
+/* Where the WAL continues after @rec, which ends at @end: a switch record
+ * ends its segment (the rest is unused), any other record at @end. */
+static inline wr_lsn wal_record_next_end(const wal_decoded *rec, wr_lsn end, uint64_t seg_size)
+{
+	if (rec->hdr.rmid == RM_XLOG && rec->hdr.info == XLOG_SWITCH && end % seg_size != 0)
+		end += seg_size - end % seg_size;
+	return end;
+}
+
 typedef struct wal_checkpoint_rec {
 	wr_lsn redo;
 	uint64_t time_us;
@@ -545,6 +556,10 @@ typedef struct wal_recovery_result {
 	uint64_t records;
 	uint64_t next_relid;
 	char last_page[WAL_PAGE_SIZE]; /* the partial page at the end, to continue it */
+	/* Archive recovery: a new timeline starts at the end (0: none), and
+	 * whether DIR/walrus.recovery goes after the end-of-recovery checkpoint. */
+	uint32_t new_timeline;
+	bool archive_done;
 } wal_recovery_result;
 int wal_recover(const char *datadir, const wr_options *o, wal_recovery_result *res);
 

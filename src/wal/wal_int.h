@@ -170,6 +170,30 @@ void wal_forget_segment(void);
 /* insert.c */
 uint64_t wal_reserved_end(void);
 
+/* ---------------------------------------------------------------- archive recovery (target.c) */
+
+enum wal_target_kind { WAL_TARGET_END, WAL_TARGET_LSN, WAL_TARGET_TIME, WAL_TARGET_NAME };
+
+typedef struct wal_target {
+	bool active; /* DIR/walrus.recovery exists */
+	enum wal_target_kind kind;
+	wr_lsn backup_end, lsn, cut; /* cut: where an earlier run of this recovery stopped */
+	uint64_t time_us;
+	char name[WAL_RESTORE_POINT_NAME];
+	uint32_t new_tli;
+} wal_target;
+
+/* Reads DIR/walrus.recovery (t->active false when there is none). */
+int wal_target_read(const char *datadir, wal_target *t);
+void wal_target_describe(const wal_target *t, char *buf, size_t len);
+/* Whether replay stops before @rec, or right after it. */
+bool wal_target_stop_before(const wal_target *t, const wal_decoded *rec);
+bool wal_target_stop_after(const wal_target *t, const wal_decoded *rec);
+/* At the end of the WAL (@end): whether the target counts as reached. */
+bool wal_target_reached_at_end(const wal_target *t, wr_lsn end);
+/* Records @cut in the recovery file, then zeroes the WAL after it and removes later segments. */
+int wal_target_cut(const char *datadir, const wal_target *t, wr_lsn cut, uint64_t seg_size);
+
 /* PANIC helper for WAL I/O: the commit contract cannot be kept after it. */
 _Noreturn void wal_io_failed(const char *what, uint64_t seg_start, int err);
 
