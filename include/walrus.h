@@ -295,6 +295,42 @@ WALRUS_API int walrus_switch_wal(walrus *db, uint64_t *lsn);
  * end of its record.
  */
 WALRUS_API int walrus_restore_point(walrus *db, const char *name, uint64_t *lsn);
+/*
+ * Base backup (pg_basebackup's), online: writers keep running.  Requests a
+ * checkpoint, forces full-page images until the backup ends, copies the
+ * data files, then the WAL from the checkpoint's redo point to an end
+ * record written at the end, writes DEST/walrus.control and
+ * DEST/backup_label (start, checkpoint and end LSN, start time, system
+ * identifier, timeline, segment size), and makes everything in DEST, DEST
+ * and its parent durable.  DEST must not exist or be an empty directory
+ * (WALRUS_EINVAL).  Until it returns WALRUS_OK, DEST holds
+ * walrus.backup-incomplete: a killed or failed backup is never mistaken
+ * for a good one (walrus_restore and walrus_open refuse it).  One backup at
+ * a time per instance (WALRUS_EBUSY).  @progress (may be NULL) is called
+ * after each chunk copied (1 MiB) with the bytes done and the total known
+ * so far, in the calling thread.  Takes the handle for its whole duration.
+ */
+typedef void (*walrus_progress_fn)(uint64_t done_bytes, uint64_t total_bytes, void *arg);
+WALRUS_API int walrus_backup(walrus *db, const char *dest, walrus_progress_fn progress, void *arg);
+/*
+ * Restores the base backup @backup into @newdir (must not exist or be
+ * empty) and recovers it: WAL after the backup is taken from @wal_archive
+ * (NULL: none; segments named TTTTTTTT + 16 hex digits, following the
+ * backup's timeline history) until one is missing, and replayed up to the
+ * target: @target_kind NULL or "end" (all of it), "lsn" (@target_value
+ * "X/Y"), "time" ("YYYY-MM-DD HH:MM:SS[.fff]" local time, or with "Z" or
+ * "+HH:MM", or "@SECONDS[.fff]" since the epoch: records inserted no later)
+ * or "name" (a restore point, walrus_restore_point).  Recovery ends there
+ * on a new timeline, and @newdir is left an ordinary stopped data
+ * directory.  Not on a handle: the instance on @newdir is started and
+ * stopped inside.  Errors: WALRUS_EINVAL for a bad argument, a non-empty
+ * @newdir, or an incomplete backup; WALRUS_ECORRUPT when the backup lacks a
+ * WAL segment it needs (named); the recovery's error (the target not
+ * reached: the missing archive segment named).  A failed restore leaves
+ * @newdir holding walrus.restore-incomplete (it will not open).
+ */
+WALRUS_API int walrus_restore(const char *backup, const char *wal_archive, const char *target_kind,
+                              const char *target_value, const char *newdir);
 /* An immediate checkpoint; returns when it is complete (EIO if it failed). */
 WALRUS_API int walrus_checkpoint(walrus *db);
 /* The instance's counters as a JSON object; free *json with walrus_free. */

@@ -70,6 +70,8 @@ int cmd_switch_wal(tool_ctx *ctx, int argc, char **argv);
 int cmd_restore_point(tool_ctx *ctx, int argc, char **argv);
 int cmd_stats(tool_ctx *ctx, int argc, char **argv);
 int cmd_verify(tool_ctx *ctx, int argc, char **argv);
+int cmd_backup(tool_ctx *ctx, int argc, char **argv);
+int cmd_restore(tool_ctx *ctx, int argc, char **argv);
 
 /* ---------------------------------------------------------------- walrus bench: kv runs */
 

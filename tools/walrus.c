@@ -22,6 +22,8 @@ static const tool_cmd commands[] = {
     {"checkpoint", cmd_checkpoint, "run an immediate checkpoint"},
     {"switch-wal", cmd_switch_wal, "end the current WAL segment (for archiving)"},
     {"restore-point", cmd_restore_point, "write a named restore point into the WAL"},
+    {"backup", cmd_backup, "an online base backup of DIR into DEST (--progress, --verify)"},
+    {"restore", cmd_restore, "a base backup into NEWDIR, recovered (to a target: PITR)"},
     {"stats", cmd_stats, "the instance's counters (--json)"},
     {"verify", cmd_verify, "check every page checksum and the tree (exit 2 on damage)"},
     {"serve", cmd_serve,

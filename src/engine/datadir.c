@@ -39,6 +39,7 @@
  * after a kill -9 is detected by simply being able to lock it.
  */
 #include "engine/engine.h"
+#include "engine/backup_int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -395,12 +396,35 @@ static int read_version(const char *path, int *version)
 	return WALRUS_OK;
 }
 
+/*
+ * A base backup or a restore that did not finish leaves its marker: such a
+ * directory may miss files or WAL, and starting it could look like success.
+ */
+static int refuse_incomplete_copy(const char *abs)
+{
+	static const char *const markers[] = {BACKUP_INCOMPLETE, RESTORE_INCOMPLETE};
+	static const char *const what[] = {"backup", "restore"};
+	char path[PATH_MAX];
+	for (size_t i = 0; i < WR_ARRAY_LEN(markers); i++) {
+		if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, markers[i]))
+			return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
+		if (access(path, F_OK) == 0)
+			return wr_error(WALRUS_ENOTWALRUS,
+			                "\"%s\" holds an interrupted %s (%s): it is not a usable "
+			                "data directory; take the %s again into a new directory",
+			                abs, what[i], markers[i], what[i]);
+	}
+	return WALRUS_OK;
+}
+
 int datadir_init_or_verify(const char *abs, const wr_options *opts)
 {
 	char path[PATH_MAX];
 	int version = 0;
 
 	int rc = check_links(abs);
+	if (rc == WALRUS_OK)
+		rc = refuse_incomplete_copy(abs);
 	if (rc != WALRUS_OK)
 		return rc;
 	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_VERSION_FILE))

@@ -12,7 +12,10 @@
  * kernel had returned it.  A spec is a ';'-separated list of entries
  *     OP:ERRNO[:PATH_SUBSTRING][@SKIP][*COUNT]
  * OP is open, pread, pwrite, fsync, fdatasync, sync_range, truncate,
- * fallocate, rename, unlink, close, fsync_dir, mkdir or any; ERRNO is a name
+ * fallocate, rename, unlink, close, fsync_dir, mkdir, any, or backup (no
+ * syscall: the steps of a base backup, whose path is "start DEST",
+ * "copy-data FILE", "copy-wal SEGMENT", "before-label DEST" or
+ * "before-done DEST": "backup:KILL:copy-wal"); ERRNO is a name
  * (EIO, ENOSPC, EACCES, EMFILE, ...); the entry matches calls whose path
  * contains PATH_SUBSTRING, lets SKIP matching calls pass, then fails COUNT of
  * them (default 1; 0 = forever).  Example: "fsync:EIO:/base/@2*1".  A pwrite

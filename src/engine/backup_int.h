@@ -1,0 +1,68 @@
+/*
+ * backup_int.h - what backup.c and restore.c share: copying files into a
+ * directory that must end up durable, and its markers.
+ *
+ * The copies use plain read(2)/write(2) in large chunks, not the fd cache:
+ * they read files of the instance without taking part in its I/O (no
+ * dirty-tracking, no sync requests) and write a directory that is not the
+ * instance's.  Every written file and directory is fsynced by its creator
+ * before the marker that says "incomplete" is removed; an fsync error is
+ * returned, never retried.
+ *
+ * Markers: DEST/walrus.backup-incomplete while a backup is written,
+ * NEWDIR/walrus.restore-incomplete while a restore copies; the engine
+ * refuses to open a directory holding either (datadir.c).
+ */
+#ifndef WALRUS_BACKUP_INT_H
+#define WALRUS_BACKUP_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "walrus.h"
+
+#define BACKUP_INCOMPLETE  "walrus.backup-incomplete"
+#define RESTORE_INCOMPLETE "walrus.restore-incomplete"
+#define BACKUP_CHUNK       (1u << 20)
+
+typedef struct fc_progress {
+	walrus_progress_fn fn; /* may be NULL */
+	void *arg;
+	uint64_t done, total;
+} fc_progress;
+
+/*
+ * Copies @from into the new file @to (O_EXCL), fsynced and closed.  At most
+ * @limit bytes are copied; when @pad > 0 the file is then filled with zeros
+ * up to @pad bytes.  WALRUS_ENOENT (no message) when @from does not exist.
+ * @fp_point: the failpoint checked before each chunk (NULL: none).
+ */
+int fc_copy_file(const char *from, const char *to, uint64_t limit, uint64_t pad, fc_progress *p,
+                 const char *fp_point);
+/* A new file @path holding @text, fsynced (O_EXCL unless @replace). */
+int fc_write_text(const char *path, const char *text, bool replace);
+/* fsync a file or directory by name. */
+int fc_fsync_path(const char *path);
+/* fsync the directory holding @path. */
+int fc_fsync_parent(const char *path);
+/* unlink, ENOENT ignored. */
+int fc_unlink(const char *path);
+/*
+ * @dir must not exist (it is created 0700, its parent fsynced) or be an empty
+ * directory; anything else is WALRUS_EINVAL naming @what.  Then @marker is
+ * created in it and made durable (file, @dir, its parent).
+ */
+int fc_prepare_dest(const char *dir, const char *marker, const char *what);
+/* fsync every file and directory under @dir, then @dir and its parent. */
+int fc_sync_tree(const char *dir);
+/* Copies the tree @from into @to (created), skipping names for which @skip says so. */
+typedef bool (*fc_skip_fn)(const char *rel);
+int fc_copy_tree(const char *from, const char *to, fc_skip_fn skip, fc_progress *p,
+                 const char *fp_point);
+/* Bytes of the regular files under @dir (what vanishes meanwhile is not counted). */
+uint64_t fc_tree_size(const char *dir);
+/* Test builds: the failpoint "backup:ERRNO:@point" (backup.c's kill tests). */
+int fc_failpoint(const char *point, const char *path);
+
+#endif
