@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Faults of a base backup and refusals of a restore:
+  - DEST not empty: refused, its contents untouched;
+  - the backup process SIGKILLed at each of its steps (failpoints
+    backup:KILL:start, copy-data, copy-wal, before-label, before-done):
+    DEST keeps walrus.backup-incomplete, `walrus restore` and opening DEST
+    refuse it, the source restarts from the dead client and keeps every
+    acknowledged key and takes writes, and a new backup of it succeeds;
+  - an I/O error while copying (backup:EIO:copy-data): the backup fails with
+    the error, DEST stays marked, and the next backup is not refused as
+    "already running" (the failed one released its hold on the WAL);
+  - a backup lacking a WAL segment of its range: restore refused, naming it;
+  - NEWDIR not empty: restore refused.
+A load of the source runs in the background during each backup.
+
+usage: test_backup_faults.py --walrus PATH"""
+import argparse, os, signal, subprocess, sys
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bk  # noqa: E402
+import wtest  # noqa: E402
+from wtest import check, log  # noqa: E402
+
+OPTS = ["wal_segment_size=256kB", "shared_buffers=8MB", "supervisor_linger=0"]
+POINTS = ["start", "copy-data", "copy-wal", "before-label", "before-done"]
+# What DEST holds at least when the backup is killed at each step.
+STEP_LEFT = {"start": {bk.INCOMPLETE}, "copy-data": {"base"},
+             "copy-wal": {"base", "WALRUS_VERSION", "wal"},
+             "before-label": {"base", "WALRUS_VERSION", "wal"},
+             "before-done": {"base", "WALRUS_VERSION", "wal", "walrus.control", "backup_label"}}
+
+
+def refused(r, pattern, what):
+    err = r.stderr.decode(errors="replace")
+    check(r.returncode != 0 and pattern in err, f"{what}: exit {r.returncode}: {err.strip()}")
+
+
+def load_keys(src, prefix, n):
+    rc, acked, err = src.load([(f"{prefix}{i}", f"v{i}") for i in range(n)], batch=10)
+    check(rc == 0 and len(acked) == n, f"load {prefix}: exit {rc}, {len(acked)} acked: {err}")
+
+
+def check_marked(a, root, dest, what):
+    check(os.path.exists(os.path.join(dest, bk.INCOMPLETE)), f"{what}: DEST not marked")
+    refused(bk.restore(a.walrus, dest, os.path.join(root, "never")), "interrupted base backup",
+            f"{what}: restore of DEST")
+    check(not os.path.exists(os.path.join(root, "never")), f"{what}: restore made NEWDIR")
+    if os.path.exists(os.path.join(dest, "WALRUS_VERSION")):
+        d = wtest.Walrus(a.walrus, dest, ["supervisor_linger=0"])
+        refused(d.run("get", "k0"), "interrupted backup", f"{what}: opening DEST")
+
+
+def kill_at(a, root, src, point, n):
+    dest = os.path.join(root, f"kill{n}")  # no step's name in it: failpoints match paths
+    r = bk.backup(src, dest, failpoints=f"backup:KILL:{point}")
+    check(r.returncode == -signal.SIGKILL,
+          f"{point}: the backup was not killed there (exit {r.returncode}: "
+          f"{r.stderr.decode(errors='replace').strip()})")
+    check_marked(a, root, dest, f"kill at {point}")
+    got = set(os.listdir(dest))
+    check(got >= STEP_LEFT[point], f"{point}: killed elsewhere: DEST holds {sorted(got)}")
+    # the source: the dead client's crash restart, then everything acknowledged is there
+    kv = src.scan()
+    check(all(kv.get(f"k{n}-{i}") == f"v{i}" for i in range(200)),
+          f"{point}: acknowledged keys lost on the source")
+    load_keys(src, f"after-{point}-", 20)
+
+
+def main(cleanup):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--walrus", default=wtest.default_walrus())
+    a = ap.parse_args()
+    root = wtest.tempdir(cleanup, "walrus-backup-faults-")
+    src = wtest.Walrus(a.walrus, os.path.join(root, "src"), OPTS)
+    src.register(cleanup)
+    src.create()
+    src.serve()  # no failpoint of a backup reaches the instance
+
+    full = os.path.join(root, "full")
+    os.mkdir(full)
+    with open(os.path.join(full, "precious"), "w") as f:
+        f.write("keep me")
+    refused(bk.backup(src, full), "is not empty", "DEST not empty")
+    check(os.listdir(full) == ["precious"], f"DEST touched: {os.listdir(full)}")
+
+    for n, point in enumerate(POINTS):
+        load_keys(src, f"k{n}-", 200)
+        kill_at(a, root, src, point, n)
+    log(f"killed at {len(POINTS)} points: DEST marked and refused, the source intact")
+
+    dest = os.path.join(root, "eio")
+    r = bk.backup(src, dest, failpoints="backup:EIO:copy-data")
+    refused(r, "backup failpoint at copy-data", "EIO while copying")
+    check_marked(a, root, dest, "EIO while copying")
+    good = os.path.join(root, "good")
+    bk.must(bk.backup(src, good), "a backup after the failed one")
+    new = os.path.join(root, "restored")
+    nw = wtest.Walrus(a.walrus, new, ["supervisor_linger=0"])
+    nw.register(cleanup)
+    bk.must(bk.restore(a.walrus, good, new), "restore of the good backup")
+    kv = nw.scan()
+    check(all(kv.get(f"k{n}-{i}") == f"v{i}" for n in range(len(POINTS)) for i in range(200)),
+          "restored copy lacks acknowledged keys")
+    nw.verify()
+
+    full2 = os.path.join(root, "full2")
+    os.mkdir(full2)
+    open(os.path.join(full2, "x"), "w").close()
+    refused(bk.restore(a.walrus, good, full2), "is not empty", "NEWDIR not empty")
+    check(os.listdir(full2) == ["x"], "NEWDIR touched")
+
+    lab = bk.label(good)
+    seg = int(lab["wal_segment_size"])
+    first = bk.lsn(lab["start_lsn"]) // seg * seg
+    name = f"{first:016X}"
+    os.unlink(os.path.join(good, "wal", name))
+    missing = os.path.join(root, "missing")
+    refused(bk.restore(a.walrus, good, missing), f"lacks WAL segment {name}",
+            "backup without a WAL segment")
+    check(os.path.exists(os.path.join(missing, "walrus.restore-incomplete")),
+          "a refused restore left NEWDIR unmarked")
+    src.run("stop", "--wait")
+    log("1 passed, 0 failed")
+    return 0
+
+
+if __name__ == "__main__":
+    wtest.guarded(main)
