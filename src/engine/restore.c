@@ -32,6 +32,15 @@ typedef struct backup_label {
 	uint64_t seg_size;
 } backup_label;
 
+/* What came from the archive: segments [first, last] (none when last < first). */
+typedef struct gathered {
+	wr_lsn first, last;
+	uint64_t seg_size;
+	wal_history h;
+	char missing[WAL_ARCHIVE_NAME_LEN + 1]; /* the first one it lacked, at missing_lsn */
+	wr_lsn missing_lsn;
+} gathered;
+
 typedef struct restore_target {
 	const char *kind; /* "end", "lsn", "time", "name" */
 	wr_lsn lsn;
@@ -285,19 +294,19 @@ static int fetch_segment(const char *src, const char *newdir, const backup_label
 /*
  * Consecutive archived segments from the backup's last one (the archive's
  * copy of it is whole; the backup's stops at its end) until one is missing,
- * whose name goes into @missing.
+ * whose name goes into g->missing.
  */
-static int gather_wal(const char *newdir, const char *archive, const backup_label *l, char *missing,
-                      size_t mlen)
+static int gather_wal(const char *newdir, const char *archive, const backup_label *l, gathered *g)
 {
-	wal_history h;
-	int rc = read_history(newdir, archive, l->tli, &h);
+	int rc = read_history(newdir, archive, l->tli, &g->h);
 	if (rc != WALRUS_OK)
 		return rc;
 	uint64_t n = 0;
-	for (wr_lsn s = seg_of(l, l->end - 1);; s += l->seg_size) {
+	g->seg_size = l->seg_size;
+	g->first = seg_of(l, l->end - 1);
+	for (wr_lsn s = g->first;; s += l->seg_size) {
 		char name[WAL_ARCHIVE_NAME_LEN + 1], src[PATH_MAX];
-		wal_archive_name(wal_history_tli_for(&h, s, l->seg_size), s, name, sizeof(name));
+		wal_archive_name(wal_history_tli_for(&g->h, s, l->seg_size), s, name, sizeof(name));
 		if (!wr_snprintf(src, sizeof(src), "%s/%s", archive, name))
 			return wr_error(WALRUS_EINVAL, "path too long");
 		struct stat st;
@@ -305,7 +314,8 @@ static int gather_wal(const char *newdir, const char *archive, const backup_labe
 			if (errno != ENOENT)
 				return wr_error(wr_errno_code(errno), "could not stat \"%s\": %m",
 				                src);
-			wr_snprintf(missing, mlen, "%s", name);
+			wr_snprintf(g->missing, sizeof(g->missing), "%s", name);
+			g->missing_lsn = s;
 			break;
 		}
 		if ((uint64_t)st.st_size != l->seg_size)
@@ -316,6 +326,7 @@ static int gather_wal(const char *newdir, const char *archive, const backup_labe
 			    src, (unsigned long long)st.st_size, (unsigned long long)l->seg_size);
 		if ((rc = fetch_segment(src, newdir, l, s)) != WALRUS_OK)
 			return rc;
+		g->last = s;
 		n++;
 	}
 	wr_log(WR_LOG, "restore: %llu WAL segments from the archive \"%s\"", (unsigned long long)n,
@@ -380,7 +391,7 @@ static int mark(const char *newdir, bool incomplete)
 
 /* Copy, gather, write walrus.recovery: everything before the start. */
 static int prepare(const char *backup, const char *archive, const restore_target *t,
-                   const char *newdir, char *missing, size_t mlen, bool *made)
+                   const char *newdir, gathered *g, bool *made)
 {
 	backup_label l;
 	int rc = read_label(backup, &l);
@@ -392,7 +403,7 @@ static int prepare(const char *backup, const char *archive, const restore_target
 	if (rc == WALRUS_OK)
 		rc = check_backup_wal(newdir, &l);
 	if (rc == WALRUS_OK && archive != NULL)
-		rc = gather_wal(newdir, archive, &l, missing, mlen);
+		rc = gather_wal(newdir, archive, &l, g);
 	if (rc != WALRUS_OK)
 		return rc;
 	char waldir[PATH_MAX];
@@ -407,8 +418,32 @@ static int prepare(const char *backup, const char *archive, const restore_target
 	return rc;
 }
 
+/*
+ * A recovery error names the segment in NEWDIR/wal: when that one came from
+ * the archive, its archive name too; when the WAL ran out, the segment the
+ * archive lacks.
+ */
+static int recovery_error(int rc, const char *msg, const gathered *g)
+{
+	char note[128] = "";
+	const char *w = strstr(msg, "/wal/");
+	unsigned long long seg = 0;
+	int n = 0;
+	if (w == NULL || sscanf(w + 5, "%16llx%n", &seg, &n) != 1 || n != 16)
+		return wr_error(rc, "%s", msg);
+	if (g->last >= g->first && seg >= g->first && seg <= g->last) {
+		char name[WAL_ARCHIVE_NAME_LEN + 1];
+		wal_archive_name(wal_history_tli_for(&g->h, seg, g->seg_size), seg, name,
+		                 sizeof(name));
+		wr_snprintf(note, sizeof(note), " (archived segment %s)", name);
+	} else if (g->missing[0] != '\0' && seg == g->missing_lsn) {
+		wr_snprintf(note, sizeof(note), " (the WAL archive has no segment %s)", g->missing);
+	}
+	return wr_error(rc, "%s%s", msg, note);
+}
+
 /* Starts the instance once: the startup process replays to the target. */
-static int recover(const char *newdir, const char *missing)
+static int recover(const char *newdir, const gathered *g)
 {
 	walrus_opts *o = walrus_opts_new();
 	if (o == NULL)
@@ -427,11 +462,9 @@ static int recover(const char *newdir, const char *missing)
 	}
 	char msg[1024];
 	wr_snprintf(msg, sizeof(msg), "%s", walrus_errmsg());
-	(void)walrus_stop(newdir, WALRUS_STOP_FAST,
-	                  1); /* a supervisor may be left: gone either way */
-	if (missing[0] != '\0')
-		return wr_error(rc, "%s (the WAL archive has no segment %s)", msg, missing);
-	return wr_error(rc, "%s", msg);
+	/* a supervisor may be left: gone either way */
+	(void)walrus_stop(newdir, WALRUS_STOP_FAST, 1);
+	return recovery_error(rc, msg, g);
 }
 
 int walrus_restore(const char *backup, const char *wal_archive, const char *target_kind,
@@ -444,11 +477,15 @@ int walrus_restore(const char *backup, const char *wal_archive, const char *targ
 	int rc = check_target(target_kind, target_value, &t);
 	if (rc != WALRUS_OK)
 		return rc;
-	char missing[WAL_ARCHIVE_NAME_LEN + 1] = "";
+	gathered *g = calloc(1, sizeof(*g));
+	if (g == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory");
+	g->first = 1; /* nothing gathered: last < first */
 	bool made = false;
-	rc = prepare(backup, wal_archive, &t, newdir, missing, sizeof(missing), &made);
+	rc = prepare(backup, wal_archive, &t, newdir, g, &made);
 	if (rc == WALRUS_OK)
-		rc = recover(newdir, missing);
+		rc = recover(newdir, g);
+	free(g);
 	if (rc != WALRUS_OK) {
 		char msg[1024];
 		wr_snprintf(msg, sizeof(msg), "%s", walrus_errmsg());
