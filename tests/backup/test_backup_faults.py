@@ -10,7 +10,8 @@
     the error, DEST stays marked, and the next backup is not refused as
     "already running" (the failed one released its hold on the WAL);
   - a backup lacking a WAL segment of its range: restore refused, naming it;
-  - NEWDIR not empty: restore refused.
+  - NEWDIR not empty: restore refused; a directory without backup_label too;
+  - the commands' usage errors and --help.
 A load of the source runs in the background during each backup.
 
 usage: test_backup_faults.py --walrus PATH"""
@@ -76,6 +77,23 @@ def main(cleanup):
     src.register(cleanup)
     src.create()
     src.serve()  # no failpoint of a backup reaches the instance
+
+    for args, code, text in [(["backup", "--help"], 0, b"usage: walrus -D DIR backup DEST"),
+                             (["restore", "--help"], 0, b"usage: walrus restore --from"),
+                             (["backup"], 2, b"no destination"),
+                             (["restore", "x"], 2, b"--from BACKUP and NEWDIR are required"),
+                             (["restore", "--from", "b", "--target-lsn", "0/1", "--target-name",
+                               "n", "x"], 2, b"at most one --target-"),
+                             (["restore", "--from", root, "--target-time", "yesterday", "x"], 2,
+                              b"bad target time"),
+                             (["restore", "--from", root, "--target-lsn", "12", "x"], 2,
+                              b"bad target LSN")]:
+        r = src.run(*args)
+        check(r.returncode == code and text in r.stdout + r.stderr,
+              f"walrus {' '.join(args)}: exit {r.returncode}: {r.stdout + r.stderr}")
+    check(not os.path.exists("x"), "a refused restore made its NEWDIR")
+    refused(bk.restore(a.walrus, root, os.path.join(root, "nolabel")), "has no backup_label",
+            "restore of a directory that is no backup")
 
     full = os.path.join(root, "full")
     os.mkdir(full)
