@@ -297,7 +297,10 @@ WALRUS_API int walrus_switch_wal(walrus *db, uint64_t *lsn);
 WALRUS_API int walrus_restore_point(walrus *db, const char *name, uint64_t *lsn);
 /*
  * Base backup (pg_basebackup's), online: writers keep running.  Requests a
- * checkpoint, forces full-page images until the backup ends, copies the
+ * checkpoint (spread over checkpoint_completion_target of
+ * checkpoint_timeout as a timed one, so that writers barely notice it; with
+ * @flags WALRUS_BACKUP_FAST, immediate: the backup starts at once, at the
+ * cost of a burst of writes), forces full-page images until the backup ends, copies the
  * data files, then the WAL from the checkpoint's redo point to an end
  * record written at the end, writes DEST/walrus.control and
  * DEST/backup_label (start, checkpoint and end LSN, start time, system
@@ -311,7 +314,9 @@ WALRUS_API int walrus_restore_point(walrus *db, const char *name, uint64_t *lsn)
  * so far, in the calling thread.  Takes the handle for its whole duration.
  */
 typedef void (*walrus_progress_fn)(uint64_t done_bytes, uint64_t total_bytes, void *arg);
-WALRUS_API int walrus_backup(walrus *db, const char *dest, walrus_progress_fn progress, void *arg);
+#define WALRUS_BACKUP_FAST 0x1 /* an immediate checkpoint, not a spread one */
+WALRUS_API int walrus_backup(walrus *db, const char *dest, int flags, walrus_progress_fn progress,
+                             void *arg);
 /*
  * Restores the base backup @backup into @newdir (must not exist or be
  * empty) and recovers it: WAL after the backup is taken from @wal_archive

@@ -14,12 +14,15 @@
 #include <unistd.h>
 
 static const char usage[] =
-    "usage: walrus -D DIR backup DEST [--progress] [--verify]\n\n"
+    "usage: walrus -D DIR backup DEST [--checkpoint fast|spread] [--progress] [--verify]\n\n"
     "Copies the running (or stopped) instance of DIR into DEST while writers\n"
     "keep running: a checkpoint, the data files, the WAL from the checkpoint's\n"
     "redo point to the backup's end, DEST/backup_label; everything fsynced.\n"
     "DEST must not exist or be empty.  Until the backup is complete DEST holds\n"
     "walrus.backup-incomplete: `walrus restore` and opening DEST refuse it.\n"
+    "  --checkpoint spread (the default): the backup's checkpoint is paced like\n"
+    "              a timed one (checkpoint_completion_target), so writers barely\n"
+    "              notice it, and the copy starts when it ends; fast: at once\n"
     "  --progress  report the bytes copied on stderr, and a summary at the end\n"
     "  --verify    restore the backup into a scratch directory beside DEST, run\n"
     "              `walrus verify` on it, remove it (exit 2 on damage)\n\n"
@@ -108,6 +111,7 @@ static int verify_backup(const char *dest)
 int cmd_backup(tool_ctx *ctx, int argc, char **argv)
 {
 	bool show = false, verify = false;
+	int flags = 0;
 	const char *dest = NULL;
 	if (tool_wants_help(argc, argv)) {
 		fputs(usage, stdout);
@@ -118,6 +122,9 @@ int cmd_backup(tool_ctx *ctx, int argc, char **argv)
 			show = true;
 		else if (strcmp(argv[i], "--verify") == 0)
 			verify = true;
+		else if (strcmp(argv[i], "--checkpoint") == 0 && i + 1 < argc &&
+		         (strcmp(argv[i + 1], "fast") == 0 || strcmp(argv[i + 1], "spread") == 0))
+			flags = strcmp(argv[++i], "fast") == 0 ? WALRUS_BACKUP_FAST : 0;
 		else if (argv[i][0] != '-' && dest == NULL)
 			dest = argv[i];
 		else {
@@ -135,7 +142,10 @@ int cmd_backup(tool_ctx *ctx, int argc, char **argv)
 	if (rc != 0)
 		return rc;
 	progress_state p = {.t0_ns = wr_now_ns()};
-	int e = walrus_backup(db, dest, show ? on_progress : NULL, &p);
+	if (show)
+		fprintf(stderr, "backup: waiting for a %s checkpoint\n",
+		        flags & WALRUS_BACKUP_FAST ? "fast" : "spread");
+	int e = walrus_backup(db, dest, flags, show ? on_progress : NULL, &p);
 	if (e != WALRUS_OK) {
 		int code = tool_fail(e, "backup");
 		walrus_close(db);

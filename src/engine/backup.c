@@ -38,6 +38,7 @@ typedef struct backup_state {
 	uint64_t start_time_us;
 	fc_progress p;
 	bool begun;
+	bool fast; /* WALRUS_BACKUP_FAST */
 } backup_state;
 
 typedef int (*backup_step)(backup_state *b);
@@ -73,7 +74,7 @@ static int step_begin(backup_state *b)
 	if (rc != WALRUS_OK)
 		return rc;
 	b->begun = true;
-	rc = ckpt_request(CKPT_IMMEDIATE | CKPT_FORCE, true);
+	rc = ckpt_request((b->fast ? CKPT_IMMEDIATE : 0) | CKPT_FORCE, true);
 	if (rc == WALRUS_OK)
 		rc = wal_control_read(b->src, &b->ctl);
 	if (rc != WALRUS_OK) {
@@ -268,17 +269,21 @@ static int run_backup(walrus *db, backup_state *b)
 	return rc;
 }
 
-int walrus_backup(walrus *db, const char *dest, walrus_progress_fn progress, void *arg)
+int walrus_backup(walrus *db, const char *dest, int flags, walrus_progress_fn progress, void *arg)
 {
 	wr_error_clear();
 	if (dest == NULL || dest[0] == '\0')
 		return wr_error(WALRUS_EINVAL, "walrus_backup: no destination");
+	if (flags & ~WALRUS_BACKUP_FAST)
+		return wr_error(WALRUS_EINVAL, "walrus_backup: unknown flags 0x%x",
+		                (unsigned)flags);
 	int rc = api_handle_check(db, "walrus_backup");
 	if (rc != WALRUS_OK)
 		return rc;
 	backup_state *b = calloc(1, sizeof(*b));
 	if (b == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory");
+	b->fast = (flags & WALRUS_BACKUP_FAST) != 0;
 	b->p.fn = progress;
 	b->p.arg = arg;
 	b->start_time_us = wr_wall_us();

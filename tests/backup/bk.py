@@ -12,9 +12,11 @@ from wtest import check  # noqa: E402
 INCOMPLETE = "walrus.backup-incomplete"
 
 
-def backup(w, dest, *extra, failpoints=None, timeout=300):
-    """`walrus -D SRC backup DEST`: the CompletedProcess."""
-    return w.run("backup", dest, *extra, failpoints=failpoints, timeout=timeout)
+def backup(w, dest, *extra, failpoints=None, timeout=300, fast=True):
+    """`walrus -D SRC backup DEST` (--checkpoint fast unless @fast is false):
+    the CompletedProcess."""
+    args = ["--checkpoint", "fast"] if fast else []
+    return w.run("backup", dest, *args, *extra, failpoints=failpoints, timeout=timeout)
 
 
 def restore(exe, backup_dir, newdir, *extra, timeout=300):

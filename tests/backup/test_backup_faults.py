@@ -10,6 +10,7 @@
     the error, DEST stays marked, and the next backup is not refused as
     "already running" (the failed one released its hold on the WAL);
   - a backup lacking a WAL segment of its range: restore refused, naming it;
+  - --verify: the good backup restored in a scratch directory, checked, removed;
   - NEWDIR not empty: restore refused; a directory without backup_label too;
   - the commands' usage errors and --help.
 A load of the source runs in the background during each backup.
@@ -112,7 +113,10 @@ def main(cleanup):
     refused(r, "backup failpoint at copy-data", "EIO while copying")
     check_marked(a, root, dest, "EIO while copying")
     good = os.path.join(root, "good")
-    bk.must(bk.backup(src, good), "a backup after the failed one")
+    r = bk.backup(src, good, "--verify")
+    bk.must(r, "a backup after the failed one, --verify")
+    check(b"backup: verified" in r.stderr, f"--verify: {r.stderr}")
+    check(not [d for d in os.listdir(root) if ".verify-" in d], "--verify left its scratch")
     new = os.path.join(root, "restored")
     nw = wtest.Walrus(a.walrus, new, ["supervisor_linger=0"])
     nw.register(cleanup)
