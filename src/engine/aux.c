@@ -105,6 +105,7 @@ static void startup_set_timeline(const char *datadir, uint32_t tli)
 	if (wal_control_read(datadir, &c) != WALRUS_OK)
 		wr_panic("startup process: %s", walrus_errmsg());
 	c.timeline = tli;
+	c.backup_start_lsn = c.backup_end_lsn = 0; /* consistent now */
 	if (wal_control_write(datadir, &c) != WALRUS_OK)
 		wr_panic("startup process: could not record timeline %u: %s", tli, walrus_errmsg());
 }

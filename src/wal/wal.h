@@ -328,7 +328,10 @@ typedef struct wal_control {
 	 * each point-in-time recovery (0 in older files means 1). */
 	uint32_t timeline;
 	uint32_t pad;
-	uint64_t reserved[7];
+	/* A base backup's copy: its start (redo) and end LSNs; replay must reach
+	 * the end before the copy is consistent.  0 elsewhere. */
+	uint64_t backup_start_lsn, backup_end_lsn;
+	uint64_t reserved[5];
 	uint32_t crc; /* CRC32C of everything before it */
 } wal_control;
 
