@@ -30,7 +30,11 @@ static const char *const aux_names[WR_AUX_NKINDS] = {
     [WR_AUX_BGWR] = "walrus-bgwr",
     [WR_AUX_WALW] = "walrus-walw",
     [WR_AUX_STARTUP] = "walrus-startup",
+    [WR_AUX_ARCH] = "walrus-arch",
 };
+
+_Static_assert(WR_ARRAY_LEN(((engine_shared *)0)->aux_wakeup) >= WR_AUX_NKINDS,
+               "a latch per auxiliary process kind");
 
 const char *aux_name(int kind)
 {
@@ -248,6 +252,8 @@ _Noreturn void aux_main(int kind, int keep_fd)
 		walwriter_main(supervisor);
 	if (kind == WR_AUX_BGWR)
 		bgwriter_main(supervisor);
+	if (kind == WR_AUX_ARCH)
+		archiver_main(supervisor);
 	if (kind == WR_AUX_CKPT)
 		ckpt_main(engine_sh()->datadir, &engine_sh()->opts,
 		          &engine_sh()->shutdown_requested, supervisor);

@@ -426,6 +426,24 @@ wr_lsn wal_insert_switch(void);
  */
 bool wal_archive_may_remove(const char *waldir, const wr_options *o, wr_lsn seg_start);
 
+/*
+ * Archive status (wal/archive.c, as PostgreSQL's): DIR/wal/archive_status/
+ * NAME.ready once a completed segment (or a history file) waits for the
+ * archiver, renamed to NAME.done once the archive holds it durably.  NAME is
+ * the segment's name inside DIR/wal.
+ */
+#define WAL_ARCHIVE_STATUS_DIR "archive_status"
+#define WAL_ARCHIVE_READY      ".ready"
+#define WAL_ARCHIVE_DONE       ".done"
+#define WAL_SEGMENT_NAME_LEN   16 /* "%016llX" of the segment's start */
+/* WALDIR/archive_status/NAME+SUFFIX; false when it does not fit. */
+bool wal_archive_status_path(const char *waldir, const char *name, const char *suffix, char *buf,
+                             size_t len);
+/* The segment's file name inside DIR/wal (no directory). */
+void wal_segment_name(uint64_t seg_size, wr_lsn seg_start, char *buf, size_t len);
+/* Removes a recycled or removed segment's status files (a failure is a WARNING). */
+void wal_archive_forget(const char *waldir, uint64_t seg_size, wr_lsn seg_start);
+
 /* ---------------------------------------------------------------- reader */
 
 typedef struct wal_decoded_block {
