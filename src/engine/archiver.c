@@ -42,12 +42,12 @@
 #include "fdcache/fdcache.h"
 #include "wal/wal.h"
 
-#define ARCH_POLL_NS          (100ULL * 1000000)  /* new segments are noticed this often */
-#define ARCH_BACKOFF_MIN_NS   (100ULL * 1000000)
-#define ARCH_BACKOFF_MAX_NS   (5000ULL * 1000000)
-#define ARCH_SHUTDOWN_BOUND   (60ULL * 1000000000) /* ns of retrying at shutdown */
-#define ARCH_COPY_CHUNK       (1 << 20)
-#define ARCH_OUTPUT_MAX       512 /* bytes of a failing command's output in the WARNING */
+#define ARCH_POLL_NS        (100ULL * 1000000) /* new segments are noticed this often */
+#define ARCH_BACKOFF_MIN_NS (100ULL * 1000000)
+#define ARCH_BACKOFF_MAX_NS (5000ULL * 1000000)
+#define ARCH_SHUTDOWN_BOUND (60ULL * 1000000000) /* ns of retrying at shutdown */
+#define ARCH_COPY_CHUNK     (1 << 20)
+#define ARCH_OUTPUT_MAX     512 /* bytes of a failing command's output in the WARNING */
 
 typedef struct arch_state {
 	const wr_options *o;
@@ -55,10 +55,10 @@ typedef struct arch_state {
 	uint32_t tli;
 	char waldir[PATH_MAX];
 	char statusdir[PATH_MAX];
-	wr_lsn done_upto;  /* every completed segment before this is archived */
-	bool scan_needed;  /* history files, or a retry, or a start */
-	char why[1024];    /* the last failure's cause */
-	uint64_t switch_seg; /* archive_timeout: the segment being watched ... */
+	wr_lsn done_upto;         /* every completed segment before this is archived */
+	bool scan_needed;         /* history files, or a retry, or a start */
+	char why[1024];           /* the last failure's cause */
+	uint64_t switch_seg;      /* archive_timeout: the segment being watched ... */
 	uint64_t switch_since_ns; /* ... and since when it holds WAL */
 } arch_state;
 
@@ -140,8 +140,8 @@ static int same_contents(arch_state *st, const char *a, const char *b, char *buf
 	int fa = open(a, O_RDONLY | O_CLOEXEC), fb = open(b, O_RDONLY | O_CLOEXEC);
 	int res = -1;
 	if (fa < 0 || fb < 0) {
-		wr_snprintf(st->why, sizeof(st->why), "could not open \"%s\": %s",
-		            fa < 0 ? a : b, strerror(errno));
+		wr_snprintf(st->why, sizeof(st->why), "could not open \"%s\": %s", fa < 0 ? a : b,
+		            strerror(errno));
 		goto out;
 	}
 	char *buf2 = buf + ARCH_COPY_CHUNK;
@@ -375,8 +375,8 @@ static bool archive_run(arch_state *st, const char *src, const char *name, pid_t
 		wr_snprintf(how, sizeof(how), "was terminated by signal %d", WTERMSIG(status));
 	else
 		wr_snprintf(how, sizeof(how), "exited with code %d", WEXITSTATUS(status));
-	wr_snprintf(st->why, sizeof(st->why), "archive_command %s%s%s", how,
-	            output[0] ? ": " : "", output);
+	wr_snprintf(st->why, sizeof(st->why), "archive_command %s%s%s", how, output[0] ? ": " : "",
+	            output);
 	return false;
 }
 
@@ -547,7 +547,8 @@ static void switch_segment(void)
 	if (atomic_load(&a->no_switch) == 0 && engine_running()) {
 		wr_lsn end = wal_insert_switch();
 		if (end != 0)
-			wr_log(WR_DEBUG, "archive_timeout: switched to a new WAL segment at " WAL_LSN_FMT,
+			wr_log(WR_DEBUG,
+			       "archive_timeout: switched to a new WAL segment at " WAL_LSN_FMT,
 			       WAL_LSN_ARGS(end));
 	}
 	atomic_store(&a->switching, 0);

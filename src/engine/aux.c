@@ -26,10 +26,8 @@
 #include "wal/wal.h"
 
 static const char *const aux_names[WR_AUX_NKINDS] = {
-    [WR_AUX_CKPT] = "walrus-ckpt",
-    [WR_AUX_BGWR] = "walrus-bgwr",
-    [WR_AUX_WALW] = "walrus-walw",
-    [WR_AUX_STARTUP] = "walrus-startup",
+    [WR_AUX_CKPT] = "walrus-ckpt", [WR_AUX_BGWR] = "walrus-bgwr",
+    [WR_AUX_WALW] = "walrus-walw", [WR_AUX_STARTUP] = "walrus-startup",
     [WR_AUX_ARCH] = "walrus-arch",
 };
 

@@ -187,7 +187,7 @@ typedef struct wr_proc {
 typedef struct arch_shared {
 	_Atomic uint64_t archived_count, failed_count;
 	_Atomic uint64_t last_archived_us, last_failed_us; /* wall clock, 0: never */
-	_Atomic uint64_t pending_bytes; /* completed segments not archived yet */
+	_Atomic uint64_t pending_bytes;                    /* completed segments not archived yet */
 	_Atomic uint32_t names_seq;
 	char last_archived[40], last_failed[40];
 	/* Clean shutdown: set by the supervisor once the checkpointer is gone

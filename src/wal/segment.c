@@ -30,7 +30,7 @@
 
 #include "wal/wal_int.h"
 
-#define WAL_ZERO_CHUNK       ((size_t)1 << 20)
+#define WAL_ZERO_CHUNK ((size_t)1 << 20)
 
 void wal_segment_path(const char *waldir, uint64_t seg_size, wr_lsn lsn, char *buf, size_t len)
 {
