@@ -304,12 +304,21 @@ static _Noreturn void exec_command(const char *cmd, int out_fd)
 /* Keeps the last ARCH_OUTPUT_MAX bytes of the command's output, one line. */
 static void keep_output(char *out, size_t *used, const char *buf, size_t n)
 {
+	size_t cap = ARCH_OUTPUT_MAX - 1;
+	if (n > cap) {
+		buf += n - cap;
+		n = cap;
+	}
+	if (*used + n > cap) {
+		size_t drop = *used + n - cap;
+		memmove(out, out + drop, *used - drop);
+		*used -= drop;
+	}
 	for (size_t i = 0; i < n; i++) {
-		if (*used + 1 >= ARCH_OUTPUT_MAX) {
-			memmove(out, out + 1, *used - 1);
-			(*used)--;
-		}
-		out[(*used)++] = buf[i] == '\n' || buf[i] == '\r' ? ' ' : buf[i];
+		char c = buf[i];
+		if (c == '\n' || c == '\r')
+			c = ' ';
+		out[(*used)++] = c;
 	}
 	out[*used] = '\0';
 }

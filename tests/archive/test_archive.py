@@ -137,10 +137,14 @@ def check_archive(tag, d, arc, first, end, compare=True):
           f"({len(want)})")
     if not compare:
         return
-    bad = []
+    bad, compared = [], 0
     for s in range(first, end, SEG):
-        with open(os.path.join(d, "wal", f"{s:016X}"), "rb") as f:
-            mine = f.read()
+        try:  # a crash restart's checkpoint recycles the archived ones
+            with open(os.path.join(d, "wal", f"{s:016X}"), "rb") as f:
+                mine = f.read()
+        except FileNotFoundError:
+            continue
+        compared += 1
         try:
             with open(os.path.join(arc, aname(s)), "rb") as f:
                 theirs = f.read()
@@ -148,7 +152,8 @@ def check_archive(tag, d, arc, first, end, compare=True):
             theirs = None
         if mine != theirs:
             bad.append(aname(s))
-    check(f"{tag}: archived bytes equal DIR/wal's", not bad, f"differ: {bad[:5]}")
+    check(f"{tag}: archived bytes equal DIR/wal's", not bad and compared >= 2,
+          f"differ: {bad[:5]}, {compared} compared")
 
 
 def caught_up(d, last):
@@ -179,6 +184,71 @@ def scenario_order(root):
               status)
         check("order: the archiver runs as walrus-arch",
               "walrus-arch LOG:  archiver started: timeline 1" in log_text(d))
+    finally:
+        stop(d)
+
+
+def children_named(pid, comm):
+    out = []
+    for p in os.listdir("/proc"):
+        try:
+            st = open(f"/proc/{p}/stat").read()
+        except (OSError, ValueError):
+            continue
+        name, rest = st[st.index("(") + 1:st.rindex(")")], st[st.rindex(")") + 2:].split()
+        if name == comm and int(rest[1]) == pid:
+            out.append(int(p))
+    return out
+
+
+def scenario_crash(root):
+    d, arc = os.path.join(root, "d"), os.path.join(root, "arc")
+    os.mkdir(arc)
+    write_conf(d, {"archive_mode": "on", "archive_dir": arc})
+    try:
+        start(d)
+        load(d, "k", 4 * SEG)
+        end = switch(d)
+        wait_for("the archive to catch up", lambda: caught_up(d, aname(end - SEG)))
+        sup = stats(d)["instance"]["supervisor_pid"]
+        arch_pids = children_named(sup, "walrus-arch")
+        check("crash: one walrus-arch child of the supervisor", len(arch_pids) == 1, arch_pids)
+        # its last .done lost, as if killed between the copy and the rename
+        os.rename(os.path.join(d, "wal", "archive_status", f"{end - SEG:016X}.done"),
+                  os.path.join(d, "wal", "archive_status", f"{end - SEG:016X}.ready"))
+        os.kill(arch_pids[0], signal.SIGKILL)
+        wait_for("the crash restart", lambda: stats(d)["instance"]["crash_restarts"] == 1)
+        wait_for("a new walrus-arch", lambda: children_named(sup, "walrus-arch"))
+        load(d, "m", 4 * SEG)
+        end2 = switch(d)
+        wait_for("the archive to catch up", lambda: caught_up(d, aname(end2 - SEG)))
+        check_archive("crash", d, arc, SEG, end2)
+        check("crash: the segment archived again with the same bytes counts as archived",
+              os.path.exists(os.path.join(d, "wal", "archive_status", f"{end - SEG:016X}.done")))
+    finally:
+        stop(d)
+
+
+def scenario_history(root):
+    d, arc = os.path.join(root, "d"), os.path.join(root, "arc")
+    os.mkdir(arc)
+    write_conf(d, {"archive_mode": "on", "archive_dir": arc})
+    try:
+        start(d)
+        stop(d)
+        text = "1\t0/00020000\tno recovery target\n"
+        with open(os.path.join(d, "wal", "00000002.history"), "w") as f:
+            f.write(text)
+        start(d)
+        load(d, "k", 2 * SEG)
+        end = switch(d)
+        wait_for("the archive to catch up", lambda: caught_up(d, aname(end - SEG)))
+        check("history: the history file is archived under its name",
+              open(os.path.join(arc, "00000002.history")).read() == text)
+        check("history: and marked .done",
+              os.path.exists(os.path.join(d, "wal", "archive_status", "00000002.history.done")))
+        check("history: counted with the segments",
+              stats(d)["archiver"]["archived_count"] == 1 + len(range(SEG, end, SEG)))
     finally:
         stop(d)
 
