@@ -56,6 +56,7 @@ typedef struct arch_state {
 	char waldir[PATH_MAX];
 	char statusdir[PATH_MAX];
 	wr_lsn done_upto;         /* every completed segment before this is archived */
+	wr_lsn first_pending;     /* after a failed round: the WAL not archived starts here */
 	bool scan_needed;         /* history files, or a retry, or a start */
 	char why[1024];           /* the last failure's cause */
 	uint64_t switch_seg;      /* archive_timeout: the segment being watched ... */
@@ -541,9 +542,11 @@ static bool archive_round(arch_state *st, pid_t supervisor, uint64_t deadline_ns
 		left = n;
 	free_list(v, n);
 	*pending = left;
-	atomic_store(&engine_sh()->arch.pending_bytes, (uint64_t)left * st->seg);
+	wr_lsn boundary = flushed - flushed % st->seg;
 	if (ok)
-		st->done_upto = flushed - flushed % st->seg;
+		st->done_upto = boundary;
+	st->first_pending = ok ? 0 : boundary - WR_MIN((uint64_t)left * st->seg, boundary);
+	atomic_store(&engine_sh()->arch.pending_bytes, (uint64_t)left * st->seg);
 	return ok;
 }
 
@@ -638,11 +641,21 @@ static _Noreturn void arch_finish(arch_state *st, pid_t supervisor)
 	_exit(0);
 }
 
+/* The WAL held back, kept current between rounds (they may be seconds apart). */
+static void publish_pending(const arch_state *st)
+{
+	wr_lsn flushed = wal_flushed_lsn();
+	wr_lsn boundary = flushed - flushed % st->seg;
+	wr_lsn from = st->first_pending != 0 ? st->first_pending : st->done_upto;
+	if (from != 0 && boundary > from)
+		atomic_store(&engine_sh()->arch.pending_bytes, boundary - from);
+}
+
 _Noreturn void archiver_main(pid_t supervisor)
 {
 	engine_shared *e = engine_sh();
 	arch_state st;
-	uint64_t backoff = 0;
+	uint64_t backoff = 0, retry_at = 0;
 	arch_init(&st);
 	for (;;) {
 		uint32_t seen = atomic_load(&e->aux_wakeup[WR_AUX_ARCH]);
@@ -653,15 +666,20 @@ _Noreturn void archiver_main(pid_t supervisor)
 		if (!atomic_load(&e->shutdown_requested))
 			check_timeout(&st);
 		wr_lsn flushed = wal_flushed_lsn();
+		bool due = st.scan_needed ? wr_now_ns() >= retry_at
+		                          : flushed - flushed % st.seg > st.done_upto;
 		size_t pending;
-		if (st.scan_needed || flushed - flushed % st.seg > st.done_upto) {
+		if (due) {
 			bool ok = archive_round(&st, supervisor, 0, &pending);
 			st.scan_needed = !ok;
 			backoff = ok ? 0
 			             : WR_MIN(WR_MAX(backoff * 2, ARCH_BACKOFF_MIN_NS),
 			                      ARCH_BACKOFF_MAX_NS);
+			retry_at = wr_now_ns() + backoff;
+		} else {
+			publish_pending(&st);
 		}
-		(void)ipc_wait_u32(&e->aux_wakeup[WR_AUX_ARCH], seen,
-		                   backoff != 0 ? backoff : ARCH_POLL_NS);
+		/* A wakeup (shutdown, the final pass) ends the wait early. */
+		(void)ipc_wait_u32(&e->aux_wakeup[WR_AUX_ARCH], seen, ARCH_POLL_NS);
 	}
 }

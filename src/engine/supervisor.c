@@ -707,6 +707,17 @@ static bool calls_drained(void)
 	return true;
 }
 
+/* Whether our child @pid has not exited; it stays unreaped for reap_children. */
+static bool child_alive(pid_t pid)
+{
+	siginfo_t si = {0};
+	if (pid <= 0)
+		return false;
+	if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0)
+		return errno == EINTR;
+	return si.si_pid == 0;
+}
+
 /* Backends do no more I/O; the auxiliary processes finish their duties and exit. */
 static void finish_shutdown(void)
 {
@@ -718,7 +729,7 @@ static void finish_shutdown(void)
 	wait_backend_io();
 	/* No archive_timeout switch may follow the shutdown checkpoint. */
 	atomic_store(&e->arch.no_switch, 1);
-	while (atomic_load(&e->arch.switching) != 0)
+	while (atomic_load(&e->arch.switching) != 0 && child_alive(S.aux[WR_AUX_ARCH]))
 		(void)ipc_wait_u32(&e->arch.switching, 1, 10 * 1000000ULL);
 	atomic_store(&e->shutdown_requested, 1);
 	ipc_wake_all(&e->shutdown_requested);

@@ -275,7 +275,8 @@ def failing_then_ok(root, tag, bad_cmd, expect):
               a["archived_count"] == 0 and os.listdir(arc) == [], a)
         check(f"{tag}: the failed segment is the first", a["last_failed"] == aname(SEG), a)
         check(f"{tag}: the WAL held back is counted",
-              a["archive_pending_bytes"] >= end - SEG, a)
+              wait_for("archive_pending_bytes", lambda: arch(d)["archive_pending_bytes"] >=
+                       end - SEG), a)
         redo = parse_lsn(st["checkpoints"]["last"]["redo_lsn"])
         kept = [s for s in range(SEG, end, SEG)
                 if not os.path.exists(os.path.join(d, "wal", f"{s:016X}"))]
