@@ -329,7 +329,7 @@ static bool give_up_waiting(pid_t supervisor, uint64_t deadline_ns)
 	return getppid() != supervisor || (deadline_ns != 0 && wr_now_ns() > deadline_ns);
 }
 
-/* Waits for @pid, collecting its output from @fd; its wait status. */
+/* Waits for @pid, collecting its output from @fd; its wait status, -1 if lost (errno). */
 static int wait_command(pid_t pid, int fd, char *out, pid_t supervisor, uint64_t deadline_ns)
 {
 	size_t used = 0;
@@ -338,8 +338,13 @@ static int wait_command(pid_t pid, int fd, char *out, pid_t supervisor, uint64_t
 	out[0] = '\0';
 	for (;;) {
 		pid_t r = waitpid(pid, &status, WNOHANG);
-		if (r == pid || (r < 0 && errno != EINTR))
+		if (r == pid)
 			break;
+		if (r < 0 && errno != EINTR)
+			return -1;
+		/* A command that hangs must not hold a clean shutdown for ever. */
+		if (deadline_ns == 0 && atomic_load(&engine_sh()->arch.final))
+			deadline_ns = wr_now_ns() + ARCH_SHUTDOWN_BOUND;
 		if (give_up_waiting(supervisor, deadline_ns))
 			kill(-pid, SIGKILL);
 		struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -372,12 +377,20 @@ static bool archive_run(arch_state *st, const char *src, const char *name, pid_t
 	if (pid == 0)
 		exec_command(cmd, p[1]);
 	close(p[1]);
+	if (pid > 0)
+		(void)setpgid(pid, pid); /* as the child does: either one wins the race */
 	if (pid < 0) {
 		close(p[0]);
 		return fail_errno(st, "fork for", "archive_command");
 	}
 	int status = wait_command(pid, p[0], output, supervisor, deadline_ns);
+	int wait_errno = errno;
 	close(p[0]);
+	if (status == -1) {
+		wr_snprintf(st->why, sizeof(st->why), "could not wait for archive_command: %s",
+		            strerror(wait_errno));
+		return false;
+	}
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
 		return true;
 	char how[64];
