@@ -476,6 +476,7 @@ static int list_wal(arch_state *st, bool history, wr_lsn flushed, char ***out, s
 		return wr_error(wr_errno_code(errno), "could not open \"%s\": %m", st->waldir);
 	struct dirent *e;
 	int rc = WALRUS_OK;
+	errno = 0;
 	while (rc == WALRUS_OK && (e = readdir(d)) != NULL) {
 		wr_lsn start;
 		size_t len = strlen(e->d_name);
@@ -491,7 +492,10 @@ static int list_wal(arch_state *st, bool history, wr_lsn flushed, char ***out, s
 			break;
 		}
 		(*out)[(*n)++] = copy;
+		errno = 0;
 	}
+	if (rc == WALRUS_OK && errno != 0)
+		rc = wr_error(WALRUS_EIO, "could not read \"%s\": %m", st->waldir);
 	closedir(d);
 	if (*n > 0)
 		qsort(*out, *n, sizeof(char *), cmp_names);
