@@ -38,7 +38,7 @@ void tool_print_settings(FILE *out, const wr_options *o, const uint8_t *sources,
 	const wr_opt_desc *t = wr_opts_table(&n);
 
 	for (size_t i = 0; i < n; i++) {
-		char v[64];
+		char v[WR_OPT_TEXT_MAX];
 		if ((instance_only && t[i].scope != WR_SCOPE_INSTANCE) ||
 		    wr_opts_get(o, t[i].name, v, sizeof(v)) != WALRUS_OK)
 			continue;
@@ -64,7 +64,7 @@ static int config_dir(tool_ctx *ctx, bool create, char *abs)
 
 static int config_set(const char *abs, const char *name, const char *value)
 {
-	char now[64];
+	char now[WR_OPT_TEXT_MAX];
 	bool found;
 
 	int rc = conf_set(abs, name, value);
@@ -92,7 +92,7 @@ static int config_set(const char *abs, const char *name, const char *value)
 
 static int config_get(const char *abs, const char *name)
 {
-	char v[64];
+	char v[WR_OPT_TEXT_MAX];
 	bool found;
 
 	int rc = conf_get(abs, name, v, sizeof(v), &found);

@@ -367,6 +367,9 @@ static void print_flat(const char *j)
 				continue;
 			}
 			const char *v = p + 1, *end = v;
+			if (*v == '"') /* a string may hold ',' or '}', and escaped quotes */
+				for (end = v + 1; *end && *end != '"'; end++)
+					end += end[0] == '\\' && end[1] != '\0';
 			while (*end && *end != ',' && *end != '}')
 				end++;
 			printf("%-40s %.*s\n", path, (int)(end - v), v);

@@ -17,7 +17,7 @@ int cmd_options(tool_ctx *ctx, int argc, char **argv)
 		return 0;
 	}
 	for (size_t i = 0; i < n; i++) {
-		char val[64];
+		char val[WR_OPT_TEXT_MAX];
 		if (wr_opts_get(&ctx->opts->o, t[i].name, val, sizeof(val)) != WALRUS_OK)
 			continue;
 		printf("%-30s %-12s %-8s %s\n", t[i].name, val,

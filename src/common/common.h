@@ -142,7 +142,20 @@ void wr_sleep_us(uint64_t us); /* sleeps the whole time, retrying on EINTR */
  * Every field of wr_options holds the value in the unit named in its
  * comment.
  */
-enum wr_opt_type { WR_OPT_BOOL, WR_OPT_INT, WR_OPT_SIZE, WR_OPT_TIME, WR_OPT_REAL, WR_OPT_ENUM };
+enum wr_opt_type {
+	WR_OPT_BOOL,
+	WR_OPT_INT,
+	WR_OPT_SIZE,
+	WR_OPT_TIME,
+	WR_OPT_REAL,
+	WR_OPT_ENUM,
+	WR_OPT_STRING, /* a char[WR_OPT_STR_MAX] field: wr_options lives in shared memory */
+};
+
+/* A string option's field, its terminator included: longer values are refused. */
+#define WR_OPT_STR_MAX 1024
+/* Room for any option's value as text (wr_opts_get). */
+#define WR_OPT_TEXT_MAX (WR_OPT_STR_MAX + 64)
 enum wr_opt_scope {
 	WR_SCOPE_INSTANCE, /* fixed when the instance starts */
 	WR_SCOPE_SESSION,  /* per open handle */
@@ -192,6 +205,11 @@ typedef struct wr_options {
 	/* the RESP server */
 	int64_t client_query_buffer_limit; /* bytes of a connection's unparsed input */
 	int64_t authentication_timeout_us; /* a connection must AUTH within this */
+	/* WAL archiving (engine/archiver.c) */
+	bool archive_mode;
+	char archive_dir[WR_OPT_STR_MAX];     /* built-in copy into this directory, or "" */
+	char archive_command[WR_OPT_STR_MAX]; /* shell command with %p, %f, %%, or "" */
+	int64_t archive_timeout_us;           /* 0: off; else switch a segment older than this */
 	/* Bit i: option i of the table was set explicitly (wr_opts_set), so it
 	 * outranks walrus.conf and is compared with a running instance's value. */
 	uint64_t set_mask;
@@ -232,6 +250,10 @@ int wr_opts_set(wr_options *o, const char *name, const char *value);
 int wr_opts_get(const wr_options *o, const char *name, char *buf, size_t len);
 /* Checks relations between options (min_wal_size <= max_wal_size, ...). */
 int wr_opts_validate(const wr_options *o);
+/* wr_opts_validate, plus the relations only an instance's effective options
+ * must satisfy (archive_mode=on needs archive_dir or archive_command): an
+ * opener may set one and walrus.conf the other. */
+int wr_opts_validate_instance(const wr_options *o);
 /* The table, for dumps ("name = value" at start) and docs. */
 const wr_opt_desc *wr_opts_table(size_t *count);
 /* Parses "name=value"; the -o form of the command line. */

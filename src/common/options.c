@@ -124,6 +124,14 @@ static const wr_opt_desc opt_table[] = {
     OPT("authentication_timeout", WR_OPT_TIME, SERV, authentication_timeout_us, "10s", 1 * SEC,
         10 * MIN, NULL,
         "RESP server with a password: connections not authenticated by then are closed"),
+    OPT("archive_mode", WR_OPT_BOOL, INST, archive_mode, "off", 0, 0, NULL,
+        "archive each completed WAL segment (walrus-arch) before it may be recycled"),
+    OPT("archive_dir", WR_OPT_STRING, INST, archive_dir, "", 0, 0, NULL,
+        "archive_mode: copy segments into this directory (or use archive_command)"),
+    OPT("archive_command", WR_OPT_STRING, INST, archive_command, "", 0, 0, NULL,
+        "archive_mode: shell command archiving %p (segment path) as %f (archive name)"),
+    OPT("archive_timeout", WR_OPT_TIME, INST, archive_timeout_us, "0", 0, 1 * DAY, NULL,
+        "switch to a new WAL segment when the current one is older than this (0: never)"),
 };
 
 _Static_assert(WR_ARRAY_LEN(opt_table) <= WR_OPTS_MAX, "set_mask has a bit per option");
@@ -152,6 +160,7 @@ static const struct opt_rule opt_rules[] = {
     {.name = "bgwriter_delay", .plain_unit = MS},
     {.name = "checkpoint_timeout", .plain_unit = SEC},
     {.name = "supervisor_linger", .plain_unit = SEC},
+    {.name = "archive_timeout", .plain_unit = SEC},
 };
 
 static const struct opt_rule no_rule = {.name = "", .plain_unit = SEC};
@@ -176,6 +185,7 @@ union opt_value {
 	int64_t i;
 	double r;
 	int e;
+	const char *s; /* STRING: the text, or the field it is in */
 };
 
 /* ------------------------------------------------------------ lookups */
@@ -432,6 +442,9 @@ static void format_value(const wr_opt_desc *d, union opt_value v, char *buf, siz
 		wr_snprintf(buf, len, "%s", v.e >= 0 && v.e < n ? d->enum_names[v.e] : "?");
 		break;
 	}
+	case WR_OPT_STRING:
+		wr_snprintf(buf, len, "%s", v.s);
+		break;
 	}
 }
 
@@ -457,6 +470,9 @@ static union opt_value load_field(const wr_options *o, const wr_opt_desc *d)
 	case WR_OPT_ENUM:
 		memcpy(&v.e, p, sizeof(v.e));
 		break;
+	case WR_OPT_STRING:
+		v.s = p;
+		break;
 	}
 	return v;
 }
@@ -480,10 +496,29 @@ static void store_field(wr_options *o, const wr_opt_desc *d, union opt_value v)
 	case WR_OPT_ENUM:
 		memcpy(p, &v.e, sizeof(v.e));
 		break;
+	case WR_OPT_STRING: {
+		/* value_ok checked the length; @v may be this very field. */
+		size_t n = strnlen(v.s, WR_OPT_STR_MAX - 1);
+		memmove(p, v.s, n);
+		p[n] = '\0';
+		break;
+	}
 	}
 }
 
 /* ------------------------------------------------------------ checking */
+
+/* Fits its field, and one line: walrus.settings and the log show it as such. */
+static bool string_ok(const char *s)
+{
+	size_t n = strnlen(s, WR_OPT_STR_MAX);
+	if (n >= WR_OPT_STR_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return false;
+	return true;
+}
 
 static bool value_ok(const wr_opt_desc *d, union opt_value v)
 {
@@ -500,6 +535,8 @@ static bool value_ok(const wr_opt_desc *d, union opt_value v)
 	}
 	case WR_OPT_REAL:
 		return v.r >= d->min && v.r <= d->max; /* false for NaN too */
+	case WR_OPT_STRING:
+		return string_ok(v.s);
 	}
 	if (v.i < (int64_t)d->min || v.i > (int64_t)d->max)
 		return false;
@@ -539,6 +576,9 @@ static bool parse_value(const wr_opt_desc *d, const char *text, union opt_value 
 		return parse_real(text, &v->r);
 	case WR_OPT_ENUM:
 		return parse_enum(enum_alias(d, text), d->enum_names, &v->e);
+	case WR_OPT_STRING:
+		v->s = text;
+		return text != NULL;
 	}
 	return false;
 }
@@ -591,6 +631,10 @@ static void describe_expected(const wr_opt_desc *d, char *buf, size_t len)
 			                         d->enum_names[i]);
 		break;
 	}
+	case WR_OPT_STRING:
+		wr_snprintf(buf, len, "expected at most %d characters on one line",
+		            WR_OPT_STR_MAX - 1);
+		break;
 	}
 }
 
@@ -636,7 +680,7 @@ int wr_opts_set(wr_options *o, const char *name, const char *value)
 int wr_opts_get(const wr_options *o, const char *name, char *buf, size_t len)
 {
 	const wr_opt_desc *d = find_opt(name);
-	char text[64];
+	char text[WR_OPT_TEXT_MAX];
 
 	if (o == NULL || buf == NULL)
 		return wr_error(WALRUS_EINVAL, "no options object or buffer given");
@@ -675,7 +719,7 @@ int wr_opts_validate(const wr_options *o)
 		const wr_opt_desc *d = &opt_table[i];
 		union opt_value v = load_field(o, d);
 		if (!value_ok(d, v)) {
-			char text[64];
+			char text[WR_OPT_TEXT_MAX];
 			format_value(d, v, text, sizeof(text));
 			return invalid_value(d, text);
 		}
@@ -692,6 +736,23 @@ int wr_opts_validate(const wr_options *o)
 		                "\"wal_segment_size\" (%s)",
 		                smax, sseg);
 	}
+	return WALRUS_OK;
+}
+
+int wr_opts_validate_instance(const wr_options *o)
+{
+	int rc = wr_opts_validate(o);
+	if (rc != WALRUS_OK || !o->archive_mode)
+		return rc;
+	if ((o->archive_dir[0] != '\0') == (o->archive_command[0] != '\0'))
+		return wr_error(WALRUS_EINVAL,
+		                "option \"archive_mode\" is on: set exactly one of options "
+		                "\"archive_dir\" and \"archive_command\" (%s)",
+		                o->archive_dir[0] != '\0' ? "both are set" : "neither is set");
+	if (o->archive_dir[0] != '\0' && o->archive_dir[0] != '/')
+		return wr_error(WALRUS_EINVAL,
+		                "option \"archive_dir\" must be an absolute path (\"%.100s\")",
+		                o->archive_dir);
 	return WALRUS_OK;
 }
 
@@ -735,6 +796,19 @@ static void json_append(char *buf, size_t len, size_t *pos, const char *fmt, ...
 		*pos += (size_t)n;
 }
 
+/* @s as a JSON string; string options hold no control characters (string_ok). */
+static void json_string(char *buf, size_t len, size_t *pos, const char *s)
+{
+	json_append(buf, len, pos, "\"");
+	for (; *s != '\0'; s++) {
+		if (*s == '"' || *s == '\\')
+			json_append(buf, len, pos, "\\%c", *s);
+		else
+			json_append(buf, len, pos, "%c", *s);
+	}
+	json_append(buf, len, pos, "\"");
+}
+
 size_t wr_opts_json(const wr_options *o, char *buf, size_t len)
 {
 	size_t pos = 0;
@@ -750,8 +824,11 @@ size_t wr_opts_json(const wr_options *o, char *buf, size_t len)
 		const char *sep = i ? "," : "";
 		char text[64];
 
-		/* Names and values never contain '"' or '\\', so nothing needs escaping. */
-		if (d->type == WR_OPT_BOOL) {
+		/* Names and values other than strings never contain '"' or '\\'. */
+		if (d->type == WR_OPT_STRING) {
+			json_append(buf, len, &pos, "%s\"%s\":", sep, d->name);
+			json_string(buf, len, &pos, v.s);
+		} else if (d->type == WR_OPT_BOOL) {
 			json_append(buf, len, &pos, "%s\"%s\":%s", sep, d->name,
 			            v.b ? "true" : "false");
 		} else if (d->type == WR_OPT_INT) {

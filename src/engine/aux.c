@@ -26,11 +26,13 @@
 #include "wal/wal.h"
 
 static const char *const aux_names[WR_AUX_NKINDS] = {
-    [WR_AUX_CKPT] = "walrus-ckpt",
-    [WR_AUX_BGWR] = "walrus-bgwr",
-    [WR_AUX_WALW] = "walrus-walw",
-    [WR_AUX_STARTUP] = "walrus-startup",
+    [WR_AUX_CKPT] = "walrus-ckpt", [WR_AUX_BGWR] = "walrus-bgwr",
+    [WR_AUX_WALW] = "walrus-walw", [WR_AUX_STARTUP] = "walrus-startup",
+    [WR_AUX_ARCH] = "walrus-arch",
 };
+
+_Static_assert(WR_ARRAY_LEN(((engine_shared *)0)->aux_wakeup) >= WR_AUX_NKINDS,
+               "a latch per auxiliary process kind");
 
 const char *aux_name(int kind)
 {
@@ -105,6 +107,7 @@ static void startup_set_timeline(const char *datadir, uint32_t tli)
 	if (wal_control_read(datadir, &c) != WALRUS_OK)
 		wr_panic("startup process: %s", walrus_errmsg());
 	c.timeline = tli;
+	c.backup_start_lsn = c.backup_end_lsn = 0; /* consistent now */
 	if (wal_control_write(datadir, &c) != WALRUS_OK)
 		wr_panic("startup process: could not record timeline %u: %s", tli, walrus_errmsg());
 }
@@ -247,6 +250,8 @@ _Noreturn void aux_main(int kind, int keep_fd)
 		walwriter_main(supervisor);
 	if (kind == WR_AUX_BGWR)
 		bgwriter_main(supervisor);
+	if (kind == WR_AUX_ARCH)
+		archiver_main(supervisor);
 	if (kind == WR_AUX_CKPT)
 		ckpt_main(engine_sh()->datadir, &engine_sh()->opts,
 		          &engine_sh()->shutdown_requested, supervisor);

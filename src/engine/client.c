@@ -372,7 +372,7 @@ static int attach_once(const char *abs, bool *retry)
 static void note_one_difference(const wr_options *mine, const wr_opt_desc *d, char *msg, size_t len,
                                 size_t *used)
 {
-	char a[64], b[64];
+	char a[WR_OPT_TEXT_MAX], b[WR_OPT_TEXT_MAX];
 	if (wr_opts_get(mine, d->name, a, sizeof(a)) != WALRUS_OK ||
 	    wr_opts_get(&engine_sh()->opts, d->name, b, sizeof(b)) != WALRUS_OK ||
 	    strcmp(a, b) == 0 || *used >= len)

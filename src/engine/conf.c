@@ -37,7 +37,7 @@
 
 #define CONF_MAX_SIZE  (1 << 20) /* a settings file, not a data file */
 #define CONF_NAME_MAX  64
-#define CONF_VALUE_MAX 256
+#define CONF_VALUE_MAX WR_OPT_STR_MAX
 
 /* What one line of the file holds. */
 typedef struct conf_line {
@@ -308,7 +308,7 @@ static int validate_with(const char *abs, const wr_options *o)
 {
 	char path[PATH_MAX], msg[768];
 
-	if (wr_opts_validate(o) == WALRUS_OK)
+	if (wr_opts_validate_instance(o) == WALRUS_OK)
 		return WALRUS_OK;
 	(void)wr_snprintf(msg, sizeof(msg), "%s", walrus_errmsg());
 	if (conf_path(abs, path) != WALRUS_OK)
@@ -341,7 +341,7 @@ int conf_effective(const char *abs, const wr_options *starter, wr_options *out,
 	}
 	if (rc != WALRUS_OK)
 		return rc;
-	return from_file ? validate_with(abs, out) : wr_opts_validate(out);
+	return from_file ? validate_with(abs, out) : wr_opts_validate_instance(out);
 }
 
 /* ---------------------------------------------------------------- editing */

@@ -180,6 +180,26 @@ typedef struct wr_proc {
 	char _pad[44];
 } wr_proc;
 
+/*
+ * The archiver's state and counters (archiver.c).  The names are written by
+ * the archiver only, under the sequence word (odd while it writes them).
+ */
+typedef struct arch_shared {
+	_Atomic uint64_t archived_count, failed_count;
+	_Atomic uint64_t last_archived_us, last_failed_us; /* wall clock, 0: never */
+	_Atomic uint64_t pending_bytes;                    /* completed segments not archived yet */
+	_Atomic uint32_t names_seq;
+	char last_archived[40], last_failed[40];
+	/* Clean shutdown: set by the supervisor once the checkpointer is gone
+	 * (the shutdown checkpoint is written): archive what is left, then exit. */
+	_Atomic uint32_t final;
+	/* archive_timeout's switch against the shutdown checkpoint (Dekker):
+	 * no WAL may follow that checkpoint.  The archiver sets switching, then
+	 * looks at no_switch; the supervisor sets no_switch, then waits for
+	 * switching to clear before it asks for the checkpoint. */
+	_Atomic uint32_t switching, no_switch;
+} arch_shared;
+
 /* Instance-wide facts and counters, region "engine". */
 typedef struct engine_shared {
 	wr_options opts;                 /* the instance's effective options */
@@ -192,7 +212,7 @@ typedef struct engine_shared {
 	_Atomic uint64_t attaches;
 	_Atomic uint32_t shutdown_requested; /* futex word the aux processes wait on */
 	_Atomic uint32_t stop_mode;          /* WALRUS_STOP_* requested, 0 when none */
-	_Atomic uint32_t aux_wakeup[4];      /* one latch per auxiliary process kind */
+	_Atomic uint32_t aux_wakeup[5];      /* one latch per auxiliary process kind */
 	char startup_error[512];             /* why recovery failed, for the clients */
 	/* Set by the startup process (reserve.c) before the instance runs:
 	 * writes are refused with WALRUS_ENOSPC and read_only_why. */
@@ -201,6 +221,7 @@ typedef struct engine_shared {
 	uint32_t end_ckpt_started; /* the startup process got as far as its checkpoint */
 	uint32_t reserve_released; /* by the supervisor, for this start */
 	char read_only_why[768];
+	arch_shared arch; /* the archiver (archiver.c) */
 } engine_shared;
 
 #define ENGINE_SCRATCH_SIZE 4096 /* region "scratch": free for tests and tools */
@@ -250,11 +271,29 @@ int supervisor_launch(const char *abs, const wr_options *opts);
 
 /* ---------------------------------------------------------------- auxiliary processes */
 
-enum wr_aux_kind { WR_AUX_CKPT, WR_AUX_BGWR, WR_AUX_WALW, WR_AUX_STARTUP, WR_AUX_NKINDS };
+enum wr_aux_kind {
+	WR_AUX_CKPT,
+	WR_AUX_BGWR,
+	WR_AUX_WALW,
+	WR_AUX_STARTUP,
+	WR_AUX_ARCH, /* only with archive_mode=on */
+	WR_AUX_NKINDS
+};
 const char *aux_name(int kind); /* "walrus-ckpt", ... */
 /* In a child just forked by the supervisor: names the process, arranges to
  * die with the supervisor, closes what it must not hold, and runs the loop. */
 _Noreturn void aux_main(int kind, int keep_fd);
+/*
+ * The archiver (walrus-arch, archiver.c): copies each completed WAL segment
+ * (and each timeline history file) in order into archive_dir, or hands it
+ * to archive_command, then marks it .done so that it may be recycled;
+ * failures are retried with a WARNING, never skipped.  With archive_timeout
+ * it switches a segment that has held WAL too long.  At a clean shutdown it
+ * archives every completed segment (bounded) before it exits.
+ */
+_Noreturn void archiver_main(pid_t supervisor);
+/* Fills the "archiver" member of the statistics (stats.c). */
+void archiver_stats(const arch_shared *a, char *last_archived, char *last_failed, size_t len);
 
 /* ---------------------------------------------------------------- backends */
 

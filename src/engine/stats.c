@@ -81,6 +81,22 @@ static void jb_lsn(jbuf *j, const char *name, wr_lsn v)
 	j->first = false;
 }
 
+/* A JSON string member; only '"', '\\' and control characters need escaping. */
+static void jb_str(jbuf *j, const char *name, const char *v)
+{
+	jb_add(j, "%s\"%s\":\"", j->first ? "" : ",", name);
+	for (; *v != '\0'; v++) {
+		if (*v == '"' || *v == '\\')
+			jb_add(j, "\\%c", *v);
+		else if ((unsigned char)*v < 0x20)
+			jb_add(j, "\\u%04x", (unsigned)*v);
+		else
+			jb_add(j, "%c", *v);
+	}
+	jb_add(j, "\"");
+	j->first = false;
+}
+
 static void stats_wal(jbuf *j)
 {
 	wal_stats w;
@@ -161,6 +177,24 @@ static void stats_checkpoints(jbuf *j)
 	jb_close(j);
 }
 
+/* Times as seconds since the epoch with a fraction, 0 for never. */
+static void stats_archiver(jbuf *j, const engine_shared *e)
+{
+	const arch_shared *a = &e->arch;
+	char last_ok[sizeof(a->last_archived)], last_bad[sizeof(a->last_failed)];
+	archiver_stats(a, last_ok, last_bad, sizeof(last_ok));
+	jb_open(j, "archiver");
+	jb_u64(j, "archive_mode", e->opts.archive_mode);
+	jb_u64(j, "archived_count", atomic_load(&a->archived_count));
+	jb_str(j, "last_archived", last_ok);
+	jb_dbl(j, "last_archived_time", (double)atomic_load(&a->last_archived_us) / 1e6);
+	jb_u64(j, "failed_count", atomic_load(&a->failed_count));
+	jb_str(j, "last_failed", last_bad);
+	jb_dbl(j, "last_failed_time", (double)atomic_load(&a->last_failed_us) / 1e6);
+	jb_u64(j, "archive_pending_bytes", atomic_load(&a->pending_bytes));
+	jb_close(j);
+}
+
 static void stats_kv(jbuf *j)
 {
 	kv_stats k;
@@ -188,14 +222,14 @@ static void stats_settings(jbuf *j, const engine_shared *e)
 	const wr_opt_desc *t = wr_opts_table(&n);
 	jb_open(j, "settings");
 	for (size_t i = 0; i < n; i++) {
-		char v[64];
+		char v[WR_OPT_TEXT_MAX];
 		if (t[i].scope != WR_SCOPE_INSTANCE ||
 		    wr_opts_get(&e->opts, t[i].name, v, sizeof(v)) != WALRUS_OK)
 			continue;
-		/* Values and source names never hold '"' or '\\': nothing to escape. */
-		jb_add(j, "%s\"%s\":{\"value\":\"%s\",\"source\":\"%s\"}", j->first ? "" : ",",
-		       t[i].name, v, wr_opt_source_name(e->opt_source[i]));
-		j->first = false;
+		jb_open(j, t[i].name);
+		jb_str(j, "value", v); /* string options may hold '"' or '\\' */
+		jb_str(j, "source", wr_opt_source_name(e->opt_source[i]));
+		jb_close(j);
 	}
 	jb_close(j);
 }
@@ -215,6 +249,7 @@ int engine_stats_json(char **out)
 	stats_wal(&j);
 	stats_buffers(&j);
 	stats_checkpoints(&j);
+	stats_archiver(&j, e);
 	stats_kv(&j);
 	stats_settings(&j, e);
 	jb_add(&j, "}");

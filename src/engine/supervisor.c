@@ -79,7 +79,12 @@ static struct {
 	uint64_t drain_note_ns; /* when a drain that waits says so again */
 } S = {.lock_fd = -1, .listen_fd = -1, .sig_fd = -1, .shm_fd = -1, .ready_fd = -1};
 
-static const char *const aux_kinds_started[] = {"checkpointer", "background writer", "WAL writer"};
+static const char *const aux_kinds_started[] = {
+    [WR_AUX_CKPT] = "checkpointer",
+    [WR_AUX_BGWR] = "background writer",
+    [WR_AUX_WALW] = "WAL writer",
+    [WR_AUX_ARCH] = "archiver",
+};
 
 /* ---------------------------------------------------------------- start-up helpers */
 
@@ -323,7 +328,9 @@ static int run_startup_read_only(void)
 
 static int start_aux_processes(void)
 {
-	for (int k = 0; k < WR_AUX_STARTUP; k++) {
+	for (int k = 0; k < WR_AUX_NKINDS; k++) {
+		if (k == WR_AUX_STARTUP || (k == WR_AUX_ARCH && !S.opts.archive_mode))
+			continue;
 		S.aux[k] = fork_child(k);
 		if (S.aux[k] < 0)
 			return wr_error(WALRUS_EINTERNAL, "could not start the %s: %m",
@@ -700,6 +707,17 @@ static bool calls_drained(void)
 	return true;
 }
 
+/* Whether our child @pid has not exited; it stays unreaped for reap_children. */
+static bool child_alive(pid_t pid)
+{
+	siginfo_t si = {0};
+	if (pid <= 0)
+		return false;
+	if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0)
+		return errno == EINTR;
+	return si.si_pid == 0;
+}
+
 /* Backends do no more I/O; the auxiliary processes finish their duties and exit. */
 static void finish_shutdown(void)
 {
@@ -709,6 +727,10 @@ static void finish_shutdown(void)
 	atomic_store(&h->state, SHM_STATE_SHUTDOWN);
 	ipc_wake_all(&h->state);
 	wait_backend_io();
+	/* No archive_timeout switch may follow the shutdown checkpoint. */
+	atomic_store(&e->arch.no_switch, 1);
+	while (atomic_load(&e->arch.switching) != 0 && child_alive(S.aux[WR_AUX_ARCH]))
+		(void)ipc_wait_u32(&e->arch.switching, 1, 10 * 1000000ULL);
 	atomic_store(&e->shutdown_requested, 1);
 	ipc_wake_all(&e->shutdown_requested);
 	for (int k = 0; k < WR_AUX_NKINDS; k++)
@@ -790,6 +812,15 @@ static void answer_stop(sup_conn *c, int mode)
 	request_stop(mode, by);
 }
 
+/* The shutdown checkpoint is written (or will not be): the archiver's last pass. */
+static void archiver_final_pass(void)
+{
+	engine_shared *e = engine_sh();
+	atomic_store(&e->arch.final, 1);
+	atomic_fetch_add(&e->aux_wakeup[WR_AUX_ARCH], 1);
+	ipc_wake_all(&e->aux_wakeup[WR_AUX_ARCH]);
+}
+
 static bool aux_all_gone(void)
 {
 	for (int k = 0; k < WR_AUX_NKINDS; k++)
@@ -812,6 +843,8 @@ static void reap_children(char *crash_why, size_t why_len)
 		char how[128];
 		describe_status(st, how, sizeof(how));
 		if (S.phase == SUP_SHUTDOWN) {
+			if (k == WR_AUX_CKPT)
+				archiver_final_pass();
 			if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
 				wr_log(WR_DEBUG, "%s exited", aux_name(k));
 			} else {
@@ -965,7 +998,7 @@ static size_t format_settings(char *buf, size_t len, bool table)
 
 	buf[0] = '\0';
 	for (size_t i = 0; i < n && used < len; i++) {
-		char v[64];
+		char v[WR_OPT_TEXT_MAX];
 		if (t[i].scope != WR_SCOPE_INSTANCE || (!table && S.sources[i] == WR_SRC_DEFAULT) ||
 		    wr_opts_get(&S.opts, t[i].name, v, sizeof(v)) != WALRUS_OK)
 			continue;

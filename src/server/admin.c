@@ -204,7 +204,7 @@ static size_t config_engine(srv_session *s, resp_buf *b, const resp_arg *pat)
 	const wr_opt_desc *t = wr_opts_table(&n);
 	walrus_opts inst = {.o = engine_sh()->opts}; /* the running instance's values */
 	for (size_t i = 0; i < n; i++) {
-		char v[128];
+		char v[WR_OPT_TEXT_MAX];
 		if (!resp_glob_match(pat->p, pat->len, t[i].name, strlen(t[i].name), true))
 			continue;
 		const walrus_opts *o = t[i].scope == WR_SCOPE_INSTANCE ? &inst : s->cfg->opts;

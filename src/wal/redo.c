@@ -821,6 +821,13 @@ static int recover(recovery *rv)
 		rv->t.active = false;
 		rv->res->archive_done = true;
 	}
+	/* A base backup opened as it is would replay only the WAL it holds, and
+	 * perhaps stop before it is consistent without noticing. */
+	if (!rv->t.active && rv->c.backup_end_lsn != 0)
+		return wr_error(WALRUS_EINVAL,
+		                "\"%s\" is a base backup (consistent from " WAL_LSN_FMT
+		                "): restore it with `walrus restore --from %s NEWDIR`",
+		                rv->datadir, WAL_LSN_ARGS(rv->c.backup_end_lsn), rv->datadir);
 	if (rv->t.active) {
 		char desc[160];
 		wal_target_describe(&rv->t, desc, sizeof(desc));

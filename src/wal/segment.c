@@ -30,8 +30,7 @@
 
 #include "wal/wal_int.h"
 
-#define WAL_ZERO_CHUNK       ((size_t)1 << 20)
-#define WAL_SEGMENT_NAME_LEN 16 /* %016llX */
+#define WAL_ZERO_CHUNK ((size_t)1 << 20)
 
 void wal_segment_path(const char *waldir, uint64_t seg_size, wr_lsn lsn, char *buf, size_t len)
 {
@@ -322,8 +321,15 @@ int wal_recycle(const char *waldir, const wr_options *o, wr_lsn redo, wr_lsn ins
 	/* A running base backup still has to copy its WAL. */
 	wr_lsn keep = wal_backup_keep_lsn();
 	wr_lsn upto = keep != 0 && keep - keep % seg < redo_seg ? keep - keep % seg : redo_seg;
-	for (size_t i = 0; rc == WALRUS_OK && i < l.n && l.v[i] + seg <= upto; i++)
+	/* In order, stopping at the first segment not archived yet: the
+	 * archiver works in order, so the later ones are not either. */
+	for (size_t i = 0; rc == WALRUS_OK && i < l.n && l.v[i] + seg <= upto &&
+	                   wal_archive_may_remove(waldir, o, l.v[i]);
+	     i++) {
 		rc = wal_recycle_one(waldir, seg, &l, l.v[i], &next, limit, recycled, removed);
+		if (rc == WALRUS_OK)
+			wal_archive_forget(waldir, seg, l.v[i]);
+	}
 	free(l.v);
 	if (*recycled + *removed > 0) {
 		char any[PATH_MAX];

@@ -328,7 +328,10 @@ typedef struct wal_control {
 	 * each point-in-time recovery (0 in older files means 1). */
 	uint32_t timeline;
 	uint32_t pad;
-	uint64_t reserved[7];
+	/* A base backup's copy: its start (redo) and end LSNs; replay must reach
+	 * the end before the copy is consistent.  0 elsewhere. */
+	uint64_t backup_start_lsn, backup_end_lsn;
+	uint64_t reserved[5];
 	uint32_t crc; /* CRC32C of everything before it */
 } wal_control;
 
@@ -422,6 +425,24 @@ wr_lsn wal_insert_switch(void);
  * with archive_mode=on only once archived (DIR/wal/archive_status/NAME.done).
  */
 bool wal_archive_may_remove(const char *waldir, const wr_options *o, wr_lsn seg_start);
+
+/*
+ * Archive status (wal/archive.c, as PostgreSQL's): DIR/wal/archive_status/
+ * NAME.ready once a completed segment (or a history file) waits for the
+ * archiver, renamed to NAME.done once the archive holds it durably.  NAME is
+ * the segment's name inside DIR/wal.
+ */
+#define WAL_ARCHIVE_STATUS_DIR "archive_status"
+#define WAL_ARCHIVE_READY      ".ready"
+#define WAL_ARCHIVE_DONE       ".done"
+#define WAL_SEGMENT_NAME_LEN   16 /* "%016llX" of the segment's start */
+/* WALDIR/archive_status/NAME+SUFFIX; false when it does not fit. */
+bool wal_archive_status_path(const char *waldir, const char *name, const char *suffix, char *buf,
+                             size_t len);
+/* The segment's file name inside DIR/wal (no directory). */
+void wal_segment_name(uint64_t seg_size, wr_lsn seg_start, char *buf, size_t len);
+/* Removes a recycled or removed segment's status files (a failure is a WARNING). */
+void wal_archive_forget(const char *waldir, uint64_t seg_size, wr_lsn seg_start);
 
 /* ---------------------------------------------------------------- reader */
 

@@ -130,10 +130,32 @@ def check_refused(name, new, pattern):
     stop(new)
 
 
+def check_switch_then_crash(root):
+    """A switch record last in the WAL, then a crash: recovery ends at the
+    next segment's start, where the WAL goes on (not inside the skipped rest)."""
+    d = os.path.join(root, "switch-crash")
+    must(d, "-o", "create_if_missing=on", "put", "k1", "1", linger=LIVE)
+    end = must(d, "switch-wal", linger=LIVE)
+    run(d, "stop", "--mode", "immediate", "--wait")
+    must(d, "put", "k2", "2", linger=LIVE)
+    run(d, "stop", "--mode", "immediate", "--wait")
+    got = [run(d, "get", k)[1].strip() for k in ("k1", "k2")]
+    check("switch then crash: both keys", got == ["1", "2"], got)
+    log = open(os.path.join(d, "log", "walrus.log")).read()
+    check("switch then crash: recovery ends at the next segment's start " + end,
+          f"end of WAL at {end}:" in log, log[-800:])
+    first = re.search(r"^lsn: (\S+) .* prev: (\S+) ", must(d, "waldump"), re.M)
+    want = end[:-8] + "%08X" % (int(end[-8:], 16) + 40)  # after the long page header
+    check("switch then crash: the WAL goes on there", first is not None and
+          first.group(1) == want and first.group(2) < end, first and first.groups())
+    stop(d)
+
+
 def main():
     root = tempfile.mkdtemp(prefix="walrus-pitr-")
     src = None
     try:
+        check_switch_then_crash(root)
         src = Source(root)
         check_first_batch("name", src, src.restore(root, "by-name", "target = name\n"
                                                    "target_name = rp1\n"))

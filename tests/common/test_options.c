@@ -54,13 +54,71 @@ START_TEST(test_defaults)
 }
 END_TEST
 
+/* String options: stored in their fixed field, read back as set, escaped in JSON. */
+START_TEST(test_string_option)
+{
+	wr_options o;
+	char buf[WR_OPT_TEXT_MAX], json[8192];
+	char *lng = malloc(WR_OPT_STR_MAX + 1);
+	ck_assert_ptr_nonnull(lng);
+
+	wr_opts_defaults(&o);
+	ck_assert_str_eq(o.archive_command, "");
+	const char *cmd = "cp %p \"/arc dir/%f\" && echo \\ok";
+	ck_assert_int_eq(wr_opts_set(&o, "archive_command", cmd), WALRUS_OK);
+	ck_assert_str_eq(o.archive_command, cmd);
+	ck_assert_int_eq(wr_opts_get(&o, "archive_command", buf, sizeof(buf)), WALRUS_OK);
+	ck_assert_str_eq(buf, cmd);
+	wr_opts_json(&o, json, sizeof(json));
+	ck_assert_ptr_nonnull(
+	    strstr(json, "\"archive_command\":\"cp %p \\\"/arc dir/%f\\\" && echo \\\\ok\""));
+
+	/* The longest value fits; one more character is refused naming the option. */
+	memset(lng, 'x', WR_OPT_STR_MAX - 1);
+	lng[WR_OPT_STR_MAX - 1] = '\0';
+	ck_assert_int_eq(wr_opts_set(&o, "archive_dir", lng), WALRUS_OK);
+	ck_assert_uint_eq(strlen(o.archive_dir), WR_OPT_STR_MAX - 1);
+	lng[WR_OPT_STR_MAX - 1] = 'x';
+	lng[WR_OPT_STR_MAX] = '\0';
+	ck_assert_int_eq(wr_opts_set(&o, "archive_dir", lng), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "\"archive_dir\""));
+	ck_assert_uint_eq(strlen(o.archive_dir), WR_OPT_STR_MAX - 1); /* unchanged */
+	/* One line: a newline would split walrus.settings and the log. */
+	ck_assert_int_eq(wr_opts_set(&o, "archive_command", "a\nb"), WALRUS_EINVAL);
+	ck_assert_int_eq(wr_opts_set(&o, "archive_command", ""), WALRUS_OK);
+	ck_assert_str_eq(o.archive_command, "");
+	free(lng);
+}
+END_TEST
+
+/* archive_mode=on needs exactly one way to archive, at the instance's start only. */
+START_TEST(test_archive_relations)
+{
+	wr_options o;
+	wr_opts_defaults(&o);
+	ck_assert_int_eq(wr_opts_set(&o, "archive_mode", "on"), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_validate(&o), WALRUS_OK); /* walrus.conf may add the rest */
+	ck_assert_int_eq(wr_opts_validate_instance(&o), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "neither"));
+	ck_assert_int_eq(wr_opts_set(&o, "archive_dir", "/arc"), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_validate_instance(&o), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_set(&o, "archive_command", "true"), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_validate_instance(&o), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "both"));
+	ck_assert_int_eq(wr_opts_set(&o, "archive_dir", ""), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_validate_instance(&o), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_set(&o, "archive_timeout", "60"), WALRUS_OK);
+	ck_assert_int_eq(o.archive_timeout_us, 60000000);
+}
+END_TEST
+
 START_TEST(test_table_covers_struct)
 {
 	size_t n;
 	const wr_opt_desc *t = wr_opts_table(&n);
 	bool covered[sizeof(wr_options)] = {false};
 
-	ck_assert_uint_eq(n, 32);
+	ck_assert_uint_eq(n, 36);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_lt(t[i].offset, sizeof(wr_options));
 		ck_assert_msg(!covered[t[i].offset], "%s shares a field", t[i].name);
@@ -384,7 +442,9 @@ START_TEST(test_json)
 	ck_assert_ptr_nonnull(strstr(buf, "\"checkpoint_completion_target\":\"0.9\","));
 	ck_assert_ptr_nonnull(strstr(buf, "\"create_if_missing\":false,"));
 	ck_assert_ptr_nonnull(strstr(buf, "\"strict_options\":false,"));
-	ck_assert_ptr_nonnull(strstr(buf, "\"authentication_timeout\":\"10s\"}"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"authentication_timeout\":\"10s\","));
+	ck_assert_ptr_nonnull(strstr(buf, "\"archive_command\":\"\","));
+	ck_assert_ptr_nonnull(strstr(buf, "\"archive_timeout\":\"0\"}"));
 
 	/* Short buffers: terminated, truncated, and the needed length still returned. */
 	char small[10];
@@ -516,6 +576,8 @@ int main(void)
 	tcase_add_test(tc, test_real_ignores_locale);
 	tcase_add_test(tc, test_explicitly_set);
 	tcase_add_test(tc, test_public_api);
+	tcase_add_test(tc, test_string_option);
+	tcase_add_test(tc, test_archive_relations);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

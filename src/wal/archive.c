@@ -1,0 +1,55 @@
+/*
+ * archive.c - the archive status of WAL segments (DIR/wal/archive_status):
+ * what decides whether a segment may be recycled when archive_mode is on.
+ *
+ * As PostgreSQL keeps it: a completed segment gets NAME.ready, and the
+ * archiver renames it to NAME.done once the archive holds the segment
+ * durably.  A segment without .done is never recycled or removed, so an
+ * archive that fails for a while holds WAL back instead of losing it.
+ * The status of a history file is kept the same way under its own name.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "fdcache/fdcache.h"
+#include "wal/wal.h"
+
+bool wal_archive_status_path(const char *waldir, const char *name, const char *suffix, char *buf,
+                             size_t len)
+{
+	return wr_snprintf(buf, len, "%s/%s/%s%s", waldir, WAL_ARCHIVE_STATUS_DIR, name, suffix);
+}
+
+void wal_segment_name(uint64_t seg_size, wr_lsn seg_start, char *buf, size_t len)
+{
+	wr_snprintf(buf, len, "%016llX", (unsigned long long)(seg_start - seg_start % seg_size));
+}
+
+bool wal_archive_may_remove(const char *waldir, const wr_options *o, wr_lsn seg_start)
+{
+	char name[WAL_SEGMENT_NAME_LEN + 1], path[PATH_MAX];
+	if (!o->archive_mode)
+		return true;
+	wal_segment_name((uint64_t)o->wal_segment_size, seg_start, name, sizeof(name));
+	if (!wal_archive_status_path(waldir, name, WAL_ARCHIVE_DONE, path, sizeof(path)))
+		return false;
+	/* Any doubt (EIO, EACCES) keeps the segment: space is cheaper than a gap. */
+	return access(path, F_OK) == 0;
+}
+
+void wal_archive_forget(const char *waldir, uint64_t seg_size, wr_lsn seg_start)
+{
+	static const char *const suffixes[] = {WAL_ARCHIVE_DONE, WAL_ARCHIVE_READY};
+	char name[WAL_SEGMENT_NAME_LEN + 1], path[PATH_MAX];
+	wal_segment_name(seg_size, seg_start, name, sizeof(name));
+	for (size_t i = 0; i < WR_ARRAY_LEN(suffixes); i++) {
+		if (!wal_archive_status_path(waldir, name, suffixes[i], path, sizeof(path)) ||
+		    (access(path, F_OK) != 0 && errno == ENOENT))
+			continue;
+		/* A stale status file only takes an inode: the name is never reused. */
+		if (fdc_unlink(path) != WALRUS_OK && errno != ENOENT)
+			wr_log(WR_WARNING, "could not remove \"%s\": %s", path, walrus_errmsg());
+	}
+}
