@@ -1,16 +1,15 @@
 #!/usr/bin/env python3
 """Point-in-time recovery from a base backup and a WAL archive, end to end
 through `walrus backup` and `walrus restore`: a backup, batch A, restore
-point rp1, batch B.  The archive is made by hand here (the completed
-segments copied under their archive names, timeline 1) so that the test
-does not depend on the archiver.  Restoring to rp1, to its LSN and to a
+point rp1, batch B, archived by walrus-arch (archive_mode=on, archive_dir).
+Restoring to rp1, to its LSN and to a
 time between the batches gives exactly the base and batch A, on timeline 2;
 to the end, both batches; a target past the archive's end is refused naming
 the first segment the archive lacks; a damaged archived segment stops the
 restore, naming where; NEWDIR stays marked incomplete after a failure.
 
 usage: test_backup_pitr.py --walrus PATH"""
-import argparse, os, shutil, sys, time
+import argparse, json, os, shutil, sys, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -27,13 +26,15 @@ def load(src, prefix, n):
     check(rc == 0 and len(acked) == n, f"load {prefix}: exit {rc}: {err}")
 
 
-def make_archive(src, archive, upto):
-    """The segments of DIR/wal that end at or before @upto, under archive names."""
-    os.mkdir(archive)
-    waldir = os.path.join(src.dir, "wal")
-    for f in sorted(os.listdir(waldir)):
-        if len(f) == 16 and int(f, 16) + SEG <= upto:
-            shutil.copy(os.path.join(waldir, f), os.path.join(archive, "00000001" + f))
+def wait_archived(src, upto):
+    """Until the archiver (archive_dir) has archived every segment ending at or before @upto."""
+    last = "00000001" + f"{upto - SEG:016X}"
+
+    def done():
+        r = src.run("stats", "--json")
+        a = json.loads(r.stdout)["archiver"] if r.returncode == 0 else {}
+        return a.get("last_archived") == last and a.get("archive_pending_bytes") == 0
+    check(wtest.wait_for(done, 60), f"the archiver did not archive up to {last}")
 
 
 def iso_utc(us):
@@ -64,7 +65,10 @@ def main(cleanup):
     ap.add_argument("--walrus", default=wtest.default_walrus())
     a = ap.parse_args()
     root = wtest.tempdir(cleanup, "walrus-backup-pitr-")
-    src = wtest.Walrus(a.walrus, os.path.join(root, "src"), OPTS)
+    archive = os.path.join(root, "archive")
+    os.mkdir(archive)
+    src = wtest.Walrus(a.walrus, os.path.join(root, "src"),
+                       OPTS + ["archive_mode=on", f"archive_dir={archive}"])
     src.register(cleanup)
     src.create()
     src.serve()
@@ -78,8 +82,7 @@ def main(cleanup):
     bk.must(src.run("switch-wal"), "switch-wal")
     load(src, "later-", 300)
     end = bk.lsn(bk.must(src.run("switch-wal"), "switch-wal").strip())
-    archive = os.path.join(root, "archive")
-    make_archive(src, archive, end)
+    wait_archived(src, end)
     src.run("stop", "--wait")
     want_a = {"walrus-test-init"} | {f"a{i}" for i in range(300)}
     c = Case(a, root, cleanup, backup, archive)
