@@ -210,6 +210,8 @@ static int write_label(backup_state *b)
 		return rc;
 	wal_control c = b->ctl;
 	c.state = WAL_DB_IN_PRODUCTION;
+	c.backup_start_lsn = b->start;
+	c.backup_end_lsn = b->end;
 	rc = wal_control_write(b->dest, &c);
 	if (rc != WALRUS_OK)
 		return rc;

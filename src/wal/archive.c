@@ -8,7 +8,9 @@
  * archive that fails for a while holds WAL back instead of losing it.
  * The status of a history file is kept the same way under its own name.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -37,6 +39,36 @@ bool wal_archive_may_remove(const char *waldir, const wr_options *o, wr_lsn seg_
 		return false;
 	/* Any doubt (EIO, EACCES) keeps the segment: space is cheaper than a gap. */
 	return access(path, F_OK) == 0;
+}
+
+int wal_archive_mark_done_before(const char *waldir, uint64_t seg_size, wr_lsn upto)
+{
+	char dir[PATH_MAX], path[PATH_MAX], name[WAL_SEGMENT_NAME_LEN + 1];
+	if (!wr_snprintf(dir, sizeof(dir), "%s/%s", waldir, WAL_ARCHIVE_STATUS_DIR))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", waldir);
+	int rc = fdc_mkdir(dir, 0700);
+	DIR *d = rc == WALRUS_OK ? opendir(waldir) : NULL;
+	if (rc == WALRUS_OK && d == NULL)
+		rc = wr_error(wr_errno_code(errno), "could not open directory \"%s\": %m", waldir);
+	struct dirent *e;
+	while (rc == WALRUS_OK && (e = readdir(d)) != NULL) {
+		wr_lsn start;
+		if (!wal_segment_parse_name(e->d_name, seg_size, &start) || start + seg_size > upto)
+			continue;
+		wal_segment_name(seg_size, start, name, sizeof(name));
+		if (!wal_archive_status_path(waldir, name, WAL_ARCHIVE_DONE, path, sizeof(path)))
+			continue;
+		int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+		if (fd < 0)
+			rc = wr_error(wr_errno_code(errno), "could not create \"%s\": %m", path);
+		else if (close(fd) != 0)
+			rc = wr_error(wr_errno_code(errno), "could not close \"%s\": %m", path);
+	}
+	if (d != NULL)
+		closedir(d);
+	if (rc == WALRUS_OK)
+		rc = fdc_fsync_path(dir);
+	return rc;
 }
 
 void wal_archive_forget(const char *waldir, uint64_t seg_size, wr_lsn seg_start)

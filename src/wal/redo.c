@@ -738,6 +738,9 @@ static int target_reached(recovery *rv)
 	if (rc == 0)
 		rc = wal_history_write(rv->waldir, &parent, rv->t.new_tli, cut, why);
 	if (rc == 0)
+		rc = wal_archive_mark_done_before(rv->waldir, rv->c.wal_seg_size,
+		                                  cut - cut % rv->c.wal_seg_size);
+	if (rc == 0)
 		rc = check_after_end(rv, cut);
 	if (rc == 0)
 		rc = read_last_page(rv, cut, rv->res->last_page);

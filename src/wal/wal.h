@@ -442,6 +442,10 @@ bool wal_archive_status_path(const char *waldir, const char *name, const char *s
 /* The segment's file name inside DIR/wal (no directory). */
 void wal_segment_name(uint64_t seg_size, wr_lsn seg_start, char *buf, size_t len);
 /* Removes a recycled or removed segment's status files (a failure is a WARNING). */
+/* Marks every segment in WALDIR that ends at or before @upto as archived:
+ * after a point-in-time recovery, those hold the old history, archived under
+ * its timeline (or in the backup); the new timeline's begin at the branch. */
+int wal_archive_mark_done_before(const char *waldir, uint64_t seg_size, wr_lsn upto);
 void wal_archive_forget(const char *waldir, uint64_t seg_size, wr_lsn seg_start);
 
 /* ---------------------------------------------------------------- reader */

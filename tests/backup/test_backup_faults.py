@@ -117,6 +117,11 @@ def main(cleanup):
     bk.must(r, "a backup after the failed one, --verify")
     check(b"backup: verified" in r.stderr, f"--verify: {r.stderr}")
     check(not [d for d in os.listdir(root) if ".verify-" in d], "--verify left its scratch")
+    # a finished backup opened as it is would replay only its own WAL: refused
+    gw = wtest.Walrus(a.walrus, good, ["supervisor_linger=0"])
+    gw.register(cleanup)
+    refused(gw.run("get", "k0-0"), "is a base backup", "a backup opened as it is")
+    check(os.path.exists(os.path.join(good, "backup_label")), "the refused open changed it")
     new = os.path.join(root, "restored")
     nw = wtest.Walrus(a.walrus, new, ["supervisor_linger=0"])
     nw.register(cleanup)

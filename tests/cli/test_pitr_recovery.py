@@ -62,6 +62,8 @@ class Source:
         stop(self.dir)
         shutil.copytree(self.dir, self.backup, symlinks=True)
         self.backup_end = controldata(self.backup, "Latest checkpoint location")
+        # the first batch in a later segment: the earlier one is the old history
+        must(self.dir, "switch-wal", linger=LIVE)
         load(self.dir, "a", 200)
         self.rp_lsn = must(self.dir, "restore-point", "rp1", linger=LIVE)
         self.rp_time_us = time.time_ns() // 1000
@@ -74,9 +76,13 @@ class Source:
         shutil.copytree(os.path.join(self.dir, "wal"), self.wal)
         stop(self.dir)
 
-    def restore(self, root, name, settings):
+    def restore(self, root, name, settings, archive=None):
         new = os.path.join(root, name)
         shutil.copytree(self.backup, new, symlinks=True)
+        if archive:
+            os.makedirs(archive, mode=0o700)
+            with open(os.path.join(new, "walrus.conf"), "w") as f:
+                f.write(f"archive_mode = on\narchive_dir = '{archive}'\n")
         for f in os.listdir(self.wal):
             if re.fullmatch(r"[0-9A-F]{16}", f):
                 shutil.copy(os.path.join(self.wal, f), os.path.join(new, "wal", f))
@@ -89,6 +95,15 @@ class Source:
 def keys(d):
     out = must(d, "scan")
     return {line.split("\t")[0] for line in out.splitlines() if line}
+
+
+def check_archived_after(name, new, archive):
+    """The restored instance archives the new timeline from its branch point
+    on: its history file and the branch's segment under timeline 2, never
+    the segment before it, which holds only the old history."""
+    got = sorted(os.listdir(archive))
+    check(name + ": new timeline archived from the branch on",
+          "00000002.history" in got and "000000020000000001000000" not in got, got)
 
 
 def check_first_batch(name, src, new):
@@ -117,8 +132,9 @@ def check_first_batch(name, src, new):
           not any(x.startswith("later-key-") for x in keys(new)) and "after" in keys(new))
     stop(new)
     # nothing of it is left in the WAL files either (cut off, not just unread)
-    left = [f for f in os.listdir(os.path.join(new, "wal"))
-            if b"later-key-" in open(os.path.join(new, "wal", f), "rb").read()]
+    wal = os.path.join(new, "wal")
+    left = [f for f in os.listdir(wal) if os.path.isfile(os.path.join(wal, f)) and
+            b"later-key-" in open(os.path.join(wal, f), "rb").read()]
     check(name + ": the abandoned WAL is cut off", not left, left)
 
 
@@ -157,8 +173,10 @@ def main():
     try:
         check_switch_then_crash(root)
         src = Source(root)
-        check_first_batch("name", src, src.restore(root, "by-name", "target = name\n"
-                                                   "target_name = rp1\n"))
+        arch = os.path.join(root, "wal-archive-new")
+        new = src.restore(root, "by-name", "target = name\ntarget_name = rp1\n", archive=arch)
+        check_first_batch("name", src, new)
+        check_archived_after("name", new, arch)
         check_first_batch("lsn", src, src.restore(root, "by-lsn", "target = lsn\n"
                                                   f"target_lsn = {src.rp_lsn}\n"))
         check_first_batch("time", src, src.restore(root, "by-time", "target = time\n"
