@@ -13,7 +13,7 @@ from clitest import WALRUS, check, summary  # noqa: E402
 import test_pitr_recovery as pitr  # noqa: E402
 
 STEPS = [
-    ("cutting the WAL", "unlink:KILL:/wal/0000000002000000"),
+    ("cutting the WAL", "unlink:KILL:/wal/0000000003000000"),
     ("writing the history", "rename:KILL:00000002.history"),
     ("removing the recovery file", "unlink:KILL:walrus.recovery"),
 ]
