@@ -7,6 +7,10 @@ time between the batches gives exactly the base and batch A, on timeline 2;
 to the end, both batches; a target past the archive's end is refused naming
 the first segment the archive lacks; a damaged archived segment stops the
 restore, naming where; NEWDIR stays marked incomplete after a failure.
+Then timelines: the copy restored to rp1 (timeline 2) archives to the same
+archive, is backed up and written to; that backup restored follows
+timeline 2's history and starts timeline 3, and the first backup restored
+again still follows timeline 1.
 
 usage: test_backup_pitr.py --walrus PATH"""
 import argparse, json, os, shutil, sys, time
@@ -58,6 +62,49 @@ class Case:
         r = bk.restore(self.a.walrus, self.backup, new, "--wal-archive",
                        archive or self.archive, *target)
         return w, r
+
+
+def timeline_two(a, root, cleanup, c, want_a):
+    """A restored copy (timeline 2) archiving to the same archive, backed up,
+    written to and restored again: the restore follows timeline 2's history
+    (segments before the branch under timeline 1's names, after it under
+    2's) and starts timeline 3; the first backup restored again still
+    follows timeline 1 beside them."""
+    _, r = c.restore("tl2", "--target-name", "rp1")
+    bk.must(r, "restore for timeline 2")
+    tl2 = wtest.Walrus(a.walrus, os.path.join(root, "tl2"),
+                       OPTS + ["archive_mode=on", f"archive_dir={c.archive}"])
+    tl2.register(cleanup)
+    # (a process of the restore's instance was once seen here still exiting)
+    for pid in wtest.instance_pids(tl2.dir):
+        log(f"still there after the restore: {pid} {wtest.comm(pid)}")
+    check(wtest.wait_for(lambda: not wtest.instance_pids(tl2.dir), 30),
+          "the restore's instance did not go")
+    tl2.serve()
+    backup2 = os.path.join(root, "backup-tl2")
+    bk.must(bk.backup(tl2, backup2), "backup on timeline 2")
+    load(tl2, "tl2-", 200)
+    end = bk.lsn(bk.must(tl2.run("switch-wal"), "switch-wal").strip())
+    last = os.path.join(c.archive, "00000002" + f"{end - SEG:016X}")
+    check(wtest.wait_for(lambda: os.path.exists(last), 60), f"{last} not archived")
+    tl2.run("stop", "--wait")
+    got = sorted(os.listdir(c.archive))
+    check("00000002.history" in got, f"no history file archived: {got}")
+    c2 = Case(a, root, cleanup, backup2, c.archive)
+    w, r = c2.restore("from-tl2")
+    bk.must(r, "restore of the timeline 2 backup")
+    k = keys(w)
+    want = want_a | {f"tl2-{i}" for i in range(200)}
+    check(k == want, f"timeline 2 backup: {len(k)} keys, missing {sorted(want - k)[:3]}, "
+          f"extra {sorted(k - want)[:3]}")
+    check(w.controldata().get("Latest checkpoint's TimeLineID") == "3", "timeline 3 expected")
+    w.verify()
+    w, r = c.restore("tl1-again")
+    bk.must(r, "the first backup restored again, to the end of timeline 1")
+    k = keys(w)
+    check(len(k) == 601 and not any(x.startswith("tl2-") for x in k),
+          f"timeline 1 again: {len(k)} keys")
+    log("timeline 2: archived, backed up, restored on timeline 3; timeline 1 still restorable")
 
 
 def main(cleanup):
@@ -131,6 +178,7 @@ def main(cleanup):
     check(r.returncode != 0 and f"archived segment 00000001{seg_rp:016X}" in err,
           f"damaged archive segment: exit {r.returncode}: {err.strip()} (segment {seg_lsn})")
     log(f"refused: beyond the archive ({first_missing}), damaged segment: {err.strip()}")
+    timeline_two(a, root, cleanup, c, want_a)
     log("1 passed, 0 failed")
     return 0
 
