@@ -401,9 +401,13 @@ static int prepare(const char *backup, const char *archive, const restore_target
 	if (rc == WALRUS_OK)
 		rc = fc_copy_tree(backup, newdir, skip_marker, NULL, NULL);
 	if (rc == WALRUS_OK)
+		rc = fc_failpoint("restore-copied", newdir);
+	if (rc == WALRUS_OK)
 		rc = check_backup_wal(newdir, &l);
 	if (rc == WALRUS_OK && archive != NULL)
 		rc = gather_wal(newdir, archive, &l, g);
+	if (rc == WALRUS_OK)
+		rc = fc_failpoint("restore-gathered", newdir);
 	if (rc != WALRUS_OK)
 		return rc;
 	char waldir[PATH_MAX];

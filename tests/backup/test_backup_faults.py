@@ -137,6 +137,18 @@ def main(cleanup):
     refused(bk.restore(a.walrus, good, full2), "is not empty", "NEWDIR not empty")
     check(os.listdir(full2) == ["x"], "NEWDIR touched")
 
+    for point in ("restore-copied", "restore-gathered"):
+        cut = os.path.join(root, f"cut-{point[8:]}")
+        r = subprocess.run([a.walrus, "restore", "--from", good, cut], capture_output=True,
+                           env=dict(os.environ, WALRUS_FAILPOINTS=f"backup:KILL:{point}"))
+        check(r.returncode == -signal.SIGKILL, f"restore not killed at {point}: {r.returncode}")
+        check(os.path.exists(os.path.join(cut, "walrus.restore-incomplete")),
+              f"a restore killed at {point} left NEWDIR unmarked")
+        cw = wtest.Walrus(a.walrus, cut, ["supervisor_linger=0"])
+        cw.register(cleanup)
+        refused(cw.run("get", "k0-0"), "interrupted restore", f"killed at {point}, opened")
+    log("restore killed after copying and after gathering: NEWDIR marked and refused")
+
     lab = bk.label(good)
     seg = int(lab["wal_segment_size"])
     first = bk.lsn(lab["start_lsn"]) // seg * seg
