@@ -290,5 +290,10 @@ int wr_grow(void *bufp, size_t *cap, size_t need, size_t elem, size_t first);
 
 /* snprintf that always terminates and reports truncation as false. */
 bool wr_snprintf(char *buf, size_t len, const char *fmt, ...) WR_PRINTF(3, 4);
+/* read(2) until @len bytes or the end of the file, retrying EINTR: the bytes
+ * read, or -1 with errno. */
+ssize_t wr_read_full(int fd, void *buf, size_t len);
+/* write(2) all of @buf, through short writes and EINTR: 0, or -1 with errno. */
+int wr_write_full(int fd, const void *buf, size_t len);
 
 #endif /* WALRUS_COMMON_H */

@@ -6,7 +6,9 @@
  */
 #include "common/common.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <unistd.h>
 
 bool wr_snprintf(char *buf, size_t len, const char *fmt, ...)
 {
@@ -22,4 +24,34 @@ bool wr_snprintf(char *buf, size_t len, const char *fmt, ...)
 		return false;
 	}
 	return (size_t)n < len;
+}
+
+ssize_t wr_read_full(int fd, void *buf, size_t len)
+{
+	size_t got = 0;
+	while (got < len) {
+		ssize_t n = read(fd, (char *)buf + got, len - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
+int wr_write_full(int fd, const void *buf, size_t len)
+{
+	size_t done = 0;
+	while (done < len) {
+		ssize_t n = write(fd, (const char *)buf + done, len - done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		done += (size_t)n;
+	}
+	return 0;
 }

@@ -105,36 +105,6 @@ static void note_failed(const char *name, const char *why)
 
 /* ---------------------------------------------------------------- built-in copy */
 
-static int write_all(int fd, const char *buf, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, buf, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -1;
-		buf += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-static ssize_t read_full(int fd, char *buf, size_t len)
-{
-	size_t got = 0;
-	while (got < len) {
-		ssize_t n = read(fd, buf + got, len - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -1;
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
-	return (ssize_t)got;
-}
-
 /* 1: same bytes, 0: different, -1: error (why set). */
 static int same_contents(arch_state *st, const char *a, const char *b, char *buf)
 {
@@ -147,8 +117,8 @@ static int same_contents(arch_state *st, const char *a, const char *b, char *buf
 	}
 	char *buf2 = buf + ARCH_COPY_CHUNK;
 	for (;;) {
-		ssize_t na = read_full(fa, buf, ARCH_COPY_CHUNK);
-		ssize_t nb = read_full(fb, buf2, ARCH_COPY_CHUNK);
+		ssize_t na = wr_read_full(fa, buf, ARCH_COPY_CHUNK);
+		ssize_t nb = wr_read_full(fb, buf2, ARCH_COPY_CHUNK);
 		if (na < 0 || nb < 0) {
 			wr_snprintf(st->why, sizeof(st->why), "could not read \"%s\": %s",
 			            na < 0 ? a : b, strerror(errno));
@@ -191,14 +161,14 @@ static bool copy_to_tmp(arch_state *st, const char *src, const char *tmp, char *
 	}
 	bool ok = true;
 	for (;;) {
-		ssize_t n = read_full(in, buf, ARCH_COPY_CHUNK);
+		ssize_t n = wr_read_full(in, buf, ARCH_COPY_CHUNK);
 		if (n < 0) {
 			ok = fail_errno(st, "read", src);
 			break;
 		}
 		if (n == 0)
 			break;
-		if (write_all(out, buf, (size_t)n) != 0) {
+		if (wr_write_full(out, buf, (size_t)n) != 0) {
 			ok = fail_errno(st, "write", tmp);
 			break;
 		}

@@ -56,23 +56,6 @@ static int conf_path(const char *abs, char *path)
 	return WALRUS_OK;
 }
 
-/* Reads up to @cap bytes of @fd into @buf; *got is how many. */
-static int read_all(int fd, const char *path, char *buf, size_t cap, size_t *got)
-{
-	*got = 0;
-	while (*got < cap) {
-		ssize_t n = read(fd, buf + *got, cap - *got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return wr_error(wr_errno_code(errno), "could not read \"%s\": %m", path);
-		if (n == 0)
-			break;
-		*got += (size_t)n;
-	}
-	return WALRUS_OK;
-}
-
 /* The text of an open file, NUL-terminated and malloc'd. */
 static int read_text(int fd, const char *path, char **text)
 {
@@ -87,7 +70,10 @@ static int read_text(int fd, const char *path, char **text)
 	char *buf = malloc((size_t)st.st_size + 1);
 	if (buf == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory reading \"%s\"", path);
-	int rc = read_all(fd, path, buf, (size_t)st.st_size, &got);
+	ssize_t n = wr_read_full(fd, buf, (size_t)st.st_size);
+	int rc =
+	    n < 0 ? wr_error(wr_errno_code(errno), "could not read \"%s\": %m", path) : WALRUS_OK;
+	got = n < 0 ? 0 : (size_t)n;
 	if (rc == WALRUS_OK && memchr(buf, '\0', got) != NULL)
 		rc =
 		    wr_error(WALRUS_EINVAL, "\"%s\" holds a NUL byte: it is not a text file", path);

@@ -47,15 +47,18 @@ static int open_retry(const char *path, int flags, mode_t mode)
 
 static int write_all(int fd, const char *buf, size_t len, const char *path)
 {
-	size_t done = 0;
-	while (done < len) {
-		ssize_t n = write(fd, buf + done, len - done);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return wr_error(wr_errno_code(errno), "could not write \"%s\": %m", path);
-		done += (size_t)n;
-	}
+	if (wr_write_full(fd, buf, len) != 0)
+		return wr_error(wr_errno_code(errno), "could not write \"%s\": %m", path);
+	return WALRUS_OK;
+}
+
+/* Reads up to @want bytes (short only at the end of the file). */
+static int read_chunk(int fd, char *buf, size_t want, size_t *got, const char *path)
+{
+	ssize_t n = wr_read_full(fd, buf, want);
+	*got = n < 0 ? 0 : (size_t)n;
+	if (n < 0)
+		return wr_error(wr_errno_code(errno), "could not read \"%s\": %m", path);
 	return WALRUS_OK;
 }
 
@@ -79,23 +82,6 @@ static void progress_add(fc_progress *p, uint64_t n)
 		p->total = p->done;
 	if (p->fn != NULL)
 		p->fn(p->done, p->total, p->arg);
-}
-
-/* Reads up to @want bytes (short only at the end of the file). */
-static int read_chunk(int fd, char *buf, size_t want, size_t *got, const char *path)
-{
-	*got = 0;
-	while (*got < want) {
-		ssize_t n = read(fd, buf + *got, want - *got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return wr_error(wr_errno_code(errno), "could not read \"%s\": %m", path);
-		if (n == 0)
-			break;
-		*got += (size_t)n;
-	}
-	return WALRUS_OK;
 }
 
 static int copy_fd(int in, int out, const char *from, const char *to, uint64_t limit, uint64_t pad,

@@ -135,20 +135,6 @@ uint32_t wal_history_tli_for(const wal_history *h, wr_lsn seg_start, uint64_t se
 	return h->tli;
 }
 
-static int write_all(int fd, const char *buf, size_t len, const char *path)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, buf, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return wr_error(wr_errno_code(errno), "could not write \"%s\": %m", path);
-		buf += n;
-		len -= (size_t)n;
-	}
-	return WALRUS_OK;
-}
-
 int wal_write_file(const char *dir, const char *name, const char *text)
 {
 	char path[4096], tmp[4200];
@@ -158,7 +144,9 @@ int wal_write_file(const char *dir, const char *name, const char *text)
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return wr_error(wr_errno_code(errno), "could not create \"%s\": %m", tmp);
-	int rc = write_all(fd, text, strlen(text), tmp);
+	int rc = wr_write_full(fd, text, strlen(text)) == 0
+	             ? WALRUS_OK
+	             : wr_error(wr_errno_code(errno), "could not write \"%s\": %m", tmp);
 	if (rc == WALRUS_OK)
 		rc = fdc_fsync_fd(fd, tmp);
 	int crc = fdc_close_fd(fd, tmp);
