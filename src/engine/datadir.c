@@ -185,28 +185,7 @@ static int find_foreign(const char *abs, bool resuming, char *extra, size_t len)
 /* write temp + fsync + rename + fsync directory: the file appears whole or not at all. */
 int datadir_write_file(const char *dir, const char *name, const char *text)
 {
-	char tmp[PATH_MAX], path[PATH_MAX];
-	fdc_file f;
-	int rc;
-
-	if (!wr_snprintf(path, sizeof(path), "%s/%s", dir, name) ||
-	    !wr_snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, name))
-		return wr_error(WALRUS_EINVAL, "path too long in \"%s\"", dir);
-	rc = fdc_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600, &f);
-	if (rc != WALRUS_OK)
-		return rc;
-	rc = fdc_pwrite(f, text, strlen(text), 0);
-	if (rc == WALRUS_OK)
-		rc = fdc_fsync(f);
-	fdc_clear_dirty(f); /* synced (or failed and we give up the file) */
-	int rc2 = fdc_close(f);
-	if (rc == WALRUS_OK)
-		rc = rc2;
-	if (rc == WALRUS_OK)
-		rc = fdc_rename(tmp, path);
-	if (rc == WALRUS_OK)
-		rc = fdc_fsync_path(dir);
-	return rc;
+	return wal_write_file(dir, name, text);
 }
 
 /*

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,25 +138,25 @@ uint32_t wal_history_tli_for(const wal_history *h, wr_lsn seg_start, uint64_t se
 
 int wal_write_file(const char *dir, const char *name, const char *text)
 {
-	char path[4096], tmp[4200];
+	char tmp[PATH_MAX], path[PATH_MAX];
+	fdc_file f;
 	if (!wr_snprintf(path, sizeof(path), "%s/%s", dir, name) ||
-	    !wr_snprintf(tmp, sizeof(tmp), "%s.tmp", path))
-		return wr_error(WALRUS_EINVAL, "path too long: \"%s/%s\"", dir, name);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return wr_error(wr_errno_code(errno), "could not create \"%s\": %m", tmp);
-	int rc = wr_write_full(fd, text, strlen(text)) == 0
-	             ? WALRUS_OK
-	             : wr_error(wr_errno_code(errno), "could not write \"%s\": %m", tmp);
+	    !wr_snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, name))
+		return wr_error(WALRUS_EINVAL, "path too long in \"%s\"", dir);
+	int rc = fdc_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600, &f);
+	if (rc != WALRUS_OK)
+		return rc;
+	rc = fdc_pwrite(f, text, strlen(text), 0);
 	if (rc == WALRUS_OK)
-		rc = fdc_fsync_fd(fd, tmp);
-	int crc = fdc_close_fd(fd, tmp);
+		rc = fdc_fsync(f);
+	fdc_clear_dirty(f); /* synced (or failed and we give up the file) */
+	int rc2 = fdc_close(f);
 	if (rc == WALRUS_OK)
-		rc = crc;
+		rc = rc2;
 	if (rc == WALRUS_OK)
 		rc = fdc_rename(tmp, path);
 	if (rc == WALRUS_OK)
-		rc = fdc_fsync_parent(path);
+		rc = fdc_fsync_path(dir);
 	return rc;
 }
 
