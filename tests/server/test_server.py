@@ -765,6 +765,12 @@ def case_pool(walrus):
             if p == victim:
                 check(c.closed(timeout=10), "a connection of the killed backend is closed")
         others = [c for c, p in zip(cs, pids) if p != victim]
+        # the kill restarts the instance: a survivor's call may be answered
+        # before or after that restart, so wait for its end first (the log);
+        # then each survivor's next call may fail once, and the one after works
+        log = os.path.join(s.dir, "log", "walrus.log")
+        check(wait_until(lambda: "instance is ready (generation 1)" in open(log).read(), 60),
+              "the instance did not restart after the backend's kill")
         for c in others:
             r = c.call("SET", "after", "1")  # may answer that the instance restarted
             check(r == "OK" or is_err(r, "ERR the walrus instance restarted") or
