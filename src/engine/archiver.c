@@ -192,6 +192,16 @@ static bool fsync_dir(arch_state *st, const char *dir)
 	return ok;
 }
 
+static bool fsync_file(arch_state *st, const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return fail_errno(st, "open", path);
+	bool ok = fsync(fd) == 0 || fail_errno(st, "fsync", path);
+	close(fd);
+	return ok;
+}
+
 static bool archive_copy(arch_state *st, const char *src, const char *name)
 {
 	const char *dir = st->o->archive_dir;
@@ -214,7 +224,9 @@ static bool archive_copy(arch_state *st, const char *src, const char *name)
 			            "\"%s\" exists with other contents (another instance's WAL?); "
 			            "it is not overwritten",
 			            dest);
-		ok = same == 1;
+		/* Found after a crash between the rename and the directory's
+		 * fsync, or put there by someone else: durable before it counts. */
+		ok = same == 1 && fsync_file(st, dest) && fsync_dir(st, dir);
 	} else {
 		ok = copy_to_tmp(st, src, tmp, buf);
 		if (ok && rename(tmp, dest) != 0)
