@@ -44,7 +44,7 @@ static void usage(FILE *out)
 	fprintf(out, "usage: walrus [-D DIR] [-o name=value ...] COMMAND [ARGS]\n\n"
 	             "commands:\n");
 	for (size_t i = 0; i < WR_ARRAY_LEN(commands); i++)
-		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+		fprintf(out, "  %-13s %s\n", commands[i].name, commands[i].help);
 	fprintf(out, "\n  -D DIR         data directory (or set WALRUS_DATA)\n"
 	             "  -o name=value  set an engine option (see `walrus options`)\n"
 	             "  COMMAND --help for the command's own options\n\n"
