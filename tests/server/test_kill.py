@@ -117,11 +117,17 @@ def crash_restarts(server, during_kill=False):
     (None then: ask again)."""
     try:
         with server.client(timeout=60) as c:
-            info = c.call("INFO", "instance").decode()
+            info = c.call("INFO", "instance")
     except (Closed, ConnectionResetError, BrokenPipeError):
         if during_kill:
             return None
         raise
+    # a connection's backend that attached as the instance went down is
+    # answered with the restart's error: ask again
+    if during_kill and isinstance(info, RespError):
+        return None
+    check(not isinstance(info, RespError), f"INFO failed: {info}")
+    info = info.decode()
     return int(info.split("instance_crash_restarts:")[1].split()[0])
 
 
