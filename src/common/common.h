@@ -1,6 +1,6 @@
 /*
- * common.h - the ground floor: CRC32C, logging, errors, options, time,
- * growing arrays.
+ * common.h - the ground floor: CRC32C, SHA-256, logging, errors, options,
+ * time, growing arrays.
  *
  * Owns: per-process logging state (sinks, process name, level), the
  * thread-local "last error" message, the option table.
@@ -295,5 +295,30 @@ bool wr_snprintf(char *buf, size_t len, const char *fmt, ...) WR_PRINTF(3, 4);
 ssize_t wr_read_full(int fd, void *buf, size_t len);
 /* write(2) all of @buf, through short writes and EINTR: 0, or -1 with errno. */
 int wr_write_full(int fd, const void *buf, size_t len);
+
+/* ---------------------------------------------------------------- SHA-256 (sha256.c) */
+
+/* SHA-256 and HMAC-SHA256, for the replication handshake (src/repl). */
+#define WR_SHA256_LEN 32
+typedef struct wr_sha256_ctx {
+	uint32_t h[8];
+	uint64_t len; /* bytes hashed so far */
+	uint8_t buf[64];
+	size_t used;
+} wr_sha256_ctx;
+void wr_sha256_init(wr_sha256_ctx *s);
+void wr_sha256_update(wr_sha256_ctx *s, const void *data, size_t len);
+/* Writes the digest and wipes @s. */
+void wr_sha256_final(wr_sha256_ctx *s, uint8_t out[WR_SHA256_LEN]);
+void wr_sha256(const void *data, size_t len, uint8_t out[WR_SHA256_LEN]);
+/* A message given in parts, hashed as their concatenation. */
+struct wr_iovec_c {
+	const void *base;
+	size_t len;
+};
+void wr_hmac_sha256(const void *key, size_t klen, const struct wr_iovec_c *parts, int nparts,
+                    uint8_t out[WR_SHA256_LEN]);
+/* Compares two MACs in time independent of where they differ. */
+bool wr_mac_equal(const uint8_t *a, const uint8_t *b, size_t len);
 
 #endif /* WALRUS_COMMON_H */
