@@ -210,6 +210,10 @@ typedef struct wr_options {
 	char archive_dir[WR_OPT_STR_MAX];     /* built-in copy into this directory, or "" */
 	char archive_command[WR_OPT_STR_MAX]; /* shell command with %p, %f, %%, or "" */
 	int64_t archive_timeout_us;           /* 0: off; else switch a segment older than this */
+	/* streaming replication, the primary's side (src/repl) */
+	char listen_replication[WR_OPT_STR_MAX]; /* "HOST:PORT", a socket path, or "" (off) */
+	int64_t max_wal_senders;
+	int64_t wal_sender_timeout_us; /* a standby silent this long is dropped */
 	/* Bit i: option i of the table was set explicitly (wr_opts_set), so it
 	 * outranks walrus.conf and is compared with a running instance's value. */
 	uint64_t set_mask;

@@ -132,6 +132,13 @@ static const wr_opt_desc opt_table[] = {
         "archive_mode: shell command archiving %p (segment path) as %f (archive name)"),
     OPT("archive_timeout", WR_OPT_TIME, INST, archive_timeout_us, "0", 0, 1 * DAY, NULL,
         "switch to a new WAL segment when the current one is older than this (0: never)"),
+    OPT("listen_replication", WR_OPT_STRING, INST, listen_replication, "", 0, 0, NULL,
+        "serve WAL to standbys on HOST:PORT or an absolute socket path (\"\": off; needs "
+        "replication_password in walrus.conf)"),
+    OPT("max_wal_senders", WR_OPT_INT, INST, max_wal_senders, "4", 0, 64, NULL,
+        "standbys served at once (a WAL sender process each)"),
+    OPT("wal_sender_timeout", WR_OPT_TIME, INST, wal_sender_timeout_us, "60s", 1 * SEC,
+        1 * DAY, NULL, "a standby that does not answer for this long is disconnected"),
 };
 
 _Static_assert(WR_ARRAY_LEN(opt_table) <= WR_OPTS_MAX, "set_mask has a bit per option");
@@ -161,6 +168,7 @@ static const struct opt_rule opt_rules[] = {
     {.name = "checkpoint_timeout", .plain_unit = SEC},
     {.name = "supervisor_linger", .plain_unit = SEC},
     {.name = "archive_timeout", .plain_unit = SEC},
+    {.name = "wal_sender_timeout", .plain_unit = MS},
 };
 
 static const struct opt_rule no_rule = {.name = "", .plain_unit = SEC};
@@ -742,6 +750,9 @@ int wr_opts_validate(const wr_options *o)
 int wr_opts_validate_instance(const wr_options *o)
 {
 	int rc = wr_opts_validate(o);
+	if (rc == WALRUS_OK && o->listen_replication[0] != '\0' && o->max_wal_senders == 0)
+		return wr_error(WALRUS_EINVAL, "option \"listen_replication\" is set but option "
+		                               "\"max_wal_senders\" is 0");
 	if (rc != WALRUS_OK || !o->archive_mode)
 		return rc;
 	if ((o->archive_dir[0] != '\0') == (o->archive_command[0] != '\0'))

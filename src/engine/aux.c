@@ -22,13 +22,14 @@
 #include "checkpointer/checkpointer.h"
 #include "fdcache/fdcache.h"
 #include "kv/kv.h"
+#include "repl/repl.h"
 #include "storage/storage.h"
 #include "wal/wal.h"
 
 static const char *const aux_names[WR_AUX_NKINDS] = {
     [WR_AUX_CKPT] = "walrus-ckpt", [WR_AUX_BGWR] = "walrus-bgwr",
     [WR_AUX_WALW] = "walrus-walw", [WR_AUX_STARTUP] = "walrus-startup",
-    [WR_AUX_ARCH] = "walrus-arch",
+    [WR_AUX_ARCH] = "walrus-arch", [WR_AUX_WRCV] = "walrus-wrcv",
 };
 
 _Static_assert(WR_ARRAY_LEN(((engine_shared *)0)->aux_wakeup) >= WR_AUX_NKINDS,
@@ -49,15 +50,16 @@ static void aux_panic_handler(void)
 	_exit(WR_PANIC_EXIT);
 }
 
-static void aux_setup(int kind, pid_t supervisor)
+/* What every process the supervisor forks does first. */
+static void aux_frame(const char *name, pid_t supervisor)
 {
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGTERM, SIG_DFL);
 	signal(SIGINT, SIG_IGN); /* a terminal's ^C goes to the supervisor, which decides */
-	prctl(PR_SET_NAME, aux_name(kind), 0, 0, 0);
-	wr_log_set_process_name(aux_name(kind));
+	prctl(PR_SET_NAME, name, 0, 0, 0);
+	wr_log_set_process_name(name);
 	wr_set_panic_handler(aux_panic_handler);
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
 		wr_log(WR_WARNING, "could not arrange to die with the supervisor: %m");
@@ -65,13 +67,36 @@ static void aux_setup(int kind, pid_t supervisor)
 		_exit(1);
 	/* File descriptors opened by the supervisor's fd cache are not ours to use. */
 	fdc_reset();
+}
+
+static void aux_setup(int kind, pid_t supervisor)
+{
+	aux_frame(aux_name(kind), supervisor);
 	engine_my_proc_set(kind);
 	engine_shared *e = engine_sh();
 	if (smgr_init(e->datadir, e->opts.data_segment_size) != WALRUS_OK ||
 	    wal_attach(kind) != WALRUS_OK || buf_attach() != WALRUS_OK ||
 	    ckpt_attach() != WALRUS_OK || ckpt_sync_attach() != WALRUS_OK ||
-	    ckpt_sync_install_hooks(e->datadir) != WALRUS_OK || kv_attach() != WALRUS_OK)
+	    ckpt_sync_install_hooks(e->datadir) != WALRUS_OK || kv_attach() != WALRUS_OK ||
+	    repl_attach() != WALRUS_OK)
 		wr_panic("%s could not start: %s", aux_name(kind), walrus_errmsg());
+}
+
+/*
+ * A WAL sender reads WAL files and shared atomics only (wal_flushed_lsn):
+ * no buffer pool, no checkpointer hooks, no insertion slot.  Its proc slot
+ * is at the end of the table, after the backends'.
+ */
+_Noreturn void aux_sender_main(int sock, int slot)
+{
+	/* SIGUSR1 (the flusher's wake-up) must not kill it before its handler is set. */
+	signal(SIGUSR1, SIG_IGN);
+	engine_shared *e = engine_sh();
+	aux_frame("walrus-wsnd", (pid_t)e->supervisor_pid);
+	engine_my_proc_set((int)(e->nprocs + (uint32_t)slot));
+	if (wal_attach(-1) != WALRUS_OK || repl_attach() != WALRUS_OK)
+		wr_panic("walrus-wsnd could not start: %s", walrus_errmsg());
+	repl_sender_main(sock, slot);
 }
 
 static bool supervisor_gone(pid_t supervisor)
@@ -252,6 +277,8 @@ _Noreturn void aux_main(int kind, int keep_fd)
 		bgwriter_main(supervisor);
 	if (kind == WR_AUX_ARCH)
 		archiver_main(supervisor);
+	if (kind == WR_AUX_WRCV)
+		repl_receiver_main();
 	if (kind == WR_AUX_CKPT)
 		ckpt_main(engine_sh()->datadir, &engine_sh()->opts,
 		          &engine_sh()->shutdown_requested, supervisor);

@@ -39,6 +39,7 @@
 #include "checkpointer/checkpointer.h"
 #include "fdcache/fdcache.h"
 #include "kv/kv.h"
+#include "repl/repl.h"
 #include "storage/storage.h"
 #include "wal/wal.h"
 
@@ -444,6 +445,8 @@ static int finish_attach(const char *abs)
 		rc = ckpt_sync_install_hooks(abs);
 	if (rc == WALRUS_OK)
 		rc = kv_attach();
+	if (rc == WALRUS_OK)
+		rc = repl_attach(); /* its flushes wake the WAL senders */
 	if (rc == WALRUS_OK)
 		rc = smgr_init(abs, inst->data_segment_size);
 	if (rc != WALRUS_OK)

@@ -227,7 +227,7 @@ static int parse_line(const char *line, conf_line *l)
 
 static bool is_secret(const char *name)
 {
-	return strcmp(name, "requirepass") == 0;
+	return strcmp(name, "requirepass") == 0 || strcmp(name, "replication_password") == 0;
 }
 
 /* Known, instance-wide (or the server's) and valid, or an error naming the option. */

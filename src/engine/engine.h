@@ -206,13 +206,16 @@ typedef struct engine_shared {
 	uint8_t opt_source[WR_OPTS_MAX]; /* where each came from: enum wr_opt_source */
 	char datadir[PATH_MAX];
 	uint32_t supervisor_pid;
-	uint32_t nprocs;
+	uint32_t nprocs; /* slots of the auxiliary processes and backends (backends scan to here) */
+	/* After them, a slot per max_wal_senders for the WAL senders (walrus-wsnd),
+	 * kind WR_PROC_AUX: procs[nprocs + i] is sender slot i's. */
+	uint32_t nsender_procs;
 	uint64_t start_time_us;
 	uint64_t crash_restarts; /* before this generation */
 	_Atomic uint64_t attaches;
 	_Atomic uint32_t shutdown_requested; /* futex word the aux processes wait on */
 	_Atomic uint32_t stop_mode;          /* WALRUS_STOP_* requested, 0 when none */
-	_Atomic uint32_t aux_wakeup[5];      /* one latch per auxiliary process kind */
+	_Atomic uint32_t aux_wakeup[8];      /* one latch per auxiliary process kind */
 	char startup_error[512];             /* why recovery failed, for the clients */
 	/* Set by the startup process (reserve.c) before the instance runs:
 	 * writes are refused with WALRUS_ENOSPC and read_only_why. */
@@ -277,12 +280,16 @@ enum wr_aux_kind {
 	WR_AUX_WALW,
 	WR_AUX_STARTUP,
 	WR_AUX_ARCH, /* only with archive_mode=on */
+	WR_AUX_WRCV, /* the WAL receiver of a standby (src/repl); started by the standby mode */
 	WR_AUX_NKINDS
 };
 const char *aux_name(int kind); /* "walrus-ckpt", ... */
 /* In a child just forked by the supervisor: names the process, arranges to
  * die with the supervisor, closes what it must not hold, and runs the loop. */
 _Noreturn void aux_main(int kind, int keep_fd);
+/* The same frame for a WAL sender (walrus-wsnd) on accepted connection @sock,
+ * in sender slot @slot of region "repl" (repl_sender_main). */
+_Noreturn void aux_sender_main(int sock, int slot);
 /*
  * The archiver (walrus-arch, archiver.c): copies each completed WAL segment
  * (and each timeline history file) in order into archive_dir, or hands it

@@ -34,6 +34,7 @@
 #include "checkpointer/checkpointer.h"
 #include "fdcache/fdcache.h"
 #include "kv/kv.h"
+#include "repl/repl.h"
 #include "wal/wal.h"
 
 /*
@@ -54,6 +55,7 @@ typedef struct sup_conn {
 } sup_conn;
 
 #define SUP_MAX_CONNS 4096
+#define SUP_MAX_SENDERS 64 /* max_wal_senders' upper bound */
 
 #define SUP_FIRST_ATTACH_NS (10ULL * 1000000000ULL) /* wait for the first client this long */
 
@@ -77,13 +79,21 @@ static struct {
 	bool read_only;         /* the instance started read-only (reserve.c) */
 	int stop_mode;          /* WALRUS_STOP_* asked for (walrus_stop, a signal), 0 if none */
 	uint64_t drain_note_ns; /* when a drain that waits says so again */
-} S = {.lock_fd = -1, .listen_fd = -1, .sig_fd = -1, .shm_fd = -1, .ready_fd = -1};
+	/* Streaming replication's primary side: the listener (listen_replication)
+	 * and the WAL sender of each sender slot (0: free). */
+	int repl_fd;
+	pid_t senders[SUP_MAX_SENDERS];
+	bool senders_finishing;       /* clean shutdown: asked to send the rest and exit */
+	uint64_t senders_deadline_ns; /* then killed if still there */
+} S = {.lock_fd = -1, .listen_fd = -1, .sig_fd = -1, .shm_fd = -1, .ready_fd = -1,
+       .repl_fd = -1};
 
 static const char *const aux_kinds_started[] = {
     [WR_AUX_CKPT] = "checkpointer",
     [WR_AUX_BGWR] = "background writer",
     [WR_AUX_WALW] = "WAL writer",
     [WR_AUX_ARCH] = "archiver",
+    [WR_AUX_WRCV] = "WAL receiver",
 };
 
 /* ---------------------------------------------------------------- start-up helpers */
@@ -190,16 +200,18 @@ static int adopt_control_file(void)
 static int create_shared_memory(void)
 {
 	uint32_t nprocs = (uint32_t)S.opts.max_connections + WR_AUX_NKINDS;
-	size_t sizes[] = {sizeof(engine_shared),   nprocs * sizeof(wr_proc),
+	uint32_t nsenders = (uint32_t)S.opts.max_wal_senders, ntotal = nprocs + nsenders;
+	size_t sizes[] = {sizeof(engine_shared),   ntotal * sizeof(wr_proc),
 	                  ENGINE_SCRATCH_SIZE,     wal_shmem_size(&S.opts, (int)nprocs),
 	                  buf_shmem_size(&S.opts), ckpt_shmem_size(),
-	                  ckpt_sync_shmem_size(),  kv_shmem_size()};
+	                  ckpt_sync_shmem_size(),  kv_shmem_size(),
+	                  repl_shmem_size(&S.opts)};
 	size_t total = shm_size_for(sizes, (int)WR_ARRAY_LEN(sizes));
 	int rc = shm_create(total, &S.shm_fd);
 	if (rc != WALRUS_OK)
 		return rc;
 	engine_shared *e = shm_alloc("engine", sizeof(engine_shared));
-	wr_proc *procs = shm_alloc("procs", nprocs * sizeof(wr_proc));
+	wr_proc *procs = shm_alloc("procs", ntotal * sizeof(wr_proc));
 	void *scratch = shm_alloc("scratch", ENGINE_SCRATCH_SIZE);
 	if (e == NULL || procs == NULL || scratch == NULL)
 		return wr_error(WALRUS_EINTERNAL, "shared memory layout does not fit");
@@ -212,6 +224,8 @@ static int create_shared_memory(void)
 		rc = ckpt_sync_shmem_init();
 	if (rc == WALRUS_OK)
 		rc = kv_shmem_init();
+	if (rc == WALRUS_OK)
+		rc = repl_shmem_init(&S.opts);
 	if (rc != WALRUS_OK)
 		return rc;
 	e->opts = S.opts;
@@ -219,13 +233,14 @@ static int create_shared_memory(void)
 	memcpy(e->datadir, S.abs, sizeof(e->datadir));
 	e->supervisor_pid = (uint32_t)getpid();
 	e->nprocs = nprocs;
+	e->nsender_procs = nsenders;
 	e->start_time_us = wr_wall_us();
 	e->crash_restarts = S.crash_restarts;
 	e->reserve_released = S.reserve_released;
 	atomic_store(&e->stop_mode, (uint32_t)S.stop_mode); /* a restart during a smart stop */
-	for (uint32_t i = 0; i < nprocs; i++) {
+	for (uint32_t i = 0; i < ntotal; i++) {
 		procs[i].index = i;
-		procs[i].kind = i < WR_AUX_NKINDS ? WR_PROC_AUX : WR_PROC_FREE;
+		procs[i].kind = i < WR_AUX_NKINDS || i >= nprocs ? WR_PROC_AUX : WR_PROC_FREE;
 	}
 	atomic_store(&shm_hdr()->generation, S.generation);
 	return WALRUS_OK;
@@ -241,6 +256,23 @@ static void drop_shared_memory(void)
 
 /* ---------------------------------------------------------------- children */
 
+/* In a child: it must not hold the supervisor's sockets, or a dead backend's
+ * connection would never show EOF to the supervisor. */
+static void close_supervisor_fds(void)
+{
+	if (S.listen_fd >= 0)
+		close(S.listen_fd);
+	if (S.repl_fd >= 0)
+		close(S.repl_fd);
+	close(S.sig_fd);
+	for (int i = 0; i < S.nconns; i++)
+		close(S.conns[i].fd);
+	if (S.shm_fd >= 0)
+		close(S.shm_fd);
+	if (S.ready_fd >= 0)
+		close(S.ready_fd); /* or the opener would wait for our EOF too */
+}
+
 static pid_t fork_child(int kind)
 {
 	pid_t pid = fork();
@@ -250,17 +282,7 @@ static pid_t fork_child(int kind)
 	}
 	if (pid > 0)
 		return pid;
-	/* Child: it must not hold the supervisor's sockets, or a dead backend's
-	 * connection would never show EOF to the supervisor. */
-	if (S.listen_fd >= 0)
-		close(S.listen_fd);
-	close(S.sig_fd);
-	for (int i = 0; i < S.nconns; i++)
-		close(S.conns[i].fd);
-	if (S.shm_fd >= 0)
-		close(S.shm_fd);
-	if (S.ready_fd >= 0)
-		close(S.ready_fd); /* or the opener would wait for our EOF too */
+	close_supervisor_fds();
 	aux_main(kind, S.lock_fd);
 }
 
@@ -329,7 +351,7 @@ static int run_startup_read_only(void)
 static int start_aux_processes(void)
 {
 	for (int k = 0; k < WR_AUX_NKINDS; k++) {
-		if (k == WR_AUX_STARTUP || (k == WR_AUX_ARCH && !S.opts.archive_mode))
+		if (k == WR_AUX_STARTUP || k == WR_AUX_WRCV || (k == WR_AUX_ARCH && !S.opts.archive_mode))
 			continue;
 		S.aux[k] = fork_child(k);
 		if (S.aux[k] < 0)
@@ -347,8 +369,11 @@ static int aux_index(pid_t pid)
 	return -1;
 }
 
+static void kill_senders(void);
+
 static void kill_aux_processes(void)
 {
+	kill_senders();
 	for (int k = 0; k < WR_AUX_NKINDS; k++) {
 		if (S.aux[k] <= 0)
 			continue;
@@ -446,6 +471,11 @@ static void wait_backend_io(void)
 
 static _Noreturn void sup_exit(int code)
 {
+	if (S.repl_fd >= 0) {
+		close(S.repl_fd);
+		if (S.opts.listen_replication[0] == '/')
+			unlink(S.opts.listen_replication);
+	}
 	if (S.listen_fd >= 0) {
 		char path[PATH_MAX];
 		close(S.listen_fd);
@@ -829,6 +859,145 @@ static bool aux_all_gone(void)
 	return true;
 }
 
+/* ---------------------------------------------------------------- WAL senders */
+
+/*
+ * The primary's side of streaming replication: listen on
+ * listen_replication (with replication_password from walrus.conf), fork a
+ * walrus-wsnd per accepted connection into a free sender slot.  A sender
+ * holds no lock and changes nothing shared but its slot, so its death
+ * (but a PANIC) frees the slot without a crash restart.
+ */
+static int replication_setup(void)
+{
+	char pw[256];
+	bool found;
+	if (S.opts.listen_replication[0] == '\0')
+		return WALRUS_OK;
+	int rc = conf_secret(S.abs, "replication_password", pw, sizeof(pw), &found);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (!found || pw[0] == '\0')
+		return wr_error(WALRUS_EINVAL,
+		                "option \"listen_replication\" is set but %s/%s sets no "
+		                "replication_password: standbys must authenticate",
+		                S.abs, WR_CONF_FILE);
+	repl_set_password(pw);
+	explicit_bzero(pw, sizeof(pw));
+	rc = repl_listen(S.opts.listen_replication, &S.repl_fd);
+	if (rc == WALRUS_OK)
+		wr_log(WR_LOG, "listening for standbys on %s", S.opts.listen_replication);
+	return rc;
+}
+
+static void start_sender(int fd, const char *peer)
+{
+	int slot = -1;
+	for (int i = 0; i < (int)S.opts.max_wal_senders && slot < 0; i++)
+		if (S.senders[i] == 0)
+			slot = i;
+	if (slot < 0) {
+		char text[128];
+		snprintf(text, sizeof(text), "too many standbys (max_wal_senders = %lld)",
+		         (long long)S.opts.max_wal_senders);
+		wr_log(WR_WARNING, "replication connection from %s refused: %s", peer, text);
+		repl_refuse(fd, WALRUS_ELIMIT, text);
+		close(fd);
+		return;
+	}
+	repl_sender_prepare(slot, peer);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close_supervisor_fds();
+		aux_sender_main(fd, slot);
+	}
+	close(fd);
+	if (pid < 0) {
+		wr_log(WR_WARNING, "could not fork a WAL sender for %s: %m", peer);
+		repl_sender_free(slot);
+		return;
+	}
+	S.senders[slot] = pid;
+	atomic_store(&repl_shared()->senders[slot].pid, (uint32_t)pid);
+	atomic_store(&engine_procs()[engine_sh()->nprocs + (uint32_t)slot].pid, (uint32_t)pid);
+}
+
+static void accept_replication(void)
+{
+	int fd;
+	char peer[64];
+	while (S.repl_fd >= 0 && repl_accept(S.repl_fd, &fd, peer, sizeof(peer)) == WALRUS_OK)
+		start_sender(fd, peer);
+}
+
+static int sender_index(pid_t pid)
+{
+	for (int i = 0; i < SUP_MAX_SENDERS; i++)
+		if (S.senders[i] == pid)
+			return i;
+	return -1;
+}
+
+/* A sender ended: its slot is free again; only a PANIC means shared memory may be damaged. */
+static void sender_reaped(pid_t pid, int st, char *crash_why, size_t why_len)
+{
+	int i = sender_index(pid);
+	if (i < 0)
+		return;
+	S.senders[i] = 0;
+	if (shm_hdr() != NULL) {
+		repl_sender_free(i);
+		atomic_store(&engine_procs()[engine_sh()->nprocs + (uint32_t)i].pid, 0);
+	}
+	char how[128];
+	describe_status(st, how, sizeof(how));
+	if (WIFEXITED(st) && WEXITSTATUS(st) == WR_PANIC_EXIT) {
+		snprintf(crash_why, why_len, "walrus-wsnd process (pid %d) %s", (int)pid, how);
+		return;
+	}
+	wr_log(WIFEXITED(st) && WEXITSTATUS(st) == 0 ? WR_DEBUG : WR_LOG,
+	       "walrus-wsnd process (pid %d) %s", (int)pid, how);
+}
+
+static void kill_senders(void)
+{
+	for (int i = 0; i < SUP_MAX_SENDERS; i++) {
+		if (S.senders[i] <= 0)
+			continue;
+		kill(S.senders[i], SIGKILL);
+		while (waitpid(S.senders[i], NULL, 0) < 0 && errno == EINTR)
+			;
+		S.senders[i] = 0;
+	}
+}
+
+/*
+ * Clean shutdown: once the checkpointer is gone (its shutdown checkpoint
+ * is flushed) the senders send what is left and exit; one whose standby
+ * does not take it within wal_sender_timeout is killed.  True when none is left.
+ */
+static bool senders_done(void)
+{
+	bool any = false;
+	for (int i = 0; i < SUP_MAX_SENDERS; i++)
+		any = any || S.senders[i] > 0;
+	if (!any)
+		return true;
+	if (S.phase != SUP_SHUTDOWN || S.aux[WR_AUX_CKPT] > 0)
+		return false;
+	if (!S.senders_finishing) {
+		S.senders_finishing = true;
+		S.senders_deadline_ns = wr_now_ns() + (uint64_t)S.opts.wal_sender_timeout_us * 1000;
+		repl_senders_finish();
+	} else if (wr_now_ns() > S.senders_deadline_ns) {
+		wr_log(WR_WARNING, "WAL senders still running at shutdown after "
+		                   "wal_sender_timeout: killing them");
+		kill_senders();
+		return true;
+	}
+	return false;
+}
+
 /* ---------------------------------------------------------------- the loop */
 
 static void reap_children(char *crash_why, size_t why_len)
@@ -837,8 +1006,10 @@ static void reap_children(char *crash_why, size_t why_len)
 	pid_t pid;
 	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
 		int k = aux_index(pid);
-		if (k < 0)
+		if (k < 0) {
+			sender_reaped(pid, st, crash_why, why_len);
 			continue;
+		}
 		S.aux[k] = 0;
 		char how[128];
 		describe_status(st, how, sizeof(how));
@@ -919,7 +1090,7 @@ static void update_linger(void)
 
 static void event_loop(void)
 {
-	struct pollfd *pfds = calloc(SUP_MAX_CONNS + 2, sizeof(*pfds));
+	struct pollfd *pfds = calloc(SUP_MAX_CONNS + 3, sizeof(*pfds));
 	if (pfds == NULL)
 		wr_panic("out of memory in the supervisor");
 	for (;;) {
@@ -930,6 +1101,10 @@ static void event_loop(void)
 		if (S.listen_fd >= 0)
 			pfds[n++] = (struct pollfd){.fd = S.listen_fd, .events = POLLIN};
 		int listen_idx = S.listen_fd >= 0 ? first_conn : -1;
+		/* Standbys are served once the instance runs; until then they wait in the backlog. */
+		int repl_idx = S.repl_fd >= 0 && S.phase == SUP_RUNNING ? n : -1;
+		if (repl_idx >= 0)
+			pfds[n++] = (struct pollfd){.fd = S.repl_fd, .events = POLLIN};
 		int conn_base = n;
 		for (int i = 0; i < S.nconns; i++)
 			pfds[n++] = (struct pollfd){.fd = S.conns[i].fd, .events = POLLIN};
@@ -947,13 +1122,16 @@ static void event_loop(void)
 		}
 		if (r > 0 && listen_idx >= 0 && S.listen_fd >= 0 && pfds[listen_idx].revents)
 			accept_conn();
+		if (r > 0 && repl_idx >= 0 && pfds[repl_idx].revents)
+			accept_replication();
 		if (crash_why[0] && S.phase == SUP_RUNNING)
 			crash_restart(crash_why);
 		/* Shared memory may be inconsistent: no shutdown checkpoint from it. */
 		if (crash_why[0] && S.phase == SUP_DRAINING)
 			stop_immediately(crash_why);
 		stop_progress();
-		if (S.phase == SUP_SHUTDOWN && aux_all_gone())
+		bool senders_gone = senders_done();
+		if (S.phase == SUP_SHUTDOWN && aux_all_gone() && senders_gone)
 			break;
 		update_linger();
 	}
@@ -1071,6 +1249,8 @@ _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int read
 	if ((rc = setup_signals()) != WALRUS_OK)
 		fail_start(ready_fd, rc);
 	if ((rc = ipc_listen(abs, WR_SOCKET_NAME, &S.listen_fd)) != WALRUS_OK)
+		fail_start(ready_fd, rc);
+	if ((rc = replication_setup()) != WALRUS_OK)
 		fail_start(ready_fd, rc);
 	wr_log(WR_LOG, "supervisor starting for \"%s\" (pid %d)", abs, (int)getpid());
 	publish_settings();

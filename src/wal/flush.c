@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "fdcache/fdcache.h"
+#include "repl/repl.h"
 
 #define WAL_SPIN_ROUNDS     200
 #define WAL_SPIN_NS         10000 /* spin only when the flush should end this soon */
@@ -422,6 +423,7 @@ static void write_round(uint64_t want)
 	write_and_flush(from, upto);
 	atomic_store(&wal_sh->write_lsn, upto);
 	atomic_store(&wal_sh->flush_lsn, upto);
+	repl_wake_senders(); /* one atomic load when no standby's sender sleeps */
 	uint64_t t1 = wr_now_ns(), ns = t1 - t0;
 	atomic_store(&wal_sh->flush_start_ns, 0);
 	/* Whoever is waiting now comes back for the next flush: the ones this

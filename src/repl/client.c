@@ -1,0 +1,261 @@
+/*
+ * client.c - the standby's side of a replication connection, as steps the
+ * receiver (receiver.c) and the tests share: connect and authenticate,
+ * START, then receive WAL into a directory.
+ *
+ * Received WAL is written at its own position in its own segment (the
+ * primary's bytes, page headers included), through the fd cache (the
+ * engine's I/O seam), and fdatasynced through the same handle before
+ * `flushed` moves: the standby never reports, nor lets anyone replay, WAL
+ * that a power cut could take back.
+ */
+#include "repl/repl_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fdcache/fdcache.h"
+
+#define FEEDBACK_NS (1000ULL * 1000 * 1000) /* FEEDBACK at least this often */
+
+int repl_client_connect(const char *addr, const char *password, int *fd_out)
+{
+	int fd;
+	repl_msg m;
+	uint8_t *buf = malloc(REPL_MAX_PAYLOAD);
+	if (buf == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory");
+	int rc = repl_connect(addr, &fd);
+	if (rc != WALRUS_OK) {
+		free(buf);
+		return rc;
+	}
+	rc = repl_set_timeout(fd, REPL_AUTH_TIMEOUT_MS);
+	if (rc == WALRUS_OK)
+		rc = repl_recv(fd, buf, &m);
+	if (rc == WALRUS_OK && m.type == REPL_MSG_ERROR)
+		rc = repl_error_from(&m);
+	else if (rc == WALRUS_OK && (m.type != REPL_MSG_CHALLENGE ||
+	                             m.u.challenge.version != REPL_VERSION))
+		rc = wr_error(WALRUS_EPROTO, "\"%s\" is not a walrus primary of this version", addr);
+	uint8_t nonce_p[REPL_NONCE_LEN], nonce_s[REPL_NONCE_LEN], want[WR_SHA256_LEN];
+	if (rc == WALRUS_OK) {
+		memcpy(nonce_p, m.u.challenge.nonce, sizeof(nonce_p));
+		rc = repl_random(nonce_s, sizeof(nonce_s));
+	}
+	if (rc == WALRUS_OK) {
+		m = (repl_msg){.type = REPL_MSG_AUTH};
+		memcpy(m.u.auth.nonce, nonce_s, sizeof(nonce_s));
+		repl_mac(password, "walrus-standby", nonce_p, nonce_s, m.u.auth.mac);
+		rc = repl_send(fd, &m);
+	}
+	if (rc == WALRUS_OK)
+		rc = repl_recv(fd, buf, &m);
+	if (rc == WALRUS_OK && m.type == REPL_MSG_ERROR)
+		rc = repl_error_from(&m);
+	else if (rc == WALRUS_OK && m.type != REPL_MSG_AUTH_OK)
+		rc = wr_error(WALRUS_EPROTO, "the primary at \"%s\" answered AUTH with %s", addr,
+		              repl_msg_name(m.type));
+	if (rc == WALRUS_OK) {
+		/* A fake primary does not know the password either. */
+		repl_mac(password, "walrus-primary", nonce_s, nonce_p, want);
+		if (!wr_mac_equal(want, m.u.auth_ok.mac, sizeof(want)))
+			rc = wr_error(WALRUS_EPERM, "the primary at \"%s\" failed to prove it knows the "
+			                            "password",
+			              addr);
+	}
+	free(buf);
+	if (rc != WALRUS_OK) {
+		close(fd);
+		return rc;
+	}
+	*fd_out = fd;
+	return WALRUS_OK;
+}
+
+int repl_client_start(int fd, uint64_t sysid, uint32_t timeline, wr_lsn start, const char *app,
+                      const char *slot, wr_lsn *primary_flush)
+{
+	repl_msg m = {.type = REPL_MSG_START};
+	m.u.start.sysid = sysid;
+	m.u.start.timeline = timeline;
+	m.u.start.start_lsn = start;
+	wr_snprintf(m.u.start.app, sizeof(m.u.start.app), "%s", app);
+	wr_snprintf(m.u.start.slot, sizeof(m.u.start.slot), "%s", slot);
+	uint8_t *buf = malloc(REPL_MAX_PAYLOAD);
+	if (buf == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory");
+	int rc = repl_send(fd, &m);
+	if (rc == WALRUS_OK)
+		rc = repl_recv(fd, buf, &m);
+	free(buf);
+	if (rc == WALRUS_OK && m.type == REPL_MSG_ERROR)
+		return repl_error_from(&m);
+	if (rc == WALRUS_OK && m.type != REPL_MSG_STREAMING)
+		return wr_error(WALRUS_EPROTO, "the primary answered START with %s",
+		                repl_msg_name(m.type));
+	if (rc == WALRUS_OK && m.u.streaming.timeline != timeline)
+		return wr_error(WALRUS_EPROTO, "the primary streams timeline %u, not %u",
+		                m.u.streaming.timeline, timeline);
+	if (rc == WALRUS_OK)
+		*primary_flush = m.u.streaming.flush_lsn;
+	return rc;
+}
+
+/* ---------------------------------------------------------------- receiving */
+
+void repl_stream_init(repl_stream *st, const char *waldir, uint64_t seg_size, wr_lsn start)
+{
+	*st = (repl_stream){.waldir = waldir, .seg_size = seg_size, .seg_fd = -1};
+	st->written = st->flushed = start;
+}
+
+static fdc_file seg_handle(repl_stream *st)
+{
+	return (fdc_file)st->seg_fd;
+}
+
+/* Makes what was written durable, then publishes it (never the other way round). */
+static void sync_written(repl_stream *st)
+{
+	if (st->flushed >= st->written)
+		return;
+	if (st->seg_fd >= 0 && fdc_fdatasync(seg_handle(st)) != WALRUS_OK)
+		wr_panic("could not fdatasync received WAL: %s", walrus_errmsg());
+	st->flushed = st->written;
+}
+
+static void close_segment(repl_stream *st)
+{
+	if (st->seg_fd < 0)
+		return;
+	sync_written(st);
+	if (fdc_close(seg_handle(st)) != WALRUS_OK)
+		wr_panic("could not close received WAL segment: %s", walrus_errmsg());
+	st->seg_fd = -1;
+}
+
+static void open_segment(repl_stream *st, wr_lsn seg)
+{
+	char path[PATH_MAX];
+	close_segment(st);
+	if (wal_segment_create(st->waldir, st->seg_size, seg) != WALRUS_OK)
+		wr_panic("could not create WAL segment for received WAL: %s", walrus_errmsg());
+	wal_segment_path(st->waldir, st->seg_size, seg, path, sizeof(path));
+	fdc_file f;
+	if (fdc_open(path, O_WRONLY | O_CLOEXEC, 0600, &f) != WALRUS_OK)
+		wr_panic("could not open received WAL segment: %s", walrus_errmsg());
+	st->seg_fd = (int)f;
+	st->seg_start = seg;
+}
+
+static int write_wal(repl_stream *st, const repl_msg *m)
+{
+	wr_lsn start = m->u.wal.start_lsn;
+	uint32_t len = m->u.wal.len;
+	wr_lsn seg = start - start % st->seg_size;
+	if (start != st->written)
+		return wr_error(WALRUS_EPROTO,
+		                "the primary sent WAL from " WAL_LSN_FMT " where " WAL_LSN_FMT
+		                " was expected",
+		                WAL_LSN_ARGS(start), WAL_LSN_ARGS(st->written));
+	if (start - seg + len > st->seg_size)
+		return wr_error(WALRUS_EPROTO, "the primary sent WAL across a segment's end at "
+		                               WAL_LSN_FMT,
+		                WAL_LSN_ARGS(start));
+	if (st->seg_fd < 0 || st->seg_start != seg)
+		open_segment(st, seg);
+	if (fdc_pwrite(seg_handle(st), m->u.wal.data, len, (off_t)(start - seg)) != WALRUS_OK)
+		wr_panic("could not write received WAL: %s", walrus_errmsg());
+	st->written = start + len;
+	if (st->written % st->seg_size == 0)
+		close_segment(st); /* synced: the next message opens the next one */
+	return WALRUS_OK;
+}
+
+static int send_feedback(int fd, repl_stream *st)
+{
+	repl_msg m = {.type = REPL_MSG_FEEDBACK};
+	m.u.feedback.written = st->written;
+	m.u.feedback.flushed = st->flushed;
+	m.u.feedback.applied = st->applied;
+	m.u.feedback.time_us = wr_wall_us();
+	return repl_send(fd, &m);
+}
+
+static bool readable(int fd, int ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	int r;
+	do
+		r = poll(&p, 1, ms);
+	while (r < 0 && errno == EINTR);
+	return r > 0;
+}
+
+/* One message; *reply when the primary asked for FEEDBACK now. */
+static int handle(int fd, repl_stream *st, bool *reply)
+{
+	repl_msg m;
+	int rc = repl_recv(fd, st->buf, &m);
+	if (rc != WALRUS_OK)
+		return rc;
+	st->last_msg_us = wr_wall_us();
+	switch (m.type) {
+	case REPL_MSG_WAL:
+		st->primary_flush = m.u.wal.primary_flush;
+		return write_wal(st, &m);
+	case REPL_MSG_KEEPALIVE:
+		st->primary_flush = m.u.keepalive.primary_flush;
+		*reply = *reply || m.u.keepalive.reply_requested;
+		return WALRUS_OK;
+	case REPL_MSG_ERROR:
+		return repl_error_from(&m);
+	default:
+		return wr_error(WALRUS_EPROTO, "the primary sent %s while streaming",
+		                repl_msg_name(m.type));
+	}
+}
+
+int repl_client_stream(int fd, repl_stream *st)
+{
+	if (st->buf == NULL && (st->buf = malloc(REPL_MAX_PAYLOAD)) == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory");
+	uint64_t last_feedback = 0;
+	for (;;) {
+		bool reply = false;
+		int rc = WALRUS_OK;
+		/* Everything already here first: one sync covers it all. */
+		if (readable(fd, 1000)) {
+			do
+				rc = handle(fd, st, &reply);
+			while (rc == WALRUS_OK && readable(fd, 0) && st->written - st->flushed < (16u << 20));
+		}
+		bool advanced = st->flushed < st->written;
+		sync_written(st);
+		if (rc != WALRUS_OK)
+			return rc;
+		uint64_t now = wr_now_ns();
+		if (advanced || reply || now - last_feedback >= FEEDBACK_NS) {
+			rc = send_feedback(fd, st);
+			if (rc != WALRUS_OK)
+				return rc;
+			last_feedback = now;
+			if (st->progress != NULL && !st->progress(st, st->arg))
+				return WALRUS_OK;
+		}
+	}
+}
+
+void repl_stream_close(repl_stream *st)
+{
+	close_segment(st);
+	free(st->buf);
+	st->buf = NULL;
+}

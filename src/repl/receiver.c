@@ -1,0 +1,145 @@
+/*
+ * receiver.c - the WAL receiver (walrus-wrcv) of a standby: follows the
+ * primary named in DIR/walrus.standby from the position the startup
+ * process asks for (start_lsn), writes and syncs the stream into DIR/wal
+ * and publishes how far it is durable (flushed, flush_seq) for the startup
+ * process's replay.  A broken connection is retried every
+ * wal_retrieve_retry_interval, from what is flushed (never backwards);
+ * each new reason for failing is logged once.
+ */
+#include "repl/repl_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "ipc/ipc.h"
+
+#define RETRY_INTERVAL_NS (1000ULL * 1000 * 1000) /* wal_retrieve_retry_interval */
+
+typedef struct receiver {
+	repl_receiver *rcv;
+	engine_shared *e;
+	repl_standby_conf conf;
+	wal_control ctl;
+	char waldir[PATH_MAX];
+	char last_error[256];
+} receiver;
+
+static bool shutting_down(receiver *w)
+{
+	return atomic_load(&w->e->shutdown_requested) != 0 ||
+	       getppid() != (pid_t)w->e->supervisor_pid;
+}
+
+/* Published for stats; logged once per change of reason. */
+static void set_error(receiver *w, const char *text)
+{
+	repl_receiver *r = w->rcv;
+	atomic_fetch_add(&r->error_seq, 1);
+	wr_snprintf(r->error, sizeof(r->error), "%s", text);
+	atomic_fetch_add(&r->error_seq, 1);
+	if (strncmp(text, w->last_error, sizeof(w->last_error) - 1) != 0 && text[0] != '\0')
+		wr_log(WR_LOG, "%s", text);
+	wr_snprintf(w->last_error, sizeof(w->last_error), "%s", text);
+}
+
+/* The startup process says where to stream from once it replayed the local WAL. */
+static wr_lsn wait_start(receiver *w)
+{
+	atomic_store(&w->rcv->state, REPL_RCV_WAITING_START);
+	for (;;) {
+		uint32_t seq = atomic_load(&w->rcv->start_seq);
+		wr_lsn start = atomic_load(&w->rcv->start_lsn);
+		if (start != 0)
+			return start;
+		if (shutting_down(w))
+			_exit(0);
+		(void)ipc_wait_u32(&w->rcv->start_seq, seq, RETRY_INTERVAL_NS);
+	}
+}
+
+/* After each durable advance: publish it, wake the startup process, say whether to go on. */
+static bool progress(repl_stream *st, void *arg)
+{
+	receiver *w = arg;
+	repl_receiver *r = w->rcv;
+	atomic_store(&r->written, st->written);
+	if (atomic_load(&r->flushed) != st->flushed) {
+		atomic_store(&r->flushed, st->flushed);
+		atomic_fetch_add(&r->flush_seq, 1);
+		ipc_wake_all(&r->flush_seq);
+	}
+	atomic_store(&r->primary_flush, st->primary_flush);
+	atomic_store(&r->last_msg_us, st->last_msg_us);
+	st->applied = atomic_load(&r->applied);
+	return !shutting_down(w);
+}
+
+/* One connection: until it breaks (its error is returned) or shutdown (WALRUS_OK). */
+static int follow(receiver *w, repl_stream *st)
+{
+	int fd;
+	wr_lsn pflush;
+	atomic_store(&w->rcv->state, REPL_RCV_CONNECTING);
+	int rc = repl_client_connect(w->conf.primary, w->conf.password, &fd);
+	if (rc != WALRUS_OK)
+		return rc;
+	rc = repl_client_start(fd, w->ctl.sysid, wal_control_timeline(&w->ctl), st->flushed,
+	                       w->conf.application_name, w->conf.slot, &pflush);
+	if (rc == WALRUS_OK) {
+		set_error(w, "");
+		atomic_store(&w->rcv->state, REPL_RCV_STREAMING);
+		atomic_store(&w->rcv->timeline, wal_control_timeline(&w->ctl));
+		wr_log(WR_LOG, "streaming WAL from %s at " WAL_LSN_FMT " (primary flushed to "
+		               WAL_LSN_FMT ")",
+		       w->conf.primary, WAL_LSN_ARGS(st->flushed), WAL_LSN_ARGS(pflush));
+		st->primary_flush = pflush;
+		rc = repl_client_stream(fd, st);
+	}
+	/* What was written is durable before anyone is told. */
+	repl_stream_close(st);
+	progress(st, w);
+	close(fd);
+	return rc;
+}
+
+_Noreturn void repl_receiver_main(void)
+{
+	receiver w = {.e = engine_sh()};
+	w.rcv = &repl_shared()->receiver;
+	atomic_store(&w.rcv->pid, (uint32_t)getpid());
+	if (repl_standby_read(w.e->datadir, &w.conf) != WALRUS_OK ||
+	    wal_control_read(w.e->datadir, &w.ctl) != WALRUS_OK) {
+		set_error(&w, walrus_errmsg());
+		wr_log(WR_FATAL, "WAL receiver cannot start: %s", walrus_errmsg());
+		_exit(1);
+	}
+	wr_snprintf(w.rcv->primary, sizeof(w.rcv->primary), "%s", w.conf.primary);
+	if (!wr_snprintf(w.waldir, sizeof(w.waldir), "%s/wal", w.e->datadir))
+		wr_panic("path too long: \"%s\"", w.e->datadir);
+	wr_lsn start = wait_start(&w);
+	repl_stream st;
+	repl_stream_init(&st, w.waldir, (uint64_t)w.e->opts.wal_segment_size, start);
+	st.progress = progress;
+	st.arg = &w;
+	atomic_store(&w.rcv->flushed, start);
+	for (;;) {
+		int rc = follow(&w, &st);
+		if (shutting_down(&w))
+			_exit(0);
+		char why[1024];
+		snprintf(why, sizeof(why), "replication from %s stopped: %s", w.conf.primary,
+		         rc == WALRUS_OK ? "the primary ended the stream" : walrus_errmsg());
+		set_error(&w, why);
+		/* Retry from what is durable: it never goes backwards. */
+		repl_stream_init(&st, w.waldir, (uint64_t)w.e->opts.wal_segment_size, st.flushed);
+		st.progress = progress;
+		st.arg = &w;
+		uint32_t seq = atomic_load(&w.e->shutdown_requested);
+		if (seq == 0)
+			(void)ipc_wait_u32(&w.e->shutdown_requested, 0, RETRY_INTERVAL_NS);
+	}
+}

@@ -1,0 +1,161 @@
+/*
+ * repl.h - streaming replication's transport: the WAL sender (walrus-wsnd,
+ * one per standby, on the primary), the WAL receiver (walrus-wrcv, on a
+ * standby), their wire protocol and their shared state (region "repl").
+ *
+ * Protocol (docs/architecture.md, "Streaming replication: the transport"):
+ * over TCP or a Unix socket, messages `u8 type, u32 length, payload`, all
+ * integers little-endian, payloads of at most REPL_MAX_PAYLOAD bytes.  The
+ * primary challenges, the standby proves it knows replication_password
+ * with an HMAC-SHA256 over both sides' nonces and checks the primary's
+ * proof in turn; then START names the standby's system, timeline and
+ * start LSN, and the primary streams the raw bytes of its flushed WAL,
+ * exactly as in its segment files.  Nothing is read from an
+ * unauthenticated peer but its AUTH, and nothing but the challenge and an
+ * ERROR is sent to it.
+ *
+ * Owns: region "repl" (a slot per max_wal_senders, the receiver's state),
+ * the replication listening socket's address format ("HOST:PORT", or an
+ * absolute Unix socket path), DIR/walrus.standby.
+ * Locks: none.  A sender slot is claimed and freed by the supervisor only
+ * (it forks the sender for the slot and reaps it); its LSNs and state are
+ * written by its sender only.  The receiver's fields are written by the
+ * receiver, but start_lsn/start_seq (the startup process) and applied
+ * (the startup process).
+ * Wake-ups: a sender sleeping for WAL sets its slot's `waiting` and counts
+ * itself in `nwaiting`, then looks at the flush LSN again before it sleeps
+ * in ppoll with SIGUSR1 unblocked; the WAL flusher calls
+ * repl_wake_senders() after each flush, which loads nwaiting and, only
+ * when it is non-zero, sends SIGUSR1 to each waiting sender.  No lost
+ * wake-up: either the flusher sees the count, or the sender sees the flush.
+ * The receiver publishes `flushed` only after fdatasync, then bumps
+ * flush_seq and wakes its futex waiters.
+ * Returns: WALRUS_* codes with messages.
+ * PANICs: the receiver on any error writing or syncing received WAL (as
+ * any WAL write); a sender never (it only reads), so its death never needs
+ * a crash restart.
+ */
+#ifndef WALRUS_REPL_H
+#define WALRUS_REPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+#define REPL_STANDBY_FILE "walrus.standby"
+#define REPL_NAME_LEN     64
+
+enum repl_sender_state {
+	REPL_SND_FREE = 0,
+	REPL_SND_AUTH,      /* waiting for the peer's AUTH */
+	REPL_SND_START,     /* authenticated, waiting for START */
+	REPL_SND_STREAMING, /* sending WAL */
+	REPL_SND_STOPPING,  /* clean shutdown: sending what is left */
+};
+
+enum repl_receiver_state {
+	REPL_RCV_STOPPED = 0,
+	REPL_RCV_WAITING_START, /* for the startup process's start_lsn */
+	REPL_RCV_CONNECTING,
+	REPL_RCV_STREAMING,
+};
+
+typedef struct repl_sender_slot { /* one per max_wal_senders */
+	_Atomic uint32_t pid;         /* 0: free */
+	_Atomic uint32_t waiting;     /* sleeping for a flush: the flusher signals it */
+	_Atomic uint32_t state;       /* enum repl_sender_state */
+	char name[REPL_NAME_LEN];     /* the standby's application_name (set at START) */
+	char peer[REPL_NAME_LEN];     /* its address (set by the supervisor before the fork) */
+	_Atomic uint64_t sent, written, flushed, applied; /* LSNs */
+	_Atomic uint64_t reply_time_us;                   /* last FEEDBACK, wall clock */
+} repl_sender_slot;
+
+typedef struct repl_receiver { /* the standby's receiver */
+	_Atomic uint32_t pid, state;
+	/* Set by the STARTUP process once it has replayed the local WAL to its
+	 * end: stream from here.  The receiver waits (futex on start_seq) until
+	 * it is non-zero. */
+	_Atomic uint64_t start_lsn;
+	_Atomic uint32_t start_seq;
+	_Atomic uint64_t written, flushed; /* durable in DIR/wal up to `flushed` (fdatasync'd) */
+	/* Futex word: bumped + FUTEX_WAKE when flushed advances; the startup
+	 * process sleeps on it. */
+	_Atomic uint32_t flush_seq;
+	_Atomic uint64_t applied; /* written by the STARTUP process after each record */
+	_Atomic uint64_t primary_flush, last_msg_us;
+	_Atomic uint32_t timeline;
+	_Atomic uint32_t error_seq; /* odd while error is written */
+	char primary[256];          /* from walrus.standby, for stats */
+	char error[256];            /* last connection error, for stats/logs */
+} repl_receiver;
+
+typedef struct repl_state { /* region "repl" */
+	uint32_t nsenders;          /* max_wal_senders */
+	_Atomic uint32_t nwaiting;  /* senders with `waiting` set: the flusher's one load */
+	_Atomic uint32_t finishing; /* clean shutdown: senders send what is flushed, then exit */
+	repl_receiver receiver;
+	repl_sender_slot senders[]; /* nsenders */
+} repl_state;
+
+/* ---------------------------------------------------------------- shared memory */
+
+size_t repl_shmem_size(const wr_options *o);
+/* In the supervisor, while creating shared memory. */
+int repl_shmem_init(const wr_options *o);
+/* In every process after attaching (the flusher's repl_wake_senders needs it). */
+int repl_attach(void);
+repl_state *repl_shared(void); /* NULL when not attached */
+
+/* After each WAL flush: one atomic load when no sender sleeps. */
+void repl_wake_senders(void);
+
+/* ---------------------------------------------------------------- the primary's side */
+
+/* Keeps replication_password for the senders this process forks (never in shared memory). */
+void repl_set_password(const char *password);
+/* Listens on @addr ("HOST:PORT" or an absolute socket path), non-blocking, close-on-exec. */
+int repl_listen(const char *addr, int *fd_out);
+/* Checks the form of listen_replication / primary without using it. */
+int repl_check_address(const char *addr);
+/* Accepts one connection (non-blocking listener): WALRUS_ENOTFOUND when none waits;
+ * @peer gets its address ("1.2.3.4:5678", "unix socket"). */
+int repl_accept(int lfd, int *fd_out, char *peer, size_t len);
+/* Prepares free slot @slot for a connection from @peer (the supervisor, before the fork). */
+void repl_sender_prepare(int slot, const char *peer);
+/* Frees @slot (the supervisor, once the sender is reaped). */
+void repl_sender_free(int slot);
+/* Asks the senders to send what is flushed and exit (clean shutdown, after the checkpointer). */
+void repl_senders_finish(void);
+/* Sends an ERROR without blocking (a refused connection), best effort. */
+void repl_refuse(int fd, int code, const char *text);
+/* Runs a sender on an accepted connection; in the forked walrus-wsnd.  Never returns. */
+_Noreturn void repl_sender_main(int sock_fd, int slot);
+
+/* ---------------------------------------------------------------- the standby's side */
+
+/*
+ * DIR/walrus.standby, in walrus.conf's format ("name = value", '#'
+ * comments, values optionally single-quoted), mode 0600 (refused when its
+ * group or others may read it: it holds the password).  Keys: primary
+ * (required), slot, application_name (default: DIR's base name), password.
+ * Its presence makes every start of DIR a standby start.
+ */
+typedef struct repl_standby_conf {
+	char primary[256];
+	char slot[REPL_NAME_LEN];
+	char application_name[REPL_NAME_LEN];
+	char password[256];
+} repl_standby_conf;
+/* WALRUS_ENOENT when absent; WALRUS_EINVAL naming the line for a bad one. */
+int repl_standby_read(const char *abs, repl_standby_conf *c);
+/* Parses the text of such a file (@abs gives the default application_name). */
+int repl_standby_parse(const char *abs, const char *path, char *text, repl_standby_conf *c);
+/* Writes it durably (temp file, fsync, rename, fsync DIR), mode 0600. */
+int repl_standby_write(const char *abs, const repl_standby_conf *c);
+
+/* The receiver; in the forked walrus-wrcv.  Never returns. */
+_Noreturn void repl_receiver_main(void);
+
+#endif /* WALRUS_REPL_H */

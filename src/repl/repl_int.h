@@ -1,0 +1,160 @@
+/*
+ * repl_int.h - what the sender, the receiver, their tests and the fuzz
+ * target share inside src/repl: the messages, their encoding and
+ * decoding, socket I/O with timeouts, and the standby's client steps
+ * (connect + authenticate, start, receive into a directory), exposed so a
+ * test can stream from a primary as the receiver does.
+ */
+#ifndef WALRUS_REPL_INT_H
+#define WALRUS_REPL_INT_H
+
+#include "repl/repl.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wal/wal.h"
+
+#define REPL_MAGIC          0x50525257u /* "WRRP" as bytes W R R P, read LE */
+#define REPL_VERSION        1
+#define REPL_NONCE_LEN      32
+#define REPL_HEADER_LEN     5 /* u8 type, u32 length */
+#define REPL_MAX_PAYLOAD    ((1u << 20) + 64)
+#define REPL_WAL_HEADER     24 /* start_lsn, primary_flush, send_time_us */
+#define REPL_WAL_CHUNK      (128u * 1024) /* bytes of WAL per message at most */
+#define REPL_ERROR_TEXT_MAX 512
+#define REPL_AUTH_TIMEOUT_MS 10000 /* a peer must authenticate within this */
+
+enum repl_msg_type {
+	REPL_MSG_CHALLENGE = 1, /* primary -> standby */
+	REPL_MSG_AUTH,          /* standby -> primary */
+	REPL_MSG_AUTH_OK,       /* primary -> standby */
+	REPL_MSG_START,         /* standby -> primary */
+	REPL_MSG_STREAMING,     /* primary -> standby */
+	REPL_MSG_WAL,           /* primary -> standby */
+	REPL_MSG_KEEPALIVE,     /* primary -> standby */
+	REPL_MSG_FEEDBACK,      /* standby -> primary */
+	REPL_MSG_ERROR,         /* either way, then close */
+	REPL_MSG_NTYPES
+};
+
+typedef struct repl_msg {
+	uint8_t type;
+	union {
+		struct {
+			uint32_t magic, version;
+			uint8_t nonce[REPL_NONCE_LEN];
+		} challenge;
+		struct {
+			uint8_t nonce[REPL_NONCE_LEN], mac[WR_SHA256_LEN];
+		} auth;
+		struct {
+			uint8_t mac[WR_SHA256_LEN];
+		} auth_ok;
+		struct {
+			uint64_t sysid;
+			uint32_t timeline;
+			uint64_t start_lsn;
+			char app[REPL_NAME_LEN], slot[REPL_NAME_LEN]; /* terminated */
+		} start;
+		struct {
+			uint32_t timeline;
+			uint64_t flush_lsn;
+		} streaming;
+		struct {
+			uint64_t start_lsn, primary_flush, send_time_us;
+			const uint8_t *data; /* into the buffer decoded from */
+			uint32_t len;
+		} wal;
+		struct {
+			uint64_t primary_flush, send_time_us;
+			uint8_t reply_requested;
+		} keepalive;
+		struct {
+			uint64_t written, flushed, applied, time_us;
+		} feedback;
+		struct {
+			int32_t code;
+			char text[REPL_ERROR_TEXT_MAX]; /* terminated, cut if longer */
+		} error;
+	} u;
+} repl_msg;
+
+/* The type's name for messages ("WAL"), "unknown" otherwise. */
+const char *repl_msg_name(int type);
+/* Header: WALRUS_EPROTO for an unknown type or a length over REPL_MAX_PAYLOAD. */
+int repl_decode_header(const uint8_t h[REPL_HEADER_LEN], uint8_t *type, uint32_t *len);
+/* Payload of @type: WALRUS_EPROTO unless exactly well formed. */
+int repl_decode(uint8_t type, const uint8_t *p, uint32_t len, repl_msg *m);
+/* One whole message at the start of @buf: WALRUS_OK with *used, WALRUS_ENOTFOUND when
+ * @n bytes do not hold it all yet, WALRUS_EPROTO when it is malformed. */
+int repl_decode_buf(const uint8_t *buf, size_t n, repl_msg *m, size_t *used);
+/* Header + payload into @out; the bytes written, 0 when it does not fit in @cap. */
+size_t repl_encode(const repl_msg *m, uint8_t *out, size_t cap);
+
+/* The 29 bytes before a WAL message's data (so the data can be read in place after them). */
+void repl_encode_wal_header(uint8_t *out, wr_lsn start, wr_lsn primary_flush, uint64_t time_us,
+                            uint32_t len);
+
+/* ---------------------------------------------------------------- sockets */
+
+/* Bounds every later read and write on @fd (SO_RCVTIMEO/SO_SNDTIMEO): a stalled peer
+ * makes them fail with EAGAIN. */
+int repl_set_timeout(int fd, uint64_t ms);
+/* Sends one message whole. */
+int repl_send(int fd, const repl_msg *m);
+/* Receives one message into @m; @buf holds REPL_MAX_PAYLOAD bytes and keeps a WAL
+ * message's data.  WALRUS_EIO when the peer closed or timed out, WALRUS_EPROTO when
+ * it broke the protocol. */
+int repl_recv(int fd, uint8_t *buf, repl_msg *m);
+/* An ERROR message's code and text as this side's error (wr_error). */
+int repl_error_from(const repl_msg *m);
+/* Connects to "HOST:PORT" or a socket path (blocking, close-on-exec). */
+int repl_connect(const char *addr, int *fd_out);
+
+/* The MACs of the handshake (label "walrus-standby" or "walrus-primary"). */
+void repl_mac(const char *password, const char *label, const uint8_t *n1, const uint8_t *n2,
+              uint8_t out[WR_SHA256_LEN]);
+/* Fills @buf with random bytes (getrandom). */
+int repl_random(uint8_t *buf, size_t len);
+
+/* ---------------------------------------------------------------- the standby's client steps */
+
+/* Connects to @addr and authenticates with @password (checks the primary's proof too). */
+int repl_client_connect(const char *addr, const char *password, int *fd_out);
+/* Sends START and waits for STREAMING: the primary's timeline and flush LSN. */
+int repl_client_start(int fd, uint64_t sysid, uint32_t timeline, wr_lsn start, const char *app,
+                      const char *slot, wr_lsn *primary_flush);
+
+/* Receiving into a WAL directory: everything but the socket. */
+typedef struct repl_stream {
+	const char *waldir;
+	uint64_t seg_size;
+	wr_lsn written, flushed, applied, primary_flush; /* applied: reported in FEEDBACK */
+	uint64_t last_msg_us;
+	/* Called after each durable advance of `flushed`, and about every second;
+	 * returning false ends repl_client_stream with WALRUS_OK. */
+	bool (*progress)(struct repl_stream *st, void *arg);
+	void *arg;
+	int seg_fd;       /* -1: none open */
+	wr_lsn seg_start; /* of seg_fd's segment */
+	uint8_t *buf;     /* REPL_MAX_PAYLOAD bytes, allocated by repl_client_stream */
+} repl_stream;
+/* Initialises @st to receive from @start into @waldir. */
+void repl_stream_init(repl_stream *st, const char *waldir, uint64_t seg_size, wr_lsn start);
+/*
+ * Receives WAL messages, writes each at its place in its segment (creating
+ * a missing one zero-filled), fdatasyncs before `flushed` advances, and
+ * answers with FEEDBACK after each sync, every second and when asked.
+ * Returns when progress() says stop (WALRUS_OK), or with the error that
+ * ended the stream (the primary's ERROR, a broken connection, a protocol
+ * error).  Write and sync errors PANIC.
+ */
+int repl_client_stream(int fd, repl_stream *st);
+void repl_stream_close(repl_stream *st);
+
+/* REPL_AUTH_TIMEOUT_MS; with the test hooks, WALRUS_REPL_AUTH_TIMEOUT_MS in the
+ * environment shortens it (the auth timeout test need not wait 10 s). */
+uint64_t repl_auth_timeout_ms(void);
+
+#endif /* WALRUS_REPL_INT_H */

@@ -1,0 +1,380 @@
+/*
+ * sender.c - the WAL sender (walrus-wsnd): one process per standby, forked
+ * by the supervisor for an accepted replication connection.
+ *
+ * It authenticates the peer (nothing but AUTH is read before, within
+ * REPL_AUTH_TIMEOUT_MS), checks its START against this instance (system
+ * identifier, timeline, start LSN, the segment still in DIR/wal), then
+ * streams the flushed WAL from DIR/wal's segment files, the bytes exactly
+ * as they are there.  Files rather than the WAL buffers: the page cache
+ * holds recent WAL anyway, and reading files takes no lock the inserters
+ * and the flusher use, so a sender can die anywhere without harm to the
+ * instance (its death never needs a crash restart).
+ *
+ * Sleeping for WAL: see repl.h (waiting, nwaiting, SIGUSR1 through ppoll).
+ */
+#include "repl/repl_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+
+#define KEEPALIVE_NS (1000ULL * 1000 * 1000) /* an idle sender says it is alive this often */
+
+static char repl_password[256];
+
+void repl_set_password(const char *password)
+{
+	wr_snprintf(repl_password, sizeof(repl_password), "%s", password);
+}
+
+typedef struct sender {
+	int fd;
+	repl_sender_slot *slot;
+	repl_state *r;
+	const char *datadir;
+	uint64_t seg_size;
+	uint64_t timeout_ns; /* wal_sender_timeout */
+	wal_control ctl;
+	wr_lsn sent;
+	uint64_t last_send_ns, last_reply_ns;
+	int seg_fd;
+	wr_lsn seg_start;
+	uint8_t *buf;
+	sigset_t wake_mask; /* the mask ppoll sleeps with: SIGUSR1 unblocked */
+} sender;
+
+static void on_usr1(int sig)
+{
+	(void)sig; /* only ends ppoll */
+}
+
+/* An ERROR to the peer, the reason in our log, and the end of this sender. */
+static _Noreturn void refuse(sender *w, int level, int code, const char *text)
+{
+	repl_msg m = {.type = REPL_MSG_ERROR};
+	m.u.error.code = code;
+	wr_snprintf(m.u.error.text, sizeof(m.u.error.text), "%s", text);
+	(void)repl_send(w->fd, &m);
+	wr_log(level, "replication connection from %s%s%s%s refused: %s", w->slot->peer,
+	       w->slot->name[0] ? " (standby \"" : "", w->slot->name,
+	       w->slot->name[0] ? "\")" : "", text);
+	_exit(0);
+}
+
+static _Noreturn void drop(sender *w, const char *why)
+{
+	wr_log(WR_WARNING, "replication connection from %s%s%s%s dropped: %s", w->slot->peer,
+	       w->slot->name[0] ? " (standby \"" : "", w->slot->name,
+	       w->slot->name[0] ? "\")" : "", why);
+	_exit(0);
+}
+
+/* ---------------------------------------------------------------- authentication */
+
+/* Reads @len bytes before @deadline_ns, or drops the peer. */
+static void read_by(sender *w, uint8_t *buf, size_t len, uint64_t deadline_ns)
+{
+	size_t got = 0;
+	while (got < len) {
+		uint64_t now = wr_now_ns();
+		if (now >= deadline_ns)
+			drop(w, "it did not authenticate in time");
+		struct pollfd p = {.fd = w->fd, .events = POLLIN};
+		int r = poll(&p, 1, (int)((deadline_ns - now) / 1000000 + 1));
+		if (r < 0 && errno != EINTR)
+			drop(w, "poll failed");
+		if (r <= 0)
+			continue;
+		ssize_t n = read(w->fd, buf + got, len - got);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n <= 0)
+			_exit(0); /* gone before authenticating: nothing to say */
+		got += (size_t)n;
+	}
+}
+
+static void authenticate(sender *w)
+{
+	repl_msg m = {.type = REPL_MSG_CHALLENGE};
+	m.u.challenge.magic = REPL_MAGIC;
+	m.u.challenge.version = REPL_VERSION;
+	uint8_t nonce_p[REPL_NONCE_LEN], h[REPL_HEADER_LEN], type;
+	uint32_t len;
+	if (repl_random(nonce_p, sizeof(nonce_p)) != WALRUS_OK)
+		drop(w, walrus_errmsg());
+	memcpy(m.u.challenge.nonce, nonce_p, sizeof(nonce_p));
+	if (repl_send(w->fd, &m) != WALRUS_OK)
+		_exit(0);
+	uint64_t deadline = wr_now_ns() + repl_auth_timeout_ms() * 1000000ULL;
+	read_by(w, h, sizeof(h), deadline);
+	if (repl_decode_header(h, &type, &len) != WALRUS_OK)
+		drop(w, walrus_errmsg());
+	if (type != REPL_MSG_AUTH)
+		drop(w, "it sent something else than AUTH before authenticating");
+	read_by(w, w->buf, len, deadline);
+	if (repl_decode(type, w->buf, len, &m) != WALRUS_OK)
+		drop(w, walrus_errmsg());
+	uint8_t want[WR_SHA256_LEN];
+	repl_mac(repl_password, "walrus-standby", nonce_p, m.u.auth.nonce, want);
+	if (!wr_mac_equal(want, m.u.auth.mac, sizeof(want)))
+		refuse(w, WR_WARNING, WALRUS_EPERM, "authentication failed");
+	uint8_t nonce_s[REPL_NONCE_LEN];
+	memcpy(nonce_s, m.u.auth.nonce, sizeof(nonce_s));
+	m = (repl_msg){.type = REPL_MSG_AUTH_OK};
+	repl_mac(repl_password, "walrus-primary", nonce_s, nonce_p, m.u.auth_ok.mac);
+	if (repl_send(w->fd, &m) != WALRUS_OK)
+		_exit(0);
+}
+
+/* ---------------------------------------------------------------- START */
+
+static wr_lsn check_start(sender *w, const repl_msg *m)
+{
+	char text[REPL_ERROR_TEXT_MAX];
+	uint32_t tli = wal_control_timeline(&w->ctl);
+	wr_lsn flush = wal_flushed_lsn(), start = m->u.start.start_lsn;
+	if (m->u.start.sysid != w->ctl.sysid) {
+		snprintf(text, sizeof(text),
+		         "the standby's system identifier %llu differs from the primary's %llu",
+		         (unsigned long long)m->u.start.sysid, (unsigned long long)w->ctl.sysid);
+		refuse(w, WR_LOG, WALRUS_EINVAL, text);
+	}
+	if (m->u.start.timeline != tli) {
+		snprintf(text, sizeof(text), "the standby's timeline %u differs from the primary's %u",
+		         m->u.start.timeline, tli);
+		refuse(w, WR_LOG, WALRUS_EINVAL, text);
+	}
+	if (start == 0 || start > flush) {
+		snprintf(text, sizeof(text),
+		         "requested start " WAL_LSN_FMT " is ahead of the primary's flush position "
+		         WAL_LSN_FMT,
+		         WAL_LSN_ARGS(start), WAL_LSN_ARGS(flush));
+		refuse(w, WR_LOG, WALRUS_EINVAL, text);
+	}
+	char name[64], path[PATH_MAX];
+	wal_segment_name(w->seg_size, start - start % w->seg_size, name, sizeof(name));
+	if (!wr_snprintf(path, sizeof(path), "%s/wal/%s", w->datadir, name) ||
+	    access(path, F_OK) != 0) {
+		snprintf(text, sizeof(text), "requested WAL segment %s has already been removed",
+		         name);
+		refuse(w, WR_LOG, WALRUS_ENOENT, text);
+	}
+	return start;
+}
+
+static void receive_start(sender *w)
+{
+	repl_msg m;
+	atomic_store(&w->slot->state, REPL_SND_START);
+	if (repl_set_timeout(w->fd, w->timeout_ns / 1000000) != WALRUS_OK ||
+	    repl_recv(w->fd, w->buf, &m) != WALRUS_OK)
+		drop(w, walrus_errmsg());
+	if (m.type != REPL_MSG_START)
+		drop(w, "it sent something else than START");
+	wr_snprintf(w->slot->name, sizeof(w->slot->name), "%s", m.u.start.app);
+	w->sent = check_start(w, &m);
+	atomic_store(&w->slot->sent, w->sent);
+	m = (repl_msg){.type = REPL_MSG_STREAMING};
+	m.u.streaming.timeline = wal_control_timeline(&w->ctl);
+	m.u.streaming.flush_lsn = wal_flushed_lsn();
+	if (repl_send(w->fd, &m) != WALRUS_OK)
+		drop(w, walrus_errmsg());
+	atomic_store(&w->slot->state, REPL_SND_STREAMING);
+	wr_log(WR_LOG, "standby \"%s\" (%s) connected: streaming WAL from " WAL_LSN_FMT,
+	       w->slot->name, w->slot->peer, WAL_LSN_ARGS(w->sent));
+}
+
+/* ---------------------------------------------------------------- streaming */
+
+static void open_segment(sender *w, wr_lsn seg_start)
+{
+	char name[64], path[PATH_MAX], text[REPL_ERROR_TEXT_MAX];
+	if (w->seg_fd >= 0)
+		close(w->seg_fd);
+	w->seg_fd = -1;
+	wal_segment_name(w->seg_size, seg_start, name, sizeof(name));
+	if (!wr_snprintf(path, sizeof(path), "%s/wal/%s", w->datadir, name))
+		drop(w, "path too long");
+	w->seg_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (w->seg_fd < 0 && errno == ENOENT) {
+		snprintf(text, sizeof(text), "requested WAL segment %s has already been removed",
+		         name);
+		refuse(w, WR_LOG, WALRUS_ENOENT, text);
+	}
+	if (w->seg_fd < 0) {
+		snprintf(text, sizeof(text), "could not open WAL segment %s: %s", name,
+		         strerror(errno));
+		refuse(w, WR_WARNING, WALRUS_EIO, text);
+	}
+	w->seg_start = seg_start;
+}
+
+/* A page whose header names another address: the segment was recycled under us. */
+static void check_pages(sender *w, const uint8_t *data, wr_lsn start, uint32_t len)
+{
+	wr_lsn page = WR_ALIGN_UP(start, WAL_PAGE_SIZE);
+	for (; page + WAL_SHORT_PHD <= start + len; page += WAL_PAGE_SIZE) {
+		wal_page_header ph;
+		memcpy(&ph, data + (page - start), sizeof(ph));
+		if (ph.magic != WAL_PAGE_MAGIC || ph.pageaddr != page) {
+			char name[64], text[256];
+			wal_segment_name(w->seg_size, w->seg_start, name, sizeof(name));
+			snprintf(text, sizeof(text),
+			         "requested WAL segment %s has already been removed (recycled)", name);
+			refuse(w, WR_LOG, WALRUS_ENOENT, text);
+		}
+	}
+}
+
+/* One WAL message from `sent`, up to @flush, never across a segment's end. */
+static void send_wal(sender *w, wr_lsn flush)
+{
+	wr_lsn seg = w->sent - w->sent % w->seg_size;
+	if (w->seg_fd < 0 || w->seg_start != seg)
+		open_segment(w, seg);
+	uint64_t n = WR_MIN(flush - w->sent, seg + w->seg_size - w->sent);
+	n = WR_MIN(n, REPL_WAL_CHUNK);
+	uint8_t *data = w->buf + REPL_HEADER_LEN + REPL_WAL_HEADER;
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = pread(w->seg_fd, data + got, n - got, (off_t)(w->sent - seg + got));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			char text[256];
+			snprintf(text, sizeof(text), "could not read WAL at " WAL_LSN_FMT ": %s",
+			         WAL_LSN_ARGS(w->sent + got), r < 0 ? strerror(errno) : "end of file");
+			refuse(w, WR_WARNING, WALRUS_EIO, text);
+		}
+		got += (size_t)r;
+	}
+	check_pages(w, data, w->sent, (uint32_t)n);
+	repl_encode_wal_header(w->buf, w->sent, flush, wr_wall_us(), (uint32_t)n);
+	if (wr_write_full(w->fd, w->buf, REPL_HEADER_LEN + REPL_WAL_HEADER + n) != 0)
+		drop(w, errno == EAGAIN ? "the standby stopped reading (wal_sender_timeout)"
+		                        : "the connection broke");
+	w->sent += n;
+	atomic_store(&w->slot->sent, w->sent);
+	w->last_send_ns = wr_now_ns();
+}
+
+static void send_keepalive(sender *w, bool reply)
+{
+	repl_msg m = {.type = REPL_MSG_KEEPALIVE};
+	m.u.keepalive.primary_flush = wal_flushed_lsn();
+	m.u.keepalive.send_time_us = wr_wall_us();
+	m.u.keepalive.reply_requested = reply;
+	if (repl_send(w->fd, &m) != WALRUS_OK)
+		drop(w, walrus_errmsg());
+	w->last_send_ns = wr_now_ns();
+}
+
+/* What the standby sent: FEEDBACK, or an ERROR that ends the stream. */
+static void read_reply(sender *w)
+{
+	repl_msg m;
+	if (repl_recv(w->fd, w->buf, &m) != WALRUS_OK) {
+		if (atomic_load(&w->r->finishing)) /* the standby left first: fine now */
+			_exit(0);
+		drop(w, walrus_errmsg());
+	}
+	if (m.type == REPL_MSG_ERROR) {
+		wr_log(WR_LOG, "standby \"%s\" (%s) ended replication: %s", w->slot->name,
+		       w->slot->peer, m.u.error.text);
+		_exit(0);
+	}
+	if (m.type != REPL_MSG_FEEDBACK)
+		drop(w, "it sent something else than FEEDBACK while streaming");
+	atomic_store(&w->slot->written, m.u.feedback.written);
+	atomic_store(&w->slot->flushed, m.u.feedback.flushed);
+	atomic_store(&w->slot->applied, m.u.feedback.applied);
+	atomic_store(&w->slot->reply_time_us, wr_wall_us());
+	w->last_reply_ns = wr_now_ns();
+}
+
+/* Sleeps until WAL is flushed past `sent`, the standby writes, or a keepalive is due. */
+static void sleep_for_wal(sender *w)
+{
+	atomic_store(&w->slot->waiting, 1);
+	atomic_fetch_add(&w->r->nwaiting, 1);
+	if (wal_flushed_lsn() <= w->sent && !atomic_load(&w->r->finishing)) {
+		uint64_t now = wr_now_ns(), due = w->last_send_ns + KEEPALIVE_NS;
+		uint64_t ns = due > now ? due - now : 0;
+		struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ULL),
+		                      .tv_nsec = (long)(ns % 1000000000ULL)};
+		struct pollfd p = {.fd = w->fd, .events = POLLIN};
+		(void)ppoll(&p, 1, &ts, &w->wake_mask);
+	}
+	atomic_store(&w->slot->waiting, 0);
+	atomic_fetch_sub(&w->r->nwaiting, 1);
+}
+
+static bool readable(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	return poll(&p, 1, 0) > 0;
+}
+
+static _Noreturn void stream(sender *w)
+{
+	w->last_reply_ns = w->last_send_ns = wr_now_ns();
+	for (;;) {
+		wr_lsn flush = wal_flushed_lsn();
+		bool finishing = atomic_load(&w->r->finishing) != 0;
+		if (finishing && w->sent >= flush) {
+			atomic_store(&w->slot->state, REPL_SND_STOPPING);
+			wr_log(WR_LOG, "standby \"%s\" (%s): all WAL up to " WAL_LSN_FMT
+			               " sent at shutdown",
+			       w->slot->name, w->slot->peer, WAL_LSN_ARGS(w->sent));
+			_exit(0);
+		}
+		if (readable(w->fd))
+			read_reply(w);
+		uint64_t now = wr_now_ns();
+		if (now - w->last_reply_ns > w->timeout_ns)
+			drop(w, "no reply within wal_sender_timeout");
+		if (w->sent < flush) {
+			send_wal(w, flush);
+			continue;
+		}
+		if (now - w->last_send_ns >= KEEPALIVE_NS)
+			send_keepalive(w, now - w->last_reply_ns > w->timeout_ns / 2);
+		sleep_for_wal(w);
+	}
+}
+
+_Noreturn void repl_sender_main(int sock_fd, int slot)
+{
+	engine_shared *e = engine_sh();
+	sender w = {.fd = sock_fd, .seg_fd = -1, .datadir = e->datadir};
+	w.r = repl_shared();
+	w.slot = &w.r->senders[slot];
+	atomic_store(&w.slot->pid, (uint32_t)getpid());
+	w.seg_size = (uint64_t)e->opts.wal_segment_size;
+	w.timeout_ns = (uint64_t)e->opts.wal_sender_timeout_us * 1000;
+	w.buf = malloc(REPL_HEADER_LEN + REPL_MAX_PAYLOAD);
+	if (w.buf == NULL)
+		drop(&w, "out of memory");
+	sigset_t usr1;
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &usr1, &w.wake_mask);
+	sigdelset(&w.wake_mask, SIGUSR1);
+	struct sigaction sa = {.sa_handler = on_usr1};
+	sigaction(SIGUSR1, &sa, NULL);
+	if (wal_control_read(w.datadir, &w.ctl) != WALRUS_OK)
+		drop(&w, walrus_errmsg());
+	authenticate(&w);
+	receive_start(&w);
+	stream(&w);
+}

@@ -1,0 +1,98 @@
+/*
+ * shmem.c - region "repl": the senders' slots and the receiver's state,
+ * and the WAL flusher's wake-up of the senders that sleep for WAL.
+ */
+#include "repl/repl_int.h"
+
+#include <signal.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "ipc/ipc.h"
+
+static repl_state *R;
+
+size_t repl_shmem_size(const wr_options *o)
+{
+	return sizeof(repl_state) + (size_t)o->max_wal_senders * sizeof(repl_sender_slot);
+}
+
+int repl_shmem_init(const wr_options *o)
+{
+	R = shm_alloc("repl", repl_shmem_size(o));
+	if (R == NULL)
+		return wr_error(WALRUS_EINTERNAL, "shared memory has no room for region \"repl\"");
+	memset(R, 0, repl_shmem_size(o));
+	R->nsenders = (uint32_t)o->max_wal_senders;
+	return WALRUS_OK;
+}
+
+int repl_attach(void)
+{
+	size_t size;
+	R = shm_lookup("repl", &size);
+	if (R == NULL)
+		return wr_error(WALRUS_EPROTO, "shared memory has no replication region");
+	return WALRUS_OK;
+}
+
+repl_state *repl_shared(void)
+{
+	return R;
+}
+
+/*
+ * The flusher's side of the wake-up (repl.h): nwaiting is raised by a
+ * sender before it looks at the flush LSN for the last time, and the
+ * flusher stored the flush LSN before this load (both seq_cst), so either
+ * the sender sees the new LSN or we see its count.  Only the sender
+ * changes its `waiting` (set before it sleeps, cleared when it wakes), so
+ * each flush signals a sleeper at most once.
+ */
+void repl_wake_senders(void)
+{
+	if (R == NULL || atomic_load(&R->nwaiting) == 0)
+		return;
+	for (uint32_t i = 0; i < R->nsenders; i++) {
+		repl_sender_slot *s = &R->senders[i];
+		uint32_t pid = atomic_load(&s->pid);
+		if (pid != 0 && atomic_load(&s->waiting) != 0)
+			(void)kill((pid_t)pid, SIGUSR1);
+	}
+}
+
+void repl_sender_prepare(int slot, const char *peer)
+{
+	repl_sender_slot *s = &R->senders[slot];
+	atomic_store(&s->waiting, 0);
+	atomic_store(&s->state, REPL_SND_AUTH);
+	memset(s->name, 0, sizeof(s->name));
+	wr_snprintf(s->peer, sizeof(s->peer), "%s", peer);
+	atomic_store(&s->sent, 0);
+	atomic_store(&s->written, 0);
+	atomic_store(&s->flushed, 0);
+	atomic_store(&s->applied, 0);
+	atomic_store(&s->reply_time_us, 0);
+}
+
+void repl_sender_free(int slot)
+{
+	repl_sender_slot *s = &R->senders[slot];
+	/* A sender killed while it slept is still counted. */
+	if (atomic_exchange(&s->waiting, 0) != 0)
+		atomic_fetch_sub(&R->nwaiting, 1);
+	atomic_store(&s->state, REPL_SND_FREE);
+	atomic_store(&s->pid, 0);
+}
+
+void repl_senders_finish(void)
+{
+	if (R == NULL)
+		return;
+	atomic_store(&R->finishing, 1);
+	for (uint32_t i = 0; i < R->nsenders; i++) {
+		uint32_t pid = atomic_load(&R->senders[i].pid);
+		if (pid != 0)
+			(void)kill((pid_t)pid, SIGUSR1);
+	}
+}

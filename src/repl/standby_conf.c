@@ -1,0 +1,218 @@
+/*
+ * standby_conf.c - DIR/walrus.standby: which primary a standby follows and
+ * how it proves itself (PostgreSQL's standby.signal and primary_conninfo
+ * in one file).  walrus.conf's format, so a user edits both the same way;
+ * its own file, so that `walrus promote` ends the standby role by removing
+ * one file, and so that the password is never an instance option (options
+ * are in shared memory, dumps and statistics).
+ */
+#include "repl/repl_int.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STANDBY_FILE_MAX 65536
+
+static char *trim(char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	size_t n = strlen(s);
+	while (n > 0 && isspace((unsigned char)s[n - 1]))
+		s[--n] = '\0';
+	return s;
+}
+
+/* A value: bare up to a '#', or single-quoted with '' for a quote.  False when malformed. */
+static bool parse_value(char *v, char *out, size_t len)
+{
+	size_t o = 0;
+	if (*v != '\'') {
+		char *hash = strchr(v, '#');
+		if (hash != NULL)
+			*hash = '\0';
+		v = trim(v);
+		if (strlen(v) >= len)
+			return false;
+		memcpy(out, v, strlen(v) + 1);
+		return true;
+	}
+	for (v++;; v++) {
+		if (*v == '\0')
+			return false; /* unterminated */
+		if (*v == '\'' && v[1] == '\'')
+			v++;
+		else if (*v == '\'')
+			break;
+		if (o + 1 >= len)
+			return false;
+		out[o++] = *v;
+	}
+	out[o] = '\0';
+	v = trim(v + 1);
+	return *v == '\0' || *v == '#';
+}
+
+static int bad_line(const char *path, int lineno, const char *what)
+{
+	return wr_error(WALRUS_EINVAL, "\"%s\", line %d: %s", path, lineno, what);
+}
+
+static int set_key(repl_standby_conf *c, const char *name, char *value, const char *path,
+                   int lineno)
+{
+	struct {
+		const char *name;
+		char *field;
+		size_t len;
+	} keys[] = {{"primary", c->primary, sizeof(c->primary)},
+	            {"slot", c->slot, sizeof(c->slot)},
+	            {"application_name", c->application_name, sizeof(c->application_name)},
+	            {"password", c->password, sizeof(c->password)}};
+	for (size_t i = 0; i < WR_ARRAY_LEN(keys); i++) {
+		if (strcmp(name, keys[i].name) != 0)
+			continue;
+		if (!parse_value(value, keys[i].field, keys[i].len)) {
+			char what[160];
+			snprintf(what, sizeof(what), "bad value for \"%s\" (too long, or a quote not closed)",
+			         name);
+			return bad_line(path, lineno, what);
+		}
+		return WALRUS_OK;
+	}
+	char what[200];
+	snprintf(what, sizeof(what),
+	         "unknown setting \"%.60s\" (known: primary, slot, application_name, password)",
+	         name);
+	return bad_line(path, lineno, what);
+}
+
+static void default_name(const char *abs, char *out, size_t len)
+{
+	const char *base = strrchr(abs, '/');
+	base = base != NULL && base[1] != '\0' ? base + 1 : abs;
+	wr_snprintf(out, len, "%s", base);
+}
+
+int repl_standby_parse(const char *abs, const char *path, char *text, repl_standby_conf *c)
+{
+	memset(c, 0, sizeof(*c));
+	int lineno = 0;
+	for (char *line = text; line != NULL;) {
+		char *nl = strchr(line, '\n');
+		if (nl != NULL)
+			*nl = '\0';
+		lineno++;
+		char *l = trim(line);
+		line = nl != NULL ? nl + 1 : NULL;
+		if (*l == '\0' || *l == '#')
+			continue;
+		char *eq = strchr(l, '=');
+		if (eq == NULL)
+			return bad_line(path, lineno, "expected \"name = value\"");
+		*eq = '\0';
+		char *name = trim(l);
+		int rc = set_key(c, name, trim(eq + 1), path, lineno);
+		if (rc != WALRUS_OK)
+			return rc;
+	}
+	if (c->primary[0] == '\0')
+		return wr_error(WALRUS_EINVAL, "\"%s\" does not say which primary to follow "
+		                               "(primary = HOST:PORT or a socket path)",
+		                path);
+	int rc = repl_check_address(c->primary);
+	if (rc != WALRUS_OK)
+		return wr_error(rc, "\"%s\": %s", path, walrus_errmsg());
+	if (c->application_name[0] == '\0')
+		default_name(abs, c->application_name, sizeof(c->application_name));
+	return WALRUS_OK;
+}
+
+/* The file holds a password: ours alone. */
+static int check_mode(int fd, const char *path)
+{
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return wr_error(wr_errno_code(errno), "could not stat \"%s\": %m", path);
+	if ((st.st_mode & 077) != 0)
+		return wr_error(WALRUS_EINVAL,
+		                "\"%s\" holds a password but is readable by others (mode %04o): "
+		                "chmod 600 it",
+		                path, (unsigned)(st.st_mode & 07777));
+	return WALRUS_OK;
+}
+
+int repl_standby_read(const char *abs, repl_standby_conf *c)
+{
+	char path[PATH_MAX];
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, REPL_STANDBY_FILE))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? wr_error(WALRUS_ENOENT, "\"%s\" does not exist", path)
+		                       : wr_error(wr_errno_code(errno), "could not open \"%s\": %m",
+		                                  path);
+	char *text = malloc(STANDBY_FILE_MAX + 1);
+	int rc = text == NULL ? wr_error(WALRUS_ENOMEM, "out of memory") : check_mode(fd, path);
+	ssize_t n = rc == WALRUS_OK ? wr_read_full(fd, text, STANDBY_FILE_MAX + 1) : 0;
+	if (rc == WALRUS_OK && n < 0)
+		rc = wr_error(wr_errno_code(errno), "could not read \"%s\": %m", path);
+	else if (rc == WALRUS_OK && n > STANDBY_FILE_MAX)
+		rc = wr_error(WALRUS_EINVAL, "\"%s\" is larger than %d bytes", path,
+		              STANDBY_FILE_MAX);
+	close(fd); /* read-only */
+	if (rc == WALRUS_OK) {
+		text[n] = '\0';
+		rc = repl_standby_parse(abs, path, text, c);
+	}
+	if (text != NULL) {
+		explicit_bzero(text, STANDBY_FILE_MAX + 1);
+		free(text);
+	}
+	return rc;
+}
+
+/* Single-quoted, quotes doubled; false when it holds a line break. */
+static bool quote(const char *v, char *out, size_t len)
+{
+	size_t o = 0;
+	if (strpbrk(v, "\r\n") != NULL || len < 3)
+		return false;
+	out[o++] = '\'';
+	for (; *v != '\0'; v++) {
+		if (o + 4 >= len)
+			return false;
+		if (*v == '\'')
+			out[o++] = '\'';
+		out[o++] = *v;
+	}
+	out[o++] = '\'';
+	out[o] = '\0';
+	return true;
+}
+
+int repl_standby_write(const char *abs, const repl_standby_conf *c)
+{
+	char p[600], s[200], a[200], pw[600], text[2048];
+	if (repl_check_address(c->primary) != WALRUS_OK)
+		return WALRUS_EINVAL;
+	if (!quote(c->primary, p, sizeof(p)) || !quote(c->slot, s, sizeof(s)) ||
+	    !quote(c->application_name, a, sizeof(a)) || !quote(c->password, pw, sizeof(pw)))
+		return wr_error(WALRUS_EINVAL, "a standby setting holds a line break");
+	if (!wr_snprintf(text, sizeof(text),
+	                 "# This directory is a standby (walrus promote removes this file).\n"
+	                 "primary = %s\nslot = %s\napplication_name = %s\npassword = %s\n",
+	                 p, s, a, pw))
+		return wr_error(WALRUS_EINVAL, "standby settings too long");
+	int rc = wal_write_file(abs, REPL_STANDBY_FILE, text);
+	explicit_bzero(text, sizeof(text));
+	explicit_bzero(pw, sizeof(pw));
+	return rc;
+}
