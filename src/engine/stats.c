@@ -16,7 +16,10 @@
 #include "buffer/buffer.h"
 #include "checkpointer/checkpointer.h"
 #include "kv/kv.h"
+#include "repl/repl.h"
 #include "wal/wal.h"
+
+#include <unistd.h>
 
 typedef struct jbuf {
 	char *s;
@@ -195,6 +198,106 @@ static void stats_archiver(jbuf *j, const engine_shared *e)
 	jb_close(j);
 }
 
+/* Seconds since a wall-clock time in microseconds (-1: never). */
+static double age_s(uint64_t us)
+{
+	uint64_t now = wr_wall_us();
+	if (us == 0)
+		return -1.0;
+	return now > us ? (double)(now - us) / 1e6 : 0.0;
+}
+
+static const char *sender_state_name(uint32_t st)
+{
+	static const char *const names[] = {"free", "authenticating", "starting", "streaming",
+	                                    "stopping"};
+	return st < WR_ARRAY_LEN(names) ? names[st] : "unknown";
+}
+
+static const char *receiver_state_name(uint32_t st)
+{
+	static const char *const names[] = {"stopped", "waiting for start", "connecting",
+	                                    "streaming"};
+	return st < WR_ARRAY_LEN(names) ? names[st] : "unknown";
+}
+
+static void stats_senders(jbuf *j, repl_state *r)
+{
+	wr_lsn flush = wal_flushed_lsn();
+	jb_add(j, ",\"senders\":[");
+	bool first = true;
+	for (uint32_t i = 0; i < r->nsenders; i++) {
+		repl_sender_slot *s = &r->senders[i];
+		uint32_t pid = atomic_load(&s->pid);
+		if (pid == 0)
+			continue;
+		char name[REPL_NAME_LEN], peer[REPL_NAME_LEN];
+		memcpy(name, s->name, sizeof(name)); /* written before the state moves on */
+		memcpy(peer, s->peer, sizeof(peer));
+		name[sizeof(name) - 1] = peer[sizeof(peer) - 1] = '\0';
+		wr_lsn flushed = atomic_load(&s->flushed);
+		jb_add(j, "%s{", first ? "" : ",");
+		first = false;
+		j->first = true;
+		jb_u64(j, "pid", pid);
+		jb_str(j, "application_name", name);
+		jb_str(j, "peer", peer);
+		jb_str(j, "state", sender_state_name(atomic_load(&s->state)));
+		jb_lsn(j, "sent_lsn", atomic_load(&s->sent));
+		jb_lsn(j, "write_lsn", atomic_load(&s->written));
+		jb_lsn(j, "flush_lsn", flushed);
+		jb_lsn(j, "replay_lsn", atomic_load(&s->applied));
+		jb_u64(j, "lag_bytes", flush > flushed ? flush - flushed : 0);
+		jb_dbl(j, "reply_age_s", age_s(atomic_load(&s->reply_time_us)));
+		jb_add(j, "}");
+	}
+	jb_add(j, "]");
+	j->first = false;
+}
+
+static void stats_receiver(jbuf *j, repl_receiver *v)
+{
+	char error[sizeof(v->error)], primary[sizeof(v->primary)];
+	uint32_t seq;
+	int tries = 0;
+	do { /* the error text is rewritten under its sequence word */
+		seq = atomic_load(&v->error_seq);
+		memcpy(error, v->error, sizeof(error));
+	} while ((seq & 1 || seq != atomic_load(&v->error_seq)) && ++tries < 100);
+	error[sizeof(error) - 1] = '\0';
+	memcpy(primary, v->primary, sizeof(primary));
+	primary[sizeof(primary) - 1] = '\0';
+	wr_lsn flushed = atomic_load(&v->flushed), pflush = atomic_load(&v->primary_flush);
+	jb_open(j, "receiver");
+	jb_u64(j, "pid", atomic_load(&v->pid));
+	jb_str(j, "state", receiver_state_name(atomic_load(&v->state)));
+	jb_str(j, "primary", primary);
+	jb_lsn(j, "received_lsn", atomic_load(&v->written));
+	jb_lsn(j, "flushed_lsn", flushed);
+	jb_lsn(j, "replayed_lsn", atomic_load(&v->applied));
+	jb_lsn(j, "primary_flush_lsn", pflush);
+	jb_u64(j, "lag_bytes", pflush > flushed ? pflush - flushed : 0);
+	jb_dbl(j, "last_msg_age_s", age_s(atomic_load(&v->last_msg_us)));
+	jb_str(j, "error", error);
+	jb_close(j);
+}
+
+/* Streaming replication: the senders of a primary, the receiver of a standby. */
+static void stats_replication(jbuf *j, const engine_shared *e)
+{
+	repl_state *r = repl_shared();
+	char path[PATH_MAX];
+	bool standby = wr_snprintf(path, sizeof(path), "%s/%s", e->datadir, REPL_STANDBY_FILE) &&
+	               access(path, F_OK) == 0;
+	if (r == NULL)
+		return;
+	jb_open(j, "replication");
+	jb_str(j, "role", standby ? "standby" : "primary");
+	stats_senders(j, r);
+	stats_receiver(j, &r->receiver);
+	jb_close(j);
+}
+
 static void stats_kv(jbuf *j)
 {
 	kv_stats k;
@@ -250,6 +353,7 @@ int engine_stats_json(char **out)
 	stats_buffers(&j);
 	stats_checkpoints(&j);
 	stats_archiver(&j, e);
+	stats_replication(&j, e);
 	stats_kv(&j);
 	stats_settings(&j, e);
 	jb_add(&j, "}");

@@ -128,8 +128,11 @@ int repl_standby_parse(const char *abs, const char *path, char *text, repl_stand
 		                               "(primary = HOST:PORT or a socket path)",
 		                path);
 	int rc = repl_check_address(c->primary);
-	if (rc != WALRUS_OK)
-		return wr_error(rc, "\"%s\": %s", path, walrus_errmsg());
+	if (rc != WALRUS_OK) {
+		char why[512];
+		wr_snprintf(why, sizeof(why), "%s", walrus_errmsg());
+		return wr_error(rc, "\"%s\": %s", path, why);
+	}
 	if (c->application_name[0] == '\0')
 		default_name(abs, c->application_name, sizeof(c->application_name));
 	return WALRUS_OK;

@@ -1,0 +1,239 @@
+/*
+ * test_repl_proto.c - the replication protocol's framing (every message
+ * type round trip; truncated, oversized, unknown and mis-sized messages
+ * refused) and DIR/walrus.standby's parsing (a readable file, a missing
+ * primary, an unknown key, quoting, the default application name).
+ */
+#include "fdcache/fdcache.h"
+#include "repl/repl_int.h"
+#include "testutil.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static repl_msg sample(int type)
+{
+	static const uint8_t wal[100] = {1, 2, 3, 4, 5};
+	repl_msg m;
+	memset(&m, 0, sizeof(m)); /* padding included: the round trip compares bytes */
+	m.type = (uint8_t)type;
+	switch (type) {
+	case REPL_MSG_CHALLENGE:
+		m.u.challenge.magic = REPL_MAGIC;
+		m.u.challenge.version = REPL_VERSION;
+		memset(m.u.challenge.nonce, 7, REPL_NONCE_LEN);
+		break;
+	case REPL_MSG_AUTH:
+		memset(m.u.auth.nonce, 1, REPL_NONCE_LEN);
+		memset(m.u.auth.mac, 2, WR_SHA256_LEN);
+		break;
+	case REPL_MSG_AUTH_OK:
+		memset(m.u.auth_ok.mac, 3, WR_SHA256_LEN);
+		break;
+	case REPL_MSG_START:
+		m.u.start.sysid = 0x1122334455667788ULL;
+		m.u.start.timeline = 3;
+		m.u.start.start_lsn = 0x1000028;
+		snprintf(m.u.start.app, sizeof(m.u.start.app), "standby-1");
+		snprintf(m.u.start.slot, sizeof(m.u.start.slot), "s1");
+		break;
+	case REPL_MSG_STREAMING:
+		m.u.streaming.timeline = 2;
+		m.u.streaming.flush_lsn = 0xdeadbeef;
+		break;
+	case REPL_MSG_WAL:
+		m.u.wal.start_lsn = 0x2000000;
+		m.u.wal.primary_flush = 0x3000000;
+		m.u.wal.send_time_us = 42;
+		m.u.wal.data = wal;
+		m.u.wal.len = sizeof(wal);
+		break;
+	case REPL_MSG_KEEPALIVE:
+		m.u.keepalive.primary_flush = 99;
+		m.u.keepalive.send_time_us = 100;
+		m.u.keepalive.reply_requested = 1;
+		break;
+	case REPL_MSG_FEEDBACK:
+		m.u.feedback.written = 1;
+		m.u.feedback.flushed = 2;
+		m.u.feedback.applied = 3;
+		m.u.feedback.time_us = 4;
+		break;
+	case REPL_MSG_ERROR:
+		m.u.error.code = WALRUS_EPERM;
+		snprintf(m.u.error.text, sizeof(m.u.error.text), "authentication failed");
+		break;
+	default:
+		break;
+	}
+	return m;
+}
+
+static uint8_t buf[REPL_HEADER_LEN + REPL_MAX_PAYLOAD + 16];
+
+START_TEST(test_round_trip)
+{
+	for (int t = 1; t < REPL_MSG_NTYPES; t++) {
+		repl_msg m = sample(t), back;
+		memset(&back, 0, sizeof(back));
+		size_t n = repl_encode(&m, buf, sizeof(buf)), used = 0;
+		ck_assert_uint_gt(n, REPL_HEADER_LEN);
+		ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_OK);
+		ck_assert_uint_eq(used, n);
+		ck_assert_int_eq(back.type, t);
+		if (t == REPL_MSG_WAL) {
+			ck_assert_uint_eq(back.u.wal.start_lsn, m.u.wal.start_lsn);
+			ck_assert_uint_eq(back.u.wal.primary_flush, m.u.wal.primary_flush);
+			ck_assert_uint_eq(back.u.wal.send_time_us, 42);
+			ck_assert_uint_eq(back.u.wal.len, m.u.wal.len);
+			ck_assert_mem_eq(back.u.wal.data, m.u.wal.data, m.u.wal.len);
+		} else {
+			/* Every fixed field, and the names and text, compare whole. */
+			ck_assert_mem_eq(&back.u, &m.u, sizeof(m.u));
+		}
+	}
+}
+END_TEST
+
+START_TEST(test_truncated)
+{
+	for (int t = 1; t < REPL_MSG_NTYPES; t++) {
+		repl_msg m = sample(t), back;
+		size_t n = repl_encode(&m, buf, sizeof(buf)), used = 0;
+		for (size_t cut = 0; cut < n; cut++)
+			ck_assert_int_eq(repl_decode_buf(buf, cut, &back, &used), WALRUS_ENOTFOUND);
+	}
+}
+END_TEST
+
+START_TEST(test_oversized_and_unknown)
+{
+	uint8_t h[REPL_HEADER_LEN] = {REPL_MSG_WAL, 0, 0, 0, 0}, type;
+	uint32_t len, big = REPL_MAX_PAYLOAD + 1;
+	memcpy(h + 1, &big, 4); /* little-endian host */
+	ck_assert_int_eq(repl_decode_header(h, &type, &len), WALRUS_EPROTO);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "over the limit"));
+	big = REPL_MAX_PAYLOAD;
+	memcpy(h + 1, &big, 4);
+	ck_assert_int_eq(repl_decode_header(h, &type, &len), WALRUS_OK);
+	h[0] = 0;
+	ck_assert_int_eq(repl_decode_header(h, &type, &len), WALRUS_EPROTO);
+	h[0] = REPL_MSG_NTYPES;
+	ck_assert_int_eq(repl_decode_header(h, &type, &len), WALRUS_EPROTO);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "unknown replication message type"));
+	/* A fixed-size message with another length. */
+	uint8_t p[200] = {0};
+	repl_msg m;
+	ck_assert_int_eq(repl_decode(REPL_MSG_FEEDBACK, p, 31, &m), WALRUS_EPROTO);
+	ck_assert_int_eq(repl_decode(REPL_MSG_FEEDBACK, p, 33, &m), WALRUS_EPROTO);
+	ck_assert_int_eq(repl_decode(REPL_MSG_FEEDBACK, p, 32, &m), WALRUS_OK);
+	/* WAL without data, ERROR without a code. */
+	ck_assert_int_eq(repl_decode(REPL_MSG_WAL, p, REPL_WAL_HEADER, &m), WALRUS_EPROTO);
+	ck_assert_int_eq(repl_decode(REPL_MSG_ERROR, p, 3, &m), WALRUS_EPROTO);
+	/* The encoder refuses what the decoder would. */
+	repl_msg w = sample(REPL_MSG_WAL);
+	w.u.wal.len = REPL_MAX_PAYLOAD;
+	ck_assert_uint_eq(repl_encode(&w, buf, sizeof(buf)), 0);
+}
+END_TEST
+
+START_TEST(test_bad_fields)
+{
+	repl_msg m = sample(REPL_MSG_START), back;
+	size_t n = repl_encode(&m, buf, sizeof(buf)), used;
+	/* An application name without its terminator. */
+	memset(buf + REPL_HEADER_LEN + 20, 'x', REPL_NAME_LEN);
+	ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_EPROTO);
+	m = sample(REPL_MSG_CHALLENGE);
+	m.u.challenge.magic = 0x12345678;
+	n = repl_encode(&m, buf, sizeof(buf));
+	ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_EPROTO);
+	m = sample(REPL_MSG_KEEPALIVE);
+	n = repl_encode(&m, buf, sizeof(buf));
+	buf[n - 1] = 2;
+	ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_EPROTO);
+	/* An ERROR's control characters do not reach the log. */
+	m = sample(REPL_MSG_ERROR);
+	snprintf(m.u.error.text, sizeof(m.u.error.text), "a\nb");
+	n = repl_encode(&m, buf, sizeof(buf));
+	ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_OK);
+	ck_assert_str_eq(back.u.error.text, "a?b");
+}
+END_TEST
+
+/* ---------------------------------------------------------------- walrus.standby */
+
+static int parse(const char *text, repl_standby_conf *c)
+{
+	char copy[1024];
+	snprintf(copy, sizeof(copy), "%s", text);
+	return repl_standby_parse("/data/standby1", "/data/standby1/walrus.standby", copy, c);
+}
+
+START_TEST(test_standby_parse)
+{
+	repl_standby_conf c;
+	ck_assert_int_eq(parse("# a standby\nprimary = db1:5433\npassword = 'it''s # secret'  # c\n",
+	                       &c),
+	                 WALRUS_OK);
+	ck_assert_str_eq(c.primary, "db1:5433");
+	ck_assert_str_eq(c.password, "it's # secret");
+	ck_assert_str_eq(c.application_name, "standby1"); /* the directory's name */
+	ck_assert_str_eq(c.slot, "");
+	ck_assert_int_eq(parse("primary=/run/walrus/repl.sock\napplication_name = east\nslot = s\n",
+	                       &c),
+	                 WALRUS_OK);
+	ck_assert_str_eq(c.primary, "/run/walrus/repl.sock");
+	ck_assert_str_eq(c.application_name, "east");
+
+	ck_assert_int_eq(parse("password = x\n", &c), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "does not say which primary"));
+	ck_assert_int_eq(parse("primary = h:1\nprimry = h:2\n", &c), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "line 2: unknown setting \"primry\""));
+	ck_assert_int_eq(parse("primary = nohostport\n", &c), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "bad replication address"));
+	ck_assert_int_eq(parse("primary = 'h:1\n", &c), WALRUS_EINVAL);
+	ck_assert_int_eq(parse("primary h:1\n", &c), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "line 1"));
+}
+END_TEST
+
+START_TEST(test_standby_file)
+{
+	char abs[PATH_MAX], path[PATH_MAX + 32];
+	ck_assert_ptr_nonnull(realpath(tu_tmpdir("repl-standby"), abs));
+	ck_assert_int_eq(fdc_init(50), WALRUS_OK);
+	repl_standby_conf c = {0}, back;
+	ck_assert_int_eq(repl_standby_read(abs, &back), WALRUS_ENOENT);
+	snprintf(c.primary, sizeof(c.primary), "127.0.0.1:5433");
+	snprintf(c.application_name, sizeof(c.application_name), "b");
+	snprintf(c.password, sizeof(c.password), "p'w #x");
+	ck_assert_int_eq(repl_standby_write(abs, &c), WALRUS_OK);
+	ck_assert_int_eq(repl_standby_read(abs, &back), WALRUS_OK);
+	ck_assert_str_eq(back.primary, c.primary);
+	ck_assert_str_eq(back.password, c.password);
+	ck_assert_str_eq(back.application_name, "b");
+	/* Readable by the group: refused, naming the mode. */
+	snprintf(path, sizeof(path), "%s/%s", abs, REPL_STANDBY_FILE);
+	ck_assert_int_eq(chmod(path, 0640), 0);
+	ck_assert_int_eq(repl_standby_read(abs, &back), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "mode 0640"));
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("repl-proto");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, test_round_trip);
+	tcase_add_test(tc, test_truncated);
+	tcase_add_test(tc, test_oversized_and_unknown);
+	tcase_add_test(tc, test_bad_fields);
+	tcase_add_test(tc, test_standby_parse);
+	tcase_add_test(tc, test_standby_file);
+	suite_add_tcase(s, tc);
+	return tu_run(s);
+}
