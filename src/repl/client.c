@@ -155,6 +155,26 @@ static void open_segment(repl_stream *st, wr_lsn seg)
 	st->seg_start = seg;
 }
 
+/*
+ * A page header says all WAL before its `durable` stamp was durable when
+ * the page was written (the reader tells damage from a torn tail by it).
+ * That must hold here too: a page is written only once what its stamp
+ * covers is synced.  One extra sync at most per message that starts pages.
+ */
+static void sync_before_new_pages(repl_stream *st, const repl_msg *m)
+{
+	wr_lsn start = m->u.wal.start_lsn, end = start + m->u.wal.len;
+	for (wr_lsn pg = WR_ALIGN_UP(start, WAL_PAGE_SIZE); pg + WAL_SHORT_PHD <= end;
+	     pg += WAL_PAGE_SIZE) {
+		wal_page_header ph;
+		memcpy(&ph, m->u.wal.data + (pg - start), sizeof(ph));
+		if (ph.durable > st->flushed) {
+			sync_written(st);
+			return;
+		}
+	}
+}
+
 static int write_wal(repl_stream *st, const repl_msg *m)
 {
 	wr_lsn start = m->u.wal.start_lsn;
@@ -171,6 +191,7 @@ static int write_wal(repl_stream *st, const repl_msg *m)
 		                WAL_LSN_ARGS(start));
 	if (st->seg_fd < 0 || st->seg_start != seg)
 		open_segment(st, seg);
+	sync_before_new_pages(st, m);
 	if (fdc_pwrite(seg_handle(st), m->u.wal.data, len, (off_t)(start - seg)) != WALRUS_OK)
 		wr_panic("could not write received WAL: %s", walrus_errmsg());
 	st->written = start + len;

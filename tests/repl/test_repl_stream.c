@@ -1,0 +1,434 @@
+/*
+ * test_repl_stream.c - a primary serving WAL to a standby's client steps
+ * (repl_client_connect, repl_client_start, repl_client_stream: what the
+ * WAL receiver runs), over a Unix socket and over TCP: the streamed bytes
+ * equal the primary's segment files up to its flush LSN, and the sender's
+ * slot reports the client's feedback in the statistics.  Then bad peers:
+ * a wrong password, another system, another timeline, a start ahead of the
+ * flush, a removed segment, garbage, an oversized length, one connection
+ * too many, a silent peer; and a WAL sender killed with SIGKILL: the
+ * primary keeps serving writes in the same generation every time.
+ */
+#include "fdcache/fdcache.h"
+#include "repl/repl_int.h"
+#include "testutil.h"
+#include "walrus.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PASSWORD "s3cret pass"
+
+typedef struct primary {
+	char dir[PATH_MAX];
+	char addr[PATH_MAX + 32];
+	walrus *db;
+	wal_control ctl;
+	uint64_t seg_size;
+	uint64_t crash_restarts;
+} primary;
+
+/* A TCP port free right now: bound to port 0, read back, released. */
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+static void put_keys(walrus *db, int from, int n)
+{
+	char k[32], v[200];
+	memset(v, 'v', sizeof(v));
+	for (int i = from; i < from + n; i++) {
+		int kl = snprintf(k, sizeof(k), "key-%06d", i);
+		ck_assert_int_eq(walrus_put(db, k, (size_t)kl, v, sizeof(v), WALRUS_SYNC), WALRUS_OK);
+	}
+}
+
+static char *stats(primary *p)
+{
+	char *json = NULL;
+	ck_assert_int_eq(walrus_stats(p->db, &json), WALRUS_OK);
+	return json;
+}
+
+static uint64_t crash_restarts(primary *p)
+{
+	char *json = stats(p);
+	const char *at = strstr(json, "\"crash_restarts\":");
+	ck_assert_ptr_nonnull(at);
+	uint64_t n = strtoull(at + strlen("\"crash_restarts\":"), NULL, 10);
+	free(json);
+	return n;
+}
+
+/* A primary listening on a socket in its directory (@tcp: on 127.0.0.1). */
+static void start_primary(primary *p, bool tcp, const char *extra)
+{
+	char conf[PATH_MAX + 600], path[PATH_MAX + 32];
+	ck_assert_ptr_nonnull(realpath(tu_tmpdir("repl-primary"), p->dir));
+	if (tcp)
+		snprintf(p->addr, sizeof(p->addr), "127.0.0.1:%d", free_port());
+	else
+		snprintf(p->addr, sizeof(p->addr), "%s/repl.sock", p->dir);
+	snprintf(conf, sizeof(conf),
+	         "replication_password = '%s'\nlisten_replication = '%s'\n"
+	         "wal_segment_size = 1MB\n%s",
+	         PASSWORD, p->addr, extra);
+	snprintf(path, sizeof(path), "%s/walrus.conf", p->dir);
+	ck_assert_int_eq(tu_write_file(path, conf, strlen(conf)), 0);
+	p->db = tu_open(p->dir, tu_instance_opts("0", "4MB"));
+	ck_assert_int_eq(wal_control_read(p->dir, &p->ctl), WALRUS_OK);
+	p->seg_size = p->ctl.wal_seg_size;
+	p->crash_restarts = crash_restarts(p);
+}
+
+/* The primary is unaffected: same generation, writes work. */
+static void check_primary_healthy(primary *p)
+{
+	put_keys(p->db, 900000, 3);
+	ck_assert_uint_eq(crash_restarts(p), p->crash_restarts);
+}
+
+static void stop_primary(primary *p)
+{
+	check_primary_healthy(p);
+	tu_close_and_wait(p->db);
+}
+
+/* The log holds @a and @b on one line; waits for it (the sender writes it as it exits). */
+static void wait_log(primary *p, const char *a, const char *b)
+{
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/log/walrus.log", p->dir);
+	for (int i = 0; i < 2000; i++) {
+		FILE *f = fopen(path, "r");
+		char line[2048];
+		bool found = false;
+		while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL)
+			found = strstr(line, a) != NULL && strstr(line, b) != NULL;
+		if (f != NULL)
+			fclose(f);
+		if (found)
+			return;
+		wr_sleep_us(10000);
+	}
+	ck_abort_msg("no line with \"%s\" and \"%s\" in %s", a, b, path);
+}
+
+static bool stop_at(repl_stream *st, void *arg)
+{
+	return st->flushed < *(wr_lsn *)arg;
+}
+
+/* Streams [start, flush) into @dir/wal over a new connection; returns the connection. */
+static int stream_into(primary *p, const char *dir, wr_lsn start, wr_lsn until)
+{
+	int fd;
+	wr_lsn pflush;
+	char waldir[PATH_MAX + 8];
+	snprintf(waldir, sizeof(waldir), "%s/wal", dir);
+	mkdir(waldir, 0700);
+	ck_assert_msg(repl_client_connect(p->addr, PASSWORD, &fd) == WALRUS_OK, "%s",
+	              walrus_errmsg());
+	ck_assert_msg(repl_client_start(fd, p->ctl.sysid, wal_control_timeline(&p->ctl), start,
+	                                "test-standby", "", &pflush) == WALRUS_OK,
+	              "%s", walrus_errmsg());
+	ck_assert_uint_ge(pflush, until);
+	repl_stream st;
+	repl_stream_init(&st, waldir, p->seg_size, start);
+	st.progress = stop_at;
+	st.arg = &until;
+	ck_assert_msg(repl_client_stream(fd, &st) == WALRUS_OK, "%s", walrus_errmsg());
+	ck_assert_uint_ge(st.flushed, until);
+	repl_stream_close(&st);
+	return fd;
+}
+
+/*
+ * The streamed segments hold the primary's bytes from @start to @flush, but
+ * for one field: a page's `durable` stamp, which the primary rewrites when
+ * it continues a page it had flushed partly.  The standby keeps the stamp
+ * it received, never a later one than the primary's (docs/architecture.md).
+ */
+static void compare_wal(primary *p, const char *dir, wr_lsn start, wr_lsn flush)
+{
+	char *a = malloc(p->seg_size), *b = malloc(p->seg_size);
+	char wa[PATH_MAX + 8], wb[PATH_MAX + 8];
+	const size_t dpos = offsetof(wal_page_header, durable);
+	snprintf(wa, sizeof(wa), "%s/wal", p->dir);
+	snprintf(wb, sizeof(wb), "%s/wal", dir);
+	for (wr_lsn seg = start - start % p->seg_size; seg < flush; seg += p->seg_size) {
+		char pa[PATH_MAX + 40], pb[PATH_MAX + 40];
+		wal_segment_path(wa, p->seg_size, seg, pa, sizeof(pa));
+		wal_segment_path(wb, p->seg_size, seg, pb, sizeof(pb));
+		uint64_t to = WR_MIN(flush - seg, p->seg_size);
+		int fa = open(pa, O_RDONLY), fb = open(pb, O_RDONLY);
+		ck_assert_int_ge(fa, 0);
+		ck_assert_int_ge(fb, 0);
+		ck_assert_int_eq(pread(fa, a, to, 0), (ssize_t)to);
+		ck_assert_int_eq(pread(fb, b, to, 0), (ssize_t)to);
+		for (uint64_t pg = 0; pg + WAL_SHORT_PHD <= to; pg += WAL_PAGE_SIZE) {
+			if (seg + pg < start)
+				continue;
+			uint64_t da, db;
+			memcpy(&da, a + pg + dpos, 8);
+			memcpy(&db, b + pg + dpos, 8);
+			ck_assert_uint_le(db, da);
+			memcpy(b + pg + dpos, &da, 8);
+		}
+		uint64_t from = WR_MAX(start, seg) - seg, d = from;
+		while (d < to && a[d] == b[d])
+			d++;
+		ck_assert_msg(d == to, "segment %s differs at offset %llu (of %llu..%llu)", pb,
+		              (unsigned long long)d, (unsigned long long)from,
+		              (unsigned long long)to);
+		close(fa);
+		close(fb);
+	}
+	free(a);
+	free(b);
+}
+
+/* The sender's slot, in `walrus stats`, reports @flush as the standby's flush LSN. */
+static void wait_feedback_in_stats(primary *p, wr_lsn flush)
+{
+	char want[128];
+	snprintf(want, sizeof(want), "\"flush_lsn\":\"" WAL_LSN_FMT "\"", WAL_LSN_ARGS(flush));
+	for (int i = 0; i < 2000; i++) {
+		char *json = stats(p);
+		const char *senders = strstr(json, "\"senders\":[");
+		ck_assert_ptr_nonnull(senders);
+		bool ok = strstr(senders, want) != NULL &&
+		          strstr(senders, "\"application_name\":\"test-standby\"") != NULL &&
+		          strstr(senders, "\"state\":\"streaming\"") != NULL;
+		free(json);
+		if (ok)
+			return;
+		wr_sleep_us(10000);
+	}
+	ck_abort_msg("the sender never reported flush_lsn " WAL_LSN_FMT, WAL_LSN_ARGS(flush));
+}
+
+static void stream_and_compare(bool tcp)
+{
+	primary p;
+	start_primary(&p, tcp, "");
+	put_keys(p.db, 0, 300);
+	wr_lsn start = p.ctl.redo_lsn - p.ctl.redo_lsn % p.seg_size; /* the segment's long header */
+	wr_lsn flush = wal_flushed_lsn();
+	char scratch[PATH_MAX];
+	ck_assert_ptr_nonnull(realpath(tu_tmpdir("repl-standby"), scratch));
+	int fd = stream_into(&p, scratch, start, flush);
+	compare_wal(&p, scratch, start, flush);
+	wait_feedback_in_stats(&p, flush);
+	/* More WAL: the sleeping sender is woken by the flush and streams it. */
+	put_keys(p.db, 300, 50);
+	wr_lsn flush2 = wal_flushed_lsn();
+	repl_stream st;
+	char waldir[PATH_MAX + 8];
+	snprintf(waldir, sizeof(waldir), "%s/wal", scratch);
+	repl_stream_init(&st, waldir, p.seg_size, flush);
+	st.progress = stop_at;
+	st.arg = &flush2;
+	ck_assert_msg(repl_client_stream(fd, &st) == WALRUS_OK, "%s", walrus_errmsg());
+	repl_stream_close(&st);
+	compare_wal(&p, scratch, start, flush2);
+	wait_feedback_in_stats(&p, flush2);
+	close(fd);
+	stop_primary(&p);
+}
+
+START_TEST(test_stream_unix)
+{
+	stream_and_compare(false);
+}
+END_TEST
+
+START_TEST(test_stream_tcp)
+{
+	stream_and_compare(true);
+}
+END_TEST
+
+START_TEST(test_wrong_password)
+{
+	primary p;
+	int fd;
+	start_primary(&p, true, "");
+	ck_assert_int_eq(repl_client_connect(p.addr, "not the password", &fd), WALRUS_EPERM);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "authentication failed"));
+	wait_log(&p, "WARNING:  replication connection from 127.0.0.1:", "authentication failed");
+	stop_primary(&p);
+}
+END_TEST
+
+/* START refused with @what in the error. */
+static void expect_start_refused(primary *p, uint64_t sysid, uint32_t tli, wr_lsn start,
+                                 const char *what)
+{
+	int fd;
+	wr_lsn pflush;
+	ck_assert_int_eq(repl_client_connect(p->addr, PASSWORD, &fd), WALRUS_OK);
+	ck_assert_int_ne(repl_client_start(fd, sysid, tli, start, "bad", "", &pflush), WALRUS_OK);
+	ck_assert_msg(strstr(walrus_errmsg(), what) != NULL, "%s", walrus_errmsg());
+	close(fd);
+	wait_log(p, "refused", what);
+}
+
+START_TEST(test_start_refused)
+{
+	primary p;
+	start_primary(&p, false, "");
+	uint32_t tli = wal_control_timeline(&p.ctl);
+	wr_lsn flush = wal_flushed_lsn();
+	char text[256];
+	snprintf(text, sizeof(text), "system identifier %llu differs from the primary's %llu",
+	         (unsigned long long)(p.ctl.sysid + 1), (unsigned long long)p.ctl.sysid);
+	expect_start_refused(&p, p.ctl.sysid + 1, tli, flush, text);
+	snprintf(text, sizeof(text), "timeline %u differs from the primary's %u", tli + 1, tli);
+	expect_start_refused(&p, p.ctl.sysid, tli + 1, flush, text);
+	expect_start_refused(&p, p.ctl.sysid, tli, flush + 4096,
+	                     "is ahead of the primary's flush position");
+	/* Segment 0 never existed here: the first one starts at wal_segment_size. */
+	expect_start_refused(&p, p.ctl.sysid, tli, 100,
+	                     "requested WAL segment 0000000000000000 has already been removed");
+	stop_primary(&p);
+}
+END_TEST
+
+/* Sends @bytes raw after reading the challenge; the primary closes the connection. */
+static void send_raw_expect_drop(primary *p, const void *bytes, size_t n)
+{
+	int fd;
+	uint8_t buf[256];
+	ck_assert_int_eq(repl_connect(p->addr, &fd), WALRUS_OK);
+	ck_assert_int_eq(wr_read_full(fd, buf, REPL_HEADER_LEN + 40), REPL_HEADER_LEN + 40);
+	ck_assert_int_eq(buf[0], REPL_MSG_CHALLENGE);
+	ck_assert_int_eq(wr_write_full(fd, bytes, n), 0);
+	ssize_t r;
+	do /* until the primary closes: EOF (or a reset) */
+		r = read(fd, buf, sizeof(buf));
+	while (r > 0 || (r < 0 && errno == EINTR));
+	close(fd);
+}
+
+START_TEST(test_garbage)
+{
+	primary p;
+	start_primary(&p, false, "");
+	static const char junk[] = "GET / HTTP/1.1\r\nHost: example\r\n\r\n";
+	send_raw_expect_drop(&p, junk, sizeof(junk) - 1);
+	wait_log(&p, "dropped", "unknown replication message type");
+	/* An AUTH header claiming 16 MiB: refused before anything is read for it. */
+	uint8_t big[REPL_HEADER_LEN] = {REPL_MSG_AUTH, 0, 0, 0, 1};
+	send_raw_expect_drop(&p, big, sizeof(big));
+	wait_log(&p, "dropped", "over the limit");
+	/* A well-formed message, but not AUTH: nothing else is accepted first. */
+	repl_msg m = {.type = REPL_MSG_FEEDBACK};
+	uint8_t out[64];
+	size_t n = repl_encode(&m, out, sizeof(out));
+	send_raw_expect_drop(&p, out, n);
+	wait_log(&p, "dropped", "something else than AUTH");
+	stop_primary(&p);
+}
+END_TEST
+
+START_TEST(test_too_many_standbys)
+{
+	primary p;
+	int fd1, fd2;
+	start_primary(&p, false, "max_wal_senders = 1\n");
+	ck_assert_int_eq(repl_client_connect(p.addr, PASSWORD, &fd1), WALRUS_OK);
+	ck_assert_int_eq(repl_client_connect(p.addr, PASSWORD, &fd2), WALRUS_ELIMIT);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "too many standbys (max_wal_senders = 1)"));
+	close(fd1);
+	stop_primary(&p);
+}
+END_TEST
+
+START_TEST(test_silent_peer)
+{
+	primary p;
+	int fd;
+	uint8_t buf[256];
+	/* The sender inherits the environment: 300 ms instead of 10 s (test hooks). */
+	setenv("WALRUS_REPL_AUTH_TIMEOUT_MS", "300", 1);
+	start_primary(&p, false, "");
+	ck_assert_int_eq(repl_connect(p.addr, &fd), WALRUS_OK);
+	ck_assert_int_eq(wr_read_full(fd, buf, REPL_HEADER_LEN + 40), REPL_HEADER_LEN + 40);
+	/* Say nothing: the next read sees the end of the connection. */
+	ck_assert_int_eq(wr_read_full(fd, buf, 1), 0);
+	close(fd);
+	wait_log(&p, "dropped", "did not authenticate in time");
+	stop_primary(&p);
+}
+END_TEST
+
+static pid_t sender_pid(primary *p)
+{
+	char *json = stats(p);
+	const char *at = strstr(json, "\"senders\":[{\"pid\":");
+	pid_t pid = at ? (pid_t)atoi(at + strlen("\"senders\":[{\"pid\":")) : 0;
+	free(json);
+	return pid;
+}
+
+START_TEST(test_kill_sender)
+{
+	primary p;
+	char scratch[PATH_MAX];
+	start_primary(&p, false, "");
+	put_keys(p.db, 0, 10);
+	ck_assert_ptr_nonnull(realpath(tu_tmpdir("repl-standby"), scratch));
+	wr_lsn flush = wal_flushed_lsn();
+	int fd = stream_into(&p, scratch, flush - flush % WAL_PAGE_SIZE, flush);
+	pid_t pid = sender_pid(&p);
+	ck_assert_int_gt(pid, 0);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	tu_wait_gone(pid);
+	/* Its slot is freed once the supervisor reaps it: without a crash restart. */
+	for (int i = 0; i < 2000 && sender_pid(&p) != 0; i++)
+		wr_sleep_us(10000);
+	ck_assert_int_eq(sender_pid(&p), 0);
+	close(fd);
+	check_primary_healthy(&p);
+	/* And a standby can connect again. */
+	fd = stream_into(&p, scratch, flush, wal_flushed_lsn());
+	close(fd);
+	stop_primary(&p);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("repl-stream");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_stream_unix);
+	tcase_add_test(tc, test_stream_tcp);
+	tcase_add_test(tc, test_wrong_password);
+	tcase_add_test(tc, test_start_refused);
+	tcase_add_test(tc, test_garbage);
+	tcase_add_test(tc, test_too_many_standbys);
+	tcase_add_test(tc, test_silent_peer);
+	tcase_add_test(tc, test_kill_sender);
+	suite_add_tcase(s, tc);
+	return tu_run(s);
+}
