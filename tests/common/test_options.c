@@ -109,6 +109,15 @@ START_TEST(test_archive_relations)
 	ck_assert_int_eq(wr_opts_validate_instance(&o), WALRUS_OK);
 	ck_assert_int_eq(wr_opts_set(&o, "archive_timeout", "60"), WALRUS_OK);
 	ck_assert_int_eq(o.archive_timeout_us, 60000000);
+	/* Replication: wal_sender_timeout in ms without a unit (as PostgreSQL's). */
+	ck_assert_int_eq(wr_opts_set(&o, "wal_sender_timeout", "5000"), WALRUS_OK);
+	ck_assert_int_eq(o.wal_sender_timeout_us, 5000000);
+	ck_assert_int_eq(wr_opts_set(&o, "max_wal_senders", "65"), WALRUS_EINVAL);
+	ck_assert_int_eq(wr_opts_set(&o, "max_wal_senders", "0"), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_set(&o, "listen_replication", "127.0.0.1:5433"), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_validate_instance(&o), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "\"max_wal_senders\" is 0"));
+	wr_opts_defaults(&o);
 }
 END_TEST
 
@@ -118,7 +127,7 @@ START_TEST(test_table_covers_struct)
 	const wr_opt_desc *t = wr_opts_table(&n);
 	bool covered[sizeof(wr_options)] = {false};
 
-	ck_assert_uint_eq(n, 36);
+	ck_assert_uint_eq(n, 39);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_lt(t[i].offset, sizeof(wr_options));
 		ck_assert_msg(!covered[t[i].offset], "%s shares a field", t[i].name);
@@ -444,7 +453,10 @@ START_TEST(test_json)
 	ck_assert_ptr_nonnull(strstr(buf, "\"strict_options\":false,"));
 	ck_assert_ptr_nonnull(strstr(buf, "\"authentication_timeout\":\"10s\","));
 	ck_assert_ptr_nonnull(strstr(buf, "\"archive_command\":\"\","));
-	ck_assert_ptr_nonnull(strstr(buf, "\"archive_timeout\":\"0\"}"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"archive_timeout\":\"0\","));
+	ck_assert_ptr_nonnull(strstr(buf, "\"listen_replication\":\"\","));
+	ck_assert_ptr_nonnull(strstr(buf, "\"max_wal_senders\":4,"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"wal_sender_timeout\":\"1min\"}"));
 
 	/* Short buffers: terminated, truncated, and the needed length still returned. */
 	char small[10];

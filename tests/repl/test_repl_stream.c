@@ -416,6 +416,52 @@ START_TEST(test_kill_sender)
 }
 END_TEST
 
+START_TEST(test_no_password)
+{
+	char dir[PATH_MAX], conf[PATH_MAX + 128], path[PATH_MAX + 32];
+	ck_assert_ptr_nonnull(realpath(tu_tmpdir("repl-primary"), dir));
+	snprintf(conf, sizeof(conf), "listen_replication = '%s/repl.sock'\n", dir);
+	snprintf(path, sizeof(path), "%s/walrus.conf", dir);
+	ck_assert_int_eq(tu_write_file(path, conf, strlen(conf)), 0);
+	walrus_opts *o = tu_instance_opts("0", "4MB");
+	tu_open_fails(dir, o, WALRUS_EINVAL, "sets no replication_password");
+	walrus_opts_free(o);
+}
+END_TEST
+
+/*
+ * A clean shutdown lets the senders send what is flushed, the shutdown
+ * checkpoint included, before they exit: a standby stopped with its
+ * primary has all of the primary's WAL.
+ */
+START_TEST(test_shutdown_sends_rest)
+{
+	primary p;
+	char scratch[PATH_MAX], waldir[PATH_MAX + 8];
+	start_primary(&p, false, "");
+	put_keys(p.db, 0, 10);
+	ck_assert_ptr_nonnull(realpath(tu_tmpdir("repl-standby"), scratch));
+	wr_lsn flush = wal_flushed_lsn();
+	int fd = stream_into(&p, scratch, flush - flush % WAL_PAGE_SIZE, flush);
+	check_primary_healthy(&p);
+	tu_close_and_wait(p.db); /* the supervisor waited for its sender */
+	wal_control c;
+	ck_assert_int_eq(wal_control_read(p.dir, &c), WALRUS_OK);
+	ck_assert_int_eq(c.state, WAL_DB_SHUTDOWN);
+	snprintf(waldir, sizeof(waldir), "%s/wal", scratch);
+	repl_stream st;
+	repl_stream_init(&st, waldir, p.seg_size, flush);
+	/* Everything it sent is in the socket; then the end of the connection. */
+	ck_assert_int_eq(repl_client_stream(fd, &st), WALRUS_EIO);
+	ck_assert_msg(st.flushed > c.checkpoint_lsn,
+	              "streamed to " WAL_LSN_FMT ", shutdown checkpoint at " WAL_LSN_FMT,
+	              WAL_LSN_ARGS(st.flushed), WAL_LSN_ARGS(c.checkpoint_lsn));
+	repl_stream_close(&st);
+	close(fd);
+	wait_log(&p, "sent at shutdown", "test-standby");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("repl-stream");
@@ -429,6 +475,8 @@ int main(void)
 	tcase_add_test(tc, test_too_many_standbys);
 	tcase_add_test(tc, test_silent_peer);
 	tcase_add_test(tc, test_kill_sender);
+	tcase_add_test(tc, test_no_password);
+	tcase_add_test(tc, test_shutdown_sends_rest);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
