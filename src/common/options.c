@@ -137,8 +137,8 @@ static const wr_opt_desc opt_table[] = {
         "replication_password in walrus.conf)"),
     OPT("max_wal_senders", WR_OPT_INT, INST, max_wal_senders, "4", 0, 64, NULL,
         "standbys served at once (a WAL sender process each)"),
-    OPT("wal_sender_timeout", WR_OPT_TIME, INST, wal_sender_timeout_us, "1min", 1 * SEC,
-        1 * DAY, NULL, "a standby that does not answer for this long is disconnected"),
+    OPT("wal_sender_timeout", WR_OPT_TIME, INST, wal_sender_timeout_us, "1min", 1 * SEC, 1 * DAY,
+        NULL, "a standby that does not answer for this long is disconnected"),
 };
 
 _Static_assert(WR_ARRAY_LEN(opt_table) <= WR_OPTS_MAX, "set_mask has a bit per option");

@@ -54,7 +54,7 @@ typedef struct sup_conn {
 	bool detached; /* clean DETACH received */
 } sup_conn;
 
-#define SUP_MAX_CONNS 4096
+#define SUP_MAX_CONNS   4096
 #define SUP_MAX_SENDERS 64 /* max_wal_senders' upper bound */
 
 #define SUP_FIRST_ATTACH_NS (10ULL * 1000000000ULL) /* wait for the first client this long */
@@ -85,14 +85,11 @@ static struct {
 	pid_t senders[SUP_MAX_SENDERS];
 	bool senders_finishing;       /* clean shutdown: asked to send the rest and exit */
 	uint64_t senders_deadline_ns; /* then killed if still there */
-} S = {.lock_fd = -1, .listen_fd = -1, .sig_fd = -1, .shm_fd = -1, .ready_fd = -1,
-       .repl_fd = -1};
+} S = {.lock_fd = -1, .listen_fd = -1, .sig_fd = -1, .shm_fd = -1, .ready_fd = -1, .repl_fd = -1};
 
 static const char *const aux_kinds_started[] = {
-    [WR_AUX_CKPT] = "checkpointer",
-    [WR_AUX_BGWR] = "background writer",
-    [WR_AUX_WALW] = "WAL writer",
-    [WR_AUX_ARCH] = "archiver",
+    [WR_AUX_CKPT] = "checkpointer", [WR_AUX_BGWR] = "background writer",
+    [WR_AUX_WALW] = "WAL writer",   [WR_AUX_ARCH] = "archiver",
     [WR_AUX_WRCV] = "WAL receiver",
 };
 
@@ -351,7 +348,8 @@ static int run_startup_read_only(void)
 static int start_aux_processes(void)
 {
 	for (int k = 0; k < WR_AUX_NKINDS; k++) {
-		if (k == WR_AUX_STARTUP || k == WR_AUX_WRCV || (k == WR_AUX_ARCH && !S.opts.archive_mode))
+		if (k == WR_AUX_STARTUP || k == WR_AUX_WRCV ||
+		    (k == WR_AUX_ARCH && !S.opts.archive_mode))
 			continue;
 		S.aux[k] = fork_child(k);
 		if (S.aux[k] < 0)
@@ -1101,7 +1099,8 @@ static void event_loop(void)
 		if (S.listen_fd >= 0)
 			pfds[n++] = (struct pollfd){.fd = S.listen_fd, .events = POLLIN};
 		int listen_idx = S.listen_fd >= 0 ? first_conn : -1;
-		/* Standbys are served once the instance runs; until then they wait in the backlog. */
+		/* Standbys are served once the instance runs; until then they wait in the backlog.
+		 */
 		int repl_idx = S.repl_fd >= 0 && S.phase == SUP_RUNNING ? n : -1;
 		if (repl_idx >= 0)
 			pfds[n++] = (struct pollfd){.fd = S.repl_fd, .events = POLLIN};

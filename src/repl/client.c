@@ -41,9 +41,10 @@ int repl_client_connect(const char *addr, const char *password, int *fd_out)
 		rc = repl_recv(fd, buf, &m);
 	if (rc == WALRUS_OK && m.type == REPL_MSG_ERROR)
 		rc = repl_error_from(&m);
-	else if (rc == WALRUS_OK && (m.type != REPL_MSG_CHALLENGE ||
-	                             m.u.challenge.version != REPL_VERSION))
-		rc = wr_error(WALRUS_EPROTO, "\"%s\" is not a walrus primary of this version", addr);
+	else if (rc == WALRUS_OK &&
+	         (m.type != REPL_MSG_CHALLENGE || m.u.challenge.version != REPL_VERSION))
+		rc =
+		    wr_error(WALRUS_EPROTO, "\"%s\" is not a walrus primary of this version", addr);
 	uint8_t nonce_p[REPL_NONCE_LEN], nonce_s[REPL_NONCE_LEN], want[WR_SHA256_LEN];
 	if (rc == WALRUS_OK) {
 		memcpy(nonce_p, m.u.challenge.nonce, sizeof(nonce_p));
@@ -66,8 +67,9 @@ int repl_client_connect(const char *addr, const char *password, int *fd_out)
 		/* A fake primary does not know the password either. */
 		repl_mac(password, "walrus-primary", nonce_s, nonce_p, want);
 		if (!wr_mac_equal(want, m.u.auth_ok.mac, sizeof(want)))
-			rc = wr_error(WALRUS_EPERM, "the primary at \"%s\" failed to prove it knows the "
-			                            "password",
+			rc = wr_error(WALRUS_EPERM,
+			              "the primary at \"%s\" failed to prove it knows the "
+			              "password",
 			              addr);
 	}
 	free(buf);
@@ -186,8 +188,8 @@ static int write_wal(repl_stream *st, const repl_msg *m)
 		                " was expected",
 		                WAL_LSN_ARGS(start), WAL_LSN_ARGS(st->written));
 	if (start - seg + len > st->seg_size)
-		return wr_error(WALRUS_EPROTO, "the primary sent WAL across a segment's end at "
-		                               WAL_LSN_FMT,
+		return wr_error(WALRUS_EPROTO,
+		                "the primary sent WAL across a segment's end at " WAL_LSN_FMT,
 		                WAL_LSN_ARGS(start));
 	if (st->seg_fd < 0 || st->seg_start != seg)
 		open_segment(st, seg);
@@ -256,7 +258,8 @@ int repl_client_stream(int fd, repl_stream *st)
 		if (readable(fd, 1000)) {
 			do
 				rc = handle(fd, st, &reply);
-			while (rc == WALRUS_OK && readable(fd, 0) && st->written - st->flushed < (16u << 20));
+			while (rc == WALRUS_OK && readable(fd, 0) &&
+			       st->written - st->flushed < (16u << 20));
 		}
 		bool advanced = st->flushed < st->written;
 		sync_written(st);

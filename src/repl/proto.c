@@ -103,8 +103,7 @@ int repl_decode_header(const uint8_t h[REPL_HEADER_LEN], uint8_t *type, uint32_t
 		                "replication message %s of %u bytes is over the limit of %u",
 		                repl_msg_name(*type), *len, REPL_MAX_PAYLOAD);
 	if (fixed_len[*type] != 0 && *len != fixed_len[*type])
-		return wr_error(WALRUS_EPROTO,
-		                "replication message %s has %u bytes instead of %u",
+		return wr_error(WALRUS_EPROTO, "replication message %s has %u bytes instead of %u",
 		                repl_msg_name(*type), *len, fixed_len[*type]);
 	return WALRUS_OK;
 }
@@ -113,7 +112,8 @@ static int decode_variable(uint8_t type, rd *r, repl_msg *m)
 {
 	if (type == REPL_MSG_WAL) {
 		if (r->left <= REPL_WAL_HEADER)
-			return wr_error(WALRUS_EPROTO, "replication message WAL of %u bytes is too short",
+			return wr_error(WALRUS_EPROTO,
+			                "replication message WAL of %u bytes is too short",
 			                r->left);
 		m->u.wal.start_lsn = get_le(r, 8);
 		m->u.wal.primary_flush = get_le(r, 8);
@@ -121,7 +121,8 @@ static int decode_variable(uint8_t type, rd *r, repl_msg *m)
 		m->u.wal.data = r->p;
 		m->u.wal.len = r->left;
 		if (m->u.wal.start_lsn + m->u.wal.len < m->u.wal.start_lsn)
-			return wr_error(WALRUS_EPROTO, "replication message WAL past the end of LSNs");
+			return wr_error(WALRUS_EPROTO,
+			                "replication message WAL past the end of LSNs");
 		return WALRUS_OK;
 	}
 	/* ERROR: a code and a text, cut at the first NUL or at the limit. */
@@ -168,8 +169,9 @@ int repl_decode(uint8_t type, const uint8_t *p, uint32_t len, repl_msg *m)
 		m->u.start.timeline = (uint32_t)get_le(&r, 4);
 		m->u.start.start_lsn = get_le(&r, 8);
 		if (!get_name(&r, m->u.start.app) || !get_name(&r, m->u.start.slot))
-			return wr_error(WALRUS_EPROTO, "replication message START has an unterminated "
-			                               "name");
+			return wr_error(WALRUS_EPROTO,
+			                "replication message START has an unterminated "
+			                "name");
 		return WALRUS_OK;
 	case REPL_MSG_STREAMING:
 		m->u.streaming.timeline = (uint32_t)get_le(&r, 4);
@@ -180,7 +182,8 @@ int repl_decode(uint8_t type, const uint8_t *p, uint32_t len, repl_msg *m)
 		m->u.keepalive.send_time_us = get_le(&r, 8);
 		m->u.keepalive.reply_requested = (uint8_t)get_le(&r, 1);
 		if (m->u.keepalive.reply_requested > 1)
-			return wr_error(WALRUS_EPROTO, "replication message KEEPALIVE has a bad flag");
+			return wr_error(WALRUS_EPROTO,
+			                "replication message KEEPALIVE has a bad flag");
 		return WALRUS_OK;
 	case REPL_MSG_FEEDBACK:
 		m->u.feedback.written = get_le(&r, 8);
@@ -305,7 +308,8 @@ void repl_encode_wal_header(uint8_t *out, wr_lsn start, wr_lsn primary_flush, ui
 
 int repl_set_timeout(int fd, uint64_t ms)
 {
-	struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+	struct timeval tv = {.tv_sec = (time_t)(ms / 1000),
+	                     .tv_usec = (suseconds_t)(ms % 1000) * 1000};
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
 	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0)
 		return wr_error(WALRUS_EIO, "could not set a socket timeout: %m");
@@ -523,7 +527,8 @@ int repl_accept(int lfd, int *fd_out, char *peer, size_t len)
 			continue;
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
 			return WALRUS_ENOTFOUND;
-		return wr_error(wr_errno_code(errno), "could not accept a replication connection: %m");
+		return wr_error(wr_errno_code(errno),
+		                "could not accept a replication connection: %m");
 	}
 }
 
@@ -538,7 +543,8 @@ int repl_connect(const char *addr, int *fd_out)
 		if (fd < 0)
 			return wr_error(WALRUS_EIO, "could not create a socket: %m");
 		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-			rc = wr_error(wr_errno_code(errno), "could not connect to \"%s\": %m", addr);
+			rc =
+			    wr_error(wr_errno_code(errno), "could not connect to \"%s\": %m", addr);
 			close(fd);
 			return rc;
 		}

@@ -93,8 +93,9 @@ static int follow(receiver *w, repl_stream *st)
 		set_error(w, "");
 		atomic_store(&w->rcv->state, REPL_RCV_STREAMING);
 		atomic_store(&w->rcv->timeline, wal_control_timeline(&w->ctl));
-		wr_log(WR_LOG, "streaming WAL from %s at " WAL_LSN_FMT " (primary flushed to "
-		               WAL_LSN_FMT ")",
+		wr_log(WR_LOG,
+		       "streaming WAL from %s at " WAL_LSN_FMT " (primary flushed to " WAL_LSN_FMT
+		       ")",
 		       w->conf.primary, WAL_LSN_ARGS(st->flushed), WAL_LSN_ARGS(pflush));
 		st->primary_flush = pflush;
 		rc = repl_client_stream(fd, st);

@@ -63,11 +63,11 @@ enum repl_receiver_state {
 };
 
 typedef struct repl_sender_slot { /* one per max_wal_senders */
-	_Atomic uint32_t pid;         /* 0: free */
-	_Atomic uint32_t waiting;     /* sleeping for a flush: the flusher signals it */
-	_Atomic uint32_t state;       /* enum repl_sender_state */
-	char name[REPL_NAME_LEN];     /* the standby's application_name (set at START) */
-	char peer[REPL_NAME_LEN];     /* its address (set by the supervisor before the fork) */
+	_Atomic uint32_t pid;     /* 0: free */
+	_Atomic uint32_t waiting; /* sleeping for a flush: the flusher signals it */
+	_Atomic uint32_t state;   /* enum repl_sender_state */
+	char name[REPL_NAME_LEN]; /* the standby's application_name (set at START) */
+	char peer[REPL_NAME_LEN]; /* its address (set by the supervisor before the fork) */
 	_Atomic uint64_t sent, written, flushed, applied; /* LSNs */
 	_Atomic uint64_t reply_time_us;                   /* last FEEDBACK, wall clock */
 } repl_sender_slot;
@@ -91,7 +91,7 @@ typedef struct repl_receiver { /* the standby's receiver */
 	char error[256];            /* last connection error, for stats/logs */
 } repl_receiver;
 
-typedef struct repl_state { /* region "repl" */
+typedef struct repl_state {         /* region "repl" */
 	uint32_t nsenders;          /* max_wal_senders */
 	_Atomic uint32_t nwaiting;  /* senders with `waiting` set: the flusher's one load */
 	_Atomic uint32_t finishing; /* clean shutdown: senders send what is flushed, then exit */

@@ -15,14 +15,14 @@
 
 #include "wal/wal.h"
 
-#define REPL_MAGIC          0x50525257u /* "WRRP" as bytes W R R P, read LE */
-#define REPL_VERSION        1
-#define REPL_NONCE_LEN      32
-#define REPL_HEADER_LEN     5 /* u8 type, u32 length */
-#define REPL_MAX_PAYLOAD    ((1u << 20) + 64)
-#define REPL_WAL_HEADER     24 /* start_lsn, primary_flush, send_time_us */
-#define REPL_WAL_CHUNK      (128u * 1024) /* bytes of WAL per message at most */
-#define REPL_ERROR_TEXT_MAX 512
+#define REPL_MAGIC           0x50525257u /* "WRRP" as bytes W R R P, read LE */
+#define REPL_VERSION         1
+#define REPL_NONCE_LEN       32
+#define REPL_HEADER_LEN      5 /* u8 type, u32 length */
+#define REPL_MAX_PAYLOAD     ((1u << 20) + 64)
+#define REPL_WAL_HEADER      24      /* start_lsn, primary_flush, send_time_us */
+#define REPL_WAL_CHUNK       131072u /* bytes of WAL per message at most (128 KiB) */
+#define REPL_ERROR_TEXT_MAX  512
 #define REPL_AUTH_TIMEOUT_MS 10000 /* a peer must authenticate within this */
 
 enum repl_msg_type {

@@ -65,16 +65,16 @@ static _Noreturn void refuse(sender *w, int level, int code, const char *text)
 	wr_snprintf(m.u.error.text, sizeof(m.u.error.text), "%s", text);
 	(void)repl_send(w->fd, &m);
 	wr_log(level, "replication connection from %s%s%s%s refused: %s", w->slot->peer,
-	       w->slot->name[0] ? " (standby \"" : "", w->slot->name,
-	       w->slot->name[0] ? "\")" : "", text);
+	       w->slot->name[0] ? " (standby \"" : "", w->slot->name, w->slot->name[0] ? "\")" : "",
+	       text);
 	_exit(0);
 }
 
 static _Noreturn void drop(sender *w, const char *why)
 {
 	wr_log(WR_WARNING, "replication connection from %s%s%s%s dropped: %s", w->slot->peer,
-	       w->slot->name[0] ? " (standby \"" : "", w->slot->name,
-	       w->slot->name[0] ? "\")" : "", why);
+	       w->slot->name[0] ? " (standby \"" : "", w->slot->name, w->slot->name[0] ? "\")" : "",
+	       why);
 	_exit(0);
 }
 
@@ -150,14 +150,15 @@ static wr_lsn check_start(sender *w, const repl_msg *m)
 		refuse(w, WR_LOG, WALRUS_EINVAL, text);
 	}
 	if (m->u.start.timeline != tli) {
-		snprintf(text, sizeof(text), "the standby's timeline %u differs from the primary's %u",
+		snprintf(text, sizeof(text),
+		         "the standby's timeline %u differs from the primary's %u",
 		         m->u.start.timeline, tli);
 		refuse(w, WR_LOG, WALRUS_EINVAL, text);
 	}
 	if (start == 0 || start > flush) {
 		snprintf(text, sizeof(text),
-		         "requested start " WAL_LSN_FMT " is ahead of the primary's flush position "
-		         WAL_LSN_FMT,
+		         "requested start " WAL_LSN_FMT
+		         " is ahead of the primary's flush position " WAL_LSN_FMT,
 		         WAL_LSN_ARGS(start), WAL_LSN_ARGS(flush));
 		refuse(w, WR_LOG, WALRUS_EINVAL, text);
 	}
@@ -230,7 +231,8 @@ static void check_pages(sender *w, const uint8_t *data, wr_lsn start, uint32_t l
 			char name[64], text[256];
 			wal_segment_name(w->seg_size, w->seg_start, name, sizeof(name));
 			snprintf(text, sizeof(text),
-			         "requested WAL segment %s has already been removed (recycled)", name);
+			         "requested WAL segment %s has already been removed (recycled)",
+			         name);
 			refuse(w, WR_LOG, WALRUS_ENOENT, text);
 		}
 	}
@@ -253,7 +255,8 @@ static void send_wal(sender *w, wr_lsn flush)
 		if (r <= 0) {
 			char text[256];
 			snprintf(text, sizeof(text), "could not read WAL at " WAL_LSN_FMT ": %s",
-			         WAL_LSN_ARGS(w->sent + got), r < 0 ? strerror(errno) : "end of file");
+			         WAL_LSN_ARGS(w->sent + got),
+			         r < 0 ? strerror(errno) : "end of file");
 			refuse(w, WR_WARNING, WALRUS_EIO, text);
 		}
 		got += (size_t)r;
@@ -333,8 +336,9 @@ static _Noreturn void stream(sender *w)
 		bool finishing = atomic_load(&w->r->finishing) != 0;
 		if (finishing && w->sent >= flush) {
 			atomic_store(&w->slot->state, REPL_SND_STOPPING);
-			wr_log(WR_LOG, "standby \"%s\" (%s): all WAL up to " WAL_LSN_FMT
-			               " sent at shutdown",
+			wr_log(WR_LOG,
+			       "standby \"%s\" (%s): all WAL up to " WAL_LSN_FMT
+			       " sent at shutdown",
 			       w->slot->name, w->slot->peer, WAL_LSN_ARGS(w->sent));
 			_exit(0);
 		}

@@ -81,8 +81,8 @@ static int set_key(repl_standby_conf *c, const char *name, char *value, const ch
 			continue;
 		if (!parse_value(value, keys[i].field, keys[i].len)) {
 			char what[160];
-			snprintf(what, sizeof(what), "bad value for \"%s\" (too long, or a quote not closed)",
-			         name);
+			snprintf(what, sizeof(what),
+			         "bad value for \"%s\" (too long, or a quote not closed)", name);
 			return bad_line(path, lineno, what);
 		}
 		return WALRUS_OK;
@@ -124,8 +124,9 @@ int repl_standby_parse(const char *abs, const char *path, char *text, repl_stand
 			return rc;
 	}
 	if (c->primary[0] == '\0')
-		return wr_error(WALRUS_EINVAL, "\"%s\" does not say which primary to follow "
-		                               "(primary = HOST:PORT or a socket path)",
+		return wr_error(WALRUS_EINVAL,
+		                "\"%s\" does not say which primary to follow "
+		                "(primary = HOST:PORT or a socket path)",
 		                path);
 	int rc = repl_check_address(c->primary);
 	if (rc != WALRUS_OK) {
@@ -159,9 +160,9 @@ int repl_standby_read(const char *abs, repl_standby_conf *c)
 		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", abs);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return errno == ENOENT ? wr_error(WALRUS_ENOENT, "\"%s\" does not exist", path)
-		                       : wr_error(wr_errno_code(errno), "could not open \"%s\": %m",
-		                                  path);
+		return errno == ENOENT
+		           ? wr_error(WALRUS_ENOENT, "\"%s\" does not exist", path)
+		           : wr_error(wr_errno_code(errno), "could not open \"%s\": %m", path);
 	char *text = malloc(STANDBY_FILE_MAX + 1);
 	int rc = text == NULL ? wr_error(WALRUS_ENOMEM, "out of memory") : check_mode(fd, path);
 	ssize_t n = rc == WALRUS_OK ? wr_read_full(fd, text, STANDBY_FILE_MAX + 1) : 0;

@@ -67,8 +67,7 @@ START_TEST(test_incremental_matches)
 }
 END_TEST
 
-static void check_hmac(const void *key, size_t klen, const void *data, size_t len,
-                       const char *want)
+static void check_hmac(const void *key, size_t klen, const void *data, size_t len, const char *want)
 {
 	uint8_t d[WR_SHA256_LEN];
 	char h[65];

@@ -176,16 +176,16 @@ static int parse(const char *text, repl_standby_conf *c)
 START_TEST(test_standby_parse)
 {
 	repl_standby_conf c;
-	ck_assert_int_eq(parse("# a standby\nprimary = db1:5433\npassword = 'it''s # secret'  # c\n",
-	                       &c),
-	                 WALRUS_OK);
+	ck_assert_int_eq(
+	    parse("# a standby\nprimary = db1:5433\npassword = 'it''s # secret'  # c\n", &c),
+	    WALRUS_OK);
 	ck_assert_str_eq(c.primary, "db1:5433");
 	ck_assert_str_eq(c.password, "it's # secret");
 	ck_assert_str_eq(c.application_name, "standby1"); /* the directory's name */
 	ck_assert_str_eq(c.slot, "");
-	ck_assert_int_eq(parse("primary=/run/walrus/repl.sock\napplication_name = east\nslot = s\n",
-	                       &c),
-	                 WALRUS_OK);
+	ck_assert_int_eq(
+	    parse("primary=/run/walrus/repl.sock\napplication_name = east\nslot = s\n", &c),
+	    WALRUS_OK);
 	ck_assert_str_eq(c.primary, "/run/walrus/repl.sock");
 	ck_assert_str_eq(c.application_name, "east");
 

@@ -57,7 +57,8 @@ static void put_keys(walrus *db, int from, int n)
 	memset(v, 'v', sizeof(v));
 	for (int i = from; i < from + n; i++) {
 		int kl = snprintf(k, sizeof(k), "key-%06d", i);
-		ck_assert_int_eq(walrus_put(db, k, (size_t)kl, v, sizeof(v), WALRUS_SYNC), WALRUS_OK);
+		ck_assert_int_eq(walrus_put(db, k, (size_t)kl, v, sizeof(v), WALRUS_SYNC),
+		                 WALRUS_OK);
 	}
 }
 
