@@ -96,6 +96,10 @@ _Noreturn void aux_sender_main(int sock, int slot)
 	engine_my_proc_set((int)(e->nprocs + (uint32_t)slot));
 	if (wal_attach(-1) != WALRUS_OK || repl_attach() != WALRUS_OK)
 		wr_panic("walrus-wsnd could not start: %s", walrus_errmsg());
+	repl_set_instance(&(repl_instance){.datadir = e->datadir,
+	                                   .opts = &e->opts,
+	                                   .shutdown = &e->shutdown_requested,
+	                                   .supervisor = (pid_t)e->supervisor_pid});
 	repl_sender_main(sock, slot);
 }
 
@@ -277,8 +281,14 @@ _Noreturn void aux_main(int kind, int keep_fd)
 		bgwriter_main(supervisor);
 	if (kind == WR_AUX_ARCH)
 		archiver_main(supervisor);
-	if (kind == WR_AUX_WRCV)
+	if (kind == WR_AUX_WRCV) {
+		engine_shared *e = engine_sh();
+		repl_set_instance(&(repl_instance){.datadir = e->datadir,
+		                                   .opts = &e->opts,
+		                                   .shutdown = &e->shutdown_requested,
+		                                   .supervisor = supervisor});
 		repl_receiver_main();
+	}
 	if (kind == WR_AUX_CKPT)
 		ckpt_main(engine_sh()->datadir, &engine_sh()->opts,
 		          &engine_sh()->shutdown_requested, supervisor);

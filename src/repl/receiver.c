@@ -12,16 +12,16 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <limits.h>
 #include <unistd.h>
 
-#include "engine/engine.h"
 #include "ipc/ipc.h"
 
 #define RETRY_INTERVAL_NS (1000ULL * 1000 * 1000) /* wal_retrieve_retry_interval */
 
 typedef struct receiver {
 	repl_receiver *rcv;
-	engine_shared *e;
+	const repl_instance *e;
 	repl_standby_conf conf;
 	wal_control ctl;
 	char waldir[PATH_MAX];
@@ -30,8 +30,7 @@ typedef struct receiver {
 
 static bool shutting_down(receiver *w)
 {
-	return atomic_load(&w->e->shutdown_requested) != 0 ||
-	       getppid() != (pid_t)w->e->supervisor_pid;
+	return atomic_load(w->e->shutdown) != 0 || getppid() != w->e->supervisor;
 }
 
 /* Published for stats; logged once per change of reason. */
@@ -109,7 +108,7 @@ static int follow(receiver *w, repl_stream *st)
 
 _Noreturn void repl_receiver_main(void)
 {
-	receiver w = {.e = engine_sh()};
+	receiver w = {.e = repl_instance_get()};
 	w.rcv = &repl_shared()->receiver;
 	atomic_store(&w.rcv->pid, (uint32_t)getpid());
 	if (repl_standby_read(w.e->datadir, &w.conf) != WALRUS_OK ||
@@ -123,7 +122,7 @@ _Noreturn void repl_receiver_main(void)
 		wr_panic("path too long: \"%s\"", w.e->datadir);
 	wr_lsn start = wait_start(&w);
 	repl_stream st;
-	repl_stream_init(&st, w.waldir, (uint64_t)w.e->opts.wal_segment_size, start);
+	repl_stream_init(&st, w.waldir, (uint64_t)w.e->opts->wal_segment_size, start);
 	st.progress = progress;
 	st.arg = &w;
 	atomic_store(&w.rcv->flushed, start);
@@ -136,11 +135,10 @@ _Noreturn void repl_receiver_main(void)
 		         rc == WALRUS_OK ? "the primary ended the stream" : walrus_errmsg());
 		set_error(&w, why);
 		/* Retry from what is durable: it never goes backwards. */
-		repl_stream_init(&st, w.waldir, (uint64_t)w.e->opts.wal_segment_size, st.flushed);
+		repl_stream_init(&st, w.waldir, (uint64_t)w.e->opts->wal_segment_size, st.flushed);
 		st.progress = progress;
 		st.arg = &w;
-		uint32_t seq = atomic_load(&w.e->shutdown_requested);
-		if (seq == 0)
-			(void)ipc_wait_u32(&w.e->shutdown_requested, 0, RETRY_INTERVAL_NS);
+		if (atomic_load(w.e->shutdown) == 0)
+			(void)ipc_wait_u32(w.e->shutdown, 0, RETRY_INTERVAL_NS);
 	}
 }

@@ -41,6 +41,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/common.h"
 
@@ -108,8 +109,22 @@ int repl_shmem_init(const wr_options *o);
 int repl_attach(void);
 repl_state *repl_shared(void); /* NULL when not attached */
 
-/* After each WAL flush: one atomic load when no sender sleeps. */
+/* After each WAL flush (wal's flush hook, set by repl_attach): one atomic
+ * load when no sender sleeps. */
 void repl_wake_senders(void);
+
+/*
+ * What the sender and the receiver need of the instance: the engine, which
+ * runs them in its processes, says it before calling their mains (repl
+ * sits below the engine and does not include it).
+ */
+typedef struct repl_instance {
+	const char *datadir;
+	const wr_options *opts;
+	_Atomic uint32_t *shutdown; /* non-zero: the supervisor asks the receiver to exit */
+	pid_t supervisor;
+} repl_instance;
+void repl_set_instance(const repl_instance *inst);
 
 /* ---------------------------------------------------------------- the primary's side */
 

@@ -96,6 +96,9 @@ size_t repl_encode(const repl_msg *m, uint8_t *out, size_t cap);
 void repl_encode_wal_header(uint8_t *out, wr_lsn start, wr_lsn primary_flush, uint64_t time_us,
                             uint32_t len);
 
+/* What repl_set_instance was given. */
+const repl_instance *repl_instance_get(void);
+
 /* ---------------------------------------------------------------- sockets */
 
 /* Bounds every later read and write on @fd (SO_RCVTIMEO/SO_SNDTIMEO): a stalled peer

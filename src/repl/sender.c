@@ -25,8 +25,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/engine.h"
-
 #define KEEPALIVE_NS (1000ULL * 1000 * 1000) /* an idle sender says it is alive this often */
 
 static char repl_password[256];
@@ -359,13 +357,13 @@ static _Noreturn void stream(sender *w)
 
 _Noreturn void repl_sender_main(int sock_fd, int slot)
 {
-	engine_shared *e = engine_sh();
-	sender w = {.fd = sock_fd, .seg_fd = -1, .datadir = e->datadir};
+	const repl_instance *inst = repl_instance_get();
+	sender w = {.fd = sock_fd, .seg_fd = -1, .datadir = inst->datadir};
 	w.r = repl_shared();
 	w.slot = &w.r->senders[slot];
 	atomic_store(&w.slot->pid, (uint32_t)getpid());
-	w.seg_size = (uint64_t)e->opts.wal_segment_size;
-	w.timeout_ns = (uint64_t)e->opts.wal_sender_timeout_us * 1000;
+	w.seg_size = (uint64_t)inst->opts->wal_segment_size;
+	w.timeout_ns = (uint64_t)inst->opts->wal_sender_timeout_us * 1000;
 	w.buf = malloc(REPL_HEADER_LEN + REPL_MAX_PAYLOAD);
 	if (w.buf == NULL)
 		drop(&w, "out of memory");

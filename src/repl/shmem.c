@@ -33,7 +33,20 @@ int repl_attach(void)
 	R = shm_lookup("repl", &size);
 	if (R == NULL)
 		return wr_error(WALRUS_EPROTO, "shared memory has no replication region");
+	wal_set_flush_hook(repl_wake_senders);
 	return WALRUS_OK;
+}
+
+static repl_instance instance;
+
+void repl_set_instance(const repl_instance *inst)
+{
+	instance = *inst;
+}
+
+const repl_instance *repl_instance_get(void)
+{
+	return &instance;
 }
 
 repl_state *repl_shared(void)

@@ -25,7 +25,6 @@
 #include <unistd.h>
 
 #include "fdcache/fdcache.h"
-#include "repl/repl.h"
 
 #define WAL_SPIN_ROUNDS     200
 #define WAL_SPIN_NS         10000 /* spin only when the flush should end this soon */
@@ -33,6 +32,13 @@
 #define WAL_NAP_EXTRA_NS    1000    /* a gather's timer wakes just past its deadline */
 #define WAL_GATHER_STALE_NS 1000000 /* a holder this late past commit_gather left */
 #define WAL_URING_DEPTH     64
+
+static void (*flush_hook)(void);
+
+void wal_set_flush_hook(void (*fn)(void))
+{
+	flush_hook = fn;
+}
 
 static struct {
 	uint64_t start; /* of the segment this process has open, or UINT64_MAX */
@@ -423,7 +429,8 @@ static void write_round(uint64_t want)
 	write_and_flush(from, upto);
 	atomic_store(&wal_sh->write_lsn, upto);
 	atomic_store(&wal_sh->flush_lsn, upto);
-	repl_wake_senders(); /* one atomic load when no standby's sender sleeps */
+	if (flush_hook != NULL)
+		flush_hook(); /* the WAL senders' wake-up: a load when none sleeps */
 	uint64_t t1 = wr_now_ns(), ns = t1 - t0;
 	atomic_store(&wal_sh->flush_start_ns, 0);
 	/* Whoever is waiting now comes back for the next flush: the ones this

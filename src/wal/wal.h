@@ -248,6 +248,10 @@ wr_lsn wal_insert(uint8_t rmid, uint8_t info);
 /* Like wal_insert with the start LSN of the record too. */
 wr_lsn wal_insert_at(uint8_t rmid, uint8_t info, wr_lsn *start);
 
+/* Called after each flush moves the flush LSN (the WAL senders' wake-up,
+ * src/repl): it must be cheap.  Per process; NULL for none. */
+void wal_set_flush_hook(void (*fn)(void));
+
 /* Returns once the WAL up to @lsn is durable (group commit).  PANICs on I/O error. */
 void wal_flush_to(wr_lsn lsn);
 /* Asynchronous commit: asks the WAL writer to flush up to @lsn soon. */
