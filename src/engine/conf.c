@@ -14,8 +14,9 @@
  * case-insensitive.  When a name is set twice, the last line wins.
  *
  * Notes: only instance options belong in the file, and the options and
- * the password (requirepass, a secret) of `walrus serve`, which the engine
- * skips.  A session option
+ * the passwords (secrets: requirepass of `walrus serve`, and
+ * replication_password, which the supervisor reads for its WAL senders),
+ * which the engine skips when it applies the file.  A session option
  * (synchronous_commit, create_if_missing, strict_options) is each opener's
  * choice, so the file refuses it rather than appear to set it.  A secret
  * is never copied into the options, so no dump, log or statistics shows

@@ -157,8 +157,8 @@ int conf_set(const char *abs, const char *name, const char *value);
  * A secret (requirepass) reads back as "********". */
 int conf_get(const char *abs, const char *name, char *buf, size_t len, bool *found);
 /*
- * Secrets: settings of walrus.conf that are not options but a password for
- * `walrus serve` (requirepass).  The engine skips them when it applies the
+ * Secrets: settings of walrus.conf that are not options but a password:
+ * requirepass (`walrus serve`), replication_password (the WAL senders).  The engine skips them when it applies the
  * file; conf_set refuses them (the value would be on a command line, in
  * ps); conf_get masks them; no option dump, log or statistics sees them.
  * conf_secret reads one: *found false when the file sets none; a file that
