@@ -9,7 +9,9 @@
  * too many, a silent peer; and a WAL sender killed with SIGKILL: the
  * primary keeps serving writes in the same generation every time.
  */
+#include "engine/engine.h"
 #include "fdcache/fdcache.h"
+#include "ipc/ipc.h"
 #include "repl/repl_int.h"
 #include "testutil.h"
 #include "walrus.h"
@@ -417,6 +419,94 @@ START_TEST(test_kill_sender)
 }
 END_TEST
 
+typedef struct rcv_args {
+	const char *dir;
+	_Atomic uint32_t *shutdown;
+} rcv_args;
+
+/* The WAL receiver's own main, in a child, for a "standby" directory @arg->dir. */
+static int receiver_child(void *arg)
+{
+	rcv_args *a = arg;
+	wr_set_panic_handler(tu_panic_exit);
+	fdc_reset();
+	repl_set_instance(&(repl_instance){.datadir = a->dir,
+	                                   .opts = &engine_sh()->opts,
+	                                   .shutdown = a->shutdown,
+	                                   .supervisor = getppid()});
+	repl_receiver_main();
+}
+
+/* Waits (bounded) for the receiver to have made WAL up to @lsn durable. */
+static void wait_received(repl_receiver *r, wr_lsn lsn)
+{
+	uint64_t deadline = wr_now_ns() + 30ULL * 1000000000ULL;
+	for (;;) {
+		uint32_t seq = atomic_load(&r->flush_seq);
+		if (atomic_load(&r->flushed) >= lsn)
+			return;
+		ck_assert_msg(wr_now_ns() < deadline,
+		              "the receiver flushed only " WAL_LSN_FMT " of " WAL_LSN_FMT " (%s)",
+		              WAL_LSN_ARGS(atomic_load(&r->flushed)), WAL_LSN_ARGS(lsn), r->error);
+		(void)ipc_wait_u32(&r->flush_seq, seq, 100 * 1000000ULL);
+	}
+}
+
+/*
+ * repl_receiver_main itself: it waits for start_lsn, streams into the
+ * standby's DIR/wal, publishes `flushed` with flush_seq, and after its
+ * sender is killed reconnects and goes on from what it had flushed.
+ */
+START_TEST(test_receiver)
+{
+	primary p;
+	char sdir[PATH_MAX];
+	start_primary(&p, false, "");
+	put_keys(p.db, 0, 20);
+	ck_assert_ptr_nonnull(realpath(tu_tmpdir("repl-standby"), sdir));
+	char waldir[PATH_MAX + 8];
+	snprintf(waldir, sizeof(waldir), "%s/wal", sdir);
+	ck_assert_int_eq(mkdir(waldir, 0700), 0);
+	ck_assert_int_eq(wal_control_write(sdir, &p.ctl), WALRUS_OK); /* same system */
+	repl_standby_conf sc = {0};
+	ck_assert(wr_snprintf(sc.primary, sizeof(sc.primary), "%s", p.addr));
+	snprintf(sc.password, sizeof(sc.password), "%s", PASSWORD);
+	snprintf(sc.application_name, sizeof(sc.application_name), "test-standby");
+	ck_assert_int_eq(repl_standby_write(sdir, &sc), WALRUS_OK);
+
+	repl_receiver *r = &repl_shared()->receiver;
+	rcv_args a = {.dir = sdir, .shutdown = (_Atomic uint32_t *)client_scratch()};
+	pid_t child = tu_fork(receiver_child, &a);
+	while (atomic_load(&r->state) != REPL_RCV_WAITING_START)
+		wr_sleep_us(1000); /* bounded by the case's timeout */
+	wr_lsn flush = wal_flushed_lsn(), start = flush - flush % WAL_PAGE_SIZE;
+	atomic_store(&r->start_lsn, start);
+	atomic_fetch_add(&r->start_seq, 1);
+	ipc_wake_all(&r->start_seq);
+	wait_received(r, flush);
+	compare_wal(&p, sdir, start, flush);
+	wait_feedback_in_stats(&p, atomic_load(&r->flushed));
+
+	/* The connection breaks: it reconnects from what it flushed. */
+	pid_t snd = sender_pid(&p);
+	ck_assert_int_gt(snd, 0);
+	ck_assert_int_eq(kill(snd, SIGKILL), 0);
+	put_keys(p.db, 20, 50);
+	wr_lsn flush2 = wal_flushed_lsn();
+	wait_received(r, flush2);
+	compare_wal(&p, sdir, start, flush2);
+	char *json = stats(&p);
+	ck_assert_ptr_nonnull(strstr(json, "\"receiver\":{\"pid\":"));
+	free(json);
+
+	atomic_store(a.shutdown, 1);
+	ipc_wake_all(a.shutdown);
+	ck_assert_int_eq(tu_wait(child), 0);
+	ck_assert_uint_eq(crash_restarts(&p), p.crash_restarts);
+	stop_primary(&p);
+}
+END_TEST
+
 START_TEST(test_no_password)
 {
 	char dir[PATH_MAX], conf[PATH_MAX + 128], path[PATH_MAX + 32];
@@ -476,6 +566,7 @@ int main(void)
 	tcase_add_test(tc, test_too_many_standbys);
 	tcase_add_test(tc, test_silent_peer);
 	tcase_add_test(tc, test_kill_sender);
+	tcase_add_test(tc, test_receiver);
 	tcase_add_test(tc, test_no_password);
 	tcase_add_test(tc, test_shutdown_sends_rest);
 	suite_add_tcase(s, tc);
