@@ -22,12 +22,16 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "server"))
-from srvtest import (Client, RespError, Server, TestFailure, check, eq, kill_all,  # noqa: E402,F401
+from srvtest import (Client, RespError, Server, TestFailure, check, eq, kill_all,  # noqa: E402,F401 (re-exported)
                      run_cases, wait_no_pids)
 
 # The node names the ring hashes (not host:port: a shard can move to another
 # address without moving its keys); the same as examples/twemproxy.
 NAMES = ["shard0", "shard1", "shard2"]
+
+
+def names(n):
+    return NAMES[:n] + [f"shard{i}" for i in range(len(NAMES), n)]
 
 
 def nutcracker():
@@ -89,7 +93,8 @@ EXAMPLE = os.path.join(HERE, "..", "..", "examples", "twemproxy", "nutcracker.ym
 
 def proxy_conf(listen_port, shard_ports):
     """The shipped examples/twemproxy/nutcracker.yml with its ports replaced:
-    the tests run the configuration users are given."""
+    the tests run the configuration users are given.  Shards past the
+    example's three (a resized ring) are added to its servers, the last key."""
     with open(EXAMPLE) as f:
         text = f.read()
     text, n = re.subn(r"(?m)^(\s+listen: 127\.0\.0\.1:)\d+$", rf"\g<1>{listen_port}", text)
@@ -97,7 +102,8 @@ def proxy_conf(listen_port, shard_ports):
     for port, name in zip(shard_ports, NAMES):
         text, n = re.subn(rf"(?m)^(\s+- 127\.0\.0\.1:)\d+(:1 {name})$", rf"\g<1>{port}\2", text)
         check(n == 1, f"{EXAMPLE}: one server named {name} expected")
-    return text
+    extra = zip(shard_ports[len(NAMES):], names(len(shard_ports))[len(NAMES):])
+    return text.rstrip("\n") + "\n" + "".join(f"    - 127.0.0.1:{p}:1 {n}\n" for p, n in extra)
 
 
 class Proxy:
@@ -152,16 +158,16 @@ class Proxy:
 class Cluster:
     """Three shards and the proxy in front, under one temporary directory."""
 
-    def __init__(self, walrus, sync="on", backends=None, base=None):
+    def __init__(self, walrus, sync="on", backends=None, base=None, nshards=len(NAMES)):
         self.root = tempfile.mkdtemp(prefix="walrus-shard-", dir=base)
         os.chmod(self.root, 0o700)
-        ports = free_ports(len(NAMES) + 2)
-        for n in NAMES:
+        ports = free_ports(nshards + 2)
+        for n in names(nshards):
             os.makedirs(os.path.join(self.root, n), mode=0o700)
         self.shards = [Shard(walrus, ports[i], os.path.join(self.root, n), sync, backends)
-                       for i, n in enumerate(NAMES)]
+                       for i, n in enumerate(names(nshards))]
         self.proxy = Proxy(os.path.join(self.root, "proxy"), ports[-2], ports[-1],
-                           ports[:len(NAMES)])
+                           ports[:nshards])
 
     def __enter__(self):
         try:

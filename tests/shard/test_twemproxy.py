@@ -7,7 +7,8 @@ docs/scale-out.md sets them up.  One case per meson test:
              one shard (asked of every shard directly) with their value, every
              shard holds a share, and MGET through the proxy returns them all
   refused    what docs/scale-out.md says the proxy refuses (MULTI, SCAN, KEYS,
-             INFO, FLUSHALL) is refused: the proxy closes the connection
+             INFO, FLUSHALL, DBSIZE, CONFIG, CHECKPOINT, ECHO, SELECT) is
+             refused: the proxy closes the connection
   benchmark  redis-benchmark SET/GET through the proxy, -P 1 and -P 16,
              completes without an error and spreads keys over every shard
   kill       a writer goes through the proxy over keys of every shard; one
@@ -15,6 +16,9 @@ docs/scale-out.md sets them up.  One case per meson test:
              its keys fail, the others' keep being written and read; its
              restart brings them back, and every write acknowledged (durable
              commits) before, during and after reads back
+  resize     three shards copied to a new ring of four fresh ones through its
+             proxy (examples/twemproxy/copy_keys.py): every key on exactly
+             one new shard, every new shard holds some, all read back
 
 usage: test_twemproxy.py --walrus build/tools/walrus [case ...]
 """
@@ -47,7 +51,7 @@ def case_placement(walrus):
         counts = [sum(1 for w in owners.values() if w == [i]) for i in range(len(cl.shards))]
         print(f"keys per shard: {counts}", flush=True)
         for i, n in enumerate(counts):
-            # ketama over node names: the split is fixed by the names (201/187/212 here)
+            # ketama over node names: the split is fixed by the names (191/214/195 here)
             check(n >= len(keys) // 10, f"shard {i} got {n} of {len(keys)} keys: {counts}")
         for i, s in enumerate(cl.shards):
             with s.client() as c:
@@ -60,7 +64,8 @@ def case_placement(walrus):
 
 def case_refused(walrus):
     with Cluster(walrus) as cl:
-        for cmd in (["MULTI"], ["SCAN", "0"], ["KEYS", "*"], ["INFO"], ["FLUSHALL"]):
+        for cmd in (["MULTI"], ["SCAN", "0"], ["KEYS", "*"], ["INFO"], ["FLUSHALL"], ["DBSIZE"],
+                    ["CONFIG", "GET", "port"], ["CHECKPOINT"], ["ECHO", "x"], ["SELECT", "0"]):
             r = subprocess.run(["redis-cli", "-p", str(cl.proxy.port)] + cmd,
                                capture_output=True, timeout=60)
             err = r.stderr.decode()
@@ -183,7 +188,8 @@ def case_kill(walrus):
             eq(w.count("down", victim), 0, "writes acknowledged by the dead shard")
             for s in range(len(cl.shards)):
                 if s != victim:
-                    eq(w.count("down", s, True), 0, f"errors on shard {s} while shard {victim} is down")
+                    eq(w.count("down", s, True), 0,
+                       f"errors on shard {s} while shard {victim} is down")
             with cl.client() as c:  # reads: the others' keys answer, the victim's fail
                 for k in mine:
                     r = c.call("GET", k)
@@ -198,7 +204,8 @@ def case_kill(walrus):
                 eq(w.count("back", s, True), 0, f"errors on shard {s} after the restart")
             for s in range(len(cl.shards)):
                 if s != victim:  # the others never failed, whatever the phase
-                    eq(sum(n for (_, sh), n in w.errs.items() if sh == s), 0, f"errors on shard {s}")
+                    eq(sum(n for (_, sh), n in w.errs.items() if sh == s), 0,
+                       f"errors on shard {s}")
         finally:
             w.stop.set()
             w.join(60)
@@ -208,8 +215,32 @@ def case_kill(walrus):
         check_acked(cl, w, keys, "after the restart")
 
 
+def case_resize(walrus):
+    """docs/scale-out.md's resizing: a new ring of four fresh shards, every key
+    of the three old ones copied through its proxy by examples/twemproxy/copy_keys.py."""
+    keys = keys_of(600, "item:")
+    copier = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                          "twemproxy", "copy_keys.py")
+    with Cluster(walrus) as old, Cluster(walrus, nshards=4) as new:
+        with old.client() as c:
+            eq(c.call("MSET", *[x for k in keys for x in (k, f"v-{k}")]), "OK", "MSET")
+        argv = [sys.executable, copier, "--to", f"127.0.0.1:{new.proxy.port}"]
+        argv += [f"127.0.0.1:{s.port}" for s in old.shards]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        eq(r.returncode, 0, f"copy_keys.py: {r.stdout}{r.stderr}")
+        check(f"{len(keys)} keys copied" in r.stdout, f"copy_keys.py: {r.stdout}")
+        owners = new.owners(keys)
+        for k, where in owners.items():
+            eq(len(where), 1, f"new shards holding {k}")
+        counts = [sum(1 for w in owners.values() if w == [i]) for i in range(4)]
+        print(f"keys per new shard: {counts}", flush=True)
+        check(all(n > 0 for n in counts), f"every new shard holds keys: {counts}")
+        with new.client() as c:
+            eq(c.call("MGET", *keys), [f"v-{k}".encode() for k in keys], "MGET on the new ring")
+
+
 CASES = {"placement": case_placement, "refused": case_refused, "benchmark": case_benchmark,
-         "kill": case_kill}
+         "kill": case_kill, "resize": case_resize}
 
 if __name__ == "__main__":
     missing = [t for t in ("redis-cli", "redis-benchmark") if not shutil.which(t)]
