@@ -275,6 +275,27 @@ typedef struct wal_stats {
 } wal_stats;
 void wal_get_stats(wal_stats *s);
 
+/* ---------------------------------------------------------------- a standby's recovery */
+
+/*
+ * A standby replays while the instance runs (standby.c): its checkpointer
+ * makes restartpoints from the checkpoint records replayed, and promotion
+ * hands the new timeline to the end-of-recovery checkpoint.  Written by the
+ * startup process, read by the checkpointer and statistics.
+ */
+void wal_set_in_recovery(bool on);
+bool wal_in_recovery(void);
+void wal_note_replayed(wr_lsn end, uint64_t time_ms);
+wr_lsn wal_replayed_lsn(void);
+uint64_t wal_replayed_time_ms(void);
+struct wal_checkpoint_rec;
+void wal_note_replayed_checkpoint(wr_lsn lsn, const struct wal_checkpoint_rec *ck);
+/* The last checkpoint record replayed (false: none yet). */
+bool wal_replayed_checkpoint(wr_lsn *lsn, struct wal_checkpoint_rec *ck);
+/* The timeline the next checkpoint records in the control file (0: keep). */
+void wal_set_timeline(uint32_t tli);
+uint32_t wal_timeline(void);
+
 /* ---------------------------------------------------------------- segments */
 
 /*
@@ -483,6 +504,14 @@ void wal_reader_close(wal_reader *r);
  * by valid WAL (damage, not a tail), naming the LSN.
  */
 int wal_read_record(wal_reader *r, wr_lsn lsn, wal_decoded **rec);
+/*
+ * A standby's reader: WAL at or past @limit is not durable yet (its
+ * receiver is still writing it), so a record that reaches past it is not
+ * read: wal_read_record returns WAL_NOT_YET (a positive code, no message)
+ * and reading it again after a higher limit succeeds.  0: no limit.
+ */
+#define WAL_NOT_YET 2
+void wal_reader_set_limit(wal_reader *r, wr_lsn limit);
 /* The first valid record at or after @lsn (used by waldump --from a non-record LSN). */
 int wal_find_first(wal_reader *r, wr_lsn lsn, wr_lsn *found);
 /* Decodes a contiguous record (header + payload) already in memory. */
@@ -549,7 +578,13 @@ typedef struct wal_redo_pages {
 	int (*get)(const wal_decoded *rec, int id, void **page, int *action);
 	void (*release)(const wal_decoded *rec, int id, void *page, bool changed);
 	void (*finish)(void); /* end of recovery: make what redo wrote durable */
+	/* While on, pages released stay locked and pinned, and a page asked for
+	 * again is the one held; off releases them all (NULL: not needed). */
+	void (*hold)(bool on);
 } wal_redo_pages;
+/* Keeps the pages of a group of records (a key-value batch) locked until
+ * all of them are applied: a standby's readers never see a part of it. */
+void wal_redo_hold(bool on);
 void wal_redo_set_pages(const wal_redo_pages *p);
 int wal_redo_get_block(const wal_decoded *rec, int id, void **page, int *action);
 void wal_redo_release_block(const wal_decoded *rec, int id, void *page, bool changed);
@@ -587,5 +622,26 @@ typedef struct wal_recovery_result {
 	bool archive_done;
 } wal_recovery_result;
 int wal_recover(const char *datadir, const wr_options *o, wal_recovery_result *res);
+
+/*
+ * A standby's recovery (PostgreSQL's standby mode): the local WAL is
+ * replayed to its end, then only WAL the standby's sources made durable,
+ * as they make more of it, until a promotion.  Then the WAL after the last
+ * record replayed is cut off, a history file names the new timeline
+ * (res->new_timeline, one past the control file's) and the result is as
+ * at the end of crash recovery.  The hooks run in the startup process:
+ *   local_end(end)   the local WAL ends at @end: sources continue there;
+ *   wait(limit, &promote)  blocks until WAL past @limit is durable and
+ *                    returns its new end; or sets promote (everything up
+ *                    to @limit replayed) when recovery should end;
+ *   replayed(rec, end)  after each record (@end: where the WAL goes on).
+ */
+typedef struct wal_standby_hooks {
+	void (*local_end)(wr_lsn end);
+	wr_lsn (*wait)(wr_lsn limit, bool *promote);
+	void (*replayed)(const wal_decoded *rec, wr_lsn end);
+} wal_standby_hooks;
+int wal_recover_standby(const char *datadir, const wr_options *o, const wal_standby_hooks *sb,
+                        wal_recovery_result *res);
 
 #endif /* WALRUS_WAL_H */

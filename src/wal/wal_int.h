@@ -126,6 +126,15 @@ typedef struct wal_shared {
 	_Atomic uint32_t backup_running;
 	_Atomic uint64_t backup_keep;
 
+	/* a standby's recovery (standby.c): written by the startup process */
+	_Atomic uint32_t in_recovery;
+	_Atomic uint32_t timeline; /* after a promotion: the control file's next (0: keep) */
+	_Atomic uint64_t replayed_end;
+	_Atomic uint64_t replayed_time_ms; /* the last replayed record's insertion time */
+	_Atomic uint32_t rp_seq;           /* odd while the startup writes rp_* */
+	_Atomic uint64_t rp_lsn, rp_redo, rp_next_relid,
+	    rp_time_us; /* the last checkpoint replayed */
+
 	/* statistics */
 	_Atomic uint64_t st_records, st_bytes, st_fpis, st_fpi_raw, st_fpi_stored;
 	_Atomic uint64_t st_writes, st_write_bytes, st_flushes, st_flush_ns;
@@ -193,6 +202,9 @@ bool wal_target_stop_after(const wal_target *t, const wal_decoded *rec);
 bool wal_target_reached_at_end(const wal_target *t, wr_lsn end);
 /* Records @cut in the recovery file, then zeroes the WAL after it and removes later segments. */
 int wal_target_cut(const char *datadir, const wal_target *t, wr_lsn cut, uint64_t seg_size);
+/* Zeroes the WAL after @cut in its segment and removes every later segment
+ * (a new timeline starts at @cut: nothing of the old one may be read past it). */
+int wal_cut_after(const char *waldir, wr_lsn cut, uint64_t seg_size, int *removed);
 
 /* PANIC helper for WAL I/O: the commit contract cannot be kept after it. */
 _Noreturn void wal_io_failed(const char *what, uint64_t seg_start, int err);

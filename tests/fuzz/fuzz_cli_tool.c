@@ -20,6 +20,8 @@
 STUB(cmd_serve)
 STUB(cmd_status)
 STUB(cmd_stop)
+STUB(cmd_standby)
+STUB(cmd_promote)
 STUB(cmd_selftest)
 STUB(cmd_doctor)
 STUB(cmd_options)
