@@ -234,6 +234,20 @@ static void stats_settings(jbuf *j, const engine_shared *e)
 	jb_close(j);
 }
 
+/* A standby's recovery (hotstandby.c); after a promotion: active 0. */
+static void stats_standby(jbuf *j, engine_shared *e)
+{
+	standby_shared *sb = &e->sb;
+	jb_open(j, "standby");
+	jb_u64(j, "active", atomic_load(&sb->active));
+	jb_u64(j, "consistent", atomic_load(&sb->consistent));
+	jb_lsn(j, "replay_lsn", wal_replayed_lsn());
+	jb_u64(j, "replay_time_ms", wal_replayed_time_ms()); /* the last record's insertion time */
+	jb_lsn(j, "wal_end_lsn", atomic_load(&sb->wal_end)); /* durable here, replayable */
+	jb_u64(j, "segments_restored", atomic_load(&sb->restored));
+	jb_close(j);
+}
+
 int engine_stats_json(char **out)
 {
 	jbuf j = {.first = true};
@@ -250,6 +264,7 @@ int engine_stats_json(char **out)
 	stats_buffers(&j);
 	stats_checkpoints(&j);
 	stats_archiver(&j, e);
+	stats_standby(&j, e);
 	stats_kv(&j);
 	stats_settings(&j, e);
 	jb_add(&j, "}");
