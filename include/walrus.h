@@ -307,6 +307,19 @@ WALRUS_API int walrus_switch_wal(walrus *db, uint64_t *lsn);
  * end of its record.
  */
 WALRUS_API int walrus_restore_point(walrus *db, const char *name, uint64_t *lsn);
+
+/*
+ * Replication slots (PostgreSQL's physical slots): a standby streaming with
+ * `--slot NAME` has the primary keep every WAL segment it has not flushed
+ * yet, up to max_slot_wal_keep_size behind the redo point (beyond, the slot
+ * is invalidated with a WARNING).  A new slot keeps WAL from the last
+ * checkpoint's redo point.  Names: 1 to 63 of a-z, A-Z, 0-9, '_', '-'.
+ * Listed in walrus_stats ("slots").  Errors: EINVAL (bad name), EBUSY (it
+ * exists; drop: a standby streams with it), ELIMIT (max_replication_slots),
+ * ENOTFOUND (drop: no such slot), EREADONLY (on a standby).
+ */
+WALRUS_API int walrus_slot_create(walrus *db, const char *name);
+WALRUS_API int walrus_slot_drop(walrus *db, const char *name);
 /*
  * Base backup (pg_basebackup's), online: writers keep running.  Requests a
  * checkpoint (spread over checkpoint_completion_target of

@@ -48,6 +48,7 @@ int cmd_status(tool_ctx *ctx, int argc, char **argv);
 int cmd_stop(tool_ctx *ctx, int argc, char **argv);
 int cmd_standby(tool_ctx *ctx, int argc, char **argv);
 int cmd_promote(tool_ctx *ctx, int argc, char **argv);
+int cmd_slot(tool_ctx *ctx, int argc, char **argv);
 int cmd_selftest(tool_ctx *ctx, int argc, char **argv);
 int cmd_doctor(tool_ctx *ctx, int argc, char **argv);
 int cmd_options(tool_ctx *ctx, int argc, char **argv);

@@ -33,6 +33,7 @@ static const tool_cmd commands[] = {
     {"standby", cmd_standby,
      "run DIR as a hot standby in the foreground (--primary, --wal-archive)"},
     {"promote", cmd_promote, "make the standby running on DIR a primary"},
+    {"slot", cmd_slot, "create, drop or list replication slots"},
     {"selftest", cmd_selftest, "write, sync, read back and damage pages: the I/O path at work"},
     {"doctor", cmd_doctor, "check DIR's file system for durable writes (O_DIRECT, fsync speed)"},
     {"options", cmd_options, "list every engine option with its default and range"},

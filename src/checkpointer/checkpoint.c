@@ -186,6 +186,13 @@ static void recycle_wal(const char *datadir, const wr_options *o, ckpt_result *r
 {
 	char waldir[PATH_MAX];
 	int recycled = 0, removed = 0;
+	/* The slots' files first: a crash must not restart a slot from WAL
+	 * recycled here. */
+	if (wal_slots_save(datadir) != WALRUS_OK) {
+		wr_log(WR_WARNING, "could not save the replication slots: %s (no WAL recycled)",
+		       walrus_errmsg());
+		return;
+	}
 	if (wr_snprintf(waldir, sizeof(waldir), "%s/wal", datadir) &&
 	    wal_recycle(waldir, o, r->redo, wal_position(), &recycled, &removed) != WALRUS_OK)
 		wr_log(WR_WARNING, "could not recycle WAL segments: %s", walrus_errmsg());

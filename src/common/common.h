@@ -207,6 +207,8 @@ typedef struct wr_options {
 	int64_t authentication_timeout_us; /* a connection must AUTH within this */
 	/* WAL archiving (engine/archiver.c) */
 	bool archive_mode;
+	int64_t max_replication_slots;
+	int64_t max_slot_wal_keep_size;       /* bytes */
 	char archive_dir[WR_OPT_STR_MAX];     /* built-in copy into this directory, or "" */
 	char archive_command[WR_OPT_STR_MAX]; /* shell command with %p, %f, %%, or "" */
 	int64_t archive_timeout_us;           /* 0: off; else switch a segment older than this */

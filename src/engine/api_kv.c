@@ -334,6 +334,23 @@ static int restore_point(const char *name, uint64_t *lsn)
 	return WALRUS_OK;
 }
 
+static int slot_create(const char *name)
+{
+	engine_shared *e = engine_sh();
+	return wal_slot_create(e->datadir, name, (int)e->opts.max_replication_slots);
+}
+
+int walrus_slot_create(walrus *db, const char *name)
+{
+	API_CALL(db, "walrus_slot_create", WRITABLE("walrus_slot_create", slot_create(name)));
+}
+
+int walrus_slot_drop(walrus *db, const char *name)
+{
+	API_CALL(db, "walrus_slot_drop",
+	         WRITABLE("walrus_slot_drop", wal_slot_drop(engine_sh()->datadir, name)));
+}
+
 int walrus_restore_point(walrus *db, const char *name, uint64_t *lsn)
 {
 	int rc = check_point_name(name);

@@ -248,6 +248,24 @@ static void stats_standby(jbuf *j, engine_shared *e)
 	jb_close(j);
 }
 
+static void stats_slots(jbuf *j)
+{
+	wal_slot_info s[WAL_MAX_RSLOTS_LISTED];
+	int n = wal_slots_list(s, WAL_MAX_RSLOTS_LISTED);
+	jb_add(j, "%s\"slots\":[", j->first ? "" : ",");
+	for (int i = 0; i < n; i++) {
+		jb_add(j, "%s{", i ? "," : "");
+		j->first = true;
+		jb_str(j, "name", s[i].name);
+		jb_lsn(j, "restart_lsn", s[i].restart_lsn);
+		jb_u64(j, "active_pid", s[i].active_pid);
+		jb_u64(j, "invalidated", s[i].invalidated);
+		jb_add(j, "}");
+	}
+	jb_add(j, "]");
+	j->first = false;
+}
+
 int engine_stats_json(char **out)
 {
 	jbuf j = {.first = true};
@@ -265,6 +283,7 @@ int engine_stats_json(char **out)
 	stats_checkpoints(&j);
 	stats_archiver(&j, e);
 	stats_standby(&j, e);
+	stats_slots(&j);
 	stats_kv(&j);
 	stats_settings(&j, e);
 	jb_add(&j, "}");

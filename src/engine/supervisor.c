@@ -209,6 +209,8 @@ static int create_shared_memory(void)
 		return wr_error(WALRUS_EINTERNAL, "shared memory layout does not fit");
 	rc = wal_shmem_init(&S.opts, S.abs, (int)nprocs);
 	if (rc == WALRUS_OK)
+		rc = wal_slots_load(S.abs);
+	if (rc == WALRUS_OK)
 		rc = buf_shmem_init(&S.opts);
 	if (rc == WALRUS_OK)
 		rc = ckpt_shmem_init();

@@ -296,6 +296,49 @@ bool wal_replayed_checkpoint(wr_lsn *lsn, struct wal_checkpoint_rec *ck);
 void wal_set_timeline(uint32_t tli);
 uint32_t wal_timeline(void);
 
+/* ---------------------------------------------------------------- replication slots */
+
+/*
+ * A replication slot keeps the WAL a standby still needs while it is away
+ * (PostgreSQL's physical slots): no segment at or after its restart_lsn is
+ * recycled, unless it falls more than max_slot_wal_keep_size behind the
+ * redo point: then it is invalidated (a WARNING), and its standby catches
+ * up from the archive or is told which segment is gone.  Slots live in
+ * shared memory and in DIR/slots/NAME (written durably at creation, at
+ * invalidation and, when they moved, by each checkpoint before it recycles
+ * WAL: a crash restarts a slot from an older position, keeping more WAL,
+ * never less).  Names: 1 to 63 of [A-Za-z0-9_-].
+ */
+#define WAL_SLOT_DIR      "slots"
+#define WAL_SLOT_NAME_MAX 63
+/* Loads DIR/slots into shared memory (the supervisor, after wal_shmem_init). */
+int wal_slots_load(const char *datadir);
+/* EINVAL (bad name), EBUSY (exists), ELIMIT (max_replication_slots). Reserves WAL from
+ * the current redo point. */
+int wal_slot_create(const char *datadir, const char *name, int max_slots);
+/* ENOTFOUND, EBUSY (a sender streams for it). */
+int wal_slot_drop(const char *datadir, const char *name);
+/* A sender takes the slot for its standby: ENOTFOUND, EBUSY (another streams),
+ * EINVAL (invalidated).  *restart: where it keeps WAL from. */
+int wal_slot_acquire(const char *name, uint32_t pid, wr_lsn *restart);
+void wal_slot_release(const char *name, uint32_t pid);
+/* The standby flushed up to @lsn: WAL before it is no longer needed. */
+void wal_slot_advance(const char *name, wr_lsn lsn);
+/* Writes the slots that moved (each checkpoint, before recycling). */
+int wal_slots_save(const char *datadir);
+/* The oldest restart_lsn of the valid slots (0: none); invalidates those more than
+ * @max_keep bytes behind @redo first (and saves them). */
+wr_lsn wal_slots_keep(const char *datadir, wr_lsn redo, int64_t max_keep);
+typedef struct wal_slot_info {
+	char name[64];
+	wr_lsn restart_lsn;
+	uint32_t active_pid;
+	bool invalidated;
+} wal_slot_info;
+#define WAL_MAX_RSLOTS_LISTED 64
+/* Up to @max slots into @out; returns how many. */
+int wal_slots_list(wal_slot_info *out, int max);
+
 /* ---------------------------------------------------------------- segments */
 
 /*

@@ -73,6 +73,17 @@ typedef struct wal_slot {
 	char pad[56];
 } wal_slot;
 
+/* A replication slot (slot.c); name and in_use change under rslot_lock. */
+#define WAL_MAX_RSLOTS 64
+typedef struct wal_rslot {
+	_Atomic uint32_t in_use;
+	_Atomic uint32_t active_pid;  /* the WAL sender streaming for it, 0: none */
+	_Atomic uint32_t invalidated; /* fell more than max_slot_wal_keep_size behind */
+	_Atomic uint32_t dirty;       /* restart_lsn moved since the slot's file was written */
+	_Atomic uint64_t restart_lsn; /* the oldest WAL its standby still needs */
+	char name[64];
+} wal_rslot;
+
 typedef struct wal_shared {
 	/* fixed at creation */
 	uint64_t seg_size;
@@ -134,6 +145,10 @@ typedef struct wal_shared {
 	_Atomic uint32_t rp_seq;           /* odd while the startup writes rp_* */
 	_Atomic uint64_t rp_lsn, rp_redo, rp_next_relid,
 	    rp_time_us; /* the last checkpoint replayed */
+
+	/* replication slots (slot.c) */
+	wr_spinlock rslot_lock;
+	wal_rslot rslots[WAL_MAX_RSLOTS];
 
 	/* statistics */
 	_Atomic uint64_t st_records, st_bytes, st_fpis, st_fpi_raw, st_fpi_stored;
