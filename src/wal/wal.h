@@ -296,6 +296,27 @@ bool wal_replayed_checkpoint(wr_lsn *lsn, struct wal_checkpoint_rec *ck);
 void wal_set_timeline(uint32_t tli);
 uint32_t wal_timeline(void);
 
+/* ---------------------------------------------------------------- a synchronous standby */
+
+/*
+ * With synchronous_standby set, a durable commit returns only once the WAL
+ * sender of that standby reports it flushed (or, with
+ * synchronous_standby_level = apply, replayed) the commit's WAL: PostgreSQL's
+ * synchronous_commit = on (remote_apply) with one synchronous standby.  With
+ * no such standby connected, commits wait for one, as PostgreSQL's do.
+ * A stop does not wait for them: the commit is durable here but not
+ * confirmed by the standby, and says so (WALRUS_ESHUTDOWN).
+ */
+void wal_sync_standby_set(bool wanted);
+bool wal_sync_standby_wanted(void);
+/* The synchronous standby's sender: it confirmed up to @lsn. */
+void wal_sync_standby_confirm(wr_lsn lsn);
+wr_lsn wal_sync_standby_lsn(void);
+/* A durable commit: wal_flush_to(@lsn), then the synchronous standby's
+ * confirmation when one is wanted.  WALRUS_OK, or ESHUTDOWN / ERESTART when
+ * the instance stops or crashes during the wait. */
+int wal_commit_durable(wr_lsn lsn);
+
 /* ---------------------------------------------------------------- replication slots */
 
 /*

@@ -146,6 +146,12 @@ typedef struct wal_shared {
 	_Atomic uint64_t rp_lsn, rp_redo, rp_next_relid,
 	    rp_time_us; /* the last checkpoint replayed */
 
+	/* a synchronous standby (syncrep.c) */
+	_Atomic uint32_t sync_wanted; /* synchronous_standby is set: durable commits wait */
+	_Atomic uint64_t sync_lsn;    /* what the synchronous standby confirmed */
+	_Atomic uint32_t sync_seq;    /* futex word: bumped when sync_lsn moves */
+	_Atomic uint32_t sync_sleepers;
+
 	/* replication slots (slot.c) */
 	wr_spinlock rslot_lock;
 	wal_rslot rslots[WAL_MAX_RSLOTS];
