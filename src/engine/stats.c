@@ -234,6 +234,38 @@ static void stats_settings(jbuf *j, const engine_shared *e)
 	jb_close(j);
 }
 
+/* A standby's recovery (hotstandby.c); after a promotion: active 0. */
+static void stats_standby(jbuf *j, engine_shared *e)
+{
+	standby_shared *sb = &e->sb;
+	jb_open(j, "standby");
+	jb_u64(j, "active", atomic_load(&sb->active));
+	jb_u64(j, "consistent", atomic_load(&sb->consistent));
+	jb_lsn(j, "replay_lsn", wal_replayed_lsn());
+	jb_u64(j, "replay_time_ms", wal_replayed_time_ms()); /* the last record's insertion time */
+	jb_lsn(j, "wal_end_lsn", atomic_load(&sb->wal_end)); /* durable here, replayable */
+	jb_u64(j, "segments_restored", atomic_load(&sb->restored));
+	jb_close(j);
+}
+
+static void stats_slots(jbuf *j)
+{
+	wal_slot_info s[WAL_MAX_RSLOTS_LISTED];
+	int n = wal_slots_list(s, WAL_MAX_RSLOTS_LISTED);
+	jb_add(j, "%s\"slots\":[", j->first ? "" : ",");
+	for (int i = 0; i < n; i++) {
+		jb_add(j, "%s{", i ? "," : "");
+		j->first = true;
+		jb_str(j, "name", s[i].name);
+		jb_lsn(j, "restart_lsn", s[i].restart_lsn);
+		jb_u64(j, "active_pid", s[i].active_pid);
+		jb_u64(j, "invalidated", s[i].invalidated);
+		jb_add(j, "}");
+	}
+	jb_add(j, "]");
+	j->first = false;
+}
+
 int engine_stats_json(char **out)
 {
 	jbuf j = {.first = true};
@@ -250,6 +282,8 @@ int engine_stats_json(char **out)
 	stats_buffers(&j);
 	stats_checkpoints(&j);
 	stats_archiver(&j, e);
+	stats_standby(&j, e);
+	stats_slots(&j);
 	stats_kv(&j);
 	stats_settings(&j, e);
 	jb_add(&j, "}");
