@@ -88,6 +88,7 @@ enum walrus_error {
 	WALRUS_ELIMIT = -18,      /* a configured limit reached (connections, fds) */
 	WALRUS_EMISUSE = -19,     /* a handle used by two threads at once, or after fork() */
 	WALRUS_ENOTRUNNING = -20, /* walrus_stop: no instance serves the directory */
+	WALRUS_EREADONLY = -21,   /* a standby in recovery: writes go to its primary */
 };
 
 /* A short description of an error code; never NULL. */
@@ -168,6 +169,17 @@ WALRUS_API int walrus_supervisor_pid(const walrus *db);
 #define WALRUS_STOP_FAST      2
 #define WALRUS_STOP_IMMEDIATE 3
 WALRUS_API int walrus_stop(const char *dir, int mode, int wait);
+
+/*
+ * Promotes the standby running on @dir (a directory holding walrus.standby,
+ * see docs/architecture.md "Hot standby"): its sources stop, the WAL they
+ * made durable is replayed, a new timeline begins where replay ended, and
+ * once the end-of-recovery checkpoint is written the instance accepts
+ * writes.  Returns when that is done.  Errors: ENOTRUNNING (no instance
+ * serves @dir), EINVAL (not a standby, or not consistent yet), EIO (the
+ * promotion failed: the message says why; the instance stops).
+ */
+WALRUS_API int walrus_promote(const char *dir);
 
 /*
  * Messages.  The library never writes to the caller's stdout or stderr.
@@ -295,6 +307,19 @@ WALRUS_API int walrus_switch_wal(walrus *db, uint64_t *lsn);
  * end of its record.
  */
 WALRUS_API int walrus_restore_point(walrus *db, const char *name, uint64_t *lsn);
+
+/*
+ * Replication slots (PostgreSQL's physical slots): a standby streaming with
+ * `--slot NAME` has the primary keep every WAL segment it has not flushed
+ * yet, up to max_slot_wal_keep_size behind the redo point (beyond, the slot
+ * is invalidated with a WARNING).  A new slot keeps WAL from the last
+ * checkpoint's redo point.  Names: 1 to 63 of a-z, A-Z, 0-9, '_', '-'.
+ * Listed in walrus_stats ("slots").  Errors: EINVAL (bad name), EBUSY (it
+ * exists; drop: a standby streams with it), ELIMIT (max_replication_slots),
+ * ENOTFOUND (drop: no such slot), EREADONLY (on a standby).
+ */
+WALRUS_API int walrus_slot_create(walrus *db, const char *name);
+WALRUS_API int walrus_slot_drop(walrus *db, const char *name);
 /*
  * Base backup (pg_basebackup's), online: writers keep running.  Requests a
  * checkpoint (spread over checkpoint_completion_target of

@@ -12,7 +12,28 @@
 static struct redo_slot {
 	int buf;
 	bool restored; /* image applied: dirty even if the redo function changed nothing */
+	bool held;     /* one of the held pages: stays locked at release */
 } slots[WAL_MAX_BLOCKS];
+
+/* Pages of a group of records kept locked until its end (redo_hold). */
+typedef struct held_page {
+	wr_relid rel;
+	wr_blkno blk;
+	int buf;
+} held_page;
+static struct {
+	bool on;
+	held_page *pages;
+	size_t n, cap;
+} hold;
+
+static int held_find(wr_relid rel, wr_blkno blk)
+{
+	for (size_t i = 0; i < hold.n; i++)
+		if (hold.pages[i].rel == rel && hold.pages[i].blk == blk)
+			return hold.pages[i].buf;
+	return BUF_INVALID;
+}
 
 static const wal_decoded_block *find_block(const wal_decoded *rec, int id)
 {
@@ -51,9 +72,12 @@ static int redo_get(const wal_decoded *rec, int id, void **page, int *action)
 	struct redo_slot *s = &slots[id];
 	s->buf = BUF_INVALID;
 	s->restored = false;
+	s->held = false;
 	bool whole = b->flags & (WAL_BLK_HAS_IMAGE | WAL_BLK_WILL_INIT);
 	int rc = ensure_block(b->rel, b->blkno);
-	if (rc == WALRUS_OK && whole)
+	if (rc == WALRUS_OK && hold.on && (s->buf = held_find(b->rel, b->blkno)) != BUF_INVALID)
+		s->held = true; /* changed by an earlier record of the group: locked already */
+	else if (rc == WALRUS_OK && whole)
 		rc = buf_read_zero(b->rel, b->blkno, &s->buf);
 	else if (rc == WALRUS_OK) {
 		rc = buf_read(b->rel, b->blkno, &s->buf);
@@ -73,8 +97,10 @@ static int redo_get(const wal_decoded *rec, int id, void **page, int *action)
 	else if (page_get_lsn(p) >= rec->end)
 		*action = REDO_DONE_ALREADY;
 	if (rc != WALRUS_OK) {
-		buf_unlock(s->buf);
-		buf_release(s->buf);
+		if (!s->held) {
+			buf_unlock(s->buf);
+			buf_release(s->buf);
+		}
 		s->buf = BUF_INVALID;
 		return rc;
 	}
@@ -92,10 +118,31 @@ static void redo_release(const wal_decoded *rec, int id, void *page, bool change
 		page_set_lsn(buf_page(s->buf), rec->end);
 		buf_mark_dirty(s->buf);
 	}
-	buf_unlock(s->buf);
-	buf_release(s->buf);
+	if (hold.on && !s->held) {
+		const wal_decoded_block *b = find_block(rec, id);
+		if (wr_grow(&hold.pages, &hold.cap, hold.n + 1, sizeof(*hold.pages), 16) !=
+		    WALRUS_OK)
+			wr_panic("out of memory holding the pages of a batch in redo");
+		hold.pages[hold.n++] = (held_page){.rel = b->rel, .blk = b->blkno, .buf = s->buf};
+	} else if (!hold.on) {
+		buf_unlock(s->buf);
+		buf_release(s->buf);
+	}
 	s->buf = BUF_INVALID;
 	s->restored = false;
+	s->held = false;
+}
+
+static void redo_hold(bool on)
+{
+	if (!on) {
+		for (size_t i = 0; i < hold.n; i++) {
+			buf_unlock(hold.pages[i].buf);
+			buf_release(hold.pages[i].buf);
+		}
+		hold.n = 0;
+	}
+	hold.on = on;
 }
 
 /* Nothing to do: the end-of-recovery checkpoint writes and syncs the pool. */
@@ -105,4 +152,5 @@ const wal_redo_pages buf_redo_pages = {
     .get = redo_get,
     .release = redo_release,
     .finish = redo_finish,
+    .hold = redo_hold,
 };

@@ -53,6 +53,11 @@ static void update_control(const char *datadir, wal_control *c, wr_lsn start, wr
 	c->checkpoint_time_us = wr_wall_us();
 	c->next_relid = next_relid;
 	c->state = flags & CKPT_SHUTDOWN ? WAL_DB_SHUTDOWN : WAL_DB_IN_PRODUCTION;
+	/* The first checkpoint after a standby's promotion: the new timeline. */
+	if (wal_timeline() != 0 && wal_timeline() != wal_control_timeline(c)) {
+		c->timeline = wal_timeline();
+		c->backup_start_lsn = c->backup_end_lsn = 0;
+	}
 	/* The record is durable; a control file still naming the previous
 	 * checkpoint would be safe, but one half-written is not, and we cannot
 	 * tell which we got: stop here. */
@@ -60,15 +65,21 @@ static void update_control(const char *datadir, wal_control *c, wr_lsn start, wr
 		wr_panic("could not write the control file: %s", walrus_errmsg());
 }
 
-static void log_checkpoint(const char *reason, const ckpt_result *r)
+/* Where the WAL is: inserted on a primary, replayed on a standby. */
+static wr_lsn wal_position(void)
+{
+	return wal_in_recovery() ? wal_replayed_lsn() : wal_insert_lsn();
+}
+
+static void log_checkpoint(const char *what, const char *reason, const ckpt_result *r)
 {
 	wr_log(
 	    WR_LOG,
-	    "checkpoint complete (%s): wrote %u buffers (%.1f%%); %d WAL file(s) added, %d "
+	    "%s complete (%s): wrote %u buffers (%.1f%%); %d WAL file(s) added, %d "
 	    "removed, %d recycled; write=%.3f s, sync=%.3f s, total=%.3f s; sync files=%u, "
 	    "longest=%.3f s, average=%.3f s; distance=%llu kB, estimate=%llu kB; lsn=" WAL_LSN_FMT
 	    ", redo lsn=" WAL_LSN_FMT,
-	    reason, r->bufs_written,
+	    what, reason, r->bufs_written,
 	    r->nbuffers ? 100.0 * (double)r->bufs_written / (double)r->nbuffers : 0.0,
 	    r->segs_added, r->segs_removed, r->segs_recycled, r->write_s, r->sync_s, r->total_s,
 	    r->sync_files, r->sync_longest_s, r->sync_avg_s,
@@ -100,7 +111,7 @@ static void write_delay(ckpt_pacer *p, double progress)
 		ckpt_sync_absorb();
 	if (hurry())
 		p->immediate = true;
-	uint64_t us = ckpt_pace_sleep_us(p, progress, wr_now_ns() / 1000, wal_insert_lsn());
+	uint64_t us = ckpt_pace_sleep_us(p, progress, wr_now_ns() / 1000, wal_position());
 	if (us == 0)
 		return;
 	_Atomic uint32_t *latch = wal_ckpt_latch();
@@ -123,7 +134,7 @@ static int write_items(const wr_options *o, int flags, ckpt_result *r, buf_ckpt_
 		return rc;
 	ckpt_pacer p;
 	bool immediate = flags & (CKPT_IMMEDIATE | CKPT_SHUTDOWN | CKPT_END_OF_RECOVERY);
-	ckpt_pace_start(&p, o, wr_now_ns() / 1000, wal_insert_lsn(), immediate);
+	ckpt_pace_start(&p, o, wr_now_ns() / 1000, wal_position(), immediate);
 	bool uring = o->io_method == WR_IO_URING;
 	for (uint32_t i = 0; i < n && rc == WALRUS_OK;) {
 		uint32_t used = 1, written = 0;
@@ -175,8 +186,15 @@ static void recycle_wal(const char *datadir, const wr_options *o, ckpt_result *r
 {
 	char waldir[PATH_MAX];
 	int recycled = 0, removed = 0;
+	/* The slots' files first: a crash must not restart a slot from WAL
+	 * recycled here. */
+	if (wal_slots_save(datadir) != WALRUS_OK) {
+		wr_log(WR_WARNING, "could not save the replication slots: %s (no WAL recycled)",
+		       walrus_errmsg());
+		return;
+	}
 	if (wr_snprintf(waldir, sizeof(waldir), "%s/wal", datadir) &&
-	    wal_recycle(waldir, o, r->redo, wal_insert_lsn(), &recycled, &removed) != WALRUS_OK)
+	    wal_recycle(waldir, o, r->redo, wal_position(), &recycled, &removed) != WALRUS_OK)
 		wr_log(WR_WARNING, "could not recycle WAL segments: %s", walrus_errmsg());
 	r->segs_recycled = recycled;
 	r->segs_removed = removed;
@@ -217,6 +235,11 @@ int ckpt_perform(const char *datadir, const wr_options *o, int flags, const char
 	r->sync_s = (double)(wr_now_ns() - t1) / 1e9;
 	ckpt_note_phase(CKPT_PHASE_FINISH);
 	next_relid = WR_MAX(next_relid, c.next_relid);
+	wal_checkpoint_rec
+	    replayed; /* a promoted standby's: relations made since its restartpoint */
+	wr_lsn replayed_lsn;
+	if (wal_replayed_checkpoint(&replayed_lsn, &replayed))
+		next_relid = WR_MAX(next_relid, replayed.next_relid);
 	write_record(r->redo, next_relid, flags, &r->lsn);
 	update_control(datadir, &c, r->lsn, r->redo, next_relid, flags);
 	recycle_wal(datadir, o, r);
@@ -225,7 +248,67 @@ int ckpt_perform(const char *datadir, const wr_options *o, int flags, const char
 	r->total_s = (double)(wr_now_ns() - t0) / 1e9;
 	update_estimate(r);
 	if (o->log_checkpoints)
-		log_checkpoint(reason, r);
+		log_checkpoint("checkpoint", reason, r);
+	return WALRUS_OK;
+}
+
+/*
+ * A standby's checkpoint (PostgreSQL's restartpoint): the last checkpoint
+ * record replayed becomes the control file's, once every page dirtied
+ * before its redo point is written and synced.  No record is written (the
+ * WAL is the primary's).  The startup process publishes a checkpoint only
+ * when no key-value batch begun before its redo point is still held back
+ * (kv_redo.c): otherwise the pages written here would lack that batch.
+ */
+static int restartpoint(const char *datadir, const wr_options *o, int flags, const char *reason,
+                        ckpt_result *r)
+{
+	wal_control c;
+	wal_checkpoint_rec ck;
+	wr_lsn lsn;
+	uint64_t t0 = wr_now_ns();
+	read_control(datadir, &c);
+	*r = (ckpt_result){0};
+	if (!wal_replayed_checkpoint(&lsn, &ck) || lsn <= c.checkpoint_lsn) {
+		wr_log(WR_DEBUG, "restartpoint (%s) skipped: no checkpoint replayed since the last",
+		       reason);
+		return WALRUS_OK;
+	}
+	if (o->log_checkpoints)
+		wr_log(WR_LOG, "restartpoint starting: %s", reason);
+	r->lsn = lsn;
+	r->redo = ck.redo;
+	r->distance = ck.redo > c.redo_lsn ? ck.redo - c.redo_lsn : 0;
+	int rc = write_buffers(o, flags, r);
+	uint64_t t1 = wr_now_ns();
+	r->write_s = (double)(t1 - t0) / 1e9;
+	if (rc != WALRUS_OK) {
+		wr_log(WR_ERROR, "restartpoint (%s) failed: %s", reason, walrus_errmsg());
+		return rc;
+	}
+	ckpt_note_phase(CKPT_PHASE_SYNC);
+	sync_files(r);
+	r->sync_s = (double)(wr_now_ns() - t1) / 1e9;
+	ckpt_note_phase(CKPT_PHASE_FINISH);
+	c.prev_checkpoint_lsn = c.checkpoint_lsn;
+	c.checkpoint_lsn = lsn;
+	c.redo_lsn = ck.redo;
+	c.checkpoint_time_us = ck.time_us;
+	c.next_relid = WR_MAX(c.next_relid, ck.next_relid);
+	c.state = WAL_DB_IN_RECOVERY;
+	/* Replay went past a base backup's end: a restart need not wait for it. */
+	if (c.backup_end_lsn != 0 && lsn >= c.backup_end_lsn)
+		c.backup_start_lsn = c.backup_end_lsn = 0;
+	if (wal_control_write(datadir, &c) != WALRUS_OK)
+		wr_panic("could not write the control file: %s", walrus_errmsg());
+	/* A standby archives nothing: its segments are the primary's. */
+	wr_options keep = *o;
+	keep.archive_mode = 0;
+	recycle_wal(datadir, &keep, r);
+	r->total_s = (double)(wr_now_ns() - t0) / 1e9;
+	update_estimate(r);
+	if (o->log_checkpoints)
+		log_checkpoint("restartpoint", reason, r);
 	return WALRUS_OK;
 }
 
@@ -248,7 +331,8 @@ static void run_one(const char *datadir, const wr_options *o, int flags, const c
 		atomic_fetch_add(&sh->num_requested, 1);
 	else
 		atomic_fetch_add(&sh->num_timed, 1);
-	int rc = ckpt_perform(datadir, o, flags, reason, 0, &r);
+	int rc = wal_in_recovery() ? restartpoint(datadir, o, flags, reason, &r)
+	                           : ckpt_perform(datadir, o, flags, reason, 0, &r);
 	ckpt_note_done(rc == WALRUS_OK, &r);
 }
 
@@ -258,7 +342,7 @@ _Noreturn void ckpt_main(const char *datadir, const wr_options *o, _Atomic uint3
 	_Atomic uint32_t *latch = wal_ckpt_latch();
 	ckpt_sched sched;
 	ckpt_sched_init(&sched, (uint64_t)o->checkpoint_timeout_us * 1000, wr_now_ns(),
-	                wal_insert_lsn());
+	                wal_position());
 	ckpt_shutdown = shutdown;
 	if (ckpt_sync_listen(datadir) != WALRUS_OK)
 		wr_panic("checkpointer could not listen for sync requests: %s", walrus_errmsg());
@@ -277,14 +361,14 @@ _Noreturn void ckpt_main(const char *datadir, const wr_options *o, _Atomic uint3
 		uint32_t req = ckpt_take_requests();
 		int flags;
 		const char *reason = reason_of(req, wal, &flags);
-		switch (ckpt_sched_decide(&sched, wr_now_ns(), req, wal, wal_insert_lsn())) {
+		switch (ckpt_sched_decide(&sched, wr_now_ns(), req, wal, wal_position())) {
 		case CKPT_ACT_RUN:
 			run_one(datadir, o, flags | (int)(req & CKPT_REQUESTED), reason);
-			ckpt_sched_ended(&sched, wal_insert_lsn());
+			ckpt_sched_ended(&sched, wal_position());
 			break;
 		case CKPT_ACT_SKIP:
 			ckpt_note_skipped();
-			ckpt_sched_ended(&sched, wal_insert_lsn());
+			ckpt_sched_ended(&sched, wal_position());
 			break;
 		case CKPT_ACT_WAIT:
 			break;

@@ -163,6 +163,7 @@ enum wr_opt_scope {
 };
 
 enum wr_sync_method { WR_SYNC_FDATASYNC, WR_SYNC_FSYNC, WR_SYNC_OPEN_DATASYNC };
+enum wr_sync_level { WR_SYNC_LEVEL_FLUSH, WR_SYNC_LEVEL_APPLY };
 enum wr_io_method { WR_IO_SYNC, WR_IO_URING };
 enum wr_wal_compression { WR_COMPRESS_OFF, WR_COMPRESS_ZSTD };
 
@@ -207,6 +208,10 @@ typedef struct wr_options {
 	int64_t authentication_timeout_us; /* a connection must AUTH within this */
 	/* WAL archiving (engine/archiver.c) */
 	bool archive_mode;
+	char synchronous_standby[WR_OPT_STR_MAX]; /* application_name, or "" */
+	int synchronous_standby_level;            /* enum wr_sync_level */
+	int64_t max_replication_slots;
+	int64_t max_slot_wal_keep_size;       /* bytes */
 	char archive_dir[WR_OPT_STR_MAX];     /* built-in copy into this directory, or "" */
 	char archive_command[WR_OPT_STR_MAX]; /* shell command with %p, %f, %%, or "" */
 	int64_t archive_timeout_us;           /* 0: off; else switch a segment older than this */

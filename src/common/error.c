@@ -65,6 +65,8 @@ const char *walrus_strerror(int code)
 		return "handle misused (two threads at once, or after fork)";
 	case WALRUS_ENOTRUNNING:
 		return "no instance is running";
+	case WALRUS_EREADONLY:
+		return "read-only: the instance is a standby";
 	}
 	return "unknown error";
 }

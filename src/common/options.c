@@ -42,6 +42,7 @@
 
 static const char *const sync_method_names[] = {"fdatasync", "fsync", "open_datasync", NULL};
 static const char *const io_method_names[] = {"sync", "io_uring", NULL};
+static const char *const sync_level_names[] = {"flush", "apply", NULL};
 static const char *const compression_names[] = {"off", "zstd", NULL};
 static const char *const log_level_names[] = {"debug", "log",   "warning", "error",
                                               "fatal", "panic", NULL};
@@ -139,6 +140,14 @@ static const wr_opt_desc opt_table[] = {
         "standbys served at once (a WAL sender process each)"),
     OPT("wal_sender_timeout", WR_OPT_TIME, INST, wal_sender_timeout_us, "1min", 1 * SEC, 1 * DAY,
         NULL, "a standby that does not answer for this long is disconnected"),
+    OPT("synchronous_standby", WR_OPT_STRING, INST, synchronous_standby, "", 0, 0, NULL,
+        "durable commits wait until the standby of this application_name confirms them"),
+    OPT("synchronous_standby_level", WR_OPT_ENUM, INST, synchronous_standby_level, "flush", 0, 0,
+        sync_level_names, "what the synchronous standby confirms: flush (durable) or apply"),
+    OPT("max_replication_slots", WR_OPT_INT, INST, max_replication_slots, "8", 0, 64, NULL,
+        "replication slots that may exist (each keeps the WAL its standby needs)"),
+    OPT("max_slot_wal_keep_size", WR_OPT_SIZE, INST, max_slot_wal_keep_size, "1GB", 16 * MB, 1 * TB,
+        NULL, "WAL a slot may hold back behind the redo point before it is invalidated"),
 };
 
 _Static_assert(WR_ARRAY_LEN(opt_table) <= WR_OPTS_MAX, "set_mask has a bit per option");

@@ -69,7 +69,10 @@ static int check_flags(int flags, const char *fn)
 	                        : KV_ASYNC)
 
 /* A read-only instance (a full disk, reserve.c) writes no WAL: nothing is acknowledged. */
-#define WRITABLE(fn, call) (atomic_load(&engine_sh()->read_only) ? reserve_refuse(fn) : (call))
+#define NOT_FULL(fn, call) (atomic_load(&engine_sh()->read_only) ? reserve_refuse(fn) : (call))
+/* A standby in recovery takes reads only: its WAL is its primary's. */
+#define WRITABLE(fn, call)                                                                         \
+	(atomic_load(&engine_sh()->sb.active) ? standby_refuse(fn) : NOT_FULL(fn, call))
 
 int walrus_put(walrus *db, const void *key, size_t klen, const void *val, size_t vlen, int flags)
 {
@@ -286,7 +289,7 @@ int walrus_sync(walrus *db)
 int walrus_checkpoint(walrus *db)
 {
 	API_CALL(db, "walrus_checkpoint",
-	         WRITABLE("walrus_checkpoint", ckpt_request(CKPT_IMMEDIATE | CKPT_FORCE, true)));
+	         NOT_FULL("walrus_checkpoint", ckpt_request(CKPT_IMMEDIATE | CKPT_FORCE, true)));
 }
 
 static int switch_wal(uint64_t *lsn)
@@ -329,6 +332,23 @@ static int restore_point(const char *name, uint64_t *lsn)
 	if (lsn != NULL)
 		*lsn = end;
 	return WALRUS_OK;
+}
+
+static int slot_create(const char *name)
+{
+	engine_shared *e = engine_sh();
+	return wal_slot_create(e->datadir, name, (int)e->opts.max_replication_slots);
+}
+
+int walrus_slot_create(walrus *db, const char *name)
+{
+	API_CALL(db, "walrus_slot_create", WRITABLE("walrus_slot_create", slot_create(name)));
+}
+
+int walrus_slot_drop(walrus *db, const char *name)
+{
+	API_CALL(db, "walrus_slot_drop",
+	         WRITABLE("walrus_slot_drop", wal_slot_drop(engine_sh()->datadir, name)));
 }
 
 int walrus_restore_point(walrus *db, const char *name, uint64_t *lsn)

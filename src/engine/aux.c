@@ -128,6 +128,16 @@ static void sync_data_directory(const char *datadir)
 	       (unsigned long long)nfiles, (double)(wr_now_ns() - t0) / 1e9);
 }
 
+void startup_prepare(const char *datadir, const wal_control *c)
+{
+	if (c->state == WAL_DB_SHUTDOWN)
+		return;
+	sync_data_directory(datadir);
+	char waldir[PATH_MAX];
+	if (wr_snprintf(waldir, sizeof(waldir), "%s/wal", datadir))
+		(void)wal_remove_temp_segments(waldir);
+}
+
 /* Archive recovery ended: the new timeline goes into the control file
  * before the end-of-recovery checkpoint writes anything on it. */
 static void startup_set_timeline(const char *datadir, uint32_t tli)
@@ -176,12 +186,8 @@ static _Noreturn void startup_main(void)
 	/* The first start's end-of-recovery checkpoint follows the tree's
 	 * creation: from then on there is a prior checkpoint. */
 	bool tree_created = rc == WALRUS_OK && c.prev_checkpoint_lsn != 0;
-	if (rc == WALRUS_OK && c.state != WAL_DB_SHUTDOWN) {
-		sync_data_directory(e->datadir);
-		char waldir[PATH_MAX];
-		if (wr_snprintf(waldir, sizeof(waldir), "%s/wal", e->datadir))
-			(void)wal_remove_temp_segments(waldir);
-	}
+	if (rc == WALRUS_OK)
+		startup_prepare(e->datadir, &c);
 	if (rc == WALRUS_OK && tree_created)
 		rc = kv_check_file();
 	if (rc == WALRUS_OK)
@@ -273,6 +279,8 @@ _Noreturn void aux_main(int kind, int keep_fd)
 	(void)keep_fd;
 	pid_t supervisor = (pid_t)engine_sh()->supervisor_pid;
 	aux_setup(kind, supervisor);
+	if (kind == WR_AUX_STARTUP && atomic_load(&engine_sh()->sb.active))
+		standby_startup_main();
 	if (kind == WR_AUX_STARTUP)
 		startup_main();
 	if (kind == WR_AUX_WALW)

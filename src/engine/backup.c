@@ -66,6 +66,8 @@ static int in_call(walrus *db, backup_step step, backup_state *b)
 static int step_begin(backup_state *b)
 {
 	engine_shared *e = engine_sh();
+	if (atomic_load(&e->sb.active)) /* its WAL is its primary's: back up the primary */
+		return standby_refuse("walrus_backup");
 	if (atomic_load(&e->read_only))
 		return reserve_refuse("walrus_backup");
 	if (!wr_snprintf(b->src, sizeof(b->src), "%s", e->datadir))

@@ -71,6 +71,7 @@
 #define WR_CONF_FILE      "walrus.conf"
 #define WR_BOOTSTRAP_FILE "walrus.bootstrap" /* initialisation under way (datadir.c) */
 #define WR_RESERVE_FILE   "walrus.reserve"   /* space kept for the end-of-recovery checkpoint */
+#define WR_STANDBY_FILE   "walrus.standby"   /* this directory is a standby (hotstandby.c) */
 #define WR_PANIC_EXIT     86                 /* exit code of a process that PANICked */
 #define WR_PROTO_MAGIC    0x57524d31u        /* "WRM1" */
 #define WR_PROTO_VERSION  1
@@ -200,6 +201,24 @@ typedef struct arch_shared {
 	_Atomic uint32_t switching, no_switch;
 } arch_shared;
 
+/*
+ * A standby (hotstandby.c): recovery runs while the instance serves reads.
+ * The startup process replays WAL up to wal_end, which its sources (the WAL
+ * receiver, the archive) move as they make WAL durable in DIR/wal.
+ */
+typedef struct standby_shared {
+	_Atomic uint32_t active;     /* a standby in recovery: writes are refused */
+	_Atomic uint32_t consistent; /* set by the startup process: reads may begin */
+	_Atomic uint32_t promote;    /* asked for: end recovery once what arrived is replayed */
+	_Atomic uint32_t no_stream;  /* the receiver is gone for good (promotion) */
+	_Atomic uint64_t local_end;  /* the local WAL ended here: sources continue from it */
+	_Atomic uint64_t wal_end;    /* WAL durable in DIR/wal up to here, for replay */
+	_Atomic uint32_t wal_seq;    /* futex word: bumped when wal_end or promote changes */
+	_Atomic uint32_t source;     /* who writes DIR/wal now: enum standby_source */
+	_Atomic uint64_t restored;   /* segments copied from the archive */
+} standby_shared;
+enum standby_source { SB_SOURCE_NONE = 0, SB_SOURCE_STREAM = 1, SB_SOURCE_ARCHIVE = 2 };
+
 /* Instance-wide facts and counters, region "engine". */
 typedef struct engine_shared {
 	wr_options opts;                 /* the instance's effective options */
@@ -225,6 +244,7 @@ typedef struct engine_shared {
 	uint32_t reserve_released; /* by the supervisor, for this start */
 	char read_only_why[768];
 	arch_shared arch; /* the archiver (archiver.c) */
+	standby_shared sb;
 } engine_shared;
 
 #define ENGINE_SCRATCH_SIZE 4096 /* region "scratch": free for tests and tools */
@@ -249,6 +269,8 @@ enum wr_msg_type {
 	WR_MSG_STOP_OK,    /* supervisor -> walrus_stop: under way; the connection ends at exit */
 	WR_MSG_REFUSED,    /* supervisor -> backend: status + text, the instance is being
 	                    * stopped on request: not worth retrying, unlike an ERROR */
+	WR_MSG_PROMOTE,    /* walrus_promote -> supervisor */
+	WR_MSG_PROMOTE_OK, /* supervisor -> walrus_promote: promoted (text: the timeline) */
 };
 
 typedef struct wr_msg {
@@ -299,6 +321,21 @@ _Noreturn void aux_sender_main(int sock, int slot);
  * archives every completed segment (bounded) before it exits.
  */
 _Noreturn void archiver_main(pid_t supervisor);
+/*
+ * A standby's startup process (hotstandby.c): replays the local WAL, says
+ * when reads may begin (SIGUSR1 to the supervisor), then replays what the
+ * sources bring (the WAL receiver's stream, the archive's segments) until a
+ * promotion, which ends in a new timeline and the end-of-recovery
+ * checkpoint.  Never returns.
+ */
+_Noreturn void standby_startup_main(void);
+/* Before replay after a crash: everything durable (aux.c), temporary segments gone. */
+struct wal_control;
+void startup_prepare(const char *datadir, const struct wal_control *c);
+/* WALRUS_EREADONLY: @fn writes, and the instance is a standby. */
+int standby_refuse(const char *fn);
+/* Whether DIR/walrus.standby makes this start a standby's. */
+bool standby_configured(const char *abs);
 /* Fills the "archiver" member of the statistics (stats.c). */
 void archiver_stats(const arch_shared *a, char *last_archived, char *last_failed, size_t len);
 

@@ -19,8 +19,6 @@
 #include "repl/repl.h"
 #include "wal/wal.h"
 
-#include <unistd.h>
-
 typedef struct jbuf {
 	char *s;
 	size_t len, cap;
@@ -283,16 +281,13 @@ static void stats_receiver(jbuf *j, repl_receiver *v)
 }
 
 /* Streaming replication: the senders of a primary, the receiver of a standby. */
-static void stats_replication(jbuf *j, const engine_shared *e)
+static void stats_replication(jbuf *j, engine_shared *e)
 {
 	repl_state *r = repl_shared();
-	char path[PATH_MAX];
-	bool standby = wr_snprintf(path, sizeof(path), "%s/%s", e->datadir, REPL_STANDBY_FILE) &&
-	               access(path, F_OK) == 0;
 	if (r == NULL)
 		return;
 	jb_open(j, "replication");
-	jb_str(j, "role", standby ? "standby" : "primary");
+	jb_str(j, "role", atomic_load(&e->sb.active) ? "standby" : "primary");
 	stats_senders(j, r);
 	stats_receiver(j, &r->receiver);
 	jb_close(j);
@@ -337,6 +332,38 @@ static void stats_settings(jbuf *j, const engine_shared *e)
 	jb_close(j);
 }
 
+/* A standby's recovery (hotstandby.c); after a promotion: active 0. */
+static void stats_standby(jbuf *j, engine_shared *e)
+{
+	standby_shared *sb = &e->sb;
+	jb_open(j, "standby");
+	jb_u64(j, "active", atomic_load(&sb->active));
+	jb_u64(j, "consistent", atomic_load(&sb->consistent));
+	jb_lsn(j, "replay_lsn", wal_replayed_lsn());
+	jb_u64(j, "replay_time_ms", wal_replayed_time_ms()); /* the last record's insertion time */
+	jb_lsn(j, "wal_end_lsn", atomic_load(&sb->wal_end)); /* durable here, replayable */
+	jb_u64(j, "segments_restored", atomic_load(&sb->restored));
+	jb_close(j);
+}
+
+static void stats_slots(jbuf *j)
+{
+	wal_slot_info s[WAL_MAX_RSLOTS_LISTED];
+	int n = wal_slots_list(s, WAL_MAX_RSLOTS_LISTED);
+	jb_add(j, "%s\"slots\":[", j->first ? "" : ",");
+	for (int i = 0; i < n; i++) {
+		jb_add(j, "%s{", i ? "," : "");
+		j->first = true;
+		jb_str(j, "name", s[i].name);
+		jb_lsn(j, "restart_lsn", s[i].restart_lsn);
+		jb_u64(j, "active_pid", s[i].active_pid);
+		jb_u64(j, "invalidated", s[i].invalidated);
+		jb_add(j, "}");
+	}
+	jb_add(j, "]");
+	j->first = false;
+}
+
 int engine_stats_json(char **out)
 {
 	jbuf j = {.first = true};
@@ -354,6 +381,8 @@ int engine_stats_json(char **out)
 	stats_checkpoints(&j);
 	stats_archiver(&j, e);
 	stats_replication(&j, e);
+	stats_standby(&j, e);
+	stats_slots(&j);
 	stats_kv(&j);
 	stats_settings(&j, e);
 	jb_add(&j, "}");

@@ -52,6 +52,7 @@ typedef struct sup_conn {
 	uint64_t gen;  /* generation it attached to */
 	bool pending;  /* ATTACH received, not yet answered */
 	bool detached; /* clean DETACH received */
+	bool promote;  /* waits for the promotion to end */
 } sup_conn;
 
 #define SUP_MAX_CONNS   4096
@@ -74,11 +75,13 @@ static struct {
 	uint64_t linger_deadline_ns; /* 0: no backend has left yet, or someone is attached */
 	bool foreground;
 	bool ever_attached;
-	bool shutdown_failed;   /* an auxiliary process failed its last duty */
-	bool reserve_released;  /* on a full disk, for this start (reserve.c) */
-	bool read_only;         /* the instance started read-only (reserve.c) */
-	int stop_mode;          /* WALRUS_STOP_* asked for (walrus_stop, a signal), 0 if none */
-	uint64_t drain_note_ns; /* when a drain that waits says so again */
+	bool shutdown_failed;     /* an auxiliary process failed its last duty */
+	bool reserve_released;    /* on a full disk, for this start (reserve.c) */
+	bool read_only;           /* the instance started read-only (reserve.c) */
+	bool standby;             /* a standby in recovery (hotstandby.c) */
+	char standby_failed[768]; /* its startup process failed: stop, saying why */
+	int stop_mode;            /* WALRUS_STOP_* asked for (walrus_stop, a signal), 0 if none */
+	uint64_t drain_note_ns;   /* when a drain that waits says so again */
 	/* Streaming replication's primary side: the listener (listen_replication)
 	 * and the WAL sender of each sender slot (0: free). */
 	int repl_fd;
@@ -149,6 +152,7 @@ static int setup_signals(void)
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGQUIT);
+	sigaddset(&set, SIGUSR1); /* a standby's startup process: reads may begin */
 	if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
 		return wr_error(WALRUS_EINTERNAL, "sigprocmask: %m");
 	S.sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -213,6 +217,10 @@ static int create_shared_memory(void)
 	if (e == NULL || procs == NULL || scratch == NULL)
 		return wr_error(WALRUS_EINTERNAL, "shared memory layout does not fit");
 	rc = wal_shmem_init(&S.opts, S.abs, (int)nprocs);
+	if (rc == WALRUS_OK)
+		rc = wal_slots_load(S.abs);
+	if (rc == WALRUS_OK)
+		wal_sync_standby_set(S.opts.synchronous_standby[0] != '\0');
 	if (rc == WALRUS_OK)
 		rc = buf_shmem_init(&S.opts);
 	if (rc == WALRUS_OK)
@@ -382,6 +390,9 @@ static void kill_aux_processes(void)
 	}
 }
 
+/* The WAL receiver, when there is one, stops before a promotion. */
+static void standby_stop_sources(void) {}
+
 /* ---------------------------------------------------------------- instance life */
 
 static void answer_pending(void);
@@ -397,11 +408,57 @@ static void publish_status(bool read_only)
 		       walrus_errmsg());
 }
 
+/*
+ * A standby: recovery goes on while the instance serves reads, so the
+ * startup process runs beside the checkpointer and the background writer
+ * (restartpoints) and the instance opens once it says it is consistent
+ * (SIGUSR1, standby_progress).  No WAL writer or archiver until promoted.
+ */
+static int standby_start(void)
+{
+	engine_shared *e = engine_sh();
+	atomic_store(&e->sb.active, 1);
+	wal_set_in_recovery(true);
+	const int kinds[] = {WR_AUX_STARTUP, WR_AUX_CKPT, WR_AUX_BGWR};
+	for (size_t i = 0; i < WR_ARRAY_LEN(kinds); i++) {
+		S.aux[kinds[i]] = fork_child(kinds[i]);
+		if (S.aux[kinds[i]] < 0)
+			return wr_error(WALRUS_EINTERNAL, "could not start the %s: %m",
+			                aux_name(kinds[i]));
+	}
+	wr_log(WR_LOG, "standby starting (generation %llu): reads wait for a consistent state",
+	       (unsigned long long)S.generation);
+	return WALRUS_OK;
+}
+
+static void instance_running(bool read_only)
+{
+	atomic_store(&shm_hdr()->state, SHM_STATE_RUNNING);
+	S.phase = SUP_RUNNING;
+	publish_status(read_only);
+	wr_log(WR_LOG, "instance is ready (generation %llu)%s", (unsigned long long)S.generation,
+	       read_only   ? ", read-only"
+	       : S.standby ? ", a standby: reads only"
+	                   : "");
+	answer_pending();
+}
+
+/* SIGUSR1 from the startup process: a standby may open for reads. */
+static void standby_progress(void)
+{
+	if (S.standby && S.phase == SUP_STARTING && shm_hdr() != NULL &&
+	    atomic_load(&engine_sh()->sb.consistent))
+		instance_running(false);
+}
+
 static int instance_start(void)
 {
 	S.phase = SUP_STARTING;
 	bool again = false;
 	int rc = create_shared_memory();
+	S.standby = rc == WALRUS_OK && standby_configured(S.abs);
+	if (S.standby)
+		return standby_start();
 	if (rc == WALRUS_OK)
 		rc = run_startup(&again);
 	if (again)
@@ -414,12 +471,7 @@ static int instance_start(void)
 		rc = start_aux_processes();
 	if (rc != WALRUS_OK)
 		return rc;
-	atomic_store(&shm_hdr()->state, SHM_STATE_RUNNING);
-	S.phase = SUP_RUNNING;
-	publish_status(read_only);
-	wr_log(WR_LOG, "instance is ready (generation %llu)%s", (unsigned long long)S.generation,
-	       read_only ? ", read-only" : "");
-	answer_pending();
+	instance_running(read_only);
 	return WALRUS_OK;
 }
 
@@ -631,6 +683,38 @@ static void accept_conn(void)
 
 static void answer_stop(sup_conn *c, int mode);
 
+/*
+ * `walrus promote`: answered when the promotion is over (or failed).  The
+ * sources stop first, so that the startup process replays what they made
+ * durable and nothing arrives after it decided where the new timeline
+ * begins.
+ */
+static void answer_promote(sup_conn *c)
+{
+	engine_shared *e = engine_sh();
+	const char *refusal = NULL;
+	if (!S.standby)
+		refusal = "the instance is not a standby";
+	else if (S.phase == SUP_STARTING)
+		refusal = "the standby has not reached a consistent state yet";
+	else if (S.phase != SUP_RUNNING || S.stop_mode != 0)
+		refusal = "the standby is shutting down";
+	if (refusal != NULL) {
+		char text[PATH_MAX + 128];
+		snprintf(text, sizeof(text), "cannot promote \"%s\": %s", S.abs, refusal);
+		send_reply(c, WR_MSG_ERROR, WALRUS_EINVAL, text, NULL, 0);
+		return;
+	}
+	c->promote = true;
+	if (atomic_exchange(&e->sb.promote, 1) != 0)
+		return; /* under way: this one waits with the others */
+	wr_log(WR_LOG, "promotion requested by process %d", (int)c->pid);
+	standby_stop_sources();
+	atomic_store(&e->sb.no_stream, 1);
+	atomic_fetch_add(&e->sb.wal_seq, 1);
+	ipc_wake_all(&e->sb.wal_seq);
+}
+
 /* Returns true when the connection must be dropped. */
 static bool handle_conn(int i, char *crash_why, size_t why_len)
 {
@@ -677,6 +761,9 @@ static bool handle_conn(int i, char *crash_why, size_t why_len)
 		break;
 	case WR_MSG_STOP:
 		answer_stop(c, m.status);
+		break;
+	case WR_MSG_PROMOTE:
+		answer_promote(c);
 		break;
 	default:
 		wr_log(WR_WARNING, "process %d sent unknown message type %u", (int)c->pid, m.type);
@@ -998,6 +1085,52 @@ static bool senders_done(void)
 
 /* ---------------------------------------------------------------- the loop */
 
+/* Answers every process waiting for the promotion. */
+static void answer_promote_waiters(int type, int status, const char *text)
+{
+	for (int i = 0; i < S.nconns; i++)
+		if (S.conns[i].promote) {
+			S.conns[i].promote = false;
+			send_reply(&S.conns[i], type, status, text, NULL, 0);
+		}
+}
+
+/*
+ * A standby's startup process ended: after a promotion, the instance takes
+ * writes (the WAL writer and the archiver start); otherwise recovery failed,
+ * and a standby that cannot replay must not serve reads that go stale: the
+ * instance stops, saying why (a crash restart would fail the same way).
+ */
+static void standby_startup_ended(int st, const char *how)
+{
+	engine_shared *e = engine_sh();
+	bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 && atomic_load(&e->sb.promote);
+	if (!ok) {
+		wr_snprintf(S.standby_failed, sizeof(S.standby_failed),
+		            "the standby's startup process %s%s%s", how,
+		            e->startup_error[0] ? ": " : "", e->startup_error);
+		answer_promote_waiters(WR_MSG_ERROR, WALRUS_EIO, S.standby_failed);
+		return;
+	}
+	S.standby = false;
+	atomic_store(&e->sb.active, 0);
+	for (int k = 0; k < WR_AUX_NKINDS; k++) {
+		if (S.aux[k] > 0 || k == WR_AUX_STARTUP || k == WR_AUX_CKPT || k == WR_AUX_BGWR ||
+		    (k == WR_AUX_ARCH && !S.opts.archive_mode))
+			continue;
+		S.aux[k] = fork_child(k);
+		if (S.aux[k] < 0)
+			wr_log(WR_WARNING, "could not start the %s: %m", aux_name(k));
+	}
+	wal_control c;
+	char text[128];
+	snprintf(text, sizeof(text), "promoted: timeline %u",
+	         wal_control_read(S.abs, &c) == WALRUS_OK ? wal_control_timeline(&c) : 0);
+	wr_log(WR_LOG, "%s: the instance accepts writes", text);
+	publish_status(false);
+	answer_promote_waiters(WR_MSG_PROMOTE_OK, WALRUS_OK, text);
+}
+
 static void reap_children(char *crash_why, size_t why_len)
 {
 	int st;
@@ -1025,6 +1158,10 @@ static void reap_children(char *crash_why, size_t why_len)
 			}
 			continue;
 		}
+		if (k == WR_AUX_STARTUP && S.standby) {
+			standby_startup_ended(st, how);
+			continue;
+		}
 		snprintf(crash_why, why_len, "%s process (pid %d) %s", aux_name(k), (int)pid, how);
 	}
 }
@@ -1045,6 +1182,9 @@ static void handle_signals(char *crash_why, size_t why_len)
 			break;
 		case SIGQUIT:
 			request_stop(WALRUS_STOP_IMMEDIATE, "SIGQUIT");
+			break;
+		case SIGUSR1:
+			standby_progress();
 			break;
 		default:
 			break;
@@ -1123,7 +1263,10 @@ static void event_loop(void)
 			accept_conn();
 		if (r > 0 && repl_idx >= 0 && pfds[repl_idx].revents)
 			accept_replication();
-		if (crash_why[0] && S.phase == SUP_RUNNING)
+		if (S.standby_failed[0] && S.phase != SUP_SHUTDOWN)
+			stop_immediately(S.standby_failed);
+		if (crash_why[0] &&
+		    (S.phase == SUP_RUNNING || (S.phase == SUP_STARTING && S.standby)))
 			crash_restart(crash_why);
 		/* Shared memory may be inconsistent: no shutdown checkpoint from it. */
 		if (crash_why[0] && S.phase == SUP_DRAINING)

@@ -85,6 +85,10 @@ void kv_register_rmgr(void);
  * (or a new recovery) discards it too.
  */
 void kv_redo_end(void);
+/* The start of the key-value batch redo holds back until its last record
+ * (0: none): a standby's restartpoint may not begin after it, since its
+ * pages do not hold the batch yet (see kv_redo.c). */
+wr_lsn kv_redo_batch_start(void);
 /*
  * Creates relation KV_REL with its meta page and an empty root leaf (one
  * WAL record, flushed) unless it exists.  Idempotent; call once after

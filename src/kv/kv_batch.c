@@ -222,12 +222,12 @@ static int commit_ops(const kv_op *ops, size_t n, int durability, wr_lsn *lsn_ou
 		return rc;
 	count_ops(ops, n);
 	if (lsn != 0 && durability == KV_SYNC)
-		wal_flush_to(lsn);
+		rc = wal_commit_durable(lsn); /* a synchronous standby's confirmation too */
 	else if (lsn != 0)
 		wal_flush_async(lsn);
 	if (lsn_out != NULL)
 		*lsn_out = lsn;
-	return WALRUS_OK;
+	return rc;
 }
 
 int kv_batch_commit(kv_batch *b, int durability, wr_lsn *commit_lsn)

@@ -13,6 +13,11 @@
  * their LSN (kv_write.c, stamp_commit), so none is written before the last
  * record is durable.
  *
+ * A standby's readers run during redo: each page a batch changes stays
+ * locked from its change until the batch's last record is applied
+ * (wal_redo_hold), as on the primary until the last record is inserted, so
+ * a reader never sees a page of an unfinished batch.
+ *
  * Recovery may also start in the middle of a batch (its first records lie
  * before the checkpoint's redo point).  Then the pages it changed before
  * that point were written by the checkpoint with the whole batch in them
@@ -49,6 +54,11 @@ static void stash_clear(bool unfinished)
 	for (size_t i = 0; i < stash.n; i++)
 		free(stash.recs[i].raw);
 	stash.n = 0;
+}
+
+wr_lsn kv_redo_batch_start(void)
+{
+	return stash.n > 0 ? stash.recs[0].lsn : 0;
 }
 
 void kv_redo_end(void)
@@ -120,8 +130,12 @@ static void kv_redo(const wal_decoded *rec)
 		stash_add(rec);
 		return;
 	}
+	/* Every page of the batch stays locked until all of it is applied, as on
+	 * the primary: a reader on a standby never sees half a batch. */
+	wal_redo_hold(true);
 	stash_apply();
 	apply_record(rec);
+	wal_redo_hold(false);
 	stash_clear(false);
 }
 

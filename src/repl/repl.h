@@ -154,7 +154,9 @@ _Noreturn void repl_sender_main(int sock_fd, int slot);
  * DIR/walrus.standby, in walrus.conf's format ("name = value", '#'
  * comments, values optionally single-quoted), mode 0600 (refused when its
  * group or others may read it: it holds the password).  Keys: primary
- * (required), slot, application_name (default: DIR's base name), password.
+ * (required), slot, application_name (default: DIR's base name), password,
+ * wal_archive (the standby's archive, read by the engine; kept here so
+ * that a file with both round-trips).
  * Its presence makes every start of DIR a standby start.
  */
 typedef struct repl_standby_conf {
@@ -162,6 +164,7 @@ typedef struct repl_standby_conf {
 	char slot[REPL_NAME_LEN];
 	char application_name[REPL_NAME_LEN];
 	char password[256];
+	char wal_archive[1024]; /* the standby's archive fall-back (hotstandby.c reads it) */
 } repl_standby_conf;
 /* WALRUS_ENOENT when absent; WALRUS_EINVAL naming the line for a bad one. */
 int repl_standby_read(const char *abs, repl_standby_conf *c);

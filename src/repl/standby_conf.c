@@ -75,7 +75,8 @@ static int set_key(repl_standby_conf *c, const char *name, char *value, const ch
 	} keys[] = {{"primary", c->primary, sizeof(c->primary)},
 	            {"slot", c->slot, sizeof(c->slot)},
 	            {"application_name", c->application_name, sizeof(c->application_name)},
-	            {"password", c->password, sizeof(c->password)}};
+	            {"password", c->password, sizeof(c->password)},
+	            {"wal_archive", c->wal_archive, sizeof(c->wal_archive)}};
 	for (size_t i = 0; i < WR_ARRAY_LEN(keys); i++) {
 		if (strcmp(name, keys[i].name) != 0)
 			continue;
@@ -89,7 +90,8 @@ static int set_key(repl_standby_conf *c, const char *name, char *value, const ch
 	}
 	char what[200];
 	snprintf(what, sizeof(what),
-	         "unknown setting \"%.60s\" (known: primary, slot, application_name, password)",
+	         "unknown setting \"%.60s\" (known: primary, slot, application_name, password, "
+	         "wal_archive)",
 	         name);
 	return bad_line(path, lineno, what);
 }
@@ -202,21 +204,31 @@ static bool quote(const char *v, char *out, size_t len)
 	return true;
 }
 
+/* Appends "name = 'value'" when @v is set (optional keys are left out when empty). */
+static bool add_key(char *text, size_t len, const char *name, const char *v)
+{
+	char q[2200];
+	size_t used = strlen(text);
+	if (v[0] == '\0')
+		return true;
+	if (!quote(v, q, sizeof(q)))
+		return false;
+	return wr_snprintf(text + used, len - used, "%s = %s\n", name, q);
+}
+
 int repl_standby_write(const char *abs, const repl_standby_conf *c)
 {
-	char p[600], s[200], a[200], pw[600], text[2048];
+	char text[8192] = "# This directory is a standby (walrus promote removes this file).\n";
 	if (repl_check_address(c->primary) != WALRUS_OK)
 		return WALRUS_EINVAL;
-	if (!quote(c->primary, p, sizeof(p)) || !quote(c->slot, s, sizeof(s)) ||
-	    !quote(c->application_name, a, sizeof(a)) || !quote(c->password, pw, sizeof(pw)))
-		return wr_error(WALRUS_EINVAL, "a standby setting holds a line break");
-	if (!wr_snprintf(text, sizeof(text),
-	                 "# This directory is a standby (walrus promote removes this file).\n"
-	                 "primary = %s\nslot = %s\napplication_name = %s\npassword = %s\n",
-	                 p, s, a, pw))
-		return wr_error(WALRUS_EINVAL, "standby settings too long");
-	int rc = wal_write_file(abs, REPL_STANDBY_FILE, text);
+	bool ok = add_key(text, sizeof(text), "primary", c->primary) &&
+	          add_key(text, sizeof(text), "slot", c->slot) &&
+	          add_key(text, sizeof(text), "application_name", c->application_name) &&
+	          add_key(text, sizeof(text), "password", c->password) &&
+	          add_key(text, sizeof(text), "wal_archive", c->wal_archive);
+	int rc =
+	    ok ? wal_write_file(abs, REPL_STANDBY_FILE, text)
+	       : wr_error(WALRUS_EINVAL, "a standby setting holds a line break or is too long");
 	explicit_bzero(text, sizeof(text));
-	explicit_bzero(pw, sizeof(pw));
 	return rc;
 }

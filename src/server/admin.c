@@ -73,6 +73,41 @@ static void field(info_ctx *c, const char *name, const char *fmt, ...)
 	resp_add_raw(c->b, "\r\n", 2);
 }
 
+static const char *flatten(info_ctx *c, const char *p, size_t plen, int depth);
+
+/* A scalar at @p as the field c->path; returns the position after it, or NULL. */
+static const char *scalar(info_ctx *c, const char *p)
+{
+	const char *v = p, *ve;
+	if (*v == '"') {
+		v++;
+		ve = strchr(v, '"');
+	} else {
+		ve = v + strcspn(v, ",}]");
+	}
+	if (ve == NULL)
+		return NULL;
+	field(c, c->path, "%.*s", (int)(ve - v), v);
+	return *ve == '"' ? ve + 1 : ve;
+}
+
+/* The JSON array at *p (at its '['): element i is named PATH_i. */
+static const char *flatten_array(info_ctx *c, const char *p, size_t plen, int depth)
+{
+	p++;
+	for (int i = 0; p != NULL && *p != ']'; i++) {
+		if (*p == ',')
+			p++;
+		int n = snprintf(c->path + plen, sizeof(c->path) - plen, "_%d", i);
+		size_t nlen = n < 0 ? plen : WR_MIN(plen + (size_t)n, sizeof(c->path) - 1);
+		p = *p == '{' ? flatten(c, p, nlen, depth + 1) : scalar(c, p);
+		c->path[plen] = '\0';
+		if (p == NULL || *p == '\0')
+			return NULL;
+	}
+	return p == NULL ? NULL : p + 1;
+}
+
 /* Flattens the JSON object at *p (at its '{'); returns the position after its '}', or NULL. */
 static const char *flatten(info_ctx *c, const char *p, size_t plen, int depth)
 {
@@ -93,18 +128,12 @@ static const char *flatten(info_ctx *c, const char *p, size_t plen, int depth)
 			if (depth == 0)
 				section(c, c->path);
 			p = flatten(c, p, nlen, depth + 1);
+		} else if (*p == '[') {
+			if (depth == 0)
+				section(c, c->path);
+			p = flatten_array(c, p, nlen, depth + 1);
 		} else {
-			const char *v = p, *ve;
-			if (*v == '"') {
-				v++;
-				ve = strchr(v, '"');
-			} else {
-				ve = v + strcspn(v, ",}");
-			}
-			if (ve == NULL)
-				return NULL;
-			field(c, c->path, "%.*s", (int)(ve - v), v);
-			p = *ve == '"' ? ve + 1 : ve;
+			p = scalar(c, p);
 		}
 		c->path[plen] = '\0';
 		if (p == NULL || *p == '\0')

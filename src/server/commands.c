@@ -35,6 +35,7 @@ enum {
 	CMD_NOAUTH = 2, /* allowed before AUTH */
 	CMD_TX = 4,     /* queued inside MULTI */
 	CMD_TXCTL = 8,  /* runs inside MULTI (MULTI, EXEC, DISCARD, QUIT) */
+	CMD_READ = 16,  /* reads keys: on a standby, only for READONLY connections */
 };
 
 /* ---------------------------------------------------------------- sessions */
@@ -172,15 +173,32 @@ static void cmd_auth(srv_session *s, const resp_arg *argv, size_t argc)
 
 /* ---------------------------------------------------------------- dispatch */
 
+/* READONLY / READWRITE: whether this connection reads from a standby. */
+static void cmd_readonly(srv_session *s, const resp_arg *argv, size_t argc)
+{
+	(void)argv;
+	(void)argc;
+	s->readonly = true;
+	resp_add_simple(s->out, "OK");
+}
+
+static void cmd_readwrite(srv_session *s, const resp_arg *argv, size_t argc)
+{
+	(void)argv;
+	(void)argc;
+	s->readonly = false;
+	resp_add_simple(s->out, "OK");
+}
+
 static const srv_cmd commands[] = {
-    {"get", 2, CMD_DB, srv_cmd_get},
+    {"get", 2, CMD_DB | CMD_READ, srv_cmd_get},
     {"set", -3, CMD_DB | CMD_TX, srv_cmd_set},
     {"del", -2, CMD_DB | CMD_TX, srv_cmd_del},
-    {"exists", -2, CMD_DB, srv_cmd_exists},
-    {"mget", -2, CMD_DB, srv_cmd_mget},
+    {"exists", -2, CMD_DB | CMD_READ, srv_cmd_exists},
+    {"mget", -2, CMD_DB | CMD_READ, srv_cmd_mget},
     {"mset", -3, CMD_DB | CMD_TX, srv_cmd_mset},
-    {"scan", -2, CMD_DB, srv_cmd_scan},
-    {"dbsize", 1, CMD_DB, srv_cmd_dbsize},
+    {"scan", -2, CMD_DB | CMD_READ, srv_cmd_scan},
+    {"dbsize", 1, CMD_DB | CMD_READ, srv_cmd_dbsize},
     {"info", -1, CMD_DB, srv_cmd_info},
     {"config", -2, CMD_DB, srv_cmd_config},
     {"checkpoint", 1, CMD_DB, cmd_checkpoint},
@@ -188,6 +206,8 @@ static const srv_cmd commands[] = {
     {"exec", 1, CMD_DB | CMD_TXCTL, srv_cmd_exec},
     {"discard", 1, CMD_TXCTL, srv_cmd_discard},
     {"ping", -1, 0, cmd_ping},
+    {"readonly", 1, 0, cmd_readonly},
+    {"readwrite", 1, 0, cmd_readwrite},
     {"echo", 2, 0, cmd_echo},
     {"quit", -1, CMD_NOAUTH | CMD_TXCTL, cmd_quit},
     {"auth", -2, CMD_NOAUTH, cmd_auth},
@@ -347,6 +367,13 @@ static void run(srv_session *s, const resp_arg *argv, size_t argc)
 			               walrus_errmsg()[0] ? walrus_errmsg() : walrus_strerror(rc));
 			return;
 		}
+	}
+	/* As a Redis Cluster replica: reads only for clients that said they
+	 * accept data that may lag the primary's. */
+	if ((c->flags & CMD_READ) && !s->readonly && srv_is_standby()) {
+		resp_add_error(s->out, "READONLY this walrus instance is a standby: send READONLY "
+		                       "to read from it (its data may lag its primary's)");
+		return;
 	}
 	c->fn(s, argv, argc);
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "engine/engine.h"
 
 /* ---------------------------------------------------------------- errors */
 
@@ -34,7 +35,17 @@ void srv_reply_engine_error(srv_session *s, int rc)
 		               walrus_strerror(rc));
 		return;
 	}
+	if (rc == WALRUS_EREADONLY) {
+		resp_add_error(s->out, "READONLY You can't write against a read only replica. (%s)",
+		               m);
+		return;
+	}
 	resp_add_error(s->out, "ERR %s", m);
+}
+
+bool srv_is_standby(void)
+{
+	return client_attached(NULL) && atomic_load(&engine_sh()->sb.active) != 0;
 }
 
 void srv_arity_error(srv_session *s, const char *name)

@@ -34,6 +34,7 @@ typedef struct srv_session {
 	uint64_t client_id; /* CLIENT ID */
 	int proto;          /* 2 or 3 (HELLO) */
 	bool authed;
+	bool readonly;    /* READONLY: reads a standby's data */
 	bool spoke;       /* a first complete command arrived */
 	uint64_t born_ns; /* connected: authentication_timeout runs from here */
 	bool quit;        /* QUIT: close after the reply */
@@ -91,6 +92,8 @@ int64_t srv_auth_left_ms(const srv_session *s, uint64_t now_ns);
 
 /* Replies with the error of a failed walrus call (noting a crashed instance). */
 void srv_reply_engine_error(srv_session *s, int rc);
+/* The attached instance is a standby in recovery (reads only). */
+bool srv_is_standby(void);
 void srv_arity_error(srv_session *s, const char *name);
 /* Compares a password in constant time. */
 bool srv_password_ok(const char *want, const resp_arg *got);

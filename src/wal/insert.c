@@ -123,6 +123,7 @@ int wal_shmem_init(const wr_options *o, const char *datadir, int nslots)
 	wal_sh->bufs_off = shm_off(p);
 	spin_init(&wal_sh->insert_lock);
 	spin_init(&wal_sh->buf_lock);
+	spin_init(&wal_sh->rslot_lock);
 	rw_init(&wal_sh->write_lock);
 	set_pointers();
 	return WALRUS_OK;

@@ -55,6 +55,8 @@ struct wal_reader {
 	wr_lsn page_durable; /* of the page in memory */
 	wr_lsn rec_durable;  /* highest of the pages of the record fetched last */
 	wr_lsn last;         /* start of the last record read */
+	wr_lsn limit;        /* a standby's: bytes from here on are not durable yet (0: none) */
+	wr_lsn page_limit;   /* the limit when r->page was read: bytes past it may be stale */
 	char why[WAL_WHY_LEN];
 	wal_decoded dec;
 };
@@ -238,8 +240,34 @@ static int wal_rd_page(wal_reader *r, wr_lsn page_start)
 		memcpy(&h, r->page, sizeof(h));
 		r->page_start = page_start;
 		r->page_durable = h.durable;
+		r->page_limit = r->limit != 0 ? r->limit : UINT64_MAX;
 	}
 	return rc;
+}
+
+/*
+ * A standby reads WAL while its receiver writes more: nothing at or past
+ * the limit is read (WAL_NOT_YET), and a page read under an older limit
+ * is read again for the bytes written since.
+ */
+static int wal_rd_need(wal_reader *r, wr_lsn upto)
+{
+	if (r->limit != 0 && upto > r->limit)
+		return WAL_NOT_YET;
+	if (r->page_start != 0 && upto > r->page_limit)
+		r->page_start = 0;
+	return WALRUS_OK;
+}
+
+void wal_reader_set_limit(wal_reader *r, wr_lsn limit)
+{
+	r->limit = limit;
+	/* A source may have replaced the segment file (a copy from the archive
+	 * over a partly received one): read it by name again. */
+	r->page_start = 0;
+	if (r->fd != FDC_INVALID)
+		(void)fdc_close(r->fd);
+	r->fd = FDC_INVALID;
 }
 
 /* ---------------------------------------------------------------- records */
@@ -280,15 +308,22 @@ static int wal_rd_copy(wal_reader *r, wal_cursor *c, uint32_t n)
 {
 	int rc = wal_rd_grow(r, (size_t)c->done + n);
 	while (rc == WALRUS_OK && n > 0) {
-		if (c->pos % WAL_PAGE_SIZE == 0)
-			rc = wal_rd_enter_cont(r, c);
-		else
-			rc = wal_rd_page(r, c->pos - c->pos % WAL_PAGE_SIZE);
+		if (c->pos % WAL_PAGE_SIZE == 0) {
+			rc = wal_rd_need(r, c->pos + wal_page_header_size(c->pos, r->seg_size));
+			if (rc == WALRUS_OK)
+				rc = wal_rd_enter_cont(r, c);
+			if (rc != WALRUS_OK)
+				break;
+		}
+		uint32_t off = (uint32_t)(c->pos % WAL_PAGE_SIZE);
+		uint32_t k = WR_MIN(WAL_PAGE_SIZE - off, n);
+		rc =
+		    wal_rd_need(r, c->pos + k); /* before the page: its segment may not exist yet */
+		if (rc == WALRUS_OK)
+			rc = wal_rd_page(r, c->pos - off);
 		if (rc != WALRUS_OK)
 			break;
 		r->rec_durable = WR_MAX(r->rec_durable, r->page_durable);
-		uint32_t off = (uint32_t)(c->pos % WAL_PAGE_SIZE);
-		uint32_t k = WR_MIN(WAL_PAGE_SIZE - off, n);
 		memcpy(r->buf + c->done, r->page + off, k);
 		c->pos += k;
 		c->done += k;

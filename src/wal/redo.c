@@ -235,6 +235,12 @@ int wal_redo_get_block(const wal_decoded *rec, int id, void **page, int *action)
 	return rc;
 }
 
+void wal_redo_hold(bool on)
+{
+	if (redo_pages->hold != NULL)
+		redo_pages->hold(on);
+}
+
 void wal_redo_release_block(const wal_decoded *rec, int id, void *page, bool changed)
 {
 	if (page != NULL)
@@ -429,7 +435,8 @@ typedef struct recovery {
 	wal_reader *r;
 	wr_lsn ckpt_end; /* the WAL must reach this far: the checkpoint was durable */
 	wal_recovery_result *res;
-	wal_target t; /* archive recovery: where to stop */
+	wal_target t;                /* archive recovery: where to stop */
+	const wal_standby_hooks *sb; /* a standby: replay goes on as WAL arrives */
 } recovery;
 
 static int bad_checkpoint(const recovery *rv, const char *why)
@@ -808,6 +815,89 @@ static int redo_loop(recovery *rv)
 	}
 }
 
+/* ---------------------------------------------------------------- a standby */
+
+/* Promotion: the WAL after the last record replayed (a record cut short, say)
+ * is cut off, and the new timeline begins there. */
+static int standby_promoted(recovery *rv)
+{
+	wr_lsn cut = rv->res->end;
+	uint32_t tli = wal_control_timeline(&rv->c), child = tli + 1;
+	wal_history parent;
+	char hist[4096], name[32];
+	int removed = 0;
+	wal_history_name(tli, name, sizeof(name));
+	wr_snprintf(hist, sizeof(hist), "%s/%s", rv->waldir, name);
+	int rc = wal_history_read(hist, tli, &parent);
+	if (rc == 0)
+		rc = wal_cut_after(rv->waldir, cut, rv->c.wal_seg_size, &removed);
+	if (rc == 0)
+		rc = wal_history_write(rv->waldir, &parent, child, cut, "promotion of a standby");
+	if (rc == 0)
+		rc = wal_archive_mark_done_before(rv->waldir, rv->c.wal_seg_size,
+		                                  cut - cut % rv->c.wal_seg_size);
+	if (rc == 0)
+		rc = read_last_page(rv, cut, rv->res->last_page);
+	if (rc == 0) {
+		wr_log(WR_LOG,
+		       "standby promoted at " WAL_LSN_FMT " (%llu records replayed): timeline %u "
+		       "begins",
+		       WAL_LSN_ARGS(cut), (unsigned long long)rv->res->records, child);
+		rv->res->new_timeline = child;
+	}
+	return rc;
+}
+
+/* The local WAL ended (the reader said why): from here on, only WAL the
+ * standby's sources made durable is read. */
+static wr_lsn standby_local_end(recovery *rv, wr_lsn at)
+{
+	wr_lsn end = rv->res->end ? rv->res->end : at;
+	wr_log(WR_LOG, "end of local WAL at " WAL_LSN_FMT ": %s", WAL_LSN_ARGS(end),
+	       walrus_errmsg());
+	wr_error_clear();
+	rv->sb->local_end(end);
+	wal_reader_set_limit(rv->r, end);
+	return end;
+}
+
+static int standby_loop(recovery *rv)
+{
+	wal_decoded *rec;
+	wr_lsn next = rv->c.redo_lsn, limit = 0;
+	wr_log(WR_LOG, "standby: redo starts at " WAL_LSN_FMT, WAL_LSN_ARGS(next));
+	for (;;) {
+		int rc = wal_read_record(rv->r, next, &rec);
+		if (rc == WALRUS_ENOTFOUND && limit == 0) {
+			limit = standby_local_end(rv, next ? next : rv->c.redo_lsn);
+			continue;
+		}
+		if (rc == WAL_NOT_YET) {
+			bool promote = false;
+			wr_lsn more = rv->sb->wait(limit, &promote);
+			if (promote)
+				return standby_promoted(rv);
+			limit = more;
+			wal_reader_set_limit(rv->r, limit);
+			continue;
+		}
+		if (rc == WALRUS_ENOTFOUND) {
+			char why[1024];
+			wr_snprintf(why, sizeof(why), "%s", walrus_errmsg());
+			return wr_error(WALRUS_ECORRUPT,
+			                "invalid WAL received (durable up to " WAL_LSN_FMT "): %s",
+			                WAL_LSN_ARGS(limit), why);
+		}
+		if (rc == 0)
+			rc = replay(rv, rec);
+		if (rc != 0)
+			return rc;
+		wal_note_replayed(rv->res->end, wal_record_time_ms(&rec->hdr));
+		rv->sb->replayed(rec, rv->res->end);
+		next = 0;
+	}
+}
+
 static int recover(recovery *rv)
 {
 	int rc = wal_control_read(rv->datadir, &rv->c);
@@ -826,7 +916,12 @@ static int recover(recovery *rv)
 	}
 	/* A base backup opened as it is would replay only the WAL it holds, and
 	 * perhaps stop before it is consistent without noticing. */
-	if (!rv->t.active && rv->c.backup_end_lsn != 0)
+	if (rv->sb != NULL && rv->t.active)
+		return wr_error(WALRUS_EINVAL,
+		                "\"%s\" holds both %s (archive recovery) and a standby's settings: "
+		                "remove one",
+		                rv->datadir, WAL_RECOVERY_FILE);
+	if (rv->sb == NULL && !rv->t.active && rv->c.backup_end_lsn != 0)
 		return wr_error(WALRUS_EINVAL,
 		                "\"%s\" is a base backup (consistent from " WAL_LSN_FMT
 		                "): restore it with `walrus restore --from %s NEWDIR`",
@@ -844,7 +939,7 @@ static int recover(recovery *rv)
 		return rc;
 	rc = read_checkpoint(rv);
 	if (rc == 0)
-		rc = redo_loop(rv);
+		rc = rv->sb != NULL ? standby_loop(rv) : redo_loop(rv);
 	wal_reader_close(rv->r);
 	if (rc == 0)
 		redo_pages->finish();
@@ -853,7 +948,13 @@ static int recover(recovery *rv)
 
 int wal_recover(const char *datadir, const wr_options *o, wal_recovery_result *res)
 {
-	recovery rv = {.datadir = datadir, .res = res};
+	return wal_recover_standby(datadir, o, NULL, res);
+}
+
+int wal_recover_standby(const char *datadir, const wr_options *o, const wal_standby_hooks *sb,
+                        wal_recovery_result *res)
+{
+	recovery rv = {.datadir = datadir, .res = res, .sb = sb};
 
 	memset(res, 0, sizeof(*res));
 	ntouched = 0;

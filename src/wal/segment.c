@@ -321,6 +321,13 @@ int wal_recycle(const char *waldir, const wr_options *o, wr_lsn redo, wr_lsn ins
 	/* A running base backup still has to copy its WAL. */
 	wr_lsn keep = wal_backup_keep_lsn();
 	wr_lsn upto = keep != 0 && keep - keep % seg < redo_seg ? keep - keep % seg : redo_seg;
+	/* And the standbys away with a slot (slot.c). */
+	char datadir[PATH_MAX];
+	wr_snprintf(datadir, sizeof(datadir), "%s/..", waldir);
+	wr_lsn slots =
+	    wal_sh != NULL ? wal_slots_keep(datadir, redo, o->max_slot_wal_keep_size) : 0;
+	if (slots != 0 && slots - slots % seg < upto)
+		upto = slots - slots % seg;
 	/* In order, stopping at the first segment not archived yet: the
 	 * archiver works in order, so the later ones are not either. */
 	for (size_t i = 0; rc == WALRUS_OK && i < l.n && l.v[i] + seg <= upto &&

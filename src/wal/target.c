@@ -244,22 +244,32 @@ static int remove_later(const char *waldir, uint64_t seg_size, wr_lsn from, int 
 	return rc;
 }
 
-int wal_target_cut(const char *datadir, const wal_target *t, wr_lsn cut, uint64_t seg_size)
+int wal_cut_after(const char *waldir, wr_lsn cut, uint64_t seg_size, int *removed)
 {
-	char waldir[4096], path[4096];
-	int removed = 0;
-	wr_snprintf(waldir, sizeof(waldir), "%s/wal", datadir);
-	int rc = target_save_cut(datadir, t, cut);
+	char path[4096];
 	wr_lsn seg_start = cut - cut % seg_size;
-	if (rc == 0 && cut % seg_size != 0) {
+	int rc = 0;
+	*removed = 0;
+	if (cut % seg_size != 0) {
 		wal_segment_path(waldir, seg_size, seg_start, path, sizeof(path));
 		rc = zero_tail(path, cut % seg_size, seg_size);
 	}
 	if (rc == 0)
 		rc = remove_later(waldir, seg_size,
-		                  cut % seg_size == 0 ? cut : seg_start + seg_size, &removed);
-	if (rc == 0 && removed > 0 && fdc_fsync_path(waldir) != 0)
+		                  cut % seg_size == 0 ? cut : seg_start + seg_size, removed);
+	if (rc == 0 && *removed > 0 && fdc_fsync_path(waldir) != 0)
 		wr_panic("could not fsync the WAL directory \"%s\": %s", waldir, walrus_errmsg());
+	return rc;
+}
+
+int wal_target_cut(const char *datadir, const wal_target *t, wr_lsn cut, uint64_t seg_size)
+{
+	char waldir[4096];
+	int removed = 0;
+	wr_snprintf(waldir, sizeof(waldir), "%s/wal", datadir);
+	int rc = target_save_cut(datadir, t, cut);
+	if (rc == 0)
+		rc = wal_cut_after(waldir, cut, seg_size, &removed);
 	if (rc == 0)
 		wr_log(WR_LOG,
 		       "archive recovery: the WAL after " WAL_LSN_FMT

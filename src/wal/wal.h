@@ -279,6 +279,91 @@ typedef struct wal_stats {
 } wal_stats;
 void wal_get_stats(wal_stats *s);
 
+/* ---------------------------------------------------------------- a standby's recovery */
+
+/*
+ * A standby replays while the instance runs (standby.c): its checkpointer
+ * makes restartpoints from the checkpoint records replayed, and promotion
+ * hands the new timeline to the end-of-recovery checkpoint.  Written by the
+ * startup process, read by the checkpointer and statistics.
+ */
+void wal_set_in_recovery(bool on);
+bool wal_in_recovery(void);
+void wal_note_replayed(wr_lsn end, uint64_t time_ms);
+wr_lsn wal_replayed_lsn(void);
+uint64_t wal_replayed_time_ms(void);
+struct wal_checkpoint_rec;
+void wal_note_replayed_checkpoint(wr_lsn lsn, const struct wal_checkpoint_rec *ck);
+/* The last checkpoint record replayed (false: none yet). */
+bool wal_replayed_checkpoint(wr_lsn *lsn, struct wal_checkpoint_rec *ck);
+/* The timeline the next checkpoint records in the control file (0: keep). */
+void wal_set_timeline(uint32_t tli);
+uint32_t wal_timeline(void);
+
+/* ---------------------------------------------------------------- a synchronous standby */
+
+/*
+ * With synchronous_standby set, a durable commit returns only once the WAL
+ * sender of that standby reports it flushed (or, with
+ * synchronous_standby_level = apply, replayed) the commit's WAL: PostgreSQL's
+ * synchronous_commit = on (remote_apply) with one synchronous standby.  With
+ * no such standby connected, commits wait for one, as PostgreSQL's do.
+ * A stop does not wait for them: the commit is durable here but not
+ * confirmed by the standby, and says so (WALRUS_ESHUTDOWN).
+ */
+void wal_sync_standby_set(bool wanted);
+bool wal_sync_standby_wanted(void);
+/* The synchronous standby's sender: it confirmed up to @lsn. */
+void wal_sync_standby_confirm(wr_lsn lsn);
+wr_lsn wal_sync_standby_lsn(void);
+/* A durable commit: wal_flush_to(@lsn), then the synchronous standby's
+ * confirmation when one is wanted.  WALRUS_OK, or ESHUTDOWN / ERESTART when
+ * the instance stops or crashes during the wait. */
+int wal_commit_durable(wr_lsn lsn);
+
+/* ---------------------------------------------------------------- replication slots */
+
+/*
+ * A replication slot keeps the WAL a standby still needs while it is away
+ * (PostgreSQL's physical slots): no segment at or after its restart_lsn is
+ * recycled, unless it falls more than max_slot_wal_keep_size behind the
+ * redo point: then it is invalidated (a WARNING), and its standby catches
+ * up from the archive or is told which segment is gone.  Slots live in
+ * shared memory and in DIR/slots/NAME (written durably at creation, at
+ * invalidation and, when they moved, by each checkpoint before it recycles
+ * WAL: a crash restarts a slot from an older position, keeping more WAL,
+ * never less).  Names: 1 to 63 of [A-Za-z0-9_-].
+ */
+#define WAL_SLOT_DIR      "slots"
+#define WAL_SLOT_NAME_MAX 63
+/* Loads DIR/slots into shared memory (the supervisor, after wal_shmem_init). */
+int wal_slots_load(const char *datadir);
+/* EINVAL (bad name), EBUSY (exists), ELIMIT (max_replication_slots). Reserves WAL from
+ * the current redo point. */
+int wal_slot_create(const char *datadir, const char *name, int max_slots);
+/* ENOTFOUND, EBUSY (a sender streams for it). */
+int wal_slot_drop(const char *datadir, const char *name);
+/* A sender takes the slot for its standby: ENOTFOUND, EBUSY (another streams),
+ * EINVAL (invalidated).  *restart: where it keeps WAL from. */
+int wal_slot_acquire(const char *name, uint32_t pid, wr_lsn *restart);
+void wal_slot_release(const char *name, uint32_t pid);
+/* The standby flushed up to @lsn: WAL before it is no longer needed. */
+void wal_slot_advance(const char *name, wr_lsn lsn);
+/* Writes the slots that moved (each checkpoint, before recycling). */
+int wal_slots_save(const char *datadir);
+/* The oldest restart_lsn of the valid slots (0: none); invalidates those more than
+ * @max_keep bytes behind @redo first (and saves them). */
+wr_lsn wal_slots_keep(const char *datadir, wr_lsn redo, int64_t max_keep);
+typedef struct wal_slot_info {
+	char name[64];
+	wr_lsn restart_lsn;
+	uint32_t active_pid;
+	bool invalidated;
+} wal_slot_info;
+#define WAL_MAX_RSLOTS_LISTED 64
+/* Up to @max slots into @out; returns how many. */
+int wal_slots_list(wal_slot_info *out, int max);
+
 /* ---------------------------------------------------------------- segments */
 
 /*
@@ -487,6 +572,14 @@ void wal_reader_close(wal_reader *r);
  * by valid WAL (damage, not a tail), naming the LSN.
  */
 int wal_read_record(wal_reader *r, wr_lsn lsn, wal_decoded **rec);
+/*
+ * A standby's reader: WAL at or past @limit is not durable yet (its
+ * receiver is still writing it), so a record that reaches past it is not
+ * read: wal_read_record returns WAL_NOT_YET (a positive code, no message)
+ * and reading it again after a higher limit succeeds.  0: no limit.
+ */
+#define WAL_NOT_YET 2
+void wal_reader_set_limit(wal_reader *r, wr_lsn limit);
 /* The first valid record at or after @lsn (used by waldump --from a non-record LSN). */
 int wal_find_first(wal_reader *r, wr_lsn lsn, wr_lsn *found);
 /* Decodes a contiguous record (header + payload) already in memory. */
@@ -553,7 +646,13 @@ typedef struct wal_redo_pages {
 	int (*get)(const wal_decoded *rec, int id, void **page, int *action);
 	void (*release)(const wal_decoded *rec, int id, void *page, bool changed);
 	void (*finish)(void); /* end of recovery: make what redo wrote durable */
+	/* While on, pages released stay locked and pinned, and a page asked for
+	 * again is the one held; off releases them all (NULL: not needed). */
+	void (*hold)(bool on);
 } wal_redo_pages;
+/* Keeps the pages of a group of records (a key-value batch) locked until
+ * all of them are applied: a standby's readers never see a part of it. */
+void wal_redo_hold(bool on);
 void wal_redo_set_pages(const wal_redo_pages *p);
 int wal_redo_get_block(const wal_decoded *rec, int id, void **page, int *action);
 void wal_redo_release_block(const wal_decoded *rec, int id, void *page, bool changed);
@@ -591,5 +690,26 @@ typedef struct wal_recovery_result {
 	bool archive_done;
 } wal_recovery_result;
 int wal_recover(const char *datadir, const wr_options *o, wal_recovery_result *res);
+
+/*
+ * A standby's recovery (PostgreSQL's standby mode): the local WAL is
+ * replayed to its end, then only WAL the standby's sources made durable,
+ * as they make more of it, until a promotion.  Then the WAL after the last
+ * record replayed is cut off, a history file names the new timeline
+ * (res->new_timeline, one past the control file's) and the result is as
+ * at the end of crash recovery.  The hooks run in the startup process:
+ *   local_end(end)   the local WAL ends at @end: sources continue there;
+ *   wait(limit, &promote)  blocks until WAL past @limit is durable and
+ *                    returns its new end; or sets promote (everything up
+ *                    to @limit replayed) when recovery should end;
+ *   replayed(rec, end)  after each record (@end: where the WAL goes on).
+ */
+typedef struct wal_standby_hooks {
+	void (*local_end)(wr_lsn end);
+	wr_lsn (*wait)(wr_lsn limit, bool *promote);
+	void (*replayed)(const wal_decoded *rec, wr_lsn end);
+} wal_standby_hooks;
+int wal_recover_standby(const char *datadir, const wr_options *o, const wal_standby_hooks *sb,
+                        wal_recovery_result *res);
 
 #endif /* WALRUS_WAL_H */

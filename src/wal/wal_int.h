@@ -73,6 +73,17 @@ typedef struct wal_slot {
 	char pad[56];
 } wal_slot;
 
+/* A replication slot (slot.c); name and in_use change under rslot_lock. */
+#define WAL_MAX_RSLOTS 64
+typedef struct wal_rslot {
+	_Atomic uint32_t in_use;
+	_Atomic uint32_t active_pid;  /* the WAL sender streaming for it, 0: none */
+	_Atomic uint32_t invalidated; /* fell more than max_slot_wal_keep_size behind */
+	_Atomic uint32_t dirty;       /* restart_lsn moved since the slot's file was written */
+	_Atomic uint64_t restart_lsn; /* the oldest WAL its standby still needs */
+	char name[64];
+} wal_rslot;
+
 typedef struct wal_shared {
 	/* fixed at creation */
 	uint64_t seg_size;
@@ -125,6 +136,25 @@ typedef struct wal_shared {
 	/* a base backup (wal_backup_begin): forces full-page writes, keeps WAL */
 	_Atomic uint32_t backup_running;
 	_Atomic uint64_t backup_keep;
+
+	/* a standby's recovery (standby.c): written by the startup process */
+	_Atomic uint32_t in_recovery;
+	_Atomic uint32_t timeline; /* after a promotion: the control file's next (0: keep) */
+	_Atomic uint64_t replayed_end;
+	_Atomic uint64_t replayed_time_ms; /* the last replayed record's insertion time */
+	_Atomic uint32_t rp_seq;           /* odd while the startup writes rp_* */
+	_Atomic uint64_t rp_lsn, rp_redo, rp_next_relid,
+	    rp_time_us; /* the last checkpoint replayed */
+
+	/* a synchronous standby (syncrep.c) */
+	_Atomic uint32_t sync_wanted; /* synchronous_standby is set: durable commits wait */
+	_Atomic uint64_t sync_lsn;    /* what the synchronous standby confirmed */
+	_Atomic uint32_t sync_seq;    /* futex word: bumped when sync_lsn moves */
+	_Atomic uint32_t sync_sleepers;
+
+	/* replication slots (slot.c) */
+	wr_spinlock rslot_lock;
+	wal_rslot rslots[WAL_MAX_RSLOTS];
 
 	/* statistics */
 	_Atomic uint64_t st_records, st_bytes, st_fpis, st_fpi_raw, st_fpi_stored;
@@ -193,6 +223,9 @@ bool wal_target_stop_after(const wal_target *t, const wal_decoded *rec);
 bool wal_target_reached_at_end(const wal_target *t, wr_lsn end);
 /* Records @cut in the recovery file, then zeroes the WAL after it and removes later segments. */
 int wal_target_cut(const char *datadir, const wal_target *t, wr_lsn cut, uint64_t seg_size);
+/* Zeroes the WAL after @cut in its segment and removes every later segment
+ * (a new timeline starts at @cut: nothing of the old one may be read past it). */
+int wal_cut_after(const char *waldir, wr_lsn cut, uint64_t seg_size, int *removed);
 
 /* PANIC helper for WAL I/O: the commit contract cannot be kept after it. */
 _Noreturn void wal_io_failed(const char *what, uint64_t seg_start, int err);

@@ -127,7 +127,7 @@ START_TEST(test_table_covers_struct)
 	const wr_opt_desc *t = wr_opts_table(&n);
 	bool covered[sizeof(wr_options)] = {false};
 
-	ck_assert_uint_eq(n, 39);
+	ck_assert_uint_eq(n, 43);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_lt(t[i].offset, sizeof(wr_options));
 		ck_assert_msg(!covered[t[i].offset], "%s shares a field", t[i].name);
@@ -456,7 +456,8 @@ START_TEST(test_json)
 	ck_assert_ptr_nonnull(strstr(buf, "\"archive_timeout\":\"0\","));
 	ck_assert_ptr_nonnull(strstr(buf, "\"listen_replication\":\"\","));
 	ck_assert_ptr_nonnull(strstr(buf, "\"max_wal_senders\":4,"));
-	ck_assert_ptr_nonnull(strstr(buf, "\"wal_sender_timeout\":\"1min\"}"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"wal_sender_timeout\":\"1min\","));
+	ck_assert_ptr_nonnull(strstr(buf, "\"max_slot_wal_keep_size\":\"1GB\"}"));
 
 	/* Short buffers: terminated, truncated, and the needed length still returned. */
 	char small[10];

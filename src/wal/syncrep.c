@@ -1,0 +1,71 @@
+/*
+ * syncrep.c - durable commits that wait for a synchronous standby
+ * (synchronous_standby): the commit's WAL is flushed here, then the
+ * standby's WAL sender must report it flushed (or replayed) there.
+ *
+ * The sender publishes the standby's position in sync_lsn and wakes the
+ * sleepers with one futex call per report (none when nobody sleeps).  The
+ * sleepers look at the instance's state every 100 ms: a stop or a crash
+ * ends their wait (the WAL is durable here either way; only the standby's
+ * confirmation is missing, and the caller says so).
+ *
+ * Interface: wal.h ("a synchronous standby").
+ */
+#include "wal/wal_int.h"
+
+#define SYNC_POLL_NS (100ULL * 1000000ULL)
+
+void wal_sync_standby_set(bool wanted)
+{
+	atomic_store(&wal_sh->sync_wanted, wanted ? 1u : 0u);
+}
+
+bool wal_sync_standby_wanted(void)
+{
+	return wal_sh != NULL && atomic_load(&wal_sh->sync_wanted) != 0;
+}
+
+void wal_sync_standby_confirm(wr_lsn lsn)
+{
+	wr_lsn cur = atomic_load(&wal_sh->sync_lsn);
+	while (cur < lsn && !atomic_compare_exchange_weak(&wal_sh->sync_lsn, &cur, lsn))
+		;
+	if (cur >= lsn)
+		return;
+	atomic_fetch_add(&wal_sh->sync_seq, 1);
+	if (atomic_load(&wal_sh->sync_sleepers) != 0)
+		ipc_wake_all(&wal_sh->sync_seq);
+}
+
+wr_lsn wal_sync_standby_lsn(void)
+{
+	return atomic_load(&wal_sh->sync_lsn);
+}
+
+int wal_commit_durable(wr_lsn lsn)
+{
+	wal_flush_to(lsn);
+	if (!wal_sync_standby_wanted())
+		return WALRUS_OK;
+	while (atomic_load(&wal_sh->sync_lsn) < lsn) {
+		uint32_t seen = atomic_load(&wal_sh->sync_seq);
+		uint32_t st = atomic_load(&shm_hdr()->state);
+		if (st == SHM_STATE_CRASHED)
+			return wr_error(WALRUS_ERESTART,
+			                "the instance crashed while the commit at " WAL_LSN_FMT
+			                " waited for the synchronous standby: it is durable here, "
+			                "not confirmed there",
+			                WAL_LSN_ARGS(lsn));
+		if (st == SHM_STATE_STOPPING || st == SHM_STATE_SHUTDOWN)
+			return wr_error(WALRUS_ESHUTDOWN,
+			                "the instance is stopping: the commit at " WAL_LSN_FMT
+			                " is durable here but was not confirmed by the synchronous "
+			                "standby",
+			                WAL_LSN_ARGS(lsn));
+		atomic_fetch_add(&wal_sh->sync_sleepers, 1);
+		if (atomic_load(&wal_sh->sync_lsn) < lsn)
+			ipc_wait_u32(&wal_sh->sync_seq, seen, SYNC_POLL_NS);
+		atomic_fetch_sub(&wal_sh->sync_sleepers, 1);
+	}
+	return WALRUS_OK;
+}

@@ -1,0 +1,93 @@
+"""What the standby tests share (tests/standby): the durability suites' helpers
+(tests/durability/wtest.py: instances, cleanup on every path), a primary that
+archives, and `walrus standby` run in the foreground."""
+import json, os, re, subprocess, sys, time
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "durability"))
+import wtest  # noqa: E402
+from wtest import check  # noqa: E402
+
+
+def must(r, what):
+    check(r.returncode == 0, f"{what}: exit {r.returncode}: "
+          f"{r.stderr.decode(errors='replace').strip()[-800:]}")
+    return r.stdout.decode(errors="replace")
+
+
+def lsn(s):
+    hi, lo = s.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def write_conf(d, text):
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    p = os.path.join(d, "walrus.conf")
+    with open(p, "w") as f:
+        f.write(text)
+    os.chmod(p, 0o600)
+
+
+def archiving_primary(cleanup, exe, root, extra_conf=""):
+    """A new primary in ROOT/primary archiving into ROOT/archive: (Walrus, archive)."""
+    archive = os.path.join(root, "archive")
+    os.mkdir(archive, 0o700)
+    pdir = os.path.join(root, "primary")
+    write_conf(pdir, f"archive_dir = '{archive}'\narchive_mode = on\n" + extra_conf)
+    p = wtest.Walrus(exe, pdir)
+    p.register(cleanup)
+    p.create()
+    return p, archive
+
+
+def stats(w):
+    return json.loads(must(w.run("stats", "--json"), "stats"))
+
+
+class Standby:
+    """`walrus -D DIR standby ARGS` in the foreground, as Walrus.serve runs serve."""
+
+    def __init__(self, w, args=()):
+        self.w = w
+        self.args = list(args)
+        self.proc = None
+
+    def start(self):
+        w = self.w
+        check(not wtest.instance_pids(w.dir), "an instance already serves " + w.dir)
+        err = open(os.path.join(os.path.dirname(w.dir), "standby.stderr"), "ab")
+        self.proc = subprocess.Popen(w.argv("standby", *self.args), stdin=subprocess.DEVNULL,
+                                     stdout=err, stderr=err, env=w.env())
+        err.close()
+        w.serve_proc = self.proc  # killed by Walrus.kill_instance at cleanup
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise wtest.TestFailure(f"walrus standby exited with {self.proc.returncode} "
+                                        f"before it was ready; log:\n{w.log_tail()}")
+            if w.log_has(rf"\[{self.proc.pid}\] walrus-super LOG:  instance is ready"):
+                return
+            time.sleep(0.02)
+        raise wtest.TestFailure("walrus standby did not become ready:\n" + w.log_tail())
+
+    def stop(self):
+        must(self.w.run("stop", "--wait"), "stop the standby")
+        check(self.proc.wait(30) == 0, f"walrus standby exited with {self.proc.returncode}")
+
+
+def wait_replayed(s, target, timeout=60):
+    """Until the standby's replay reaches @target (an LSN): its stats say so."""
+    got = wtest.wait_for(lambda: lsn(stats(s)["standby"]["replay_lsn"]) >= target, timeout)
+    check(got, f"the standby did not replay up to {target:#x} within {timeout} s: "
+          f"{stats(s)['standby']}")
+
+
+def scan(w):
+    out = must(w.run("scan"), "scan")
+    return [tuple(line.split("\t", 1)) for line in out.splitlines()]
+
+
+def log_matches(w, pattern):
+    with open(os.path.join(w.dir, "log", "walrus.log"), errors="replace") as f:
+        return re.findall(pattern, f.read(), re.M)

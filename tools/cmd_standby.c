@@ -1,0 +1,173 @@
+/*
+ * cmd_standby.c - `walrus standby` runs DIR as a hot standby in the
+ * foreground (as `walrus serve` runs a primary), and `walrus promote`
+ * makes a running standby a primary (walrus_promote does the work).
+ *
+ * `standby` records its settings in DIR/walrus.standby (mode 0600: it
+ * holds the replication password), so that every later start of DIR,
+ * embedded or not, is a standby's until it is promoted.
+ */
+#include "tool.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "wal/wal.h"
+
+static const char standby_usage[] =
+    "usage: walrus -D DIR standby [--primary HOST:PORT|SOCKET] [--slot NAME]\n"
+    "                             [--application-name NAME] [--wal-archive ARCHIVE]\n\n"
+    "Runs DIR as a hot standby in the foreground: it replays the primary's WAL\n"
+    "as it arrives and serves reads (gets, scans); writes get WALRUS_EREADONLY.\n"
+    "DIR is a base backup of the primary (walrus -D PRIMARY backup DIR) or a\n"
+    "standby already.  The settings go to DIR/walrus.standby, so every start of\n"
+    "DIR stays a standby's until `walrus -D DIR promote`.\n"
+    "  --primary ADDR       stream WAL from the primary's listen_replication\n"
+    "                       (password: WALRUS_REPLICATION_PASSWORD in the environment)\n"
+    "  --slot NAME          the primary's replication slot to use\n"
+    "  --application-name N the standby's name (default: DIR's base name)\n"
+    "  --wal-archive DIR    replay segments from this archive (the primary's\n"
+    "                       archive_dir) when streaming does not bring them\n"
+    "Stops on SIGINT/SIGTERM or `walrus stop`, as `walrus serve`.\n";
+
+static const char promote_usage[] =
+    "usage: walrus -D DIR promote\n\n"
+    "Ends the recovery of the standby running on DIR: what it received is\n"
+    "replayed, a new timeline begins, and it accepts writes.  Returns when done.\n"
+    "Exit codes: 0 promoted, 1 no instance is running, 2 usage, 3 engine error\n"
+    "(not a standby, not consistent yet, or the promotion failed).\n";
+
+typedef struct standby_args {
+	const char *primary, *slot, *name, *archive;
+} standby_args;
+
+static int parse_standby(int argc, char **argv, standby_args *a)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		const char **dst = strcmp(o, "--primary") == 0            ? &a->primary
+		                   : strcmp(o, "--slot") == 0             ? &a->slot
+		                   : strcmp(o, "--application-name") == 0 ? &a->name
+		                   : strcmp(o, "--wal-archive") == 0      ? &a->archive
+		                                                          : NULL;
+		if (dst == NULL || v == NULL || *v == '\0' || strpbrk(v, "\n\r'") != NULL) {
+			fprintf(stderr, "walrus standby: bad argument \"%s\"\n%s", o,
+			        standby_usage);
+			return TOOL_EXIT_USAGE;
+		}
+		*dst = v;
+		i++;
+	}
+	return 0;
+}
+
+/* The settings in walrus.conf's format, quoted. */
+static int write_settings(const char *abs, const standby_args *a)
+{
+	char text[4 * PATH_MAX], name[256];
+	const char *pw = getenv("WALRUS_REPLICATION_PASSWORD");
+	const char *base = strrchr(abs, '/');
+	wr_snprintf(name, sizeof(name), "%s", a->name ? a->name : base ? base + 1 : abs);
+	if (pw != NULL && strpbrk(pw, "\n\r'") != NULL) {
+		fprintf(stderr, "walrus standby: the password must not hold quotes or newlines\n");
+		return TOOL_EXIT_USAGE;
+	}
+	if (a->archive != NULL && a->archive[0] != '/') {
+		fprintf(stderr, "walrus standby: --wal-archive must be an absolute path\n");
+		return TOOL_EXIT_USAGE;
+	}
+	size_t n = (size_t)snprintf(text, sizeof(text),
+	                            "# written by walrus standby: this directory is a standby\n"
+	                            "application_name = '%s'\n",
+	                            name);
+	if (a->primary)
+		n += (size_t)snprintf(text + n, sizeof(text) - n, "primary = '%s'\n", a->primary);
+	if (a->slot)
+		n += (size_t)snprintf(text + n, sizeof(text) - n, "slot = '%s'\n", a->slot);
+	if (a->archive)
+		n += (size_t)snprintf(text + n, sizeof(text) - n, "wal_archive = '%s'\n",
+		                      a->archive);
+	if (pw)
+		n += (size_t)snprintf(text + n, sizeof(text) - n, "password = '%s'\n", pw);
+	if (n >= sizeof(text)) {
+		fprintf(stderr, "walrus standby: settings too long\n");
+		return TOOL_EXIT_USAGE;
+	}
+	int rc = wal_write_file(abs, WR_STANDBY_FILE, text);
+	return rc == WALRUS_OK ? 0 : tool_fail(rc, WR_STANDBY_FILE);
+}
+
+int cmd_standby(tool_ctx *ctx, int argc, char **argv)
+{
+	standby_args a = {0};
+	char abs[PATH_MAX], ver[PATH_MAX + 32];
+	if (tool_wants_help(argc, argv)) {
+		fputs(standby_usage, stdout);
+		return 0;
+	}
+	int rc = parse_standby(argc, argv, &a);
+	if (rc != 0)
+		return rc;
+	if (ctx->datadir == NULL) {
+		fprintf(stderr, "walrus: no data directory: use -D DIR or set WALRUS_DATA\n");
+		return TOOL_EXIT_USAGE;
+	}
+	const wr_options *o = &ctx->opts->o;
+	rc = wr_opts_validate(o);
+	if (rc == WALRUS_OK)
+		rc = datadir_resolve(ctx->datadir, false, abs);
+	if (rc == WALRUS_OK)
+		rc = datadir_check(abs);
+	if (rc != WALRUS_OK)
+		return tool_fail(rc, ctx->datadir);
+	wr_snprintf(ver, sizeof(ver), "%s/%s", abs, WR_VERSION_FILE);
+	if (access(ver, F_OK) != 0) {
+		fprintf(
+		    stderr,
+		    "walrus standby: \"%s\" is not a walrus directory: make it a base backup of "
+		    "the primary first (walrus -D PRIMARY backup %s)\n",
+		    abs, abs);
+		return TOOL_EXIT_USAGE;
+	}
+	if (a.primary == NULL && a.archive == NULL && !standby_configured(abs)) {
+		fprintf(stderr, "walrus standby: give --primary or --wal-archive\n%s",
+		        standby_usage);
+		return TOOL_EXIT_USAGE;
+	}
+	if ((a.primary != NULL || a.archive != NULL) && (rc = write_settings(abs, &a)) != 0)
+		return rc;
+	wr_log_set_stderr(WR_LOG);
+	supervisor_main(abs, o, -1, true);
+}
+
+int cmd_promote(tool_ctx *ctx, int argc, char **argv)
+{
+	if (tool_wants_help(argc, argv)) {
+		fputs(promote_usage, stdout);
+		return 0;
+	}
+	if (argc > 1) {
+		fprintf(stderr, "walrus promote: unknown argument \"%s\"\n%s", argv[1],
+		        promote_usage);
+		return TOOL_EXIT_USAGE;
+	}
+	if (ctx->datadir == NULL) {
+		fprintf(stderr, "walrus: no data directory: use -D DIR or set WALRUS_DATA\n");
+		return TOOL_EXIT_USAGE;
+	}
+	int rc = walrus_promote(ctx->datadir);
+	if (rc == WALRUS_ENOTRUNNING) {
+		fprintf(stderr, "walrus promote: %s\n", walrus_errmsg());
+		return TOOL_EXIT_NOTFOUND;
+	}
+	if (rc != WALRUS_OK) {
+		fprintf(stderr, "walrus promote: %s\n", walrus_errmsg());
+		return rc == WALRUS_EINVAL ? TOOL_EXIT_ENGINE : tool_fail(rc, "promote");
+	}
+	printf("promoted\n");
+	return 0;
+}
