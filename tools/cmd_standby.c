@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "repl/repl.h"
 #include "wal/wal.h"
 
 static const char standby_usage[] =
@@ -65,39 +66,27 @@ static int parse_standby(int argc, char **argv, standby_args *a)
 	return 0;
 }
 
-/* The settings in walrus.conf's format, quoted. */
+/* DIR/walrus.standby (repl/standby_conf.c): mode 0600, written durably. */
 static int write_settings(const char *abs, const standby_args *a)
 {
-	char text[4 * PATH_MAX], name[256];
+	repl_standby_conf c;
+	memset(&c, 0, sizeof(c));
 	const char *pw = getenv("WALRUS_REPLICATION_PASSWORD");
 	const char *base = strrchr(abs, '/');
-	wr_snprintf(name, sizeof(name), "%s", a->name ? a->name : base ? base + 1 : abs);
-	if (pw != NULL && strpbrk(pw, "\n\r'") != NULL) {
-		fprintf(stderr, "walrus standby: the password must not hold quotes or newlines\n");
-		return TOOL_EXIT_USAGE;
-	}
 	if (a->archive != NULL && a->archive[0] != '/') {
 		fprintf(stderr, "walrus standby: --wal-archive must be an absolute path\n");
 		return TOOL_EXIT_USAGE;
 	}
-	size_t n = (size_t)snprintf(text, sizeof(text),
-	                            "# written by walrus standby: this directory is a standby\n"
-	                            "application_name = '%s'\n",
-	                            name);
-	if (a->primary)
-		n += (size_t)snprintf(text + n, sizeof(text) - n, "primary = '%s'\n", a->primary);
-	if (a->slot)
-		n += (size_t)snprintf(text + n, sizeof(text) - n, "slot = '%s'\n", a->slot);
-	if (a->archive)
-		n += (size_t)snprintf(text + n, sizeof(text) - n, "wal_archive = '%s'\n",
-		                      a->archive);
-	if (pw)
-		n += (size_t)snprintf(text + n, sizeof(text) - n, "password = '%s'\n", pw);
-	if (n >= sizeof(text)) {
-		fprintf(stderr, "walrus standby: settings too long\n");
-		return TOOL_EXIT_USAGE;
-	}
-	int rc = wal_write_file(abs, WR_STANDBY_FILE, text);
+	wr_snprintf(c.primary, sizeof(c.primary), "%s", a->primary ? a->primary : "");
+	wr_snprintf(c.slot, sizeof(c.slot), "%s", a->slot ? a->slot : "");
+	wr_snprintf(c.application_name, sizeof(c.application_name), "%s",
+	            a->name ? a->name
+	            : base  ? base + 1
+	                    : abs);
+	wr_snprintf(c.password, sizeof(c.password), "%s", pw ? pw : "");
+	wr_snprintf(c.wal_archive, sizeof(c.wal_archive), "%s", a->archive ? a->archive : "");
+	int rc = repl_standby_write(abs, &c);
+	explicit_bzero(&c, sizeof(c));
 	return rc == WALRUS_OK ? 0 : tool_fail(rc, WR_STANDBY_FILE);
 }
 

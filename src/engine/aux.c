@@ -294,7 +294,10 @@ _Noreturn void aux_main(int kind, int keep_fd)
 		repl_set_instance(&(repl_instance){.datadir = e->datadir,
 		                                   .opts = &e->opts,
 		                                   .shutdown = &e->shutdown_requested,
-		                                   .supervisor = supervisor});
+		                                   .supervisor = supervisor,
+		                                   .wal_end = &e->sb.wal_end,
+		                                   .wal_seq = &e->sb.wal_seq,
+		                                   .source = &e->sb.source});
 		repl_receiver_main();
 	}
 	if (kind == WR_AUX_CKPT)

@@ -45,6 +45,7 @@
 #include "engine/backup_int.h"
 #include "fdcache/fdcache.h"
 #include "kv/kv.h"
+#include "repl/repl.h"
 #include "wal/wal.h"
 
 #define HS_ARCHIVE_POLL_NS (1000ULL * 1000000ULL) /* look in the archive again after 1 s */
@@ -59,6 +60,7 @@ static struct {
 	bool ckpt_pending; /* a checkpoint record replayed, not handed on yet */
 	wr_lsn ckpt_lsn;
 	wal_checkpoint_rec ckpt;
+	repl_state *rs;
 } hs;
 
 bool standby_configured(const char *abs)
@@ -74,45 +76,6 @@ int standby_refuse(const char *fn)
 	                "%s: \"%s\" is a standby in recovery and takes reads only: write to its "
 	                "primary, or promote it (walrus promote)",
 	                fn, engine_sh()->datadir);
-}
-
-/* ---------------------------------------------------------------- walrus.standby */
-
-/* The value of @name in DIR/walrus.standby ("name = value", '#' comments,
- * optional single quotes) into @out; "" when absent. */
-static void standby_setting(const char *abs, const char *name, char *out, size_t len)
-{
-	char path[PATH_MAX], line[PATH_MAX + 64];
-	out[0] = '\0';
-	if (!wr_snprintf(path, sizeof(path), "%s/%s", abs, WR_STANDBY_FILE))
-		return;
-	FILE *f = fopen(path, "re");
-	if (f == NULL)
-		return;
-	size_t nlen = strlen(name);
-	while (fgets(line, sizeof(line), f) != NULL) {
-		char *p = line;
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (strncmp(p, name, nlen) != 0)
-			continue;
-		p += nlen;
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (*p++ != '=')
-			continue;
-		while (*p == ' ' || *p == '\t')
-			p++;
-		size_t n = strcspn(p, "\r\n");
-		while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
-			n--;
-		if (n >= 2 && p[0] == '\'' && p[n - 1] == '\'') {
-			p++;
-			n -= 2;
-		}
-		wr_snprintf(out, len, "%.*s", (int)n, p);
-	}
-	fclose(f);
 }
 
 /* ---------------------------------------------------------------- consistency */
@@ -171,6 +134,7 @@ static bool restore_segment(wr_lsn need)
 	wr_lsn end = start + seg, cur = atomic_load(&hs.e->sb.wal_end);
 	while (cur < end && !atomic_compare_exchange_weak(&hs.e->sb.wal_end, &cur, end))
 		;
+	atomic_fetch_add(&hs.e->sb.wal_seq, 1); /* the receiver may go on from there */
 	return true;
 }
 
@@ -186,6 +150,13 @@ static void hs_local_end(wr_lsn end)
 		;
 	atomic_fetch_add(&sb->wal_seq, 1);
 	ipc_wake_all(&sb->wal_seq);
+	/* The WAL receiver streams from here (repl/receiver.c). */
+	repl_state *rs = repl_shared();
+	if (rs != NULL) {
+		atomic_store(&rs->receiver.start_lsn, end);
+		atomic_fetch_add(&rs->receiver.start_seq, 1);
+		ipc_wake_all(&rs->receiver.start_seq);
+	}
 	check_consistent(end);
 }
 
@@ -224,6 +195,8 @@ static bool is_checkpoint(const wal_decoded *rec)
 
 static void hs_replayed(const wal_decoded *rec, wr_lsn end)
 {
+	if (hs.rs != NULL) /* the receiver reports it to the primary */
+		atomic_store_explicit(&hs.rs->receiver.applied, end, memory_order_relaxed);
 	if (is_checkpoint(rec)) {
 		memcpy(&hs.ckpt, rec->main_data, sizeof(hs.ckpt));
 		hs.ckpt_lsn = rec->lsn;
@@ -291,7 +264,11 @@ _Noreturn void standby_startup_main(void)
 	if (wal_control_read(hs.e->datadir, &hs.c) != WALRUS_OK)
 		fail("");
 	wr_snprintf(hs.waldir, sizeof(hs.waldir), "%s/wal", hs.e->datadir);
-	standby_setting(hs.e->datadir, "wal_archive", hs.archive, sizeof(hs.archive));
+	hs.rs = repl_shared();
+	repl_standby_conf conf;
+	if (repl_standby_read(hs.e->datadir, &conf) != WALRUS_OK)
+		fail("");
+	wr_snprintf(hs.archive, sizeof(hs.archive), "%s", conf.wal_archive);
 	startup_prepare(hs.e->datadir, &hs.c);
 	wr_log(WR_LOG, "starting as a standby on timeline %u%s%s", wal_control_timeline(&hs.c),
 	       hs.archive[0] ? "; WAL archive " : "", hs.archive);

@@ -391,7 +391,44 @@ static void kill_aux_processes(void)
 }
 
 /* The WAL receiver, when there is one, stops before a promotion. */
-static void standby_stop_sources(void) {}
+static void standby_stop_sources(void)
+{
+	pid_t pid = S.aux[WR_AUX_WRCV];
+	if (pid > 0) {
+		/* Safe at any point: it publishes only what it synced. */
+		kill(pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		S.aux[WR_AUX_WRCV] = 0;
+	}
+	atomic_store(&engine_sh()->sb.source, SB_SOURCE_NONE);
+}
+
+/* Whether DIR/walrus.standby names a primary to stream from. */
+static bool standby_streams(void)
+{
+	repl_standby_conf c;
+	return repl_standby_read(S.abs, &c) == WALRUS_OK && c.primary[0] != '\0';
+}
+
+/*
+ * The WAL receiver ended on its own: killed (a test's network cut, an
+ * operator), it starts again and resumes from what is durable here; an
+ * error exit (its settings) is logged and not retried in a loop.
+ */
+static void receiver_ended(int st, const char *how)
+{
+	atomic_store(&engine_sh()->sb.source, SB_SOURCE_NONE);
+	if (WIFEXITED(st) && WEXITSTATUS(st) != 0) {
+		wr_log(WR_WARNING, "the WAL receiver %s: not started again (see the lines above)",
+		       how);
+		return;
+	}
+	wr_log(WR_LOG, "the WAL receiver %s: starting it again", how);
+	S.aux[WR_AUX_WRCV] = fork_child(WR_AUX_WRCV);
+	if (S.aux[WR_AUX_WRCV] < 0)
+		wr_log(WR_WARNING, "could not start the WAL receiver: %m");
+}
 
 /* ---------------------------------------------------------------- instance life */
 
@@ -419,8 +456,9 @@ static int standby_start(void)
 	engine_shared *e = engine_sh();
 	atomic_store(&e->sb.active, 1);
 	wal_set_in_recovery(true);
-	const int kinds[] = {WR_AUX_STARTUP, WR_AUX_CKPT, WR_AUX_BGWR};
-	for (size_t i = 0; i < WR_ARRAY_LEN(kinds); i++) {
+	const int kinds[] = {WR_AUX_STARTUP, WR_AUX_CKPT, WR_AUX_BGWR, WR_AUX_WRCV};
+	size_t n = WR_ARRAY_LEN(kinds) - (standby_streams() ? 0 : 1);
+	for (size_t i = 0; i < n; i++) {
 		S.aux[kinds[i]] = fork_child(kinds[i]);
 		if (S.aux[kinds[i]] < 0)
 			return wr_error(WALRUS_EINTERNAL, "could not start the %s: %m",
@@ -957,8 +995,15 @@ static int replication_setup(void)
 {
 	char pw[256];
 	bool found;
-	if (S.opts.listen_replication[0] == '\0')
+	if (S.opts.listen_replication[0] == '\0' || S.repl_fd >= 0)
 		return WALRUS_OK;
+	/* A standby serves no WAL (no cascading): it listens once promoted.  A
+	 * base backup's copy of walrus.conf names its primary's address. */
+	if (standby_configured(S.abs)) {
+		wr_log(WR_LOG, "a standby: listen_replication (%s) waits for the promotion",
+		       S.opts.listen_replication);
+		return WALRUS_OK;
+	}
 	int rc = conf_secret(S.abs, "replication_password", pw, sizeof(pw), &found);
 	if (rc != WALRUS_OK)
 		return rc;
@@ -1032,6 +1077,7 @@ static void sender_reaped(pid_t pid, int st, char *crash_why, size_t why_len)
 	S.senders[i] = 0;
 	if (shm_hdr() != NULL) {
 		repl_sender_free(i);
+		wal_slots_release_pid((uint32_t)pid); /* its replication slot, if it had one */
 		atomic_store(&engine_procs()[engine_sh()->nprocs + (uint32_t)i].pid, 0);
 	}
 	char how[128];
@@ -1116,7 +1162,7 @@ static void standby_startup_ended(int st, const char *how)
 	atomic_store(&e->sb.active, 0);
 	for (int k = 0; k < WR_AUX_NKINDS; k++) {
 		if (S.aux[k] > 0 || k == WR_AUX_STARTUP || k == WR_AUX_CKPT || k == WR_AUX_BGWR ||
-		    (k == WR_AUX_ARCH && !S.opts.archive_mode))
+		    k == WR_AUX_WRCV || (k == WR_AUX_ARCH && !S.opts.archive_mode))
 			continue;
 		S.aux[k] = fork_child(k);
 		if (S.aux[k] < 0)
@@ -1127,6 +1173,8 @@ static void standby_startup_ended(int st, const char *how)
 	snprintf(text, sizeof(text), "promoted: timeline %u",
 	         wal_control_read(S.abs, &c) == WALRUS_OK ? wal_control_timeline(&c) : 0);
 	wr_log(WR_LOG, "%s: the instance accepts writes", text);
+	if (replication_setup() != WALRUS_OK)
+		wr_log(WR_WARNING, "no replication after the promotion: %s", walrus_errmsg());
 	publish_status(false);
 	answer_promote_waiters(WR_MSG_PROMOTE_OK, WALRUS_OK, text);
 }
@@ -1160,6 +1208,11 @@ static void reap_children(char *crash_why, size_t why_len)
 		}
 		if (k == WR_AUX_STARTUP && S.standby) {
 			standby_startup_ended(st, how);
+			continue;
+		}
+		if (k == WR_AUX_WRCV && S.standby &&
+		    !(WIFEXITED(st) && WEXITSTATUS(st) == WR_PANIC_EXIT)) {
+			receiver_ended(st, how);
 			continue;
 		}
 		snprintf(crash_why, why_len, "%s process (pid %d) %s", aux_name(k), (int)pid, how);

@@ -60,6 +60,34 @@ static wr_lsn wait_start(receiver *w)
 	}
 }
 
+/* The standby's replay may go up to @lsn: it is durable here. */
+static void publish_wal_end(receiver *w, wr_lsn lsn)
+{
+	if (w->e->wal_end == NULL)
+		return;
+	wr_lsn cur = atomic_load(w->e->wal_end);
+	while (cur < lsn && !atomic_compare_exchange_weak(w->e->wal_end, &cur, lsn))
+		;
+	atomic_fetch_add(w->e->wal_seq, 1);
+	ipc_wake_all(w->e->wal_seq);
+}
+
+/* Only one source writes DIR/wal at a time: the startup process may be
+ * copying a segment from the archive (briefly). */
+static bool take_source(receiver *w)
+{
+	if (w->e->source == NULL)
+		return true;
+	uint32_t none = 0;
+	return atomic_compare_exchange_strong(w->e->source, &none, 1);
+}
+
+static void give_source(receiver *w)
+{
+	if (w->e->source != NULL)
+		atomic_store(w->e->source, 0);
+}
+
 /* After each durable advance: publish it, wake the startup process, say whether to go on. */
 static bool progress(repl_stream *st, void *arg)
 {
@@ -70,6 +98,7 @@ static bool progress(repl_stream *st, void *arg)
 		atomic_store(&r->flushed, st->flushed);
 		atomic_fetch_add(&r->flush_seq, 1);
 		ipc_wake_all(&r->flush_seq);
+		publish_wal_end(w, st->flushed);
 	}
 	atomic_store(&r->primary_flush, st->primary_flush);
 	atomic_store(&r->last_msg_us, st->last_msg_us);
@@ -86,6 +115,17 @@ static int follow(receiver *w, repl_stream *st)
 	int rc = repl_client_connect(w->conf.primary, w->conf.password, &fd);
 	if (rc != WALRUS_OK)
 		return rc;
+	if (!take_source(w)) {
+		close(fd);
+		return wr_error(WALRUS_EBUSY, "WAL is being restored from the archive");
+	}
+	/* From what is durable here, whoever wrote it (the archive may have). */
+	if (w->e->wal_end != NULL && atomic_load(w->e->wal_end) > st->flushed) {
+		repl_stream_init(st, w->waldir, (uint64_t)w->e->opts->wal_segment_size,
+		                 atomic_load(w->e->wal_end));
+		st->progress = progress;
+		st->arg = w;
+	}
 	rc = repl_client_start(fd, w->ctl.sysid, wal_control_timeline(&w->ctl), st->flushed,
 	                       w->conf.application_name, w->conf.slot, &pflush);
 	if (rc == WALRUS_OK) {
@@ -102,6 +142,7 @@ static int follow(receiver *w, repl_stream *st)
 	/* What was written is durable before anyone is told. */
 	repl_stream_close(st);
 	progress(st, w);
+	give_source(w);
 	close(fd);
 	return rc;
 }

@@ -123,6 +123,14 @@ typedef struct repl_instance {
 	const wr_options *opts;
 	_Atomic uint32_t *shutdown; /* non-zero: the supervisor asks the receiver to exit */
 	pid_t supervisor;
+	/* A standby's (the receiver's): the end of the WAL durable in DIR/wal for
+	 * replay, whoever wrote it (moved to the receiver's flushed, never back),
+	 * its futex word (bumped and woken when it moves), and who writes DIR/wal
+	 * (0 nobody, 1 the receiver, 2 the startup process copying from the
+	 * archive): the receiver streams only while it holds the word. */
+	_Atomic uint64_t *wal_end;
+	_Atomic uint32_t *wal_seq;
+	_Atomic uint32_t *source;
 } repl_instance;
 void repl_set_instance(const repl_instance *inst);
 

@@ -47,7 +47,11 @@ typedef struct sender {
 	int seg_fd;
 	wr_lsn seg_start;
 	uint8_t *buf;
-	sigset_t wake_mask; /* the mask ppoll sleeps with: SIGUSR1 unblocked */
+	sigset_t wake_mask;            /* the mask ppoll sleeps with: SIGUSR1 unblocked */
+	char slot_name[REPL_NAME_LEN]; /* the replication slot it moves, or "" */
+	bool sync;                     /* its standby is the synchronous_standby */
+	bool sync_apply;               /* ... confirming what it replayed, not flushed */
+	const wr_options *opts;
 } sender;
 
 static void on_usr1(int sig)
@@ -171,6 +175,22 @@ static wr_lsn check_start(sender *w, const repl_msg *m)
 	return start;
 }
 
+/* The standby's replication slot (wal/slot.c): taken for the connection, its
+ * WAL kept until the standby flushed it; the supervisor frees it when the
+ * sender is gone, however it ended. */
+static void take_slot(sender *w, const char *name)
+{
+	wr_lsn restart;
+	if (name[0] == '\0')
+		return;
+	if (wal_slot_acquire(name, (uint32_t)getpid(), &restart) != WALRUS_OK) {
+		char text[REPL_ERROR_TEXT_MAX];
+		wr_snprintf(text, sizeof(text), "%s", walrus_errmsg());
+		refuse(w, WR_LOG, WALRUS_EINVAL, text);
+	}
+	wr_snprintf(w->slot_name, sizeof(w->slot_name), "%s", name);
+}
+
 static void receive_start(sender *w)
 {
 	repl_msg m;
@@ -181,7 +201,11 @@ static void receive_start(sender *w)
 	if (m.type != REPL_MSG_START)
 		drop(w, "it sent something else than START");
 	wr_snprintf(w->slot->name, sizeof(w->slot->name), "%s", m.u.start.app);
+	take_slot(w, m.u.start.slot);
 	w->sent = check_start(w, &m);
+	w->sync = w->opts->synchronous_standby[0] != '\0' &&
+	          strcmp(w->opts->synchronous_standby, w->slot->name) == 0;
+	w->sync_apply = w->opts->synchronous_standby_level == WR_SYNC_LEVEL_APPLY;
 	atomic_store(&w->slot->sent, w->sent);
 	m = (repl_msg){.type = REPL_MSG_STREAMING};
 	m.u.streaming.timeline = wal_control_timeline(&w->ctl);
@@ -300,6 +324,11 @@ static void read_reply(sender *w)
 	atomic_store(&w->slot->flushed, m.u.feedback.flushed);
 	atomic_store(&w->slot->applied, m.u.feedback.applied);
 	atomic_store(&w->slot->reply_time_us, wr_wall_us());
+	if (w->slot_name[0] != '\0')
+		wal_slot_advance(w->slot_name, m.u.feedback.flushed);
+	if (w->sync) /* commits waiting for this standby (wal/syncrep.c) */
+		wal_sync_standby_confirm(w->sync_apply ? m.u.feedback.applied
+		                                       : m.u.feedback.flushed);
 	w->last_reply_ns = wr_now_ns();
 }
 
@@ -364,6 +393,7 @@ _Noreturn void repl_sender_main(int sock_fd, int slot)
 	atomic_store(&w.slot->pid, (uint32_t)getpid());
 	w.seg_size = (uint64_t)inst->opts->wal_segment_size;
 	w.timeout_ns = (uint64_t)inst->opts->wal_sender_timeout_us * 1000;
+	w.opts = inst->opts;
 	w.buf = malloc(REPL_HEADER_LEN + REPL_MAX_PAYLOAD);
 	if (w.buf == NULL)
 		drop(&w, "out of memory");

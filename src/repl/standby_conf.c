@@ -125,12 +125,18 @@ int repl_standby_parse(const char *abs, const char *path, char *text, repl_stand
 		if (rc != WALRUS_OK)
 			return rc;
 	}
-	if (c->primary[0] == '\0')
-		return wr_error(WALRUS_EINVAL,
-		                "\"%s\" does not say which primary to follow "
-		                "(primary = HOST:PORT or a socket path)",
+	/* A standby fed by the archive alone (log shipping) needs no primary. */
+	if (c->primary[0] == '\0' && c->wal_archive[0] == '\0')
+		return wr_error(
+		    WALRUS_EINVAL,
+		    "\"%s\" does not say which primary to follow "
+		    "(primary = HOST:PORT or a socket path) nor where its WAL archive is "
+		    "(wal_archive = DIR)",
+		    path);
+	if (c->wal_archive[0] != '\0' && c->wal_archive[0] != '/')
+		return wr_error(WALRUS_EINVAL, "\"%s\": wal_archive must be an absolute path",
 		                path);
-	int rc = repl_check_address(c->primary);
+	int rc = c->primary[0] == '\0' ? WALRUS_OK : repl_check_address(c->primary);
 	if (rc != WALRUS_OK) {
 		char why[512];
 		wr_snprintf(why, sizeof(why), "%s", walrus_errmsg());
@@ -219,7 +225,7 @@ static bool add_key(char *text, size_t len, const char *name, const char *v)
 int repl_standby_write(const char *abs, const repl_standby_conf *c)
 {
 	char text[8192] = "# This directory is a standby (walrus promote removes this file).\n";
-	if (repl_check_address(c->primary) != WALRUS_OK)
+	if (c->primary[0] != '\0' && repl_check_address(c->primary) != WALRUS_OK)
 		return WALRUS_EINVAL;
 	bool ok = add_key(text, sizeof(text), "primary", c->primary) &&
 	          add_key(text, sizeof(text), "slot", c->slot) &&

@@ -230,6 +230,14 @@ void wal_slot_release(const char *name, uint32_t pid)
 	spin_unlock(&wal_sh->rslot_lock);
 }
 
+void wal_slots_release_pid(uint32_t pid)
+{
+	for (int i = 0; i < WAL_MAX_RSLOTS; i++) {
+		uint32_t mine = pid;
+		(void)atomic_compare_exchange_strong(&wal_sh->rslots[i].active_pid, &mine, 0);
+	}
+}
+
 void wal_slot_advance(const char *name, wr_lsn lsn)
 {
 	spin_lock(&wal_sh->rslot_lock);

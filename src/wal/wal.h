@@ -347,6 +347,8 @@ int wal_slot_drop(const char *datadir, const char *name);
  * EINVAL (invalidated).  *restart: where it keeps WAL from. */
 int wal_slot_acquire(const char *name, uint32_t pid, wr_lsn *restart);
 void wal_slot_release(const char *name, uint32_t pid);
+/* Frees every slot process @pid held (it is gone). */
+void wal_slots_release_pid(uint32_t pid);
 /* The standby flushed up to @lsn: WAL before it is no longer needed. */
 void wal_slot_advance(const char *name, wr_lsn lsn);
 /* Writes the slots that moved (each checkpoint, before recycling). */
