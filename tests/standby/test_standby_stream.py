@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""A hot standby fed by streaming (walrus standby --primary), on this machine
+over a Unix socket:
+
+- the standby streams, replays and serves what the primary wrote;
+- the standby killed (every process) and restarted mid-stream catches up;
+- a network cut (its walrus-wrcv killed): the receiver starts again and the
+  stream resumes from what is durable;
+- a wrong password: the receiver says so, the primary keeps serving;
+- the primary's WAL recycled past a stopped standby without a slot: the
+  error names the missing segment; with the archive (wal_archive) it
+  catches up from there and streams again;
+- with a replication slot the primary keeps what the stopped standby needs
+  and it catches up by streaming alone;
+- after the standby's promotion, the former primary cannot follow it on
+  its old timeline: refused, naming both timelines."""
+import argparse, os, signal
+
+import sb
+import wtest
+from wtest import check, log
+
+OPTS = ["wal_segment_size=1MB", "min_wal_size=2MB", "max_wal_size=4MB"]
+
+
+def receiver(s):
+    return sb.stats(s)["replication"]["receiver"]
+
+
+def caught_up(p, s, timeout=60):
+    target = sb.lsn(sb.stats(p)["wal"]["flush_lsn"])
+    sb.wait_replayed(s, target, timeout)
+    check(sb.scan(s) == sb.scan(p), "the standby's data differ from the primary's")
+
+
+def write(p, tag, n=50):
+    lines = "".join(f"{tag}{i:04d}\tvalue-{tag}-{i}\n" for i in range(n))
+    sb.must(p.run("load", "--sync", input=lines.encode()), f"load {tag}")
+
+
+def recycle(p, n=6):
+    """Enough segments and checkpoints that the old ones are recycled."""
+    for i in range(n):
+        write(p, f"r{i}-", 20)
+        sb.must(p.run("switch-wal"), "switch-wal")
+        sb.must(p.run("checkpoint"), "checkpoint")
+
+
+def main(cleanup):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--walrus", default=wtest.default_walrus())
+    a = ap.parse_args()
+    root = wtest.tempdir(cleanup, "walrus-standby-stream-")
+    sock = os.path.join(root, "repl.sock")
+    archive = os.path.join(root, "archive")
+    os.mkdir(archive, 0o700)
+    pdir = os.path.join(root, "primary")
+    sb.write_conf(pdir, f"listen_replication = '{sock}'\nreplication_password = 'secret'\n"
+                  f"archive_mode = on\narchive_dir = '{archive}'\n")
+    p = wtest.Walrus(a.walrus, pdir, OPTS)
+    p.register(cleanup)
+    p.create()
+    write(p, "a")
+    sdir = os.path.join(root, "standby")
+    sb.must(p.run("backup", sdir, "--checkpoint", "fast"), "backup")
+    sb.must(p.run("stop", "--wait"), "stop")
+    p.serve()
+    s = wtest.Walrus(a.walrus, sdir, OPTS)
+    s.register(cleanup)
+    os.environ["WALRUS_REPLICATION_PASSWORD"] = "secret"
+    st = sb.Standby(s, ["--primary", sock])
+    st.start()
+
+    log("streaming")
+    write(p, "b")
+    caught_up(p, s)
+    check(receiver(s)["state"] == "streaming", f"receiver: {receiver(s)}")
+
+    log("the standby killed and restarted mid-stream")
+    s.kill_instance()
+    write(p, "c")
+    st = sb.Standby(s)
+    st.start()
+    caught_up(p, s)
+
+    log("a network cut: the receiver killed")
+    old = receiver(s)["pid"]
+    os.kill(old, signal.SIGKILL)
+    check(wtest.wait_for(lambda: receiver(s)["pid"] not in (0, old) and
+                         receiver(s)["state"] == "streaming", 60),
+          f"the receiver did not come back: {receiver(s)}")
+    write(p, "d")
+    caught_up(p, s)
+
+    log("WAL recycled past a standby without a slot")
+    st.stop()
+    recycle(p)
+    with open(os.path.join(sdir, "walrus.standby")) as f:
+        settings = f.read()
+    st = sb.Standby(s)
+    st.start()
+    check(wtest.wait_for(lambda: "has already been removed" in receiver(s)["error"], 60),
+          f"no error naming the missing segment: {receiver(s)}")
+    log(f"  {receiver(s)['error']}")
+    st.stop()
+    with open(os.path.join(sdir, "walrus.standby"), "w") as f:
+        f.write(settings + f"wal_archive = '{archive}'\n")
+    st = sb.Standby(s)
+    st.start()
+    caught_up(p, s)
+    check(sb.stats(s)["standby"]["segments_restored"] > 0, "nothing came from the archive")
+    check(wtest.wait_for(lambda: receiver(s)["state"] == "streaming", 60),
+          f"not streaming after the archive: {receiver(s)}")
+
+    log("a slot keeps the WAL of a stopped standby")
+    sb.must(p.run("slot", "create", "sb1"), "slot create")
+    st.stop()
+    with open(os.path.join(sdir, "walrus.standby"), "w") as f:
+        f.write(settings + "slot = 'sb1'\n")
+    st = sb.Standby(s)
+    st.start()
+    caught_up(p, s)
+    st.stop()
+    recycle(p)
+    st = sb.Standby(s)  # the archive is not in its settings now: streaming alone
+    st.start()
+    caught_up(p, s)
+
+    log("a wrong password")
+    st.stop()
+    with open(os.path.join(sdir, "walrus.standby"), "w") as f:
+        f.write(settings.replace("password = 'secret'", "password = 'wrong'"))
+    st = sb.Standby(s)
+    st.start()
+    check(wtest.wait_for(lambda: "authentication failed" in receiver(s)["error"], 60),
+          f"no authentication error: {receiver(s)}")
+    sb.must(p.run("put", "still", "serving"), "the primary after a bad password")
+    st.stop()
+    with open(os.path.join(sdir, "walrus.standby"), "w") as f:
+        f.write(settings)
+
+    log("promotion; the former primary cannot follow on its old timeline")
+    st = sb.Standby(s)
+    st.start()
+    caught_up(p, s)
+    sb.must(s.run("promote"), "promote")
+    p.kill_instance()
+    sock2 = os.path.join(root, "repl2.sock")
+    st.stop()
+    with open(os.path.join(sdir, "walrus.conf"), "a") as f:
+        f.write(f"listen_replication = '{sock2}'\nreplication_password = 'secret'\n")
+    s.serve()
+    with open(os.path.join(pdir, "walrus.standby"), "w") as f:
+        f.write(f"primary = '{sock2}'\npassword = 'secret'\n")
+    os.chmod(os.path.join(pdir, "walrus.standby"), 0o600)
+    old = sb.Standby(p)
+    old.start()
+    check(wtest.wait_for(lambda: "timeline" in receiver(p)["error"], 60),
+          f"the former primary was not refused: {receiver(p)}")
+    log(f"  {receiver(p)['error']}")
+    old.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    wtest.guarded(main)
