@@ -153,8 +153,12 @@ static wr_lsn check_start(sender *w, const repl_msg *m)
 	}
 	if (m->u.start.timeline != tli) {
 		snprintf(text, sizeof(text),
-		         "the standby's timeline %u differs from the primary's %u",
-		         m->u.start.timeline, tli);
+		         "the standby's timeline %u differs from the primary's %u%s",
+		         m->u.start.timeline, tli,
+		         m->u.start.timeline < tli
+		             ? ": a former primary cannot follow on its old timeline; make it anew "
+		               "from a base backup of this primary"
+		             : "");
 		refuse(w, WR_LOG, WALRUS_EINVAL, text);
 	}
 	if (start == 0 || start > flush) {
