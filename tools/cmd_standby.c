@@ -48,7 +48,7 @@ typedef struct standby_args {
 
 static int parse_standby(int argc, char **argv, standby_args *a)
 {
-	for (int i = 1; i < argc; i++) {
+	for (int i = 1; i < argc; i += 2) { /* each option takes a value */
 		const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		const char **dst = strcmp(o, "--primary") == 0            ? &a->primary
 		                   : strcmp(o, "--slot") == 0             ? &a->slot
@@ -61,7 +61,6 @@ static int parse_standby(int argc, char **argv, standby_args *a)
 			return TOOL_EXIT_USAGE;
 		}
 		*dst = v;
-		i++;
 	}
 	return 0;
 }

@@ -168,16 +168,22 @@ static void startup_archive_done(const char *datadir)
 	wr_log(WR_LOG, "archive recovery complete");
 }
 
-static _Noreturn void startup_main(void)
+wal_recovery_result *startup_begin(void)
 {
-	engine_shared *e = engine_sh();
-	wal_control c;
 	wal_recovery_result *res = calloc(1, sizeof(*res));
 	if (res == NULL)
 		wr_panic("out of memory in the startup process");
 	wal_register_builtin_rmgrs();
 	kv_register_rmgr();
 	wal_redo_set_pages(&buf_redo_pages);
+	return res;
+}
+
+static _Noreturn void startup_main(void)
+{
+	engine_shared *e = engine_sh();
+	wal_control c;
+	wal_recovery_result *res = startup_begin();
 	/* Until the checkpointer starts, this process is it: redo's evictions
 	 * and the end-of-recovery checkpoint hand their fds to itself. */
 	if (ckpt_sync_listen(e->datadir) != WALRUS_OK)

@@ -159,12 +159,11 @@ int conf_set(const char *abs, const char *name, const char *value);
 int conf_get(const char *abs, const char *name, char *buf, size_t len, bool *found);
 /*
  * Secrets: settings of walrus.conf that are not options but a password:
- * requirepass (`walrus serve`), replication_password (the WAL senders).  The engine skips them when it applies the
- * file; conf_set refuses them (the value would be on a command line, in
- * ps); conf_get masks them; no option dump, log or statistics sees them.
- * conf_secret reads one: *found false when the file sets none; a file that
- * sets one must not be readable by its group or others (WALRUS_EINVAL
- * naming its mode).
+ * requirepass (`walrus serve`), replication_password (the WAL senders).  The engine skips them when
+ * it applies the file; conf_set refuses them (the value would be on a command line, in ps);
+ * conf_get masks them; no option dump, log or statistics sees them. conf_secret reads one: *found
+ * false when the file sets none; a file that sets one must not be readable by its group or others
+ * (WALRUS_EINVAL naming its mode).
  */
 int conf_secret(const char *abs, const char *name, char *buf, size_t len, bool *found);
 
@@ -332,6 +331,10 @@ _Noreturn void standby_startup_main(void);
 /* Before replay after a crash: everything durable (aux.c), temporary segments gone. */
 struct wal_control;
 void startup_prepare(const char *datadir, const struct wal_control *c);
+/* The startup process's redo set-up (resource managers, redo through the
+ * pool) and its result, allocated (aux.c). */
+struct wal_recovery_result;
+struct wal_recovery_result *startup_begin(void);
 /* WALRUS_EREADONLY: @fn writes, and the instance is a standby. */
 int standby_refuse(const char *fn);
 /* Whether DIR/walrus.standby makes this start a standby's. */

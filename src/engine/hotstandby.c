@@ -255,12 +255,7 @@ static _Noreturn void promoted(const wal_recovery_result *res)
 _Noreturn void standby_startup_main(void)
 {
 	hs.e = engine_sh();
-	wal_recovery_result *res = calloc(1, sizeof(*res));
-	if (res == NULL)
-		wr_panic("out of memory in the startup process");
-	wal_register_builtin_rmgrs();
-	kv_register_rmgr();
-	wal_redo_set_pages(&buf_redo_pages);
+	wal_recovery_result *res = startup_begin();
 	if (wal_control_read(hs.e->datadir, &hs.c) != WALRUS_OK)
 		fail("");
 	wr_snprintf(hs.waldir, sizeof(hs.waldir), "%s/wal", hs.e->datadir);
