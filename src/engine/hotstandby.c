@@ -195,6 +195,11 @@ static bool is_checkpoint(const wal_decoded *rec)
 
 static void hs_replayed(const wal_decoded *rec, wr_lsn end)
 {
+	/* A stop does not wait for a backlog: between records nothing is held
+	 * (a batch's pages are locked only inside the redo of its last record),
+	 * and the next start replays on from the last restartpoint. */
+	if (atomic_load_explicit(&hs.e->shutdown_requested, memory_order_relaxed))
+		_exit(0);
 	if (hs.rs != NULL) /* the receiver reports it to the primary */
 		atomic_store_explicit(&hs.rs->receiver.applied, end, memory_order_relaxed);
 	if (is_checkpoint(rec)) {

@@ -581,8 +581,13 @@ static _Noreturn void sup_exit(int code)
 	_exit(code);
 }
 
+static void answer_promote_waiters(int type, int status, const char *text);
+
 static void crash_restart(const char *why)
 {
+	answer_promote_waiters(WR_MSG_ERROR, WALRUS_ERESTART,
+	                       "the standby crashed during the promotion: it restarts as a "
+	                       "standby; promote it again");
 	wr_log(WR_LOG, "%s", why);
 	wr_log(WR_LOG, "terminating every other process of the instance");
 	shm_header *h = shm_hdr();
