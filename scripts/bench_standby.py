@@ -18,10 +18,12 @@ Not a test: numbers depend on the machine.  Leaves nothing behind, and stops
 only the instances it started.
 
 usage: scripts/bench_standby.py [--walrus build/tools/walrus] [--duration 10]
-                                [--clients 8] [--rounds 2] [--dir /var/tmp]"""
+                                [--clients 8] [--rounds 2] [--dir /var/tmp]
+                                [--standby-dir /dev/shm]"""
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, threading, time
 
 PASSWORD = "secret"
+SLOT = "bench"
 
 
 def run(cmd, env=None):
@@ -49,10 +51,10 @@ class Pair:
     """A primary ROOT/NAME-p listening on a Unix socket, and its streaming
     standby ROOT/NAME-standby (application_name: that base name)."""
 
-    def __init__(self, w, root, name):
+    def __init__(self, w, root, name, sroot):
         self.w = w
         self.p = os.path.join(root, name + "-p")
-        self.s = os.path.join(root, name + "-standby")
+        self.s = os.path.join(sroot, name + "-standby")
         self.name = os.path.basename(self.s)
         self.sock = os.path.join(root, name + ".sock")
         self.log = os.path.join(root, name + ".out")
@@ -88,11 +90,13 @@ class Pair:
 
     def start_standby(self):
         if not os.path.exists(self.s):
+            # the slot keeps the WAL of the runs without the standby for it
+            run([self.w, "-D", self.p, "slot", "create", SLOT])
             run([self.w, "-D", self.p, "backup", self.s, "--checkpoint", "fast"])
         env = dict(os.environ, WALRUS_REPLICATION_PASSWORD=PASSWORD)
         with open(self.log, "ab") as out:
             self.standby = subprocess.Popen([self.w, "-D", self.s, "standby", "--primary",
-                                             self.sock], stdin=subprocess.DEVNULL, stdout=out,
+                                             self.sock, "--slot", SLOT], stdin=subprocess.DEVNULL, stdout=out,
                                             stderr=out, env=env)
 
     def stop_standby(self):
@@ -103,14 +107,23 @@ class Pair:
 
     def wait_streaming(self):
         """Until the primary has a sender streaming to the standby (after a
-        restart of the primary the standby reconnects within a second)."""
+        restart of the primary the standby reconnects within a second) and
+        the standby has replayed everything the primary flushed (the WAL of
+        the runs without it)."""
         def streaming():
             if self.standby.poll() is not None:
                 sys.exit(f"walrus standby exited with {self.standby.returncode}: see {self.log}")
             r = self.stats(self.p)["replication"]
             return any(s["application_name"] == self.name and s["state"] == "streaming"
-                       for s in r["senders"])
-        wait_for("the standby to stream", streaming)
+                       for s in r["senders"]) and lsn(self.stats(self.s)["standby"][
+                           "replay_lsn"]) >= lsn(self.stats(self.p)["wal"]["flush_lsn"])
+        try:
+            wait_for("the standby to stream", streaming, 300)
+        except SystemExit:
+            for d in (self.p, self.s):
+                with open(os.path.join(d, "log", "walrus.log"), errors="replace") as f:
+                    print(f"{d}/log/walrus.log:\n" + "".join(f.readlines()[-15:]), file=sys.stderr)
+            raise
 
     def cleanup(self):
         """On every path: stop what this pair started, then make sure."""
@@ -248,13 +261,17 @@ def main():
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--dir", default="/var/tmp")
+    ap.add_argument("--standby-dir", default=None,
+                    help="where the standbys go (default: --dir; e.g. /dev/shm to take the "
+                    "standby's fdatasyncs off the primary's disk)")
     a = ap.parse_args()
     a.walrus = os.path.abspath(a.walrus)
     signal.signal(signal.SIGTERM, terminate)
     root = tempfile.mkdtemp(prefix="walrus-bench-standby-", dir=a.dir)
+    sroot = tempfile.mkdtemp(prefix="walrus-bench-standby-", dir=a.standby_dir or a.dir)
     pairs = []
     try:
-        commit = Pair(a.walrus, root, "commit")
+        commit = Pair(a.walrus, root, "commit", sroot)
         pairs.append(commit)
         commit.create(["--workload", "fillsync", "--clients", str(a.clients)])
         res = commit_rate(commit, a)
@@ -262,7 +279,7 @@ def main():
             "--workload", "fillsync", "--clients", str(a.clients), "--duration", str(a.duration)]))]
         commit.stop_standby()
         commit.stop_primary()
-        fast = Pair(a.walrus, root, "update")
+        fast = Pair(a.walrus, root, "update", sroot)
         pairs.append(fast)
         fast.create(["--workload", "fillrandom", "--num", "100000", "--value-size", "1000"])
         rep.append(("updaterandom (not --sync)", replay(fast, a, [
@@ -276,6 +293,7 @@ def main():
         for p in pairs:
             p.cleanup()
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(sroot, ignore_errors=True)
 
 
 if __name__ == "__main__":
