@@ -106,6 +106,8 @@ static void stats_wal(jbuf *j)
 	jb_lsn(j, "insert_lsn", wal_insert_lsn());
 	jb_lsn(j, "flush_lsn", wal_flushed_lsn());
 	jb_lsn(j, "redo_lsn", wal_redo_lsn());
+	jb_lsn(j, "sync_standby_lsn", wal_sync_standby_lsn()); /* what it confirmed */
+	jb_u64(j, "sync_standby_waiters", wal_sync_standby_waiters());
 	jb_u64(j, "records", w.records);
 	jb_u64(j, "bytes", w.bytes);
 	jb_u64(j, "fpi", w.fpis);

@@ -22,7 +22,8 @@
 
 #include "fdcache/fdcache.h"
 
-#define FEEDBACK_NS (1000ULL * 1000 * 1000) /* FEEDBACK at least this often */
+#define APPLY_POLL_MS 2 /* replay behind the flushed WAL: report it this often */
+#define FEEDBACK_NS   (1000ULL * 1000 * 1000) /* FEEDBACK at least this often */
 
 int repl_client_connect(const char *addr, const char *password, int *fd_out)
 {
@@ -251,11 +252,15 @@ int repl_client_stream(int fd, repl_stream *st)
 	if (st->buf == NULL && (st->buf = malloc(REPL_MAX_PAYLOAD)) == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory");
 	uint64_t last_feedback = 0;
+	wr_lsn sent_applied = st->applied;
 	for (;;) {
 		bool reply = false;
 		int rc = WALRUS_OK;
+		/* While replay is behind what was flushed, look at it often: a
+		 * primary with synchronous_standby_level = apply waits for it. */
+		int wait_ms = st->applied < st->flushed ? APPLY_POLL_MS : 1000;
 		/* Everything already here first: one sync covers it all. */
-		if (readable(fd, 1000)) {
+		if (readable(fd, wait_ms)) {
 			do
 				rc = handle(fd, st, &reply);
 			while (rc == WALRUS_OK && readable(fd, 0) &&
@@ -265,15 +270,20 @@ int repl_client_stream(int fd, repl_stream *st)
 		sync_written(st);
 		if (rc != WALRUS_OK)
 			return rc;
+		/* Publishes what is flushed and reads what is replayed; the
+		 * feedback goes out before a stop. */
+		bool go = st->progress == NULL || st->progress(st, st->arg);
 		uint64_t now = wr_now_ns();
-		if (advanced || reply || now - last_feedback >= FEEDBACK_NS) {
+		if (advanced || reply || st->applied != sent_applied ||
+		    now - last_feedback >= FEEDBACK_NS) {
 			rc = send_feedback(fd, st);
 			if (rc != WALRUS_OK)
 				return rc;
 			last_feedback = now;
-			if (st->progress != NULL && !st->progress(st, st->arg))
-				return WALRUS_OK;
+			sent_applied = st->applied;
 		}
+		if (!go)
+			return WALRUS_OK;
 	}
 }
 

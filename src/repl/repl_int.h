@@ -135,7 +135,8 @@ typedef struct repl_stream {
 	uint64_t seg_size;
 	wr_lsn written, flushed, applied, primary_flush; /* applied: reported in FEEDBACK */
 	uint64_t last_msg_us;
-	/* Called after each durable advance of `flushed`, and about every second;
+	/* Called after each turn of the stream (a message, or a second, or a few
+	 * ms while replay is behind): publishes `flushed`, sets `applied`;
 	 * returning false ends repl_client_stream with WALRUS_OK. */
 	bool (*progress)(struct repl_stream *st, void *arg);
 	void *arg;

@@ -42,6 +42,11 @@ wr_lsn wal_sync_standby_lsn(void)
 	return atomic_load(&wal_sh->sync_lsn);
 }
 
+uint32_t wal_sync_standby_waiters(void)
+{
+	return atomic_load(&wal_sh->sync_sleepers);
+}
+
 int wal_commit_durable(wr_lsn lsn)
 {
 	wal_flush_to(lsn);

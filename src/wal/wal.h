@@ -316,6 +316,8 @@ bool wal_sync_standby_wanted(void);
 /* The synchronous standby's sender: it confirmed up to @lsn. */
 void wal_sync_standby_confirm(wr_lsn lsn);
 wr_lsn wal_sync_standby_lsn(void);
+/* Commits waiting for the synchronous standby now (statistics, tests). */
+uint32_t wal_sync_standby_waiters(void);
 /* A durable commit: wal_flush_to(@lsn), then the synchronous standby's
  * confirmation when one is wanted.  WALRUS_OK, or ESHUTDOWN / ERESTART when
  * the instance stops or crashes during the wait. */

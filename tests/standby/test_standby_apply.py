@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""synchronous_standby_level = apply (PostgreSQL's remote_apply): a durable
+put acknowledged by the primary is already readable on the standby, every
+time (read-your-writes across the two); and stopping the primary while a
+commit waits for a standby that is gone ends the wait with an error that
+says the commit is durable here but not confirmed."""
+import argparse, os, subprocess
+
+import sb
+import wtest
+from wtest import check, log
+
+
+def main(cleanup):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--walrus", default=wtest.default_walrus())
+    a = ap.parse_args()
+    root = wtest.tempdir(cleanup, "walrus-standby-apply-")
+    sock = os.path.join(root, "repl.sock")
+    pdir = os.path.join(root, "primary")
+    sb.write_conf(pdir, f"listen_replication = '{sock}'\nreplication_password = 'secret'\n")
+    p = wtest.Walrus(a.walrus, pdir)
+    p.register(cleanup)
+    p.create()
+    sdir = os.path.join(root, "standby")
+    sb.must(p.run("backup", sdir, "--checkpoint", "fast"), "backup")
+    sb.must(p.run("stop", "--wait"), "stop")
+    with open(os.path.join(pdir, "walrus.conf"), "a") as f:
+        f.write("synchronous_standby = 'standby'\nsynchronous_standby_level = apply\n")
+    p.serve()
+    s = wtest.Walrus(a.walrus, sdir)
+    s.register(cleanup)
+    os.environ["WALRUS_REPLICATION_PASSWORD"] = "secret"
+    st = sb.Standby(s, ["--primary", sock])
+    st.start()
+
+    log("every acknowledged put is readable on the standby at once")
+    for i in range(40):
+        sb.must(p.run("put", f"k{i}", f"v{i}"), "put")
+        got = sb.must(s.run("get", f"k{i}"), f"get k{i} on the standby").strip()
+        check(got == f"v{i}", f"k{i}: {got!r} on the standby right after the ack")
+
+    log("the standby gone: a stop ends the commit's wait with an error")
+    st.stop()
+    put = subprocess.Popen(p.argv("put", "lonely", "1"), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, env=p.env())
+    check(wtest.wait_for(lambda: sb.stats(p)["wal"]["sync_standby_waiters"] >= 1, 60),
+          "the put does not wait for the standby")
+    sb.must(p.run("stop", "--mode", "fast"), "stop")
+    out, err = put.communicate(timeout=60)
+    check(put.returncode == 3 and b"not confirmed by the synchronous standby" in err,
+          f"the waiting put: exit {put.returncode} {err!r}")
+    return 0
+
+
+if __name__ == "__main__":
+    wtest.guarded(main)
