@@ -64,7 +64,7 @@ static void put_keys(walrus *db, int from, int n)
 	}
 }
 
-static char *stats(primary *p)
+__attribute__((noinline)) static char *stats(primary *p)
 {
 	char *json = NULL;
 	ck_assert_int_eq(walrus_stats(p->db, &json), WALRUS_OK);
