@@ -160,7 +160,7 @@ static void hs_local_end(wr_lsn end)
 	check_consistent(end);
 }
 
-static wr_lsn hs_wait(wr_lsn limit, bool *promote)
+static wr_lsn hs_wait(wr_lsn limit, bool *promote, bool *replaced)
 {
 	standby_shared *sb = &hs.e->sb;
 	pid_t supervisor = (pid_t)hs.e->supervisor_pid;
@@ -174,8 +174,10 @@ static wr_lsn hs_wait(wr_lsn limit, bool *promote)
 			             standby */
 		if (getppid() != supervisor)
 			_exit(1);
-		if (hs.archive[0] != '\0' && restore_segment(limit))
+		if (hs.archive[0] != '\0' && restore_segment(limit)) {
+			*replaced = true;
 			continue;
+		}
 		if (atomic_load(&sb->promote) && atomic_load(&sb->no_stream)) {
 			*promote = true;
 			return limit;

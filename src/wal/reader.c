@@ -261,9 +261,11 @@ static int wal_rd_need(wal_reader *r, wr_lsn upto)
 
 void wal_reader_set_limit(wal_reader *r, wr_lsn limit)
 {
-	r->limit = limit;
-	/* A source may have replaced the segment file (a copy from the archive
-	 * over a partly received one): read it by name again. */
+	r->limit = limit; /* a page read under the old one is read again (wal_rd_need) */
+}
+
+void wal_reader_reopen(wal_reader *r)
+{
 	r->page_start = 0;
 	if (r->fd != FDC_INVALID)
 		(void)fdc_close(r->fd);

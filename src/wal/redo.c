@@ -857,6 +857,7 @@ static wr_lsn standby_local_end(recovery *rv, wr_lsn at)
 	       walrus_errmsg());
 	wr_error_clear();
 	rv->sb->local_end(end);
+	wal_reader_reopen(rv->r); /* its pages were read with no limit */
 	wal_reader_set_limit(rv->r, end);
 	return end;
 }
@@ -873,11 +874,13 @@ static int standby_loop(recovery *rv)
 			continue;
 		}
 		if (rc == WAL_NOT_YET) {
-			bool promote = false;
-			wr_lsn more = rv->sb->wait(limit, &promote);
+			bool promote = false, replaced = false;
+			wr_lsn more = rv->sb->wait(limit, &promote, &replaced);
 			if (promote)
 				return standby_promoted(rv);
 			limit = more;
+			if (replaced)
+				wal_reader_reopen(rv->r);
 			wal_reader_set_limit(rv->r, limit);
 			continue;
 		}

@@ -584,6 +584,10 @@ int wal_read_record(wal_reader *r, wr_lsn lsn, wal_decoded **rec);
  */
 #define WAL_NOT_YET 2
 void wal_reader_set_limit(wal_reader *r, wr_lsn limit);
+/* Forgets the open segment and the page in memory: a source replaced a
+ * segment file (a copy from the archive over a partly received one), or
+ * pages were read with no limit (the local WAL, then a source's). */
+void wal_reader_reopen(wal_reader *r);
 /* The first valid record at or after @lsn (used by waldump --from a non-record LSN). */
 int wal_find_first(wal_reader *r, wr_lsn lsn, wr_lsn *found);
 /* Decodes a contiguous record (header + payload) already in memory. */
@@ -703,14 +707,15 @@ int wal_recover(const char *datadir, const wr_options *o, wal_recovery_result *r
  * (res->new_timeline, one past the control file's) and the result is as
  * at the end of crash recovery.  The hooks run in the startup process:
  *   local_end(end)   the local WAL ends at @end: sources continue there;
- *   wait(limit, &promote)  blocks until WAL past @limit is durable and
- *                    returns its new end; or sets promote (everything up
- *                    to @limit replayed) when recovery should end;
+ *   wait(limit, &promote, &replaced)  blocks until WAL past @limit is
+ *                    durable and returns its new end (replaced: a segment
+ *                    file was swapped meanwhile); or sets promote
+ *                    (everything up to @limit replayed) to end recovery;
  *   replayed(rec, end)  after each record (@end: where the WAL goes on).
  */
 typedef struct wal_standby_hooks {
 	void (*local_end)(wr_lsn end);
-	wr_lsn (*wait)(wr_lsn limit, bool *promote);
+	wr_lsn (*wait)(wr_lsn limit, bool *promote, bool *replaced);
 	void (*replayed)(const wal_decoded *rec, wr_lsn end);
 } wal_standby_hooks;
 int wal_recover_standby(const char *datadir, const wr_options *o, const wal_standby_hooks *sb,
