@@ -233,7 +233,16 @@ def main(cleanup):
             writeback_now(os.path.join(data, "base"))
             st = os.statvfs(tmpfs)
             free = st.f_bavail * st.f_frsize
-            tmpfs_full_before = writeback_failed(os.path.join(data, "base"))
+            # Less than a page free: the tmpfs refused a write, so the
+            # device lost one.  Usually a data page's, which sync_file_range
+            # reports; but ext4's own writes (journal, zeroed extents) can be
+            # the refused ones, and then the data files' fsync reports the
+            # failed file system instead.  Either way the device broke before
+            # the checkpoint, and growing the tmpfs now would not undo it.
+            refused = free < os.sysconf("SC_PAGE_SIZE")
+            tmpfs_full_before = writeback_failed(os.path.join(data, "base")) or refused
+            if refused:
+                log("  the tmpfs is full: a write to the device was refused")
             if not tmpfs_full_before and free < (1 << 20):
                 # The data fit, to the last few pages: the checkpoint would
                 # fail on its own metadata (the control file) instead.  A
