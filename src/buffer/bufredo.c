@@ -145,6 +145,16 @@ static void redo_hold(bool on)
 	hold.on = on;
 }
 
+/*
+ * Half the pool: the other half stays for a standby's readers.  A primary's
+ * batch pins at most a quarter of its own pool, so a standby (or a restart)
+ * with at least half the primary's shared_buffers replays every batch.
+ */
+static uint32_t redo_hold_limit(void)
+{
+	return buf_nbuffers() / 2;
+}
+
 /* Nothing to do: the end-of-recovery checkpoint writes and syncs the pool. */
 static void redo_finish(void) {}
 
@@ -153,4 +163,5 @@ const wal_redo_pages buf_redo_pages = {
     .release = redo_release,
     .finish = redo_finish,
     .hold = redo_hold,
+    .hold_limit = redo_hold_limit,
 };

@@ -39,10 +39,18 @@ typedef struct stashed {
 	wr_lsn lsn, end;
 } stashed;
 
+/* A page a batch changes. */
+typedef struct page_ref {
+	wr_relid rel;
+	wr_blkno blk;
+} page_ref;
+
 static struct {
 	stashed *recs;
 	size_t n, cap;
-	wr_lsn last; /* LSN of the last record seen, to notice a new recovery */
+	wr_lsn last;     /* LSN of the last record seen, to notice a new recovery */
+	page_ref *pages; /* of every record kept, duplicates included */
+	size_t npages, pcap;
 } stash;
 
 /* Forgets the kept records; @unfinished says they belong to a batch that never ended. */
@@ -54,6 +62,7 @@ static void stash_clear(bool unfinished)
 	for (size_t i = 0; i < stash.n; i++)
 		free(stash.recs[i].raw);
 	stash.n = 0;
+	stash.npages = 0;
 }
 
 wr_lsn kv_redo_batch_start(void)
@@ -67,11 +76,70 @@ void kv_redo_end(void)
 	free(stash.recs);
 	stash.recs = NULL;
 	stash.cap = 0;
+	free(stash.pages);
+	stash.pages = NULL;
+	stash.pcap = 0;
 	stash.last = 0;
+}
+
+static void pages_add(const wal_decoded *rec)
+{
+	if (wr_grow(&stash.pages, &stash.pcap, stash.npages + (size_t)rec->nblocks,
+	            sizeof(*stash.pages), 64) != WALRUS_OK)
+		wr_panic("out of memory keeping a key-value batch for redo");
+	for (int i = 0; i < rec->nblocks; i++)
+		stash.pages[stash.npages++] =
+		    (page_ref){.rel = rec->blocks[i].rel, .blk = rec->blocks[i].blkno};
+}
+
+static int page_ref_cmp(const void *a, const void *b)
+{
+	const page_ref *x = a, *y = b;
+	if (x->rel != y->rel)
+		return x->rel < y->rel ? -1 : 1;
+	return x->blk < y->blk ? -1 : x->blk > y->blk;
+}
+
+/* Distinct pages the kept records and @last change. */
+static size_t batch_pages(const wal_decoded *last)
+{
+	pages_add(last);
+	qsort(stash.pages, stash.npages, sizeof(*stash.pages), page_ref_cmp);
+	size_t n = 0;
+	for (size_t i = 0; i < stash.npages; i++)
+		n += i == 0 || page_ref_cmp(&stash.pages[i - 1], &stash.pages[i]) != 0;
+	return n;
+}
+
+/*
+ * The batch's pages must all be held at once.  A standby (or a restart)
+ * given a smaller shared_buffers than the primary that wrote the batch
+ * could not: say so, with the size that does, instead of failing on
+ * whichever pin finds the pool full.
+ */
+static bool batch_fits(const wal_decoded *last)
+{
+	uint32_t limit = wal_redo_hold_limit();
+	if (limit == 0 || (stash.n == 0 && (uint32_t)last->nblocks <= limit))
+		return true;
+	size_t n = batch_pages(last);
+	if (n <= limit)
+		return true;
+	unsigned long long need_mb =
+	    ((unsigned long long)n * 2 * WR_PAGE_SIZE + (1u << 20) - 1) >> 20;
+	wal_redo_fail(
+	    wr_error(WALRUS_ETOOBIG,
+	             "the key-value batch ending at " WAL_LSN_FMT " changes %zu pages, which redo "
+	             "holds at once, over the %u (half of shared_buffers) it may hold: give this "
+	             "instance shared_buffers of at least %lluMB (a standby: at least half its "
+	             "primary's)",
+	             WAL_LSN_ARGS(last->lsn), n, (unsigned)limit, need_mb));
+	return false;
 }
 
 static void stash_add(const wal_decoded *rec)
 {
+	pages_add(rec);
 	if (wr_grow(&stash.recs, &stash.cap, stash.n + 1, sizeof(*stash.recs), 64) != WALRUS_OK)
 		wr_panic("out of memory keeping a key-value batch for redo");
 	stashed *s = &stash.recs[stash.n];
@@ -132,6 +200,10 @@ static void kv_redo(const wal_decoded *rec)
 	}
 	/* Every page of the batch stays locked until all of it is applied, as on
 	 * the primary: a reader on a standby never sees half a batch. */
+	if (!batch_fits(rec)) {
+		stash_clear(false);
+		return;
+	}
 	wal_redo_hold(true);
 	stash_apply();
 	apply_record(rec);

@@ -241,6 +241,16 @@ void wal_redo_hold(bool on)
 		redo_pages->hold(on);
 }
 
+uint32_t wal_redo_hold_limit(void)
+{
+	return redo_pages->hold_limit != NULL ? redo_pages->hold_limit() : 0;
+}
+
+void wal_redo_fail(int rc)
+{
+	redo_fail(rc);
+}
+
 void wal_redo_release_block(const wal_decoded *rec, int id, void *page, bool changed)
 {
 	if (page != NULL)

@@ -657,10 +657,18 @@ typedef struct wal_redo_pages {
 	/* While on, pages released stay locked and pinned, and a page asked for
 	 * again is the one held; off releases them all (NULL: not needed). */
 	void (*hold)(bool on);
+	/* How many pages a hold may keep at once (NULL: no limit). */
+	uint32_t (*hold_limit)(void);
 } wal_redo_pages;
 /* Keeps the pages of a group of records (a key-value batch) locked until
  * all of them are applied: a standby's readers never see a part of it. */
 void wal_redo_hold(bool on);
+/* The page source's bound on a hold (0: none): a group changing more pages
+ * cannot be applied, and says so with wal_redo_fail. */
+uint32_t wal_redo_hold_limit(void);
+/* Makes the current record's redo fail with @rc (its message set by
+ * wr_error): recovery stops there and reports it. */
+void wal_redo_fail(int rc);
 void wal_redo_set_pages(const wal_redo_pages *p);
 int wal_redo_get_block(const wal_decoded *rec, int id, void **page, int *action);
 void wal_redo_release_block(const wal_decoded *rec, int id, void *page, bool changed);
