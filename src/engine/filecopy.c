@@ -277,6 +277,23 @@ static int walk(const char *path, const char *rel, walk_fn fn, void *arg)
 	return rc;
 }
 
+typedef struct each_file {
+	fc_file_fn fn;
+	void *arg;
+} each_file;
+
+static int each_one(const char *path, const char *rel, bool is_dir, void *arg)
+{
+	each_file *e = arg;
+	return is_dir ? WALRUS_OK : e->fn(path, rel, e->arg);
+}
+
+int fc_each_file(const char *dir, fc_file_fn fn, void *arg)
+{
+	each_file e = {fn, arg};
+	return walk(dir, "", each_one, &e);
+}
+
 static int sync_one(const char *path, const char *rel, bool is_dir, void *arg)
 {
 	(void)rel, (void)is_dir, (void)arg;
