@@ -62,6 +62,10 @@ int fc_sync_tree(const char *dir);
 typedef bool (*fc_skip_fn)(const char *rel);
 int fc_copy_tree(const char *from, const char *to, fc_skip_fn skip, fc_progress *p,
                  const char *fp_point);
+/* Makes the directories of @rel (a relative file path) below @root. */
+int fc_make_parents(const char *root, const char *rel);
+/* Removes everything under @dir, then @dir itself when @remove_dir; made durable. */
+int fc_remove_tree(const char *dir, bool remove_dir);
 /* Bytes of the regular files under @dir (what vanishes meanwhile is not counted). */
 uint64_t fc_tree_size(const char *dir);
 /* Calls @fn for each regular file under @dir (its absolute path, its path below @dir);
