@@ -164,6 +164,7 @@ static int take_base_backup(tool_ctx *ctx, const standby_args *a)
 	                         .arg = &p};
 	fprintf(stderr, "standby: taking a base backup from %s (%s checkpoint)\n", a->primary,
 	        b.fast ? "fast" : "spread");
+	wr_log_set_stderr(WR_LOG); /* the engine's lines about it, as the standby's later */
 	rc = standby_base_backup(&b);
 	if (rc != WALRUS_OK) {
 		fprintf(stderr, "walrus standby: %s\n", walrus_errmsg());
