@@ -169,8 +169,11 @@ int repl_check_backup_path(const char *path, size_t len)
 		return WALRUS_OK;
 	char shown[REPL_PATH_MAX + 1];
 	size_t n = WR_MIN(len, (size_t)REPL_PATH_MAX);
-	for (size_t i = 0; i < n; i++)
-		shown[i] = (unsigned char)path[i] < 0x20 || path[i] == 0x7f ? '?' : path[i];
+	for (size_t i = 0; i < n; i++) {
+		shown[i] = path[i];
+		if ((unsigned char)path[i] < 0x20 || path[i] == 0x7f)
+			shown[i] = '?'; /* it goes into messages and logs */
+	}
 	shown[n] = '\0';
 	return wr_error(WALRUS_EPROTO,
 	                "the primary sent a file path a base backup may not hold: \"%s\"%s "
