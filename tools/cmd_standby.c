@@ -9,10 +9,12 @@
  */
 #include "tool.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/engine.h"
@@ -21,14 +23,19 @@
 
 static const char standby_usage[] =
     "usage: walrus -D DIR standby [--primary HOST:PORT|SOCKET] [--slot NAME]\n"
-    "                             [--application-name NAME] [--wal-archive ARCHIVE]\n\n"
+    "                             [--application-name NAME] [--wal-archive ARCHIVE]\n"
+    "                             [--checkpoint fast|spread]\n\n"
     "Runs DIR as a hot standby in the foreground: it replays the primary's WAL\n"
     "as it arrives and serves reads (gets, scans); writes get WALRUS_EREADONLY.\n"
-    "DIR is a base backup of the primary (walrus -D PRIMARY backup DIR) or a\n"
-    "standby already.  The settings go to DIR/walrus.standby, so every start of\n"
+    "DIR is a standby already, a base backup of the primary (walrus -D PRIMARY\n"
+    "backup DIR), or missing or empty: then a base backup is taken from the\n"
+    "primary given by --primary over its replication connection first (progress\n"
+    "on stderr).  The settings go to DIR/walrus.standby, so every start of\n"
     "DIR stays a standby's until `walrus -D DIR promote`.\n"
     "  --primary ADDR       stream WAL from the primary's listen_replication\n"
     "                       (password: WALRUS_REPLICATION_PASSWORD in the environment)\n"
+    "  --checkpoint MODE    the base backup's checkpoint on the primary: fast (the\n"
+    "                       default: the standby is waited for) or spread\n"
     "  --slot NAME          the primary's replication slot to use\n"
     "  --application-name N the standby's name (default: DIR's base name)\n"
     "  --wal-archive DIR    replay segments from this archive (the primary's\n"
@@ -43,7 +50,7 @@ static const char promote_usage[] =
     "(not a standby, not consistent yet, or the promotion failed).\n";
 
 typedef struct standby_args {
-	const char *primary, *slot, *name, *archive;
+	const char *primary, *slot, *name, *archive, *checkpoint;
 } standby_args;
 
 static int parse_standby(int argc, char **argv, standby_args *a)
@@ -54,8 +61,10 @@ static int parse_standby(int argc, char **argv, standby_args *a)
 		                   : strcmp(o, "--slot") == 0             ? &a->slot
 		                   : strcmp(o, "--application-name") == 0 ? &a->name
 		                   : strcmp(o, "--wal-archive") == 0      ? &a->archive
+		                   : strcmp(o, "--checkpoint") == 0       ? &a->checkpoint
 		                                                          : NULL;
-		if (dst == NULL || v == NULL || *v == '\0' || strpbrk(v, "\n\r'") != NULL) {
+		if (dst == NULL || v == NULL || *v == '\0' || strpbrk(v, "\n\r'") != NULL ||
+		    (dst == &a->checkpoint && strcmp(v, "fast") != 0 && strcmp(v, "spread") != 0)) {
 			fprintf(stderr, "walrus standby: bad argument \"%s\"\n%s", o,
 			        standby_usage);
 			return TOOL_EXIT_USAGE;
@@ -89,6 +98,82 @@ static int write_settings(const char *abs, const standby_args *a)
 	return rc == WALRUS_OK ? 0 : tool_fail(rc, WR_STANDBY_FILE);
 }
 
+typedef struct progress_state {
+	uint64_t last_ns;
+} progress_state;
+
+static void on_progress(uint64_t done, uint64_t total, void *arg)
+{
+	progress_state *p = arg;
+	uint64_t now = wr_now_ns();
+	if (now - p->last_ns < 250000000u)
+		return;
+	p->last_ns = now;
+	fprintf(stderr, "standby: base backup: %.1f of %.1f MiB received (%.0f%%)\n",
+	        (double)done / 1048576.0, (double)total / 1048576.0,
+	        total ? 100.0 * (double)done / (double)total : 100.0);
+}
+
+/* Missing, or an empty directory: what a base backup from the primary may fill. */
+static int dir_missing_or_empty(const char *dir, bool *yes)
+{
+	DIR *d = opendir(dir);
+	if (d == NULL && errno == ENOENT) {
+		*yes = true;
+		return WALRUS_OK;
+	}
+	if (d == NULL && errno == ENOTDIR) {
+		*yes = false;
+		return WALRUS_OK;
+	}
+	if (d == NULL)
+		return wr_error(wr_errno_code(errno), "could not open \"%s\": %m", dir);
+	struct dirent *de;
+	*yes = true;
+	while ((de = readdir(d)) != NULL)
+		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+			*yes = false;
+	closedir(d);
+	return WALRUS_OK;
+}
+
+static int take_base_backup(tool_ctx *ctx, const standby_args *a)
+{
+	struct stat st;
+	int rc;
+	if (a->primary == NULL) {
+		fprintf(stderr,
+		        "walrus standby: \"%s\" is missing or empty: give --primary HOST:PORT to "
+		        "take a base backup from the primary over its replication connection, or "
+		        "make it a base backup first (walrus -D PRIMARY backup %s)\n%s",
+		        ctx->datadir, ctx->datadir, standby_usage);
+		return TOOL_EXIT_USAGE;
+	}
+	/* An existing empty directory must already be fit to be a data directory. */
+	if (stat(ctx->datadir, &st) == 0 && (rc = datadir_check(ctx->datadir)) != WALRUS_OK)
+		return tool_fail(rc, ctx->datadir);
+	const char *pw = getenv("WALRUS_REPLICATION_PASSWORD");
+	progress_state p = {0};
+	standby_backup_args b = {.dir = ctx->datadir,
+	                         .primary = a->primary,
+	                         .password = pw ? pw : "",
+	                         .fast =
+	                             a->checkpoint == NULL || strcmp(a->checkpoint, "fast") == 0,
+	                         .opts = &ctx->opts->o,
+	                         .progress = on_progress,
+	                         .arg = &p};
+	fprintf(stderr, "standby: taking a base backup from %s (%s checkpoint)\n", a->primary,
+	        b.fast ? "fast" : "spread");
+	wr_log_set_stderr(WR_LOG); /* the engine's lines about it, as the standby's later */
+	rc = standby_base_backup(&b);
+	if (rc != WALRUS_OK) {
+		fprintf(stderr, "walrus standby: %s\n", walrus_errmsg());
+		return TOOL_EXIT_ENGINE;
+	}
+	fprintf(stderr, "standby: base backup complete\n");
+	return 0;
+}
+
 int cmd_standby(tool_ctx *ctx, int argc, char **argv)
 {
 	standby_args a = {0};
@@ -105,20 +190,26 @@ int cmd_standby(tool_ctx *ctx, int argc, char **argv)
 		return TOOL_EXIT_USAGE;
 	}
 	const wr_options *o = &ctx->opts->o;
+	bool fresh = false;
 	rc = wr_opts_validate(o);
 	if (rc == WALRUS_OK)
-		rc = datadir_resolve(ctx->datadir, false, abs);
+		rc = dir_missing_or_empty(ctx->datadir, &fresh);
+	if (rc != WALRUS_OK)
+		return tool_fail(rc, ctx->datadir);
+	if (fresh && (rc = take_base_backup(ctx, &a)) != 0)
+		return rc;
+	rc = datadir_resolve(ctx->datadir, false, abs);
 	if (rc == WALRUS_OK)
 		rc = datadir_check(abs);
 	if (rc != WALRUS_OK)
 		return tool_fail(rc, ctx->datadir);
 	wr_snprintf(ver, sizeof(ver), "%s/%s", abs, WR_VERSION_FILE);
 	if (access(ver, F_OK) != 0) {
-		fprintf(
-		    stderr,
-		    "walrus standby: \"%s\" is not a walrus directory: make it a base backup of "
-		    "the primary first (walrus -D PRIMARY backup %s)\n",
-		    abs, abs);
+		fprintf(stderr,
+		        "walrus standby: \"%s\" is not a walrus directory and not empty: give a "
+		        "missing or empty directory to take a base backup from the primary "
+		        "(--primary), or a base backup of it (walrus -D PRIMARY backup DIR)\n",
+		        abs);
 		return TOOL_EXIT_USAGE;
 	}
 	if (a.primary == NULL && a.archive == NULL && !standby_configured(abs)) {

@@ -8,6 +8,7 @@
  * prctl.  The loops sleep on a futex word in shared memory (their latch)
  * with a timeout, so they wake on requests, on shutdown and periodically.
  */
+#include "engine/backup_int.h"
 #include "engine/engine.h"
 
 #include <errno.h>
@@ -83,9 +84,12 @@ static void aux_setup(int kind, pid_t supervisor)
 }
 
 /*
- * A WAL sender reads WAL files and shared atomics only (wal_flushed_lsn):
- * no buffer pool, no checkpointer hooks, no insertion slot.  Its proc slot
- * is at the end of the table, after the backends'.
+ * A WAL sender reads WAL files and shared atomics (wal_flushed_lsn); for a
+ * base backup it also requests a checkpoint and inserts one record, so it
+ * has the checkpointer's request word and a WAL insertion slot (the WAL's
+ * slots cover the senders' procs), but no buffer pool and no sync hooks:
+ * it dirties no page.  Its proc slot is at the end of the table, after the
+ * backends'.
  */
 _Noreturn void aux_sender_main(int sock, int slot)
 {
@@ -93,13 +97,16 @@ _Noreturn void aux_sender_main(int sock, int slot)
 	signal(SIGUSR1, SIG_IGN);
 	engine_shared *e = engine_sh();
 	aux_frame("walrus-wsnd", (pid_t)e->supervisor_pid);
-	engine_my_proc_set((int)(e->nprocs + (uint32_t)slot));
-	if (wal_attach(-1) != WALRUS_OK || repl_attach() != WALRUS_OK)
+	int proc = (int)(e->nprocs + (uint32_t)slot);
+	engine_my_proc_set(proc);
+	if (wal_attach(proc) != WALRUS_OK || ckpt_attach() != WALRUS_OK ||
+	    repl_attach() != WALRUS_OK)
 		wr_panic("walrus-wsnd could not start: %s", walrus_errmsg());
 	repl_set_instance(&(repl_instance){.datadir = e->datadir,
 	                                   .opts = &e->opts,
 	                                   .shutdown = &e->shutdown_requested,
-	                                   .supervisor = (pid_t)e->supervisor_pid});
+	                                   .supervisor = (pid_t)e->supervisor_pid,
+	                                   .backup = backup_sender_ops()});
 	repl_sender_main(sock, slot);
 }
 

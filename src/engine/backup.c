@@ -27,8 +27,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "checkpointer/checkpointer.h"
+#include "repl/repl.h"
 #include "wal/wal.h"
 
 typedef struct backup_state {
@@ -72,7 +74,7 @@ static int step_begin(backup_state *b)
 		return reserve_refuse("walrus_backup");
 	if (!wr_snprintf(b->src, sizeof(b->src), "%s", e->datadir))
 		return wr_error(WALRUS_EINVAL, "path too long");
-	int rc = wal_backup_begin(wal_redo_lsn());
+	int rc = wal_backup_begin(wal_redo_lsn(), (uint32_t)getpid());
 	if (rc != WALRUS_OK)
 		return rc;
 	b->begun = true;
@@ -205,45 +207,45 @@ static void format_time(uint64_t us, char *buf, size_t len)
 		            (unsigned)(us / 1000 % 1000));
 }
 
-static int write_label(backup_state *b)
+int backup_write_label(const char *dest, const wal_control *ctl, wr_lsn start, wr_lsn end,
+                       uint64_t start_time_us)
 {
-	int rc = fc_failpoint("before-label", b->dest);
+	int rc = fc_failpoint("before-label", dest);
 	if (rc != WALRUS_OK)
 		return rc;
-	wal_control c = b->ctl;
+	wal_control c = *ctl;
 	c.state = WAL_DB_IN_PRODUCTION;
-	c.backup_start_lsn = b->start;
-	c.backup_end_lsn = b->end;
-	rc = wal_control_write(b->dest, &c);
+	c.backup_start_lsn = start;
+	c.backup_end_lsn = end;
+	rc = wal_control_write(dest, &c);
 	if (rc != WALRUS_OK)
 		return rc;
 	char when[64], text[1024], path[PATH_MAX];
-	format_time(b->start_time_us, when, sizeof(when));
+	format_time(start_time_us, when, sizeof(when));
 	if (!wr_snprintf(text, sizeof(text),
 	                 "start_lsn = " WAL_LSN_FMT "\ncheckpoint_lsn = " WAL_LSN_FMT
 	                 "\nend_lsn = " WAL_LSN_FMT "\nstart_time = %s\n"
 	                 "system_identifier = %llu\ntimeline = %u\nwal_segment_size = %llu\n",
-	                 WAL_LSN_ARGS(b->start), WAL_LSN_ARGS(b->ctl.checkpoint_lsn),
-	                 WAL_LSN_ARGS(b->end), when, (unsigned long long)b->ctl.sysid,
-	                 wal_control_timeline(&b->ctl), (unsigned long long)b->ctl.wal_seg_size) ||
-	    !wr_snprintf(path, sizeof(path), "%s/%s", b->dest, WAL_BACKUP_LABEL))
+	                 WAL_LSN_ARGS(start), WAL_LSN_ARGS(ctl->checkpoint_lsn), WAL_LSN_ARGS(end),
+	                 when, (unsigned long long)ctl->sysid, wal_control_timeline(ctl),
+	                 (unsigned long long)ctl->wal_seg_size) ||
+	    !wr_snprintf(path, sizeof(path), "%s/%s", dest, WAL_BACKUP_LABEL))
 		return wr_error(WALRUS_EINVAL, "path too long");
 	return fc_write_text(path, text, false);
 }
 
-static int finish_dest(const backup_state *b)
+int backup_finish_dest(const char *dest)
 {
-	int rc = fc_sync_tree(b->dest);
+	int rc = fc_sync_tree(dest);
 	if (rc == WALRUS_OK)
-		rc = fc_failpoint("before-done", b->dest);
+		rc = fc_failpoint("before-done", dest);
 	char path[PATH_MAX];
-	if (rc == WALRUS_OK &&
-	    !wr_snprintf(path, sizeof(path), "%s/%s", b->dest, BACKUP_INCOMPLETE))
+	if (rc == WALRUS_OK && !wr_snprintf(path, sizeof(path), "%s/%s", dest, BACKUP_INCOMPLETE))
 		rc = wr_error(WALRUS_EINVAL, "path too long");
 	if (rc == WALRUS_OK)
 		rc = fc_unlink(path);
 	if (rc == WALRUS_OK)
-		rc = fc_fsync_path(b->dest);
+		rc = fc_fsync_path(dest);
 	return rc;
 }
 
@@ -264,9 +266,9 @@ static int run_backup(walrus *db, backup_state *b)
 	if (rc == WALRUS_OK)
 		rc = copy_wal(b);
 	if (rc == WALRUS_OK)
-		rc = write_label(b);
+		rc = backup_write_label(b->dest, &b->ctl, b->start, b->end, b->start_time_us);
 	if (rc == WALRUS_OK)
-		rc = finish_dest(b);
+		rc = backup_finish_dest(b->dest);
 	if (rc == WALRUS_OK)
 		wr_log(WR_LOG, "base backup into \"%s\" complete: " WAL_LSN_FMT " to " WAL_LSN_FMT,
 		       b->dest, WAL_LSN_ARGS(b->start), WAL_LSN_ARGS(b->end));
@@ -309,4 +311,89 @@ int walrus_backup(walrus *db, const char *dest, int flags, walrus_progress_fn pr
 		wr_log(WR_WARNING, "base backup into \"%s\" failed: %s", dest, walrus_errmsg());
 	free(b);
 	return rc;
+}
+
+/* ---------------------------------------------------------------- sent by a WAL sender */
+
+/*
+ * The same steps in a WAL sender (repl_backup_ops, repl/bbsend.c sends the
+ * files): a sender runs no public call, so no handle bracket; a PANIC in
+ * it exits the process and restarts the instance.  One backup per sender
+ * process, hence one state.
+ */
+static backup_state sender_backup;
+
+static int sender_begin(bool fast, repl_backup_info *info)
+{
+	backup_state *b = &sender_backup;
+	memset(b, 0, sizeof(*b));
+	b->fast = fast;
+	int rc = step_begin(b);
+	if (rc != WALRUS_OK)
+		return rc;
+	char base[PATH_MAX];
+	if (wr_snprintf(base, sizeof(base), "%s/base", b->src))
+		info->data_bytes = fc_tree_size(base);
+	info->ctl = b->ctl;
+	info->start = b->start;
+	wr_log(WR_LOG, "base backup for a standby started at " WAL_LSN_FMT, WAL_LSN_ARGS(b->start));
+	return WALRUS_OK;
+}
+
+typedef struct each_file {
+	repl_file_fn fn;
+	void *arg;
+	const char *src;
+} each_file;
+
+static int each_base_file(const char *abs, const char *rel, void *arg)
+{
+	each_file *e = arg;
+	char r[PATH_MAX];
+	int rc = fc_failpoint("send-data", abs);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (!wr_snprintf(r, sizeof(r), "base/%s", rel))
+		return wr_error(WALRUS_EINVAL, "path too long");
+	return e->fn(r, abs, e->arg);
+}
+
+/* What copy_data copies: base/, the version file, walrus.conf. */
+static int sender_each_data_file(repl_file_fn fn, void *arg)
+{
+	each_file e = {fn, arg, sender_backup.src};
+	char base[PATH_MAX], ver[PATH_MAX], conf[PATH_MAX];
+	if (!wr_snprintf(base, sizeof(base), "%s/base", e.src) ||
+	    !wr_snprintf(ver, sizeof(ver), "%s/%s", e.src, WR_VERSION_FILE) ||
+	    !wr_snprintf(conf, sizeof(conf), "%s/%s", e.src, WR_CONF_FILE))
+		return wr_error(WALRUS_EINVAL, "path too long");
+	int rc = fc_each_file(base, each_base_file, &e);
+	if (rc == WALRUS_OK)
+		rc = fn(WR_VERSION_FILE, ver, arg);
+	if (rc == WALRUS_OK)
+		rc = fn(WR_CONF_FILE, conf, arg);
+	return rc;
+}
+
+static int sender_end_record(wr_lsn start, wr_lsn *end)
+{
+	int rc = step_end_record(&sender_backup);
+	(void)start;
+	*end = sender_backup.end;
+	return rc;
+}
+
+static void sender_release(void)
+{
+	if (sender_backup.begun)
+		(void)step_release(&sender_backup);
+}
+
+const repl_backup_ops *backup_sender_ops(void)
+{
+	static const repl_backup_ops ops = {.begin = sender_begin,
+	                                    .each_data_file = sender_each_data_file,
+	                                    .end_record = sender_end_record,
+	                                    .release = sender_release};
+	return &ops;
 }

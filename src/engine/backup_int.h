@@ -20,6 +20,8 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "repl/repl.h"
+#include "wal/wal.h"
 #include "walrus.h"
 
 #define BACKUP_INCOMPLETE  "walrus.backup-incomplete"
@@ -60,9 +62,29 @@ int fc_sync_tree(const char *dir);
 typedef bool (*fc_skip_fn)(const char *rel);
 int fc_copy_tree(const char *from, const char *to, fc_skip_fn skip, fc_progress *p,
                  const char *fp_point);
+/* Makes the directories of @rel (a relative file path) below @root. */
+int fc_make_parents(const char *root, const char *rel);
+/* Removes everything under @dir, then @dir itself when @remove_dir; made durable. */
+int fc_remove_tree(const char *dir, bool remove_dir);
 /* Bytes of the regular files under @dir (what vanishes meanwhile is not counted). */
 uint64_t fc_tree_size(const char *dir);
+/* Calls @fn for each regular file under @dir (its absolute path, its path below @dir);
+ * entries that vanish meanwhile are skipped. */
+typedef int (*fc_file_fn)(const char *abs, const char *rel, void *arg);
+int fc_each_file(const char *dir, fc_file_fn fn, void *arg);
 /* Test builds: the failpoint "backup:ERRNO:@point" (backup.c's kill tests). */
 int fc_failpoint(const char *point, const char *path);
+
+/*
+ * What backup.c shares with the base backup a standby receives
+ * (basebackup.c): the control file (@ctl with the backup's start and end)
+ * and backup_label written into @dest, and the end: everything in @dest
+ * fsynced, then the marker removed.
+ */
+int backup_write_label(const char *dest, const wal_control *ctl, wr_lsn start, wr_lsn end,
+                       uint64_t start_time_us);
+int backup_finish_dest(const char *dest);
+/* The steps a WAL sender runs for BASE_BACKUP (aux.c gives them to repl). */
+const repl_backup_ops *backup_sender_ops(void);
 
 #endif

@@ -339,6 +339,25 @@ struct wal_recovery_result *startup_begin(void);
 int standby_refuse(const char *fn);
 /* Whether DIR/walrus.standby makes this start a standby's. */
 bool standby_configured(const char *abs);
+
+/*
+ * A standby's base backup from its primary (basebackup.c), for `walrus
+ * standby` on a missing or empty @dir: connects to @primary, authenticates
+ * with @password, receives the backup over the replication connection.
+ * Its checkpoint is immediate with @fast, spread otherwise.  A stalled
+ * primary fails it after wal_sender_timeout (and checkpoint_timeout for
+ * the checkpoint).  On failure @dir is removed if it was missing, emptied
+ * if it was empty, and the error names the cause.  WALRUS_EINVAL (dir
+ * untouched) when @dir is neither missing nor empty.
+ */
+typedef struct standby_backup_args {
+	const char *dir, *primary, *password;
+	bool fast;
+	const wr_options *opts;
+	walrus_progress_fn progress; /* may be NULL */
+	void *arg;
+} standby_backup_args;
+int standby_base_backup(const standby_backup_args *a);
 /* Fills the "archiver" member of the statistics (stats.c). */
 void archiver_stats(const arch_shared *a, char *last_archived, char *last_failed, size_t len);
 

@@ -277,6 +277,23 @@ static int walk(const char *path, const char *rel, walk_fn fn, void *arg)
 	return rc;
 }
 
+typedef struct each_file {
+	fc_file_fn fn;
+	void *arg;
+} each_file;
+
+static int each_one(const char *path, const char *rel, bool is_dir, void *arg)
+{
+	each_file *e = arg;
+	return is_dir ? WALRUS_OK : e->fn(path, rel, e->arg);
+}
+
+int fc_each_file(const char *dir, fc_file_fn fn, void *arg)
+{
+	each_file e = {fn, arg};
+	return walk(dir, "", each_one, &e);
+}
+
 static int sync_one(const char *path, const char *rel, bool is_dir, void *arg)
 {
 	(void)rel, (void)is_dir, (void)arg;
@@ -317,8 +334,7 @@ typedef struct tree_copy {
 	const char *fp_point;
 } tree_copy;
 
-/* Makes @path's directories below @root (walk visits a directory after its files). */
-static int make_parents(const char *root, const char *rel)
+int fc_make_parents(const char *root, const char *rel)
 {
 	char path[PATH_MAX];
 	if (!wr_snprintf(path, sizeof(path), "%s/%s", root, rel))
@@ -338,7 +354,7 @@ static int copy_one(const char *path, const char *rel, bool is_dir, void *arg)
 	tree_copy *t = arg;
 	if (t->skip != NULL && t->skip(rel))
 		return WALRUS_OK;
-	int rc = make_parents(t->to, rel);
+	int rc = fc_make_parents(t->to, rel);
 	char to[PATH_MAX];
 	if (rc == WALRUS_OK && !wr_snprintf(to, sizeof(to), "%s/%s", t->to, rel))
 		rc = wr_error(WALRUS_EINVAL, "path too long in \"%s\"", t->to);
@@ -360,4 +376,22 @@ int fc_copy_tree(const char *from, const char *to, fc_skip_fn skip, fc_progress 
 		return wr_error(wr_errno_code(errno), "could not create \"%s\": %m", to);
 	tree_copy t = {to, skip, p, fp_point};
 	return walk(from, "", copy_one, &t);
+}
+
+static int remove_one(const char *path, const char *rel, bool is_dir, void *arg)
+{
+	(void)rel, (void)arg;
+	if ((is_dir ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
+		return wr_error(wr_errno_code(errno), "could not remove \"%s\": %m", path);
+	return WALRUS_OK;
+}
+
+int fc_remove_tree(const char *dir, bool remove_dir)
+{
+	int rc = walk(dir, "", remove_one, NULL);
+	if (rc == WALRUS_OK && remove_dir && rmdir(dir) != 0 && errno != ENOENT)
+		rc = wr_error(wr_errno_code(errno), "could not remove \"%s\": %m", dir);
+	if (rc == WALRUS_OK)
+		rc = remove_dir ? fc_fsync_parent(dir) : fc_fsync_path(dir);
+	return rc;
 }

@@ -203,7 +203,7 @@ static int create_shared_memory(void)
 	uint32_t nprocs = (uint32_t)S.opts.max_connections + WR_AUX_NKINDS;
 	uint32_t nsenders = (uint32_t)S.opts.max_wal_senders, ntotal = nprocs + nsenders;
 	size_t sizes[] = {sizeof(engine_shared),   ntotal * sizeof(wr_proc),
-	                  ENGINE_SCRATCH_SIZE,     wal_shmem_size(&S.opts, (int)nprocs),
+	                  ENGINE_SCRATCH_SIZE,     wal_shmem_size(&S.opts, (int)ntotal),
 	                  buf_shmem_size(&S.opts), ckpt_shmem_size(),
 	                  ckpt_sync_shmem_size(),  kv_shmem_size(),
 	                  repl_shmem_size(&S.opts)};
@@ -216,7 +216,8 @@ static int create_shared_memory(void)
 	void *scratch = shm_alloc("scratch", ENGINE_SCRATCH_SIZE);
 	if (e == NULL || procs == NULL || scratch == NULL)
 		return wr_error(WALRUS_EINTERNAL, "shared memory layout does not fit");
-	rc = wal_shmem_init(&S.opts, S.abs, (int)nprocs);
+	/* WAL insertion slots for the senders too: a base backup's end record. */
+	rc = wal_shmem_init(&S.opts, S.abs, (int)ntotal);
 	if (rc == WALRUS_OK)
 		rc = wal_slots_load(S.abs);
 	if (rc == WALRUS_OK)
@@ -1080,15 +1081,28 @@ static void sender_reaped(pid_t pid, int st, char *crash_why, size_t why_len)
 	if (i < 0)
 		return;
 	S.senders[i] = 0;
+	bool inserting = false;
 	if (shm_hdr() != NULL) {
+		inserting = atomic_load(&repl_shared()->senders[i].inserting) != 0;
+		atomic_store(&repl_shared()->senders[i].inserting, 0);
 		repl_sender_free(i);
 		wal_slots_release_pid((uint32_t)pid); /* its replication slot, if it had one */
+		/* A base backup it was sending: forced full-page images and kept WAL
+		 * must not outlive it. */
+		if (wal_backup_end_for((uint32_t)pid))
+			wr_log(WR_LOG,
+			       "walrus-wsnd process (pid %d) ended during a base backup: "
+			       "the backup is cancelled",
+			       (int)pid);
 		atomic_store(&engine_procs()[engine_sh()->nprocs + (uint32_t)i].pid, 0);
 	}
 	char how[128];
 	describe_status(st, how, sizeof(how));
-	if (WIFEXITED(st) && WEXITSTATUS(st) == WR_PANIC_EXIT) {
-		snprintf(crash_why, why_len, "walrus-wsnd process (pid %d) %s", (int)pid, how);
+	bool clean = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	if ((WIFEXITED(st) && WEXITSTATUS(st) == WR_PANIC_EXIT) || (inserting && !clean)) {
+		/* Killed inside a WAL insert, its insertion slot may stay busy. */
+		snprintf(crash_why, why_len, "walrus-wsnd process (pid %d) %s%s", (int)pid, how,
+		         inserting ? " while inserting WAL" : "");
 		return;
 	}
 	wr_log(WIFEXITED(st) && WEXITSTATUS(st) == 0 ? WR_DEBUG : WR_LOG,

@@ -21,7 +21,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* Fixed payload sizes; 0 for the variable ones (WAL, ERROR). */
+/* Fixed payload sizes; 0 for the variable ones (WAL, ERROR, FILE, DATA). */
 static const uint32_t fixed_len[REPL_MSG_NTYPES] = {
     [REPL_MSG_CHALLENGE] = 8 + REPL_NONCE_LEN,
     [REPL_MSG_AUTH] = REPL_NONCE_LEN + WR_SHA256_LEN,
@@ -30,14 +30,28 @@ static const uint32_t fixed_len[REPL_MSG_NTYPES] = {
     [REPL_MSG_STREAMING] = 4 + 8,
     [REPL_MSG_KEEPALIVE] = 8 + 8 + 1,
     [REPL_MSG_FEEDBACK] = 4 * 8,
+    [REPL_MSG_BASE_BACKUP] = 1,
+    [REPL_MSG_BACKUP_BEGIN] = 8 + 4 + 4 * 8 + 8,
+    [REPL_MSG_FILE_END] = 8 + 4,
+    [REPL_MSG_BACKUP_END] = 8,
 };
 
 static const char *const msg_names[REPL_MSG_NTYPES] = {
-    [REPL_MSG_CHALLENGE] = "CHALLENGE", [REPL_MSG_AUTH] = "AUTH",
-    [REPL_MSG_AUTH_OK] = "AUTH_OK",     [REPL_MSG_START] = "START",
-    [REPL_MSG_STREAMING] = "STREAMING", [REPL_MSG_WAL] = "WAL",
-    [REPL_MSG_KEEPALIVE] = "KEEPALIVE", [REPL_MSG_FEEDBACK] = "FEEDBACK",
+    [REPL_MSG_CHALLENGE] = "CHALLENGE",
+    [REPL_MSG_AUTH] = "AUTH",
+    [REPL_MSG_AUTH_OK] = "AUTH_OK",
+    [REPL_MSG_START] = "START",
+    [REPL_MSG_STREAMING] = "STREAMING",
+    [REPL_MSG_WAL] = "WAL",
+    [REPL_MSG_KEEPALIVE] = "KEEPALIVE",
+    [REPL_MSG_FEEDBACK] = "FEEDBACK",
     [REPL_MSG_ERROR] = "ERROR",
+    [REPL_MSG_BASE_BACKUP] = "BASE_BACKUP",
+    [REPL_MSG_BACKUP_BEGIN] = "BACKUP_BEGIN",
+    [REPL_MSG_FILE] = "FILE",
+    [REPL_MSG_DATA] = "DATA",
+    [REPL_MSG_FILE_END] = "FILE_END",
+    [REPL_MSG_BACKUP_END] = "BACKUP_END",
 };
 
 const char *repl_msg_name(int type)
@@ -89,6 +103,84 @@ static bool get_name(rd *r, char out[REPL_NAME_LEN])
 	return memchr(out, '\0', REPL_NAME_LEN) != NULL;
 }
 
+/* ---------------------------------------------------------------- base backup paths */
+
+static bool all_hex(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'A' && s[i] <= 'F')))
+			return false;
+	return true;
+}
+
+/* wal/NAME: a segment (16 hex digits) or a history file (8 hex digits + ".history"). */
+static bool wal_name_ok(const char *name, size_t n)
+{
+	if (n == 16 && all_hex(name, 16))
+		return true;
+	return n == 16 && all_hex(name, 8) && memcmp(name + 8, ".history", 8) == 0;
+}
+
+static bool component_ok(const char *c, size_t n)
+{
+	if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)c[i] < 0x20 || c[i] == 0x7f)
+			return false;
+	return true;
+}
+
+static bool backup_path_ok(const char *path, size_t len)
+{
+	if (len == 0 || len > REPL_PATH_MAX || memchr(path, '\0', len) != NULL)
+		return false;
+	size_t ncomp = 0, first_len = 0;
+	const char *last = path;
+	size_t last_len = 0;
+	for (size_t i = 0; i <= len; ncomp++) {
+		const char *c = path + i;
+		const char *slash = memchr(c, '/', len - i);
+		size_t n = slash != NULL ? (size_t)(slash - c) : len - i;
+		if (!component_ok(c, n))
+			return false; /* also a leading '/', "a//b" and a trailing '/' */
+		if (ncomp == 0)
+			first_len = n;
+		last = c;
+		last_len = n;
+		i += n + 1;
+	}
+	if (ncomp == 1)
+		return (len == strlen(REPL_BB_VERSION_FILE) &&
+		        memcmp(path, REPL_BB_VERSION_FILE, len) == 0) ||
+		       (len == strlen(REPL_BB_CONF_FILE) &&
+		        memcmp(path, REPL_BB_CONF_FILE, len) == 0) ||
+		       (len == strlen(REPL_BB_CONTROL_FILE) &&
+		        memcmp(path, REPL_BB_CONTROL_FILE, len) == 0);
+	if (first_len == 4 && memcmp(path, "base", 4) == 0)
+		return true;
+	return first_len == 3 && memcmp(path, "wal", 3) == 0 && ncomp == 2 &&
+	       wal_name_ok(last, last_len);
+}
+
+int repl_check_backup_path(const char *path, size_t len)
+{
+	if (backup_path_ok(path, len))
+		return WALRUS_OK;
+	char shown[REPL_PATH_MAX + 1];
+	size_t n = WR_MIN(len, (size_t)REPL_PATH_MAX);
+	for (size_t i = 0; i < n; i++) {
+		shown[i] = path[i];
+		if ((unsigned char)path[i] < 0x20 || path[i] == 0x7f)
+			shown[i] = '?'; /* it goes into messages and logs */
+	}
+	shown[n] = '\0';
+	return wr_error(WALRUS_EPROTO,
+	                "the primary sent a file path a base backup may not hold: \"%s\"%s "
+	                "(%zu bytes)",
+	                shown, len > n ? "..." : "", len);
+}
+
 /* ---------------------------------------------------------------- decoding */
 
 int repl_decode_header(const uint8_t h[REPL_HEADER_LEN], uint8_t *type, uint32_t *len)
@@ -108,8 +200,30 @@ int repl_decode_header(const uint8_t h[REPL_HEADER_LEN], uint8_t *type, uint32_t
 	return WALRUS_OK;
 }
 
+static int decode_backup_variable(uint8_t type, rd *r, repl_msg *m)
+{
+	if (type == REPL_MSG_FILE) {
+		int rc = repl_check_backup_path((const char *)r->p, r->left);
+		if (rc != WALRUS_OK)
+			return rc;
+		uint32_t n = r->left;
+		get_bytes(r, m->u.file.path, n);
+		m->u.file.path[n] = '\0';
+		return WALRUS_OK;
+	}
+	/* DATA */
+	if (r->left == 0 || r->left > REPL_WAL_CHUNK)
+		return wr_error(WALRUS_EPROTO, "replication message DATA of %u bytes (1 to %u)",
+		                r->left, REPL_WAL_CHUNK);
+	m->u.data.data = r->p;
+	m->u.data.len = r->left;
+	return WALRUS_OK;
+}
+
 static int decode_variable(uint8_t type, rd *r, repl_msg *m)
 {
+	if (type == REPL_MSG_FILE || type == REPL_MSG_DATA)
+		return decode_backup_variable(type, r, m);
 	if (type == REPL_MSG_WAL) {
 		if (r->left <= REPL_WAL_HEADER)
 			return wr_error(WALRUS_EPROTO,
@@ -136,6 +250,22 @@ static int decode_variable(uint8_t type, rd *r, repl_msg *m)
 	for (uint32_t i = 0; i < n; i++)
 		if ((unsigned char)m->u.error.text[i] < 0x20 && m->u.error.text[i] != '\0')
 			m->u.error.text[i] = '?'; /* it goes into our log */
+	return WALRUS_OK;
+}
+
+static int decode_backup_begin(rd *r, repl_msg *m)
+{
+	m->u.backup_begin.sysid = get_le(r, 8);
+	m->u.backup_begin.timeline = (uint32_t)get_le(r, 4);
+	m->u.backup_begin.wal_seg_size = get_le(r, 8);
+	m->u.backup_begin.start_lsn = get_le(r, 8);
+	m->u.backup_begin.checkpoint_lsn = get_le(r, 8);
+	m->u.backup_begin.total_bytes = get_le(r, 8);
+	uint64_t seg = m->u.backup_begin.wal_seg_size;
+	if (seg < WAL_PAGE_SIZE || (seg & (seg - 1)) != 0 || m->u.backup_begin.timeline == 0 ||
+	    m->u.backup_begin.start_lsn == 0 ||
+	    m->u.backup_begin.start_lsn > m->u.backup_begin.checkpoint_lsn)
+		return wr_error(WALRUS_EPROTO, "replication message BACKUP_BEGIN is inconsistent");
 	return WALRUS_OK;
 }
 
@@ -191,6 +321,21 @@ int repl_decode(uint8_t type, const uint8_t *p, uint32_t len, repl_msg *m)
 		m->u.feedback.applied = get_le(&r, 8);
 		m->u.feedback.time_us = get_le(&r, 8);
 		return WALRUS_OK;
+	case REPL_MSG_BASE_BACKUP:
+		m->u.base_backup.flags = (uint8_t)get_le(&r, 1);
+		if (m->u.base_backup.flags & ~REPL_BB_FAST)
+			return wr_error(WALRUS_EPROTO,
+			                "replication message BASE_BACKUP has unknown flags");
+		return WALRUS_OK;
+	case REPL_MSG_BACKUP_BEGIN:
+		return decode_backup_begin(&r, m);
+	case REPL_MSG_FILE_END:
+		m->u.file_end.bytes = get_le(&r, 8);
+		m->u.file_end.crc = (uint32_t)get_le(&r, 4);
+		return WALRUS_OK;
+	case REPL_MSG_BACKUP_END:
+		m->u.backup_end.end_lsn = get_le(&r, 8);
+		return WALRUS_OK;
 	default:
 		return decode_variable(type, &r, m);
 	}
@@ -223,7 +368,44 @@ static size_t payload_len(const repl_msg *m)
 		return REPL_WAL_HEADER + (size_t)m->u.wal.len;
 	if (m->type == REPL_MSG_ERROR)
 		return 4 + strnlen(m->u.error.text, REPL_ERROR_TEXT_MAX - 1);
+	if (m->type == REPL_MSG_FILE)
+		return strnlen(m->u.file.path, REPL_PATH_MAX);
+	if (m->type == REPL_MSG_DATA)
+		return m->u.data.len;
 	return fixed_len[m->type];
+}
+
+static void encode_backup_payload(const repl_msg *m, uint8_t *p)
+{
+	switch (m->type) {
+	case REPL_MSG_BASE_BACKUP:
+		put_le(p, m->u.base_backup.flags, 1);
+		break;
+	case REPL_MSG_BACKUP_BEGIN:
+		p = put_le(p, m->u.backup_begin.sysid, 8);
+		p = put_le(p, m->u.backup_begin.timeline, 4);
+		p = put_le(p, m->u.backup_begin.wal_seg_size, 8);
+		p = put_le(p, m->u.backup_begin.start_lsn, 8);
+		p = put_le(p, m->u.backup_begin.checkpoint_lsn, 8);
+		put_le(p, m->u.backup_begin.total_bytes, 8);
+		break;
+	case REPL_MSG_FILE:
+		put_bytes(p, m->u.file.path, strnlen(m->u.file.path, REPL_PATH_MAX));
+		break;
+	case REPL_MSG_DATA:
+		if (m->u.data.len > 0)
+			put_bytes(p, m->u.data.data, m->u.data.len);
+		break;
+	case REPL_MSG_FILE_END:
+		p = put_le(p, m->u.file_end.bytes, 8);
+		put_le(p, m->u.file_end.crc, 4);
+		break;
+	case REPL_MSG_BACKUP_END:
+		put_le(p, m->u.backup_end.end_lsn, 8);
+		break;
+	default:
+		break;
+	}
 }
 
 static void encode_payload(const repl_msg *m, uint8_t *p)
@@ -279,6 +461,7 @@ static void encode_payload(const repl_msg *m, uint8_t *p)
 		put_bytes(p, m->u.error.text, strnlen(m->u.error.text, REPL_ERROR_TEXT_MAX - 1));
 		break;
 	default:
+		encode_backup_payload(m, p);
 		break;
 	}
 }
@@ -302,6 +485,12 @@ void repl_encode_wal_header(uint8_t *out, wr_lsn start, wr_lsn primary_flush, ui
 	p = put_le(p, start, 8);
 	p = put_le(p, primary_flush, 8);
 	put_le(p, time_us, 8);
+}
+
+void repl_encode_data_header(uint8_t *out, uint32_t len)
+{
+	out[0] = REPL_MSG_DATA;
+	put_le(out + 1, len, 4);
 }
 
 /* ---------------------------------------------------------------- socket I/O */

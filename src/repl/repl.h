@@ -31,9 +31,19 @@
  * The receiver publishes `flushed` only after fdatasync, then bumps
  * flush_seq and wakes its futex waiters.
  * Returns: WALRUS_* codes with messages.
+ * Base backups (BASE_BACKUP instead of START): the sender runs the
+ * engine's backup steps (repl_backup_ops): it requests a checkpoint, waits
+ * for it, and inserts and flushes one WAL record (XLOG_BACKUP_END) through
+ * its own WAL insertion slot (the slots cover the senders' procs), then
+ * sends the data files and the WAL range with read(2) (no fd cache).  The
+ * supervisor records nothing for it: wal_backup_begin names the sender's
+ * pid, and the supervisor ends the backup of a sender it reaps
+ * (wal_backup_end_for), however it died.
  * PANICs: the receiver on any error writing or syncing received WAL (as
- * any WAL write); a sender never (it only reads), so its death never needs
- * a crash restart.
+ * any WAL write); a sender only where the WAL insert and flush of a base
+ * backup's end record PANIC (a WAL write or fsync error, as in any
+ * backend).  Otherwise a sender only reads, so its death needs no crash
+ * restart, but for one killed while `inserting` (repl_sender_slot).
  */
 #ifndef WALRUS_REPL_H
 #define WALRUS_REPL_H
@@ -44,6 +54,7 @@
 #include <sys/types.h>
 
 #include "common/common.h"
+#include "wal/wal.h"
 
 #define REPL_STANDBY_FILE "walrus.standby"
 #define REPL_NAME_LEN     64
@@ -54,6 +65,7 @@ enum repl_sender_state {
 	REPL_SND_START,     /* authenticated, waiting for START */
 	REPL_SND_STREAMING, /* sending WAL */
 	REPL_SND_STOPPING,  /* clean shutdown: sending what is left */
+	REPL_SND_BACKUP,    /* sending a base backup */
 };
 
 enum repl_receiver_state {
@@ -71,6 +83,10 @@ typedef struct repl_sender_slot { /* one per max_wal_senders */
 	char peer[REPL_NAME_LEN]; /* its address (set by the supervisor before the fork) */
 	_Atomic uint64_t sent, written, flushed, applied; /* LSNs */
 	_Atomic uint64_t reply_time_us;                   /* last FEEDBACK, wall clock */
+	/* Non-zero while the sender inserts WAL for a base backup: dying then
+	 * (but by exit 0) may leave its WAL insertion slot busy, so the
+	 * supervisor makes that a crash restart. */
+	_Atomic uint32_t inserting;
 } repl_sender_slot;
 
 typedef struct repl_receiver { /* the standby's receiver */
@@ -114,6 +130,31 @@ repl_state *repl_shared(void); /* NULL when not attached */
 void repl_wake_senders(void);
 
 /*
+ * A base backup sent by a WAL sender (BASE_BACKUP): the engine's steps,
+ * the same as walrus_backup's (engine/backup.c), run in the sender.
+ * begin: refuses a standby or a read-only instance; forces full-page
+ * images and keeps WAL (wal_backup_begin, EBUSY when a backup runs),
+ * requests a checkpoint and waits for it, and says what it left.
+ * each_data_file: calls @fn for each file of the data part (base/, the
+ * version file, walrus.conf), its path relative to DIR and absolute; a
+ * file that vanished meanwhile is skipped.  end_record: inserts and
+ * flushes XLOG_BACKUP_END.  release: ends what begin forced; called on
+ * every path once begin succeeded.
+ */
+typedef struct repl_backup_info {
+	wal_control ctl;     /* as read right after the backup's checkpoint */
+	wr_lsn start;        /* its redo point: the backup's start */
+	uint64_t data_bytes; /* the data part's size, an estimate */
+} repl_backup_info;
+typedef int (*repl_file_fn)(const char *rel, const char *abs, void *arg);
+typedef struct repl_backup_ops {
+	int (*begin)(bool fast, repl_backup_info *info);
+	int (*each_data_file)(repl_file_fn fn, void *arg);
+	int (*end_record)(wr_lsn start, wr_lsn *end);
+	void (*release)(void);
+} repl_backup_ops;
+
+/*
  * What the sender and the receiver need of the instance: the engine, which
  * runs them in its processes, says it before calling their mains (repl
  * sits below the engine and does not include it).
@@ -131,6 +172,8 @@ typedef struct repl_instance {
 	_Atomic uint64_t *wal_end;
 	_Atomic uint32_t *wal_seq;
 	_Atomic uint32_t *source;
+	/* A primary's senders: how to take a base backup (NULL: refused). */
+	const repl_backup_ops *backup;
 } repl_instance;
 void repl_set_instance(const repl_instance *inst);
 

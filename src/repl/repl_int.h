@@ -24,6 +24,18 @@
 #define REPL_WAL_CHUNK       131072u /* bytes of WAL per message at most (128 KiB) */
 #define REPL_ERROR_TEXT_MAX  512
 #define REPL_AUTH_TIMEOUT_MS 10000 /* a peer must authenticate within this */
+#define REPL_PATH_MAX        255   /* a base backup's relative path, in bytes */
+#define REPL_BB_FAST         0x1   /* BASE_BACKUP: an immediate checkpoint */
+
+/*
+ * The top-level files a base backup carries besides base/ and wal/: the
+ * engine's WR_VERSION_FILE and WR_CONF_FILE (engine.h; the standby checks
+ * that the first arrived), and the control file, which the standby decodes
+ * and rewrites rather than copies.
+ */
+#define REPL_BB_VERSION_FILE "WALRUS_VERSION"
+#define REPL_BB_CONF_FILE    "walrus.conf"
+#define REPL_BB_CONTROL_FILE WAL_CONTROL_FILE
 
 enum repl_msg_type {
 	REPL_MSG_CHALLENGE = 1, /* primary -> standby */
@@ -35,6 +47,13 @@ enum repl_msg_type {
 	REPL_MSG_KEEPALIVE,     /* primary -> standby */
 	REPL_MSG_FEEDBACK,      /* standby -> primary */
 	REPL_MSG_ERROR,         /* either way, then close */
+	/* A base backup (src/engine/basebackup.c asks, the sender answers): */
+	REPL_MSG_BASE_BACKUP,  /* standby -> primary, instead of START */
+	REPL_MSG_BACKUP_BEGIN, /* primary -> standby */
+	REPL_MSG_FILE,         /* primary -> standby: a file's path, then DATA... FILE_END */
+	REPL_MSG_DATA,         /* primary -> standby */
+	REPL_MSG_FILE_END,     /* primary -> standby */
+	REPL_MSG_BACKUP_END,   /* primary -> standby: the backup's end; then close */
 	REPL_MSG_NTYPES
 };
 
@@ -77,6 +96,29 @@ typedef struct repl_msg {
 			int32_t code;
 			char text[REPL_ERROR_TEXT_MAX]; /* terminated, cut if longer */
 		} error;
+		struct {
+			uint8_t flags; /* REPL_BB_FAST */
+		} base_backup;
+		struct {
+			uint64_t sysid;
+			uint32_t timeline;
+			uint64_t wal_seg_size, start_lsn, checkpoint_lsn;
+			uint64_t total_bytes; /* an estimate, for progress */
+		} backup_begin;
+		struct {
+			char path[REPL_PATH_MAX + 1]; /* terminated; repl_check_backup_path holds */
+		} file;
+		struct {
+			const uint8_t *data; /* into the buffer decoded from */
+			uint32_t len;        /* 1..REPL_WAL_CHUNK */
+		} data;
+		struct {
+			uint64_t bytes;
+			uint32_t crc; /* CRC32C of the file's bytes */
+		} file_end;
+		struct {
+			uint64_t end_lsn;
+		} backup_end;
 	} u;
 } repl_msg;
 
@@ -95,6 +137,26 @@ size_t repl_encode(const repl_msg *m, uint8_t *out, size_t cap);
 /* The 29 bytes before a WAL message's data (so the data can be read in place after them). */
 void repl_encode_wal_header(uint8_t *out, wr_lsn start, wr_lsn primary_flush, uint64_t time_us,
                             uint32_t len);
+
+/*
+ * A path a base backup may carry, relative to the data directory: 1 to
+ * REPL_PATH_MAX bytes, no NUL or control character, no leading '/', no
+ * empty, "." or ".." component; under base/ (any depth), wal/ (a segment
+ * name or a TLI.history file, no subdirectory), or one of the REPL_BB_*
+ * top-level files.  WALRUS_EPROTO otherwise, naming it.
+ */
+int repl_check_backup_path(const char *path, size_t len);
+
+/* The 5 bytes before a DATA message's @len bytes (read in place after them). */
+void repl_encode_data_header(uint8_t *out, uint32_t len);
+
+/*
+ * The sender's answer to BASE_BACKUP (bbsend.c): the engine's steps
+ * (repl_instance.backup) and the files, until BACKUP_END.  On an error
+ * the backup is released; *peer_gone says whether an ERROR can still
+ * reach the standby.
+ */
+int repl_send_base_backup(int fd, uint8_t *buf, bool fast, repl_sender_slot *slot, bool *peer_gone);
 
 /* What repl_set_instance was given. */
 const repl_instance *repl_instance_get(void);

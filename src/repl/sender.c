@@ -195,6 +195,24 @@ static void take_slot(sender *w, const char *name)
 	wr_snprintf(w->slot_name, sizeof(w->slot_name), "%s", name);
 }
 
+/* BASE_BACKUP (bbsend.c): the whole connection's work, then the end of this sender. */
+static _Noreturn void base_backup(sender *w, uint8_t flags)
+{
+	bool gone;
+	atomic_store(&w->slot->state, REPL_SND_BACKUP);
+	wr_snprintf(w->slot->name, sizeof(w->slot->name), "%s", "base backup");
+	if (repl_set_timeout(w->fd, w->timeout_ns / 1000000) != WALRUS_OK)
+		drop(w, walrus_errmsg());
+	int rc = repl_send_base_backup(w->fd, w->buf, (flags & REPL_BB_FAST) != 0, w->slot, &gone);
+	if (rc == WALRUS_OK)
+		_exit(0);
+	char text[REPL_ERROR_TEXT_MAX];
+	wr_snprintf(text, sizeof(text), "base backup failed: %s", walrus_errmsg());
+	if (gone)
+		drop(w, text);
+	refuse(w, WR_WARNING, rc, text);
+}
+
 static void receive_start(sender *w)
 {
 	repl_msg m;
@@ -202,8 +220,10 @@ static void receive_start(sender *w)
 	if (repl_set_timeout(w->fd, w->timeout_ns / 1000000) != WALRUS_OK ||
 	    repl_recv(w->fd, w->buf, &m) != WALRUS_OK)
 		drop(w, walrus_errmsg());
+	if (m.type == REPL_MSG_BASE_BACKUP)
+		base_backup(w, m.u.base_backup.flags);
 	if (m.type != REPL_MSG_START)
-		drop(w, "it sent something else than START");
+		drop(w, "it sent something else than START or BASE_BACKUP");
 	wr_snprintf(w->slot->name, sizeof(w->slot->name), "%s", m.u.start.app);
 	take_slot(w, m.u.start.slot);
 	w->sent = check_start(w, &m);

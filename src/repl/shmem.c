@@ -86,6 +86,7 @@ void repl_sender_prepare(int slot, const char *peer)
 	atomic_store(&s->flushed, 0);
 	atomic_store(&s->applied, 0);
 	atomic_store(&s->reply_time_us, 0);
+	atomic_store(&s->inserting, 0);
 }
 
 void repl_sender_free(int slot)

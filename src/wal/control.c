@@ -34,7 +34,7 @@
 
 #include "wal/wal.h"
 
-#define CONTROL_DISK_SIZE 512
+#define CONTROL_DISK_SIZE WAL_CONTROL_SIZE
 #define CONTROL_CRC_LEN   offsetof(wal_control, crc)
 
 _Static_assert(sizeof(wal_control) <= CONTROL_DISK_SIZE, "the control file fits in 512 bytes");
@@ -92,6 +92,17 @@ static int control_check(const char *path, const wal_control *c)
 	return 0;
 }
 
+int wal_control_decode(const uint8_t *buf, size_t len, const char *what, wal_control *c)
+{
+	if (len != CONTROL_DISK_SIZE)
+		return wr_error(WALRUS_ECORRUPT,
+		                "control file \"%s\" has %zu bytes, expected %d (truncated or "
+		                "damaged)",
+		                what, len, CONTROL_DISK_SIZE);
+	memcpy(c, buf, sizeof(*c));
+	return control_check(what, c);
+}
+
 int wal_control_read(const char *datadir, wal_control *c)
 {
 	char path[4096], buf[CONTROL_DISK_SIZE + 1];
@@ -101,13 +112,7 @@ int wal_control_read(const char *datadir, wal_control *c)
 	int rc = control_load(path, buf, &got);
 	if (rc != 0)
 		return rc;
-	if (got != CONTROL_DISK_SIZE)
-		return wr_error(WALRUS_ECORRUPT,
-		                "control file \"%s\" has %zd bytes, expected %d (truncated or "
-		                "damaged)",
-		                path, got, CONTROL_DISK_SIZE);
-	memcpy(c, buf, sizeof(*c));
-	return control_check(path, c);
+	return wal_control_decode((const uint8_t *)buf, (size_t)got, path, c);
 }
 
 /* ---------------------------------------------------------------- writing */
@@ -134,23 +139,27 @@ static int control_write_temp(const char *tmp, const char *buf)
 	return wr_error(rc, "%s", msg);
 }
 
-int wal_control_write(const char *datadir, const wal_control *c)
+void wal_control_encode(const wal_control *c, uint8_t out[WAL_CONTROL_SIZE])
 {
-	char path[4096], tmp[4096];
-	char buf[CONTROL_DISK_SIZE];
 	wal_control copy = *c;
-
 	copy.magic = WAL_CONTROL_MAGIC;
 	copy.version = WAL_CONTROL_VERSION;
 	copy.page_size = WR_PAGE_SIZE;
-	memset(buf, 0, sizeof(buf));
-	memcpy(buf, &copy, CONTROL_CRC_LEN); /* not the struct's padding: it is not ours to write */
-	copy.crc = crc32c(0, buf, CONTROL_CRC_LEN);
-	memcpy(buf + CONTROL_CRC_LEN, &copy.crc, sizeof(copy.crc));
+	memset(out, 0, CONTROL_DISK_SIZE);
+	memcpy(out, &copy, CONTROL_CRC_LEN); /* not the struct's padding: it is not ours to write */
+	copy.crc = crc32c(0, out, CONTROL_CRC_LEN);
+	memcpy(out + CONTROL_CRC_LEN, &copy.crc, sizeof(copy.crc));
+}
 
+int wal_control_write(const char *datadir, const wal_control *c)
+{
+	char path[4096], tmp[4096];
+	uint8_t buf[CONTROL_DISK_SIZE];
+
+	wal_control_encode(c, buf);
 	control_path(datadir, "", path, sizeof(path));
 	control_path(datadir, ".tmp", tmp, sizeof(tmp));
-	int rc = control_write_temp(tmp, buf);
+	int rc = control_write_temp(tmp, (const char *)buf);
 	if (rc == 0)
 		rc = fdc_rename(tmp, path);
 	/* Until the directory is synced, a crash may bring the old file back. */

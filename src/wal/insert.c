@@ -398,11 +398,12 @@ static bool fpw_now(void)
 	return wal_sh->fpw || atomic_load(&wal_sh->backup_running) != 0;
 }
 
-int wal_backup_begin(wr_lsn keep)
+int wal_backup_begin(wr_lsn keep, uint32_t holder_pid)
 {
 	uint32_t idle = 0;
 	if (!atomic_compare_exchange_strong(&wal_sh->backup_running, &idle, 1))
 		return wr_error(WALRUS_EBUSY, "a base backup is already running on this instance");
+	atomic_store(&wal_sh->backup_holder, holder_pid);
 	atomic_store(&wal_sh->backup_keep, keep);
 	return WALRUS_OK;
 }
@@ -410,7 +411,18 @@ int wal_backup_begin(wr_lsn keep)
 void wal_backup_end(void)
 {
 	atomic_store(&wal_sh->backup_keep, 0);
+	atomic_store(&wal_sh->backup_holder, 0);
 	atomic_store(&wal_sh->backup_running, 0);
+}
+
+bool wal_backup_end_for(uint32_t holder_pid)
+{
+	/* The holder is dead: nobody else ends its backup, nor begins one before it ends. */
+	if (wal_sh == NULL || holder_pid == 0 || !atomic_load(&wal_sh->backup_running) ||
+	    atomic_load(&wal_sh->backup_holder) != holder_pid)
+		return false;
+	wal_backup_end();
+	return true;
 }
 
 wr_lsn wal_backup_keep_lsn(void)

@@ -397,6 +397,7 @@ int wal_recycle(const char *waldir, const wr_options *o, wr_lsn redo, wr_lsn ins
 #define WAL_CONTROL_FILE    "walrus.control"
 #define WAL_CONTROL_MAGIC   0x574c4354u /* "WLCT" */
 #define WAL_CONTROL_VERSION 1
+#define WAL_CONTROL_SIZE    512 /* bytes on disk */
 
 enum wal_db_state {
 	WAL_DB_SHUTDOWN = 1,      /* clean: no redo needed */
@@ -437,6 +438,11 @@ static inline uint32_t wal_control_timeline(const wal_control *c)
 int wal_control_read(const char *datadir, wal_control *c);
 /* Replaces it atomically: temp file, fsync, rename, fsync directory. */
 int wal_control_write(const char *datadir, const wal_control *c);
+/* The on-disk bytes of @c (magic, version, page size and CRC set), as written. */
+void wal_control_encode(const wal_control *c, uint8_t out[WAL_CONTROL_SIZE]);
+/* Verifies and decodes control-file bytes that came from elsewhere (a base backup
+ * received from a primary): as wal_control_read, @what naming them in errors. */
+int wal_control_decode(const uint8_t *buf, size_t len, const char *what, wal_control *c);
 /* A new instance: control file + first segment holding a shutdown checkpoint record. */
 int wal_bootstrap(const char *datadir, const wr_options *o);
 /*
@@ -499,11 +505,16 @@ int wal_history_write(const char *waldir, const wal_history *parent, uint32_t ch
  * with full_page_writes=off (the copy may read torn pages), and no segment
  * at or after @keep is recycled.  One at a time: WALRUS_EBUSY otherwise.
  * Shared memory is reset by a crash restart, which ends a backup whose
- * process died.
+ * process died; @holder_pid names the process that holds it, so that the
+ * supervisor can end the backup of a WAL sender that died without a crash
+ * restart (wal_backup_end_for).
  */
-int wal_backup_begin(wr_lsn keep);
+int wal_backup_begin(wr_lsn keep, uint32_t holder_pid);
 void wal_backup_end(void);
 wr_lsn wal_backup_keep_lsn(void); /* 0: no backup running */
+/* The supervisor, when it reaps process @pid: ends the backup it held, if any
+ * (a WAL sender killed during a base backup it was sending).  True if it did. */
+bool wal_backup_end_for(uint32_t holder_pid);
 
 /*
  * Ends the current segment: inserts an XLOG_SWITCH record, moves the insert

@@ -135,6 +135,7 @@ typedef struct wal_shared {
 	_Atomic uint32_t ckpt_latch;
 	/* a base backup (wal_backup_begin): forces full-page writes, keeps WAL */
 	_Atomic uint32_t backup_running;
+	_Atomic uint32_t backup_holder; /* its process (wal_backup_end_for) */
 	_Atomic uint64_t backup_keep;
 
 	/* a standby's recovery (standby.c): written by the startup process */

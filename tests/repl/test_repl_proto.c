@@ -1,8 +1,8 @@
 /*
  * test_repl_proto.c - the replication protocol's framing (every message
  * type round trip; truncated, oversized, unknown and mis-sized messages
- * refused) and DIR/walrus.standby's parsing (a readable file, a missing
- * primary, an unknown key, quoting, the default application name).
+ * refused; a base backup's paths checked) and DIR/walrus.standby's parsing (a readable file, a
+ * missing primary, an unknown key, quoting, the default application name).
  */
 #include "fdcache/fdcache.h"
 #include "repl/repl_int.h"
@@ -66,6 +66,31 @@ static repl_msg sample(int type)
 		m.u.error.code = WALRUS_EPERM;
 		snprintf(m.u.error.text, sizeof(m.u.error.text), "authentication failed");
 		break;
+	case REPL_MSG_BASE_BACKUP:
+		m.u.base_backup.flags = REPL_BB_FAST;
+		break;
+	case REPL_MSG_BACKUP_BEGIN:
+		m.u.backup_begin.sysid = 77;
+		m.u.backup_begin.timeline = 2;
+		m.u.backup_begin.wal_seg_size = 1 << 20;
+		m.u.backup_begin.start_lsn = 0x1000028;
+		m.u.backup_begin.checkpoint_lsn = 0x1000100;
+		m.u.backup_begin.total_bytes = 123456;
+		break;
+	case REPL_MSG_FILE:
+		snprintf(m.u.file.path, sizeof(m.u.file.path), "base/1/16384");
+		break;
+	case REPL_MSG_DATA:
+		m.u.data.data = wal;
+		m.u.data.len = sizeof(wal);
+		break;
+	case REPL_MSG_FILE_END:
+		m.u.file_end.bytes = 8192;
+		m.u.file_end.crc = 0xabcdef01;
+		break;
+	case REPL_MSG_BACKUP_END:
+		m.u.backup_end.end_lsn = 0x2000000;
+		break;
 	default:
 		break;
 	}
@@ -90,6 +115,11 @@ START_TEST(test_round_trip)
 			ck_assert_uint_eq(back.u.wal.send_time_us, 42);
 			ck_assert_uint_eq(back.u.wal.len, m.u.wal.len);
 			ck_assert_mem_eq(back.u.wal.data, m.u.wal.data, m.u.wal.len);
+		} else if (t == REPL_MSG_DATA) {
+			ck_assert_uint_eq(back.u.data.len, m.u.data.len);
+			ck_assert_mem_eq(back.u.data.data, m.u.data.data, m.u.data.len);
+		} else if (t == REPL_MSG_FILE) {
+			ck_assert_str_eq(back.u.file.path, m.u.file.path);
 		} else {
 			/* Every fixed field, and the names and text, compare whole. */
 			ck_assert_mem_eq(&back.u, &m.u, sizeof(m.u));
@@ -164,6 +194,77 @@ START_TEST(test_bad_fields)
 }
 END_TEST
 
+/* A FILE message carrying @path (any bytes): what its decoding says. */
+static int decode_file(const char *path, size_t len)
+{
+	uint8_t msg[REPL_HEADER_LEN + 1024] = {REPL_MSG_FILE};
+	uint32_t l = (uint32_t)len;
+	repl_msg back;
+	size_t used;
+	memcpy(msg + 1, &l, 4); /* little-endian host */
+	memcpy(msg + REPL_HEADER_LEN, path, len);
+	return repl_decode_buf(msg, REPL_HEADER_LEN + len, &back, &used);
+}
+
+START_TEST(test_backup_paths)
+{
+	static const char *const good[] = {"base/1/16384",        "base/x",
+	                                   "WALRUS_VERSION",      "walrus.conf",
+	                                   "walrus.control",      "wal/0000000001000000",
+	                                   "wal/00000002.history"};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		ck_assert_msg(decode_file(good[i], strlen(good[i])) == WALRUS_OK, "%s: %s", good[i],
+		              walrus_errmsg());
+	static const char *const bad[] = {"../x",
+	                                  "/abs",
+	                                  "base/../../x",
+	                                  "",
+	                                  "a//b",
+	                                  "base//x",
+	                                  "base/./x",
+	                                  "base/",
+	                                  "base",
+	                                  "wal/x/y",
+	                                  "wal/..",
+	                                  "wal/notasegment",
+	                                  "wal/0000000g01000000",
+	                                  "pg_hba.conf",
+	                                  "walrus.pid",
+	                                  "walrus.standby",
+	                                  "log/walrus.log",
+	                                  "base/a\nb",
+	                                  "./base/x"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(decode_file(bad[i], strlen(bad[i])) == WALRUS_EPROTO, "%s accepted",
+		              bad[i]);
+	ck_assert_int_eq(decode_file("base/a\0b", 7), WALRUS_EPROTO); /* a NUL inside */
+	char longp[REPL_PATH_MAX + 2];
+	memset(longp, 'x', sizeof(longp));
+	memcpy(longp, "base/", 5);
+	ck_assert_int_eq(decode_file(longp, REPL_PATH_MAX), WALRUS_OK);
+	ck_assert_int_eq(decode_file(longp, REPL_PATH_MAX + 1), WALRUS_EPROTO);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "may not hold"));
+	/* Bad fields of the other backup messages. */
+	repl_msg m = sample(REPL_MSG_BACKUP_BEGIN), back;
+	m.u.backup_begin.wal_seg_size = 3 << 20; /* not a power of two */
+	size_t used, n = repl_encode(&m, buf, sizeof(buf));
+	ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_EPROTO);
+	m = sample(REPL_MSG_BACKUP_BEGIN);
+	m.u.backup_begin.start_lsn = m.u.backup_begin.checkpoint_lsn + 1;
+	n = repl_encode(&m, buf, sizeof(buf));
+	ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_EPROTO);
+	m = sample(REPL_MSG_BASE_BACKUP);
+	m.u.base_backup.flags = 2;
+	n = repl_encode(&m, buf, sizeof(buf));
+	ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_EPROTO);
+	uint8_t p[REPL_WAL_CHUNK + 1] = {0};
+	ck_assert_int_eq(repl_decode(REPL_MSG_DATA, p, 0, &back), WALRUS_EPROTO);
+	ck_assert_int_eq(repl_decode(REPL_MSG_DATA, p, REPL_WAL_CHUNK, &back), WALRUS_OK);
+	ck_assert_int_eq(repl_decode(REPL_MSG_DATA, p, REPL_WAL_CHUNK + 1, &back), WALRUS_EPROTO);
+	ck_assert_int_eq(repl_decode(REPL_MSG_FILE_END, p, 11, &back), WALRUS_EPROTO);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- walrus.standby */
 
 static int parse(const char *text, repl_standby_conf *c)
@@ -232,6 +333,7 @@ int main(void)
 	tcase_add_test(tc, test_truncated);
 	tcase_add_test(tc, test_oversized_and_unknown);
 	tcase_add_test(tc, test_bad_fields);
+	tcase_add_test(tc, test_backup_paths);
 	tcase_add_test(tc, test_standby_parse);
 	tcase_add_test(tc, test_standby_file);
 	suite_add_tcase(s, tc);
