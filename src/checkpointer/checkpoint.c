@@ -182,7 +182,7 @@ static void sync_files(ckpt_result *r)
 
 /* ---------------------------------------------------------------- the checkpoint */
 
-static void recycle_wal(const char *datadir, const wr_options *o, ckpt_result *r)
+static void recycle_wal(const char *datadir, const wr_options *o, bool settle, ckpt_result *r)
 {
 	char waldir[PATH_MAX];
 	int recycled = 0, removed = 0;
@@ -194,7 +194,8 @@ static void recycle_wal(const char *datadir, const wr_options *o, ckpt_result *r
 		return;
 	}
 	if (wr_snprintf(waldir, sizeof(waldir), "%s/wal", datadir) &&
-	    wal_recycle(waldir, o, r->redo, wal_position(), &recycled, &removed) != WALRUS_OK)
+	    wal_recycle(waldir, o, r->redo, wal_position(), settle, &recycled, &removed) !=
+	        WALRUS_OK)
 		wr_log(WR_WARNING, "could not recycle WAL segments: %s", walrus_errmsg());
 	r->segs_recycled = recycled;
 	r->segs_removed = removed;
@@ -242,7 +243,9 @@ int ckpt_perform(const char *datadir, const wr_options *o, int flags, const char
 		next_relid = WR_MAX(next_relid, replayed.next_relid);
 	write_record(r->redo, next_relid, flags, &r->lsn);
 	update_control(datadir, &c, r->lsn, r->redo, next_relid, flags);
-	recycle_wal(datadir, o, r);
+	/* Nothing writes WAL after a shutdown checkpoint: the WAL directory
+	 * can shrink to min_wal_size, future segments included. */
+	recycle_wal(datadir, o, (flags & CKPT_SHUTDOWN) != 0, r);
 	wal_get_stats(&s1);
 	r->segs_added = (int)(s1.segments_created - s0.segments_created);
 	r->total_s = (double)(wr_now_ns() - t0) / 1e9;
@@ -304,7 +307,7 @@ static int restartpoint(const char *datadir, const wr_options *o, int flags, con
 	/* A standby archives nothing: its segments are the primary's. */
 	wr_options keep = *o;
 	keep.archive_mode = 0;
-	recycle_wal(datadir, &keep, r);
+	recycle_wal(datadir, &keep, false, r);
 	r->total_s = (double)(wr_now_ns() - t0) / 1e9;
 	update_estimate(r);
 	if (o->log_checkpoints)

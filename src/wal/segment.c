@@ -307,8 +307,30 @@ static int wal_recycle_one(const char *waldir, uint64_t seg, const wal_seglist *
 	return rc;
 }
 
-int wal_recycle(const char *waldir, const wr_options *o, wr_lsn redo, wr_lsn insert, int *recycled,
-                int *removed)
+/*
+ * Future segments (never written: recycled by busier cycles, or
+ * preallocated) at or past @from.  Only when nothing writes WAL any more: a
+ * writer may have opened a future segment, and would go on writing into the
+ * removed file.
+ */
+static int wal_trim_future(const char *waldir, uint64_t seg, const wal_seglist *l, wr_lsn from,
+                           int *removed)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		char path[PATH_MAX];
+		if (l->v[i] < from)
+			continue;
+		wal_segment_path(waldir, seg, l->v[i], path, sizeof(path));
+		int rc = fdc_unlink(path);
+		if (rc != WALRUS_OK)
+			return rc;
+		(*removed)++;
+	}
+	return WALRUS_OK;
+}
+
+int wal_recycle(const char *waldir, const wr_options *o, wr_lsn redo, wr_lsn insert, bool settle,
+                int *recycled, int *removed)
 {
 	uint64_t seg = (uint64_t)o->wal_segment_size;
 	wal_seglist l = {0};
@@ -317,7 +339,9 @@ int wal_recycle(const char *waldir, const wr_options *o, wr_lsn redo, wr_lsn ins
 	wr_lsn redo_seg = redo - redo % seg;
 	insert = WR_MAX(insert, redo);
 	wr_lsn next = insert - insert % seg + seg;
-	wr_lsn limit = redo_seg + wal_keep_bytes(o, &l, redo_seg, redo, insert);
+	/* Settled, the next cycle's size is anyone's guess: min_wal_size. */
+	wr_lsn limit = redo_seg + (settle ? (uint64_t)o->min_wal_size
+	                                  : wal_keep_bytes(o, &l, redo_seg, redo, insert));
 	/* A running base backup still has to copy its WAL. */
 	wr_lsn keep = wal_backup_keep_lsn();
 	wr_lsn upto = keep != 0 && keep - keep % seg < redo_seg ? keep - keep % seg : redo_seg;
@@ -337,6 +361,8 @@ int wal_recycle(const char *waldir, const wr_options *o, wr_lsn redo, wr_lsn ins
 		if (rc == WALRUS_OK)
 			wal_archive_forget(waldir, seg, l.v[i]);
 	}
+	if (rc == WALRUS_OK && settle)
+		rc = wal_trim_future(waldir, seg, &l, WR_MAX(limit, next), removed);
 	free(l.v);
 	if (*recycled + *removed > 0) {
 		char any[PATH_MAX];

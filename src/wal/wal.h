@@ -387,10 +387,12 @@ int wal_remove_temp_segments(const char *waldir);
 /*
  * After a checkpoint whose redo LSN is @redo: segments wholly before it are
  * renamed to future names (keeping enough for min_wal_size .. max_wal_size)
- * or removed; counts go to the stats.
+ * or removed; counts go to the stats.  @settle (a shutdown checkpoint: no
+ * WAL is written after it) keeps min_wal_size only, and also removes the
+ * future segments past it that earlier, busier cycles recycled.
  */
-int wal_recycle(const char *waldir, const wr_options *o, wr_lsn redo, wr_lsn insert, int *recycled,
-                int *removed);
+int wal_recycle(const char *waldir, const wr_options *o, wr_lsn redo, wr_lsn insert, bool settle,
+                int *recycled, int *removed);
 
 /* ---------------------------------------------------------------- control file */
 

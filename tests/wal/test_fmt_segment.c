@@ -160,7 +160,7 @@ START_TEST(test_recycle_some)
 	/* redo in segment 8, insert in 9; up to 4 segments from the redo one. */
 	wr_options o = opts_with(4 * SEG, 4 * SEG);
 	int rec, rem;
-	ck_assert_int_eq(wal_recycle(waldir, &o, 8 * SEG + 100, 9 * SEG + 50, &rec, &rem),
+	ck_assert_int_eq(wal_recycle(waldir, &o, 8 * SEG + 100, 9 * SEG + 50, false, &rec, &rem),
 	                 WALRUS_OK);
 	ck_assert_int_eq(rec, 1);
 	ck_assert_int_eq(rem, 6);
@@ -171,7 +171,7 @@ START_TEST(test_recycle_some)
 	ck_assert_int_eq(mark_of(11), 1);        /* the oldest, renamed */
 	ck_assert_int_eq(count_segments(), 4);
 	/* Nothing old left: a second run does nothing. */
-	ck_assert_int_eq(wal_recycle(waldir, &o, 8 * SEG + 100, 9 * SEG + 50, &rec, &rem),
+	ck_assert_int_eq(wal_recycle(waldir, &o, 8 * SEG + 100, 9 * SEG + 50, false, &rec, &rem),
 	                 WALRUS_OK);
 	ck_assert_int_eq(rec + rem, 0);
 }
@@ -183,7 +183,8 @@ START_TEST(test_recycle_all_or_none)
 	wr_options o = opts_with(100 * SEG, 100 * SEG);
 	int rec, rem;
 	/* Redo at a segment start: segment 6 holds it, 1..5 are old. */
-	ck_assert_int_eq(wal_recycle(waldir, &o, 6 * SEG, 6 * SEG + 10, &rec, &rem), WALRUS_OK);
+	ck_assert_int_eq(wal_recycle(waldir, &o, 6 * SEG, 6 * SEG + 10, false, &rec, &rem),
+	                 WALRUS_OK);
 	ck_assert_int_eq(rec, 5);
 	ck_assert_int_eq(rem, 0);
 	/* Future names after the insert segment, skipping those that exist. */
@@ -195,7 +196,7 @@ START_TEST(test_recycle_all_or_none)
 		ck_assert_int_eq(mark_of(i), i);
 	/* No room at all: everything old is removed. */
 	o = opts_with(0, 0);
-	ck_assert_int_eq(wal_recycle(waldir, &o, 12 * SEG + 5, 12 * SEG + 5, &rec, &rem),
+	ck_assert_int_eq(wal_recycle(waldir, &o, 12 * SEG + 5, 12 * SEG + 5, false, &rec, &rem),
 	                 WALRUS_OK);
 	ck_assert_int_eq(rec, 0);
 	ck_assert_int_eq(rem, 6); /* 6..11 */
@@ -206,9 +207,36 @@ START_TEST(test_recycle_all_or_none)
 	char other[700];
 	snprintf(other, sizeof(other), "%s/walrus.notes", waldir);
 	ck_assert_int_eq(tu_write_file(other, "x", 1), 0);
-	ck_assert_int_eq(wal_recycle(waldir, &o, 20 * SEG, 20 * SEG, &rec, &rem), WALRUS_OK);
+	ck_assert_int_eq(wal_recycle(waldir, &o, 20 * SEG, 20 * SEG, false, &rec, &rem), WALRUS_OK);
 	ck_assert_int_eq(rem, 4);
 	ck_assert_int_eq(access(other, F_OK), 0);
+}
+END_TEST
+
+/*
+ * A shutdown checkpoint after a busy cycle: segments 1..3 old, the redo and
+ * insert in 4, 5..12 future ones recycled by that cycle.  Settled, only
+ * min_wal_size (3 segments: 4, 5 and 6) stays; the busy estimate would
+ * have kept them all.
+ */
+START_TEST(test_recycle_settle)
+{
+	make_segments(12);
+	wr_options o = opts_with(3 * SEG, 100 * SEG);
+	int rec, rem;
+	ck_assert_int_eq(wal_recycle(waldir, &o, 4 * SEG + 100, 4 * SEG + 200, true, &rec, &rem),
+	                 WALRUS_OK);
+	ck_assert_int_eq(rec, 0);
+	ck_assert_int_eq(rem, 3 + 6); /* 1..3 old, 7..12 future */
+	for (int i = 4; i <= 6; i++)
+		ck_assert_int_eq(mark_of(i), i);
+	ck_assert_int_eq(count_segments(), 3);
+	/* Not settled, the same directory keeps its future segments. */
+	make_segments(12);
+	ck_assert_int_eq(wal_recycle(waldir, &o, 4 * SEG + 100, 4 * SEG + 200, false, &rec, &rem),
+	                 WALRUS_OK);
+	ck_assert_int_eq(rem, 3);
+	ck_assert_int_eq(count_segments(), 9);
 }
 END_TEST
 
@@ -221,6 +249,7 @@ static Suite *segment_suite(void)
 	tcase_add_test(tc, test_create);
 	tcase_add_test(tc, test_recycle_some);
 	tcase_add_test(tc, test_recycle_all_or_none);
+	tcase_add_test(tc, test_recycle_settle);
 	suite_add_tcase(s, tc);
 	return s;
 }
