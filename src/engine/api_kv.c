@@ -21,7 +21,7 @@ struct walrus_batch {
 struct walrus_iter {
 	walrus *db;
 	kv_iter *it;
-	const kv_iter_cur *cur; /* it's current entry, read without a call per key */
+	const kv_iter_cur *cur; /* the entry @it is on, read without a call per key */
 };
 
 /*

@@ -46,9 +46,9 @@ struct kv_iter {
 /*
  * Copies a leaf held share-locked: the header and line pointers, and the
  * items and special space, skipping the free hole between them, which no
- * reader of the copy looks at (kvp_item sends a line pointer into the hole
- * to bytes of this copy, never outside it).  A leaf after random inserts is
- * a third empty, and the hole is most of a scan's cache misses there.
+ * reader of the copy looks at (a damaged line pointer into the hole reads
+ * stale bytes of this copy, never outside it: kvp_item).  A leaf after
+ * random inserts is about a third empty: cache misses a scan need not take.
  */
 static void copy_leaf(kv_iter *it, const char *page)
 {
