@@ -233,9 +233,11 @@ void bench_hook_op(void *arg, int client, uint64_t end_ns, uint64_t lat_ns, unsi
 		BM_ADD(writer_ops, 1);
 		return;
 	}
-	BM_ADD(ops, 1);
-	if (flags & PEERS_OP_NOLAT)
+	if (flags & PEERS_OP_NOLAT) { /* a scan's keys, lat_ns of them */
+		BM_ADD(ops, lat_ns);
 		return;
+	}
+	BM_ADD(ops, 1);
 	double us = (double)lat_ns / 1000.0;
 	BM_ADD(sum_ns, lat_ns);
 	BM_ADD(sumsq_us2, us * us);

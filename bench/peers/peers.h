@@ -134,12 +134,13 @@ typedef struct peers_result {
  * client that runs the operations (a forked process, a thread, or the
  * caller itself for single-client fills and scan), never during untimed
  * loads and warm passes: start once the client is released, op after each
- * operation (its end time and latency in ns; a scan calls it for every key
- * with PEERS_OP_NOLAT and the time of a recent key), end after the last.
+ * operation (its end time and latency in ns; a scan calls it once per 64
+ * keys and once for the rest, with PEERS_OP_NOLAT, the time of its last key
+ * and, in place of the latency, the number of keys), end after the last.
  * result is called in the caller with the figures, instead of printing them.
  */
 #define PEERS_OP_WRITER 0x1 /* readwhilewriting's writer, outside the measured figures */
-#define PEERS_OP_NOLAT  0x2 /* no latency of its own (scan) */
+#define PEERS_OP_NOLAT  0x2 /* no latency of its own (scan): lat_ns is a count of keys */
 typedef struct peers_hooks {
 	void *arg;
 	void (*start)(void *arg, int client, uint64_t now_ns);

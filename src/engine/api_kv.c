@@ -21,6 +21,7 @@ struct walrus_batch {
 struct walrus_iter {
 	walrus *db;
 	kv_iter *it;
+	const kv_iter_cur *cur; /* the entry @it is on, read without a call per key */
 };
 
 /*
@@ -176,7 +177,10 @@ int walrus_batch_commit(walrus *db, walrus_batch *b, int flags)
 
 static int iter_open(walrus_iter *w, const void *lo, size_t lolen, const void *hi, size_t hilen)
 {
-	return kv_iter_open(lo, lolen, hi, hilen, &w->it);
+	int rc = kv_iter_open(lo, lolen, hi, hilen, &w->it);
+	if (rc == WALRUS_OK)
+		w->cur = kv_iter_current(w->it);
+	return rc;
 }
 
 int walrus_iter_open(walrus *db, const void *lo, size_t lolen, const void *hi, size_t hilen,
@@ -243,25 +247,28 @@ int walrus_iter_prev(walrus_iter *it)
 	API_CALL(it->db, "walrus_iter_prev", kv_iter_prev(it->it));
 }
 
+/*
+ * These three read the iterator's private record of its entry (kv_iter_cur),
+ * which only the iterator's own moves change: no shared memory, so no
+ * boundary, and no call into kv per key of a scan.
+ */
 int walrus_iter_valid(const walrus_iter *it)
 {
-	return it != NULL && it->it != NULL && kv_iter_valid(it->it);
+	return it != NULL && it->cur != NULL && it->cur->valid;
 }
 
 void walrus_iter_key(const walrus_iter *it, const void **key, size_t *klen)
 {
-	*key = NULL;
-	*klen = 0;
-	if (walrus_iter_valid(it))
-		kv_iter_key(it->it, key, klen);
+	bool on = walrus_iter_valid(it);
+	*key = on ? it->cur->key : NULL;
+	*klen = on ? it->cur->klen : 0;
 }
 
 void walrus_iter_value(const walrus_iter *it, const void **val, size_t *vlen)
 {
-	*val = NULL;
-	*vlen = 0;
-	if (walrus_iter_valid(it))
-		kv_iter_value(it->it, val, vlen);
+	bool on = walrus_iter_valid(it);
+	*val = on ? it->cur->val : NULL;
+	*vlen = on ? it->cur->vlen : 0;
 }
 
 void walrus_iter_close(walrus_iter *it)

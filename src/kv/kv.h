@@ -152,6 +152,20 @@ int kv_delete(const void *k, size_t kl, int durability);
  */
 typedef struct kv_iter kv_iter;
 
+/*
+ * The entry an iterator is on.  It lives inside the iterator, at one address
+ * for the iterator's life (kv_iter_current), and every move rewrites it, so
+ * a caller that reads keys and values at every step reads this instead of
+ * making a call per field.  key and val are as kv_iter_key/kv_iter_value's.
+ */
+typedef struct kv_iter_cur {
+	const void *key;
+	const void *val;
+	size_t klen;
+	size_t vlen;
+	bool valid;
+} kv_iter_cur;
+
 /* Opens an iterator positioned on the first key >= lo. */
 int kv_iter_open(const void *lo, size_t lol, const void *hi, size_t hil, kv_iter **it);
 /* First key >= k (and >= lo); k NULL = the first key of the range. */
@@ -169,6 +183,7 @@ int kv_iter_next(kv_iter *it);
 bool kv_iter_next_local(kv_iter *it);
 int kv_iter_prev(kv_iter *it);
 bool kv_iter_valid(const kv_iter *it);
+const kv_iter_cur *kv_iter_current(const kv_iter *it);
 void kv_iter_key(const kv_iter *it, const void **k, size_t *kl);
 void kv_iter_value(const kv_iter *it, const void **v, size_t *vl);
 void kv_iter_close(kv_iter *it);

@@ -244,11 +244,18 @@ def test_other_workloads(walrus):
         check_keys(j, RUN_KEYS + ["writer_ops", "writer_p99_us"], "readwhilewriting")
         if j["ops"] != 2000 or j["wal_bytes_per_put"] is None and j["writer_ops"] > 0:
             fail("readwhilewriting: %s" % j)
+        csv_path = os.path.join(s.base, "scan.csv")
         j = last_json(run(walrus, s.db, [], ["--workload", "scan", "--num", "2000",
                                              "--key-size", "20", "--value-size", "50",
-                                             "--json"]))
+                                             "--csv", csv_path, "--json"]))
         if j["ops"] != 2000 or j["p99_us"] is not None or j["wal_bytes_per_put"] is not None:
             fail("scan: %s" % j)
+        # The scan reports its keys in groups of 64: the 16 after the last
+        # group (2000 = 31 x 64 + 16) count as well.
+        with open(csv_path, newline="") as f:
+            ops = sum(int(r["ops"]) for r in csv.DictReader(f))
+        if ops != 2000:
+            fail("scan: the CSV counts %d keys of 2000" % ops)
         # Updates on a database earlier updates rewrote (their rounds are read first),
         # by client threads (the default) and by client processes.
         for clients, mode in (("2", None), ("1", None), ("2", "processes"), ("2", "threads")):

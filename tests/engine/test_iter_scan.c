@@ -1,0 +1,237 @@
+/*
+ * test_iter_scan.c - the iterator contract through the public API's fast
+ * path.  Most walrus_iter_next calls of a scan step inside the iterator's
+ * private leaf copy without the handle check or the PANIC boundary, and
+ * walrus_iter_valid/key/value read the iterator's record of its entry
+ * without a call into kv; the kv suites test the iterator below that API.
+ * Here scans run through walrus.h while writer threads (handles of their
+ * own) insert, replace and delete keys between the scanned ones, splitting
+ * leaves and leaving holes in them, with some values big enough to be
+ * overflow chains: every scan must return each stable key exactly once, in
+ * order, and every key with a whole value of its own.
+ */
+#include "testutil.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NSTABLE  1500 /* keys written first and never touched */
+#define NWRITERS 2
+#define NSCANS   12
+#define BIGVAL   6000  /* past a page's room for an inline value: an overflow chain */
+#define MAXSTEPS 20000 /* per writer: bounds the tree, so the case's time */
+
+static const char *dir;
+
+static void setup(void)
+{
+	dir = tu_tmpdir("iterscan");
+}
+
+/* ---------------------------------------------------------------- self-checking values */
+
+typedef struct vhdr {
+	uint32_t magic, keycrc, len;
+} vhdr;
+#define VMAGIC 0x17e45ca7u
+
+static size_t make_val(char *buf, const char *k, size_t kl, uint32_t len, uint32_t salt)
+{
+	vhdr h = {VMAGIC, crc32c(0, k, kl), len};
+	memcpy(buf, &h, sizeof(h));
+	for (uint32_t j = sizeof(h); j < len; j++)
+		buf[j] = (char)(h.keycrc + salt * 7 + j);
+	return len;
+}
+
+/* Whether @v is a whole value made by make_val for key @k (not torn, not another key's). */
+static bool val_ok(const char *k, size_t kl, const char *v, size_t vl)
+{
+	vhdr h;
+	if (vl < sizeof(h))
+		return false;
+	memcpy(&h, v, sizeof(h));
+	if (h.magic != VMAGIC || h.len != vl || h.keycrc != crc32c(0, k, kl))
+		return false;
+	/* The salt is unknown: every byte follows the first one's pattern. */
+	char base = (char)(v[sizeof(h)] - (char)sizeof(h));
+	for (uint32_t j = sizeof(h); j < vl; j++)
+		if (v[j] != (char)(base + (char)j))
+			return false;
+	return true;
+}
+
+static size_t stable_key(char *k, int i)
+{
+	return (size_t)sprintf(k, "k%05d", i);
+}
+
+/* Writer @w's key number @seq, at a pseudo-random place between two stable
+ * keys ("k00012" < "k00012-w1-0000007" < "k00013"). */
+static size_t churn_key(char *k, int w, uint32_t seq)
+{
+	uint32_t h = crc32c((uint32_t)w, &seq, sizeof(seq));
+	return (size_t)sprintf(k, "k%05d-w%d-%07u", (int)(h % NSTABLE), w, seq);
+}
+
+/* ---------------------------------------------------------------- writers */
+
+typedef struct writer {
+	walrus *db;
+	int id;
+	_Atomic uint64_t ops;
+	atomic_bool done; /* stopped: told to, at MAXSTEPS, or on an error */
+	atomic_bool *stop;
+	int rc;
+	char why[256];
+	char val[BIGVAL];
+} writer;
+
+static uint32_t churn_len(uint32_t seq)
+{
+	return seq % 16 == 5 ? BIGVAL : 16 + crc32c(seq, "len", 3) % 400;
+}
+
+/*
+ * Step @seq puts a new key, and every odd step deletes the key of step
+ * seq / 2: the tree keeps growing (leaves split all over the key space) and
+ * keeps losing keys inside its leaves.
+ */
+static int writer_step(writer *w, uint32_t seq, char *v)
+{
+	char k[48];
+	size_t kl = churn_key(k, w->id, seq);
+	size_t vl = make_val(v, k, kl, churn_len(seq), seq);
+	int rc = walrus_put(w->db, k, kl, v, vl, WALRUS_ASYNC);
+	if (rc == WALRUS_OK && seq % 2 == 1) {
+		kl = churn_key(k, w->id, seq / 2);
+		rc = walrus_delete(w->db, k, kl, WALRUS_ASYNC);
+	}
+	if (rc != WALRUS_OK)
+		snprintf(w->why, sizeof(w->why), "%s: %s", k, walrus_errmsg());
+	return rc;
+}
+
+static void *writer_main(void *arg)
+{
+	writer *w = arg;
+	for (uint32_t seq = 0; seq < MAXSTEPS && !atomic_load(w->stop) && w->rc == WALRUS_OK;
+	     seq++) {
+		w->rc = writer_step(w, seq, w->val);
+		atomic_fetch_add(&w->ops, 1);
+	}
+	atomic_store(&w->done, true);
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- the scan */
+
+/* One whole forward scan; NULL if it kept the contract, else why not (in @why). */
+static const char *scan_once(walrus *db, char *why, size_t cap)
+{
+	walrus_iter *it = NULL;
+	char prev[64];
+	size_t prevl = 0;
+	int stable = 0, n = 0;
+	int rc = walrus_iter_open(db, NULL, 0, NULL, 0, &it);
+	for (; rc == WALRUS_OK && walrus_iter_valid(it); n++) {
+		const void *k, *v;
+		size_t kl, vl;
+		walrus_iter_key(it, &k, &kl);
+		walrus_iter_value(it, &v, &vl);
+		int c = n == 0 ? -1 : memcmp(prev, k, kl < prevl ? kl : prevl);
+		if (c > 0 || (c == 0 && prevl >= kl)) {
+			snprintf(why, cap, "key %.*s after %.*s", (int)kl, (const char *)k,
+			         (int)prevl, prev);
+			break;
+		}
+		if (!val_ok(k, kl, v, vl)) {
+			snprintf(why, cap, "value of %.*s (%zu bytes) is not its own, whole",
+			         (int)kl, (const char *)k, vl);
+			break;
+		}
+		if (kl > sizeof(prev)) {
+			snprintf(why, cap, "a key of %zu bytes", kl);
+			break;
+		}
+		stable += kl == 6; /* "k%05d" */
+		memcpy(prev, k, kl);
+		prevl = kl;
+		rc = walrus_iter_next(it);
+	}
+	walrus_iter_close(it);
+	if (rc != WALRUS_OK)
+		snprintf(why, cap, "iterator: %d %s", rc, walrus_errmsg());
+	else if (why[0] == '\0' && stable != NSTABLE)
+		snprintf(why, cap, "%d stable keys of %d in a scan", stable, NSTABLE);
+	return why[0] == '\0' ? NULL : why;
+}
+
+static void load_stable(walrus *db)
+{
+	char k[32], v[200];
+	walrus_batch *b = walrus_batch_new();
+	ck_assert_ptr_nonnull(b);
+	for (int i = 0; i < NSTABLE; i++) {
+		size_t kl = stable_key(k, i);
+		size_t vl = make_val(v, k, kl, 100, 0);
+		ck_assert_int_eq(walrus_batch_put(b, k, kl, v, vl), WALRUS_OK);
+	}
+	ck_assert_int_eq(walrus_batch_commit(db, b, WALRUS_ASYNC), WALRUS_OK);
+	walrus_batch_free(b);
+}
+
+START_TEST(scans_during_splits_and_deletes)
+{
+	walrus *db = tu_open(dir, tu_instance_opts("100ms", "8MB"));
+	load_stable(db);
+	atomic_bool stop = false;
+	writer ws[NWRITERS];
+	pthread_t t[NWRITERS];
+	for (int i = 0; i < NWRITERS; i++) {
+		ws[i] = (writer){
+		    .db = tu_open(dir, tu_instance_opts("100ms", "8MB")), .id = i, .stop = &stop};
+		ck_assert_int_eq(pthread_create(&t[i], NULL, writer_main, &ws[i]), 0);
+	}
+	char why[512] = "";
+	const char *bad = NULL;
+	for (int s = 0; s < NSCANS && bad == NULL; s++) {
+		/* Each scan starts after the writers changed the tree again (or
+		 * stopped: then the scans check the final tree). */
+		uint64_t before = atomic_load(&ws[0].ops) + atomic_load(&ws[1].ops);
+		while (atomic_load(&ws[0].ops) + atomic_load(&ws[1].ops) < before + 500 &&
+		       !(atomic_load(&ws[0].done) && atomic_load(&ws[1].done)))
+			sched_yield();
+		bad = scan_once(db, why, sizeof(why));
+	}
+	atomic_store(&stop, true);
+	for (int i = 0; i < NWRITERS; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_msg(ws[i].rc == WALRUS_OK, "writer %d: %d %s", i, ws[i].rc, ws[i].why);
+		ck_assert_int_eq(walrus_close(ws[i].db), WALRUS_OK);
+	}
+	ck_assert_msg(bad == NULL, "%s", why);
+	ck_assert_int_eq(walrus_verify(db, NULL, NULL), WALRUS_OK);
+	tu_close_and_wait(db);
+}
+END_TEST
+
+static Suite *iter_scan_suite(void)
+{
+	Suite *s = suite_create("iter-scan");
+	TCase *tc = tcase_create("iter-scan");
+	tcase_add_checked_fixture(tc, setup, NULL);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, scans_during_splits_and_deletes);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run(iter_scan_suite());
+}
