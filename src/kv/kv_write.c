@@ -143,10 +143,7 @@ int kvw_get(wr_blkno blk, kvw_page **out)
 
 int kvw_modify(kvw_page *p)
 {
-	if (!p->locked) {
-		buf_lock(p->buf, true);
-		p->locked = true;
-	}
+	kvw_lock(p);
 	if (p->member)
 		return WALRUS_OK;
 	p->pre = malloc(WR_PAGE_SIZE);
@@ -155,6 +152,14 @@ int kvw_modify(kvw_page *p)
 	memcpy(p->pre, p->page, WR_PAGE_SIZE);
 	p->member = true;
 	return WALRUS_OK;
+}
+
+void kvw_lock(kvw_page *p)
+{
+	if (!p->locked) {
+		buf_lock(p->buf, true);
+		p->locked = true;
+	}
 }
 
 kv_meta *kvw_meta(void)
@@ -175,6 +180,11 @@ uint64_t kvw_next_value_id(void)
 void kvw_count_split(void)
 {
 	W.splits++;
+}
+
+void kvw_count_fastpath(void)
+{
+	W.fastpath++;
 }
 
 /* ---------------------------------------------------------------- allocation */
@@ -412,7 +422,7 @@ int kvw_batch_begin(void)
 	W.n = 0;
 	W.nrb = 0;
 	W.nrec = 0;
-	W.splits = W.freed = W.reused = 0;
+	W.splits = W.freed = W.reused = W.fastpath = 0;
 	if (W.hcap)
 		memset(W.hash, 0, W.hcap * sizeof(kvw_page *));
 	W.meta.nblocks = 1; /* enough to read the meta page */
@@ -470,6 +480,7 @@ static void add_counters(void)
 	atomic_fetch_add(&kv_sh->splits, W.splits);
 	atomic_fetch_add(&kv_sh->pages_freed, W.freed);
 	atomic_fetch_add(&kv_sh->pages_reused, W.reused);
+	atomic_fetch_add(&kv_sh->fastpath_hits, W.fastpath);
 }
 
 /*
@@ -528,6 +539,8 @@ void kvw_abort(void)
 		if (p->pre != NULL)
 			memcpy(p->page, p->pre, WR_PAGE_SIZE);
 	}
+	/* The hint may name a page of the undone batch (past the restored end). */
+	kv_sh->rightmost_leaf = 0;
 	atomic_fetch_add(&kv_sh->aborts, 1);
 	release_all();
 }
