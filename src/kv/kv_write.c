@@ -502,19 +502,33 @@ static void stamp_commit(wr_lsn end)
 }
 
 /*
+ * The meta page's changes, if any.  Most batches (puts into leaves that do
+ * not split) change only the key count: then 8 bytes say so instead of the
+ * whole struct, a sixth of a small put's record.
+ */
+static int log_meta(void)
+{
+	kv_meta only_nkeys = W.meta0;
+	only_nkeys.nkeys = W.meta.nkeys;
+	if (memcmp(&W.meta, &W.meta0, sizeof(W.meta)) == 0)
+		return WALRUS_OK;
+	kvw_page *m;
+	int rc = kvw_get(0, &m);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (memcmp(&W.meta, &only_nkeys, sizeof(W.meta)) == 0)
+		return kvw_op(m, KVOP_NKEYS, 0, &W.meta.nkeys, sizeof(W.meta.nkeys));
+	return kvw_op(m, KVOP_META, 0, &W.meta, sizeof(W.meta));
+}
+
+/*
  * The last record of the batch carries the changes still being built and
  * the meta page: a batch of one small operation is one record.
  */
 int kvw_commit(wr_lsn *lsn)
 {
 	*lsn = 0;
-	int rc = WALRUS_OK;
-	if (memcmp(&W.meta, &W.meta0, sizeof(W.meta)) != 0) {
-		kvw_page *m;
-		rc = kvw_get(0, &m);
-		if (rc == WALRUS_OK)
-			rc = kvw_op(m, KVOP_META, 0, &W.meta, sizeof(W.meta));
-	}
+	int rc = log_meta();
 	if (rc != WALRUS_OK)
 		return rc; /* the caller aborts */
 	if (W.nrec > 0 || W.nrb > 0)

@@ -415,6 +415,36 @@ START_TEST(rightmost_leaf_fast_path_other_orders)
 }
 END_TEST
 
+/*
+ * A put that changes only a leaf and the key count logs the count alone
+ * (KVOP_NKEYS, 8 bytes), not the whole meta struct: record header, two block
+ * headers, the insert op and the count op.
+ */
+START_TEST(small_put_logs_the_key_count_only)
+{
+	kt_init("walrus-kv", 1024);
+	char k[16], v[100];
+	memset(v, 'v', sizeof(v));
+	memcpy(k, "k000000000000000", sizeof(k));
+	put_ok(k, sizeof(k), v, sizeof(v)); /* the leaf's first change after the redo point */
+	k[15] = '1';
+	wal_stats ws0, ws1;
+	wal_get_stats(&ws0);
+	put_ok(k, sizeof(k), v, sizeof(v));
+	wal_get_stats(&ws1);
+	size_t want = WAL_RECORD_HEADER + 2 * sizeof(wal_block_header) +
+	              (KVOP_HDR + KV_LEAF_HDR + sizeof(k) + sizeof(v)) + (KVOP_HDR + 8);
+	ck_assert_uint_eq(ws1.records - ws0.records, 1);
+	ck_assert_uint_le(ws1.bytes - ws0.bytes, want + 7); /* alignment */
+	wal_flush_to(wal_insert_lsn());
+	kt_crash_restart(); /* redo applies the count */
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.keys, 2);
+	kt_verify_clean();
+}
+END_TEST
+
 /* A hint naming a leaf that was emptied and freed, then reused, is not followed. */
 START_TEST(rightmost_leaf_hint_goes_stale)
 {
@@ -752,6 +782,7 @@ static Suite *tree_suite(void)
 	tcase_add_test(t, rightmost_leaf_fast_path_ascending);
 	tcase_add_loop_test(t, rightmost_leaf_fast_path_other_orders, 0, 2);
 	tcase_add_test(t, rightmost_leaf_hint_goes_stale);
+	tcase_add_test(t, small_put_logs_the_key_count_only);
 	tcase_add_test(t, queue_workload_reuses_pages);
 	tcase_add_test(t, iterator_bounds_seek_next_prev);
 	tcase_add_test(t, batch_applies_in_order);
