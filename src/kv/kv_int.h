@@ -427,8 +427,9 @@ typedef struct kvw_page {
 	wr_blkno blk;
 	int buf;
 	char *page;
-	char *pre;   /* image before the batch changed it (NULL: not changed, or new) */
-	bool locked; /* exclusive content lock held */
+	char *pre; /* image before the batch changed it (NULL: not changed, or new) */
+	uint16_t pre_lower, pre_upper; /* what pre holds: [0, lower) and [upper, end) */
+	bool locked;                   /* exclusive content lock held */
 	bool member; /* changed in this batch: stays pinned and locked to the end */
 	bool fresh;  /* past the tree's end before the batch: nothing to restore */
 	bool sane;   /* checked as a node by this batch (kv_modify.c) */

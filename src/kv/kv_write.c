@@ -141,6 +141,32 @@ int kvw_get(wr_blkno blk, kvw_page **out)
 	return rc;
 }
 
+/*
+ * The undo image keeps the page's content only: [0, lower) and [upper, end),
+ * not the free space between, whose bytes no reader or writer looks at.  A
+ * put saves two pages, its leaf and the meta page; the meta page's content
+ * is a hundred bytes of its 8 KiB, a leaf's what it holds.  A page whose
+ * header does not say where its free space is is saved whole.
+ */
+static void save_used(kvw_page *p)
+{
+	wr_page_header h = kvp_header(p->page);
+	if (h.lower > h.upper || h.upper > WR_PAGE_SIZE) {
+		h.lower = WR_PAGE_SIZE;
+		h.upper = WR_PAGE_SIZE;
+	}
+	p->pre_lower = h.lower;
+	p->pre_upper = h.upper;
+	memcpy(p->pre, p->page, h.lower);
+	memcpy(p->pre + h.upper, p->page + h.upper, WR_PAGE_SIZE - h.upper);
+}
+
+static void restore_used(kvw_page *p)
+{
+	memcpy(p->page, p->pre, p->pre_lower);
+	memcpy(p->page + p->pre_upper, p->pre + p->pre_upper, WR_PAGE_SIZE - p->pre_upper);
+}
+
 int kvw_modify(kvw_page *p)
 {
 	kvw_lock(p);
@@ -149,7 +175,7 @@ int kvw_modify(kvw_page *p)
 	p->pre = malloc(WR_PAGE_SIZE);
 	if (p->pre == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory saving a page image");
-	memcpy(p->pre, p->page, WR_PAGE_SIZE);
+	save_used(p);
 	p->member = true;
 	return WALRUS_OK;
 }
@@ -551,7 +577,7 @@ void kvw_abort(void)
 	for (uint32_t i = 0; i < W.n; i++) {
 		kvw_page *p = W.pages[i];
 		if (p->pre != NULL)
-			memcpy(p->page, p->pre, WR_PAGE_SIZE);
+			restore_used(p);
 	}
 	/* The hint may name a page of the undone batch (past the restored end). */
 	kv_sh->rightmost_leaf = 0;
