@@ -429,6 +429,7 @@ typedef struct kvw_page {
 	char *page;
 	char *pre; /* image before the batch changed it (NULL: not changed, or new) */
 	uint16_t pre_lower, pre_upper; /* what pre holds: [0, lower) and [upper, end) */
+	char *undo;                    /* pre's buffer, kept with the struct when it is reused */
 	bool locked;                   /* exclusive content lock held */
 	bool member; /* changed in this batch: stays pinned and locked to the end */
 	bool fresh;  /* past the tree's end before the batch: nothing to restore */
@@ -443,6 +444,13 @@ typedef struct rb_block {
 	size_t len, cap;
 } rb_block;
 
+/*
+ * Page structs (and undo buffers) a backend keeps between batches: a put
+ * needs two, and their malloc/free each time cost more than the put's
+ * tree work in an ascending load.
+ */
+#define KVW_SPARE 64
+
 /* A batch in progress (kv_write.c), one per backend. */
 typedef struct kv_write_state {
 	kvw_page **pages; /* every page this batch pinned */
@@ -455,6 +463,8 @@ typedef struct kv_write_state {
 	int nrec;        /* records inserted by this batch */
 	int crash_after; /* kv_test_crash_after_records (test builds only) */
 	uint64_t splits, freed, reused, fastpath;
+	kvw_page *spare[KVW_SPARE]; /* structs of ended batches, with their undo buffers */
+	uint32_t nspare;
 } kv_write_state;
 
 #define KV_NODE_COPIES 256

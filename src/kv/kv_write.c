@@ -100,23 +100,49 @@ static int check_pin_limit(void)
 	                limit, buf_nbuffers());
 }
 
+static void page_free(kvw_page *p)
+{
+	free(p->undo);
+	free(p);
+}
+
+/* A page struct, from the spares when there is one (its undo buffer comes along). */
+static kvw_page *page_new(void)
+{
+	if (W.nspare == 0)
+		return calloc(1, sizeof(kvw_page));
+	kvw_page *p = W.spare[--W.nspare];
+	char *undo = p->undo;
+	*p = (kvw_page){.undo = undo};
+	return p;
+}
+
+static void page_done(kvw_page *p)
+{
+	if (W.nspare < KVW_SPARE)
+		W.spare[W.nspare++] = p;
+	else
+		page_free(p);
+}
+
 static int set_add(wr_blkno blk, int buf, bool locked, bool fresh, kvw_page **out)
 {
-	kvw_page *p = calloc(1, sizeof(*p));
+	kvw_page *p = page_new();
 	int rc = p == NULL ? wr_error(WALRUS_ENOMEM, "out of memory") : set_grow();
 	if (rc != WALRUS_OK) {
-		free(p);
+		if (p != NULL)
+			page_done(p);
 		if (locked)
 			buf_unlock(buf);
 		buf_release(buf);
 		return rc;
 	}
-	*p = (kvw_page){.blk = blk,
-	                .buf = buf,
-	                .page = buf_page(buf),
-	                .locked = locked,
-	                .member = fresh,
-	                .fresh = fresh};
+	p->blk = blk;
+	p->buf = buf;
+	p->page = buf_page(buf);
+	p->locked = locked;
+	p->member = fresh;
+	p->fresh = fresh;
 	W.pages[W.n++] = p;
 	hash_put(p);
 	*out = p;
@@ -172,9 +198,9 @@ int kvw_modify(kvw_page *p)
 	kvw_lock(p);
 	if (p->member)
 		return WALRUS_OK;
-	p->pre = malloc(WR_PAGE_SIZE);
-	if (p->pre == NULL)
+	if (p->undo == NULL && (p->undo = malloc(WR_PAGE_SIZE)) == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory saving a page image");
+	p->pre = p->undo;
 	save_used(p);
 	p->member = true;
 	return WALRUS_OK;
@@ -441,10 +467,8 @@ int kvw_batch_begin(void)
 {
 	/* Left over by a batch a PANIC interrupted: its buffers belonged to
 	 * the shared memory of an instance that is gone. */
-	for (uint32_t i = 0; i < W.n; i++) {
-		free(W.pages[i]->pre);
-		free(W.pages[i]);
-	}
+	for (uint32_t i = 0; i < W.n; i++)
+		page_free(W.pages[i]);
 	W.n = 0;
 	W.nrb = 0;
 	W.nrec = 0;
@@ -468,10 +492,10 @@ int kvw_batch_begin(void)
 /* A backend's batch state goes with its handle (pages left by a PANIC included). */
 void kvw_state_free(kv_write_state *ws)
 {
-	for (uint32_t i = 0; i < ws->n; i++) {
-		free(ws->pages[i]->pre);
-		free(ws->pages[i]);
-	}
+	for (uint32_t i = 0; i < ws->n; i++)
+		page_free(ws->pages[i]);
+	for (uint32_t i = 0; i < ws->nspare; i++)
+		page_free(ws->spare[i]);
 	for (int i = 0; i < WAL_MAX_BLOCKS; i++)
 		free(ws->rb[i].ops);
 	free(ws->pages);
@@ -492,8 +516,7 @@ static void release_all(void)
 		if (p->locked)
 			buf_unlock(p->buf);
 		buf_release(p->buf);
-		free(p->pre);
-		free(p);
+		page_done(p);
 	}
 	W.n = 0;
 	W.nrb = 0;
