@@ -383,11 +383,25 @@ START_TEST(rightmost_leaf_fast_path_ascending)
 	kv_get_stats(&st);
 	ck_assert_uint_ge(hits, FAST_N - 1 - st.splits);
 	ck_assert_uint_lt(hits, FAST_N);
+	/* In a batch too, across the splits it makes. */
+	kv_stats st1;
+	kv_batch *b = kv_batch_new();
+	char v[30];
+	memset(v, 'b', sizeof(v));
+	for (uint32_t i = FAST_N; i < FAST_N + 2000; i++) {
+		char k[32];
+		int kl = snprintf(k, sizeof(k), "k%06u", i);
+		ck_assert_int_eq(kv_batch_put(b, k, (size_t)kl, v, sizeof(v)), WALRUS_OK);
+	}
+	ck_assert_int_eq(kv_batch_commit(b, KV_ASYNC, NULL), WALRUS_OK);
+	kv_batch_free(b);
+	kv_get_stats(&st1);
+	ck_assert_uint_ge(st1.fastpath_hits - st.fastpath_hits, 2000 - (st1.splits - st.splits));
 	kt_verify_clean();
 	wal_flush_to(wal_insert_lsn()); /* the puts were asynchronous */
 	kt_crash_restart();
 	kv_get_stats(&st);
-	ck_assert_uint_eq(st.keys, FAST_N);
+	ck_assert_uint_eq(st.keys, FAST_N + 2000);
 	kt_verify_clean();
 }
 END_TEST
