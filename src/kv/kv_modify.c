@@ -444,9 +444,10 @@ static int put_rightmost(const void *k, uint16_t kl, const char *item, uint16_t 
 		return WALRUS_OK;
 	}
 	int n = kvp_nslots(p->page);
+	if (n <= KV_FIRST_SLOT)
+		return WALRUS_OK;
 	kv_key last = kvn_leaf_key(p->page, n - 1);
-	if (n <= KV_FIRST_SLOT || kv_cmp(k, kl, last.p, last.len) <= 0 ||
-	    kvp_free_space(p->page) < len + KV_LP_SIZE)
+	if (kv_cmp(k, kl, last.p, last.len) <= 0 || kvp_free_space(p->page) < len + KV_LP_SIZE)
 		return WALRUS_OK;
 	int rc = kvw_op(p, KVOP_INSERT, (uint16_t)n, item, len);
 	if (rc == WALRUS_OK) {
