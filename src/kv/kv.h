@@ -216,8 +216,9 @@ typedef struct kv_stats {
 	uint64_t gets, puts, deletes, batches;
 	uint64_t batch_aborts; /* batches that failed and were undone */
 	uint64_t splits, pages_freed, pages_reused;
-	uint32_t height; /* from the meta page */
-	uint64_t pages;  /* blocks in use, meta page included */
+	uint64_t fastpath_hits; /* puts into the rightmost leaf that skipped the descent */
+	uint32_t height;        /* from the meta page */
+	uint64_t pages;         /* blocks in use, meta page included */
 	uint64_t free_pages, keys;
 } kv_stats;
 /* Counters since shared memory was created, and the tree's shape (zeros if no tree). */

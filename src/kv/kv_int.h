@@ -357,6 +357,7 @@ enum kv_op_code {
 	KVOP_TRUNCATE, /* keep slots [0, slot) */
 	KVOP_SPECIAL,  /* kv_special */
 	KVOP_META,     /* kv_meta */
+	KVOP_NKEYS,    /* u64: the meta page's key count, the rest unchanged */
 };
 #define KVOP_HDR 5u
 /* Appends to @out the compact image op of @page; returns its size. */
@@ -380,6 +381,14 @@ typedef struct kv_shared {
 	wr_rwlock tree_lock;
 	_Atomic uint64_t puts, deletes, batches, aborts;
 	_Atomic uint64_t splits, pages_freed, pages_reused;
+	_Atomic uint64_t fastpath_hits; /* puts that went to the rightmost leaf without a descent */
+	/*
+	 * The leaf the last put found at the tree's right end (0: none known):
+	 * a hint for ascending loads, read and written by the writer under the
+	 * tree lock only, and validated on the page before each use
+	 * (kv_modify.c, put_rightmost).
+	 */
+	uint32_t rightmost_leaf;
 	_Alignas(64) _Atomic uint64_t root_hint; /* root block | (level + 1) << 32; 0 = unknown */
 	_Alignas(64) struct {
 		_Alignas(64) _Atomic uint64_t n;
@@ -418,8 +427,10 @@ typedef struct kvw_page {
 	wr_blkno blk;
 	int buf;
 	char *page;
-	char *pre;   /* image before the batch changed it (NULL: not changed, or new) */
-	bool locked; /* exclusive content lock held */
+	char *pre; /* image before the batch changed it (NULL: not changed, or new) */
+	uint16_t pre_lower, pre_upper; /* what pre holds: [0, lower) and [upper, end) */
+	char *undo;                    /* pre's buffer, kept with the struct when it is reused */
+	bool locked;                   /* exclusive content lock held */
 	bool member; /* changed in this batch: stays pinned and locked to the end */
 	bool fresh;  /* past the tree's end before the batch: nothing to restore */
 	bool sane;   /* checked as a node by this batch (kv_modify.c) */
@@ -433,6 +444,13 @@ typedef struct rb_block {
 	size_t len, cap;
 } rb_block;
 
+/*
+ * Page structs (and undo buffers) a backend keeps between batches: a put
+ * needs two, and their malloc/free each time cost more than the put's
+ * tree work in an ascending load.
+ */
+#define KVW_SPARE 64
+
 /* A batch in progress (kv_write.c), one per backend. */
 typedef struct kv_write_state {
 	kvw_page **pages; /* every page this batch pinned */
@@ -444,7 +462,9 @@ typedef struct kv_write_state {
 	int nrb;
 	int nrec;        /* records inserted by this batch */
 	int crash_after; /* kv_test_crash_after_records (test builds only) */
-	uint64_t splits, freed, reused;
+	uint64_t splits, freed, reused, fastpath;
+	kvw_page *spare[KVW_SPARE]; /* structs of ended batches, with their undo buffers */
+	uint32_t nspare;
 } kv_write_state;
 
 #define KV_NODE_COPIES 256
@@ -470,6 +490,8 @@ int kvw_batch_begin(void);
 int kvw_get(wr_blkno blk, kvw_page **p);
 /* Before a change: exclusive lock, kept to the batch's end, and the image to undo it. */
 int kvw_modify(kvw_page *p);
+/* The exclusive lock alone, kept to the batch's end (to read a page as it will be changed). */
+void kvw_lock(kvw_page *p);
 /* A new page (free list, unused tail, or extension), locked; to be initialised by an op. */
 int kvw_alloc(kvw_page **p);
 /* Puts @p on the free list (the page becomes a free page). */
@@ -481,6 +503,7 @@ kv_meta *kvw_meta(void);
 uint32_t kvw_pinned(void);
 uint64_t kvw_next_value_id(void);
 void kvw_count_split(void);
+void kvw_count_fastpath(void);
 /* Logs an op for @p after applying it to the page (the same code redo runs). */
 int kvw_op(kvw_page *p, uint8_t code, uint16_t slot, const void *payload, uint16_t len);
 int kvw_op_image(kvw_page *p, const char *image_page);

@@ -351,6 +351,8 @@ static int split_insert(wpath *path, int level, int slot, const char *item, uint
 	if (rc != WALRUS_OK)
 		return rc;
 	kvw_count_split();
+	if (level == 0 && (s.flags & KVN_HIGH_INF))
+		kv_sh->rightmost_leaf = right->blk; /* the new end of the tree */
 	if (level + 1 == path->height) {
 		kvw_page *root; /* allocated here: grow_root's page image is not on the stack yet */
 		rc = kvw_alloc(&root);
@@ -397,6 +399,65 @@ static int replace_entry(wpath *path, int slot, const char *item, uint16_t len)
 	return rc == WALRUS_OK ? insert_item(path, 0, slot, item, len) : rc;
 }
 
+/*
+ * The fast path of ascending loads (nbtree's rightmost-leaf hint): a key
+ * above every key in the tree belongs to the rightmost leaf, so the writer
+ * remembers that leaf (kv_sh->rightmost_leaf) and, when the next key is past
+ * its last key and fits without a split, inserts there without descending.
+ * A fillseq put then pins and checks one page of the tree instead of
+ * height: the descent's pins and above all the sanity checks of the
+ * internal nodes (linear in their hundreds of entries) were most of a put's
+ * time in the tree.
+ *
+ * Why it is safe: the hint is only a guess and is checked on the page, under
+ * its exclusive lock (which the insert needs anyway), before the descent is
+ * skipped.  The block is below the tree's end; the page is a well-formed
+ * leaf whose high fence is +inf, and only the rightmost leaf of the tree has
+ * one (invariant 2 of README.md; freed nodes become FREE pages, pages past
+ * the end are refused); it holds a key, and @k sorts after its last key,
+ * hence after its low fence.  So the leaf covers @k, a descent would end
+ * there too, and the insert at its end is the very op the slow path would
+ * log: readers and redo cannot tell the difference.  Only the writer holding
+ * the tree lock reads or sets the hint, so it needs no atomics; an abort
+ * clears it.  Anything else (a replace, a split, a stale hint) takes the
+ * descent, which sets the hint again.
+ *
+ * *done: the put was made here.
+ */
+static int put_rightmost(const void *k, uint16_t kl, const char *item, uint16_t len, bool *done)
+{
+	wr_blkno blk = kv_sh->rightmost_leaf;
+	kvw_page *p;
+	*done = false;
+	if (blk == 0 || blk >= kvw_meta()->nblocks)
+		return WALRUS_OK;
+	if (kvw_get(blk, &p) != WALRUS_OK) {
+		wr_error_clear(); /* a page the descent may not need: let it decide */
+		return WALRUS_OK;
+	}
+	kvw_lock(p);
+	if (kvp_type(p->page) != KV_PT_NODE || kvp_special(p->page).level != 0 ||
+	    !(kvp_special(p->page).flags & KVN_HIGH_INF))
+		return WALRUS_OK;
+	if (check_node(p, 0) != WALRUS_OK) {
+		wr_error_clear(); /* the descent decides, and reports */
+		return WALRUS_OK;
+	}
+	int n = kvp_nslots(p->page);
+	if (n <= KV_FIRST_SLOT)
+		return WALRUS_OK;
+	kv_key last = kvn_leaf_key(p->page, n - 1);
+	if (kv_cmp(k, kl, last.p, last.len) <= 0 || kvp_free_space(p->page) < len + KV_LP_SIZE)
+		return WALRUS_OK;
+	int rc = kvw_op(p, KVOP_INSERT, (uint16_t)n, item, len);
+	if (rc == WALRUS_OK) {
+		kvw_meta()->nkeys++;
+		kvw_count_fastpath();
+		*done = true;
+	}
+	return rc;
+}
+
 int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl)
 {
 	char item[KV_LEAF_ITEM_MAX];
@@ -409,11 +470,17 @@ int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl)
 		rc = ovf_write(v, vl, &ref);
 		len = kvl_encode_ovf(item, k, kl, &ref);
 	}
-	wpath path;
+	bool done = false;
 	if (rc == WALRUS_OK)
-		rc = descend(k, kl, &path);
+		rc = put_rightmost(k, kl, item, len, &done);
+	if (rc != WALRUS_OK || done)
+		return rc;
+	wpath path;
+	rc = descend(k, kl, &path);
 	if (rc != WALRUS_OK)
 		return rc;
+	if (kvp_special(path.node[0]->page).flags & KVN_HIGH_INF)
+		kv_sh->rightmost_leaf = path.node[0]->blk;
 	bool eq;
 	int slot = kvn_lower_bound(path.node[0]->page, k, kl, &eq);
 	if (eq)

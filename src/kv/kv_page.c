@@ -425,6 +425,11 @@ static bool apply_one(char *page, uint8_t code, uint16_t slot, const char *p, ui
 			return false;
 		memcpy(page + WR_PAGE_HEADER_SIZE, p, len);
 		return true;
+	case KVOP_NKEYS:
+		if (kvp_type(page) != KV_PT_META || len != sizeof(uint64_t))
+			return false;
+		memcpy(page + WR_PAGE_HEADER_SIZE + offsetof(kv_meta, nkeys), p, len);
+		return true;
 	default:
 		return false;
 	}
@@ -459,8 +464,8 @@ bool kvop_apply(char *page, const char *ops, size_t len, char *why, size_t whyle
 
 static const char *op_name(uint8_t code)
 {
-	static const char *const names[] = {"?",       "init",     "insert", "delete",
-	                                    "replace", "truncate", "links",  "meta"};
+	static const char *const names[] = {"?",        "init",  "insert", "delete", "replace",
+	                                    "truncate", "links", "meta",   "nkeys"};
 	return code < WR_ARRAY_LEN(names) ? names[code] : "?";
 }
 

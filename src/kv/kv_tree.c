@@ -670,6 +670,7 @@ void kv_get_stats(kv_stats *s)
 	s->splits = atomic_load(&kv_sh->splits);
 	s->pages_freed = atomic_load(&kv_sh->pages_freed);
 	s->pages_reused = atomic_load(&kv_sh->pages_reused);
+	s->fastpath_hits = atomic_load(&kv_sh->fastpath_hits);
 	kv_meta m;
 	if (smgr_exists(KV_REL) && read_meta(&m) == WALRUS_OK) {
 		s->height = m.height;

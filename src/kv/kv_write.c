@@ -100,23 +100,49 @@ static int check_pin_limit(void)
 	                limit, buf_nbuffers());
 }
 
+static void page_free(kvw_page *p)
+{
+	free(p->undo);
+	free(p);
+}
+
+/* A page struct, from the spares when there is one (its undo buffer comes along). */
+static kvw_page *page_new(void)
+{
+	if (W.nspare == 0)
+		return calloc(1, sizeof(kvw_page));
+	kvw_page *p = W.spare[--W.nspare];
+	char *undo = p->undo;
+	*p = (kvw_page){.undo = undo};
+	return p;
+}
+
+static void page_done(kvw_page *p)
+{
+	if (W.nspare < KVW_SPARE)
+		W.spare[W.nspare++] = p;
+	else
+		page_free(p);
+}
+
 static int set_add(wr_blkno blk, int buf, bool locked, bool fresh, kvw_page **out)
 {
-	kvw_page *p = calloc(1, sizeof(*p));
+	kvw_page *p = page_new();
 	int rc = p == NULL ? wr_error(WALRUS_ENOMEM, "out of memory") : set_grow();
 	if (rc != WALRUS_OK) {
-		free(p);
+		if (p != NULL)
+			page_done(p);
 		if (locked)
 			buf_unlock(buf);
 		buf_release(buf);
 		return rc;
 	}
-	*p = (kvw_page){.blk = blk,
-	                .buf = buf,
-	                .page = buf_page(buf),
-	                .locked = locked,
-	                .member = fresh,
-	                .fresh = fresh};
+	p->blk = blk;
+	p->buf = buf;
+	p->page = buf_page(buf);
+	p->locked = locked;
+	p->member = fresh;
+	p->fresh = fresh;
 	W.pages[W.n++] = p;
 	hash_put(p);
 	*out = p;
@@ -141,20 +167,51 @@ int kvw_get(wr_blkno blk, kvw_page **out)
 	return rc;
 }
 
+/*
+ * The undo image keeps the page's content only: [0, lower) and [upper, end),
+ * not the free space between, whose bytes no reader or writer looks at.  A
+ * put saves two pages, its leaf and the meta page; the meta page's content
+ * is a hundred bytes of its 8 KiB, a leaf's what it holds.  A page whose
+ * header does not say where its free space is is saved whole.
+ */
+static void save_used(kvw_page *p)
+{
+	wr_page_header h = kvp_header(p->page);
+	if (h.lower > h.upper || h.upper > WR_PAGE_SIZE) {
+		h.lower = WR_PAGE_SIZE;
+		h.upper = WR_PAGE_SIZE;
+	}
+	p->pre_lower = h.lower;
+	p->pre_upper = h.upper;
+	memcpy(p->pre, p->page, h.lower);
+	memcpy(p->pre + h.upper, p->page + h.upper, WR_PAGE_SIZE - h.upper);
+}
+
+static void restore_used(kvw_page *p)
+{
+	memcpy(p->page, p->pre, p->pre_lower);
+	memcpy(p->page + p->pre_upper, p->pre + p->pre_upper, WR_PAGE_SIZE - p->pre_upper);
+}
+
 int kvw_modify(kvw_page *p)
+{
+	kvw_lock(p);
+	if (p->member)
+		return WALRUS_OK;
+	if (p->undo == NULL && (p->undo = malloc(WR_PAGE_SIZE)) == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory saving a page image");
+	p->pre = p->undo;
+	save_used(p);
+	p->member = true;
+	return WALRUS_OK;
+}
+
+void kvw_lock(kvw_page *p)
 {
 	if (!p->locked) {
 		buf_lock(p->buf, true);
 		p->locked = true;
 	}
-	if (p->member)
-		return WALRUS_OK;
-	p->pre = malloc(WR_PAGE_SIZE);
-	if (p->pre == NULL)
-		return wr_error(WALRUS_ENOMEM, "out of memory saving a page image");
-	memcpy(p->pre, p->page, WR_PAGE_SIZE);
-	p->member = true;
-	return WALRUS_OK;
 }
 
 kv_meta *kvw_meta(void)
@@ -175,6 +232,11 @@ uint64_t kvw_next_value_id(void)
 void kvw_count_split(void)
 {
 	W.splits++;
+}
+
+void kvw_count_fastpath(void)
+{
+	W.fastpath++;
 }
 
 /* ---------------------------------------------------------------- allocation */
@@ -405,14 +467,12 @@ int kvw_batch_begin(void)
 {
 	/* Left over by a batch a PANIC interrupted: its buffers belonged to
 	 * the shared memory of an instance that is gone. */
-	for (uint32_t i = 0; i < W.n; i++) {
-		free(W.pages[i]->pre);
-		free(W.pages[i]);
-	}
+	for (uint32_t i = 0; i < W.n; i++)
+		page_free(W.pages[i]);
 	W.n = 0;
 	W.nrb = 0;
 	W.nrec = 0;
-	W.splits = W.freed = W.reused = 0;
+	W.splits = W.freed = W.reused = W.fastpath = 0;
 	if (W.hcap)
 		memset(W.hash, 0, W.hcap * sizeof(kvw_page *));
 	W.meta.nblocks = 1; /* enough to read the meta page */
@@ -432,10 +492,10 @@ int kvw_batch_begin(void)
 /* A backend's batch state goes with its handle (pages left by a PANIC included). */
 void kvw_state_free(kv_write_state *ws)
 {
-	for (uint32_t i = 0; i < ws->n; i++) {
-		free(ws->pages[i]->pre);
-		free(ws->pages[i]);
-	}
+	for (uint32_t i = 0; i < ws->n; i++)
+		page_free(ws->pages[i]);
+	for (uint32_t i = 0; i < ws->nspare; i++)
+		page_free(ws->spare[i]);
 	for (int i = 0; i < WAL_MAX_BLOCKS; i++)
 		free(ws->rb[i].ops);
 	free(ws->pages);
@@ -456,8 +516,7 @@ static void release_all(void)
 		if (p->locked)
 			buf_unlock(p->buf);
 		buf_release(p->buf);
-		free(p->pre);
-		free(p);
+		page_done(p);
 	}
 	W.n = 0;
 	W.nrb = 0;
@@ -470,6 +529,7 @@ static void add_counters(void)
 	atomic_fetch_add(&kv_sh->splits, W.splits);
 	atomic_fetch_add(&kv_sh->pages_freed, W.freed);
 	atomic_fetch_add(&kv_sh->pages_reused, W.reused);
+	atomic_fetch_add(&kv_sh->fastpath_hits, W.fastpath);
 }
 
 /*
@@ -491,19 +551,33 @@ static void stamp_commit(wr_lsn end)
 }
 
 /*
+ * The meta page's changes, if any.  Most batches (puts into leaves that do
+ * not split) change only the key count: then 8 bytes say so instead of the
+ * whole struct, a sixth of a small put's record.
+ */
+static int log_meta(void)
+{
+	kv_meta only_nkeys = W.meta0;
+	only_nkeys.nkeys = W.meta.nkeys;
+	if (memcmp(&W.meta, &W.meta0, sizeof(W.meta)) == 0)
+		return WALRUS_OK;
+	kvw_page *m;
+	int rc = kvw_get(0, &m);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (memcmp(&W.meta, &only_nkeys, sizeof(W.meta)) == 0)
+		return kvw_op(m, KVOP_NKEYS, 0, &W.meta.nkeys, sizeof(W.meta.nkeys));
+	return kvw_op(m, KVOP_META, 0, &W.meta, sizeof(W.meta));
+}
+
+/*
  * The last record of the batch carries the changes still being built and
  * the meta page: a batch of one small operation is one record.
  */
 int kvw_commit(wr_lsn *lsn)
 {
 	*lsn = 0;
-	int rc = WALRUS_OK;
-	if (memcmp(&W.meta, &W.meta0, sizeof(W.meta)) != 0) {
-		kvw_page *m;
-		rc = kvw_get(0, &m);
-		if (rc == WALRUS_OK)
-			rc = kvw_op(m, KVOP_META, 0, &W.meta, sizeof(W.meta));
-	}
+	int rc = log_meta();
 	if (rc != WALRUS_OK)
 		return rc; /* the caller aborts */
 	if (W.nrec > 0 || W.nrb > 0)
@@ -526,8 +600,10 @@ void kvw_abort(void)
 	for (uint32_t i = 0; i < W.n; i++) {
 		kvw_page *p = W.pages[i];
 		if (p->pre != NULL)
-			memcpy(p->page, p->pre, WR_PAGE_SIZE);
+			restore_used(p);
 	}
+	/* The hint may name a page of the undone batch (past the restored end). */
+	kv_sh->rightmost_leaf = 0;
 	atomic_fetch_add(&kv_sh->aborts, 1);
 	release_all();
 }

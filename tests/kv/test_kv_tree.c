@@ -353,6 +353,147 @@ START_TEST(sequential_load_fills_pages)
 }
 END_TEST
 
+/* Puts keys "k%06u" for @n indexes of @order (NULL: 0..n-1); returns the fast-path hits. */
+static uint64_t load_hits(uint32_t n, const uint32_t *order)
+{
+	kv_stats st0, st1;
+	char v[30];
+	memset(v, 'v', sizeof(v));
+	kv_get_stats(&st0);
+	for (uint32_t i = 0; i < n; i++) {
+		char k[32];
+		int kl = snprintf(k, sizeof(k), "k%06u", order ? order[i] : i);
+		put_ok(k, (size_t)kl, v, sizeof(v));
+	}
+	kv_get_stats(&st1);
+	return st1.fastpath_hits - st0.fastpath_hits;
+}
+
+/*
+ * An ascending load goes to the rightmost leaf without descending, except
+ * for the first put (no hint yet) and the puts that split a leaf; its WAL
+ * replays to the same tree.
+ */
+enum { FAST_N = 20000 };
+START_TEST(rightmost_leaf_fast_path_ascending)
+{
+	kt_init("walrus-kv", 1024);
+	kv_stats st;
+	uint64_t hits = load_hits(FAST_N, NULL);
+	kv_get_stats(&st);
+	ck_assert_uint_ge(hits, FAST_N - 1 - st.splits);
+	ck_assert_uint_lt(hits, FAST_N);
+	/* In a batch too, across the splits it makes. */
+	kv_stats st1;
+	kv_batch *b = kv_batch_new();
+	char v[30];
+	memset(v, 'b', sizeof(v));
+	for (uint32_t i = FAST_N; i < FAST_N + 2000; i++) {
+		char k[32];
+		int kl = snprintf(k, sizeof(k), "k%06u", i);
+		ck_assert_int_eq(kv_batch_put(b, k, (size_t)kl, v, sizeof(v)), WALRUS_OK);
+	}
+	ck_assert_int_eq(kv_batch_commit(b, KV_ASYNC, NULL), WALRUS_OK);
+	kv_batch_free(b);
+	kv_get_stats(&st1);
+	ck_assert_uint_ge(st1.fastpath_hits - st.fastpath_hits, 2000 - (st1.splits - st.splits));
+	kt_verify_clean();
+	wal_flush_to(wal_insert_lsn()); /* the puts were asynchronous */
+	kt_crash_restart();
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.keys, FAST_N + 2000);
+	kt_verify_clean();
+}
+END_TEST
+
+/* A descending load never can take the fast path; a random one only for its new maxima. */
+START_TEST(rightmost_leaf_fast_path_other_orders)
+{
+	static uint32_t order[FAST_N];
+	bool descending = _i == 0;
+	uint64_t seed = 42;
+	kt_init("walrus-kv", 1024);
+	for (uint32_t i = 0; i < FAST_N; i++)
+		order[i] = descending ? FAST_N - 1 - i : i;
+	for (uint32_t i = FAST_N - 1; !descending && i > 0; i--) {
+		uint32_t j = (uint32_t)(kt_rand(&seed) % (i + 1)), t = order[i];
+		order[i] = order[j];
+		order[j] = t;
+	}
+	uint64_t hits = load_hits(FAST_N, order);
+	if (descending)
+		ck_assert_uint_eq(hits, 0);
+	else
+		ck_assert_uint_lt(hits, FAST_N / 100);
+	kt_verify_clean();
+}
+END_TEST
+
+/*
+ * A put that changes only a leaf and the key count logs the count alone
+ * (KVOP_NKEYS, 8 bytes), not the whole meta struct: record header, two block
+ * headers, the insert op and the count op.
+ */
+START_TEST(small_put_logs_the_key_count_only)
+{
+	kt_init("walrus-kv", 1024);
+	char k[16], v[100];
+	memset(v, 'v', sizeof(v));
+	memcpy(k, "k000000000000000", sizeof(k));
+	put_ok(k, sizeof(k), v, sizeof(v)); /* the leaf's first change after the redo point */
+	k[15] = '1';
+	wal_stats ws0, ws1;
+	wal_get_stats(&ws0);
+	put_ok(k, sizeof(k), v, sizeof(v));
+	wal_get_stats(&ws1);
+	size_t want = WAL_RECORD_HEADER + 2 * sizeof(wal_block_header) +
+	              (KVOP_HDR + KV_LEAF_HDR + sizeof(k) + sizeof(v)) + (KVOP_HDR + 8);
+	ck_assert_uint_eq(ws1.records - ws0.records, 1);
+	ck_assert_uint_le(ws1.bytes - ws0.bytes, want + 7); /* alignment */
+	wal_flush_to(wal_insert_lsn());
+	kt_crash_restart(); /* redo applies the count */
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.keys, 2);
+	kt_verify_clean();
+}
+END_TEST
+
+/* A hint naming a leaf that was emptied and freed, then reused, is not followed. */
+START_TEST(rightmost_leaf_hint_goes_stale)
+{
+	kt_init("walrus-kv", 1024);
+	fill(5000, 30);
+	for (uint32_t i = 4999; i >= 4000; i--) { /* frees the rightmost leaves */
+		char k[32];
+		int kl = snprintf(k, sizeof(k), "k%06u", i);
+		ck_assert_int_eq(kv_delete(k, (size_t)kl, KV_ASYNC), WALRUS_OK);
+	}
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_gt(st.pages_freed, 0);
+	char v[30];
+	memset(v, 'w', sizeof(v));
+	for (uint32_t i = 0; i < 1000; i++) { /* reuses them in the middle of the tree */
+		char k[32];
+		int kl = snprintf(k, sizeof(k), "k%06u.%u", 2000 + i, i);
+		put_ok(k, (size_t)kl, v, sizeof(v));
+	}
+	kv_get_stats(&st);
+	ck_assert_uint_gt(st.pages_reused, 0);
+	for (uint32_t i = 4000; i < 6000; i++) {
+		char k[32];
+		int kl = snprintf(k, sizeof(k), "k%06u", i);
+		put_ok(k, (size_t)kl, v, sizeof(v));
+	}
+	kt_verify_clean();
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.keys, 7000);
+	get_is("k005999", 7, v, sizeof(v));
+	get_is("k002500.500", 11, v, sizeof(v));
+}
+END_TEST
+
 /* ---------------------------------------------------------------- iterators */
 
 static int iter_key_num(kv_iter *it)
@@ -652,6 +793,10 @@ static Suite *tree_suite(void)
 	tcase_add_test(t, free_list_keeps_the_file_from_growing);
 	tcase_add_test(t, splits_at_every_level_and_back);
 	tcase_add_test(t, sequential_load_fills_pages);
+	tcase_add_test(t, rightmost_leaf_fast_path_ascending);
+	tcase_add_loop_test(t, rightmost_leaf_fast_path_other_orders, 0, 2);
+	tcase_add_test(t, rightmost_leaf_hint_goes_stale);
+	tcase_add_test(t, small_put_logs_the_key_count_only);
 	tcase_add_test(t, queue_workload_reuses_pages);
 	tcase_add_test(t, iterator_bounds_seek_next_prev);
 	tcase_add_test(t, batch_applies_in_order);
