@@ -41,6 +41,18 @@ def archiving_primary(cleanup, exe, root, extra_conf=""):
     return p, archive
 
 
+def listening_primary(cleanup, exe, root, opts=()):
+    """A new primary in ROOT/primary listening for standbys on ROOT/repl.sock
+    (replication_password 'secret'): (Walrus, socket path)."""
+    sock = os.path.join(root, "repl.sock")
+    pdir = os.path.join(root, "primary")
+    write_conf(pdir, f"listen_replication = '{sock}'\nreplication_password = 'secret'\n")
+    p = wtest.Walrus(exe, pdir, list(opts))
+    p.register(cleanup)
+    p.create()
+    return p, sock
+
+
 def stats(w):
     return json.loads(must(w.run("stats", "--json"), "stats"))
 
