@@ -166,10 +166,10 @@ void bench_print_json(FILE *f, const bench_kv_run *r, const bench_series *s)
 	json_str(f, r->mode ? r->mode : "processes");
 	fprintf(f,
 	        ",\"procs\":%d,\"clients\":%d,\"num\":%llu,\"key_size\":%llu,\"value_size\":%llu,"
-	        "\"sync\":%s,\"seed\":%llu,",
+	        "\"sync\":%s,\"batch\":%llu,\"seed\":%llu,",
 	        r->clients, r->clients, (unsigned long long)r->num, (unsigned long long)r->key_size,
 	        (unsigned long long)r->value_size, r->sync ? "true" : "false",
-	        (unsigned long long)r->seed);
+	        (unsigned long long)(r->batch ? r->batch : 1), (unsigned long long)r->seed);
 	if (r->duration_s > 0)
 		fprintf(f, "\"duration_s\":%.3f,", r->duration_s);
 	else

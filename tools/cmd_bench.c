@@ -123,6 +123,8 @@ static void usage(void)
 	       "--workload updaterandom --help):\n"
 	       "  --key-size K      key bytes, K decimal digits (default %d, %d..%d)\n"
 	       "  --sync            durable puts: each waits for its WAL flush\n"
+	       "  --batch N         fillseq, fillrandom: N puts per commit, one walrus batch\n"
+	       "                    (default 1)\n"
 	       "  --seed S          mixed into every random order and key stream (default 0)\n"
 	       "  --progress N      a line on stderr every N seconds: ops/s, latency,\n"
 	       "                    checkpoint phase, dirty buffers, WAL since the redo point\n"
@@ -147,8 +149,8 @@ static void print_workloads(FILE *f)
 /* The key-value workloads' own options. */
 static bool kv_option(const char *k)
 {
-	static const char *const kv[] = {"--key-size", "--sync", "--seed", "--progress",
-	                                 "--csv",      "--plot", "--reuse"};
+	static const char *const kv[] = {"--key-size", "--sync", "--seed",  "--progress",
+	                                 "--csv",      "--plot", "--reuse", "--batch"};
 	for (size_t i = 0; i < WR_ARRAY_LEN(kv); i++)
 		if (strcmp(k, kv[i]) == 0)
 			return true;

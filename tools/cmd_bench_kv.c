@@ -66,11 +66,12 @@ typedef struct kv_args {
 	int clients;
 	double duration_s;
 	uint64_t key_size, value_size, seed;
+	uint64_t batch; /* fills: puts per commit */
 	bool sync, json, reuse;
 	bool processes; /* clients are forked processes (--processes), not threads */
 	int progress_s;
 	const char *csv, *plot;
-	bool set_clients, set_mode; /* given on the command line */
+	bool set_clients, set_mode, set_batch; /* given on the command line */
 } kv_args;
 
 static void kv_usage(FILE *f)
@@ -105,6 +106,8 @@ static void kv_usage(FILE *f)
 	    "  --key-size K     key bytes, K decimal digits: at most 10^K keys (default %d,\n"
 	    "                   %d..%d)\n"
 	    "  --value-size B   value bytes (default %d, %d..%u)\n"
+	    "  --batch N        fillseq, fillrandom: commit N puts at a time, as one walrus\n"
+	    "                   batch (default 1: each put its own commit; at most %d)\n"
 	    "  --sync           durable puts (fillseq, fillrandom, updaterandom, the writer of\n"
 	    "                   readwhilewriting; fillsync always)\n"
 	    "  --seed S         mixed into every random order and key stream (default 0: the\n"
@@ -127,7 +130,7 @@ static void kv_usage(FILE *f)
 	    "side.\n",
 	    KV_DEFAULT_NUM, KV_DEFAULT_SYNC_OPS, PEERS_MAX_CLIENTS, PEERS_KEY_SIZE,
 	    PEERS_MIN_KEY_SIZE, PEERS_MAX_KEY_SIZE, PEERS_VALUE_SIZE, PEERS_MIN_VALUE_SIZE,
-	    PEERS_MAX_VALUE_SIZE);
+	    PEERS_MAX_VALUE_SIZE, PEERS_MAX_BATCH);
 }
 
 /* The kv workload named by argv's --workload, or -1. */
@@ -196,6 +199,12 @@ static int kv_check(kv_args *a)
 		    name);
 		return TOOL_EXIT_USAGE;
 	}
+	if (a->set_batch && a->workload != PEERS_FILLSEQ && a->workload != PEERS_FILLRANDOM) {
+		fprintf(stderr,
+		        "walrus bench: %s has no batches (--batch is for fillseq, fillrandom)\n",
+		        name);
+		return TOOL_EXIT_USAGE;
+	}
 	if (a->sync && !writes) {
 		fprintf(stderr,
 		        "walrus bench: %s does not write (--sync is for the workloads that do)\n",
@@ -227,6 +236,7 @@ static int kv_parse(int argc, char **argv, kv_args *a)
 	    .clients = 1,
 	    .key_size = PEERS_KEY_SIZE,
 	    .value_size = PEERS_VALUE_SIZE,
+	    .batch = 1,
 	};
 	for (int i = 1; i < argc; i++) {
 		const char *k = argv[i];
@@ -261,7 +271,8 @@ static int kv_parse(int argc, char **argv, kv_args *a)
 		    strcmp(k, "--clients") != 0 && strcmp(k, "--duration") != 0 &&
 		    strcmp(k, "--key-size") != 0 && strcmp(k, "--value-size") != 0 &&
 		    strcmp(k, "--seed") != 0 && strcmp(k, "--progress") != 0 &&
-		    strcmp(k, "--csv") != 0 && strcmp(k, "--plot") != 0) {
+		    strcmp(k, "--batch") != 0 && strcmp(k, "--csv") != 0 &&
+		    strcmp(k, "--plot") != 0) {
 			fprintf(stderr,
 			        "walrus bench: unknown option \"%s\" for workload %s (walrus bench "
 			        "--workload %s --help lists them)\n",
@@ -288,6 +299,9 @@ static int kv_parse(int argc, char **argv, kv_args *a)
 		} else if (strcmp(k, "--value-size") == 0) {
 			ok = parse_u64(k, s, PEERS_MIN_VALUE_SIZE, PEERS_MAX_VALUE_SIZE,
 			               &a->value_size);
+		} else if (strcmp(k, "--batch") == 0) {
+			ok = parse_u64(k, s, 1, PEERS_MAX_BATCH, &a->batch);
+			a->set_batch = true;
 		} else if (strcmp(k, "--seed") == 0) {
 			ok = parse_u64(k, s, 0, UINT64_MAX, &a->seed);
 		} else if (strcmp(k, "--progress") == 0) {
@@ -430,6 +444,7 @@ int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 	    .seed = a.seed,
 	    .duration_s = a.duration_s,
 	    .sync = a.sync,
+	    .batch = a.batch,
 	};
 	bench_monitor *mon;
 	int expected = a.workload == PEERS_FILLSYNC || is_random(a.workload) ? a.clients : 1;
@@ -464,6 +479,7 @@ int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 	    .seed = a.seed,
 	    .duration_ns = (uint64_t)llround(a.duration_s * 1e9),
 	    .sync = a.sync,
+	    .batch = a.batch,
 	    .hooks = &hooks,
 	};
 	if (!fill && empty)

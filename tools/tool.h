@@ -170,6 +170,7 @@ typedef struct bench_kv_run {
 	uint64_t key_size, value_size, seed;
 	double duration_s; /* 0: --num operations */
 	bool sync;
+	uint64_t batch; /* fills: puts per commit (1: each its own) */
 	uint64_t ops;
 	double seconds;
 	bool has_lat;

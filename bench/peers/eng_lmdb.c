@@ -8,8 +8,11 @@
  * back), durable ones with the default flags, where mdb_txn_commit flushes
  * the data pages and then the meta page before it returns. Reads go through
  * one read-only transaction per handle, renewed for each get and reset after
- * it (LMDB's idiom for short read transactions). The map is sparse: at least
- * 4 GiB, 1 KiB per key beyond that.
+ * it (LMDB's idiom for short read transactions). The fills' batches
+ * (--batch) are one write transaction each, its puts between begin and
+ * commit. The map is sparse: at least 4 GiB, 1 KiB per key beyond that.
+ * LMDB has no cache of its own (its pages are the file's, mapped): the
+ * kernel's page cache holds them, so --cache-mb does not apply.
  *
  * An environment may be used only by the process that opened it: a handle is
  * never carried across fork(), each client process opens its own.
@@ -27,6 +30,7 @@ typedef struct lm_handle {
 	MDB_env *env;
 	MDB_dbi dbi;
 	MDB_txn *rtxn; /* reset between gets */
+	MDB_txn *wtxn; /* the open batch's, or NULL */
 } lm_handle;
 
 static _Noreturn void lm_fail(const char *op, int rc)
@@ -78,6 +82,7 @@ static void *lm_open(const peers_open_args *a)
 	if (rc != 0)
 		lm_fail("mdb_txn_begin(MDB_RDONLY)", rc);
 	mdb_txn_reset(l->rtxn);
+	l->wtxn = NULL;
 	return l;
 }
 
@@ -95,19 +100,43 @@ static void lm_put(void *h, const char *key, size_t klen, const char *val, size_
 	lm_handle *l = h;
 	MDB_val k = {.mv_size = klen, .mv_data = (void *)key};
 	MDB_val v = {.mv_size = vlen, .mv_data = (void *)val};
-	MDB_txn *txn;
+	MDB_txn *txn = l->wtxn;
 	int rc;
 
-	rc = mdb_txn_begin(l->env, NULL, 0, &txn);
-	if (rc != 0)
-		lm_fail("mdb_txn_begin", rc);
+	if (txn == NULL) {
+		rc = mdb_txn_begin(l->env, NULL, 0, &txn);
+		if (rc != 0)
+			lm_fail("mdb_txn_begin", rc);
+	}
 	/* Flags 0: an existing key's value is replaced (no MDB_NOOVERWRITE). */
 	rc = mdb_put(txn, l->dbi, &k, &v, 0);
 	if (rc != 0) {
 		mdb_txn_abort(txn);
+		l->wtxn = NULL;
 		lm_fail("mdb_put", rc);
 	}
+	if (l->wtxn != NULL)
+		return;
 	rc = mdb_txn_commit(txn);
+	if (rc != 0)
+		lm_fail("mdb_txn_commit", rc);
+}
+
+static void lm_batch_begin(void *h)
+{
+	lm_handle *l = h;
+	int rc = mdb_txn_begin(l->env, NULL, 0, &l->wtxn);
+
+	if (rc != 0)
+		lm_fail("mdb_txn_begin", rc);
+}
+
+static void lm_batch_commit(void *h)
+{
+	lm_handle *l = h;
+	int rc = mdb_txn_commit(l->wtxn);
+
+	l->wtxn = NULL; /* freed by the commit, whatever its result */
 	if (rc != 0)
 		lm_fail("mdb_txn_commit", rc);
 }
@@ -166,4 +195,6 @@ const peers_engine peers_lmdb = {
     .put = lm_put,
     .get = lm_get,
     .scan = lm_scan,
+    .batch_begin = lm_batch_begin,
+    .batch_commit = lm_batch_commit,
 };

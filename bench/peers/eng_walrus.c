@@ -8,7 +8,9 @@
  * durable workloads (it returns once the WAL is flushed; concurrent
  * committers share a flush) and WALRUS_ASYNC otherwise (the WAL writer
  * flushes within wal_writer_delay); each get is walrus_get_into; the scan
- * is a walrus_iter over the whole key space.
+ * is a walrus_iter over the whole key space. The fills' batches (--batch)
+ * are walrus batches: the puts go into one, walrus_batch_commit applies it
+ * with the handle's flags, as a put would be.
  *
  * Every walrus handle is a backend of the instance, whether its process
  * holds one handle or many threads each hold their own: threads is false
@@ -46,7 +48,9 @@
 
 typedef struct wa_handle {
 	walrus *db;
-	int flags; /* WALRUS_SYNC or WALRUS_ASYNC */
+	int flags;           /* WALRUS_SYNC or WALRUS_ASYNC */
+	walrus_batch *batch; /* made by the first batch_begin */
+	bool in_batch;       /* puts go into batch */
 } wa_handle;
 
 static pthread_mutex_t wa_mu = PTHREAD_MUTEX_INITIALIZER; /* guards the next three */
@@ -119,6 +123,8 @@ static void *wa_open(const peers_open_args *a)
 		            msg[0] ? msg : walrus_strerror(rc), walrus_strerror(rc));
 	}
 	w->flags = a->sync ? WALRUS_SYNC : WALRUS_ASYNC;
+	w->batch = NULL;
+	w->in_batch = false;
 	return w;
 }
 
@@ -127,6 +133,7 @@ static void wa_close(void *h)
 	wa_handle *w = h;
 	int rc = walrus_close(w->db);
 
+	walrus_batch_free(w->batch);
 	free(w);
 	if (rc != WALRUS_OK)
 		wa_fail("walrus_close", rc);
@@ -135,12 +142,41 @@ static void wa_close(void *h)
 static void wa_put(void *h, const char *key, size_t klen, const char *val, size_t vlen)
 {
 	wa_handle *w = h;
-	int rc = walrus_put(w->db, key, klen, val, vlen, w->flags);
+	int rc;
 
+	if (w->in_batch) {
+		rc = walrus_batch_put(w->batch, key, klen, val, vlen);
+		if (rc != WALRUS_OK)
+			wa_fail("walrus_batch_put", rc);
+		return;
+	}
+	rc = walrus_put(w->db, key, klen, val, vlen, w->flags);
 	if (rc != WALRUS_OK)
 		wa_fail(w->flags == WALRUS_SYNC ? "walrus_put(WALRUS_SYNC)"
 		                                : "walrus_put(WALRUS_ASYNC)",
 		        rc);
+}
+
+static void wa_batch_begin(void *h)
+{
+	wa_handle *w = h;
+
+	if (w->batch == NULL && (w->batch = walrus_batch_new()) == NULL)
+		peers_fatal("walrus", "walrus_batch_new", "out of memory");
+	w->in_batch = true;
+}
+
+static void wa_batch_commit(void *h)
+{
+	wa_handle *w = h;
+	int rc = walrus_batch_commit(w->db, w->batch, w->flags);
+
+	if (rc != WALRUS_OK)
+		wa_fail(w->flags == WALRUS_SYNC ? "walrus_batch_commit(WALRUS_SYNC)"
+		                                : "walrus_batch_commit(WALRUS_ASYNC)",
+		        rc);
+	walrus_batch_clear(w->batch);
+	w->in_batch = false;
 }
 
 static bool wa_get(void *h, const char *key, size_t klen, char *buf, size_t cap, size_t *vlen)
@@ -234,4 +270,6 @@ const peers_engine peers_walrus = {
     .get = wa_get,
     .scan = wa_scan,
     .idle = wa_idle,
+    .batch_begin = wa_batch_begin,
+    .batch_commit = wa_batch_commit,
 };

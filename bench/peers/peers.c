@@ -25,7 +25,8 @@
 #define MAX_OPTS 64
 
 /* walrus's buffer pool in walrus-peers: the 256 MiB that SQLite's page cache
- * and RocksDB's block cache get (-o shared_buffers=... overrides it). */
+ * and RocksDB's block cache get (--cache-mb sets all three; -o
+ * shared_buffers=... overrides walrus's). */
 #define PEERS_WALRUS_SHARED_BUFFERS "256MB"
 
 /* Every workload (peers_workload_names, in its order), and the default list:
@@ -86,6 +87,12 @@ static void usage(FILE *f)
 	        "  --sync-procs LIST  fillsync client counts (default 1,8)\n"
 	        "  --read-procs LIST  readrandom, readwhilewriting (readers) and updaterandom\n"
 	        "                     client counts (default 1,2)\n"
+	        "  --batch N          fillseq and fillrandom commit N puts at a time: a walrus\n"
+	        "                     batch, an SQLite BEGIN..COMMIT, an LMDB write txn; RocksDB\n"
+	        "                     still writes each put alone (default 1, at most %d)\n"
+	        "  --cache-mb MB      every engine's cache: walrus's shared_buffers, SQLite's\n"
+	        "                     cache_size, RocksDB's block cache (LMDB has none)\n"
+	        "                     (default %d)\n"
 	        "  --walrus-clients LIST\n"
 	        "                     how walrus's clients of those workloads run, each in turn:\n"
 	        "                     threads (of this process, a handle each) and/or processes\n"
@@ -99,7 +106,8 @@ static void usage(FILE *f)
 	        "walrus-peers\n"
 	        "                     starts from shared_buffers=" PEERS_WALRUS_SHARED_BUFFERS
 	        ", the peers' cache size\n"
-	        "exit: 0 ok, 2 usage or wrong result, 3 engine or system error\n");
+	        "exit: 0 ok, 2 usage or wrong result, 3 engine or system error\n",
+	        PEERS_MAX_BATCH, PEERS_CACHE_MB);
 }
 
 /* PEERS_ALL_WORKLOADS, which the help shows, names every workload. */
@@ -214,7 +222,7 @@ static void add_read_procs(config *cfg, const char *opt, const char *s)
 
 static void parse_args(int argc, char **argv, config *cfg)
 {
-	*cfg = (config){.run = {.num = 1000000, .sync_ops = 2000, .fresh_dirs = true}};
+	*cfg = (config){.run = {.num = 1000000, .sync_ops = 2000, .batch = 1, .fresh_dirs = true}};
 	for (int i = 1; i < argc; i++) {
 		const char *k = argv[i];
 
@@ -238,6 +246,10 @@ static void parse_args(int argc, char **argv, config *cfg)
 			cfg->run.num = parse_u64(k, v, PEERS_MAX_KEYS);
 		else if (strcmp(k, "--sync-ops") == 0)
 			cfg->run.sync_ops = parse_u64(k, v, PEERS_MAX_KEYS / PEERS_MAX_CLIENTS);
+		else if (strcmp(k, "--batch") == 0)
+			cfg->run.batch = parse_u64(k, v, PEERS_MAX_BATCH);
+		else if (strcmp(k, "--cache-mb") == 0)
+			cfg->run.cache_mb = parse_u64(k, v, PEERS_MAX_CACHE_MB);
 		else if (strcmp(k, "--engines") == 0)
 			parse_list(k, v, cfg, add_engine);
 		else if (strcmp(k, "--workloads") == 0)
@@ -278,7 +290,11 @@ static walrus_opts *make_walrus_opts(const config *cfg)
 		fprintf(stderr, "walrus-peers: walrus_opts_new failed: out of memory\n");
 		exit(PEERS_EXIT_ERROR);
 	}
-	if (walrus_opts_set(o, "shared_buffers", PEERS_WALRUS_SHARED_BUFFERS) != WALRUS_OK) {
+	char sb[32] = PEERS_WALRUS_SHARED_BUFFERS;
+
+	if (cfg->run.cache_mb)
+		snprintf(sb, sizeof(sb), "%lluMB", (unsigned long long)cfg->run.cache_mb);
+	if (walrus_opts_set(o, "shared_buffers", sb) != WALRUS_OK) {
 		fprintf(stderr, "walrus-peers: shared_buffers: %s\n", walrus_errmsg());
 		exit(PEERS_EXIT_ERROR);
 	}
@@ -344,8 +360,11 @@ int main(int argc, char **argv)
 
 	FILE *human = cfg.run.json ? stderr : stdout;
 
-	fprintf(human, "walrus-peers: num=%" PRIu64 " sync-ops=%" PRIu64 " dir=%s", cfg.run.num,
-	        cfg.run.sync_ops, g_base);
+	fprintf(human,
+	        "walrus-peers: num=%" PRIu64 " sync-ops=%" PRIu64 " batch=%" PRIu64
+	        " cache-mb=%" PRIu64 " dir=%s",
+	        cfg.run.num, cfg.run.sync_ops, cfg.run.batch,
+	        cfg.run.cache_mb ? cfg.run.cache_mb : (uint64_t)PEERS_CACHE_MB, g_base);
 	for (int i = 0; i < cfg.nengines; i++)
 		fprintf(human, " %s=%s", cfg.engines[i]->name, cfg.engines[i]->version());
 	fprintf(human, " walrus-clients=");

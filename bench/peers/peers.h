@@ -9,7 +9,12 @@
  * Interface routines of an engine (peers_engine):
  *   open     open or create the database in a directory, for asynchronous
  *            (sync = false) or durable (sync = true) writes
- *   put      one write, committed on its own (no batching)
+ *   put      one write, committed on its own, or, between batch_begin and
+ *            batch_commit, one write of the open batch
+ *   batch_begin, batch_commit
+ *            optional (NULL: the engine has no batches in the definitions,
+ *            RocksDB, whose puts stay one write each): the puts between them
+ *            are one transaction, committed as a put would be
  *   get      one point read into a caller buffer; false when absent
  *   scan     every pair in key order, handed to a callback
  *   close    release the handle
@@ -41,9 +46,12 @@
 #define PEERS_EXIT_DAMAGE 2
 #define PEERS_EXIT_ERROR  3
 
-#define PEERS_MAX_CLIENTS 64
-#define PEERS_MAX_LIST    16
-#define PEERS_MAX_KEYS    10000000000000000ull /* 10^16: keys are 16 decimal digits */
+#define PEERS_MAX_CLIENTS  64
+#define PEERS_MAX_LIST     16
+#define PEERS_MAX_KEYS     10000000000000000ull /* 10^16: keys are 16 decimal digits */
+#define PEERS_MAX_BATCH    100000               /* puts per commit of the fills (--batch) */
+#define PEERS_MAX_CACHE_MB (1u << 20)           /* --cache-mb: 1 TiB */
+#define PEERS_CACHE_MB     256                  /* the peers' cache when --cache-mb is not given */
 
 /* Key and value sizes (peers_config.key_size, value_size; the definitions'
  * are 16 and 100). A key of K bytes holds K decimal digits, so at most
@@ -59,9 +67,10 @@ typedef void (*peers_scan_cb)(void *arg, const char *key, size_t klen, const cha
                               size_t vlen);
 
 typedef struct peers_open_args {
-	const char *dir; /* the database's directory (it holds nothing else) */
-	bool sync;       /* each put durable before it returns */
-	uint64_t nkeys;  /* most keys the database will hold (LMDB map size) */
+	const char *dir;   /* the database's directory (it holds nothing else) */
+	bool sync;         /* each put durable before it returns */
+	uint64_t nkeys;    /* most keys the database will hold (LMDB map size) */
+	uint64_t cache_mb; /* SQLite's page cache, RocksDB's block cache; 0: PEERS_CACHE_MB */
 } peers_open_args;
 
 typedef struct peers_engine {
@@ -76,6 +85,8 @@ typedef struct peers_engine {
 	bool (*get)(void *h, const char *key, size_t klen, char *buf, size_t cap, size_t *vlen);
 	void (*scan)(void *h, peers_scan_cb cb, void *arg);
 	void (*idle)(const char *dir); /* may be NULL */
+	void (*batch_begin)(void *h);  /* may be NULL: no batches */
+	void (*batch_commit)(void *h);
 } peers_engine;
 
 extern const peers_engine peers_walrus;
@@ -119,6 +130,7 @@ typedef struct peers_result {
 	const char *workload;
 	const char *mode; /* "processes" or "threads": how the clients ran */
 	int procs;        /* measured clients */
+	uint64_t batch;   /* puts per commit of a fill (1: each its own; 0: not a fill) */
 	uint64_t ops;
 	uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC: first start, last end */
 	uint64_t ns;               /* end_ns - start_ns */
@@ -193,6 +205,9 @@ typedef struct peers_config {
 	                         scan repeats whole scans */
 	bool sync;            /* durable puts in fillseq, fillrandom, updaterandom and
 	                         readwhilewriting's writer */
+	uint64_t batch;       /* fillseq and fillrandom commit this many puts at a time
+	                         (0 or 1: each its own) on engines with batches */
+	uint64_t cache_mb;    /* the peers' caches (peers_open_args); 0: PEERS_CACHE_MB */
 	const peers_hooks *hooks;
 } peers_config;
 

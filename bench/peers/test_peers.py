@@ -17,7 +17,11 @@ run, walrus alone with --walrus-clients threads, checks fillsync (1 and 8
 clients) and readrandom (1 and 2) in threads only, every row with its
 operations. It also checks that `walrus-peers --help` and `walrus bench
 --help` both name every workload and the client modes, and that a bad mode
-is a usage error. No timing is asserted.
+is a usage error. A third run, every engine's fillseq and fillrandom with
+--batch 100 (2050 keys: the last batch a partial one) and --cache-mb 64,
+checks the batch each row reports (RocksDB's is 1: one write per op, the
+issue 18 definition); bad values of --batch and --cache-mb are usage errors.
+No timing is asserted.
 
 usage: test_peers.py --peers PATH --walrus PATH
 """
@@ -50,23 +54,33 @@ def check_help(peers, walrus):
         for w in WORKLOADS:
             if ("  %s " % w) not in p.stdout:
                 fail("%s does not describe workload %s:\n%s" % (" ".join(argv), w, p.stdout))
-        opts = ["--walrus-clients"] if argv[0] == peers else ["--threads", "--processes"]
+        opts = (["--walrus-clients", "--batch", "--cache-mb"] if argv[0] == peers
+                else ["--threads", "--processes", "--batch"])
         for o in opts:
             if o not in p.stdout:
                 fail("%s does not describe %s:\n%s" % (" ".join(argv), o, p.stdout))
     for args, msg in ((["--workloads", "updaterandomx"], 'unknown workload "updaterandomx"'),
                       (["--walrus-clients", "fibers"], 'unknown client mode "fibers"'),
-                      (["--walrus-clients", "threads,threads"], "names a mode twice")):
+                      (["--walrus-clients", "threads,threads"], "names a mode twice"),
+                      (["--batch", "0"], "bad value for --batch"),
+                      (["--batch", "-1"], "bad value for --batch"),
+                      (["--batch", "x"], "bad value for --batch"),
+                      (["--batch", "100001"], "bad value for --batch"),
+                      (["--cache-mb", "0"], "bad value for --cache-mb"),
+                      (["--cache-mb", "1x"], "bad value for --cache-mb"),
+                      (["--cache-mb", "1048577"], "bad value for --cache-mb")):
         p = subprocess.run([peers] + args, capture_output=True, text=True, timeout=60)
         if p.returncode != 2 or msg not in p.stderr:
             fail("%s: exit %d, %r" % (args, p.returncode, p.stderr[:200]))
 
 
-def run_json(argv):
+def run_json(argv, stderr_has=None):
     p = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     sys.stderr.write(p.stderr)
     if p.returncode != 0:
         fail("%s: exit %d" % (" ".join(argv), p.returncode))
+    if stderr_has is not None and stderr_has not in p.stderr:
+        fail("%s: stderr lacks %r" % (" ".join(argv), stderr_has))
     return [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
 
 
@@ -94,7 +108,27 @@ def check_runs(peers):
         fail("results %s, expected %s" % (got, want))
     for r in rows:
         check_row(r, NUM)
+    if any(r["batch"] != 1 for r in rows):
+        fail("a row without --batch reports a batch: %s" % rows)
     print("ok: %d results, %s on %s" % (len(rows), ",".join(RUN), ",".join(ENGINES)))
+
+
+def check_batch(peers):
+    """The fills with --batch 100 on every engine: walrus-peers checks every key after
+    each fill (exit 2 on a missing one); the rows name their batch."""
+    num = 2050
+    rows = run_json([peers, "--engines", ",".join(ENGINES), "--workloads", "fillseq,fillrandom",
+                     "--num", str(num), "--batch", "100", "--cache-mb", "64", "--json"],
+                    stderr_has="batch=100 cache-mb=64")
+    want = [(e, w) for e in ENGINES for w in ("fillseq", "fillrandom")]
+    got = [(r["engine"], r["workload"]) for r in rows]
+    if got != want:
+        fail("batch run: results %s, expected %s" % (got, want))
+    for r in rows:
+        check_row(r, num)
+        if r["batch"] != (1 if r["engine"] == "rocksdb" else 100):
+            fail("%s %s: batch %s" % (r["engine"], r["workload"], r["batch"]))
+    print("ok: %d results with --batch 100" % len(rows))
 
 
 def check_threads(peers):
@@ -118,6 +152,7 @@ def main():
     a = ap.parse_args()
     check_help(a.peers, a.walrus)
     check_threads(a.peers)
+    check_batch(a.peers)
     check_runs(a.peers)
 
 

@@ -106,6 +106,7 @@ typedef struct client {
 	uint64_t first;             /* fills: first key index (sequential order) */
 	const uint64_t *order;      /* fillrandom: key index of each op */
 	uint64_t span;              /* fills: keys to go over (again with a duration) */
+	uint64_t batch;             /* fills: puts per commit (1: each its own) */
 	uint64_t num;               /* readrandom and after: keys in the database */
 	uint64_t nops;              /* operations to run (0 with a duration or as the writer) */
 	uint64_t duration_ns;       /* run this long instead (0: nops) */
@@ -664,19 +665,34 @@ static void client_ready(client *c)
 static void client_fill(client *c, void *h)
 {
 	uint64_t t1 = c->start_ns;
+	bool open = false; /* a batch is open */
 
 	for (uint64_t j = 0; client_more(c, t1); j++) {
 		uint64_t at = j % c->span;
 		uint64_t idx = c->order ? c->order[at] : c->first + at;
+		/* Without a duration the last put is known and closes its batch;
+		 * with one, the loop's end does. */
+		bool last = c->batch > 1 && ((j + 1) % c->batch == 0 || j + 1 == c->nops);
 		uint64_t t0;
 
 		make_key(idx, c->key);
 		make_value(idx, 0, c->val);
 		t0 = now_ns();
+		if (c->batch > 1 && !open) {
+			c->e->batch_begin(h);
+			open = true;
+		}
 		c->e->put(h, c->key, g_key_size, c->val, g_value_size);
+		if (last) {
+			c->e->batch_commit(h);
+			open = false;
+		}
 		t1 = now_ns();
 		client_record(c, t0, t1);
 	}
+	/* A duration's last batch: inside the run's time, which ends after it. */
+	if (open)
+		c->e->batch_commit(h);
 }
 
 /* Marks in @bits (of a span starting at key 0) the keys fill client @c wrote. */
@@ -973,13 +989,17 @@ static void emit(const peers_config *cfg, const peers_result *r)
 	if (writer)
 		fprintf(human, "  writer %.0f puts/s p99 %.2f us",
 		        secs > 0 ? (double)r->writer_ops / secs : 0.0, r->writer_p99_us);
+	if (r->batch > 1)
+		fprintf(human, "  batch %" PRIu64, r->batch);
 	fputc('\n', human);
 	peers_flush(human);
 	if (!cfg->json)
 		return;
 	printf("{\"engine\":\"%s\",\"workload\":\"%s\",\"procs\":%d,\"mode\":\"%s\","
-	       "\"ops\":%" PRIu64 ",\"seconds\":%.6f,\"ops_per_s\":%.1f,\"mb_per_s\":%.3f,",
-	       r->engine, r->workload, r->procs, r->mode, r->ops, secs, ops_s, mb_s);
+	       "\"batch\":%" PRIu64 ",\"ops\":%" PRIu64
+	       ",\"seconds\":%.6f,\"ops_per_s\":%.1f,\"mb_per_s\":%.3f,",
+	       r->engine, r->workload, r->procs, r->mode, r->batch ? r->batch : 1, r->ops, secs,
+	       ops_s, mb_s);
 	if (writer)
 		printf("\"writer_ops\":%" PRIu64 ",\"writer_p99_us\":%.3f,", r->writer_ops,
 		       r->writer_p99_us);
@@ -1051,6 +1071,7 @@ static void report_clients(const peers_config *cfg, const client *cl, int n, pee
 	    .workload = peers_workload_names[w],
 	    .mode = mode,
 	    .procs = procs,
+	    .batch = cl[0].batch,
 	    .ops = ops,
 	    .start_ns = start,
 	    .end_ns = end,
@@ -1105,6 +1126,7 @@ static client client_new(const peers_engine *e, const peers_open_args *oa, peers
 	    .timed = timed,
 	    .result_fd = -1,
 	    .go_fd = -1,
+	    .batch = 1,
 	};
 
 	c.cap = nops;
@@ -1129,7 +1151,10 @@ static void client_free(client *c)
  * keys (a timed fill may end before). */
 static bool wl_fill(const peers_config *cfg, const peers_engine *e, peers_workload w, bool report)
 {
-	peers_open_args oa = {.dir = g_subdir, .sync = report && cfg->sync, .nkeys = cfg->num};
+	peers_open_args oa = {.dir = g_subdir,
+	                      .sync = report && cfg->sync,
+	                      .nkeys = cfg->num,
+	                      .cache_mb = cfg->cache_mb};
 	uint64_t duration = report ? cfg->duration_ns : 0;
 	client c = client_new(e, &oa, w, duration ? 0 : cfg->num, report);
 	uint64_t *order = w == PEERS_FILLRANDOM ? make_permutation(cfg->num) : NULL;
@@ -1141,6 +1166,8 @@ static bool wl_fill(const peers_config *cfg, const peers_engine *e, peers_worklo
 	c.order = order;
 	c.span = cfg->num;
 	c.duration_ns = duration;
+	if (e->batch_begin != NULL && cfg->batch > 1)
+		c.batch = cfg->batch;
 	client_run(&c);
 	all = fill_complete(&c, 1, cfg->num, &bits);
 	if (report) {
@@ -1182,7 +1209,8 @@ static void wl_fillsync(const peers_config *cfg, const peers_engine *e, int proc
                         peers_client_mode cmode)
 {
 	uint64_t total = cfg->sync_ops * (uint64_t)procs;
-	peers_open_args oa = {.dir = g_subdir, .sync = true, .nkeys = total};
+	peers_open_args oa = {
+	    .dir = g_subdir, .sync = true, .nkeys = total, .cache_mb = cfg->cache_mb};
 	client cl[MAX_CLIENTS];
 	const char *mode;
 	uint8_t *bits;
@@ -1368,7 +1396,10 @@ static void wl_random(const peers_config *cfg, const peers_engine *e, peers_work
                       peers_client_mode cmode, bool pristine)
 {
 	bool writes = w != PEERS_READRANDOM;
-	peers_open_args oa = {.dir = g_subdir, .sync = writes && cfg->sync, .nkeys = cfg->num};
+	peers_open_args oa = {.dir = g_subdir,
+	                      .sync = writes && cfg->sync,
+	                      .nkeys = cfg->num,
+	                      .cache_mb = cfg->cache_mb};
 	client cl[MAX_CLIENTS];
 	int n = procs + (w == PEERS_READWHILEWRITING);
 	const char *mode;
@@ -1446,7 +1477,8 @@ static void scan_report_rest(const scan_state *s)
 
 static void wl_scan(const peers_config *cfg, const peers_engine *e)
 {
-	peers_open_args oa = {.dir = g_subdir, .sync = false, .nkeys = cfg->num};
+	peers_open_args oa = {
+	    .dir = g_subdir, .sync = false, .nkeys = cfg->num, .cache_mb = cfg->cache_mb};
 	void *h = e->open(&oa);
 	uint64_t want = verify_all(e, h, cfg->num, "scan warm pass", true);
 	scan_state s = {.engine = e->name, .n = cfg->num};

@@ -32,7 +32,7 @@ SVG_NS = "{http://www.w3.org/2000/svg}"
 
 # What scripts and docs rely on in the JSON line.
 RUN_KEYS = ["workload", "engine", "mode", "procs", "clients", "num", "key_size", "value_size",
-            "sync", "seed", "duration_s", "ops", "seconds", "ops_per_s", "mb_per_s", "avg_us",
+            "sync", "batch", "seed", "duration_s", "ops", "seconds", "ops_per_s", "mb_per_s", "avg_us",
             "stddev_us", "p50_us", "p99_us", "p999_us", "max_us", "checkpoints",
             "checkpoint_running_at_end", "checkpoints_failed", "in_checkpoint_s",
             "no_checkpoint_s", "in_checkpoint_p99_us", "no_checkpoint_p99_us", "wal_bytes",
@@ -88,6 +88,11 @@ def test_usage_errors(walrus):
         (["--workload", "updaterandom", "--value-size", "8"], "bad value for --value-size"),
         (["--workload", "updaterandom", "--seed", "1x"], "bad value for --seed"),
         (["--workload", "updaterandom", "--progress", "0"], "bad value for --progress"),
+        (["--workload", "fillseq", "--batch", "0"], 'bad value for --batch: "0"'),
+        (["--workload", "fillseq", "--batch", "-3"], "bad value for --batch"),
+        (["--workload", "fillseq", "--batch", "ten"], "bad value for --batch"),
+        (["--workload", "fillseq", "--batch", "100001"], "bad value for --batch"),
+        (["--workload", "readrandom", "--batch", "10"], "--batch is for fillseq, fillrandom"),
         (["--workload", "updaterandom", "--csv"], "--csv needs a value"),
         (["--workload", "updaterandom", "--plot", "--json"], "--plot needs a file name"),
         (["--workload", "scan", "--clients", "2"], "--clients is for"),
@@ -139,7 +144,8 @@ def test_usage_errors(walrus):
 
 
 # What issue 7 asks `walrus bench --help` to show.
-HELP_OPTIONS = ["--num", "--duration", "--clients", "--threads", "--processes", "--key-size", "--value-size", "--sync",
+HELP_OPTIONS = ["--num", "--duration", "--clients", "--threads", "--processes", "--key-size",
+                "--value-size", "--sync", "--batch",
                 "--seed", "-o name=value", "--progress", "--json", "--csv", "--plot",
                 "--compare"]
 KV_WORKLOADS = ["fillseq", "fillrandom", "fillsync", "readrandom", "readwhilewriting",
@@ -236,7 +242,7 @@ def test_other_workloads(walrus):
                                              "--key-size", "20", "--value-size", "50",
                                              "--json"]))
         check_keys(j, RUN_KEYS, "fillseq")
-        if j["ops"] != 2000 or j["key_size"] != 20 or j["value_size"] != 50:
+        if j["ops"] != 2000 or j["key_size"] != 20 or j["value_size"] != 50 or j["batch"] != 1:
             fail("fillseq: %s" % j)
         j = last_json(run(walrus, s.db, [], ["--workload", "readwhilewriting", "--num", "2000",
                                              "--key-size", "20", "--value-size", "50",
@@ -316,12 +322,26 @@ def test_compare(walrus):
                 fail("self-compare: %s" % x)
 
 
+def test_batch(walrus):
+    """fillseq and fillrandom with --batch 100: every key is there after the fill (the
+    workload's own check, exit 2 otherwise), 2050 keys so that the last batch is a
+    partial one, and the JSON names the batch."""
+    for w in ("fillseq", "fillrandom"):
+        with Scratch() as s:
+            j = last_json(run(walrus, s.db, [], ["--workload", w, "--num", "2050", "--batch",
+                                                 "100", "--json"]))
+            check_keys(j, RUN_KEYS, w)
+            if j["ops"] != 2050 or j["batch"] != 100 or j["workload"] != w:
+                fail("%s --batch 100: %s" % (w, j))
+
+
 def main():
     walrus = walrus_arg()
     test_help(walrus)
     test_usage_errors(walrus)
     test_compare(walrus)
     test_other_workloads(walrus)
+    test_batch(walrus)
     test_updaterandom(walrus)
     print("ok")
 
