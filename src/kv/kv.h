@@ -217,6 +217,7 @@ typedef struct kv_stats {
 	uint64_t batch_aborts; /* batches that failed and were undone */
 	uint64_t splits, pages_freed, pages_reused;
 	uint64_t fastpath_hits; /* puts into the rightmost leaf that skipped the descent */
+	uint64_t shifts;        /* full leaves that gave entries to a sibling instead of splitting */
 	uint32_t height;        /* from the meta page */
 	uint64_t pages;         /* blocks in use, meta page included */
 	uint64_t free_pages, keys;

@@ -382,6 +382,7 @@ typedef struct kv_shared {
 	_Atomic uint64_t puts, deletes, batches, aborts;
 	_Atomic uint64_t splits, pages_freed, pages_reused;
 	_Atomic uint64_t fastpath_hits; /* puts that went to the rightmost leaf without a descent */
+	_Atomic uint64_t shifts;        /* full leaves that gave entries to a sibling */
 	/*
 	 * The leaf the last put found at the tree's right end (0: none known):
 	 * a hint for ascending loads, read and written by the writer under the
@@ -462,7 +463,7 @@ typedef struct kv_write_state {
 	int nrb;
 	int nrec;        /* records inserted by this batch */
 	int crash_after; /* kv_test_crash_after_records (test builds only) */
-	uint64_t splits, freed, reused, fastpath;
+	uint64_t splits, freed, reused, fastpath, shifts;
 	kvw_page *spare[KVW_SPARE]; /* structs of ended batches, with their undo buffers */
 	uint32_t nspare;
 } kv_write_state;
@@ -504,6 +505,7 @@ uint32_t kvw_pinned(void);
 uint64_t kvw_next_value_id(void);
 void kvw_count_split(void);
 void kvw_count_fastpath(void);
+void kvw_count_shift(void);
 /* Logs an op for @p after applying it to the page (the same code redo runs). */
 int kvw_op(kvw_page *p, uint8_t code, uint16_t slot, const void *payload, uint16_t len);
 int kvw_op_image(kvw_page *p, const char *image_page);

@@ -14,7 +14,8 @@
  * sequential loads).  A leaf split pushes up the shortest prefix of the
  * right half's first key that is above the left half's last key (suffix
  * truncation), so separators and fences stay short.  Size limits in
- * kv_int.h guarantee a cut exists.
+ * kv_int.h guarantee a cut exists.  Before a leaf splits, it tries to give
+ * entries to a sibling with room ("shifts" below).
  *
  * Deletes: a leaf left empty is unlinked, with the ancestors it leaves
  * without children; the neighbour under the remaining parent (the left one,
@@ -364,11 +365,189 @@ static int split_insert(wpath *path, int level, int slot, const char *item, uint
 	return insert_item(path, level + 1, path->slot[level] + 1, sep, ilen);
 }
 
+/* ---------------------------------------------------------------- shifts */
+
+/*
+ * A full leaf first gives entries to a sibling under the same parent, when
+ * that leaves both with room (B*-tree style): random inserts then split only
+ * pages whose neighbours are full too, and leaves stay fuller than the 2/3
+ * that halving splits give (the data files' size after a random load).
+ *
+ * The entries move at the facing edge, so the two leaves keep adjacent key
+ * ranges and the separator between them moves: the sibling's fence, the
+ * leaf's fence and the parent's downlink key change together, in one batch.
+ * Readers need nothing new: a reader that reaches the leaf for a key that
+ * moved to the left sibling finds it below the leaf's low fence and starts
+ * over (its copy of the parent was old); one that reaches it for a key that
+ * moved right finds it at or past the high fence and moves right.
+ */
+
+/* Bytes a shift must leave free in both leaves, else the leaf splits: a
+ * shift that frees less would be repeated at once by the next inserts. */
+#define SHIFT_SLACK (KV_NODE_SPACE / 32)
+
+typedef struct shift_plan {
+	kvw_page *sib;
+	bool left; /* the sibling is the left one: E[0, j) move there */
+	int j;     /* entries that move */
+	uint16_t seplen;
+} shift_plan;
+
+static int used_bytes(const char *page)
+{
+	return KV_NODE_SPACE - kvp_free_space(page);
+}
+
+/* Fence @slot's length of @page (0 for infinity: no shift reaches one). */
+static int fence_len(const char *page, int slot)
+{
+	uint16_t len;
+	kvp_item(page, slot, &len);
+	return len;
+}
+
+/*
+ * The most balanced count of entries of @sp (the leaf's entries with the
+ * new one) to give to @sib, with both leaves then SHIFT_SLACK under full;
+ * false when there is none.  @node_used counts the new entry.
+ */
+static bool plan_shift(const split_plan *sp, const char *node, int node_used, shift_plan *pl)
+{
+	const char *sib = pl->sib->page;
+	int sib_used = used_bytes(sib), best = -1, best_diff = 0;
+	int sib_fence = fence_len(sib, pl->left ? 1 : 0),
+	    node_fence = fence_len(node, pl->left ? 0 : 1);
+	int moved = 0;
+	for (int j = 1; j < sp->m; j++) {
+		int e = pl->left ? j - 1 : sp->m - j; /* the entry that joins the move */
+		moved += sp->len[e] + KV_LP_SIZE;
+		int cut = pl->left ? j : sp->m - j;
+		int sep = sep_len(sp, cut, 0);
+		int s = sib_used + moved + sep - sib_fence,
+		    n = node_used - moved + sep - node_fence;
+		if (s > KV_NODE_SPACE - SHIFT_SLACK)
+			break;
+		if (n > KV_NODE_SPACE - SHIFT_SLACK)
+			continue;
+		int diff = s > n ? s - n : n - s;
+		if (best < 0 || diff < best_diff) {
+			best = j;
+			best_diff = diff;
+		}
+	}
+	if (best < 0)
+		return false;
+	pl->j = best;
+	pl->seplen = sep_len(sp, pl->left ? best : sp->m - best, 0);
+	return true;
+}
+
+/* The sibling at parent slot @ps, a leaf linked to @node on the @left side. */
+static bool shift_sibling(kvw_page *parent, int ps, kvw_page *node, bool left, kvw_page **sib)
+{
+	if (ps < KV_FIRST_SLOT || ps >= kvp_nslots(parent->page))
+		return false;
+	if (kvw_get(kvn_child(parent->page, ps), sib) != WALRUS_OK ||
+	    check_node(*sib, 0) != WALRUS_OK) {
+		wr_error_clear(); /* only a split can go on: let it decide and report */
+		return false;
+	}
+	kv_special ss = kvp_special((*sib)->page), ns = kvp_special(node->page);
+	return left ? ss.right == node->blk && ns.left == (*sib)->blk
+	            : ss.left == node->blk && ns.right == (*sib)->blk;
+}
+
+/* The parent's downlink at @ps now carries @sep; false when it does not fit. */
+static bool downlink_fits(const kvw_page *parent, int ps, uint16_t seplen)
+{
+	uint16_t old;
+	kvp_item(parent->page, ps, &old);
+	return kvp_free_space(parent->page) + old >= (int)KV_INNER_HDR + seplen;
+}
+
+/* Moves the plan's entries and sets the fences and the downlink (slot @ps of
+ * the parent, the right one of the pair).  @slot is the new entry's. */
+static int shift_apply(wpath *path, const split_plan *sp, const shift_plan *pl, int slot)
+{
+	kvw_page *node = path->node[0], *sib = pl->sib, *parent = path->node[1];
+	int newpos = slot - KV_FIRST_SLOT; /* the new entry's index in sp */
+	int first = pl->left ? 0 : sp->m - pl->j, end = first + pl->j;
+	int cut = pl->left ? end : first;
+	char sep[KV_INNER_HDR + KV_MAX_KEY];
+	kv_key k = item_key(sp->item[cut], sp->len[cut], 0);
+	memcpy(sep + KV_INNER_HDR, k.p, pl->seplen);
+	int rc = kvw_op(sib, KVOP_REPLACE, pl->left ? 1 : 0, sep + KV_INNER_HDR, pl->seplen);
+	int at = pl->left ? kvp_nslots(sib->page) : KV_FIRST_SLOT;
+	for (int e = first; rc == WALRUS_OK && e < end; e++)
+		rc = kvw_op(sib, KVOP_INSERT, (uint16_t)(at + e - first), sp->item[e], sp->len[e]);
+	int own = pl->j - (newpos >= first && newpos < end); /* the leaf's entries that left */
+	for (int i = 0; rc == WALRUS_OK && pl->left && i < own; i++)
+		rc = kvw_op(node, KVOP_DELETE, KV_FIRST_SLOT, NULL, 0);
+	if (rc == WALRUS_OK && !pl->left)
+		rc = kvw_op(node, KVOP_TRUNCATE, (uint16_t)(kvp_nslots(node->page) - own), NULL, 0);
+	if (rc == WALRUS_OK)
+		rc = kvw_op(node, KVOP_REPLACE, pl->left ? 0 : 1, sep + KV_INNER_HDR, pl->seplen);
+	if (rc == WALRUS_OK && (newpos < first || newpos >= end))
+		rc = kvw_op(node, KVOP_INSERT, (uint16_t)(pl->left ? slot - own : slot),
+		            sp->item[newpos], sp->len[newpos]);
+	int ps = path->slot[0] + (pl->left ? 0 : 1);
+	wr_blkno right = pl->left ? node->blk : sib->blk;
+	uint16_t ilen = kvi_encode(sep, right, sep + KV_INNER_HDR, pl->seplen);
+	if (rc == WALRUS_OK)
+		rc = kvw_op(parent, KVOP_REPLACE, (uint16_t)ps, sep, ilen);
+	if (rc == WALRUS_OK)
+		kvw_count_shift();
+	return rc;
+}
+
+/*
+ * Inserts @item at @slot of the full leaf path->node[0] by moving entries to
+ * a sibling, when one has room; *done when it did.  Not for appends at the
+ * tree's right end, whose split already leaves the left page full.
+ */
+static int shift_insert(wpath *path, int slot, const char *item, uint16_t len, bool *done)
+{
+	*done = false;
+	kvw_page *node = path->node[0], *parent = path->height > 1 ? path->node[1] : NULL;
+	if (parent == NULL)
+		return WALRUS_OK;
+	split_plan *sp = malloc(sizeof(*sp)); /* ~21 KiB, as a split's */
+	if (sp == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory shifting leaf entries");
+	plan_entries(sp, node->page, slot, item, len);
+	int node_used = used_bytes(node->page) + len + KV_LP_SIZE, ps = path->slot[0];
+	shift_plan best = {0}, pl;
+	for (int side = 0; side < 2; side++) {
+		pl = (shift_plan){.left = side == 0};
+		if (shift_sibling(parent, pl.left ? ps - 1 : ps + 1, node, pl.left, &pl.sib) &&
+		    plan_shift(sp, node->page, node_used, &pl) &&
+		    downlink_fits(parent, pl.left ? ps : ps + 1, pl.seplen) &&
+		    (best.sib == NULL ||
+		     kvp_free_space(pl.sib->page) > kvp_free_space(best.sib->page)))
+			best = pl;
+	}
+	int rc = WALRUS_OK;
+	if (best.sib != NULL) {
+		rc = shift_apply(path, sp, &best, slot);
+		*done = true;
+	}
+	free(sp);
+	return rc;
+}
+
 static int insert_item(wpath *path, int level, int slot, const char *item, uint16_t len)
 {
 	kvw_page *node = path->node[level];
 	if (kvp_free_space(node->page) >= len + KV_LP_SIZE)
 		return kvw_op(node, KVOP_INSERT, (uint16_t)slot, item, len);
+	bool append =
+	    (kvp_special(node->page).flags & KVN_HIGH_INF) && slot == kvp_nslots(node->page);
+	if (level == 0 && !append) {
+		bool done;
+		int rc = shift_insert(path, slot, item, len, &done);
+		if (rc != WALRUS_OK || done)
+			return rc;
+	}
 	return split_insert(path, level, slot, item, len);
 }
 

@@ -671,6 +671,7 @@ void kv_get_stats(kv_stats *s)
 	s->pages_freed = atomic_load(&kv_sh->pages_freed);
 	s->pages_reused = atomic_load(&kv_sh->pages_reused);
 	s->fastpath_hits = atomic_load(&kv_sh->fastpath_hits);
+	s->shifts = atomic_load(&kv_sh->shifts);
 	kv_meta m;
 	if (smgr_exists(KV_REL) && read_meta(&m) == WALRUS_OK) {
 		s->height = m.height;

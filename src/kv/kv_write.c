@@ -239,6 +239,11 @@ void kvw_count_fastpath(void)
 	W.fastpath++;
 }
 
+void kvw_count_shift(void)
+{
+	W.shifts++;
+}
+
 /* ---------------------------------------------------------------- allocation */
 
 static int alloc_from_free_list(kvw_page **out)
@@ -472,7 +477,7 @@ int kvw_batch_begin(void)
 	W.n = 0;
 	W.nrb = 0;
 	W.nrec = 0;
-	W.splits = W.freed = W.reused = W.fastpath = 0;
+	W.splits = W.freed = W.reused = W.fastpath = W.shifts = 0;
 	if (W.hcap)
 		memset(W.hash, 0, W.hcap * sizeof(kvw_page *));
 	W.meta.nblocks = 1; /* enough to read the meta page */
@@ -530,6 +535,7 @@ static void add_counters(void)
 	atomic_fetch_add(&kv_sh->pages_freed, W.freed);
 	atomic_fetch_add(&kv_sh->pages_reused, W.reused);
 	atomic_fetch_add(&kv_sh->fastpath_hits, W.fastpath);
+	atomic_fetch_add(&kv_sh->shifts, W.shifts);
 }
 
 /*

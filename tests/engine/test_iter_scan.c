@@ -8,7 +8,9 @@
  * own) insert, replace and delete keys between the scanned ones, splitting
  * leaves and leaving holes in them, with some values big enough to be
  * overflow chains: every scan must return each stable key exactly once, in
- * order, and every key with a whole value of its own.
+ * order, and every key with a whole value of its own.  Point reads run
+ * through the same churn, whose random inserts move entries between
+ * sibling leaves.
  */
 #include "testutil.h"
 
@@ -220,6 +222,76 @@ START_TEST(scans_during_splits_and_deletes)
 }
 END_TEST
 
+/* Every stable key read by walrus_get_into, whole; NULL or why not (in @why). */
+static const char *get_all(walrus *db, char *why, size_t cap)
+{
+	char k[32], v[200];
+	for (int i = 0; i < NSTABLE; i++) {
+		size_t kl = stable_key(k, i), vl = 0;
+		int rc = walrus_get_into(db, k, kl, v, sizeof(v), &vl);
+		if (rc != WALRUS_OK)
+			snprintf(why, cap, "get %s: %d %s", k, rc, walrus_errmsg());
+		else if (!val_ok(k, kl, v, vl))
+			snprintf(why, cap, "value of %s (%zu bytes) is not its own, whole", k, vl);
+		if (why[0] != '\0')
+			return why;
+	}
+	return NULL;
+}
+
+/* kv.shifts from walrus_stats. */
+static uint64_t shifts(walrus *db)
+{
+	char *json = NULL;
+	ck_assert_int_eq(walrus_stats(db, &json), WALRUS_OK);
+	const char *p = strstr(json, "\"shifts\":");
+	ck_assert_ptr_nonnull(p);
+	uint64_t n = strtoull(p + strlen("\"shifts\":"), NULL, 10);
+	walrus_free(json);
+	return n;
+}
+
+/*
+ * Point reads during the same churn.  The writers' random inserts fill
+ * leaves that then give entries to a sibling instead of splitting (moving
+ * the separator in the parent): a reader whose private copy of the parent
+ * predates a move must still find each stable key, whole.
+ */
+START_TEST(gets_during_shifts)
+{
+	walrus *db = tu_open(dir, tu_instance_opts("100ms", "8MB"));
+	load_stable(db);
+	uint64_t shifts0 = shifts(db);
+	atomic_bool stop = false;
+	writer ws[NWRITERS];
+	pthread_t t[NWRITERS];
+	for (int i = 0; i < NWRITERS; i++) {
+		ws[i] = (writer){
+		    .db = tu_open(dir, tu_instance_opts("100ms", "8MB")), .id = i, .stop = &stop};
+		ck_assert_int_eq(pthread_create(&t[i], NULL, writer_main, &ws[i]), 0);
+	}
+	char why[512] = "";
+	const char *bad = NULL;
+	for (int s = 0; s < NSCANS && bad == NULL; s++) {
+		uint64_t before = atomic_load(&ws[0].ops) + atomic_load(&ws[1].ops);
+		while (atomic_load(&ws[0].ops) + atomic_load(&ws[1].ops) < before + 500 &&
+		       !(atomic_load(&ws[0].done) && atomic_load(&ws[1].done)))
+			sched_yield();
+		bad = get_all(db, why, sizeof(why));
+	}
+	atomic_store(&stop, true);
+	for (int i = 0; i < NWRITERS; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_msg(ws[i].rc == WALRUS_OK, "writer %d: %d %s", i, ws[i].rc, ws[i].why);
+		ck_assert_int_eq(walrus_close(ws[i].db), WALRUS_OK);
+	}
+	ck_assert_msg(bad == NULL, "%s", why);
+	ck_assert_uint_gt(shifts(db), shifts0);
+	ck_assert_int_eq(walrus_verify(db, NULL, NULL), WALRUS_OK);
+	tu_close_and_wait(db);
+}
+END_TEST
+
 static Suite *iter_scan_suite(void)
 {
 	Suite *s = suite_create("iter-scan");
@@ -227,6 +299,7 @@ static Suite *iter_scan_suite(void)
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, scans_during_splits_and_deletes);
+	tcase_add_test(tc, gets_during_shifts);
 	suite_add_tcase(s, tc);
 	return s;
 }

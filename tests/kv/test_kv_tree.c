@@ -430,6 +430,53 @@ START_TEST(rightmost_leaf_fast_path_other_orders)
 END_TEST
 
 /*
+ * A random load moves entries of a full leaf to a sibling that has room
+ * before it splits, so leaves end fuller than the halves splits leave
+ * (about 69% full on average): at least 80% here.  Then a crash restart
+ * replays the moves to the same tree.
+ */
+START_TEST(random_load_shifts_before_splitting)
+{
+	enum { N = 20000, VLEN = 100 };
+	static uint32_t order[N];
+	uint64_t seed = 7;
+	kt_init("walrus-kv", 1024);
+	for (uint32_t i = 0; i < N; i++)
+		order[i] = i;
+	for (uint32_t i = N - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)(kt_rand(&seed) % (i + 1)), t = order[i];
+		order[i] = order[j];
+		order[j] = t;
+	}
+	char v[VLEN];
+	memset(v, 'r', sizeof(v));
+	for (uint32_t i = 0; i < N; i++) {
+		char k[32];
+		int kl = snprintf(k, sizeof(k), "%016u", order[i]);
+		put_ok(k, (size_t)kl, v, sizeof(v));
+	}
+	kv_stats st;
+	kv_get_stats(&st);
+	kv_verify_result r;
+	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
+	/* Each entry: header, key, value and line pointer. */
+	double bytes = (double)N * (KV_LEAF_HDR + 16 + VLEN + KV_LP_SIZE);
+	double fill = bytes / ((double)r.leaves * KV_NODE_SPACE);
+	ck_assert_uint_gt(st.shifts, 0);
+	ck_assert_msg(fill >= 0.80, "leaves %.1f%% full (%llu leaves, %llu shifts)", fill * 100,
+	              (unsigned long long)r.leaves, (unsigned long long)st.shifts);
+	wal_flush_to(wal_insert_lsn()); /* the puts were asynchronous */
+	kt_crash_restart();
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.keys, N);
+	kt_verify_clean();
+	char k[32];
+	int kl = snprintf(k, sizeof(k), "%016u", N / 3);
+	get_is(k, (size_t)kl, v, sizeof(v));
+}
+END_TEST
+
+/*
  * A put that changes only a leaf and the key count logs the count alone
  * (KVOP_NKEYS, 8 bytes), not the whole meta struct: record header, two block
  * headers, the insert op and the count op.
@@ -797,6 +844,7 @@ static Suite *tree_suite(void)
 	tcase_add_loop_test(t, rightmost_leaf_fast_path_other_orders, 0, 2);
 	tcase_add_test(t, rightmost_leaf_hint_goes_stale);
 	tcase_add_test(t, small_put_logs_the_key_count_only);
+	tcase_add_test(t, random_load_shifts_before_splitting);
 	tcase_add_test(t, queue_workload_reuses_pages);
 	tcase_add_test(t, iterator_bounds_seek_next_prev);
 	tcase_add_test(t, batch_applies_in_order);
