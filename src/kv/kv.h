@@ -217,6 +217,8 @@ typedef struct kv_stats {
 	uint64_t batch_aborts; /* batches that failed and were undone */
 	uint64_t splits, pages_freed, pages_reused;
 	uint64_t fastpath_hits; /* puts into the rightmost leaf that skipped the descent */
+	uint64_t file_grows;    /* times the data file grew (by up to 1 MiB) for new pages */
+	uint64_t size_checks;   /* times a writer asked the data file's size */
 	uint32_t height;        /* from the meta page */
 	uint64_t pages;         /* blocks in use, meta page included */
 	uint64_t free_pages, keys;
