@@ -436,7 +436,7 @@ START_TEST(new_page_maps_its_chunk)
 	long r0 = resident_pages();
 	new_page(0);
 	long grown = (resident_pages() - r0) * sysconf(_SC_PAGESIZE);
-	ck_assert_int_ge(grown, 64 * WR_PAGE_SIZE);
+	ck_assert_int_ge(grown, 64L * WR_PAGE_SIZE);
 	ck_assert_uint_eq(buf_prefault_chunks() - c0, 1);
 	for (wr_blkno b = 1; b < 200; b++) /* buffers 1..200, in clock order: 4 chunks */
 		new_page(b);

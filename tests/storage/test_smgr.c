@@ -198,7 +198,7 @@ START_TEST(test_grow_crosses_segments)
 	ck_assert_uint_eq(n, 19);
 	ck_assert_int_eq(file_size(seg_path(6, 0)), SEGSIZE);
 	ck_assert_int_eq(file_size(seg_path(6, 1)), SEGSIZE);
-	ck_assert_int_eq(file_size(seg_path(6, 2)), 3 * WR_PAGE_SIZE);
+	ck_assert_int_eq(file_size(seg_path(6, 2)), (off_t)3 * WR_PAGE_SIZE);
 	check_page(r, 6, 0, 0); /* untouched */
 	for (wr_blkno b = 1; b < 19; b++) {
 		unsigned char got[WR_PAGE_SIZE];
