@@ -23,6 +23,10 @@
  * buf_read/buf_extend.  A backend may hold a given buffer's content lock once.
  * I/O in progress is a state flag; waiters sleep on the buffer's futex word.
  *
+ * New pages (buf_read_zero) map their chunk of 64 buffers into the process
+ * in one madvise before the first touch (prefault.c): per-process advice,
+ * no shared state, off where the kernel lacks it.
+ *
  * WAL before data: every write of a page first calls wal_flush_to(page LSN),
  * so the WAL must be attached in any process that can write a dirty page.
  *
@@ -81,6 +85,10 @@ int buf_read(wr_relid rel, wr_blkno blk, int *buf);
 /* Pins and exclusively locks (rel, blk) without reading it: a zero page if it
  * was not in the pool (for pages about to be rebuilt whole, e.g. by redo). */
 int buf_read_zero(wr_relid rel, wr_blkno blk, int *buf);
+/* Before the first touch of new page @buf: maps its chunk of the pool into
+ * this process in one call (prefault.c); buf_prefault_chunks counts them. */
+void buf_prefault_new(int buf);
+uint64_t buf_prefault_chunks(void);
 /* Adds a new page_init'ed block at the end of @rel: pinned and exclusively locked. */
 int buf_extend(wr_relid rel, int *buf, wr_blkno *blk);
 void buf_release(int buf);

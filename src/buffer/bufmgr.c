@@ -580,6 +580,7 @@ int buf_read_zero(wr_relid rel, wr_blkno blk, int *out)
 		return rc;
 	buf_desc *d = buf_get_desc(buf);
 	if (buf_start_io(d, true)) {
+		buf_prefault_new(buf);
 		memset(buf_page_ptr(buf), 0, WR_PAGE_SIZE);
 		buf_end_io(d, BM_IO_ERROR, BM_VALID);
 	}

@@ -314,6 +314,8 @@ static void stats_kv(jbuf *j)
 	jb_u64(j, "pages_reused", k.pages_reused);
 	jb_u64(j, "fastpath_hits", k.fastpath_hits);
 	jb_u64(j, "shifts", k.shifts);
+	jb_u64(j, "file_grows", k.file_grows);
+	jb_u64(j, "size_checks", k.size_checks);
 	jb_close(j);
 }
 

@@ -8,7 +8,9 @@
  * Small entries live inline in the leaves; larger values go to a chain of
  * overflow pages.  Block 0 is the meta page (root, height, free list, key
  * count); freed pages go to the free list and are reused before the file
- * grows.  Layout and invariants: src/kv/README.md.
+ * grows.  The file grows ahead of the tree in runs (an eighth of its size,
+ * up to 1 MiB, fallocate); the blocks past the tree's end are zeroes it
+ * takes in order.  Layout and invariants: src/kv/README.md.
  *
  * Owns: relation KV_REL; region "kv" (the tree writer lock, a root hint and
  * the counters); per process, the writer's batch state and the redo stash.
@@ -33,8 +35,10 @@
  * 64 MiB, a value or batch needing more than a quarter of shared_buffers
  * pinned at once: its overflow pages plus KV_PIN_RESERVE, or kv_get_into's
  * buffer too small), ENOTFOUND (absent key), ENOMEM,
- * EBUSY (every buffer pinned), and I/O errors from the buffer pool (EIO,
- * ECORRUPT for a page whose checksum fails).  A batch that fails changes
+ * EBUSY (every buffer pinned), ENOSPC (the file cannot grow by the block a
+ * batch needs; a run that does not fit falls back to that block, with a
+ * WARNING), and I/O errors from the buffer pool (EIO, ECORRUPT for a page
+ * whose checksum fails).  A batch that fails changes
  * nothing: its pages are restored and its WAL records are discarded by redo.
  * PANICs: when a redo record is malformed (recovery cannot continue), and
  * through the WAL when a record cannot be inserted.
@@ -200,7 +204,8 @@ typedef struct kv_verify_result {
 	uint64_t free;             /* pages on the free list */
 	uint64_t keys;
 	uint32_t height;
-	uint64_t unused_tail; /* blocks past the tree's end left by a crash (reused later) */
+	uint64_t unused_tail; /* blocks past the tree's end: grown ahead or left by a crash (used
+	                         next) */
 } kv_verify_result;
 /*
  * Reads every block of the tree through the buffer pool (checksums) and
@@ -217,9 +222,11 @@ typedef struct kv_stats {
 	uint64_t batch_aborts; /* batches that failed and were undone */
 	uint64_t splits, pages_freed, pages_reused;
 	uint64_t fastpath_hits; /* puts into the rightmost leaf that skipped the descent */
-	uint64_t shifts;        /* full leaves that gave entries to a sibling instead of splitting */
-	uint32_t height;        /* from the meta page */
-	uint64_t pages;         /* blocks in use, meta page included */
+	uint64_t shifts;      /* full leaves that gave entries to a sibling instead of splitting */
+	uint64_t file_grows;  /* times the data file grew (by up to 1 MiB) for new pages */
+	uint64_t size_checks; /* times a writer asked the data file's size */
+	uint32_t height;      /* from the meta page */
+	uint64_t pages;       /* blocks in use, meta page included */
 	uint64_t free_pages, keys;
 } kv_stats;
 /* Counters since shared memory was created, and the tree's shape (zeros if no tree). */

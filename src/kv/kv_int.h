@@ -383,6 +383,11 @@ typedef struct kv_shared {
 	_Atomic uint64_t splits, pages_freed, pages_reused;
 	_Atomic uint64_t fastpath_hits; /* puts that went to the rightmost leaf without a descent */
 	_Atomic uint64_t shifts;        /* full leaves that gave entries to a sibling */
+	_Atomic uint64_t file_grows;    /* times a writer grew the data file (kv_write.c) */
+	_Atomic uint64_t size_checks;   /* times a writer asked the data file's size */
+	/* Blocks the data file has at least (0: not known yet): the writer's,
+	 * under the tree lock; the file never shrinks while shared memory lives. */
+	wr_blkno file_blocks;
 	/*
 	 * The leaf the last put found at the tree's right end (0: none known):
 	 * a hint for ascending loads, read and written by the writer under the

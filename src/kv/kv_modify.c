@@ -177,16 +177,18 @@ static uint16_t sep_len(const split_plan *sp, int k, int level)
 	return shortest_sep(&a, &b);
 }
 
-/* Sizes of both halves for a cut at @k (items, line pointers and fences). */
-static void cut_sizes(const split_plan *sp, int k, int level, const char *page, int *left,
-                      int *right)
+/*
+ * Sizes of both halves for a cut at @k (items, line pointers and fences);
+ * @before is the size of the entries [0, k), @all of all m of them, so a
+ * pass over the cuts stays linear in the entries (internal nodes hold
+ * hundreds).
+ */
+static void cut_sizes(const split_plan *sp, int k, int level, const kv_key *low, const kv_key *high,
+                      int before, int all, int *left, int *right)
 {
-	kv_key low = kvn_low(page), high = kvn_high(page);
 	int sep = sep_len(sp, k, level) + KV_LP_SIZE;
-	*left = fence_size(&low) + sep;
-	*right = sep + fence_size(&high);
-	for (int j = 0; j < sp->m; j++)
-		*(j < k ? left : right) += sp->len[j] + KV_LP_SIZE;
+	*left = fence_size(low) + sep + before;
+	*right = sep + fence_size(high) + (all - before);
 	if (level > 0) /* the right half's first entry loses its key */
 		*right -= (int)sp->len[k] - (int)KV_INNER_HDR;
 }
@@ -194,10 +196,14 @@ static void cut_sizes(const split_plan *sp, int k, int level, const char *page, 
 /* Picks the cut: balanced, or fullest-left when appending at the tree's right end. */
 static bool choose_cut(split_plan *sp, int level, const char *page, bool append)
 {
-	int best = -1, best_diff = 0;
-	for (int k = 1; k < sp->m; k++) {
+	kv_key low = kvn_low(page), high = kvn_high(page);
+	int all = 0;
+	for (int j = 0; j < sp->m; j++)
+		all += sp->len[j] + KV_LP_SIZE;
+	int best = -1, best_diff = 0, before = sp->len[0] + KV_LP_SIZE;
+	for (int k = 1; k < sp->m; before += sp->len[k] + KV_LP_SIZE, k++) {
 		int l, r;
-		cut_sizes(sp, k, level, page, &l, &r);
+		cut_sizes(sp, k, level, &low, &high, before, all, &l, &r);
 		if (l > KV_NODE_SPACE || r > KV_NODE_SPACE)
 			continue;
 		int diff = append ? sp->m - k : (l > r ? l - r : r - l);

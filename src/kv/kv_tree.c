@@ -672,6 +672,8 @@ void kv_get_stats(kv_stats *s)
 	s->pages_reused = atomic_load(&kv_sh->pages_reused);
 	s->fastpath_hits = atomic_load(&kv_sh->fastpath_hits);
 	s->shifts = atomic_load(&kv_sh->shifts);
+	s->file_grows = atomic_load(&kv_sh->file_grows);
+	s->size_checks = atomic_load(&kv_sh->size_checks);
 	kv_meta m;
 	if (smgr_exists(KV_REL) && read_meta(&m) == WALRUS_OK) {
 		s->height = m.height;

@@ -262,31 +262,69 @@ static int alloc_from_free_list(kvw_page **out)
 	return kvw_modify(*out);
 }
 
-/* Block meta.nblocks: a leftover of a crash inside the file, or a new one at its end. */
-static int alloc_at_end(kvw_page **out)
+/*
+ * The data file grows ahead of the tree, by an eighth of its size (at least
+ * a block, at most KV_GROW_MAX): an ascending load of N pages then costs
+ * about N / KV_GROW_MAX growths and size checks instead of N of each.  The
+ * blocks past meta.nblocks are zeroes nobody logged; the tree takes them
+ * in order, after a crash too, so none is ever read as data.
+ */
+#define KV_GROW_MAX 128u /* 1 MiB */
+
+static wr_blkno grow_step(wr_blkno nfile)
 {
+	return WR_MIN(WR_MAX(nfile / 8, 1u), KV_GROW_MAX);
+}
+
+/* Grows the file of @nfile blocks to hold block @blk; *nfile becomes its new size. */
+static int grow_file(smgr_rel *r, wr_blkno blk, wr_blkno *nfile)
+{
+	wr_blkno need = blk + 1 - *nfile, step = WR_MAX(need, grow_step(*nfile));
+	int rc = smgr_grow(r, *nfile, step);
+	if (rc == WALRUS_ENOSPC && step > need) {
+		/* A full disk may still have room for the block needed now. */
+		wr_log(WR_WARNING, "%s; growing relation %u by %u block(s) instead of %u",
+		       walrus_errmsg(), KV_REL, need, step);
+		step = need;
+		rc = smgr_grow(r, *nfile, step);
+	}
+	if (rc != WALRUS_OK)
+		return rc;
+	atomic_fetch_add(&kv_sh->file_grows, 1);
+	*nfile += step;
+	return WALRUS_OK;
+}
+
+/* Makes block @blk exist in the data file; the writer's file size saves the check below it. */
+static int ensure_block(wr_blkno blk)
+{
+	if (blk < kv_sh->file_blocks)
+		return WALRUS_OK;
 	smgr_rel *r;
-	wr_blkno nfile, blk = W.meta.nblocks;
-	int buf;
-	int rc = check_pin_limit();
-	if (rc == WALRUS_OK)
-		rc = smgr_open(KV_REL, &r);
+	wr_blkno nfile;
+	int rc = smgr_open(KV_REL, &r);
 	if (rc == WALRUS_OK)
 		rc = smgr_nblocks(r, &nfile);
 	if (rc != WALRUS_OK)
 		return rc;
-	if (blk < nfile) {
+	atomic_fetch_add(&kv_sh->size_checks, 1);
+	if (blk >= nfile)
+		rc = grow_file(r, blk, &nfile);
+	if (rc == WALRUS_OK)
+		kv_sh->file_blocks = nfile;
+	return rc;
+}
+
+/* Block meta.nblocks: a leftover of a crash, a block grown ahead, or one grown now. */
+static int alloc_at_end(kvw_page **out)
+{
+	wr_blkno blk = W.meta.nblocks;
+	int buf;
+	int rc = check_pin_limit();
+	if (rc == WALRUS_OK)
+		rc = ensure_block(blk);
+	if (rc == WALRUS_OK)
 		rc = buf_read_zero(KV_REL, blk, &buf);
-	} else {
-		wr_blkno got;
-		rc = buf_extend(KV_REL, &buf, &got);
-		if (rc == WALRUS_OK && got != blk) {
-			buf_unlock(buf);
-			buf_release(buf);
-			rc = wr_error(WALRUS_EINTERNAL, "relation %u grew to block %u, expected %u",
-			              KV_REL, got, blk);
-		}
-	}
 	if (rc != WALRUS_OK)
 		return rc;
 	W.meta.nblocks++;

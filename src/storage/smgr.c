@@ -704,6 +704,41 @@ int smgr_extend(smgr_rel *r, wr_blkno b, void *page)
 	return smgr_write_at(r, seg, f, b, page);
 }
 
+/*
+ * Blocks [@b, @b + @n) as zeroes, allocated without writing them: a writer
+ * that extends a page at a time pays a write and a size check per page,
+ * one call here serves a run of them.  The caller owns what lies past its
+ * own end of the relation (blocks nobody logged are never read as data).
+ */
+int smgr_grow(smgr_rel *r, wr_blkno b, wr_blkno n)
+{
+	if ((uint64_t)b + n > WR_INVALID_BLKNO)
+		return wr_error(WALRUS_ETOOBIG, "cannot extend relation %u beyond %u blocks",
+		                r->relid, WR_INVALID_BLKNO);
+	int rc = 0;
+	fdc_lock();
+	while (rc == 0 && n > 0) {
+		uint32_t seg = b / smgr_bps;
+		wr_blkno first = b % smgr_bps, cnt = WR_MIN(n, smgr_bps - first);
+		fdc_file f;
+		rc = smgr_seg(r, seg, false, &f);
+		if (smgr_missing(rc)) {
+			rc = smgr_fill_before(r, seg);
+			if (rc == 0)
+				rc = smgr_seg(r, seg, true, &f);
+		}
+		if (rc == 0)
+			rc = fdc_fallocate(f, (off_t)first * WR_PAGE_SIZE,
+			                   (off_t)cnt * WR_PAGE_SIZE);
+		if (rc == 0)
+			rc = smgr_register_write(r->relid, seg, f);
+		b += cnt;
+		n -= cnt;
+	}
+	fdc_unlock();
+	return rc;
+}
+
 /* ---------------------------------------------------------------- truncate */
 
 int smgr_truncate(smgr_rel *r, wr_blkno nblocks)

@@ -11,7 +11,7 @@
  * special offsets of a slotted page, a type and a layout version).  The
  * checksum covers the whole page, with the checksum field taken as zero, and
  * the block number, so a page written at the wrong place is detected too.
- * An all-zero page is valid (a block extended but never written).
+ * An all-zero page is valid (a block extended or grown, never written).
  *
  * Owns: the per-process table of open relations (smgr_rel) and their segment
  * handles in the fd cache.
@@ -93,6 +93,8 @@ int smgr_write(smgr_rel *r, wr_blkno b, void *page);
 int smgr_written(smgr_rel *r, wr_blkno b);
 /* Adds block @b (== nblocks, or beyond: the gap is zero-filled) with @page's content. */
 int smgr_extend(smgr_rel *r, wr_blkno b, void *page);
+/* Blocks [@b, @b+@n) allocated as zeroes (fallocate), not written; @b <= nblocks. */
+int smgr_grow(smgr_rel *r, wr_blkno b, wr_blkno n);
 /* Cuts the relation to @nblocks; forgets pending sync requests for removed segments. */
 int smgr_truncate(smgr_rel *r, wr_blkno nblocks);
 /* Write-back hint: sync_file_range(SYNC_FILE_RANGE_WRITE) over blocks [b, b+n). PANICs on error. */

@@ -2,7 +2,7 @@
  * test_buffer.c - the shared buffer pool: concurrent updates from several
  * processes, eviction through a small pool, WAL before data, checksum
  * failures, pin leaks, one I/O for concurrent readers of a missing page,
- * and the minimum pool size.
+ * the minimum pool size, and new pages mapping their chunk of the pool.
  *
  * As in tests/wal/test_insert.c, there is no instance: the test creates a
  * shared memory segment with the "wal" and "buffers" regions (and a small
@@ -409,6 +409,42 @@ START_TEST(every_buffer_pinned_is_busy)
 }
 END_TEST
 
+/* Pages of this process's resident set (/proc/self/statm), shared pool pages included. */
+static long resident_pages(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	ck_assert_ptr_nonnull(f);
+	long size = 0, resident = -1;
+	ck_assert_int_eq(fscanf(f, "%ld %ld", &size, &resident), 2);
+	fclose(f);
+	return resident;
+}
+
+static void new_page(wr_blkno blk)
+{
+	int buf;
+	ck_assert_int_eq(buf_read_zero(REL, blk, &buf), WALRUS_OK);
+	buf_unlock(buf);
+	buf_release(buf);
+}
+
+/* The first new page of a fresh pool maps its chunk of 64 buffers in at once. */
+START_TEST(new_page_maps_its_chunk)
+{
+	setup(256);
+	uint64_t c0 = buf_prefault_chunks();
+	long r0 = resident_pages();
+	new_page(0);
+	long grown = (resident_pages() - r0) * sysconf(_SC_PAGESIZE);
+	ck_assert_int_ge(grown, 64L * WR_PAGE_SIZE);
+	ck_assert_uint_eq(buf_prefault_chunks() - c0, 1);
+	for (wr_blkno b = 1; b < 200; b++) /* buffers 1..200, in clock order: 4 chunks */
+		new_page(b);
+	ck_assert_uint_eq(buf_prefault_chunks() - c0, 4);
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
 static Suite *buffer_suite(void)
 {
 	Suite *s = suite_create("buffer");
@@ -422,6 +458,7 @@ static Suite *buffer_suite(void)
 	tcase_add_test(t, concurrent_readers_do_one_io);
 	tcase_add_test(t, too_small_pool_is_refused);
 	tcase_add_test(t, every_buffer_pinned_is_busy);
+	tcase_add_test(t, new_page_maps_its_chunk);
 	suite_add_tcase(s, t);
 	return s;
 }

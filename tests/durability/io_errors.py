@@ -62,7 +62,7 @@ SITES = {
                         "inst", "ckpt", []),
     "data-write-evict": ("backend evicts a dirty page (buffer pool, smgr_write)", "pwrite",
                          "/base/", "backend", "none", ["shared_buffers=128kB"]),
-    "data-extend": ("backend extends the relation (smgr_extend)", "pwrite", "/base/1",
+    "data-extend": ("backend grows the relation (smgr_grow)", "fallocate", "/base/1",
                     "backend", "none", ["shared_buffers=128kB"]),
     "data-open": ("backend opens a data file (smgr_open)", "open", "/base/", "backend",
                   "none", []),

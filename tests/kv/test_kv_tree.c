@@ -10,6 +10,7 @@
 
 #include "kv/kv_int.h"
 #include "kvtest.h"
+#include "testsupport/testsupport.h"
 
 static void put_ok(const void *k, size_t kl, const void *v, size_t vl)
 {
@@ -481,6 +482,90 @@ END_TEST
  * (KVOP_NKEYS, 8 bytes), not the whole meta struct: record header, two block
  * headers, the insert op and the count op.
  */
+/*
+ * An ascending load grows the data file in runs of blocks, not a block (and
+ * a size check) per new page; after a crash restart the tree goes on taking
+ * the grown blocks in order, and at most one run stays unused past its end.
+ */
+START_TEST(ascending_load_grows_file_in_runs)
+{
+	kt_init("walrus-kv", 1024);
+	fill(8000, 600); /* ~5 MB: about 650 leaves */
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_gt(st.pages, 500);
+	ck_assert_uint_ge(st.file_grows, 1);
+	ck_assert_uint_le(st.file_grows * 8, st.pages);
+	ck_assert_uint_le(st.size_checks * 8, st.pages);
+	wal_flush_to(wal_insert_lsn()); /* the puts were asynchronous */
+	kt_crash_restart();
+	char v[600];
+	memset(v, 'w', sizeof(v));
+	for (uint32_t i = 8000; i < 10000; i++) {
+		char k[32];
+		int kl = snprintf(k, sizeof(k), "k%06u", i);
+		put_ok(k, (size_t)kl, v, sizeof(v));
+	}
+	kv_verify_result r;
+	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
+	ck_assert_uint_eq(r.errors, 0);
+	ck_assert_uint_eq(r.keys, 10000);
+	ck_assert_uint_le(r.unused_tail, 128);
+}
+END_TEST
+
+#ifdef WALRUS_TEST_HOOKS
+/*
+ * A full disk while the file grows: a run that does not fit falls back to
+ * the one block needed; when that does not fit either, the put fails with
+ * WALRUS_ENOSPC naming the file, and every earlier put is still there.
+ */
+START_TEST(full_disk_while_growing)
+{
+	kt_init("walrus-kv", 1024);
+	fill(2000, 600);
+	char v[600];
+	memset(v, 'f', sizeof(v));
+	/* The next growth's run fails, its single block does not. */
+	kv_stats st0, st1;
+	kv_get_stats(&st0);
+	ck_assert_int_eq(ts_failpoint_set("fallocate:ENOSPC:/base/1*1"), 0);
+	uint32_t i = 2000;
+	for (; ts_failpoint_hits() == 0 && i < 4000; i++) {
+		char k[32];
+		int kl = snprintf(k, sizeof(k), "k%06u", i);
+		put_ok(k, (size_t)kl, v, sizeof(v));
+	}
+	kv_get_stats(&st1);
+	ck_assert_uint_eq(ts_failpoint_hits(), 1);
+	ck_assert_uint_eq(st1.file_grows - st0.file_grows, 1);
+	/* Now no block fits: puts go on until one needs a new block, which fails. */
+	ck_assert_int_eq(ts_failpoint_set("fallocate:ENOSPC:/base/1*0"), 0);
+	int rc = WALRUS_OK;
+	char k[32];
+	int kl = 0;
+	for (; rc == WALRUS_OK && i < 6000; i++) {
+		kl = snprintf(k, sizeof(k), "k%06u", i);
+		rc = kv_put(k, (size_t)kl, v, sizeof(v), KV_ASYNC);
+	}
+	ck_assert_int_eq(rc, WALRUS_ENOSPC);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "base/1"));
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "No space left on device"));
+	ck_assert_uint_eq(ts_failpoint_hits(), 3); /* the run, then the single block */
+	ck_assert_int_eq(kv_get(k, (size_t)kl, &(void *){NULL}, &(size_t){0}), WALRUS_ENOTFOUND);
+	uint32_t failed = i - 1;
+	ck_assert_int_eq(ts_failpoint_set(NULL), 0);
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.keys, failed);
+	kt_verify_clean();
+	put_ok(k, (size_t)kl, v, sizeof(v)); /* room again */
+	get_is(k, (size_t)kl, v, sizeof(v));
+	kt_verify_clean();
+}
+END_TEST
+#endif
+
 START_TEST(small_put_logs_the_key_count_only)
 {
 	kt_init("walrus-kv", 1024);
@@ -843,6 +928,10 @@ static Suite *tree_suite(void)
 	tcase_add_test(t, rightmost_leaf_fast_path_ascending);
 	tcase_add_loop_test(t, rightmost_leaf_fast_path_other_orders, 0, 2);
 	tcase_add_test(t, rightmost_leaf_hint_goes_stale);
+	tcase_add_test(t, ascending_load_grows_file_in_runs);
+#ifdef WALRUS_TEST_HOOKS
+	tcase_add_test(t, full_disk_while_growing);
+#endif
 	tcase_add_test(t, small_put_logs_the_key_count_only);
 	tcase_add_test(t, random_load_shifts_before_splitting);
 	tcase_add_test(t, queue_workload_reuses_pages);

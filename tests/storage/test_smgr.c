@@ -183,6 +183,37 @@ END_TEST
 
 /* ---------------------------------------------------------------- block I/O */
 
+/* One call allocates a run of zero blocks across segment boundaries, writing none. */
+START_TEST(test_grow_crosses_segments)
+{
+	smgr_rel *r;
+	ck_assert_int_eq(smgr_create(6), 0);
+	ck_assert_int_eq(smgr_open(6, &r), 0);
+	unsigned char p[WR_PAGE_SIZE];
+	make_page(p, 6, 0, 0);
+	ck_assert_int_eq(smgr_extend(r, 0, p), 0);
+	ck_assert_int_eq(smgr_grow(r, 1, 18), 0); /* blocks 1..18: segments 0, 1 and 2 */
+	wr_blkno n;
+	ck_assert_int_eq(smgr_nblocks(r, &n), 0);
+	ck_assert_uint_eq(n, 19);
+	ck_assert_int_eq(file_size(seg_path(6, 0)), SEGSIZE);
+	ck_assert_int_eq(file_size(seg_path(6, 1)), SEGSIZE);
+	ck_assert_int_eq(file_size(seg_path(6, 2)), (off_t)3 * WR_PAGE_SIZE);
+	check_page(r, 6, 0, 0); /* untouched */
+	for (wr_blkno b = 1; b < 19; b++) {
+		unsigned char got[WR_PAGE_SIZE];
+		ck_assert_int_eq(smgr_read(r, b, got), 0);
+		ck_assert(page_is_new(got));
+	}
+	/* A grown block is written like any other. */
+	make_page(p, 6, 12, 1);
+	ck_assert_int_eq(smgr_write(r, 12, p), 0);
+	check_page(r, 6, 12, 1);
+	ck_assert_int_eq(smgr_grow(r, 19, 0), 0);
+	ck_assert_int_eq(smgr_grow(r, WR_INVALID_BLKNO - 1, 2), WALRUS_ETOOBIG);
+}
+END_TEST
+
 START_TEST(test_round_trip_segments)
 {
 	smgr_rel *r;
@@ -604,6 +635,7 @@ static Suite *smgr_suite(void)
 	tcase_add_test(tc, test_create_exists);
 	tcase_add_test(tc, test_init_checks);
 	tcase_add_test(tc, test_round_trip_segments);
+	tcase_add_test(tc, test_grow_crosses_segments);
 	tcase_add_test(tc, test_extend_gap);
 	tcase_add_test(tc, test_corruption_detected);
 	tcase_add_test(tc, test_short_read);

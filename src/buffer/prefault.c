@@ -1,0 +1,91 @@
+/*
+ * prefault.c - maps the pool pages around a new page into this process
+ * before their first touch.
+ *
+ * Interface: buf_prefault_new, buf_prefault_chunks (buffer.h).
+ *
+ * Every process maps the pool's memfd on its own, so each one faults in
+ * every pool page it touches first, 4 KiB at a time.  A load into a fresh
+ * pool takes a never-touched buffer for each new page, and those faults
+ * were the largest single cost of an ascending load (docs/performance.md,
+ * "Issue 18: sequential loads (continued)").  One
+ * madvise(MADV_POPULATE_WRITE) over a chunk of buffers costs less than the
+ * faults it saves, and the clock sweep hands a fresh pool out in buffer
+ * order, so the chunk of a new page holds the next pages a load will take.
+ * The advice changes no content; a kernel without it (EINVAL) turns it off.
+ *
+ * Per process, under a mutex (threads share the mapping): one bit per chunk
+ * already populated here, for the mapping it was made for (a crash restart
+ * maps a new segment).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "buffer/buf_int.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+#define PF_CHUNK 64u /* buffers: 512 KiB */
+
+static pthread_mutex_t pf_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t *pf_done;  /* a bit per chunk */
+static char *pf_pages;     /* the pool mapping pf_done describes */
+static bool pf_off;        /* the kernel has no MADV_POPULATE_WRITE */
+static uint64_t pf_chunks; /* chunks populated by this process */
+
+/* Claims chunk @c for population; false if done (or impossible) already. */
+static bool pf_claim(uint32_t c)
+{
+	uint32_t nchunks = (buf_l.r->nbuffers + PF_CHUNK - 1) / PF_CHUNK;
+	if (pf_off)
+		return false;
+	if (pf_pages != buf_l.pages) {
+		free(pf_done);
+		pf_done = calloc((nchunks + 63) / 64, sizeof(uint64_t));
+		pf_pages = pf_done != NULL ? buf_l.pages : NULL;
+		if (pf_done == NULL)
+			return false; /* only advice: the touch faults the pages in */
+	}
+	uint64_t bit = 1ull << (c % 64);
+	if (pf_done[c / 64] & bit)
+		return false;
+	pf_done[c / 64] |= bit;
+	pf_chunks++;
+	return true;
+}
+
+static void pf_populate(uint32_t c)
+{
+	uint32_t first = c * PF_CHUNK, n = WR_MIN(PF_CHUNK, buf_l.r->nbuffers - first);
+	uintptr_t psz = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)buf_page_ptr((int)first + 1) & ~(psz - 1);
+	uintptr_t hi = (uintptr_t)buf_page_ptr((int)first + 1) + (size_t)n * WR_PAGE_SIZE;
+	if (madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) == 0 || errno != EINVAL)
+		return; /* other errors (EINTR, ENOMEM) leave the faults to the touch */
+	pthread_mutex_lock(&pf_lock);
+	pf_off = true;
+	pthread_mutex_unlock(&pf_lock);
+}
+
+void buf_prefault_new(int buf)
+{
+	uint32_t c = (uint32_t)(buf - 1) / PF_CHUNK;
+	pthread_mutex_lock(&pf_lock);
+	bool todo = pf_claim(c);
+	pthread_mutex_unlock(&pf_lock);
+	if (todo)
+		pf_populate(c);
+}
+
+uint64_t buf_prefault_chunks(void)
+{
+	pthread_mutex_lock(&pf_lock);
+	uint64_t n = pf_chunks;
+	pthread_mutex_unlock(&pf_lock);
+	return n;
+}
