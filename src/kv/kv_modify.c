@@ -594,18 +594,18 @@ static int replace_entry(wpath *path, int slot, const char *item, uint16_t len)
  * internal nodes (linear in their hundreds of entries) were most of a put's
  * time in the tree.
  *
- * Why it is safe: the hint is only a guess and is checked on the page, under
- * its exclusive lock (which the insert needs anyway), before the descent is
- * skipped.  The block is below the tree's end; the page is a well-formed
- * leaf whose high fence is +inf, and only the rightmost leaf of the tree has
- * one (invariant 2 of README.md; freed nodes become FREE pages, pages past
- * the end are refused); it holds a key, and @k sorts after its last key,
- * hence after its low fence.  So the leaf covers @k, a descent would end
- * there too, and the insert at its end is the very op the slow path would
- * log: readers and redo cannot tell the difference.  Only the writer holding
- * the tree lock reads or sets the hint, so it needs no atomics; an abort
- * clears it.  Anything else (a replace, a split, a stale hint) takes the
- * descent, which sets the hint again.
+ * Why it is safe: the hint is only a guess and is checked on the page before
+ * the descent is skipped.  The check reads the page unlocked, as the
+ * descent reads every page: only the writer holding the tree lock changes
+ * tree pages.  The leaf is locked only when the put goes there, so a batch
+ * of random puts does not keep readers of the rightmost leaf waiting.  The block is below the
+ * tree's end; the page is a well-formed leaf whose high fence is +inf, and only the rightmost leaf
+ * of the tree has one (invariant 2 of README.md; freed nodes become FREE pages, pages past the end
+ * are refused); it holds a key, and @k sorts after its last key, hence after its low fence.  So the
+ * leaf covers @k, a descent would end there too, and the insert at its end is the very op the slow
+ * path would log: readers and redo cannot tell the difference.  Only the writer holding the tree
+ * lock reads or sets the hint, so it needs no atomics; an abort clears it.  Anything else (a
+ * replace, a split, a stale hint) takes the descent, which sets the hint again.
  *
  * *done: the put was made here.
  */
@@ -620,7 +620,6 @@ static int put_rightmost(const void *k, uint16_t kl, const char *item, uint16_t 
 		wr_error_clear(); /* a page the descent may not need: let it decide */
 		return WALRUS_OK;
 	}
-	kvw_lock(p);
 	if (kvp_type(p->page) != KV_PT_NODE || kvp_special(p->page).level != 0 ||
 	    !(kvp_special(p->page).flags & KVN_HIGH_INF))
 		return WALRUS_OK;

@@ -431,6 +431,30 @@ START_TEST(rightmost_leaf_fast_path_other_orders)
 END_TEST
 
 /*
+ * A put that does not go to the rightmost leaf checks the hint without
+ * locking that leaf: a batch of random puts must not keep the leaf's
+ * readers waiting until it ends.
+ */
+START_TEST(rightmost_leaf_hint_check_takes_no_lock)
+{
+	kt_init("walrus-kv", 1024);
+	load_hits(2000, NULL); /* ascending: the hint names the rightmost leaf */
+	char v[30];
+	memset(v, 'm', sizeof(v));
+	rw_lock_excl(&kv_sh->tree_lock);
+	ck_assert_int_eq(kvw_batch_begin(), WALRUS_OK);
+	ck_assert_int_eq(kvm_put("k000500x", 8, v, sizeof(v)), WALRUS_OK);
+	kvw_page *p;
+	ck_assert_uint_ne(kv_sh->rightmost_leaf, 0);
+	ck_assert_int_eq(kvw_get(kv_sh->rightmost_leaf, &p), WALRUS_OK);
+	ck_assert(!p->locked);
+	kvw_abort();
+	rw_unlock(&kv_sh->tree_lock);
+	kt_verify_clean();
+}
+END_TEST
+
+/*
  * A random load moves entries of a full leaf to a sibling that has room
  * before it splits, so leaves end fuller than the halves splits leave
  * (about 69% full on average): at least 80% here.  Then a crash restart
@@ -928,6 +952,7 @@ static Suite *tree_suite(void)
 	tcase_add_test(t, rightmost_leaf_fast_path_ascending);
 	tcase_add_loop_test(t, rightmost_leaf_fast_path_other_orders, 0, 2);
 	tcase_add_test(t, rightmost_leaf_hint_goes_stale);
+	tcase_add_test(t, rightmost_leaf_hint_check_takes_no_lock);
 	tcase_add_test(t, ascending_load_grows_file_in_runs);
 #ifdef WALRUS_TEST_HOOKS
 	tcase_add_test(t, full_disk_while_growing);
