@@ -313,6 +313,8 @@ static void stats_kv(jbuf *j)
 	jb_u64(j, "pages_freed", k.pages_freed);
 	jb_u64(j, "pages_reused", k.pages_reused);
 	jb_u64(j, "fastpath_hits", k.fastpath_hits);
+	jb_u64(j, "optimistic_reads", k.optimistic_reads);
+	jb_u64(j, "optimistic_retries", k.optimistic_retries);
 	jb_close(j);
 }
 

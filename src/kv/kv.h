@@ -216,9 +216,11 @@ typedef struct kv_stats {
 	uint64_t gets, puts, deletes, batches;
 	uint64_t batch_aborts; /* batches that failed and were undone */
 	uint64_t splits, pages_freed, pages_reused;
-	uint64_t fastpath_hits; /* puts into the rightmost leaf that skipped the descent */
-	uint32_t height;        /* from the meta page */
-	uint64_t pages;         /* blocks in use, meta page included */
+	uint64_t fastpath_hits;      /* puts into the rightmost leaf that skipped the descent */
+	uint64_t optimistic_reads;   /* gets answered by a peek at the leaf (no pin, no lock) */
+	uint64_t optimistic_retries; /* peeks that a writer overlapped: read again under a lock */
+	uint32_t height;             /* from the meta page */
+	uint64_t pages;              /* blocks in use, meta page included */
 	uint64_t free_pages, keys;
 } kv_stats;
 /* Counters since shared memory was created, and the tree's shape (zeros if no tree). */
