@@ -40,7 +40,7 @@ static void make_val(char *v, uint32_t i, uint64_t version)
 	memcpy(v, &i, sizeof(i));
 	memcpy(v + 4, &version, sizeof(version));
 	for (int j = 12; j < VLEN; j++)
-		v[j] = (char)(i * 31 + version * 7 + (uint64_t)j);
+		v[j] = (char)((uint64_t)i * 31 + version * 7 + (uint64_t)j);
 }
 
 /* Whether @v is a whole value of key @i (of any version). */
@@ -53,7 +53,7 @@ static bool val_ok(const char *v, size_t vl, uint32_t i)
 	memcpy(&who, v, sizeof(who));
 	memcpy(&version, v + 4, sizeof(version));
 	for (int j = 12; j < VLEN; j++)
-		if (v[j] != (char)(i * 31 + version * 7 + (uint64_t)j))
+		if (v[j] != (char)((uint64_t)i * 31 + version * 7 + (uint64_t)j))
 			return false;
 	return who == i;
 }
