@@ -496,12 +496,32 @@ static int buf_retag(int victim, uint32_t state, wr_relid rel, wr_blkno blk, uin
  * makes a concurrent retag of that buffer sweep on: both harmless.  Returns
  * the buffer pinned, or 0 (nothing pinned).
  */
+/*
+ * The hints are sets of BUF_HINT_WAYS, newest first.  Direct-mapped, two
+ * leaves sharing a slot (one in ten of a large tree's) kept taking it from
+ * each other, and every such visit went through the mapping table.
+ */
+#define BUF_HINT_WAYS 4u
+
+static buf_hint *buf_hint_set_of(uint32_t hash)
+{
+	return &buf_me->hints[hash & buf_me->hint_mask & ~(BUF_HINT_WAYS - 1)];
+}
+
+static int buf_hint_find(wr_relid rel, wr_blkno blk, uint32_t hash)
+{
+	const buf_hint *set = buf_hint_set_of(hash);
+	for (uint32_t i = 0; i < BUF_HINT_WAYS; i++)
+		if (set[i].rel == rel && set[i].blk == blk)
+			return set[i].buf;
+	return 0;
+}
+
 static int buf_hint_pin(wr_relid rel, wr_blkno blk, uint32_t hash, bool *valid)
 {
-	const buf_hint *h = &buf_me->hints[hash & buf_me->hint_mask];
-	if (h->buf == 0 || h->rel != rel || h->blk != blk)
+	int buf = buf_hint_find(rel, blk, hash);
+	if (buf == 0)
 		return 0;
-	int buf = h->buf;
 	/* Start loading the page's header and its last line (the special space
 	 * of most page types) while the pin waits for the descriptor: a reader
 	 * touches both first, and on a large pool neither is likely cached. */
@@ -520,7 +540,13 @@ static int buf_hint_pin(wr_relid rel, wr_blkno blk, uint32_t hash, bool *valid)
 
 static void buf_hint_set(wr_relid rel, wr_blkno blk, uint32_t hash, int buf)
 {
-	buf_me->hints[hash & buf_me->hint_mask] = (buf_hint){.rel = rel, .blk = blk, .buf = buf};
+	buf_hint *set = buf_hint_set_of(hash);
+	uint32_t i = 0;
+	while (i < BUF_HINT_WAYS - 1 && (set[i].rel != rel || set[i].blk != blk))
+		i++;
+	/* The entry's own way, or the oldest: the ones before it move down one. */
+	memmove(&set[1], &set[0], i * sizeof(*set));
+	set[0] = (buf_hint){.rel = rel, .blk = blk, .buf = buf};
 }
 
 int buf_get(wr_relid rel, wr_blkno blk, int *out, bool *valid)
@@ -815,19 +841,19 @@ static void buf_peek_use(buf_desc *d, uint32_t s)
 int buf_peek(wr_relid rel, wr_blkno blk, buf_peek_fn fn, void *arg)
 {
 	uint32_t hash = buf_tag_hash(rel, blk);
-	const buf_hint *h = &buf_me->hints[hash & buf_me->hint_mask];
-	if (h->buf == 0 || h->rel != rel || h->blk != blk)
+	int buf = buf_hint_find(rel, blk, hash);
+	if (buf == 0)
 		return BUF_PEEK_NONE;
 	/* The page's header, line pointers and special space start loading
 	 * while the descriptor's line does: each is a miss on a large pool. */
-	const char *page = buf_page_ptr(h->buf);
+	const char *page = buf_page_ptr(buf);
 	__builtin_prefetch(page);
 	__builtin_prefetch(page + 64);
 	__builtin_prefetch(page + 128);
 	__builtin_prefetch(page + WR_PAGE_SIZE - 64);
-	buf_desc *d = buf_get_desc(h->buf);
+	buf_desc *d = buf_get_desc(buf);
 	uint32_t s = 0;
-	int rc = buf_peek_page(d, h->buf, rel, blk, fn, arg, &s);
+	int rc = buf_peek_page(d, buf, rel, blk, fn, arg, &s);
 	if (rc == BUF_PEEK_DONE)
 		buf_peek_use(d, s);
 	return rc;

@@ -469,7 +469,7 @@ typedef struct kv_write_state {
 	uint32_t nspare;
 } kv_write_state;
 
-#define KV_NODE_COPIES 256
+#define KV_NODE_COPIES 512 /* even: two-way sets (kv_tree.c) */
 typedef struct kv_node_copy kv_node_copy;
 
 /*

@@ -82,23 +82,59 @@ static void copies_reset(void)
 			node_copies[i]->blk = WR_INVALID_BLKNO;
 }
 
+/*
+ * Two-way sets by block number: direct-mapped, two nodes of a large tree
+ * sharing a slot (one in five) took it from each other at every visit, and
+ * each time the descent read the node under its lock.
+ */
+static node_copy **copy_set(wr_blkno blk)
+{
+	return &node_copies[(blk % KV_NODE_COPIES) & ~1u];
+}
+
 static const node_copy *copy_find(wr_blkno blk, int level)
 {
-	const node_copy *c = node_copies[blk % KV_NODE_COPIES];
-	return c != NULL && c->blk == blk && c->level == level ? c : NULL;
+	node_copy *const *set = copy_set(blk);
+	for (int i = 0; i < 2; i++)
+		if (set[i] != NULL && set[i]->blk == blk)
+			return set[i]->level == level ? set[i] : NULL;
+	return NULL;
 }
 
 static void copy_drop(wr_blkno blk)
 {
-	node_copy *c = node_copies[blk % KV_NODE_COPIES];
-	if (c != NULL && c->blk == blk)
-		c->blk = WR_INVALID_BLKNO;
+	node_copy **set = copy_set(blk);
+	for (int i = 0; i < 2; i++)
+		if (set[i] != NULL && set[i]->blk == blk)
+			set[i]->blk = WR_INVALID_BLKNO;
+}
+
+static bool copy_free_for(const node_copy *c, wr_blkno blk)
+{
+	return c == NULL || c->blk == blk || c->blk == WR_INVALID_BLKNO;
+}
+
+/* Where @blk's copy goes: its own or an empty way, else the older way's
+ * memory, moved first (the newest copy of a set is in way 0). */
+static node_copy **copy_slot(wr_blkno blk)
+{
+	node_copy **set = copy_set(blk);
+	if (set[1] != NULL && set[1]->blk == blk)
+		return &set[1];
+	if (copy_free_for(set[0], blk))
+		return &set[0];
+	if (copy_free_for(set[1], blk))
+		return &set[1];
+	node_copy *older = set[1];
+	set[1] = set[0];
+	set[0] = older;
+	return &set[0];
 }
 
 /* Out of memory only means no copy: the node is read under its lock. */
 static void copy_take(wr_blkno blk, int level, const char *page)
 {
-	node_copy **slot = &node_copies[blk % KV_NODE_COPIES];
+	node_copy **slot = copy_slot(blk);
 	if (*slot == NULL && (*slot = malloc(sizeof(node_copy))) == NULL)
 		return;
 	memcpy((*slot)->page, page, WR_PAGE_SIZE);

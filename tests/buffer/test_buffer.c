@@ -519,6 +519,32 @@ START_TEST(peek_never_reads_a_buffer_given_another_block)
 }
 END_TEST
 
+START_TEST(peek_finds_blocks_sharing_a_hint_slot)
+{
+	setup(16);
+	/* Three blocks whose tags fall on the same hint entry. */
+	wr_blkno same[3];
+	int n = 0;
+	uint32_t slot = buf_tag_hash(REL, 0) & buf_me->hint_mask;
+	for (wr_blkno b = 0; b < 10000000 && n < 3; b++)
+		if ((buf_tag_hash(REL, b) & buf_me->hint_mask) == slot)
+			same[n++] = b;
+	ck_assert_int_eq(n, 3);
+	for (int i = 0; i < 3; i++) {
+		int buf;
+		ck_assert_int_eq(buf_read_zero(REL, same[i], &buf), WALRUS_OK);
+		buf_unlock(buf);
+		buf_release(buf);
+	}
+	/* Each is still found where it was put, without the mapping table. */
+	for (int i = 0; i < 3; i++) {
+		peek_probe p = {0};
+		ck_assert_int_eq(peek_stamp(same[i], &p), BUF_PEEK_DONE);
+	}
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
 static Suite *buffer_suite(void)
 {
 	Suite *s = suite_create("buffer");
@@ -534,6 +560,7 @@ static Suite *buffer_suite(void)
 	tcase_add_test(t, every_buffer_pinned_is_busy);
 	tcase_add_test(t, peek_reads_without_pin_until_a_writer_locks);
 	tcase_add_test(t, peek_never_reads_a_buffer_given_another_block);
+	tcase_add_test(t, peek_finds_blocks_sharing_a_hint_slot);
 	suite_add_tcase(s, t);
 	return s;
 }
