@@ -22,6 +22,9 @@
  * lock, so a caller may hold content locks on other buffers while calling
  * buf_read/buf_extend.  A backend may hold a given buffer's content lock once.
  * I/O in progress is a state flag; waiters sleep on the buffer's futex word.
+ * Each buffer also has a version (a seqlock for buf_peek): odd while its
+ * content lock is held exclusive or it is being retagged, written only by
+ * that holder; readers that peek take no lock at all.
  *
  * WAL before data: every write of a page first calls wal_flush_to(page LSN),
  * so the WAL must be attached in any process that can write a dirty page.
