@@ -98,7 +98,8 @@ void buf_lock(int buf, bool exclusive);
  * was valid, held (rel, blk), and nothing changed the page while @fn ran:
  * what @fn read is what a share lock would have shown.  BUF_PEEK_CHANGED:
  * an exclusive holder or a retag overlapped (or was under way), and
- * BUF_PEEK_NONE: not known where the page is, or not valid there; then
+ * BUF_PEEK_NONE: not known where the page is, not valid there, or its
+ * header lock held (the locked path waits for that); then
  * whatever @fn found is garbage (@fn may not have run), and the caller
  * reads the page with buf_read and a share lock.  @fn reads a page that may
  * change under it: it must clamp every offset it takes from the page to the

@@ -813,7 +813,9 @@ __attribute__((no_sanitize("thread"))) static int buf_peek_page(buf_desc *d, int
 		return BUF_PEEK_CHANGED;
 	uint32_t s = atomic_load_explicit(&d->state, memory_order_acquire);
 	uint32_t want = BM_VALID | BM_TAG_VALID;
-	if ((s & want) != want || d->rel != rel || d->blk != blk)
+	/* A held header lock is left to the locked path, which waits for it
+	 * (and notices a holder that died: ipc_spin_delay). */
+	if ((s & (want | BM_LOCKED)) != want || d->rel != rel || d->blk != blk)
 		return BUF_PEEK_NONE;
 	BUF_RACY_BEGIN();
 	fn(buf_page_ptr(buf), arg);
