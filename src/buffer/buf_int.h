@@ -46,7 +46,10 @@ typedef struct buf_desc {
 	_Atomic uint32_t state;
 	_Atomic uint32_t io_seq; /* futex word: bumped when an I/O on the buffer ends */
 	wr_rwlock content;
-	char pad[64 - 16 - sizeof(wr_rwlock)];
+	/* Seqlock for buf_peek: odd while the content lock is held exclusive or
+	 * the buffer is being retagged; written only by that holder. */
+	_Atomic uint32_t version;
+	char pad[64 - 20 - sizeof(wr_rwlock)];
 } buf_desc;
 
 typedef struct buf_shared_stats {

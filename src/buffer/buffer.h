@@ -22,6 +22,9 @@
  * lock, so a caller may hold content locks on other buffers while calling
  * buf_read/buf_extend.  A backend may hold a given buffer's content lock once.
  * I/O in progress is a state flag; waiters sleep on the buffer's futex word.
+ * Each buffer also has a version (a seqlock for buf_peek): odd while its
+ * content lock is held exclusive or it is being retagged, written only by
+ * that holder; readers that peek take no lock at all.
  *
  * New pages (buf_read_zero) map their chunk of 64 buffers into the process
  * in one madvise before the first touch (prefault.c): per-process advice,
@@ -94,6 +97,28 @@ int buf_extend(wr_relid rel, int *buf, wr_blkno *blk);
 void buf_release(int buf);
 
 void buf_lock(int buf, bool exclusive);
+/*
+ * Optimistic reads (a seqlock per buffer): each buffer's version is odd
+ * while its content lock is held exclusive or it is being given another
+ * tag, and changes at each.  buf_peek finds (rel, blk) where this backend
+ * last found it (no mapping table), pins and locks nothing, and calls @fn
+ * on the page between two reads of the version.  BUF_PEEK_DONE: the buffer
+ * was valid, held (rel, blk), and nothing changed the page while @fn ran:
+ * what @fn read is what a share lock would have shown.  BUF_PEEK_CHANGED:
+ * an exclusive holder or a retag overlapped (or was under way), and
+ * BUF_PEEK_NONE: not known where the page is, not valid there, or its
+ * header lock held (the locked path waits for that); then
+ * whatever @fn found is garbage (@fn may not have run), and the caller
+ * reads the page with buf_read and a share lock.  @fn reads a page that may
+ * change under it: it must clamp every offset it takes from the page to the
+ * page, write only its own memory, and make no call that could fail or
+ * block.  A peek counts as a use of the buffer for the clock sweep.
+ */
+#define BUF_PEEK_DONE    0
+#define BUF_PEEK_CHANGED 1
+#define BUF_PEEK_NONE    2
+typedef void (*buf_peek_fn)(const char *page, void *arg);
+int buf_peek(wr_relid rel, wr_blkno blk, buf_peek_fn fn, void *arg);
 void buf_unlock(int buf);
 void *buf_page(int buf);
 /* Requires the exclusive content lock: the page will be written before eviction. */

@@ -14,6 +14,13 @@
  * victim, and move its table entry.  The I/O itself happens with only a pin
  * and the I/O-in-progress flag held: whoever sets the flag first reads,
  * everyone else sleeps on the buffer's futex word until it clears.
+ *
+ * Optimistic reads (buf_peek): each descriptor has a version word, a
+ * seqlock: it is odd while the content lock is held exclusive or the buffer
+ * is being retagged, and changes at each.  A peek reads it, checks the
+ * buffer is valid and holds the tag, lets its caller read the page, and
+ * reads the version again: unchanged and even means no exclusive holder or
+ * retag overlapped the read, which then saw the page as a share lock would.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +141,28 @@ int buf_shmem_init(const wr_options *o)
 	return WALRUS_OK;
 }
 
+/* ---------------------------------------------------------------- versions */
+
+/*
+ * Only one process writes a buffer's version at a time: the exclusive
+ * content lock's holder, or the retagger (sole pin, header lock: nobody
+ * else can hold the content lock).  The release fence after the odd store
+ * keeps it ahead of the page stores that follow, for a reader whose acquire
+ * fence then sees the version moved (buf_peek_page).
+ */
+static void buf_version_open(buf_desc *d)
+{
+	uint32_t v = atomic_load_explicit(&d->version, memory_order_relaxed);
+	atomic_store_explicit(&d->version, v + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+}
+
+static void buf_version_close(buf_desc *d)
+{
+	uint32_t v = atomic_load_explicit(&d->version, memory_order_relaxed);
+	atomic_store_explicit(&d->version, v + 1, memory_order_release);
+}
+
 /* Hint entries: twice the pool, rounded up to a power of two, at most this
  * many (12 bytes each, per process). */
 #define BUF_HINTS_MAX (1u << 16)
@@ -244,6 +273,8 @@ int buf_detach_check(void)
 	for (uint32_t i = 0; i < buf_l.r->nbuffers; i++) {
 		int buf = (int)i + 1;
 		if (b->locked[i] != 0) {
+			if (b->locked[i] == BUF_LOCK_EXCL)
+				buf_version_close(buf_get_desc(buf));
 			rw_unlock(&buf_get_desc(buf)->content);
 			b->locked[i] = 0;
 		}
@@ -439,10 +470,15 @@ static int buf_retag(int victim, uint32_t state, wr_relid rel, wr_blkno blk, uin
 	bool evicted = s & BM_VALID;
 	if (had_tag)
 		buf_table_delete(ohash, victim);
+	/* Odd across the change of tag, and even again only once BM_VALID is
+	 * seen clear: a peek that sees the new even version sees the buffer
+	 * invalid until its read has filled the page. */
+	buf_version_open(d);
 	d->rel = rel;
 	d->blk = blk;
 	s &= ~(BM_VALID | BM_DIRTY | BM_IO_ERROR | BM_CHECKPOINT_NEEDED | BUF_USAGE_MASK);
 	buf_hdr_unlock(d, s | BM_TAG_VALID | BUF_USAGE_ONE);
+	buf_version_close(d);
 	buf_table_insert(hash, victim, rel, blk);
 	buf_unlock_partitions(newp, oldp);
 	if (evicted)
@@ -460,12 +496,32 @@ static int buf_retag(int victim, uint32_t state, wr_relid rel, wr_blkno blk, uin
  * makes a concurrent retag of that buffer sweep on: both harmless.  Returns
  * the buffer pinned, or 0 (nothing pinned).
  */
+/*
+ * The hints are sets of BUF_HINT_WAYS, newest first.  Direct-mapped, two
+ * leaves sharing a slot (one in ten of a large tree's) kept taking it from
+ * each other, and every such visit went through the mapping table.
+ */
+#define BUF_HINT_WAYS 4u
+
+static buf_hint *buf_hint_set_of(uint32_t hash)
+{
+	return &buf_me->hints[hash & buf_me->hint_mask & ~(BUF_HINT_WAYS - 1)];
+}
+
+static int buf_hint_find(wr_relid rel, wr_blkno blk, uint32_t hash)
+{
+	const buf_hint *set = buf_hint_set_of(hash);
+	for (uint32_t i = 0; i < BUF_HINT_WAYS; i++)
+		if (set[i].rel == rel && set[i].blk == blk)
+			return set[i].buf;
+	return 0;
+}
+
 static int buf_hint_pin(wr_relid rel, wr_blkno blk, uint32_t hash, bool *valid)
 {
-	const buf_hint *h = &buf_me->hints[hash & buf_me->hint_mask];
-	if (h->buf == 0 || h->rel != rel || h->blk != blk)
+	int buf = buf_hint_find(rel, blk, hash);
+	if (buf == 0)
 		return 0;
-	int buf = h->buf;
 	/* Start loading the page's header and its last line (the special space
 	 * of most page types) while the pin waits for the descriptor: a reader
 	 * touches both first, and on a large pool neither is likely cached. */
@@ -484,7 +540,13 @@ static int buf_hint_pin(wr_relid rel, wr_blkno blk, uint32_t hash, bool *valid)
 
 static void buf_hint_set(wr_relid rel, wr_blkno blk, uint32_t hash, int buf)
 {
-	buf_me->hints[hash & buf_me->hint_mask] = (buf_hint){.rel = rel, .blk = blk, .buf = buf};
+	buf_hint *set = buf_hint_set_of(hash);
+	uint32_t i = 0;
+	while (i < BUF_HINT_WAYS - 1 && (set[i].rel != rel || set[i].blk != blk))
+		i++;
+	/* The entry's own way, or the oldest: the ones before it move down one. */
+	memmove(&set[1], &set[0], i * sizeof(*set));
+	set[0] = (buf_hint){.rel = rel, .blk = blk, .buf = buf};
 }
 
 int buf_get(wr_relid rel, wr_blkno blk, int *out, bool *valid)
@@ -665,6 +727,8 @@ void buf_lock(int buf, bool exclusive)
 			rw_lock_shared(l);
 		atomic_fetch_add(&buf_l.r->stats.content_wait_ns, wr_now_ns() - t0);
 	}
+	if (exclusive)
+		buf_version_open(buf_get_desc(buf));
 	me->locked[buf - 1] = exclusive ? BUF_LOCK_EXCL : BUF_LOCK_SHARED;
 }
 
@@ -674,6 +738,8 @@ void buf_unlock(int buf)
 	buf_check_pinned(me, buf, "content unlock");
 	if (me->locked[buf - 1] == 0)
 		wr_panic("buffer %d unlocked but not content-locked by this process", buf);
+	if (me->locked[buf - 1] == BUF_LOCK_EXCL)
+		buf_version_close(buf_get_desc(buf));
 	me->locked[buf - 1] = 0;
 	rw_unlock(&buf_get_desc(buf)->content);
 }
@@ -704,6 +770,96 @@ void buf_tag(int buf, wr_relid *rel, wr_blkno *blk)
 	const buf_desc *d = buf_get_desc(buf);
 	*rel = d->rel;
 	*blk = d->blk;
+}
+
+/* ---------------------------------------------------------------- optimistic reads */
+
+#if defined(__SANITIZE_THREAD__)
+#define BUF_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define BUF_TSAN 1
+#endif
+#endif
+#ifdef BUF_TSAN
+/* ThreadSanitizer's annotations: the reads between them, the peeker's own
+ * and those of the libc calls it makes (memcmp, memcpy), are not recorded. */
+void AnnotateIgnoreReadsBegin(const char *file, int line);
+void AnnotateIgnoreReadsEnd(const char *file, int line);
+#define BUF_RACY_BEGIN() AnnotateIgnoreReadsBegin(__FILE__, __LINE__)
+#define BUF_RACY_END()   AnnotateIgnoreReadsEnd(__FILE__, __LINE__)
+#else
+#define BUF_RACY_BEGIN() ((void)0)
+#define BUF_RACY_END()   ((void)0)
+#endif
+
+/*
+ * The only reads of shared pages without a pin or a content lock.  They
+ * race with a writer by design, and that is sound: @fn's result is used
+ * only if the version was even before and unchanged after (acquire load,
+ * then @fn, then an acquire fence and the second load), so no exclusive
+ * holder and no retag overlapped it, and BM_VALID seen after the first load
+ * means the page's read from disk had finished.  A torn read can only give
+ * a wrong answer that the second load rejects; the callers' page accessors
+ * clamp every offset to the page, so it never reads outside it.  The tag
+ * fields are plain, written by the retagger with the version odd: read here
+ * racily too.
+ */
+__attribute__((no_sanitize("thread"))) static int buf_peek_page(buf_desc *d, int buf, wr_relid rel,
+                                                                wr_blkno blk, buf_peek_fn fn,
+                                                                void *arg, uint32_t *state)
+{
+	uint32_t v = atomic_load_explicit(&d->version, memory_order_acquire);
+	if (v & 1)
+		return BUF_PEEK_CHANGED;
+	uint32_t s = atomic_load_explicit(&d->state, memory_order_acquire);
+	uint32_t want = BM_VALID | BM_TAG_VALID;
+	/* A held header lock is left to the locked path, which waits for it
+	 * (and notices a holder that died: ipc_spin_delay). */
+	if ((s & (want | BM_LOCKED)) != want || d->rel != rel || d->blk != blk)
+		return BUF_PEEK_NONE;
+	BUF_RACY_BEGIN();
+	fn(buf_page_ptr(buf), arg);
+	BUF_RACY_END();
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&d->version, memory_order_relaxed) != v)
+		return BUF_PEEK_CHANGED;
+	*state = s;
+	return BUF_PEEK_DONE;
+}
+
+/*
+ * A pin counts a use of the buffer for the clock sweep; a peek must too, or
+ * pages read only by peeks would be the first evicted.  Once at the maximum
+ * (where a pool that holds everything keeps them) this writes nothing.
+ */
+static void buf_peek_use(buf_desc *d, uint32_t s)
+{
+	if (BUF_USAGE(s) >= BUF_MAX_USAGE || (s & BM_LOCKED))
+		return;
+	/* One try: a lost bump is a use not counted, nothing more. */
+	(void)atomic_compare_exchange_strong(&d->state, &s, s + BUF_USAGE_ONE);
+}
+
+int buf_peek(wr_relid rel, wr_blkno blk, buf_peek_fn fn, void *arg)
+{
+	uint32_t hash = buf_tag_hash(rel, blk);
+	int buf = buf_hint_find(rel, blk, hash);
+	if (buf == 0)
+		return BUF_PEEK_NONE;
+	/* The page's header, line pointers and special space start loading
+	 * while the descriptor's line does: each is a miss on a large pool. */
+	const char *page = buf_page_ptr(buf);
+	__builtin_prefetch(page);
+	__builtin_prefetch(page + 64);
+	__builtin_prefetch(page + 128);
+	__builtin_prefetch(page + WR_PAGE_SIZE - 64);
+	buf_desc *d = buf_get_desc(buf);
+	uint32_t s = 0;
+	int rc = buf_peek_page(d, buf, rel, blk, fn, arg, &s);
+	if (rc == BUF_PEEK_DONE)
+		buf_peek_use(d, s);
+	return rc;
 }
 
 /* ---------------------------------------------------------------- flush, stats, hooks */

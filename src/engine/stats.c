@@ -316,6 +316,8 @@ static void stats_kv(jbuf *j)
 	jb_u64(j, "shifts", k.shifts);
 	jb_u64(j, "file_grows", k.file_grows);
 	jb_u64(j, "size_checks", k.size_checks);
+	jb_u64(j, "optimistic_reads", k.optimistic_reads);
+	jb_u64(j, "optimistic_retries", k.optimistic_retries);
 	jb_close(j);
 }
 

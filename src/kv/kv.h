@@ -225,8 +225,10 @@ typedef struct kv_stats {
 	uint64_t shifts;      /* full leaves that gave entries to a sibling instead of splitting */
 	uint64_t file_grows;  /* times the data file grew (by up to 1 MiB) for new pages */
 	uint64_t size_checks; /* times a writer asked the data file's size */
-	uint32_t height;      /* from the meta page */
-	uint64_t pages;       /* blocks in use, meta page included */
+	uint64_t optimistic_reads;   /* gets answered by a peek at the leaf (no pin, no lock) */
+	uint64_t optimistic_retries; /* peeks that a writer overlapped: read again under a lock */
+	uint32_t height;             /* from the meta page */
+	uint64_t pages;              /* blocks in use, meta page included */
 	uint64_t free_pages, keys;
 } kv_stats;
 /* Counters since shared memory was created, and the tree's shape (zeros if no tree). */

@@ -398,6 +398,8 @@ typedef struct kv_shared {
 	_Alignas(64) _Atomic uint64_t root_hint; /* root block | (level + 1) << 32; 0 = unknown */
 	_Alignas(64) struct {
 		_Alignas(64) _Atomic uint64_t n;
+		_Atomic uint64_t optimistic;  /* of them answered by a peek at the leaf */
+		_Atomic uint64_t opt_retries; /* peeks a writer or a retag overlapped */
 	} gets[KV_GET_STRIPES];
 } kv_shared;
 extern kv_shared *kv_sh;
@@ -473,7 +475,7 @@ typedef struct kv_write_state {
 	uint32_t nspare;
 } kv_write_state;
 
-#define KV_NODE_COPIES 256
+#define KV_NODE_COPIES 512 /* even: two-way sets (kv_tree.c) */
 typedef struct kv_node_copy kv_node_copy;
 
 /*

@@ -223,6 +223,10 @@ static inline void prefetch_next(const char *page, int lo, int mid, int hi)
 int kvn_lower_bound(const char *page, const void *k, size_t kl, bool *eq)
 {
 	int lo = KV_FIRST_SLOT, hi = kvp_nslots(page);
+	/* No-op on a sane page; keeps a torn one that a peek reads (kv_tree.c)
+	 * from taking line pointers past the page. */
+	if (hi > (int)(KV_NODE_SPACE / KV_LP_SIZE))
+		hi = (int)(KV_NODE_SPACE / KV_LP_SIZE);
 	bool leaf = kvp_special(page).level == 0;
 	*eq = false;
 	while (lo < hi) {

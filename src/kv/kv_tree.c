@@ -82,23 +82,59 @@ static void copies_reset(void)
 			node_copies[i]->blk = WR_INVALID_BLKNO;
 }
 
+/*
+ * Two-way sets by block number: direct-mapped, two nodes of a large tree
+ * sharing a slot (one in five) took it from each other at every visit, and
+ * each time the descent read the node under its lock.
+ */
+static node_copy **copy_set(wr_blkno blk)
+{
+	return &node_copies[(blk % KV_NODE_COPIES) & ~1u];
+}
+
 static const node_copy *copy_find(wr_blkno blk, int level)
 {
-	const node_copy *c = node_copies[blk % KV_NODE_COPIES];
-	return c != NULL && c->blk == blk && c->level == level ? c : NULL;
+	node_copy *const *set = copy_set(blk);
+	for (int i = 0; i < 2; i++)
+		if (set[i] != NULL && set[i]->blk == blk)
+			return set[i]->level == level ? set[i] : NULL;
+	return NULL;
 }
 
 static void copy_drop(wr_blkno blk)
 {
-	node_copy *c = node_copies[blk % KV_NODE_COPIES];
-	if (c != NULL && c->blk == blk)
-		c->blk = WR_INVALID_BLKNO;
+	node_copy **set = copy_set(blk);
+	for (int i = 0; i < 2; i++)
+		if (set[i] != NULL && set[i]->blk == blk)
+			set[i]->blk = WR_INVALID_BLKNO;
+}
+
+static bool copy_free_for(const node_copy *c, wr_blkno blk)
+{
+	return c == NULL || c->blk == blk || c->blk == WR_INVALID_BLKNO;
+}
+
+/* Where @blk's copy goes: its own or an empty way, else the older way's
+ * memory, moved first (the newest copy of a set is in way 0). */
+static node_copy **copy_slot(wr_blkno blk)
+{
+	node_copy **set = copy_set(blk);
+	if (set[1] != NULL && set[1]->blk == blk)
+		return &set[1];
+	if (copy_free_for(set[0], blk))
+		return &set[0];
+	if (copy_free_for(set[1], blk))
+		return &set[1];
+	node_copy *older = set[1];
+	set[1] = set[0];
+	set[0] = older;
+	return &set[0];
 }
 
 /* Out of memory only means no copy: the node is read under its lock. */
 static void copy_take(wr_blkno blk, int level, const char *page)
 {
-	node_copy **slot = &node_copies[blk % KV_NODE_COPIES];
+	node_copy **slot = copy_slot(blk);
 	if (*slot == NULL && (*slot = malloc(sizeof(node_copy))) == NULL)
 		return;
 	memcpy((*slot)->page, page, WR_PAGE_SIZE);
@@ -457,12 +493,97 @@ static int lookup_once(const void *k, size_t kl, get_dst *d)
 	return rc;
 }
 
+/* ---------------------------------------------------------------- optimistic lookups */
+
+/*
+ * The leaf for @k by this backend's copies of the internal nodes alone, or
+ * WR_INVALID_BLKNO when a level has no copy covering @k.
+ */
+static wr_blkno leaf_from_copies(const kv_key *k)
+{
+	uint64_t h = atomic_load(&kv_sh->root_hint);
+	if (h == 0)
+		return WR_INVALID_BLKNO;
+	wr_blkno blk = (wr_blkno)h;
+	for (int level = (int)(h >> 32) - 1; level > 0 && blk != WR_INVALID_BLKNO; level--)
+		blk = child_from_copy(blk, level, k, KV_SEEK_GE);
+	return blk;
+}
+
+/* What a peek at a leaf found: usable when the leaf covers the key and the
+ * entry is absent or inline (an overflow value is read under locks). */
+typedef struct leaf_peek {
+	const kv_key *key;
+	char *out; /* KV_LEAF_ITEM_MAX bytes */
+	bool usable, found;
+	uint32_t vlen;
+} leaf_peek;
+
+/*
+ * Runs inside buf_peek on a leaf no lock protects: what it reads may be torn
+ * and is used only if the peek says nothing changed.  Every offset it takes
+ * from the page is clamped to the page: the slot count by kvn_lower_bound,
+ * the items by kvp_item, the keys by kvn_leaf_key.
+ */
+static void peek_leaf(const char *page, void *arg)
+{
+	leaf_peek *p = arg;
+	p->usable = false;
+	if (locate(page, 0, p->key, KV_SEEK_GE) != AT_HERE)
+		return;
+	int slot = kvn_lower_bound(page, p->key->p, p->key->len, &p->found);
+	kv_leaf_ent e;
+	uint16_t len;
+	const char *item = p->found ? kvp_item(page, slot, &len) : NULL;
+	if (p->found &&
+	    (!kvl_decode(item, len, &e) || e.kind != KV_INLINE || e.vlen > KV_LEAF_ITEM_MAX))
+		return;
+	if (p->found) {
+		memcpy(p->out, e.val, e.vlen);
+		p->vlen = e.vlen;
+	}
+	p->usable = true;
+}
+
+/*
+ * A get without a pin or a lock: the leaf through the copies of the nodes
+ * above it, then a peek at it.  KV_RETRY when it cannot answer (no copies,
+ * the leaf not where this backend last found it, a writer overlapping, the
+ * key not covered by that leaf, an overflow value): the locked path does.
+ */
+static int lookup_optimistic(const void *k, size_t kl, get_dst *d)
+{
+	kv_key key = {.p = k, .len = (uint16_t)kl};
+	wr_blkno leaf = leaf_from_copies(&key);
+	if (leaf == WR_INVALID_BLKNO)
+		return KV_RETRY;
+	char scratch[KV_LEAF_ITEM_MAX];
+	leaf_peek p = {.key = &key, .out = scratch};
+	int rc = buf_peek(KV_REL, leaf, peek_leaf, &p);
+	if (rc == BUF_PEEK_CHANGED)
+		atomic_fetch_add_explicit(&kv_sh->gets[kv_me->get_stripe].opt_retries, 1,
+		                          memory_order_relaxed);
+	if (rc != BUF_PEEK_DONE || !p.usable)
+		return KV_RETRY;
+	atomic_fetch_add_explicit(&kv_sh->gets[kv_me->get_stripe].optimistic, 1,
+	                          memory_order_relaxed);
+	if (!p.found)
+		return wr_error(WALRUS_ENOTFOUND, "key not found");
+	rc = dst_prepare(d, p.vlen);
+	if (rc == WALRUS_OK && p.vlen > 0)
+		memcpy(d->out, scratch, p.vlen);
+	return rc;
+}
+
 static int lookup(const void *k, size_t kl, get_dst *d)
 {
 	int rc = kv_check_key(kl);
 	if (rc != WALRUS_OK)
 		return rc;
 	atomic_fetch_add_explicit(&kv_sh->gets[kv_me->get_stripe].n, 1, memory_order_relaxed);
+	rc = lookup_optimistic(k, kl, d);
+	if (rc != KV_RETRY)
+		return rc;
 	for (int tries = 0; tries < KV_MAX_RESTARTS; tries++) {
 		rc = lookup_once(k, kl, d);
 		if (rc != KV_RETRY)
@@ -661,8 +782,11 @@ void kv_get_stats(kv_stats *s)
 	memset(s, 0, sizeof(*s));
 	if (kv_sh == NULL)
 		return;
-	for (int i = 0; i < KV_GET_STRIPES; i++)
+	for (int i = 0; i < KV_GET_STRIPES; i++) {
 		s->gets += atomic_load(&kv_sh->gets[i].n);
+		s->optimistic_reads += atomic_load(&kv_sh->gets[i].optimistic);
+		s->optimistic_retries += atomic_load(&kv_sh->gets[i].opt_retries);
+	}
 	s->puts = atomic_load(&kv_sh->puts);
 	s->deletes = atomic_load(&kv_sh->deletes);
 	s->batches = atomic_load(&kv_sh->batches);

@@ -2,7 +2,8 @@
  * test_buffer.c - the shared buffer pool: concurrent updates from several
  * processes, eviction through a small pool, WAL before data, checksum
  * failures, pin leaks, one I/O for concurrent readers of a missing page,
- * the minimum pool size, and new pages mapping their chunk of the pool.
+ * the minimum pool size, new pages mapping their chunk of the pool, and
+ * peeks (optimistic reads) against writers and retags.
  *
  * As in tests/wal/test_insert.c, there is no instance: the test creates a
  * shared memory segment with the "wal" and "buffers" regions (and a small
@@ -445,6 +446,141 @@ START_TEST(new_page_maps_its_chunk)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- peeks */
+
+typedef struct peek_probe {
+	uint64_t stamp;      /* what the peek read at STAMP */
+	buf_backend *writer; /* set: changes the page while the peek reads it */
+	int buf;             /* the writer's pinned buffer */
+	int evict;           /* set: this buffer is given another block while the peek reads */
+} peek_probe;
+
+static void read_stamp(const char *page, void *arg)
+{
+	peek_probe *p = arg;
+	p->stamp = get_u64(page, STAMP);
+	/* Reads other blocks (0 .. 15 over and over) until the sweep took it. */
+	const buf_desc *d = p->evict ? buf_get_desc(p->evict) : NULL;
+	for (int i = 0; d != NULL && d->blk == (wr_blkno)p->stamp; i++) {
+		int buf;
+		ck_assert_int_lt(i, 1000);
+		ck_assert_int_eq(buf_read(REL, (wr_blkno)i % 16, &buf), WALRUS_OK);
+		buf_release(buf);
+	}
+	if (p->writer == NULL)
+		return;
+	buf_backend *reader = buf_me;
+	buf_backend_set(p->writer);
+	buf_lock(p->buf, true);
+	put_u64(buf_page(p->buf), CTR, 99);
+	buf_unlock(p->buf);
+	buf_backend_set(reader);
+}
+
+static int peek_stamp(wr_blkno blk, peek_probe *p)
+{
+	p->stamp = UINT64_MAX;
+	return buf_peek(REL, blk, read_stamp, p);
+}
+
+START_TEST(peek_reads_without_pin_until_a_writer_locks)
+{
+	setup(16);
+	make_blocks(4);
+	buf_backend *me = buf_backend_new(), *other = buf_me;
+	ck_assert_ptr_nonnull(me);
+	buf_backend_set(me);
+	peek_probe p = {0};
+	/* Where the block is, this backend has not seen yet. */
+	ck_assert_int_eq(peek_stamp(2, &p), BUF_PEEK_NONE);
+	int buf, wbuf;
+	ck_assert_int_eq(buf_read(REL, 2, &buf), WALRUS_OK);
+	buf_release(buf);
+	ck_assert_int_eq(peek_stamp(2, &p), BUF_PEEK_DONE);
+	ck_assert_uint_eq(p.stamp, 2);
+	ck_assert_uint_eq(BUF_REFCOUNT(atomic_load(&buf_get_desc(buf)->state)), 0);
+	/* Another backend's share lock does not stop a peek; its exclusive one does. */
+	buf_backend_set(other);
+	ck_assert_int_eq(buf_read(REL, 2, &wbuf), WALRUS_OK);
+	buf_lock(wbuf, false);
+	buf_backend_set(me);
+	ck_assert_int_eq(peek_stamp(2, &p), BUF_PEEK_DONE);
+	buf_backend_set(other);
+	buf_unlock(wbuf);
+	buf_lock(wbuf, true);
+	buf_backend_set(me);
+	ck_assert_int_eq(peek_stamp(2, &p), BUF_PEEK_CHANGED);
+	buf_backend_set(other);
+	buf_unlock(wbuf);
+	buf_backend_set(me);
+	ck_assert_int_eq(peek_stamp(2, &p), BUF_PEEK_DONE);
+	/* A writer that locks, changes and unlocks while the peek reads. */
+	p.writer = other;
+	p.buf = wbuf;
+	ck_assert_int_eq(peek_stamp(2, &p), BUF_PEEK_CHANGED);
+	p.writer = NULL;
+	ck_assert_int_eq(peek_stamp(2, &p), BUF_PEEK_DONE);
+	buf_backend_set(other);
+	buf_release(wbuf);
+	ck_assert_int_eq(buf_backend_close(me), WALRUS_OK);
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
+START_TEST(peek_never_reads_a_buffer_given_another_block)
+{
+	enum { NBLK = 40 };
+	setup(16);
+	make_blocks(NBLK); /* 40 blocks through 16 buffers: most hints go stale */
+	int done = 0, gone = 0;
+	for (wr_blkno b = 0; b < NBLK; b++) {
+		peek_probe p = {0};
+		int rc = peek_stamp(b, &p);
+		if (rc == BUF_PEEK_DONE)
+			ck_assert_uint_eq(p.stamp, b);
+		done += rc == BUF_PEEK_DONE;
+		gone += rc == BUF_PEEK_NONE;
+	}
+	ck_assert_int_gt(done, 0);
+	ck_assert_int_ge(gone, NBLK - 16);
+	/* Every buffer, the peeked one too, given another block during a peek. */
+	int buf;
+	ck_assert_int_eq(buf_read(REL, NBLK - 1, &buf), WALRUS_OK);
+	buf_release(buf);
+	peek_probe p = {.evict = buf};
+	ck_assert_int_eq(peek_stamp(NBLK - 1, &p), BUF_PEEK_CHANGED);
+	ck_assert_uint_eq(p.stamp, NBLK - 1);
+	ck_assert_int_eq(peek_stamp(NBLK - 1, &p), BUF_PEEK_NONE);
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
+START_TEST(peek_finds_blocks_sharing_a_hint_slot)
+{
+	setup(16);
+	/* Three blocks whose tags fall on the same hint entry. */
+	wr_blkno same[3];
+	int n = 0;
+	uint32_t slot = buf_tag_hash(REL, 0) & buf_me->hint_mask;
+	for (wr_blkno b = 0; b < 10000000 && n < 3; b++)
+		if ((buf_tag_hash(REL, b) & buf_me->hint_mask) == slot)
+			same[n++] = b;
+	ck_assert_int_eq(n, 3);
+	for (int i = 0; i < 3; i++) {
+		int buf;
+		ck_assert_int_eq(buf_read_zero(REL, same[i], &buf), WALRUS_OK);
+		buf_unlock(buf);
+		buf_release(buf);
+	}
+	/* Each is still found where it was put, without the mapping table. */
+	for (int i = 0; i < 3; i++) {
+		peek_probe p = {0};
+		ck_assert_int_eq(peek_stamp(same[i], &p), BUF_PEEK_DONE);
+	}
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
 static Suite *buffer_suite(void)
 {
 	Suite *s = suite_create("buffer");
@@ -459,6 +595,9 @@ static Suite *buffer_suite(void)
 	tcase_add_test(t, too_small_pool_is_refused);
 	tcase_add_test(t, every_buffer_pinned_is_busy);
 	tcase_add_test(t, new_page_maps_its_chunk);
+	tcase_add_test(t, peek_reads_without_pin_until_a_writer_locks);
+	tcase_add_test(t, peek_never_reads_a_buffer_given_another_block);
+	tcase_add_test(t, peek_finds_blocks_sharing_a_hint_slot);
 	suite_add_tcase(s, t);
 	return s;
 }
