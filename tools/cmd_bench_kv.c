@@ -125,7 +125,8 @@ static void kv_usage(FILE *f)
 	    "checkpoint_timeout=30s\n\n"
 	    "A fill starts from an empty DIR; the others use the database in DIR (which must\n"
 	    "hold exactly N keys of the workloads' values) or load it first, untimed.\n"
-	    "Every result is checked: exit 2 on a wrong one, 3 on an engine error.\n"
+	    "Every result is checked, and walrus verify runs on the database at the end\n"
+	    "(untimed): exit 2 on a wrong result or a damaged tree, 3 on an engine error.\n"
 	    "walrus bench --compare A.json B.json [--json] sets two --json results side by "
 	    "side.\n",
 	    KV_DEFAULT_NUM, KV_DEFAULT_SYNC_OPS, PEERS_MAX_CLIENTS, PEERS_KEY_SIZE,
@@ -399,6 +400,39 @@ static int kv_report(const kv_args *a, const bench_kv_run *run, const bench_seri
 	return ex;
 }
 
+static void kv_verify_print(void *arg, uint32_t block, const char *msg)
+{
+	(*(unsigned long *)arg)++;
+	fprintf(stderr, "verify: block %u: %s\n", block, msg);
+}
+
+/*
+ * Every run ends with walrus_verify on the database it left (untimed): an
+ * optimisation that broke the tree must fail its benchmark, not only a
+ * later read.
+ */
+static int kv_verify(tool_ctx *ctx)
+{
+	walrus *db;
+	unsigned long problems = 0;
+	int ex = tool_open(ctx, false, &db);
+	if (ex != 0)
+		return ex;
+	int rc = walrus_verify(db, kv_verify_print, &problems);
+	if (rc == WALRUS_OK)
+		fprintf(stderr, "verify: ok\n");
+	else if (rc == WALRUS_ECORRUPT)
+		fprintf(stderr, "verify: %lu problem(s) found\n", problems);
+	else
+		ex = tool_fail(rc, "verify");
+	int crc = walrus_close(db);
+	if (ex == 0 && rc == WALRUS_ECORRUPT)
+		ex = TOOL_EXIT_DAMAGE;
+	if (ex == 0 && crc != WALRUS_OK)
+		ex = tool_fail(crc, "close");
+	return ex;
+}
+
 int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 {
 	kv_args a;
@@ -497,5 +531,7 @@ int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 	if (ex == 0)
 		ex = kv_report(&a, &run, s);
 	bench_monitor_free(mon);
+	if (ex == 0)
+		ex = kv_verify(ctx);
 	return ex;
 }

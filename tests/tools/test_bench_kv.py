@@ -333,6 +333,10 @@ def test_batch(walrus):
             check_keys(j, RUN_KEYS, w)
             if j["ops"] != 2050 or j["batch"] != 100 or j["workload"] != w:
                 fail("%s --batch 100: %s" % (w, j))
+            # Each run ends with walrus verify on the database it left.
+            p = run(walrus, s.db, [], ["--workload", "readrandom", "--num", "2050"])
+            if not p.stderr.rstrip().endswith("verify: ok"):
+                fail("%s: no verify at the end of the run: %r" % (w, p.stderr[-300:]))
 
 
 def main():
