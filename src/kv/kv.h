@@ -23,8 +23,10 @@
  * Readers (kv_get*, iterators) never take the tree lock and hold at most one
  * page content lock (shared) at a time, B-link style: they check each
  * page's fences, move right past a split, and restart from the root when a
- * page was freed or reused.  kv_verify takes the tree lock shared (writers
- * wait while it runs).
+ * page was freed or reused.  A point get first peeks at its leaf without a
+ * pin or a lock (buf_peek: used only if no exclusive holder overlapped) and
+ * takes the locked path when that fails.  kv_verify takes the tree lock
+ * shared (writers wait while it runs).
  *
  * Durability: a batch is atomic across crashes.  KV_SYNC returns after the
  * batch's commit record is durable; KV_ASYNC returns at once and the WAL
