@@ -1681,6 +1681,17 @@ static void set_variations(const peers_config *cfg)
 	}
 }
 
+/* After fillsync's load, untimed: the engine's own write-back of it done
+ * (walrus: its instance has exited, after its shutdown checkpoint), then
+ * every dirty page of the kernel's written (LMDB's and SQLite's unsynced
+ * writes), so that no engine's durable puts pay for the asynchronous load. */
+static void settle(const peers_engine *e)
+{
+	if (e->idle != NULL && g_subdir[0])
+		e->idle(g_subdir);
+	sync();
+}
+
 void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char *dir)
 {
 	/* Does g_subdir hold exactly a fillseq load of num keys? With its
@@ -1718,6 +1729,7 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 				 * reuses it. */
 				if (!loaded) {
 					wl_fill(cfg, e, PEERS_FILLSEQ, false);
+					settle(e);
 					pristine = true;
 				}
 				loaded = true;
