@@ -272,4 +272,6 @@ const peers_engine peers_walrus = {
     .idle = wa_idle,
     .batch_begin = wa_batch_begin,
     .batch_commit = wa_batch_commit,
+    .data_dir = "base",
+    .wal_dir = "wal",
 };

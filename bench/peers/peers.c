@@ -12,6 +12,7 @@
 #include "peers.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -23,6 +24,9 @@
 #include "walrus.h"
 
 #define MAX_OPTS 64
+
+#define DROP_CACHES_FILE "/proc/sys/vm/drop_caches"
+#define MAX_SYNC_SECONDS 86400
 
 /* walrus's buffer pool in walrus-peers: the 256 MiB that SQLite's page cache
  * and RocksDB's block cache get (--cache-mb sets all three; -o
@@ -52,6 +56,7 @@ typedef struct config {
 	bool keep;
 	const char *opts[MAX_OPTS]; /* -o name=value, for walrus */
 	int nopts;
+	uint64_t sync_seconds; /* --sync-seconds, 0: fillsync by --sync-ops */
 } config;
 
 static char g_base[PATH_MAX];
@@ -68,7 +73,9 @@ static void usage(FILE *f)
 	        "workloads (N = --num, M = --sync-ops, P = a client count):\n"
 	        "  fillseq           N puts of keys 0..N-1 in order, one per commit\n"
 	        "  fillrandom        the same N puts in a fixed random order\n"
-	        "  fillsync          P clients (--sync-procs), each M durable puts\n"
+	        "  fillsync          P clients (--sync-procs), each M durable puts of new keys;\n"
+	        "                    with --sync-seconds S, on a load of N keys, each client\n"
+	        "                    putting random existing keys durably for S seconds\n"
 	        "  readrandom        N random point reads split over P clients (--read-procs)\n"
 	        "  scan              one ordered scan of the N keys\n"
 	        "  readwhilewriting  readrandom, plus one writer overwriting random keys until\n"
@@ -81,6 +88,9 @@ static void usage(FILE *f)
 	        "  --num N            N: keys, and the operations of readrandom,\n"
 	        "                     readwhilewriting, updaterandom (default 1000000)\n"
 	        "  --sync-ops M       durable writes per client in fillsync (default 2000)\n"
+	        "  --sync-seconds S   fillsync by issue 18's definition instead: N keys loaded\n"
+	        "                     (untimed), then each client upserts random keys, each\n"
+	        "                     put durable, for S seconds (1..%d)\n"
 	        "  --engines LIST     among walrus,sqlite,lmdb,rocksdb (default all)\n"
 	        "  --workloads LIST   among " PEERS_ALL_WORKLOADS "\n"
 	        "                     (default " PEERS_DEFAULT_WORKLOADS ")\n"
@@ -93,6 +103,11 @@ static void usage(FILE *f)
 	        "  --cache-mb MB      every engine's cache: walrus's shared_buffers, SQLite's\n"
 	        "                     cache_size, RocksDB's block cache (LMDB has none)\n"
 	        "                     (default %d)\n"
+	        "  --drop-caches      before the timed run of readrandom, scan, readwhilewriting\n"
+	        "                     and updaterandom (once every client has prepared): sync,\n"
+	        "                     then write 3 to " DROP_CACHES_FILE " (needs root)\n"
+	        "  --drop-caches-file FILE\n"
+	        "                     --drop-caches, writing FILE instead (to test the option)\n"
 	        "  --walrus-clients LIST\n"
 	        "                     how walrus's clients of those workloads run, each in turn:\n"
 	        "                     threads (of this process, a handle each) and/or processes\n"
@@ -107,7 +122,7 @@ static void usage(FILE *f)
 	        "                     starts from shared_buffers=" PEERS_WALRUS_SHARED_BUFFERS
 	        ", the peers' cache size\n"
 	        "exit: 0 ok, 2 usage or wrong result, 3 engine or system error\n",
-	        PEERS_MAX_BATCH, PEERS_CACHE_MB);
+	        MAX_SYNC_SECONDS, PEERS_MAX_BATCH, PEERS_CACHE_MB);
 }
 
 /* PEERS_ALL_WORKLOADS, which the help shows, names every workload. */
@@ -220,9 +235,34 @@ static void add_read_procs(config *cfg, const char *opt, const char *s)
 	add_procs(cfg->run.read_procs, &cfg->run.nread_procs, opt, s);
 }
 
+/* --drop-caches is refused at once, not after the first load, when its file
+ * cannot be written (not root). Opening it writes nothing. */
+static void check_drop_caches(const char *path)
+{
+	int fd;
+
+	do
+		fd = open(path, O_WRONLY | O_CLOEXEC);
+	while (fd < 0 && errno == EINTR);
+	if (fd < 0) {
+		fprintf(stderr, "walrus-peers: --drop-caches: cannot write \"%s\": %s%s\n", path,
+		        strerror(errno),
+		        errno == EACCES || errno == EPERM
+		            ? " (dropping the kernel's caches needs root)"
+		            : "");
+		exit(PEERS_EXIT_DAMAGE);
+	}
+	if (close(fd) != 0) {
+		fprintf(stderr, "walrus-peers: close(\"%s\") failed: %s\n", path, strerror(errno));
+		exit(PEERS_EXIT_ERROR);
+	}
+}
+
 static void parse_args(int argc, char **argv, config *cfg)
 {
-	*cfg = (config){.run = {.num = 1000000, .sync_ops = 2000, .batch = 1, .fresh_dirs = true}};
+	*cfg = (config){
+	    .run = {
+	        .num = 1000000, .sync_ops = 2000, .batch = 1, .fresh_dirs = true, .sizes = true}};
 	for (int i = 1; i < argc; i++) {
 		const char *k = argv[i];
 
@@ -232,6 +272,11 @@ static void parse_args(int argc, char **argv, config *cfg)
 		}
 		if (strcmp(k, "--keep") == 0) {
 			cfg->keep = true;
+			continue;
+		}
+		if (strcmp(k, "--drop-caches") == 0) {
+			if (cfg->run.drop_caches == NULL)
+				cfg->run.drop_caches = DROP_CACHES_FILE;
 			continue;
 		}
 		if (strcmp(k, "--help") == 0 || strcmp(k, "-h") == 0) {
@@ -246,6 +291,10 @@ static void parse_args(int argc, char **argv, config *cfg)
 			cfg->run.num = parse_u64(k, v, PEERS_MAX_KEYS);
 		else if (strcmp(k, "--sync-ops") == 0)
 			cfg->run.sync_ops = parse_u64(k, v, PEERS_MAX_KEYS / PEERS_MAX_CLIENTS);
+		else if (strcmp(k, "--sync-seconds") == 0)
+			cfg->sync_seconds = parse_u64(k, v, MAX_SYNC_SECONDS);
+		else if (strcmp(k, "--drop-caches-file") == 0)
+			cfg->run.drop_caches = v;
 		else if (strcmp(k, "--batch") == 0)
 			cfg->run.batch = parse_u64(k, v, PEERS_MAX_BATCH);
 		else if (strcmp(k, "--cache-mb") == 0)
@@ -279,6 +328,9 @@ static void parse_args(int argc, char **argv, config *cfg)
 		parse_list("--read-procs", "1,2", cfg, add_read_procs);
 	if (cfg->run.nclient_modes == 0)
 		parse_list("--walrus-clients", PEERS_DEFAULT_MODES, cfg, add_mode);
+	cfg->run.sync_duration_ns = cfg->sync_seconds * 1000000000u;
+	if (cfg->run.drop_caches != NULL)
+		check_drop_caches(cfg->run.drop_caches);
 }
 
 /* The walrus engine's options: the peers' cache size, then every -o. */
@@ -367,6 +419,10 @@ int main(int argc, char **argv)
 	        cfg.run.cache_mb ? cfg.run.cache_mb : (uint64_t)PEERS_CACHE_MB, g_base);
 	for (int i = 0; i < cfg.nengines; i++)
 		fprintf(human, " %s=%s", cfg.engines[i]->name, cfg.engines[i]->version());
+	if (cfg.sync_seconds)
+		fprintf(human, " sync-seconds=%" PRIu64, cfg.sync_seconds);
+	if (cfg.run.drop_caches != NULL)
+		fprintf(human, " drop-caches=%s", cfg.run.drop_caches);
 	fprintf(human, " walrus-clients=");
 	for (int i = 0; i < cfg.run.nclient_modes; i++)
 		fprintf(human, "%s%s", i ? "," : "",

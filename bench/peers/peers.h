@@ -20,7 +20,10 @@
  *   close    release the handle
  *   idle     optional: wait until no process of the engine uses the
  *            directory any more (walrus: its instance has shut down), so
- *            that the directory may be removed
+ *            that the directory may be removed, or measured
+ *   data_dir, wal_dir
+ *            optional (NULL: the engine's files are reported as one): the
+ *            subdirectories whose on-disk bytes the size figures give apart
  *
  * Notes: an engine never returns an error. Every library call is checked and
  * a failure ends the program through peers_fatal(), which names the engine
@@ -87,6 +90,8 @@ typedef struct peers_engine {
 	void (*idle)(const char *dir); /* may be NULL */
 	void (*batch_begin)(void *h);  /* may be NULL: no batches */
 	void (*batch_commit)(void *h);
+	const char *data_dir; /* may be NULL: see above */
+	const char *wal_dir;
 } peers_engine;
 
 extern const peers_engine peers_walrus;
@@ -122,6 +127,18 @@ int peers_workload_by_name(const char *name);
  * PEERS_MAX_KEYS). */
 uint64_t peers_max_keys(size_t key_size);
 
+/* The on-disk bytes (st_blocks * 512 of every regular file) of an engine's
+ * directory, and of its data and WAL subdirectories when it names them
+ * (peers_engine.data_dir, wal_dir; 0 otherwise). raw: the keys' and
+ * values' bytes the database holds. */
+typedef struct peers_sizes {
+	uint64_t total, data, wal, raw;
+	const char *data_dir, *wal_dir; /* the engine's, or NULL: data and wal are 0 */
+} peers_sizes;
+
+/* Measures @dir for @e; the engine must be done with it (idle). */
+void peers_disk_usage(const peers_engine *e, const char *dir, peers_sizes *out);
+
 /* A workload's figures: the measured clients' operations (readwhilewriting:
  * the readers') pooled, and readwhilewriting's writer apart. Latencies in
  * microseconds, nearest-rank percentiles; has_lat false for scan. */
@@ -138,6 +155,11 @@ typedef struct peers_result {
 	double avg_us, stddev_us, p50_us, p99_us, p999_us, max_us;
 	uint64_t writer_ops; /* readwhilewriting: the writer's puts, else 0 */
 	double writer_p50_us, writer_p99_us, writer_max_us;
+	bool cold; /* the kernel's caches were dropped before the timed run */
+	/* A fill with peers_config.sizes: the engine's files once it is closed
+	 * (walrus: after its shutdown checkpoint), in allocated bytes. */
+	bool has_size;
+	peers_sizes size;
 } peers_result;
 
 /*
@@ -172,6 +194,10 @@ typedef struct peers_config {
 	uint64_t num;      /* keys of every workload but fillsync, and their operations
 	                      (unless duration_ns) */
 	uint64_t sync_ops; /* durable puts per fillsync client */
+	/* fillsync by issue 18's definition instead (0: sync_ops new keys per
+	 * client): on a load of num keys (untimed, as readrandom's), each client
+	 * puts random existing keys durably, a new value each, for this long. */
+	uint64_t sync_duration_ns;
 	peers_workload workloads[PEERS_MAX_LIST];
 	int nworkloads;
 	int sync_procs[PEERS_MAX_LIST]; /* fillsync client counts */
@@ -208,6 +234,14 @@ typedef struct peers_config {
 	uint64_t batch;       /* fillseq and fillrandom commit this many puts at a time
 	                         (0 or 1: each its own) on engines with batches */
 	uint64_t cache_mb;    /* the peers' caches (peers_open_args); 0: PEERS_CACHE_MB */
+	/* fillseq and fillrandom rows report the engine's on-disk bytes once it
+	 * is closed and idle (walrus-peers; not walrus bench, whose monitor keeps
+	 * the instance up). */
+	bool sizes;
+	/* Non-NULL: readrandom, scan, readwhilewriting and updaterandom runs
+	 * sync() and write "3" to this file (/proc/sys/vm/drop_caches) once
+	 * every client has prepared, just before the timed run. */
+	const char *drop_caches;
 	const peers_hooks *hooks;
 } peers_config;
 

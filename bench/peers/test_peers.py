@@ -23,12 +23,31 @@ checks the batch each row reports (RocksDB's is 1: one write per op, the
 issue 18 definition); bad values of --batch and --cache-mb are usage errors.
 No timing is asserted.
 
-usage: test_peers.py --peers PATH --walrus PATH
+Issue 18's additions, each a test of its own (--check NAME):
+- fillsync-seconds: fillsync with --sync-seconds 1 on every engine (walrus in
+  threads and processes), 1 and 2 clients: each row runs at least the second
+  and reports puts and latencies; walrus-peers itself checks the database
+  afterwards (every key of the load still there with a value some client
+  wrote, and with one client each key exactly its last put's).
+- sizes: fillrandom on every engine with --keep: each row's total_bytes
+  equals this script's own count of the allocated bytes under the engine's
+  directory and exceeds the raw pairs' bytes; walrus's rows split it into
+  base/ (data_bytes, above the raw bytes), wal/ and the rest, which add up.
+- drop-caches: readrandom and scan with --drop-caches-file FILE on every
+  engine: every row says drop_caches and FILE holds the 3 written to it;
+  --drop-caches itself runs when /proc/sys/vm/drop_caches is writable
+  (root) and is refused (exit 2, its message) when not; a file that cannot
+  be opened for writing is refused before anything runs.
+The bad values of --sync-seconds are in the help check.
+
+usage: test_peers.py --peers PATH --walrus PATH [--check NAME]
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 WORKLOADS = ["fillseq", "fillrandom", "fillsync", "readrandom", "scan", "readwhilewriting",
              "updaterandom"]
@@ -54,7 +73,8 @@ def check_help(peers, walrus):
         for w in WORKLOADS:
             if ("  %s " % w) not in p.stdout:
                 fail("%s does not describe workload %s:\n%s" % (" ".join(argv), w, p.stdout))
-        opts = (["--walrus-clients", "--batch", "--cache-mb"] if argv[0] == peers
+        opts = (["--walrus-clients", "--batch", "--cache-mb", "--sync-seconds",
+                 "--drop-caches", "--drop-caches-file"] if argv[0] == peers
                 else ["--threads", "--processes", "--batch"])
         for o in opts:
             if o not in p.stdout:
@@ -68,7 +88,12 @@ def check_help(peers, walrus):
                       (["--batch", "100001"], "bad value for --batch"),
                       (["--cache-mb", "0"], "bad value for --cache-mb"),
                       (["--cache-mb", "1x"], "bad value for --cache-mb"),
-                      (["--cache-mb", "1048577"], "bad value for --cache-mb")):
+                      (["--cache-mb", "1048577"], "bad value for --cache-mb"),
+                      (["--sync-seconds", "0"], "bad value for --sync-seconds"),
+                      (["--sync-seconds", "-1"], "bad value for --sync-seconds"),
+                      (["--sync-seconds", "1.5"], "bad value for --sync-seconds"),
+                      (["--sync-seconds", "86401"], "bad value for --sync-seconds"),
+                      (["--sync-seconds"], "--sync-seconds needs a value")):
         p = subprocess.run([peers] + args, capture_output=True, text=True, timeout=60)
         if p.returncode != 2 or msg not in p.stderr:
             fail("%s: exit %d, %r" % (args, p.returncode, p.stderr[:200]))
@@ -110,6 +135,8 @@ def check_runs(peers):
         check_row(r, NUM)
     if any(r["batch"] != 1 for r in rows):
         fail("a row without --batch reports a batch: %s" % rows)
+    if any("drop_caches" in r for r in rows):
+        fail("a row without --drop-caches says it dropped them: %s" % rows)
     print("ok: %d results, %s on %s" % (len(rows), ",".join(RUN), ",".join(ENGINES)))
 
 
@@ -145,11 +172,120 @@ def check_threads(peers):
     print("ok: %d results of walrus in threads" % len(rows))
 
 
+def check_fillsync_seconds(peers):
+    """fillsync by issue 18's definition: on a load of --num keys, each client upserts
+    random keys durably for --sync-seconds."""
+    rows = run_json([peers, "--engines", ",".join(ENGINES), "--workloads", "fillsync",
+                     "--sync-seconds", "1", "--sync-procs", "1,2", "--num", str(NUM),
+                     "--json"], stderr_has="sync-seconds=1")
+    want = [(e, "fillsync", n, m) for e in ENGINES for n in (1, 2) for m in MODES[e]]
+    got = [(r["engine"], r["workload"], r["procs"], r["mode"]) for r in rows]
+    if got != want:
+        fail("fillsync --sync-seconds: results %s, expected %s" % (got, want))
+    for r in rows:
+        what = "%s fillsync procs=%d %s" % (r["engine"], r["procs"], r["mode"])
+        # Each client puts until a second has passed since its own start.
+        if r["seconds"] < 1.0 or r["ops"] < r["procs"]:
+            fail("%s: %d puts in %.3f s" % (what, r["ops"], r["seconds"]))
+        if not r["p99_us"] >= r["p50_us"] > 0 or "writer_ops" in r:
+            fail("%s: %s" % (what, r))
+    print("ok: %d fillsync rows by seconds" % len(rows))
+
+
+def allocated_bytes(top):
+    total = 0
+    for d, _, files in os.walk(top):
+        for f in files:
+            st = os.lstat(os.path.join(d, f))
+            if (st.st_mode & 0o170000) == 0o100000:
+                total += st.st_blocks * 512
+    return total
+
+
+def check_sizes(peers):
+    """The on-disk bytes after fillrandom, against this script's own count."""
+    num = 5000
+    with tempfile.TemporaryDirectory(prefix="peers-sizes.") as tmp:
+        base = os.path.join(tmp, "run")
+        rows = run_json([peers, "--engines", ",".join(ENGINES), "--workloads", "fillrandom",
+                         "--num", str(num), "--batch", "100", "--dir", base, "--keep",
+                         "--json"], stderr_has=" disk ")
+        if [r["engine"] for r in rows] != ENGINES:
+            fail("sizes: rows %s" % rows)
+        for r in rows:
+            e = r["engine"]
+            if r.get("raw_bytes") != num * 116:
+                fail("%s: raw_bytes %s, expected %d" % (e, r.get("raw_bytes"), num * 116))
+            du = allocated_bytes(os.path.join(base, e))
+            if r.get("total_bytes") != du or du <= r["raw_bytes"]:
+                fail("%s: total_bytes %s, the directory holds %d, raw %d"
+                     % (e, r.get("total_bytes"), du, r["raw_bytes"]))
+            parts = ("data_bytes", "wal_bytes", "other_bytes")
+            if e != "walrus":
+                if any(p in r for p in parts):
+                    fail("%s: walrus's parts in %s" % (e, r))
+                continue
+            if r["data_bytes"] + r["wal_bytes"] + r["other_bytes"] != r["total_bytes"]:
+                fail("walrus: the parts do not add up: %s" % r)
+            if r["data_bytes"] != allocated_bytes(os.path.join(base, e, "base")) or \
+                    r["wal_bytes"] != allocated_bytes(os.path.join(base, e, "wal")):
+                fail("walrus: base/ or wal/ measured wrong: %s" % r)
+            if r["data_bytes"] <= r["raw_bytes"] or r["wal_bytes"] <= 0:
+                fail("walrus: data %d, wal %d, raw %d"
+                     % (r["data_bytes"], r["wal_bytes"], r["raw_bytes"]))
+    print("ok: sizes of %s" % ",".join(ENGINES))
+
+
+def check_drop_caches(peers):
+    """--drop-caches-file FILE on every engine's reads; the real file when writable,
+    its refusal when not; an unwritable FILE refused."""
+    with tempfile.TemporaryDirectory(prefix="peers-drop.") as tmp:
+        f = os.path.join(tmp, "drop_caches")
+        open(f, "w").close()
+        rows = run_json([peers, "--engines", ",".join(ENGINES), "--workloads",
+                         "readrandom,scan", "--num", str(NUM), "--read-procs", "1,2",
+                         "--drop-caches-file", f, "--json"], stderr_has="drop-caches=" + f)
+        want = ([(e, "readrandom", n) for n in PROCS for _ in MODES[e]] + [(e, "scan", 1)]
+                for e in ENGINES)
+        want = [x for w in want for x in w]
+        got = [(r["engine"], r["workload"], r["procs"]) for r in rows]
+        if got != want or not all(r.get("drop_caches") is True for r in rows):
+            fail("drop caches: rows %s, expected %s, each with drop_caches" % (rows, want))
+        with open(f) as fh:
+            if fh.read() != "3\n":
+                fail("drop caches: %s does not hold the 3 written to it" % f)
+        for bad in (os.path.join(tmp, "missing", "x"), tmp):
+            p = subprocess.run([peers, "--engines", "walrus", "--workloads", "readrandom",
+                                "--num", str(NUM), "--drop-caches-file", bad],
+                               capture_output=True, text=True, timeout=60)
+            if p.returncode != 2 or "--drop-caches: cannot write" not in p.stderr:
+                fail("%s: exit %d, %r" % (bad, p.returncode, p.stderr[:300]))
+    argv = [peers, "--engines", "walrus", "--workloads", "readrandom", "--num", str(NUM),
+            "--read-procs", "1", "--walrus-clients", "threads", "--drop-caches", "--json"]
+    if os.access("/proc/sys/vm/drop_caches", os.W_OK):
+        rows = run_json(argv)
+        if len(rows) != 1 or rows[0].get("drop_caches") is not True:
+            fail("--drop-caches: %s" % rows)
+    else:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        if p.returncode != 2 or "needs root" not in p.stderr:
+            fail("--drop-caches as non-root: exit %d, %r" % (p.returncode, p.stderr[:300]))
+    print("ok: --drop-caches")
+
+
+CHECKS = {"fillsync-seconds": check_fillsync_seconds, "sizes": check_sizes,
+          "drop-caches": check_drop_caches}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--peers", required=True)
     ap.add_argument("--walrus", required=True)
+    ap.add_argument("--check", choices=sorted(CHECKS))
     a = ap.parse_args()
+    if a.check is not None:
+        CHECKS[a.check](a.peers)
+        return
     check_help(a.peers, a.walrus)
     check_threads(a.peers)
     check_batch(a.peers)

@@ -7,7 +7,10 @@
  * Workloads (N = num, M = sync_ops):
  *   fillseq     N puts of keys 0..N-1 in order, asynchronous, one per commit
  *   fillrandom  the same N puts in a fixed random permutation
- *   fillsync    M durable puts per client, P clients on disjoint keys
+ *   fillsync    M durable puts per client, P clients on disjoint keys; or
+ *               (sync_duration_ns, issue 18's definition) on a load of N
+ *               keys, each client putting random existing keys durably, a
+ *               new value each, for that long
  *   readrandom  after a fillseq: N random point reads split over P clients
  *   scan        one ordered scan of the N keys
  *   readwhilewriting
@@ -39,6 +42,12 @@
  * fillrandom, updaterandom and readwhilewriting's writer), and hooks that
  * observe a timed run (peers.h).
  *
+ * walrus-peers' extras: the fills' rows can carry the engine's on-disk
+ * bytes (sizes), measured once the engine is closed and idle; and the
+ * read workloads can drop the kernel's caches (drop_caches) after every
+ * client has prepared and before the timed run, so that the reads start
+ * from what the engine holds in its own memory and the disk.
+ *
  * Every workload checks its result (fills by a full scan afterwards, reads
  * value by value, the scan key by key) and exits non-zero on a mismatch.
  *
@@ -60,6 +69,7 @@
 #include "peers.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -102,6 +112,7 @@ typedef struct client {
 	peers_workload work;
 	int id;
 	bool writer;                /* readwhilewriting's writer: runs until told to stop */
+	bool upsert;                /* fillsync by duration: durable puts of random keys */
 	bool timed;                 /* a measured run: the hooks observe it */
 	uint64_t first;             /* fills: first key index (sequential order) */
 	const uint64_t *order;      /* fillrandom: key index of each op */
@@ -110,7 +121,7 @@ typedef struct client {
 	uint64_t num;               /* readrandom and after: keys in the database */
 	uint64_t nops;              /* operations to run (0 with a duration or as the writer) */
 	uint64_t duration_ns;       /* run this long instead (0: nops) */
-	pthread_barrier_t *barrier; /* threads: start line */
+	pthread_barrier_t *barrier; /* threads: ready line, then start line (twice) */
 	int result_fd;              /* processes: ready byte, then the results */
 	int go_fd;                  /* processes: EOF means start */
 	uint64_t start_ns;
@@ -150,6 +161,7 @@ static size_t g_value_size = PEERS_VALUE_SIZE;
 static uint64_t g_seed_mix; /* seed * PERM_SEED: 0 keeps the definitions' streams */
 static const peers_hooks *g_hooks;
 static _Atomic uint32_t *g_stop; /* shared with forked clients: the writer's stop */
+static const char *g_drop_path;  /* peers_config.drop_caches */
 
 /* ---------------------------------------------------------------- errors */
 
@@ -643,13 +655,51 @@ static bool client_more(const client *c, uint64_t now)
 	return c->ops < c->nops;
 }
 
+static void barrier_wait(const peers_engine *e, pthread_barrier_t *b)
+{
+	int rc = pthread_barrier_wait(b);
+
+	if (rc != 0 && rc != PTHREAD_BARRIER_SERIAL_THREAD)
+		peers_fatal(e->name, "pthread_barrier_wait", "%s", strerror(rc));
+}
+
+/*
+ * Between the untimed preparation and a timed read run: the dirty pages
+ * written out (sync), then the page cache, dentries and inodes dropped, so
+ * that the reads find only what the engine holds in its own memory. Not an
+ * fsync of anything the engine relies on; a failed write is an error.
+ */
+static void drop_caches(void)
+{
+	static const char three[] = "3\n";
+	int fd;
+	ssize_t r;
+
+	sync();
+	do
+		fd = open(g_drop_path, O_WRONLY | O_CLOEXEC);
+	while (fd < 0 && errno == EINTR);
+	if (fd < 0)
+		peers_fatal(g_engine, "open", "\"%s\": %s", g_drop_path, strerror(errno));
+	do
+		r = write(fd, three, sizeof(three) - 1);
+	while (r < 0 && errno == EINTR);
+	if (r != (ssize_t)sizeof(three) - 1) {
+		int err = r < 0 ? errno : EIO;
+
+		close(fd);
+		peers_fatal(g_engine, "write", "\"%s\": %s", g_drop_path, strerror(err));
+	}
+	if (close(fd) != 0)
+		peers_fatal(g_engine, "close", "\"%s\": %s", g_drop_path, strerror(errno));
+}
+
 static void client_ready(client *c)
 {
 	if (c->barrier != NULL) {
-		int rc = pthread_barrier_wait(c->barrier);
-
-		if (rc != 0 && rc != PTHREAD_BARRIER_SERIAL_THREAD)
-			peers_fatal(c->e->name, "pthread_barrier_wait", "%s", strerror(rc));
+		/* Ready, then (once the caller has dropped the caches) go. */
+		barrier_wait(c->e, c->barrier);
+		barrier_wait(c->e, c->barrier);
 	} else if (c->result_fd >= 0) {
 		char b = 'R';
 
@@ -750,12 +800,12 @@ static void client_read(client *c, void *h)
 	}
 }
 
-/* updaterandom (get, check, put a new value) and readwhilewriting's writer
- * (put a new value): random keys, rounds of this client. */
+/* updaterandom (get, check, put a new value), readwhilewriting's writer and
+ * fillsync's upserts (put a new value): random keys, rounds of this client. */
 static void client_update(client *c, void *h)
 {
 	uint64_t x = reader_seed(c->id), t1 = c->start_ns;
-	bool rmw = !c->writer;
+	bool rmw = !c->writer && !c->upsert;
 
 	while (client_more(c, t1)) {
 		uint64_t idx = xorshift64(&x) % c->num;
@@ -789,18 +839,17 @@ static void client_run(client *c)
 	void *h = c->h ? c->h : c->e->open(&c->oa);
 	bool reads = c->work == PEERS_READRANDOM || c->work == PEERS_READWHILEWRITING ||
 	             c->work == PEERS_UPDATERANDOM;
+	char what[64];
 
-	if (reads && !c->writer)
-		verify_all(c->e, h, c->num,
-		           c->work == PEERS_READRANDOM     ? "readrandom warm pass"
-		           : c->work == PEERS_UPDATERANDOM ? "updaterandom warm pass"
-		                                           : "readwhilewriting warm pass",
-		           true);
+	if ((reads || c->upsert) && !c->writer) {
+		snprintf(what, sizeof(what), "%s warm pass", peers_workload_names[c->work]);
+		verify_all(c->e, h, c->num, what, true);
+	}
 	client_ready(c);
 	c->start_ns = now_ns();
 	if (c->timed && g_hooks != NULL && g_hooks->start != NULL)
 		g_hooks->start(g_hooks->arg, c->id, c->start_ns);
-	if (c->work == PEERS_UPDATERANDOM || c->writer)
+	if (c->work == PEERS_UPDATERANDOM || c->writer || c->upsert)
 		client_update(c, h);
 	else if (reads)
 		client_read(c, h);
@@ -823,12 +872,14 @@ static void *thread_main(void *arg)
 }
 
 /* Threads, on one handle (cl[i].h set) or each opening its own (NULL); a
- * writer (the last client, if any) is told to stop once the others are done. */
-static void run_threads(client *cl, int n)
+ * writer (the last client, if any) is told to stop once the others are done.
+ * This thread passes the barrier with them twice: once all are ready (then
+ * drops the caches when @drop), and to start them. */
+static void run_threads(client *cl, int n, bool drop)
 {
 	pthread_t tid[MAX_CLIENTS];
 	pthread_barrier_t barrier;
-	int rc = pthread_barrier_init(&barrier, NULL, (unsigned)n);
+	int rc = pthread_barrier_init(&barrier, NULL, (unsigned)n + 1);
 
 	if (rc != 0)
 		peers_fatal(cl[0].e->name, "pthread_barrier_init", "%s", strerror(rc));
@@ -838,6 +889,10 @@ static void run_threads(client *cl, int n)
 		if (rc != 0)
 			peers_fatal(cl[0].e->name, "pthread_create", "%s", strerror(rc));
 	}
+	barrier_wait(cl[0].e, &barrier);
+	if (drop)
+		drop_caches();
+	barrier_wait(cl[0].e, &barrier);
 	for (int i = 0; i < n; i++) {
 		if (cl[i].writer)
 			atomic_store(g_stop, 1);
@@ -875,7 +930,7 @@ static _Noreturn void child_main(client *c)
 	_exit(0);
 }
 
-static void run_processes(client *cl, int n)
+static void run_processes(client *cl, int n, bool drop)
 {
 	int go[2];
 	int code;
@@ -915,6 +970,8 @@ static void run_processes(client *cl, int n)
 		if (read_full(cl[i].result_fd, &b, 1) != 1)
 			children_failed(cl[i].id, "failed while preparing");
 	}
+	if (drop)
+		drop_caches();
 	xclose(go[1]); /* start */
 	for (int i = 0; i < n; i++) {
 		client_wire w;
@@ -969,6 +1026,28 @@ static double percentile_us(const uint32_t *v, uint64_t n, unsigned per_mille)
 	return n == 0 ? 0.0 : (double)v[rank ? rank - 1 : 0] / 1000.0;
 }
 
+#define MIB(b) ((double)(b) / 1048576.0)
+
+/* The size on the fill's human line: on disk, the raw pairs, their ratio. */
+static void emit_size_human(FILE *f, const peers_sizes *z)
+{
+	fprintf(f, "  disk %.1f MiB", MIB(z->total));
+	if (z->data_dir != NULL)
+		fprintf(f, " (%s %.1f, %s %.1f, other %.1f)", z->data_dir, MIB(z->data), z->wal_dir,
+		        MIB(z->wal), MIB(z->total - z->data - z->wal));
+	fprintf(f, " raw %.1f MiB x%.2f", MIB(z->raw),
+	        z->raw ? (double)z->total / (double)z->raw : 0.0);
+}
+
+static void emit_size_json(const peers_sizes *z)
+{
+	printf("\"total_bytes\":%" PRIu64 ",\"raw_bytes\":%" PRIu64 ",", z->total, z->raw);
+	if (z->data_dir != NULL)
+		printf("\"data_bytes\":%" PRIu64 ",\"wal_bytes\":%" PRIu64
+		       ",\"other_bytes\":%" PRIu64 ",",
+		       z->data, z->wal, z->total - z->data - z->wal);
+}
+
 static void emit(const peers_config *cfg, const peers_result *r)
 {
 	double secs = (double)r->ns / 1e9;
@@ -991,6 +1070,10 @@ static void emit(const peers_config *cfg, const peers_result *r)
 		        secs > 0 ? (double)r->writer_ops / secs : 0.0, r->writer_p99_us);
 	if (r->batch > 1)
 		fprintf(human, "  batch %" PRIu64, r->batch);
+	if (r->cold)
+		fprintf(human, "  cold");
+	if (r->has_size)
+		emit_size_human(human, &r->size);
 	fputc('\n', human);
 	peers_flush(human);
 	if (!cfg->json)
@@ -1003,6 +1086,10 @@ static void emit(const peers_config *cfg, const peers_result *r)
 	if (writer)
 		printf("\"writer_ops\":%" PRIu64 ",\"writer_p99_us\":%.3f,", r->writer_ops,
 		       r->writer_p99_us);
+	if (r->cold)
+		printf("\"drop_caches\":true,");
+	if (r->has_size)
+		emit_size_json(&r->size);
 	if (r->has_lat)
 		printf("\"p50_us\":%.3f,\"p99_us\":%.3f}\n", r->p50_us, r->p99_us);
 	else
@@ -1043,15 +1130,14 @@ static void deliver(const peers_config *cfg, const peers_result *r)
 		emit(cfg, r);
 }
 
-/* Merge the clients' figures: the run lasts from the first start to the
- * last end, latencies are pooled (a writer's apart). */
-static void report_clients(const peers_config *cfg, const client *cl, int n, peers_workload w,
-                           const char *mode)
+/* Merge the clients' figures into *r: the run lasts from the first start to
+ * the last end, latencies are pooled (a writer's apart). */
+static void merge_clients(const client *cl, int n, peers_workload w, const char *mode,
+                          peers_result *r)
 {
 	uint64_t ops, start = UINT64_MAX, end = 0, wops;
 	double sum, wsum, var = 0;
 	uint32_t *all, *wall;
-	peers_result r;
 	int procs = 0;
 
 	for (int i = 0; i < n; i++) {
@@ -1066,7 +1152,7 @@ static void report_clients(const peers_config *cfg, const client *cl, int n, pee
 
 		var += d * d;
 	}
-	r = (peers_result){
+	*r = (peers_result){
 	    .engine = cl[0].e->name,
 	    .workload = peers_workload_names[w],
 	    .mode = mode,
@@ -1088,9 +1174,17 @@ static void report_clients(const peers_config *cfg, const client *cl, int n, pee
 	    .writer_p99_us = percentile_us(wall, wops, 990),
 	    .writer_max_us = wops ? (double)wall[wops - 1] / 1000.0 : 0.0,
 	};
-	deliver(cfg, &r);
 	free(all);
 	free(wall);
+}
+
+static void report_clients(const peers_config *cfg, const client *cl, int n, peers_workload w,
+                           const char *mode)
+{
+	peers_result r;
+
+	merge_clients(cl, n, w, mode, &r);
+	deliver(cfg, &r);
 }
 
 /* ------------------------------------------------------------ workloads */
@@ -1170,11 +1264,23 @@ static bool wl_fill(const peers_config *cfg, const peers_engine *e, peers_worklo
 		c.batch = cfg->batch;
 	client_run(&c);
 	all = fill_complete(&c, 1, cfg->num, &bits);
-	if (report) {
+	if (report)
 		verify_keys(e, c.h, cfg->num, bits, peers_workload_names[w], false);
-		report_clients(cfg, &c, 1, w, "processes");
-	}
 	e->close(c.h);
+	if (report) {
+		peers_result r;
+
+		merge_clients(&c, 1, w, "processes", &r);
+		if (cfg->sizes) {
+			/* Untimed: walrus's shutdown checkpoint, then the files. */
+			if (e->idle != NULL)
+				e->idle(g_subdir);
+			peers_disk_usage(e, g_subdir, &r.size);
+			r.size.raw = all ? cfg->num * (uint64_t)(g_key_size + g_value_size) : 0;
+			r.has_size = true;
+		}
+		deliver(cfg, &r);
+	}
 	free(bits);
 	free(order);
 	client_free(&c);
@@ -1184,23 +1290,24 @@ static bool wl_fill(const peers_config *cfg, const peers_engine *e, peers_worklo
 /* Run n clients as forked processes, as threads each opening its own handle
  * (an engine with thread_handles, in mode threads), or as threads on one
  * handle (a single-process engine). Returns the mode's name. */
+/* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
 static const char *run_clients(const peers_engine *e, const peers_open_args *oa, client *cl, int n,
-                               peers_client_mode mode)
+                               peers_client_mode mode, bool drop)
 {
 	atomic_store(g_stop, 0);
 	if (!e->threads && e->thread_handles && mode == PEERS_CLIENTS_THREADS) {
-		run_threads(cl, n);
+		run_threads(cl, n, drop);
 		return "threads";
 	}
 	if (!e->threads) {
-		run_processes(cl, n);
+		run_processes(cl, n, drop);
 		return "processes";
 	}
 	void *h = e->open(oa);
 
 	for (int i = 0; i < n; i++)
 		cl[i].h = h;
-	run_threads(cl, n);
+	run_threads(cl, n, drop);
 	e->close(h);
 	return "threads";
 }
@@ -1227,7 +1334,7 @@ static void wl_fillsync(const peers_config *cfg, const peers_engine *e, int proc
 		cl[i].span = cfg->sync_ops;
 		cl[i].duration_ns = cfg->duration_ns;
 	}
-	mode = run_clients(e, &oa, cl, procs, cmode);
+	mode = run_clients(e, &oa, cl, procs, cmode, false);
 
 	h = e->open(&oa);
 	fill_complete(cl, procs, total, &bits);
@@ -1274,6 +1381,12 @@ typedef struct writes_state {
 	char *tmp;
 } writes_state;
 
+/* Does the client put values of its own rounds? */
+static bool client_writes(const client *c)
+{
+	return c->work == PEERS_UPDATERANDOM || c->writer || c->upsert;
+}
+
 static void writes_cb(void *arg, const char *k, size_t klen, const char *v, size_t vlen)
 {
 	writes_state *s = arg;
@@ -1287,7 +1400,7 @@ static void writes_cb(void *arg, const char *k, size_t klen, const char *v, size
 		         j = (r & (((uint64_t)1 << ROUND_SHIFT) - 1)) - 1;
 
 		if (r == 0 || id >= (uint64_t)s->n || j >= s->cl[id].ops ||
-		    (s->cl[id].work != PEERS_UPDATERANDOM && !s->cl[id].writer))
+		    !client_writes(&s->cl[id]))
 			peers_mismatch(s->v.engine, s->v.what,
 			               "key %.*s holds round %#" PRIx64 ", which no client wrote",
 			               (int)g_key_size, s->v.key, r);
@@ -1324,7 +1437,7 @@ static uint64_t *read_rounds(const peers_engine *e, const peers_open_args *oa, u
 }
 
 /*
- * After readwhilewriting or updaterandom: every key 0..num-1 holds a value
+ * After readwhilewriting, updaterandom or fillsync's upserts: every key 0..num-1 holds a value
  * of some round (verify_all's check). Up to REPLAY_MAX keys, also: every key
  * whose round changed holds a round a writing client did write; with a
  * single writing client (its stream replayed), each key holds exactly the
@@ -1348,7 +1461,7 @@ static void verify_writes(const peers_engine *e, void *h, uint64_t num, const ch
 		return;
 	}
 	for (int i = 0; i < n; i++) {
-		if (cl[i].work != PEERS_UPDATERANDOM && !cl[i].writer)
+		if (!client_writes(&cl[i]))
 			continue;
 		puts += cl[i].ops;
 		writers += cl[i].ops > 0;
@@ -1385,25 +1498,30 @@ static void verify_writes(const peers_engine *e, void *h, uint64_t num, const ch
 }
 
 /*
- * readrandom, readwhilewriting, updaterandom on the loaded database: P
- * clients sharing num operations (or each running duration_ns), plus
+ * readrandom, readwhilewriting, updaterandom, and fillsync by duration
+ * (its upserts), on the loaded database: P clients sharing num operations
+ * (or each running duration_ns, fillsync sync_duration_ns), plus
  * readwhilewriting's writer; afterwards (when anything was written) a full
  * scan checks that the database still holds every key with a valid value,
- * and the values the puts left (verify_writes).
+ * and the values the puts left (verify_writes). The read workloads drop the
+ * kernel's caches before their timed run when asked (drop_caches).
  */
 /* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
 static void wl_random(const peers_config *cfg, const peers_engine *e, peers_workload w, int procs,
                       peers_client_mode cmode, bool pristine)
 {
-	bool writes = w != PEERS_READRANDOM;
+	bool writes = w != PEERS_READRANDOM, upsert = w == PEERS_FILLSYNC;
+	bool drop = g_drop_path != NULL && !upsert;
+	uint64_t duration = upsert ? cfg->sync_duration_ns : cfg->duration_ns;
 	peers_open_args oa = {.dir = g_subdir,
-	                      .sync = writes && cfg->sync,
+	                      .sync = upsert || (writes && cfg->sync),
 	                      .nkeys = cfg->num,
 	                      .cache_mb = cfg->cache_mb};
 	client cl[MAX_CLIENTS];
 	int n = procs + (w == PEERS_READWHILEWRITING);
 	const char *mode;
 	uint64_t *before = NULL;
+	peers_result r;
 
 	/* Untimed: the rounds earlier runs left, which the check afterwards needs. */
 	if (writes && !pristine)
@@ -1414,20 +1532,23 @@ static void wl_random(const peers_config *cfg, const peers_engine *e, peers_work
 		    cfg->num / (uint64_t)procs + ((uint64_t)i < cfg->num % (uint64_t)procs ? 1 : 0);
 		bool writer = i == procs;
 
-		cl[i] = client_new(e, &oa, w, cfg->duration_ns || writer ? 0 : share, true);
+		cl[i] = client_new(e, &oa, w, duration || writer ? 0 : share, true);
 		cl[i].id = i;
 		cl[i].num = cfg->num;
 		cl[i].writer = writer;
-		cl[i].duration_ns = writer ? 0 : cfg->duration_ns;
+		cl[i].upsert = upsert;
+		cl[i].duration_ns = writer ? 0 : duration;
 	}
-	mode = run_clients(e, &oa, cl, n, cmode);
+	mode = run_clients(e, &oa, cl, n, cmode, drop);
 	if (writes) {
 		void *h = e->open(&oa);
 
 		verify_writes(e, h, cfg->num, peers_workload_names[w], cl, n, before, pristine);
 		e->close(h);
 	}
-	report_clients(cfg, cl, n, w, mode);
+	merge_clients(cl, n, w, mode, &r);
+	r.cold = drop;
+	deliver(cfg, &r);
 	for (int i = 0; i < n; i++)
 		client_free(&cl[i]);
 	free(before);
@@ -1486,6 +1607,8 @@ static void wl_scan(const peers_config *cfg, const peers_engine *e)
 	peers_result r;
 
 	s.key = peers_xmalloc("key", g_key_size);
+	if (g_drop_path != NULL)
+		drop_caches();
 	t0 = now_ns();
 	if (g_hooks != NULL && g_hooks->start != NULL)
 		g_hooks->start(g_hooks->arg, 0, t0);
@@ -1516,6 +1639,7 @@ static void wl_scan(const peers_config *cfg, const peers_engine *e)
 	    .start_ns = t0,
 	    .end_ns = t1,
 	    .ns = t1 - t0,
+	    .cold = g_drop_path != NULL,
 	};
 	deliver(cfg, &r);
 }
@@ -1527,6 +1651,7 @@ static void set_variations(const peers_config *cfg)
 	g_value_size = cfg->value_size ? cfg->value_size : PEERS_VALUE_SIZE;
 	g_seed_mix = cfg->seed * PERM_SEED;
 	g_hooks = cfg->hooks;
+	g_drop_path = cfg->drop_caches;
 	if (g_key_size < PEERS_MIN_KEY_SIZE || g_key_size > PEERS_MAX_KEY_SIZE ||
 	    g_value_size < PEERS_MIN_VALUE_SIZE || g_value_size > PEERS_MAX_VALUE_SIZE)
 		peers_fatal(NULL, "configuration", "key size %zu or value size %zu out of range",
@@ -1541,7 +1666,9 @@ static void set_variations(const peers_config *cfg)
 	for (int i = 0; i < cfg->nworkloads; i++) {
 		uint64_t keys = cfg->num;
 
-		for (int j = 0; cfg->workloads[i] == PEERS_FILLSYNC && j < cfg->nsync_procs; j++)
+		for (int j = 0; cfg->workloads[i] == PEERS_FILLSYNC && !cfg->sync_duration_ns &&
+		                j < cfg->nsync_procs;
+		     j++)
 			keys = j == 0 || cfg->sync_ops * (uint64_t)cfg->sync_procs[j] > keys
 			           ? cfg->sync_ops * (uint64_t)cfg->sync_procs[j]
 			           : keys;
@@ -1552,6 +1679,17 @@ static void set_variations(const peers_config *cfg)
 			            g_key_size, peers_max_keys(g_key_size),
 			            peers_workload_names[cfg->workloads[i]], keys);
 	}
+}
+
+/* After fillsync's load, untimed: the engine's own write-back of it done
+ * (walrus: its instance has exited, after its shutdown checkpoint), then
+ * every dirty page of the kernel's written (LMDB's and SQLite's unsynced
+ * writes), so that no engine's durable puts pay for the asynchronous load. */
+static void settle(const peers_engine *e)
+{
+	if (e->idle != NULL && g_subdir[0])
+		e->idle(g_subdir);
+	sync();
 }
 
 void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char *dir)
@@ -1586,6 +1724,24 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 			loaded = false;
 			break;
 		case PEERS_FILLSYNC:
+			if (cfg->sync_duration_ns != 0) {
+				/* The upserts leave the load's keys: the next workload
+				 * reuses it. */
+				if (!loaded) {
+					wl_fill(cfg, e, PEERS_FILLSEQ, false);
+					settle(e);
+					pristine = true;
+				}
+				loaded = true;
+				for (int j = 0; j < cfg->nsync_procs; j++) {
+					for (int m = 0; m < nmodes; m++) {
+						wl_random(cfg, e, w, cfg->sync_procs[j], modes[m],
+						          pristine);
+						pristine = false;
+					}
+				}
+				break;
+			}
 			for (int j = 0; j < cfg->nsync_procs; j++)
 				for (int m = 0; m < nmodes; m++)
 					wl_fillsync(cfg, e, cfg->sync_procs[j], modes[m]);
@@ -1641,6 +1797,45 @@ void peers_remove_dir(const peers_engine *e, const char *dir)
 	g_subdir[0] = '\0';
 	g_engine = NULL;
 	g_engine_e = NULL;
+}
+
+/* ------------------------------------------------------------- sizes */
+
+static uint64_t du_bytes; /* nftw's callback has no argument; callers are single-threaded */
+
+static int du_cb(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)path;
+	(void)ftw;
+	if (type == FTW_F && S_ISREG(st->st_mode))
+		du_bytes += (uint64_t)st->st_blocks * 512u;
+	return 0;
+}
+
+/* Allocated bytes of the regular files under @dir (absent: 0). */
+static uint64_t dir_bytes(const char *dir)
+{
+	du_bytes = 0;
+	if (nftw(dir, du_cb, 16, FTW_PHYS) != 0 && errno != ENOENT)
+		peers_fatal(g_engine, "nftw", "\"%s\": %s", dir, strerror(errno));
+	return du_bytes;
+}
+
+void peers_disk_usage(const peers_engine *e, const char *dir, peers_sizes *out)
+{
+	char sub[PATH_MAX];
+
+	*out = (peers_sizes){.total = dir_bytes(dir)};
+	if (e->data_dir == NULL || e->wal_dir == NULL)
+		return;
+	out->data_dir = e->data_dir;
+	out->wal_dir = e->wal_dir;
+	if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", dir, e->data_dir) >= sizeof(sub))
+		peers_fatal(e->name, "directory", "path too long: \"%s\"", dir);
+	out->data = dir_bytes(sub);
+	if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", dir, e->wal_dir) >= sizeof(sub))
+		peers_fatal(e->name, "directory", "path too long: \"%s\"", dir);
+	out->wal = dir_bytes(sub);
 }
 
 /* ---------------------------------------------------------------- setup */
