@@ -32,6 +32,7 @@
 #define BM_IO_IN_PROGRESS    (1u << 26)
 #define BM_IO_ERROR          (1u << 27) /* the last I/O failed */
 #define BM_CHECKPOINT_NEEDED (1u << 28) /* dirty before the current checkpoint began */
+#define BM_IO_WAITER         (1u << 29) /* someone sleeps until the I/O in progress ends */
 
 #define BUF_REFCOUNT(s) ((s)&BUF_REFCOUNT_MASK)
 #define BUF_USAGE(s)    (((s)&BUF_USAGE_MASK) >> BUF_USAGE_SHIFT)
@@ -54,7 +55,7 @@ typedef struct buf_desc {
 
 typedef struct buf_shared_stats {
 	_Atomic uint64_t hits, reads, extends, backend_writes, flush_writes, evictions;
-	_Atomic uint64_t content_wait_ns, io_wait_ns;
+	_Atomic uint64_t content_wait_ns, io_wait_ns, io_wakeups;
 	_Atomic uint64_t ckpt_writes, bgwriter_writes, bgwriter_stops, allocs, writebacks;
 } buf_shared_stats;
 

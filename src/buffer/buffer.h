@@ -238,6 +238,7 @@ typedef struct buf_stats {
 	uint64_t writebacks;      /* sync_file_range write-back requests issued */
 	uint64_t content_wait_ns; /* time blocked on content locks */
 	uint64_t io_wait_ns;      /* time waiting for another process's I/O */
+	uint64_t io_wakeups;      /* I/Os that ended with a waiter to wake */
 	uint32_t nbuffers;
 } buf_stats;
 void buf_get_stats(buf_stats *s);

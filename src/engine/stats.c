@@ -147,6 +147,7 @@ static void stats_buffers(jbuf *j)
 	jb_u64(j, "writeback_requests", b.writebacks);
 	jb_dbl(j, "content_lock_wait_s", (double)b.content_wait_ns / 1e9);
 	jb_dbl(j, "io_wait_s", (double)b.io_wait_ns / 1e9);
+	jb_u64(j, "io_wakeups", b.io_wakeups);
 	jb_close(j);
 }
 

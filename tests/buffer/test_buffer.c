@@ -380,6 +380,62 @@ START_TEST(concurrent_readers_do_one_io)
 }
 END_TEST
 
+/* Waits (in another process) for the write-out of buffer *arg to end. */
+static int io_waiter(void *arg)
+{
+	if (child_attach(1) != 0)
+		return 10;
+	/* The I/O in progress is the parent's: this sleeps until it ends, then
+	 * finds the page clean (nothing left to write). */
+	return buf_start_io(buf_get_desc(*(int *)arg), false) ? 11 : 0;
+}
+
+/*
+ * The end of an I/O wakes sleepers only when one said it would sleep: reads
+ * nobody waits for make no wake-up call (one system call per pool miss),
+ * and a waiter that flagged itself is woken.
+ */
+START_TEST(io_end_wakes_only_waiters)
+{
+	setup(16);
+	smgr_rel *r; /* blocks written straight through storage: none is in the pool */
+	static char page[WR_PAGE_SIZE];
+	ck_assert_int_eq(smgr_open(REL, &r), WALRUS_OK);
+	for (wr_blkno b = 0; b < 12; b++) {
+		page_init(page, 0, 0);
+		put_u64(page, STAMP, b);
+		ck_assert_int_eq(smgr_extend(r, b, page), WALRUS_OK);
+	}
+	buf_stats st;
+	for (wr_blkno b = 0; b < 12; b++) { /* 12 reads, no one waiting */
+		int buf;
+		ck_assert_int_eq(buf_read(REL, b, &buf), WALRUS_OK);
+		buf_release(buf);
+	}
+	buf_get_stats(&st);
+	ck_assert_uint_eq(st.reads, 12);
+	ck_assert_uint_eq(st.io_wakeups, 0);
+	/* A write-out in progress, and another process waiting for it. */
+	int buf;
+	ck_assert_int_eq(buf_read(REL, 3, &buf), WALRUS_OK);
+	buf_lock(buf, true);
+	buf_mark_dirty(buf);
+	buf_unlock(buf);
+	buf_desc *d = buf_get_desc(buf);
+	ck_assert(buf_start_io(d, false));
+	pid_t pid = tu_fork(io_waiter, &buf);
+	while (!(atomic_load(&d->state) & BM_IO_WAITER))
+		sched_yield();
+	buf_end_io(d, BM_DIRTY, 0);
+	ck_assert_int_eq(tu_wait(pid), 0);
+	buf_get_stats(&st);
+	ck_assert_uint_eq(st.io_wakeups, 1);
+	ck_assert(!(atomic_load(&d->state) & BM_IO_WAITER));
+	buf_release(buf);
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
 START_TEST(too_small_pool_is_refused)
 {
 	wr_opts_defaults(&opts);
@@ -592,6 +648,7 @@ static Suite *buffer_suite(void)
 	tcase_add_test(t, corrupt_page_is_reported_without_leaking_pins);
 	tcase_add_test(t, leaked_pin_is_reported_at_detach);
 	tcase_add_test(t, concurrent_readers_do_one_io);
+	tcase_add_test(t, io_end_wakes_only_waiters);
 	tcase_add_test(t, too_small_pool_is_refused);
 	tcase_add_test(t, every_buffer_pinned_is_busy);
 	tcase_add_test(t, new_page_maps_its_chunk);
