@@ -78,6 +78,23 @@ START_TEST(test_hw_matches_sw_large)
 }
 END_TEST
 
+/* Lengths around the hardware path's rounds of three 1360-byte stripes. */
+START_TEST(test_hw_matches_sw_rounds)
+{
+	enum { ROUND = 3 * 1360, MAXLEN = 3 * ROUND + 64 };
+	unsigned char *buf = malloc(MAXLEN + 16);
+
+	ck_assert_ptr_nonnull(buf);
+	fill_random(buf, MAXLEN + 16, 11);
+	for (size_t r = 1; r <= 3; r++)
+		for (size_t len = r * ROUND - 17; len <= r * ROUND + 17; len++)
+			for (size_t off = 0; off < 16; off += 3)
+				ck_assert_uint_eq(crc32c((uint32_t)len, buf + off, len),
+				                  crc32c_sw((uint32_t)len, buf + off, len));
+	free(buf);
+}
+END_TEST
+
 START_TEST(test_incremental)
 {
 	enum { LEN = 1000 };
@@ -121,6 +138,7 @@ int main(void)
 	tcase_add_test(tc, test_rfc3720_vectors);
 	tcase_add_test(tc, test_hw_matches_sw);
 	tcase_add_test(tc, test_hw_matches_sw_large);
+	tcase_add_test(tc, test_hw_matches_sw_rounds);
 	tcase_add_test(tc, test_incremental);
 	tcase_add_test(tc, test_hw_flag);
 	suite_add_tcase(s, tc);
