@@ -139,6 +139,26 @@ static void wa_close(void *h)
 		wa_fail("walrus_close", rc);
 }
 
+static void wa_report(void *arg, uint32_t block, const char *msg)
+{
+	(*(unsigned long *)arg)++;
+	fprintf(stderr, "walrus verify: block %u: %s\n", block, msg);
+}
+
+/* walrus_verify after a workload that wrote: a benchmark of a broken tree fails. */
+static void wa_check(void *h, const char *what)
+{
+	wa_handle *w = h;
+	unsigned long problems = 0;
+	int rc = walrus_verify(w->db, wa_report, &problems);
+
+	if (rc == WALRUS_ECORRUPT)
+		peers_mismatch("walrus", what, "walrus verify found %lu problem(s)", problems);
+	if (rc != WALRUS_OK)
+		wa_fail("walrus_verify", rc);
+	fprintf(stderr, "walrus: verify ok after %s\n", what);
+}
+
 static void wa_put(void *h, const char *key, size_t klen, const char *val, size_t vlen)
 {
 	wa_handle *w = h;
@@ -272,6 +292,7 @@ const peers_engine peers_walrus = {
     .idle = wa_idle,
     .batch_begin = wa_batch_begin,
     .batch_commit = wa_batch_commit,
+    .check = wa_check,
     .data_dir = "base",
     .wal_dir = "wal",
 };

@@ -90,6 +90,9 @@ typedef struct peers_engine {
 	void (*idle)(const char *dir); /* may be NULL */
 	void (*batch_begin)(void *h);  /* may be NULL: no batches */
 	void (*batch_commit)(void *h);
+	/* may be NULL: the engine's own check of its structures, after the
+	 * content checks of the workloads that write (walrus: walrus_verify) */
+	void (*check)(void *h, const char *what);
 	const char *data_dir; /* may be NULL: see above */
 	const char *wal_dir;
 } peers_engine;

@@ -104,8 +104,9 @@ def run_json(argv, stderr_has=None):
     sys.stderr.write(p.stderr)
     if p.returncode != 0:
         fail("%s: exit %d" % (" ".join(argv), p.returncode))
-    if stderr_has is not None and stderr_has not in p.stderr:
-        fail("%s: stderr lacks %r" % (" ".join(argv), stderr_has))
+    for want in [stderr_has] if isinstance(stderr_has, str) else stderr_has or []:
+        if want not in p.stderr:
+            fail("%s: stderr lacks %r" % (" ".join(argv), want))
     return [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
 
 
@@ -142,11 +143,13 @@ def check_runs(peers):
 
 def check_batch(peers):
     """The fills with --batch 100 on every engine: walrus-peers checks every key after
-    each fill (exit 2 on a missing one); the rows name their batch."""
+    each fill (exit 2 on a missing one), and walrus's tree with walrus_verify; the rows
+    name their batch."""
     num = 2050
     rows = run_json([peers, "--engines", ",".join(ENGINES), "--workloads", "fillseq,fillrandom",
                      "--num", str(num), "--batch", "100", "--cache-mb", "64", "--json"],
-                    stderr_has="batch=100 cache-mb=64")
+                    stderr_has=["batch=100 cache-mb=64", "walrus: verify ok after fillseq",
+                                "walrus: verify ok after fillrandom"])
     want = [(e, w) for e in ENGINES for w in ("fillseq", "fillrandom")]
     got = [(r["engine"], r["workload"]) for r in rows]
     if got != want:

@@ -619,6 +619,13 @@ static uint64_t verify_all(const peers_engine *e, void *h, uint64_t n, const cha
 	return verify_keys(e, h, n, NULL, what, any_round);
 }
 
+/* After a workload that wrote: the engine's structural check, if it has one. */
+static void check_engine(const peers_engine *e, void *h, const char *what)
+{
+	if (e->check != NULL)
+		e->check(h, what);
+}
+
 /* -------------------------------------------------------------- clients */
 
 static inline uint32_t lat32(uint64_t ns)
@@ -1264,8 +1271,10 @@ static bool wl_fill(const peers_config *cfg, const peers_engine *e, peers_worklo
 		c.batch = cfg->batch;
 	client_run(&c);
 	all = fill_complete(&c, 1, cfg->num, &bits);
-	if (report)
+	if (report) {
 		verify_keys(e, c.h, cfg->num, bits, peers_workload_names[w], false);
+		check_engine(e, c.h, peers_workload_names[w]);
+	}
 	e->close(c.h);
 	if (report) {
 		peers_result r;
@@ -1339,6 +1348,7 @@ static void wl_fillsync(const peers_config *cfg, const peers_engine *e, int proc
 	h = e->open(&oa);
 	fill_complete(cl, procs, total, &bits);
 	verify_keys(e, h, total, bits, "fillsync", false);
+	check_engine(e, h, "fillsync");
 	free(bits);
 	e->close(h);
 	report_clients(cfg, cl, procs, PEERS_FILLSYNC, mode);
@@ -1456,6 +1466,7 @@ static void verify_writes(const peers_engine *e, void *h, uint64_t num, const ch
 	uint64_t puts = 0, *last = NULL;
 	int writers = 0, w = -1;
 
+	check_engine(e, h, what);
 	if (num > REPLAY_MAX || (!pristine && before == NULL)) {
 		verify_all(e, h, num, what, true);
 		return;
