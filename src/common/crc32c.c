@@ -82,7 +82,7 @@ uint32_t crc32c_sw(uint32_t crc, const void *data, size_t len)
 
 #ifdef WR_CRC_HAVE_X86
 /* Bytes of one stripe: a multiple of 8; two rounds of three per 8 KiB page. */
-#define CRC_STRIPE 1360
+#define CRC_STRIPE ((size_t)1360)
 
 /* crc_shift_tab[k][b]: the register (b << 8k) after CRC_STRIPE zero bytes. */
 static uint32_t crc_shift_tab[4][256];
@@ -101,7 +101,7 @@ __attribute__((target("sse4.2"))) static void crc_shift_init(void)
 	uint32_t bit[32];
 	for (int i = 0; i < 32; i++) {
 		uint64_t v = 1u << i;
-		for (int n = 0; n < CRC_STRIPE; n += 8)
+		for (size_t n = 0; n < CRC_STRIPE; n += 8)
 			v = _mm_crc32_u64(v, 0);
 		bit[i] = (uint32_t)v;
 	}
