@@ -187,10 +187,15 @@ static void load_stable(walrus *db)
 	walrus_batch_free(b);
 }
 
-START_TEST(scans_during_splits_and_deletes)
+typedef const char *(*check_fn)(walrus *db, char *why, size_t cap);
+
+/*
+ * Runs @check NSCANS times on @db while the writers churn the tree, each
+ * time after they made 500 more steps (or stopped: then on the final tree);
+ * then stops them and checks the tree.
+ */
+static void during_churn(walrus *db, check_fn check)
 {
-	walrus *db = tu_open(dir, tu_instance_opts("100ms", "8MB"));
-	load_stable(db);
 	atomic_bool stop = false;
 	writer ws[NWRITERS];
 	pthread_t t[NWRITERS];
@@ -202,13 +207,11 @@ START_TEST(scans_during_splits_and_deletes)
 	char why[512] = "";
 	const char *bad = NULL;
 	for (int s = 0; s < NSCANS && bad == NULL; s++) {
-		/* Each scan starts after the writers changed the tree again (or
-		 * stopped: then the scans check the final tree). */
 		uint64_t before = atomic_load(&ws[0].ops) + atomic_load(&ws[1].ops);
 		while (atomic_load(&ws[0].ops) + atomic_load(&ws[1].ops) < before + 500 &&
 		       !(atomic_load(&ws[0].done) && atomic_load(&ws[1].done)))
 			sched_yield();
-		bad = scan_once(db, why, sizeof(why));
+		bad = check(db, why, sizeof(why));
 	}
 	atomic_store(&stop, true);
 	for (int i = 0; i < NWRITERS; i++) {
@@ -218,6 +221,13 @@ START_TEST(scans_during_splits_and_deletes)
 	}
 	ck_assert_msg(bad == NULL, "%s", why);
 	ck_assert_int_eq(walrus_verify(db, NULL, NULL), WALRUS_OK);
+}
+
+START_TEST(scans_during_splits_and_deletes)
+{
+	walrus *db = tu_open(dir, tu_instance_opts("100ms", "8MB"));
+	load_stable(db);
+	during_churn(db, scan_once);
 	tu_close_and_wait(db);
 }
 END_TEST
@@ -262,32 +272,8 @@ START_TEST(gets_during_shifts)
 	walrus *db = tu_open(dir, tu_instance_opts("100ms", "8MB"));
 	load_stable(db);
 	uint64_t shifts0 = shifts(db);
-	atomic_bool stop = false;
-	writer ws[NWRITERS];
-	pthread_t t[NWRITERS];
-	for (int i = 0; i < NWRITERS; i++) {
-		ws[i] = (writer){
-		    .db = tu_open(dir, tu_instance_opts("100ms", "8MB")), .id = i, .stop = &stop};
-		ck_assert_int_eq(pthread_create(&t[i], NULL, writer_main, &ws[i]), 0);
-	}
-	char why[512] = "";
-	const char *bad = NULL;
-	for (int s = 0; s < NSCANS && bad == NULL; s++) {
-		uint64_t before = atomic_load(&ws[0].ops) + atomic_load(&ws[1].ops);
-		while (atomic_load(&ws[0].ops) + atomic_load(&ws[1].ops) < before + 500 &&
-		       !(atomic_load(&ws[0].done) && atomic_load(&ws[1].done)))
-			sched_yield();
-		bad = get_all(db, why, sizeof(why));
-	}
-	atomic_store(&stop, true);
-	for (int i = 0; i < NWRITERS; i++) {
-		pthread_join(t[i], NULL);
-		ck_assert_msg(ws[i].rc == WALRUS_OK, "writer %d: %d %s", i, ws[i].rc, ws[i].why);
-		ck_assert_int_eq(walrus_close(ws[i].db), WALRUS_OK);
-	}
-	ck_assert_msg(bad == NULL, "%s", why);
+	during_churn(db, get_all);
 	ck_assert_uint_gt(shifts(db), shifts0);
-	ck_assert_int_eq(walrus_verify(db, NULL, NULL), WALRUS_OK);
 	tu_close_and_wait(db);
 }
 END_TEST
