@@ -509,6 +509,8 @@ int kvw_free_chain(kvw_page *last, wr_blkno first, uint32_t n);
 /* The batch's working copy of the meta page (logged at commit). */
 kv_meta *kvw_meta(void);
 uint32_t kvw_pinned(void);
+/* Whether @n more pages can be pinned without reaching the batch's limit. */
+bool kvw_pin_room(uint32_t n);
 uint64_t kvw_next_value_id(void);
 void kvw_count_split(void);
 void kvw_count_fastpath(void);

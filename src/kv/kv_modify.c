@@ -515,7 +515,10 @@ static int shift_insert(wpath *path, int slot, const char *item, uint16_t len, b
 {
 	*done = false;
 	kvw_page *node = path->node[0], *parent = path->height > 1 ? path->node[1] : NULL;
-	if (parent == NULL)
+	/* An optimisation must not make a batch fail: the siblings it pins stay
+	 * pinned to the batch's end, and a split may follow that needs a new
+	 * page per level and a new root. */
+	if (parent == NULL || !kvw_pin_room(2 + (uint32_t)path->height + 1))
 		return WALRUS_OK;
 	split_plan *sp = malloc(sizeof(*sp)); /* ~21 KiB, as a split's */
 	if (sp == NULL)
@@ -614,7 +617,9 @@ static int put_rightmost(const void *k, uint16_t kl, const char *item, uint16_t 
 	wr_blkno blk = kv_sh->rightmost_leaf;
 	kvw_page *p;
 	*done = false;
-	if (blk == 0 || blk >= kvw_meta()->nblocks)
+	/* The hint's leaf stays pinned to the batch's end even when the put goes
+	 * elsewhere: skip it when the descent and a split need every pin left. */
+	if (blk == 0 || blk >= kvw_meta()->nblocks || !kvw_pin_room(1 + kvw_meta()->height + 1))
 		return WALRUS_OK;
 	if (kvw_get(blk, &p) != WALRUS_OK) {
 		wr_error_clear(); /* a page the descent may not need: let it decide */

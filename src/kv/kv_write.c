@@ -224,6 +224,11 @@ uint32_t kvw_pinned(void)
 	return W.n;
 }
 
+bool kvw_pin_room(uint32_t n)
+{
+	return W.n + n <= buf_nbuffers() / 4;
+}
+
 uint64_t kvw_next_value_id(void)
 {
 	return W.meta.next_value_id++;
