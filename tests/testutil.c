@@ -315,7 +315,7 @@ void *tu_shm_wal_buffers_setup(const wr_options *o, const char *dir, int nslots,
 		sizes[n++] = buf_shmem_size(o);
 	if (extra > 0)
 		sizes[n++] = extra;
-	ck_assert_int_eq(shm_create(shm_size_for(sizes, n), &fd), WALRUS_OK);
+	ck_assert_int_eq(shm_create(shm_size_for(sizes, n), WR_HUGE_OFF, &fd), WALRUS_OK);
 	ck_assert_int_eq(wal_shmem_init(o, dir, nslots), WALRUS_OK);
 	if (buffers)
 		ck_assert_int_eq(buf_shmem_init(o), WALRUS_OK);

@@ -13,6 +13,7 @@
  * faults it saves, and the clock sweep hands a fresh pool out in buffer
  * order, so the chunk of a new page holds the next pages a load will take.
  * The advice changes no content; a kernel without it (EINVAL) turns it off.
+ * A pool in huge pages (huge_pages) needs none of it.
  *
  * Per process, under a mutex (threads share the mapping): one bit per chunk
  * already populated here, for the mapping it was made for (a crash restart
@@ -74,6 +75,9 @@ static void pf_populate(uint32_t c)
 
 void buf_prefault_new(int buf)
 {
+	/* A huge page is one fault already, and madvise would want it aligned. */
+	if (shm_hdr()->huge_page_size != 0)
+		return;
 	uint32_t c = (uint32_t)(buf - 1) / PF_CHUNK;
 	pthread_mutex_lock(&pf_lock);
 	bool todo = pf_claim(c);

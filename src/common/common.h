@@ -166,10 +166,12 @@ enum wr_sync_method { WR_SYNC_FDATASYNC, WR_SYNC_FSYNC, WR_SYNC_OPEN_DATASYNC };
 enum wr_sync_level { WR_SYNC_LEVEL_FLUSH, WR_SYNC_LEVEL_APPLY };
 enum wr_io_method { WR_IO_SYNC, WR_IO_URING };
 enum wr_wal_compression { WR_COMPRESS_OFF, WR_COMPRESS_ZSTD };
+enum wr_huge_pages { WR_HUGE_OFF, WR_HUGE_TRY, WR_HUGE_ON };
 
 typedef struct wr_options {
 	/* memory and files */
 	int64_t shared_buffers;    /* bytes, multiple of WR_PAGE_SIZE */
+	int huge_pages;            /* enum wr_huge_pages, for the whole segment */
 	int64_t max_open_files;    /* per-process real fds of the fd cache */
 	int64_t data_segment_size; /* bytes per data file segment, multiple of WR_PAGE_SIZE */
 	int64_t max_connections;   /* processes attached at once */

@@ -44,6 +44,7 @@ static const char *const sync_method_names[] = {"fdatasync", "fsync", "open_data
 static const char *const io_method_names[] = {"sync", "io_uring", NULL};
 static const char *const sync_level_names[] = {"flush", "apply", NULL};
 static const char *const compression_names[] = {"off", "zstd", NULL};
+static const char *const huge_pages_names[] = {"off", "try", "on", NULL};
 static const char *const log_level_names[] = {"debug", "log",   "warning", "error",
                                               "fatal", "panic", NULL};
 
@@ -61,6 +62,8 @@ static const char *const log_level_names[] = {"debug", "log",   "warning", "erro
 static const wr_opt_desc opt_table[] = {
     OPT("shared_buffers", WR_OPT_SIZE, INST, shared_buffers, "128MB", 128 * KB, 64 * GB, NULL,
         "memory of the shared buffer pool"),
+    OPT("huge_pages", WR_OPT_ENUM, INST, huge_pages, "try", 0, 0, huge_pages_names,
+        "put shared memory in huge pages (vm.nr_hugepages): off, try, on"),
     OPT("max_open_files", WR_OPT_INT, INST, max_open_files, "1000", 8, 1000000, NULL,
         "file descriptors each process keeps open in its fd cache"),
     OPT("data_segment_size", WR_OPT_SIZE, INST, data_segment_size, "1GB", 64 * KB, 1 * GB, NULL,

@@ -151,6 +151,15 @@ static void stats_buffers(jbuf *j)
 	jb_close(j);
 }
 
+static void stats_shared_memory(jbuf *j)
+{
+	const shm_header *h = shm_hdr();
+	jb_open(j, "shared_memory");
+	jb_u64(j, "bytes", h->size);
+	jb_u64(j, "huge_page_size", h->huge_page_size); /* 0: normal pages */
+	jb_close(j);
+}
+
 static void stats_checkpoints(jbuf *j)
 {
 	ckpt_shared *c = ckpt_shared_state();
@@ -387,6 +396,7 @@ int engine_stats_json(char **out)
 	jb_close(&j);
 	stats_wal(&j);
 	stats_buffers(&j);
+	stats_shared_memory(&j);
 	stats_checkpoints(&j);
 	stats_archiver(&j, e);
 	stats_replication(&j, e);

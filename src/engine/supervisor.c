@@ -198,6 +198,18 @@ static int adopt_control_file(void)
 
 /* ---------------------------------------------------------------- shared memory */
 
+/* What the segment got, so a user who reserved huge pages sees them used. */
+static void log_huge_pages(void)
+{
+	const shm_header *h = shm_hdr();
+	if (h->huge_page_size == 0)
+		return;
+	wr_log(WR_LOG, "shared memory: %llu MB in %llu huge pages of %llu kB",
+	       (unsigned long long)(h->size >> 20),
+	       (unsigned long long)(h->size / h->huge_page_size),
+	       (unsigned long long)(h->huge_page_size >> 10));
+}
+
 static int create_shared_memory(void)
 {
 	uint32_t nprocs = (uint32_t)S.opts.max_connections + WR_AUX_NKINDS;
@@ -208,9 +220,10 @@ static int create_shared_memory(void)
 	                  ckpt_sync_shmem_size(),  kv_shmem_size(),
 	                  repl_shmem_size(&S.opts)};
 	size_t total = shm_size_for(sizes, (int)WR_ARRAY_LEN(sizes));
-	int rc = shm_create(total, &S.shm_fd);
+	int rc = shm_create(total, S.opts.huge_pages, &S.shm_fd);
 	if (rc != WALRUS_OK)
 		return rc;
+	log_huge_pages();
 	engine_shared *e = shm_alloc("engine", sizeof(engine_shared));
 	wr_proc *procs = shm_alloc("procs", ntotal * sizeof(wr_proc));
 	void *scratch = shm_alloc("scratch", ENGINE_SCRATCH_SIZE);

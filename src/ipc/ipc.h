@@ -36,6 +36,9 @@
  * ipc_wait_u32 may return any errno: callers re-check their condition.
  * The rw lock cannot be taken shared twice by one process (a waiting writer
  * would deadlock it) nor upgraded.  The memfd is sealed against resizing.
+ * With huge pages (MFD_HUGETLB) the kernel reserves every page when the
+ * creator maps the segment, so a short reserve fails there, never later
+ * as a SIGBUS on a first touch.
  *
  * Returns: WALRUS_* codes with a message.  PANICs: in a wait (spin or rw
  * lock) that finds the instance CRASHED, or a spin wait stuck for
@@ -55,7 +58,7 @@
 /* ---------------------------------------------------------------- shared memory */
 
 #define SHM_MAGIC          0x57414c5255534d31ULL /* "WALRUSM1" */
-#define SHM_LAYOUT_VERSION 1
+#define SHM_LAYOUT_VERSION 2
 #define SHM_MAX_REGIONS    32
 #define SHM_REGION_NAME    24
 
@@ -82,14 +85,23 @@ typedef struct shm_header {
 	_Atomic uint64_t generation; /* bumped by every crash restart */
 	_Atomic uint32_t state;      /* enum shm_state; futex-waitable */
 	_Atomic uint32_t panic_pid;  /* who PANICked, if anyone */
+	uint64_t huge_page_size;     /* bytes of one huge page, or 0: normal pages */
 	shm_region regions[SHM_MAX_REGIONS];
 } shm_header;
 
 /* Size the header plus @nregions regions of the given sizes need (cache-line aligned). */
 size_t shm_size_for(const size_t *region_sizes, int nregions);
 
-/* Creates a memfd of @size, maps it, writes the header; sets the process base. */
-int shm_create(size_t size, int *fd_out);
+/*
+ * Creates a memfd of @size, maps it, writes the header; sets the process
+ * base.  @huge (enum wr_huge_pages) asks for huge pages: the size is
+ * rounded up to whole huge pages and the kernel must have them reserved
+ * (vm.nr_hugepages) when the segment is mapped.  WR_HUGE_TRY falls back to
+ * normal pages when it cannot; WR_HUGE_ON fails with WALRUS_ENOMEM (or the
+ * errno's code) and a message saying what to reserve.  The header's
+ * huge_page_size says which it got.
+ */
+int shm_create(size_t size, int huge, int *fd_out);
 /* Maps an existing segment (received fd), checks magic/version/size; sets the process base. */
 int shm_attach(int fd);
 /* Unmaps and forgets the base (does not close any fd). */

@@ -63,19 +63,76 @@ static int seal_size(int fd)
 	return WALRUS_OK;
 }
 
-static void init_header(shm_header *h, size_t size)
+static void init_header(shm_header *h, size_t size, size_t huge_page_size)
 {
 	h->magic = SHM_MAGIC;
 	h->layout_version = SHM_LAYOUT_VERSION;
 	h->nregions = 0;
 	h->size = size;
 	h->alloc_off = header_size();
+	h->huge_page_size = huge_page_size;
 	atomic_store_explicit(&h->generation, 0, memory_order_relaxed);
 	atomic_store_explicit(&h->state, SHM_STATE_STARTING, memory_order_relaxed);
 	atomic_store_explicit(&h->panic_pid, 0, memory_order_relaxed);
 }
 
-int shm_create(size_t size, int *fd_out)
+/*
+ * A sealed memfd of *@size, mapped.  A hugetlbfs file (MFD_HUGETLB) reports
+ * its page size as its block size: *@size is rounded up to whole pages of
+ * it and *@page set, so the header tells the size the kernel really uses.
+ */
+static int make_segment(unsigned flags, size_t *size, size_t *page, int *fd_out, char **base)
+{
+	int fd = memfd_create("walrus-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING | flags);
+	if (fd < 0)
+		return wr_error(wr_errno_code(errno), "could not create shared memory (memfd): %m");
+	struct stat st;
+	int rc = WALRUS_OK;
+	if ((flags & MFD_HUGETLB) && fstat(fd, &st) != 0)
+		rc = wr_error(wr_errno_code(errno), "could not stat shared memory memfd: %m");
+	if (rc == WALRUS_OK && (flags & MFD_HUGETLB)) {
+		*page = (size_t)st.st_blksize;
+		*size = WR_ALIGN_UP(*size, *page);
+	}
+	if (rc == WALRUS_OK && ftruncate(fd, (off_t)*size) != 0)
+		rc = wr_error(wr_errno_code(errno),
+		              "could not size shared memory segment to %zu bytes: %m", *size);
+	if (rc == WALRUS_OK)
+		rc = seal_size(fd);
+	if (rc == WALRUS_OK)
+		rc = map_segment(fd, *size, base);
+	if (rc != WALRUS_OK) {
+		close(fd);
+		return rc;
+	}
+	*fd_out = fd;
+	return WALRUS_OK;
+}
+
+/*
+ * The segment in huge pages.  Mapping it reserves every page: without
+ * enough free in vm.nr_hugepages the mmap fails here with ENOMEM, not a
+ * first touch later with SIGBUS.
+ */
+static int make_huge_segment(size_t *size, size_t *page, int *fd_out, char **base)
+{
+	size_t want = *size;
+	int rc = make_segment(MFD_HUGETLB, &want, page, fd_out, base);
+	if (rc == WALRUS_OK) {
+		*size = want;
+		return WALRUS_OK;
+	}
+	char why[512];
+	(void)wr_snprintf(why, sizeof(why), "%s", walrus_errmsg());
+	if (*page == 0)
+		return wr_error(rc, "huge pages are not available: %s", why);
+	return wr_error(rc,
+	                "could not get %zu huge pages of %zu kB for %zu MB of shared memory: %s "
+	                "(vm.nr_hugepages reserves them)",
+	                want / *page, *page >> 10, want >> 20, why);
+}
+
+int shm_create(size_t size, int huge, int *fd_out)
 {
 	if (shm_base_ != NULL)
 		return wr_error(WALRUS_EBUSY, "shared memory is already attached in this process");
@@ -83,26 +140,23 @@ int shm_create(size_t size, int *fd_out)
 		return wr_error(WALRUS_EINVAL,
 		                "shared memory size %zu is smaller than its header (%zu bytes)",
 		                size, header_size());
-	int fd = memfd_create("walrus-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		return wr_error(wr_errno_code(errno), "could not create shared memory (memfd): %m");
-	int rc = WALRUS_OK;
-	if (ftruncate(fd, (off_t)size) != 0)
-		rc = wr_error(wr_errno_code(errno),
-		              "could not size shared memory segment to %zu bytes: %m", size);
-	if (rc == WALRUS_OK)
-		rc = seal_size(fd);
 	char *base = NULL;
-	if (rc == WALRUS_OK)
-		rc = map_segment(fd, size, &base);
-	if (rc != WALRUS_OK) {
-		close(fd);
+	size_t page = 0;
+	int rc =
+	    huge == WR_HUGE_OFF ? WALRUS_ENOMEM : make_huge_segment(&size, &page, fd_out, &base);
+	if (rc != WALRUS_OK && huge == WR_HUGE_ON)
 		return rc;
+	if (rc != WALRUS_OK && huge == WR_HUGE_TRY)
+		wr_log(WR_LOG, "huge_pages = try: using normal pages (%s)", walrus_errmsg());
+	if (rc != WALRUS_OK) {
+		page = 0;
+		rc = make_segment(0, &size, &page, fd_out, &base);
 	}
-	init_header((shm_header *)base, size);
+	if (rc != WALRUS_OK)
+		return rc;
+	init_header((shm_header *)base, size, page);
 	shm_base_ = base;
 	shm_size_ = size;
-	*fd_out = fd;
 	return WALRUS_OK;
 }
 

@@ -35,7 +35,7 @@ static void setup(void)
 	wr_log_set_stderr(WR_PANIC + 1);
 	size_t sizes[] = {ckpt_sync_shmem_size()};
 	int fd;
-	ck_assert_int_eq(shm_create(shm_size_for(sizes, 1), &fd), WALRUS_OK);
+	ck_assert_int_eq(shm_create(shm_size_for(sizes, 1), WR_HUGE_OFF, &fd), WALRUS_OK);
 	ck_assert_int_eq(close(fd), 0); /* the mapping stays, and forked children share it */
 	ck_assert_int_eq(ckpt_sync_shmem_init(), WALRUS_OK);
 	ck_assert_int_eq(ckpt_sync_attach(), WALRUS_OK);

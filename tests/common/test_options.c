@@ -23,6 +23,7 @@ START_TEST(test_defaults)
 	wr_opts_defaults(&o);
 	ck_assert_int_eq(o.shared_buffers, 128LL << 20);
 	ck_assert_int_eq(o.max_open_files, 1000);
+	ck_assert_int_eq(o.huge_pages, WR_HUGE_TRY);
 	ck_assert_int_eq(o.data_segment_size, 1LL << 30);
 	ck_assert_int_eq(o.max_connections, 100);
 	ck_assert_int_eq(o.wal_segment_size, 16LL << 20);
@@ -127,7 +128,7 @@ START_TEST(test_table_covers_struct)
 	const wr_opt_desc *t = wr_opts_table(&n);
 	bool covered[sizeof(wr_options)] = {false};
 
-	ck_assert_uint_eq(n, 43);
+	ck_assert_uint_eq(n, 44);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_lt(t[i].offset, sizeof(wr_options));
 		ck_assert_msg(!covered[t[i].offset], "%s shares a field", t[i].name);
@@ -225,6 +226,8 @@ START_TEST(test_values_and_units)
 	check_set_get("wal_direct_io", "yes", "on");
 	check_set_get("wal_direct_io", "1", "on");
 	check_set_get("io_method", "io_uring", "io_uring");
+	check_set_get("huge_pages", "on", "on");
+	check_set_get("huge_pages", "OFF", "off");
 	check_set_get("wal_sync_method", "open_datasync", "open_datasync");
 	check_set_get("wal_compression", "zstd", "zstd");
 	check_set_get("wal_compression", "on", "zstd"); /* PostgreSQL's spelling */
@@ -338,6 +341,7 @@ START_TEST(test_bad_values)
 	check_bad("full_page_writes", "");
 	check_bad("full_page_writes", "2");
 	check_bad("io_method", "aio");
+	check_bad("huge_pages", "maybe");
 	check_bad("wal_sync_method", "fsync_writethrough");
 	check_bad("wal_compression", "lz4");
 	check_bad("log_min_messages", "notice");

@@ -32,7 +32,7 @@ static int shm_fd = -1;
 static void setup(void)
 {
 	size_t sz = sizeof(shared);
-	ck_assert_int_eq(shm_create(shm_size_for(&sz, 1), &shm_fd), WALRUS_OK);
+	ck_assert_int_eq(shm_create(shm_size_for(&sz, 1), WR_HUGE_OFF, &shm_fd), WALRUS_OK);
 	sh = shm_alloc("locks", sizeof(shared));
 	ck_assert_ptr_nonnull(sh);
 	spin_init(&sh->spin);

@@ -26,7 +26,7 @@ static void create_three(void)
 {
 	size_t sizes[] = {100, 4096, 1};
 	size_t size = shm_size_for(sizes, 3);
-	ck_assert_int_eq(shm_create(size, &shm_fd), WALRUS_OK);
+	ck_assert_int_eq(shm_create(size, WR_HUGE_OFF, &shm_fd), WALRUS_OK);
 	ck_assert_ptr_nonnull(shm_alloc("a", sizes[0]));
 	ck_assert_ptr_nonnull(shm_alloc("b", sizes[1]));
 	ck_assert_ptr_nonnull(shm_alloc("c", sizes[2]));
@@ -38,7 +38,7 @@ START_TEST(create_and_alloc)
 	size_t size = shm_size_for(sizes, 3);
 	ck_assert_uint_eq(size % 64, 0);
 	ck_assert_ptr_null(shm_hdr());
-	ck_assert_int_eq(shm_create(size, &shm_fd), WALRUS_OK);
+	ck_assert_int_eq(shm_create(size, WR_HUGE_OFF, &shm_fd), WALRUS_OK);
 	shm_header *h = shm_hdr();
 	ck_assert_ptr_nonnull(h);
 	ck_assert_uint_eq(h->magic, SHM_MAGIC);
@@ -72,13 +72,13 @@ START_TEST(create_and_alloc)
 	ck_assert_ptr_null(shm_alloc("delta", 1));                       /* no room left */
 	ck_assert_ptr_null(shm_alloc("a-name-that-is-far-too-long", 1)); /* name */
 	ck_assert_int_eq(h->nregions, 3);
-	ck_assert_int_eq(shm_create(size, &shm_fd), WALRUS_EBUSY);
+	ck_assert_int_eq(shm_create(size, WR_HUGE_OFF, &shm_fd), WALRUS_EBUSY);
 }
 END_TEST
 
 START_TEST(table_full)
 {
-	ck_assert_int_eq(shm_create(1 << 20, &shm_fd), WALRUS_OK);
+	ck_assert_int_eq(shm_create(1 << 20, WR_HUGE_OFF, &shm_fd), WALRUS_OK);
 	char name[SHM_REGION_NAME];
 	for (int i = 0; i < SHM_MAX_REGIONS; i++) {
 		snprintf(name, sizeof(name), "r%d", i);

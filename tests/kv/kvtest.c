@@ -37,7 +37,7 @@ static void create_shm(void)
 	int fd;
 	size_t sizes[] = {wal_shmem_size(&kt_opts, KT_SLOTS), buf_shmem_size(&kt_opts),
 	                  kv_shmem_size(), sizeof(kt_shared)};
-	ck_assert_int_eq(shm_create(shm_size_for(sizes, 4), &fd), WALRUS_OK);
+	ck_assert_int_eq(shm_create(shm_size_for(sizes, 4), WR_HUGE_OFF, &fd), WALRUS_OK);
 	close(fd);
 	ck_assert_int_eq(wal_shmem_init(&kt_opts, kt_dir, KT_SLOTS), WALRUS_OK);
 	ck_assert_int_eq(buf_shmem_init(&kt_opts), WALRUS_OK);
