@@ -73,7 +73,10 @@ class Source:
         must(self.dir, "switch-wal", linger=LIVE)
         load(self.dir, "later-key-", 200)
         self.wal = os.path.join(root, "wal-copy")
-        shutil.copytree(os.path.join(self.dir, "wal"), self.wal)
+        # A segment being made (NAME.tmp.PID) may be renamed while the copy
+        # lists the directory; it holds nothing the copy needs.
+        shutil.copytree(os.path.join(self.dir, "wal"), self.wal,
+                        ignore=shutil.ignore_patterns("*.tmp.*"))
         stop(self.dir)
 
     def restore(self, root, name, settings, archive=None):
