@@ -210,12 +210,27 @@ static inline void prefetch_item(const char *page, int slot)
 	__builtin_prefetch(page + (lp.off < KV_SPECIAL_OFF ? lp.off : 0));
 }
 
+/* The probe of [lo, hi), and with @depth the probes of the halves it leaves. */
+static inline void prefetch_probes(const char *page, int lo, int hi, int depth)
+{
+	if (lo >= hi)
+		return;
+	int mid = lo + (hi - lo) / 2;
+	prefetch_item(page, mid);
+	if (depth > 0) {
+		prefetch_probes(page, lo, mid, depth - 1);
+		prefetch_probes(page, mid + 1, hi, depth - 1);
+	}
+}
+
+/* Two probes ahead: the four items that can come after the next compare. */
 static inline void prefetch_next(const char *page, int lo, int mid, int hi)
 {
-	if (mid > lo)
-		prefetch_item(page, lo + (mid - lo) / 2);
-	if (hi - mid > 1)
-		prefetch_item(page, mid + 1 + (hi - mid - 1) / 2);
+	int m1 = lo + (mid - lo) / 2, m2 = mid + 1 + (hi - mid - 1) / 2;
+	prefetch_probes(page, lo, m1, 0);
+	prefetch_probes(page, m1 + 1, mid, 0);
+	prefetch_probes(page, mid + 1, m2, 0);
+	prefetch_probes(page, m2 + 1, hi, 0);
 }
 
 /* The level is looked at once, not per probe: the two loops differ only in how
@@ -229,6 +244,7 @@ int kvn_lower_bound(const char *page, const void *k, size_t kl, bool *eq)
 		hi = (int)(KV_NODE_SPACE / KV_LP_SIZE);
 	bool leaf = kvp_special(page).level == 0;
 	*eq = false;
+	prefetch_probes(page, lo, hi, 1);
 	while (lo < hi) {
 		int mid = lo + (hi - lo) / 2;
 		prefetch_next(page, lo, mid, hi);
