@@ -75,7 +75,7 @@ static void pf_populate(uint32_t c)
 
 void buf_prefault_new(int buf)
 {
-	/* A huge page is one fault already, and madvise would want it aligned. */
+	/* In huge pages a first touch faults 256 buffers at once already. */
 	if (shm_hdr()->huge_page_size != 0)
 		return;
 	uint32_t c = (uint32_t)(buf - 1) / PF_CHUNK;

@@ -142,18 +142,24 @@ int shm_create(size_t size, int huge, int *fd_out)
 		                size, header_size());
 	char *base = NULL;
 	size_t page = 0;
-	int rc =
-	    huge == WR_HUGE_OFF ? WALRUS_ENOMEM : make_huge_segment(&size, &page, fd_out, &base);
-	if (rc != WALRUS_OK && huge == WR_HUGE_ON)
-		return rc;
-	if (rc != WALRUS_OK && huge == WR_HUGE_TRY)
-		wr_log(WR_LOG, "huge_pages = try: using normal pages (%s)", walrus_errmsg());
-	if (rc != WALRUS_OK) {
-		page = 0;
-		rc = make_segment(0, &size, &page, fd_out, &base);
+	bool in_huge = false;
+	if (huge != WR_HUGE_OFF) {
+		int rc = make_huge_segment(&size, &page, fd_out, &base);
+		if (rc != WALRUS_OK && huge == WR_HUGE_ON)
+			return rc;
+		/* The usual case where nothing is reserved: a debug line, as
+		 * PostgreSQL; stats show the page size either way. */
+		if (rc != WALRUS_OK)
+			wr_log(WR_DEBUG, "huge_pages = try: using normal pages (%s)",
+			       walrus_errmsg());
+		in_huge = rc == WALRUS_OK;
 	}
-	if (rc != WALRUS_OK)
-		return rc;
+	if (!in_huge) {
+		page = 0;
+		int rc = make_segment(0, &size, &page, fd_out, &base);
+		if (rc != WALRUS_OK)
+			return rc;
+	}
 	init_header((shm_header *)base, size, page);
 	shm_base_ = base;
 	shm_size_ = size;
