@@ -498,8 +498,6 @@ int kvw_batch_begin(void);
 int kvw_get(wr_blkno blk, kvw_page **p);
 /* Before a change: exclusive lock, kept to the batch's end, and the image to undo it. */
 int kvw_modify(kvw_page *p);
-/* The exclusive lock alone, kept to the batch's end (to read a page as it will be changed). */
-void kvw_lock(kvw_page *p);
 /* A new page (free list, unused tail, or extension), locked; to be initialised by an op. */
 int kvw_alloc(kvw_page **p);
 /* Puts @p on the free list (the page becomes a free page). */

@@ -193,6 +193,15 @@ static void restore_used(kvw_page *p)
 	memcpy(p->page + p->pre_upper, p->pre + p->pre_upper, WR_PAGE_SIZE - p->pre_upper);
 }
 
+/* The exclusive lock, kept to the batch's end. */
+static void kvw_lock(kvw_page *p)
+{
+	if (!p->locked) {
+		buf_lock(p->buf, true);
+		p->locked = true;
+	}
+}
+
 int kvw_modify(kvw_page *p)
 {
 	kvw_lock(p);
@@ -204,14 +213,6 @@ int kvw_modify(kvw_page *p)
 	save_used(p);
 	p->member = true;
 	return WALRUS_OK;
-}
-
-void kvw_lock(kvw_page *p)
-{
-	if (!p->locked) {
-		buf_lock(p->buf, true);
-		p->locked = true;
-	}
 }
 
 kv_meta *kvw_meta(void)
