@@ -150,6 +150,40 @@ bool tu_in_syscall(pid_t pid, long nr, const void *arg0)
 	return ok && p != NULL && p[2] == 'S';
 }
 
+/*
+ * The living children of @parent named @comm (any name when NULL): their
+ * number, and the first @max of their pids in @out.
+ */
+int tu_children(pid_t parent, const char *comm, pid_t *out, int max)
+{
+	DIR *d = opendir("/proc");
+	ck_assert_ptr_nonnull(d);
+	struct dirent *e;
+	int n = 0;
+	while ((e = readdir(d)) != NULL) {
+		char path[300], buf[512];
+		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (f == NULL)
+			continue;
+		bool ok = fgets(buf, sizeof(buf), f) != NULL;
+		fclose(f);
+		char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+		if (!ok || !open || !close || close[2] == 'Z')
+			continue;
+		long ppid = strtol(close + 4, NULL, 10);
+		if (ppid != parent ||
+		    (comm != NULL && ((int)strlen(comm) != close - open - 1 ||
+		                      strncmp(open + 1, comm, (size_t)(close - open - 1)) != 0)))
+			continue;
+		if (n < max)
+			out[n] = (pid_t)strtol(e->d_name, NULL, 10);
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
 void tu_wait_in_syscall(pid_t pid, long nr, const void *arg0)
 {
 	for (int i = 0; i < 20000; i++) {

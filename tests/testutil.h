@@ -40,6 +40,9 @@ void tu_wait_gone(pid_t pid);
  */
 bool tu_in_syscall(pid_t pid, long nr, const void *arg0);
 void tu_wait_in_syscall(pid_t pid, long nr, const void *arg0);
+/* The living children of @parent named @comm (any name when NULL): their
+ * number, and the first @max of their pids in @out. */
+int tu_children(pid_t parent, const char *comm, pid_t *out, int max);
 /* Writes/reads a whole small file; return 0 on success. */
 int tu_write_file(const char *path, const void *buf, size_t len);
 /* Flips one bit of a file in place. */

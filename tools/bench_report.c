@@ -127,9 +127,11 @@ void bench_print_summary(FILE *f, const bench_kv_run *r, const bench_series *s)
 	        (unsigned long long)d->wal_records);
 	if (puts)
 		fprintf(f, ", %.0f bytes per put", (double)d->wal_bytes / (double)puts);
-	fprintf(f, "; %llu full-page images (%.1f MB stored of %.1f MB)\n",
+	fprintf(f, "; %llu full-page images (%.1f MB stored of %.1f MB)",
 	        (unsigned long long)d->wal_fpis, (double)d->wal_fpi_stored / MB,
 	        (double)d->wal_fpi_raw / MB);
+	fprintf(f, "; segments created %llu (%llu by a writer of WAL, not preallocated)\n",
+	        (unsigned long long)d->wal_segs_created, (unsigned long long)d->wal_segs_on_demand);
 	fprintf(f,
 	        "  buffers: written by checkpoints %llu, bgwriter %llu, backends %llu; evictions "
 	        "%llu; dirty at most %u of %u\n",
@@ -220,6 +222,8 @@ void bench_print_json(FILE *f, const bench_kv_run *r, const bench_series *s)
 	        (unsigned long long)d->wal_bytes, (unsigned long long)d->wal_records,
 	        (unsigned long long)d->wal_fpis, (unsigned long long)d->wal_fpi_raw,
 	        (unsigned long long)d->wal_fpi_stored, (unsigned long long)d->wal_flushes);
+	fprintf(f, ",\"wal_segments_created\":%llu,\"wal_segments_on_demand\":%llu",
+	        (unsigned long long)d->wal_segs_created, (unsigned long long)d->wal_segs_on_demand);
 	json_lat(f, "wal_bytes_per_put", puts > 0, puts ? (double)d->wal_bytes / (double)puts : 0);
 	fprintf(f,
 	        ",\"buffers_written_checkpoint\":%llu,\"buffers_written_bgwriter\":%llu,"

@@ -122,6 +122,7 @@ typedef struct bench_ckpt {
 /* Counters of the instance over the run (end - start). */
 typedef struct bench_counters {
 	uint64_t wal_records, wal_bytes, wal_fpis, wal_fpi_raw, wal_fpi_stored, wal_flushes;
+	uint64_t wal_segs_created, wal_segs_on_demand;
 	uint64_t ckpt_writes, bgwriter_writes, backend_writes, evictions, hits, reads;
 } bench_counters;
 

@@ -193,6 +193,12 @@ static void recycle_wal(const char *datadir, const wr_options *o, bool settle, c
 		       walrus_errmsg());
 		return;
 	}
+	/* Future segments are trimmed only once the WAL writer can make no more. */
+	if (settle && !wal_stop_preallocation(10ull * 1000 * 1000 * 1000)) {
+		wr_log(WR_WARNING, "WAL preallocation did not stop within 10 s: future WAL "
+		                   "segments are kept");
+		settle = false;
+	}
 	if (wr_snprintf(waldir, sizeof(waldir), "%s/wal", datadir) &&
 	    wal_recycle(waldir, o, r->redo, wal_position(), settle, &recycled, &removed) !=
 	        WALRUS_OK)

@@ -121,6 +121,8 @@ static void stats_wal(jbuf *j)
 	jb_u64(j, "gather_naps", w.gather_naps);
 	jb_u64(j, "buffer_full_waits", w.buffer_full_waits);
 	jb_u64(j, "segments_created", w.segments_created);
+	jb_u64(j, "segments_on_demand", w.segments_on_demand);
+	jb_u64(j, "prealloc_ahead", w.prealloc_ahead);
 	jb_u64(j, "segments_recycled", w.segments_recycled);
 	jb_u64(j, "segments_removed", w.segments_removed);
 	jb_close(j);

@@ -80,14 +80,37 @@ static int open_flags(void)
 	return fl;
 }
 
+/* Set while this process runs a WAL writer round: what it creates is
+ * preallocation, not a wait in a committer's path. */
+static bool in_writer_round;
+
+/*
+ * A process writing WAL had to zero-fill a segment itself: the WAL writer
+ * was not far enough ahead.  It keeps twice as many ready from now on (up
+ * to prealloc_max), and is woken to catch up.
+ */
+static void note_on_demand(void)
+{
+	atomic_fetch_add_explicit(&wal_sh->st_seg_on_demand, 1, memory_order_relaxed);
+	uint32_t a = atomic_load(&wal_sh->prealloc_ahead);
+	uint32_t want = WR_MIN(a * 2, wal_sh->prealloc_max);
+	while (a < want && !atomic_compare_exchange_weak(&wal_sh->prealloc_ahead, &a, want))
+		want = WR_MIN(a * 2, wal_sh->prealloc_max);
+	atomic_fetch_add(&wal_sh->writer_latch, 1);
+	ipc_wake_all(&wal_sh->writer_latch);
+}
+
 static void ensure_segment(uint64_t seg_start)
 {
 	if (seg_start + wal_sh->seg_size <= atomic_load(&wal_sh->prealloc_end))
 		return;
-	int rc = wal_segment_create(wal_sh->waldir, wal_sh->seg_size, seg_start);
+	bool filled;
+	int rc = wal_segment_make(wal_sh->waldir, wal_sh->seg_size, seg_start, &filled);
 	if (rc != WALRUS_OK)
 		wr_panic("could not create WAL segment for " WAL_LSN_FMT ": %s",
 		         WAL_LSN_ARGS(seg_start), walrus_errmsg());
+	if (filled && !in_writer_round)
+		note_on_demand();
 }
 
 static fdc_file segment_fd(uint64_t seg_start)
@@ -651,18 +674,19 @@ void wal_flush_async(wr_lsn lsn)
 }
 
 /*
- * Creates the segments up to the one after the insert position before
- * anyone needs them, so commits never wait for a zero-fill.  prealloc_end
+ * Creates the segments up to prealloc_ahead past the insert position's
+ * before anyone needs them, so commits do not wait for a zero-fill (those
+ * that still do are counted, and make the distance grow).  prealloc_end
  * only grows over segments that exist, contiguously from the flush
  * position: ensure_segment trusts every name below it.  (Inserts may run
  * several segments ahead of the flush; creating only the insert's segment
  * and the next left a gap that ensure_segment then believed created.)
  */
-static void preallocate(void)
+static void preallocate_segments(void)
 {
 	uint64_t size = wal_sh->seg_size;
 	uint64_t end = wal_reserved_end();
-	uint64_t next = end - end % size + size;
+	uint64_t next = end - end % size + (uint64_t)atomic_load(&wal_sh->prealloc_ahead) * size;
 	uint64_t have = atomic_load(&wal_sh->prealloc_end);
 	if (have >= next + size)
 		return;
@@ -682,12 +706,40 @@ static void preallocate(void)
 	}
 }
 
+/* Dekker with wal_stop_preallocation: busy first, then the stop flag. */
+static void preallocate(void)
+{
+	atomic_fetch_add(&wal_sh->prealloc_busy, 1);
+	if (!atomic_load(&wal_sh->prealloc_stop))
+		preallocate_segments();
+	if (atomic_fetch_sub(&wal_sh->prealloc_busy, 1) == 1)
+		ipc_wake_all(&wal_sh->prealloc_busy);
+}
+
+bool wal_stop_preallocation(uint64_t timeout_ns)
+{
+	if (wal_sh == NULL)
+		return true;
+	atomic_store(&wal_sh->prealloc_stop, 1);
+	uint64_t deadline = wr_now_ns() + timeout_ns;
+	uint32_t busy;
+	while ((busy = atomic_load(&wal_sh->prealloc_busy)) != 0) {
+		uint64_t now = wr_now_ns();
+		if (now >= deadline)
+			return false;
+		(void)ipc_wait_u32(&wal_sh->prealloc_busy, busy, deadline - now);
+	}
+	return true;
+}
+
 void wal_writer_round(void)
 {
 	if (wal_sh == NULL || !atomic_load(&wal_sh->started))
 		return;
+	in_writer_round = true;
 	uint64_t end = wal_reserved_end();
 	if (atomic_load(&wal_sh->flush_lsn) < end)
 		flush_upto(end, false);
 	preallocate();
+	in_writer_round = false;
 }

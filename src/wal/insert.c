@@ -107,6 +107,11 @@ int wal_shmem_init(const wr_options *o, const char *datadir, int nslots)
 	wal_sh->direct = o->wal_direct_io;
 	wal_sh->fpw = o->full_page_writes;
 	wal_sh->max_wal_size = o->max_wal_size;
+	/* Ready segments stay a small part of max_wal_size: an eighth, at most
+	 * WAL_PREALLOC_MAX (a load outruns one segment ahead, not eight). */
+	wal_sh->prealloc_max = (uint32_t)WR_MAX(
+	    1, WR_MIN(WAL_PREALLOC_MAX, o->max_wal_size / o->wal_segment_size / 8));
+	atomic_store(&wal_sh->prealloc_ahead, 1);
 	wal_sh->gather_ns = (uint64_t)o->commit_gather_us * 1000;
 	/* As PostgreSQL: leave room for the checkpoint to finish within max_wal_size. */
 	wal_sh->ckpt_wal_bytes =
@@ -584,4 +589,6 @@ void wal_get_stats(wal_stats *s)
 	s->segments_created = atomic_load(&wal_sh->st_seg_created);
 	s->segments_recycled = atomic_load(&wal_sh->st_seg_recycled);
 	s->segments_removed = atomic_load(&wal_sh->st_seg_removed);
+	s->segments_on_demand = atomic_load(&wal_sh->st_seg_on_demand);
+	s->prealloc_ahead = atomic_load(&wal_sh->prealloc_ahead);
 }

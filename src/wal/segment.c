@@ -133,8 +133,15 @@ static int wal_drop_tmp(const char *tmp, int rc)
 
 int wal_segment_create(const char *waldir, uint64_t seg_size, wr_lsn start)
 {
+	bool filled;
+	return wal_segment_make(waldir, seg_size, start, &filled);
+}
+
+int wal_segment_make(const char *waldir, uint64_t seg_size, wr_lsn start, bool *filled)
+{
 	char path[PATH_MAX], tmp[PATH_MAX + 32];
 	bool exists;
+	*filled = false;
 	wal_segment_path(waldir, seg_size, start, path, sizeof(path));
 	int rc = wal_segment_exists(path, seg_size, &exists);
 	if (rc != WALRUS_OK || exists)
@@ -142,6 +149,7 @@ int wal_segment_create(const char *waldir, uint64_t seg_size, wr_lsn start)
 	/* The pid keeps two processes' temp files apart. */
 	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
 	rc = wal_write_zero_file(tmp, seg_size);
+	*filled = true;
 	if (rc != WALRUS_OK)
 		return wal_drop_tmp(tmp, rc);
 	/* Someone may have installed it meanwhile (the WAL writer preallocates

@@ -258,6 +258,12 @@ void wal_flush_to(wr_lsn lsn);
 void wal_flush_async(wr_lsn lsn);
 /* One round of the WAL writer: write and flush what is inserted; preallocate segments. */
 void wal_writer_round(void);
+/*
+ * Ends preallocation for good and waits (up to @timeout_ns) for one under
+ * way to finish: true once none can install a segment any more.  For the
+ * checkpoint that settles the WAL directory at shutdown.
+ */
+bool wal_stop_preallocation(uint64_t timeout_ns);
 
 wr_lsn wal_insert_lsn(void);  /* current end of reserved WAL */
 wr_lsn wal_flushed_lsn(void); /* durable up to */
@@ -276,6 +282,10 @@ typedef struct wal_stats {
 	uint64_t group_waits;       /* flush_to calls served by someone else's flush */
 	uint64_t gather_naps;       /* sleeps of committers waiting for others to gather */
 	uint64_t segments_created, segments_recycled, segments_removed;
+	/* zero-fills by a process writing WAL (not the WAL writer's
+	 * preallocation): it reached a segment that was not there yet */
+	uint64_t segments_on_demand;
+	uint32_t prealloc_ahead; /* segments the WAL writer keeps ready past the insert's */
 } wal_stats;
 void wal_get_stats(wal_stats *s);
 
@@ -377,6 +387,9 @@ int wal_slots_list(wal_slot_info *out, int max);
  * right size; WALRUS_ECORRUPT when it exists with the wrong size.
  */
 int wal_segment_create(const char *waldir, uint64_t seg_size, wr_lsn start);
+/* The same; *filled tells whether this call wrote a zero-filled file (even
+ * one that another process's rename then made useless). */
+int wal_segment_make(const char *waldir, uint64_t seg_size, wr_lsn start, bool *filled);
 /*
  * Removes the temporary segments (NAME.tmp.PID) that processes killed while
  * creating a segment left in @waldir; only while no other process can be

@@ -23,6 +23,9 @@
 #define WAL_SLOT_IDLE 0
 #define WAL_SLOT_BUSY 1
 
+/* Most segments the WAL writer keeps ready past the insert position's. */
+#define WAL_PREALLOC_MAX 8u
+
 /* ---------------------------------------------------------------- a backend's own state */
 
 #define WAL_STATIC_CHUNKS 64
@@ -130,7 +133,16 @@ typedef struct wal_shared {
 	_Atomic uint64_t flush_avg_ns;    /* moving average of one write + flush */
 	_Atomic uint64_t async_lsn;
 	_Atomic uint32_t writer_latch;
-	_Atomic uint64_t prealloc_end;   /* segments are known to exist up to here */
+	_Atomic uint64_t prealloc_end; /* segments are known to exist up to here */
+	/* Segments the WAL writer keeps ready past the insert position's: doubled
+	 * (up to prealloc_max) each time a process writing WAL had to create
+	 * one itself, a zero-fill in a committer's path (flush.c). */
+	_Atomic uint32_t prealloc_ahead;
+	uint32_t prealloc_max;
+	/* Ended for good by the settling checkpoint (wal_stop_preallocation),
+	 * which then waits for prealloc_busy (a futex word) to reach 0: a segment
+	 * installed after its trim of future segments would outlive it. */
+	_Atomic uint32_t prealloc_stop, prealloc_busy;
 	_Atomic uint32_t ckpt_requested; /* by WAL volume: consumed by the checkpointer */
 	_Atomic uint32_t ckpt_latch;
 	/* a base backup (wal_backup_begin): forces full-page writes, keeps WAL */
@@ -161,7 +173,7 @@ typedef struct wal_shared {
 	_Atomic uint64_t st_records, st_bytes, st_fpis, st_fpi_raw, st_fpi_stored;
 	_Atomic uint64_t st_writes, st_write_bytes, st_flushes, st_flush_ns;
 	_Atomic uint64_t st_buffer_full_waits, st_group_waits, st_gather_naps;
-	_Atomic uint64_t st_seg_created, st_seg_recycled, st_seg_removed;
+	_Atomic uint64_t st_seg_created, st_seg_recycled, st_seg_removed, st_seg_on_demand;
 } wal_shared;
 
 /* This process's view, set by wal_attach / wal_shmem_init. */

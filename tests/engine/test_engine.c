@@ -33,43 +33,9 @@ static walrus *open_ok(const char *dir)
 	return tu_open(dir, test_opts());
 }
 
-/*
- * The living children of @parent named @comm (any name when NULL): their
- * number, and the first @max of their pids in @out.
- */
-static int list_children(pid_t parent, const char *comm, pid_t *out, int max)
-{
-	DIR *d = opendir("/proc");
-	ck_assert_ptr_nonnull(d);
-	struct dirent *e;
-	int n = 0;
-	while ((e = readdir(d)) != NULL) {
-		char path[300], buf[512];
-		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
-		FILE *f = fopen(path, "r");
-		if (f == NULL)
-			continue;
-		bool ok = fgets(buf, sizeof(buf), f) != NULL;
-		fclose(f);
-		char *open = strchr(buf, '('), *close = strrchr(buf, ')');
-		if (!ok || !open || !close || close[2] == 'Z')
-			continue;
-		long ppid = strtol(close + 4, NULL, 10);
-		if (ppid != parent ||
-		    (comm != NULL && ((int)strlen(comm) != close - open - 1 ||
-		                      strncmp(open + 1, comm, (size_t)(close - open - 1)) != 0)))
-			continue;
-		if (n < max)
-			out[n] = (pid_t)strtol(e->d_name, NULL, 10);
-		n++;
-	}
-	closedir(d);
-	return n;
-}
-
 static int count_children_named(pid_t parent, const char *comm)
 {
-	return list_children(parent, comm, NULL, 0);
+	return tu_children(parent, comm, NULL, 0);
 }
 
 /* Aux processes name themselves just after fork: give them a moment. */
@@ -399,7 +365,7 @@ static void kill_supervisor(walrus *db)
 	ck_assert_int_eq(wait_children_named(sup, "walrus-bgwr", 1), 1);
 	ck_assert_int_eq(wait_children_named(sup, "walrus-walw", 1), 1);
 	pid_t aux[16];
-	int naux = list_children(sup, NULL, aux, (int)WR_ARRAY_LEN(aux));
+	int naux = tu_children(sup, NULL, aux, (int)WR_ARRAY_LEN(aux));
 	ck_assert_int_ge(naux, 3);
 	ck_assert_int_le(naux, (int)WR_ARRAY_LEN(aux));
 	ck_assert_int_eq(kill(sup, SIGKILL), 0);
