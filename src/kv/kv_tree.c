@@ -70,10 +70,107 @@ size_t kv_shmem_size(void)
 struct kv_node_copy {
 	wr_blkno blk; /* WR_INVALID_BLKNO: empty */
 	int level;
+	/*
+	 * A search aid built with the copy, private like it: each separator's
+	 * 8 bytes after the prefix all separators share, as a big-endian
+	 * integer.  A search compares integers in this small array and keys
+	 * only where heads tie; the keys lay scattered over 8 KiB, a call and
+	 * likely a miss per probe.  nheads < 0: no aid (out of memory).
+	 */
+	int nheads, heads_cap;
+	uint16_t plen;
+	uint64_t *heads;
 	char page[WR_PAGE_SIZE];
 };
 typedef kv_node_copy node_copy;
 #define node_copies (kv_me->copies)
+
+/* @p's bytes [off, off + 8) zero-padded, as a big-endian integer: for keys
+ * sharing their first @off bytes, a smaller head means a smaller key. */
+static uint64_t key_head(const char *p, size_t len, size_t off)
+{
+	unsigned char b[8] = {0};
+	if (len > off)
+		memcpy(b, p + off, WR_MIN(len - off, sizeof(b)));
+	uint64_t h = 0;
+	for (size_t i = 0; i < sizeof(b); i++)
+		h = h << 8 | b[i];
+	return h;
+}
+
+static void copy_build_heads(node_copy *c)
+{
+	int n = kvp_nslots(c->page) - KV_FIRST_SLOT - 1; /* separators */
+	c->nheads = -1;
+	if (n < 0)
+		return;
+	if (n > c->heads_cap) {
+		uint64_t *h = realloc(c->heads, (size_t)n * sizeof(*h));
+		if (h == NULL)
+			return;
+		c->heads = h;
+		c->heads_cap = n;
+	}
+	c->plen = 0;
+	if (n > 0) {
+		kv_key f = kvn_inner_key(c->page, KV_FIRST_SLOT + 1);
+		kv_key l = kvn_inner_key(c->page, KV_FIRST_SLOT + n);
+		while (c->plen < f.len && c->plen < l.len && f.p[c->plen] == l.p[c->plen])
+			c->plen++;
+	}
+	for (int i = 0; i < n; i++) {
+		kv_key e = kvn_inner_key(c->page, KV_FIRST_SLOT + 1 + i);
+		c->heads[i] = key_head(e.p, e.len, c->plen);
+	}
+	c->nheads = n;
+}
+
+/* First index of heads[lo, hi) above @h (@or_equal: at or above). */
+static int heads_bound(const uint64_t *heads, int lo, int hi, uint64_t h, bool or_equal)
+{
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		if (heads[mid] < h || (!or_equal && heads[mid] == h))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* kvn_child_slot on a copy, through its heads. */
+static int copy_child_slot(const node_copy *c, const kv_key *k, bool before)
+{
+	int n = c->nheads;
+	if (n < 0)
+		return kvn_child_slot(c->page, k, before);
+	if (k->inf)
+		return KV_FIRST_SLOT + n;
+	if (n == 0)
+		return KV_FIRST_SLOT;
+	/* Every separator starts with the first one's plen bytes: a key that
+	 * does not lies below or above them all. */
+	kv_key f = kvn_inner_key(c->page, KV_FIRST_SLOT + 1);
+	int pc = memcmp(k->p, f.p, WR_MIN(k->len, c->plen));
+	if (pc == 0 && k->len < c->plen)
+		pc = -1;
+	if (pc != 0)
+		return pc < 0 ? KV_FIRST_SLOT : KV_FIRST_SLOT + n;
+	uint64_t h = key_head(k->p, k->len, c->plen);
+	int lo = heads_bound(c->heads, 0, n, h, true);   /* [0, lo): below k */
+	int hi = heads_bound(c->heads, lo, n, h, false); /* [hi, n): above k */
+	/* Ties: the first separator in [lo, hi) above k (at or above, @before). */
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		kv_key e = kvn_inner_key(c->page, KV_FIRST_SLOT + 1 + mid);
+		int cmp = kv_cmp(e.p, e.len, k->p, k->len);
+		if (cmp < 0 || (cmp == 0 && !before))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return KV_FIRST_SLOT + lo;
+}
 
 static void copies_reset(void)
 {
@@ -135,11 +232,12 @@ static node_copy **copy_slot(wr_blkno blk)
 static void copy_take(wr_blkno blk, int level, const char *page)
 {
 	node_copy **slot = copy_slot(blk);
-	if (*slot == NULL && (*slot = malloc(sizeof(node_copy))) == NULL)
+	if (*slot == NULL && (*slot = calloc(1, sizeof(node_copy))) == NULL)
 		return;
 	memcpy((*slot)->page, page, WR_PAGE_SIZE);
 	(*slot)->blk = blk;
 	(*slot)->level = level;
+	copy_build_heads(*slot);
 }
 
 int kv_shmem_init(void)
@@ -182,8 +280,11 @@ void kv_backend_free(kv_backend *b)
 	if (kv_me == b)
 		kv_me = &kv_default;
 	kvw_state_free(&b->w);
-	for (int i = 0; i < KV_NODE_COPIES; i++)
+	for (int i = 0; i < KV_NODE_COPIES; i++) {
+		if (b->copies[i] != NULL)
+			free(b->copies[i]->heads);
 		free(b->copies[i]);
+	}
 	free(b);
 }
 
@@ -294,6 +395,13 @@ static wr_blkno pick_child(const char *page, const kv_key *k, int mode)
 	return kvn_child(page, kvn_child_slot(page, k, mode == KV_SEEK_LT));
 }
 
+static wr_blkno copy_pick_child(const node_copy *c, const kv_key *k, int mode)
+{
+	if (mode == KV_SEEK_GE && k->inf)
+		return kvn_child(c->page, KV_FIRST_SLOT);
+	return kvn_child(c->page, copy_child_slot(c, k, mode == KV_SEEK_LT));
+}
+
 /*
  * The child of internal node @blk (at @level) for @k from this process's copy
  * of it, or WR_INVALID_BLKNO when there is no copy or it does not cover @k
@@ -304,7 +412,7 @@ static wr_blkno child_from_copy(wr_blkno blk, int level, const kv_key *k, int mo
 	const node_copy *c = copy_find(blk, level);
 	if (c == NULL)
 		return WR_INVALID_BLKNO;
-	wr_blkno child = locate(c->page, level, k, mode) == AT_HERE ? pick_child(c->page, k, mode)
+	wr_blkno child = locate(c->page, level, k, mode) == AT_HERE ? copy_pick_child(c, k, mode)
 	                                                            : WR_INVALID_BLKNO;
 	if (child == WR_INVALID_BLKNO)
 		copy_drop(blk);
@@ -497,7 +605,10 @@ static int lookup_once(const void *k, size_t kl, get_dst *d)
 
 /*
  * The leaf for @k by this backend's copies of the internal nodes alone, or
- * WR_INVALID_BLKNO when a level has no copy covering @k.
+ * WR_INVALID_BLKNO when a level has no copy.  The copies' fences are not
+ * checked: only the leaf's decide (peek_leaf), and a copy that led to a leaf
+ * not covering @k sends the get down the locked path, which checks them and
+ * drops that copy.
  */
 static wr_blkno leaf_from_copies(const kv_key *k)
 {
@@ -505,8 +616,12 @@ static wr_blkno leaf_from_copies(const kv_key *k)
 	if (h == 0)
 		return WR_INVALID_BLKNO;
 	wr_blkno blk = (wr_blkno)h;
-	for (int level = (int)(h >> 32) - 1; level > 0 && blk != WR_INVALID_BLKNO; level--)
-		blk = child_from_copy(blk, level, k, KV_SEEK_GE);
+	for (int level = (int)(h >> 32) - 1; level > 0 && blk != WR_INVALID_BLKNO; level--) {
+		const node_copy *c = copy_find(blk, level);
+		if (c == NULL)
+			return WR_INVALID_BLKNO;
+		blk = copy_pick_child(c, k, KV_SEEK_GE);
+	}
 	return blk;
 }
 

@@ -717,6 +717,76 @@ START_TEST(iterator_bounds_seek_next_prev)
 }
 END_TEST
 
+/*
+ * Gets and backward scans through this process's copies of the internal
+ * nodes, whose search compares 8-byte heads after the prefix the separators
+ * share (kv_tree.c).  The keys make heads tie: three groups differ in their
+ * first byte, then 14 equal bytes, so the root's separators share nothing
+ * and their heads (bytes 0-7) are equal within a group.  Keys below, between
+ * and above the groups, prefixes and extensions of present keys are absent.
+ */
+static size_t group_key(char *k, char group, uint32_t n)
+{
+	return (size_t)snprintf(k, 32, "%c##############%06u", group, n);
+}
+
+START_TEST(copies_search_with_tied_heads)
+{
+	kt_init("walrus-kv", 512);
+	const char groups[] = {'a', 'm', 'z'};
+	const uint32_t per = 6000;
+	char k[48], v[200];
+	for (int g = 0; g < 3; g++)
+		for (uint32_t i = 0; i < per; i++) {
+			memset(v, groups[g] + (int)(i % 7), sizeof(v));
+			put_ok(k, group_key(k, groups[g], i), v, sizeof(v));
+		}
+	kv_stats st0, st1;
+	kv_get_stats(&st0);
+	ck_assert_uint_ge(st0.height, 3);
+	for (int pass = 0; pass < 2; pass++) /* the first takes the copies */
+		for (int g = 0; g < 3; g++)
+			for (uint32_t i = 0; i < per; i++) {
+				memset(v, groups[g] + (int)(i % 7), sizeof(v));
+				get_is(k, group_key(k, groups[g], i), v, sizeof(v));
+			}
+	kv_get_stats(&st1);
+	/* The copies answered: nearly every get is a peek at a leaf. */
+	ck_assert_uint_ge(st1.optimistic_reads - st0.optimistic_reads, 2 * 3 * per * 9 / 10);
+	const char *absent[] = {"0",
+	                        "a",
+	                        "a##############",
+	                        "b##############000001",
+	                        "m##############006000",
+	                        "m##############0000009",
+	                        "a##############000000x",
+	                        "z##############",
+	                        "zz",
+	                        "~"};
+	for (size_t i = 0; i < WR_ARRAY_LEN(absent); i++)
+		get_absent(absent[i], strlen(absent[i]));
+	/* Backwards through every leaf: KV_SEEK_LT descents, strictly below. */
+	kv_iter *it;
+	ck_assert_int_eq(kv_iter_open(NULL, 0, NULL, 0, &it), WALRUS_OK);
+	ck_assert_int_eq(kv_iter_seek_last(it), WALRUS_OK);
+	uint32_t n = 0;
+	for (int g = 2; g >= 0; g--)
+		for (uint32_t i = per; i-- > 0; n++) {
+			ck_assert(kv_iter_valid(it));
+			const void *ik;
+			size_t ikl;
+			kv_iter_key(it, &ik, &ikl);
+			size_t kl = group_key(k, groups[g], i);
+			ck_assert_uint_eq(ikl, kl);
+			ck_assert(memcmp(ik, k, kl) == 0);
+			ck_assert_int_eq(kv_iter_prev(it), WALRUS_OK);
+		}
+	ck_assert(!kv_iter_valid(it));
+	ck_assert_uint_eq(n, 3 * per);
+	kv_iter_close(it);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- batches */
 
 START_TEST(batch_applies_in_order)
@@ -961,6 +1031,7 @@ static Suite *tree_suite(void)
 	tcase_add_test(t, random_load_shifts_before_splitting);
 	tcase_add_test(t, queue_workload_reuses_pages);
 	tcase_add_test(t, iterator_bounds_seek_next_prev);
+	tcase_add_test(t, copies_search_with_tied_heads);
 	tcase_add_test(t, batch_applies_in_order);
 	tcase_add_test(t, batch_pages_carry_its_last_record);
 	tcase_add_test(t, batch_over_the_pin_limit_is_undone);
