@@ -39,10 +39,16 @@ def write(p, tag, n=50):
 
 
 def recycle(p, n=6):
-    """Enough segments and checkpoints that the old ones are recycled."""
+    """Enough segments and checkpoints that the old ones are recycled.  A
+    segment is recycled only once archived: each checkpoint waits for the
+    archiver to take the segment just switched (on a fast machine the six
+    rounds ended before it had archived any, and nothing was recycled)."""
     for i in range(n):
         write(p, f"r{i}-", 20)
+        before = sb.stats(p)["archiver"]["archived_count"]
         sb.must(p.run("switch-wal"), "switch-wal")
+        check(wtest.wait_for(lambda: sb.stats(p)["archiver"]["archived_count"] > before, 60),
+              f"the archiver did not archive the switched segment: {sb.stats(p)['archiver']}")
         sb.must(p.run("checkpoint"), "checkpoint")
 
 
