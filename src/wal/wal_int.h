@@ -203,7 +203,8 @@ static inline void wal_cpu_relax(void)
 }
 
 /* flush.c */
-/* Writes (without flushing) until write_lsn >= @upto; blocks for the write lock. */
+/* Writes until write_lsn >= @upto, and flushes what it wrote through the fds
+ * that wrote it (flush.c): blocks for the write lock. */
 void wal_write_upto(uint64_t upto);
 /* The position below which every insertion has finished copying (<= @upto). */
 uint64_t wal_wait_insertions(uint64_t upto);
