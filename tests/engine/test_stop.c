@@ -33,26 +33,10 @@ static walrus_opts *stop_opts(void)
 /* The supervisor and its children, as they are now (the aux processes exist once open returned). */
 static int instance_pids(pid_t sup, pid_t *pids)
 {
-	int n = 0;
-	pids[n++] = sup;
-	DIR *d = opendir("/proc");
-	ck_assert_ptr_nonnull(d);
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL && n < MAX_PIDS) {
-		char path[300], buf[512];
-		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
-		FILE *f = fopen(path, "r");
-		if (f == NULL)
-			continue;
-		bool ok = fgets(buf, sizeof(buf), f) != NULL;
-		fclose(f);
-		char *close = strrchr(buf, ')');
-		if (ok && close != NULL && strtol(close + 4, NULL, 10) == sup)
-			pids[n++] = (pid_t)strtol(e->d_name, NULL, 10);
-	}
-	closedir(d);
+	pids[0] = sup;
+	int n = 1 + tu_children(sup, NULL, pids + 1, MAX_PIDS - 1);
 	ck_assert_int_ge(n, 4); /* walrus-ckpt, walrus-bgwr, walrus-walw */
-	return n;
+	return n < MAX_PIDS ? n : MAX_PIDS;
 }
 
 /* Right after walrus_stop(.., wait) returned: nothing of the instance is left. */
