@@ -119,6 +119,13 @@ void buf_lock(int buf, bool exclusive);
 #define BUF_PEEK_NONE    2
 typedef void (*buf_peek_fn)(const char *page, void *arg);
 int buf_peek(wr_relid rel, wr_blkno blk, buf_peek_fn fn, void *arg);
+/*
+ * buf_peek trying buffer *@guess first (0: none), as a caller remembers it
+ * from an earlier peek: a guess is checked like any hint (the buffer must
+ * hold the tag), so a stale one costs a look at its descriptor.  On
+ * BUF_PEEK_DONE, *@guess is the buffer that held the page.
+ */
+int buf_peek_at(wr_relid rel, wr_blkno blk, int32_t *guess, buf_peek_fn fn, void *arg);
 void buf_unlock(int buf);
 void *buf_page(int buf);
 /* Requires the exclusive content lock: the page will be written before eviction. */

@@ -855,12 +855,8 @@ static void buf_peek_use(buf_desc *d, uint32_t s)
 	(void)atomic_compare_exchange_strong(&d->state, &s, s + BUF_USAGE_ONE);
 }
 
-int buf_peek(wr_relid rel, wr_blkno blk, buf_peek_fn fn, void *arg)
+static int buf_peek_buf(int buf, wr_relid rel, wr_blkno blk, buf_peek_fn fn, void *arg)
 {
-	uint32_t hash = buf_tag_hash(rel, blk);
-	int buf = buf_hint_find(rel, blk, hash);
-	if (buf == 0)
-		return BUF_PEEK_NONE;
 	/* The page's header, line pointers and special space start loading
 	 * while the descriptor's line does: each is a miss on a large pool. */
 	const char *page = buf_page_ptr(buf);
@@ -873,6 +869,29 @@ int buf_peek(wr_relid rel, wr_blkno blk, buf_peek_fn fn, void *arg)
 	int rc = buf_peek_page(d, buf, rel, blk, fn, arg, &s);
 	if (rc == BUF_PEEK_DONE)
 		buf_peek_use(d, s);
+	return rc;
+}
+
+int buf_peek(wr_relid rel, wr_blkno blk, buf_peek_fn fn, void *arg)
+{
+	int32_t none = 0;
+	return buf_peek_at(rel, blk, &none, fn, arg);
+}
+
+int buf_peek_at(wr_relid rel, wr_blkno blk, int32_t *guess, buf_peek_fn fn, void *arg)
+{
+	int buf = *guess;
+	if (buf > 0 && (uint32_t)buf <= buf_l.r->nbuffers) {
+		int rc = buf_peek_buf(buf, rel, blk, fn, arg);
+		if (rc != BUF_PEEK_NONE)
+			return rc;
+	}
+	buf = buf_hint_find(rel, blk, buf_tag_hash(rel, blk));
+	if (buf == 0 || buf == *guess)
+		return BUF_PEEK_NONE;
+	int rc = buf_peek_buf(buf, rel, blk, fn, arg);
+	if (rc == BUF_PEEK_DONE)
+		*guess = buf;
 	return rc;
 }
 

@@ -80,6 +80,10 @@ struct kv_node_copy {
 	int nheads, heads_cap;
 	uint16_t plen;
 	uint64_t *heads;
+	/* Per child (slot - KV_FIRST_SLOT), the buffer an optimistic get last
+	 * found it in (0: none): a guess that spares the buffer hint lookup,
+	 * checked against the buffer's tag like the hints. */
+	int32_t *bufs;
 	char page[WR_PAGE_SIZE];
 };
 typedef kv_node_copy node_copy;
@@ -104,13 +108,19 @@ static void copy_build_heads(node_copy *c)
 	c->nheads = -1;
 	if (n < 0)
 		return;
-	if (n > c->heads_cap) {
-		uint64_t *h = realloc(c->heads, (size_t)n * sizeof(*h));
+	if (n > c->heads_cap || c->bufs == NULL) {
+		int cap = WR_MAX(n, 1);
+		uint64_t *h = realloc(c->heads, (size_t)cap * sizeof(*h));
 		if (h == NULL)
 			return;
 		c->heads = h;
-		c->heads_cap = n;
+		int32_t *b = realloc(c->bufs, (size_t)(cap + 1) * sizeof(*b));
+		if (b == NULL)
+			return;
+		c->bufs = b;
+		c->heads_cap = cap;
 	}
+	memset(c->bufs, 0, (size_t)(n + 1) * sizeof(*c->bufs));
 	c->plen = 0;
 	if (n > 0) {
 		kv_key f = kvn_inner_key(c->page, KV_FIRST_SLOT + 1);
@@ -281,8 +291,10 @@ void kv_backend_free(kv_backend *b)
 		kv_me = &kv_default;
 	kvw_state_free(&b->w);
 	for (int i = 0; i < KV_NODE_COPIES; i++) {
-		if (b->copies[i] != NULL)
+		if (b->copies[i] != NULL) {
 			free(b->copies[i]->heads);
+			free(b->copies[i]->bufs);
+		}
 		free(b->copies[i]);
 	}
 	free(b);
@@ -610,9 +622,10 @@ static int lookup_once(const void *k, size_t kl, get_dst *d)
  * not covering @k sends the get down the locked path, which checks them and
  * drops that copy.
  */
-static wr_blkno leaf_from_copies(const kv_key *k)
+static wr_blkno leaf_from_copies(const kv_key *k, int32_t **guess)
 {
 	uint64_t h = atomic_load(&kv_sh->root_hint);
+	*guess = NULL;
 	if (h == 0)
 		return WR_INVALID_BLKNO;
 	wr_blkno blk = (wr_blkno)h;
@@ -620,7 +633,9 @@ static wr_blkno leaf_from_copies(const kv_key *k)
 		const node_copy *c = copy_find(blk, level);
 		if (c == NULL)
 			return WR_INVALID_BLKNO;
-		blk = copy_pick_child(c, k, KV_SEEK_GE);
+		int slot = copy_child_slot(c, k, false);
+		blk = kvn_child(c->page, slot);
+		*guess = c->nheads >= 0 ? &c->bufs[slot - KV_FIRST_SLOT] : NULL;
 	}
 	return blk;
 }
@@ -669,12 +684,13 @@ static void peek_leaf(const char *page, void *arg)
 static int lookup_optimistic(const void *k, size_t kl, get_dst *d)
 {
 	kv_key key = {.p = k, .len = (uint16_t)kl};
-	wr_blkno leaf = leaf_from_copies(&key);
+	int32_t *guess, none = 0;
+	wr_blkno leaf = leaf_from_copies(&key, &guess);
 	if (leaf == WR_INVALID_BLKNO)
 		return KV_RETRY;
 	char scratch[KV_LEAF_ITEM_MAX];
 	leaf_peek p = {.key = &key, .out = scratch};
-	int rc = buf_peek(KV_REL, leaf, peek_leaf, &p);
+	int rc = buf_peek_at(KV_REL, leaf, guess != NULL ? guess : &none, peek_leaf, &p);
 	if (rc == BUF_PEEK_CHANGED)
 		atomic_fetch_add_explicit(&kv_sh->gets[kv_me->get_stripe].opt_retries, 1,
 		                          memory_order_relaxed);

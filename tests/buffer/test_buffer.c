@@ -583,6 +583,52 @@ START_TEST(peek_reads_without_pin_until_a_writer_locks)
 }
 END_TEST
 
+/*
+ * buf_peek_at: a guess finds a page this backend has no hint for; a stale
+ * guess (a buffer holding another block, or no buffer at all) is checked
+ * and passed over for the hint, and the guess is then corrected.
+ */
+START_TEST(peek_at_a_guessed_buffer)
+{
+	setup(16);
+	make_blocks(4);
+	int b2, b3;
+	ck_assert_int_eq(buf_read(REL, 2, &b2), WALRUS_OK);
+	buf_release(b2);
+	ck_assert_int_eq(buf_read(REL, 3, &b3), WALRUS_OK);
+	buf_release(b3);
+	buf_backend *me = buf_backend_new(), *other = buf_me;
+	ck_assert_ptr_nonnull(me);
+	buf_backend_set(me);
+	peek_probe p = {0};
+	ck_assert_int_eq(peek_stamp(2, &p), BUF_PEEK_NONE); /* no hint here */
+	int32_t guess = b2;
+	p.stamp = UINT64_MAX;
+	ck_assert_int_eq(buf_peek_at(REL, 2, &guess, read_stamp, &p), BUF_PEEK_DONE);
+	ck_assert_uint_eq(p.stamp, 2);
+	ck_assert_int_eq(guess, b2);
+	/* Stale: block 3's buffer, with no hint for block 2 either. */
+	guess = b3;
+	ck_assert_int_eq(buf_peek_at(REL, 2, &guess, read_stamp, &p), BUF_PEEK_NONE);
+	/* With a hint: the stale guess is passed over and corrected. */
+	int buf;
+	ck_assert_int_eq(buf_read(REL, 2, &buf), WALRUS_OK);
+	buf_release(buf);
+	p.stamp = UINT64_MAX;
+	ck_assert_int_eq(buf_peek_at(REL, 2, &guess, read_stamp, &p), BUF_PEEK_DONE);
+	ck_assert_uint_eq(p.stamp, 2);
+	ck_assert_int_eq(guess, b2);
+	/* Out of range: ignored. */
+	guess = 1 << 30;
+	p.stamp = UINT64_MAX;
+	ck_assert_int_eq(buf_peek_at(REL, 2, &guess, read_stamp, &p), BUF_PEEK_DONE);
+	ck_assert_int_eq(guess, b2);
+	buf_backend_set(other);
+	ck_assert_int_eq(buf_backend_close(me), WALRUS_OK);
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
 START_TEST(peek_never_reads_a_buffer_given_another_block)
 {
 	enum { NBLK = 40 };
@@ -653,6 +699,7 @@ static Suite *buffer_suite(void)
 	tcase_add_test(t, every_buffer_pinned_is_busy);
 	tcase_add_test(t, new_page_maps_its_chunk);
 	tcase_add_test(t, peek_reads_without_pin_until_a_writer_locks);
+	tcase_add_test(t, peek_at_a_guessed_buffer);
 	tcase_add_test(t, peek_never_reads_a_buffer_given_another_block);
 	tcase_add_test(t, peek_finds_blocks_sharing_a_hint_slot);
 	suite_add_tcase(s, t);
