@@ -18,15 +18,21 @@
 #include "engine/engine.h"
 #include "wal/wal.h"
 
-static walrus *open_small(const char *dir)
+/* 64 kB segments, min_wal_size two of them. */
+static walrus *open_small_with(const char *dir, const char *max_wal_size, const char *wal_buffers)
 {
 	walrus_opts *o = walrus_opts_new();
 	const char *set[][2] = {{"create_if_missing", "on"},  {"supervisor_linger", "50ms"},
-	                        {"wal_segment_size", "64kB"}, {"max_wal_size", "512kB"},
-	                        {"min_wal_size", "128kB"},    {"wal_buffers", "256kB"}};
+	                        {"wal_segment_size", "64kB"}, {"max_wal_size", max_wal_size},
+	                        {"min_wal_size", "128kB"},    {"wal_buffers", wal_buffers}};
 	for (size_t i = 0; i < WR_ARRAY_LEN(set); i++)
 		ck_assert_int_eq(walrus_opts_set(o, set[i][0], set[i][1]), WALRUS_OK);
 	return tu_open(dir, o);
+}
+
+static walrus *open_small(const char *dir)
+{
+	return open_small_with(dir, "512kB", "256kB");
 }
 
 static int count_segments(const char *dir)
@@ -221,13 +227,7 @@ START_TEST(on_demand_segments_grow_preallocation)
 {
 	const uint64_t seg = 64 * 1024;
 	const char *dir = tu_tmpdir("walrus-iwal");
-	walrus_opts *o = walrus_opts_new();
-	const char *set[][2] = {{"create_if_missing", "on"},  {"supervisor_linger", "50ms"},
-	                        {"wal_segment_size", "64kB"}, {"max_wal_size", "4MB"},
-	                        {"min_wal_size", "128kB"},    {"wal_buffers", "128kB"}};
-	for (size_t i = 0; i < WR_ARRAY_LEN(set); i++)
-		ck_assert_int_eq(walrus_opts_set(o, set[i][0], set[i][1]), WALRUS_OK);
-	walrus *db = tu_open(dir, o);
+	walrus *db = open_small_with(dir, "4MB", "128kB");
 	pid_t walw = 0;
 	for (int i = 0;
 	     i < 2000 && tu_children(walrus_supervisor_pid(db), "walrus-walw", &walw, 1) != 1; i++)
