@@ -60,8 +60,11 @@
 #include "common/common.h"
 #include "ipc/ipc.h"
 
-/* 2: WAL page headers carry the position known durable when they were written */
-#define WR_FORMAT_VERSION 2
+/*
+ * 2: WAL page headers carry the position known durable when they were written
+ * 3: tree leaves leave out the key prefix their fences share (kv_special.prefix)
+ */
+#define WR_FORMAT_VERSION 3
 #define WR_VERSION_FILE   "WALRUS_VERSION"
 #define WR_PID_FILE       "walrus.pid"
 #define WR_SOCKET_NAME    "walrus.sock"

@@ -205,6 +205,8 @@ typedef struct kv_verify_result {
 	uint64_t overflow;         /* pages of live overflow chains */
 	uint64_t free;             /* pages on the free list */
 	uint64_t keys;
+	uint64_t prefix_bytes; /* key bytes the leaves leave out (each entry's share of its
+	                          leaf's prefix, summed) */
 	uint32_t height;
 	uint64_t unused_tail; /* blocks past the tree's end: grown ahead or left by a crash (used
 	                         next) */

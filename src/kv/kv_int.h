@@ -32,11 +32,12 @@ enum kv_page_type {
 
 /* The special space at the end of every tree page (16 bytes). */
 typedef struct kv_special {
-	uint32_t left;  /* left sibling (nodes) */
-	uint32_t right; /* right sibling (nodes), next page (overflow chain, free list) */
-	uint16_t level; /* 0 = leaf */
-	uint16_t flags; /* KVN_* */
-	uint32_t reserved;
+	uint32_t left;   /* left sibling (nodes) */
+	uint32_t right;  /* right sibling (nodes), next page (overflow chain, free list) */
+	uint16_t level;  /* 0 = leaf */
+	uint16_t flags;  /* KVN_* */
+	uint16_t prefix; /* leaves: key bytes every entry leaves out (kvn_prefix); else 0 */
+	uint16_t reserved;
 } kv_special;
 
 #define KVN_LOW_INF  0x0001 /* the low fence is minus infinity */
@@ -56,7 +57,10 @@ typedef struct kv_lp {
  * Node items: slot 0 holds the low fence, slot 1 the high fence (empty when
  * infinite, see the flags), entries start at slot KV_FIRST_SLOT.
  *   leaf entry:     u16 klen, u8 kind, key, then the value (KV_INLINE) or a
- *                   kv_ovf_ref (KV_OVERFLOW)
+ *                   kv_ovf_ref (KV_OVERFLOW); the key without the leaf's
+ *                   prefix (the first special.prefix bytes of the low fence,
+ *                   which every key between the fences shares), so klen may
+ *                   be 0
  *   internal entry: u32 child, key (the first entry's key is empty: it
  *                   stands for the node's low fence)
  */
@@ -249,8 +253,8 @@ static inline int kvn_nentries(const char *page)
 	return n > 0 ? n : 0;
 }
 
-/* The key of leaf entry @slot, clamped to the item (a damaged page never
- * leads a read astray). */
+/* The stored key of leaf entry @slot (without the leaf's prefix), clamped to
+ * the item (a damaged page never leads a read astray). */
 static inline kv_key kvn_leaf_key(const char *page, int slot)
 {
 	uint16_t len, kl = 0;
@@ -263,6 +267,39 @@ static inline kv_key kvn_leaf_key(const char *page, int slot)
 	return k;
 }
 
+/* Length of the longest common prefix of two keys. */
+static inline uint16_t kv_lcp(const char *a, uint16_t al, const char *b, uint16_t bl)
+{
+	uint16_t n = al < bl ? al : bl, i = 0;
+	while (i < n && a[i] == b[i])
+		i++;
+	return i;
+}
+
+/*
+ * The key bytes a leaf's entries leave out: the first special.prefix bytes of
+ * its low fence (empty for internal nodes, and for leaves with an infinite
+ * fence).  Clamped to the fence and to KV_MAX_KEY, for a damaged page or the
+ * torn one a peek may read: callers copy it into key buffers.
+ */
+static inline kv_key kvn_prefix(const char *page)
+{
+	kv_key low = kvn_low(page);
+	uint16_t n = kvp_special(page).prefix;
+	if (n > low.len)
+		n = low.len;
+	low.len = low.inf ? 0 : n < KV_MAX_KEY ? n : KV_MAX_KEY;
+	low.inf = false;
+	return low;
+}
+
+/* The longest prefix a leaf with these fences may leave out: every key in
+ * [low, high) shares the common prefix of the two. */
+static inline uint16_t kvn_prefix_for(const kv_key *low, const kv_key *high)
+{
+	return low->inf || high->inf ? 0 : kv_lcp(low->p, low->len, high->p, high->len);
+}
+
 /* The key of internal entry @slot. */
 static inline kv_key kvn_inner_key(const char *page, int slot)
 {
@@ -273,15 +310,30 @@ static inline kv_key kvn_inner_key(const char *page, int slot)
 	return k;
 }
 
-/* The key of entry slot (leaf or internal). */
-static inline kv_key kvn_entry_key(const char *page, int slot)
+/*
+ * The whole key of entry @slot (leaf or internal): in the page, or for a leaf
+ * with a prefix assembled in @buf (KV_MAX_KEY bytes).
+ */
+static inline kv_key kvn_entry_key(const char *page, int slot, char *buf)
 {
-	return kvp_special(page).level == 0 ? kvn_leaf_key(page, slot) : kvn_inner_key(page, slot);
+	kv_special s = kvp_special(page);
+	if (s.level != 0)
+		return kvn_inner_key(page, slot);
+	kv_key k = kvn_leaf_key(page, slot);
+	if (s.prefix == 0)
+		return k;
+	kv_key p = kvn_prefix(page);
+	uint16_t sl = k.len <= KV_MAX_KEY - p.len ? k.len : (uint16_t)(KV_MAX_KEY - p.len);
+	memcpy(buf, p.p, p.len);
+	memcpy(buf + p.len, k.p, sl);
+	return (kv_key){.p = buf, .len = (uint16_t)(p.len + sl), .inf = false};
 }
 
-/* Every item of the node well-formed for its level (fences, entries). */
+/* Every item of the node well-formed for its level (fences, entries, a
+ * leaf's prefix within what its fences share). */
 bool kvn_entries_sane(const char *page);
-/* First entry slot whose key is >= k (nslots if none); *eq when equal. */
+/* First entry slot whose key is >= k (nslots if none); *eq when equal.  @k is
+ * a whole key: a leaf's prefix is compared here. */
 int kvn_lower_bound(const char *page, const void *k, size_t kl, bool *eq);
 /* Internal: the slot of the child covering k (or, with @before, the keys just below k). */
 int kvn_child_slot(const char *page, const kv_key *k, bool before);
@@ -313,7 +365,7 @@ static inline bool kvl_decode(const char *item, uint16_t len, kv_leaf_ent *e)
 	memcpy(&e->klen, item, sizeof(e->klen));
 	e->kind = (uint8_t)item[2];
 	e->key = item + KV_LEAF_HDR;
-	if ((uint32_t)KV_LEAF_HDR + e->klen > len || e->klen == 0 || e->klen > KV_MAX_KEY)
+	if ((uint32_t)KV_LEAF_HDR + e->klen > len || e->klen > KV_MAX_KEY)
 		return false;
 	const char *rest = e->key + e->klen;
 	uint32_t rlen = len - KV_LEAF_HDR - e->klen;
@@ -333,6 +385,12 @@ static inline bool kvl_decode(const char *item, uint16_t len, kv_leaf_ent *e)
 uint16_t kvl_encode_inline(char *out, const void *k, uint16_t kl, const void *v, uint32_t vl);
 uint16_t kvl_encode_ovf(char *out, const void *k, uint16_t kl, const kv_ovf_ref *ref);
 bool kvl_fits_inline(size_t kl, size_t vl);
+/*
+ * Leaf entry @item, whose key leaves out the bytes @from, re-encoded to leave
+ * out the first @to bytes of its whole key instead (the caller knows the
+ * entry's key has them); returns the new length.  @out must not overlap.
+ */
+uint16_t kvl_reencode(const char *item, uint16_t len, const kv_key *from, uint16_t to, char *out);
 uint16_t kvi_encode(char *out, wr_blkno child, const void *k, uint16_t kl);
 
 /* Overflow, free and meta pages. */
@@ -358,6 +416,7 @@ enum kv_op_code {
 	KVOP_SPECIAL,  /* kv_special */
 	KVOP_META,     /* kv_meta */
 	KVOP_NKEYS,    /* u64: the meta page's key count, the rest unchanged */
+	KVOP_PREFIX,   /* a leaf's prefix becomes slot bytes long: every entry re-encoded */
 };
 #define KVOP_HDR 5u
 /* Appends to @out the compact image op of @page; returns its size. */

@@ -35,8 +35,11 @@ struct kv_iter {
 	char leaf[WR_PAGE_SIZE]; /* copy of the current leaf */
 	int pos;                 /* entry slot in the copy */
 	int nslots;              /* of the copy */
-	/* key: in the copy (valid only); val: in the copy, or vbuf */
+	/* key: in the copy, or in kbuf after the copy's prefix (valid only);
+	 * val: in the copy, or vbuf */
 	kv_iter_cur cur;
+	char kbuf[KV_MAX_KEY];
+	uint16_t kpfx; /* the copy's prefix, at the start of kbuf */
 	char *vbuf;
 	size_t vcap;
 };
@@ -55,10 +58,25 @@ static void copy_leaf(kv_iter *it, const char *page)
 	wr_page_header h = kvp_header(page);
 	if (!kvp_sane_header(page)) {
 		memcpy(it->leaf, page, WR_PAGE_SIZE);
-		return;
+	} else {
+		memcpy(it->leaf, page, h.lower);
+		memcpy(it->leaf + h.upper, page + h.upper, WR_PAGE_SIZE - (size_t)h.upper);
 	}
-	memcpy(it->leaf, page, h.lower);
-	memcpy(it->leaf + h.upper, page + h.upper, WR_PAGE_SIZE - (size_t)h.upper);
+	kv_key p = kvn_prefix(it->leaf);
+	memcpy(it->kbuf, p.p, p.len);
+	it->kpfx = p.len;
+}
+
+/* The whole key of an entry of the copy whose stored key is @k: @k itself,
+ * or after the copy's prefix in kbuf. */
+static kv_key whole_key(kv_iter *it, const char *k, uint16_t kl)
+{
+	if (it->kpfx == 0)
+		return (kv_key){.p = k, .len = kl};
+	if (kl > KV_MAX_KEY - it->kpfx) /* a damaged entry; kvn_entries_sane refuses it */
+		kl = (uint16_t)(KV_MAX_KEY - it->kpfx);
+	memcpy(it->kbuf + it->kpfx, k, kl);
+	return (kv_key){.p = it->kbuf, .len = (uint16_t)(it->kpfx + kl)};
 }
 
 /* Copies the leaf a descent for @k finds. */
@@ -139,12 +157,26 @@ static int prev_leaf(kv_iter *it)
 
 /* ---------------------------------------------------------------- positioning */
 
-static kv_key cur_key(const kv_iter *it)
+/* The whole key of stored key @k (after the copy's prefix) against @b. */
+static int cmp_whole(const kv_iter *it, const char *k, uint16_t kl, const char *b, uint16_t bl)
 {
-	return kvn_entry_key(it->leaf, it->pos);
+	uint16_t p = it->kpfx;
+	int c = memcmp(it->kbuf, b, p < bl ? p : bl);
+	if (c != 0)
+		return c;
+	if (bl < p) /* b is a proper prefix of the key's prefix */
+		return 1;
+	return kv_cmp(k, kl, b + p, (size_t)(bl - p));
 }
 
-static bool out_of_range(const kv_iter *it, int dir)
+/* Assembled in kbuf when the copy has a prefix: valid until the next move. */
+static kv_key cur_key(kv_iter *it)
+{
+	kv_key k = kvn_leaf_key(it->leaf, it->pos);
+	return whole_key(it, k.p, k.len);
+}
+
+static bool out_of_range(kv_iter *it, int dir)
 {
 	kv_key k = cur_key(it);
 	if (dir == FWD)
@@ -327,11 +359,12 @@ bool kv_iter_next_local(kv_iter *it)
 	kv_leaf_ent e;
 	if (!kvl_decode(item, len, &e) || e.kind != KV_INLINE)
 		return false;
-	if (it->has_hi && kv_cmp(e.key, e.klen, it->hi, it->hil) >= 0)
-		return false;
+	if (it->has_hi && cmp_whole(it, e.key, e.klen, it->hi, it->hil) >= 0)
+		return false; /* the current key in kbuf stays whole */
+	kv_key k = whole_key(it, e.key, e.klen);
 	it->pos = pos;
-	it->cur.key = e.key;
-	it->cur.klen = e.klen;
+	it->cur.key = k.p;
+	it->cur.klen = k.len;
 	it->cur.val = e.val;
 	it->cur.vlen = e.vlen;
 	return true;

@@ -138,8 +138,11 @@ typedef struct split_plan {
 	int k;                                  /* left gets [0, k), right [k, m) */
 	char sep[KV_MAX_KEY];                   /* the separator pushed up */
 	uint16_t seplen;
+	char pfx[KV_MAX_KEY]; /* a leaf's prefix, which its items leave out */
+	uint16_t pfxlen;
 } split_plan;
 
+/* An item's key as stored (a leaf's without its prefix). */
 static kv_key item_key(const char *item, uint16_t len, int level)
 {
 	kv_key k = {.inf = false};
@@ -174,7 +177,16 @@ static uint16_t sep_len(const split_plan *sp, int k, int level)
 	if (level > 0)
 		return b.len;
 	kv_key a = item_key(sp->item[k - 1], sp->len[k - 1], level);
-	return shortest_sep(&a, &b);
+	return (uint16_t)(sp->pfxlen + shortest_sep(&a, &b));
+}
+
+/* The separator of @seplen bytes for a cut at @k, a whole key, into @out. */
+static void sep_at(const split_plan *sp, int k, int level, uint16_t seplen, char *out)
+{
+	kv_key b = item_key(sp->item[k], sp->len[k], level);
+	uint16_t p = level == 0 ? sp->pfxlen : 0;
+	memcpy(out, sp->pfx, p);
+	memcpy(out + p, b.p, (size_t)(seplen - p));
 }
 
 /*
@@ -215,15 +227,17 @@ static bool choose_cut(split_plan *sp, int level, const char *page, bool append)
 	if (best < 0)
 		return false;
 	sp->k = best;
-	kv_key b = item_key(sp->item[best], sp->len[best], level);
 	sp->seplen = sep_len(sp, best, level);
-	memcpy(sp->sep, b.p, sp->seplen);
+	sep_at(sp, best, level, sp->seplen, sp->sep);
 	return true;
 }
 
 static void plan_entries(split_plan *sp, const char *page, int slot, const char *item, uint16_t len)
 {
 	int n = kvp_nslots(page);
+	kv_key pfx = kvn_prefix(page);
+	memcpy(sp->pfx, pfx.p, pfx.len);
+	sp->pfxlen = pfx.len;
 	sp->m = 0;
 	for (int s = KV_FIRST_SLOT; s <= n; s++) {
 		if (s == slot) {
@@ -237,15 +251,22 @@ static void plan_entries(split_plan *sp, const char *page, int slot, const char 
 	}
 }
 
-/* The new right node: fences [sep, high), entries [k, m).  Not inlined (nor
- * grow_root): its page image would be in every frame of the split recursion. */
+/*
+ * The new right node: fences [sep, high), entries [k, m); a leaf leaves out
+ * all its fences share.  Not inlined (nor grow_root): its page image would be
+ * in every frame of the split recursion.
+ */
 __attribute__((noinline)) static int build_right(const split_plan *sp, int level,
                                                  const kvw_page *left, kvw_page *right)
 {
-	char img[WR_PAGE_SIZE];
+	char img[WR_PAGE_SIZE], buf[KV_LEAF_ITEM_MAX];
 	kv_special ls = kvp_special(left->page);
 	kv_key sep = {.p = sp->sep, .len = sp->seplen}, high = kvn_high(left->page);
+	kv_key from = {.p = sp->pfx, .len = sp->pfxlen};
 	kvn_init(img, (uint16_t)level, 0, left->blk, ls.right, &sep, &high);
+	kv_special rs = kvp_special(img);
+	rs.prefix = level == 0 ? kvn_prefix_for(&sep, &high) : 0; /* >= the left's: narrower */
+	kvp_set_special(img, &rs);
 	for (int j = sp->k; j < sp->m; j++) {
 		char first[KV_INNER_HDR];
 		const char *it = sp->item[j];
@@ -255,10 +276,29 @@ __attribute__((noinline)) static int build_right(const split_plan *sp, int level
 			it = first;
 			len = KV_INNER_HDR;
 		}
+		if (level == 0 && rs.prefix != from.len) {
+			len = kvl_reencode(it, len, &from, rs.prefix, buf);
+			it = buf;
+		}
 		if (!kvp_insert(img, KV_FIRST_SLOT + j - sp->k, it, len))
 			return bad_node(left, "split: the right half does not fit");
 	}
 	return kvw_op_image(right, img);
+}
+
+/*
+ * A leaf whose fences came closer leaves out what they now share (a split's
+ * left half, a leaf that gave entries away): the op costs a few WAL bytes and
+ * shrinks every entry.
+ */
+static int grow_prefix(kvw_page *p)
+{
+	kv_special s = kvp_special(p->page);
+	kv_key low = kvn_low(p->page), high = kvn_high(p->page);
+	uint16_t to = kvn_prefix_for(&low, &high);
+	if (s.level != 0 || to <= s.prefix)
+		return WALRUS_OK;
+	return kvw_op(p, KVOP_PREFIX, to, NULL, 0);
 }
 
 /* The old node keeps [0, k): cut, maybe insert the new item, new high fence and link. */
@@ -275,7 +315,9 @@ static int shrink_left(const split_plan *sp, kvw_page *left, kvw_page *right, in
 	kv_special s = kvp_special(left->page);
 	s.right = right->blk;
 	s.flags &= (uint16_t)~KVN_HIGH_INF;
-	return rc == WALRUS_OK ? kvw_op_special(left, &s) : rc;
+	if (rc == WALRUS_OK)
+		rc = kvw_op_special(left, &s);
+	return rc == WALRUS_OK ? grow_prefix(left) : rc;
 }
 
 /* @neighbour's left (or right) link now names @to. */
@@ -397,6 +439,7 @@ typedef struct shift_plan {
 	bool left; /* the sibling is the left one: E[0, j) move there */
 	int j;     /* entries that move */
 	uint16_t seplen;
+	uint16_t prefix; /* the sibling's prefix once its range includes theirs */
 } shift_plan;
 
 static int used_bytes(const char *page)
@@ -412,10 +455,40 @@ static int fence_len(const char *page, int slot)
 	return len;
 }
 
+/* The common prefix of @a and the separator of @seplen bytes for a cut at
+ * @k of a leaf's entries (sep_at's key, without building it). */
+static uint16_t lcp_sep(const kv_key *a, const split_plan *sp, int k, uint16_t seplen)
+{
+	uint16_t n = kv_lcp(a->p, a->len, sp->pfx, sp->pfxlen);
+	if (n < sp->pfxlen)
+		return n;
+	kv_key b = item_key(sp->item[k], sp->len[k], 0);
+	return (uint16_t)(n + kv_lcp(a->p + n, (uint16_t)(a->len - n), b.p,
+	                             (uint16_t)(seplen - sp->pfxlen)));
+}
+
+/*
+ * The prefix leaf @sib keeps once its facing fence is the separator for a
+ * cut at @k (its range grows, so what its fences share may shrink; it never
+ * grows here).
+ */
+static uint16_t sib_prefix(const char *sib, bool left, const split_plan *sp, int k, uint16_t seplen)
+{
+	uint16_t cur = kvp_special(sib).prefix;
+	if (cur == 0)
+		return 0;
+	kv_key far = left ? kvn_low(sib) : kvn_high(sib); /* finite: the prefix says so */
+	uint16_t most = lcp_sep(&far, sp, k, seplen);
+	return most < cur ? most : cur;
+}
+
 /*
  * The most balanced count of entries of @sp (the leaf's entries with the
  * new one) to give to @sib, with both leaves then SHIFT_SLACK under full;
- * false when there is none.  @node_used counts the new entry.
+ * false when there is none.  @node_used counts the new entry.  The sibling's
+ * size counts its entries re-encoded for the prefix it keeps (longer when
+ * it shrinks) and the moved ones encoded for it; the leaf's ignores that
+ * its own may shrink.
  */
 static bool plan_shift(const split_plan *sp, const char *node, int node_used, shift_plan *pl)
 {
@@ -423,22 +496,24 @@ static bool plan_shift(const split_plan *sp, const char *node, int node_used, sh
 	int sib_used = used_bytes(sib), best = -1, best_diff = 0;
 	int sib_fence = fence_len(sib, pl->left ? 1 : 0),
 	    node_fence = fence_len(node, pl->left ? 0 : 1);
+	int sib_n = kvn_nentries(sib), sib_pfx = kvp_special(sib).prefix;
 	int moved = 0;
 	for (int j = 1; j < sp->m; j++) {
 		int e = pl->left ? j - 1 : sp->m - j; /* the entry that joins the move */
 		moved += sp->len[e] + KV_LP_SIZE;
 		int cut = pl->left ? j : sp->m - j;
-		int sep = sep_len(sp, cut, 0);
-		int s = sib_used + moved + sep - sib_fence,
+		uint16_t sep = sep_len(sp, cut, 0);
+		int to = sib_prefix(sib, pl->left, sp, cut, sep);
+		int s = sib_used + sib_n * (sib_pfx - to) + moved + j * (sp->pfxlen - to) + sep -
+		        sib_fence,
 		    n = node_used - moved + sep - node_fence;
-		if (s > KV_NODE_SPACE - SHIFT_SLACK)
-			break;
-		if (n > KV_NODE_SPACE - SHIFT_SLACK)
+		if (s > KV_NODE_SPACE - SHIFT_SLACK || n > KV_NODE_SPACE - SHIFT_SLACK)
 			continue;
 		int diff = s > n ? s - n : n - s;
 		if (best < 0 || diff < best_diff) {
 			best = j;
 			best_diff = diff;
+			pl->prefix = (uint16_t)to;
 		}
 	}
 	if (best < 0)
@@ -479,13 +554,25 @@ static int shift_apply(wpath *path, const split_plan *sp, const shift_plan *pl, 
 	int newpos = slot - KV_FIRST_SLOT; /* the new entry's index in sp */
 	int first = pl->left ? 0 : sp->m - pl->j, end = first + pl->j;
 	int cut = pl->left ? end : first;
-	char sep[KV_INNER_HDR + KV_MAX_KEY];
-	kv_key k = item_key(sp->item[cut], sp->len[cut], 0);
-	memcpy(sep + KV_INNER_HDR, k.p, pl->seplen);
-	int rc = kvw_op(sib, KVOP_REPLACE, pl->left ? 1 : 0, sep + KV_INNER_HDR, pl->seplen);
+	char sep[KV_INNER_HDR + KV_MAX_KEY],
+	    buf[KV_LEAF_ITEM_MAX + KV_MAX_KEY]; /* entries may grow */
+	kv_key from = {.p = sp->pfx, .len = sp->pfxlen};
+	sep_at(sp, cut, 0, pl->seplen, sep + KV_INNER_HDR);
+	int rc = WALRUS_OK;
+	if (pl->prefix < kvp_special(sib->page).prefix) /* before its fence moves: see set_prefix */
+		rc = kvw_op(sib, KVOP_PREFIX, pl->prefix, NULL, 0);
+	if (rc == WALRUS_OK)
+		rc = kvw_op(sib, KVOP_REPLACE, pl->left ? 1 : 0, sep + KV_INNER_HDR, pl->seplen);
 	int at = pl->left ? kvp_nslots(sib->page) : KV_FIRST_SLOT;
-	for (int e = first; rc == WALRUS_OK && e < end; e++)
-		rc = kvw_op(sib, KVOP_INSERT, (uint16_t)(at + e - first), sp->item[e], sp->len[e]);
+	for (int e = first; rc == WALRUS_OK && e < end; e++) {
+		const char *it = sp->item[e];
+		uint16_t len = sp->len[e];
+		if (pl->prefix != from.len) {
+			len = kvl_reencode(it, len, &from, pl->prefix, buf);
+			it = buf;
+		}
+		rc = kvw_op(sib, KVOP_INSERT, (uint16_t)(at + e - first), it, len);
+	}
 	int own = pl->j - (newpos >= first && newpos < end); /* the leaf's entries that left */
 	for (int i = 0; rc == WALRUS_OK && pl->left && i < own; i++)
 		rc = kvw_op(node, KVOP_DELETE, KV_FIRST_SLOT, NULL, 0);
@@ -496,6 +583,8 @@ static int shift_apply(wpath *path, const split_plan *sp, const shift_plan *pl, 
 	if (rc == WALRUS_OK && (newpos < first || newpos >= end))
 		rc = kvw_op(node, KVOP_INSERT, (uint16_t)(pl->left ? slot - own : slot),
 		            sp->item[newpos], sp->len[newpos]);
+	if (rc == WALRUS_OK)
+		rc = grow_prefix(node);
 	int ps = path->slot[0] + (pl->left ? 0 : 1);
 	wr_blkno right = pl->left ? node->blk : sib->blk;
 	uint16_t ilen = kvi_encode(sep, right, sep + KV_INNER_HDR, pl->seplen);
@@ -635,7 +724,7 @@ static int put_rightmost(const void *k, uint16_t kl, const char *item, uint16_t 
 	int n = kvp_nslots(p->page);
 	if (n <= KV_FIRST_SLOT)
 		return WALRUS_OK;
-	kv_key last = kvn_leaf_key(p->page, n - 1);
+	kv_key last = kvn_leaf_key(p->page, n - 1); /* whole: a +inf fence means no prefix */
 	if (kv_cmp(k, kl, last.p, last.len) <= 0 || kvp_free_space(p->page) < len + KV_LP_SIZE)
 		return WALRUS_OK;
 	int rc = kvw_op(p, KVOP_INSERT, (uint16_t)n, item, len);
@@ -668,30 +757,55 @@ int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl)
 	rc = descend(k, kl, &path);
 	if (rc != WALRUS_OK)
 		return rc;
-	if (kvp_special(path.node[0]->page).flags & KVN_HIGH_INF)
+	kv_special ls = kvp_special(path.node[0]->page);
+	if (ls.flags & KVN_HIGH_INF)
 		kv_sh->rightmost_leaf = path.node[0]->blk;
+	char local[KV_LEAF_ITEM_MAX];
+	const char *it = item;
+	if (ls.prefix > 0) { /* the key lies between the leaf's fences: it has the prefix */
+		kv_key whole = {.len = 0};
+		len = kvl_reencode(item, len, &whole, ls.prefix, local);
+		it = local;
+	}
 	bool eq;
 	int slot = kvn_lower_bound(path.node[0]->page, k, kl, &eq);
 	if (eq)
-		return replace_entry(&path, slot, item, len);
+		return replace_entry(&path, slot, it, len);
 	kvw_meta()->nkeys++;
-	return insert_item(&path, 0, slot, item, len);
+	return insert_item(&path, 0, slot, it, len);
 }
 
 /* ---------------------------------------------------------------- delete */
 
-/* Whether @page has room to exchange fence @slot for @f. */
+/* The prefix a node keeps once its fence @slot is @f (a range that grows
+ * may share less). */
+static uint16_t prefix_with_fence(const char *page, int slot, const kv_key *f)
+{
+	kv_key low = slot == 0 ? *f : kvn_low(page), high = slot == 1 ? *f : kvn_high(page);
+	uint16_t most = kvn_prefix_for(&low, &high), cur = kvp_special(page).prefix;
+	return most < cur ? most : cur;
+}
+
+/* Whether @page has room to exchange fence @slot for @f, with its entries
+ * longer if its prefix shrinks. */
 static bool fence_fits(const char *page, int slot, const kv_key *f)
 {
 	uint16_t old;
 	kvp_item(page, slot, &old);
-	return kvp_free_space(page) + old >= (f->inf ? 0 : f->len);
+	int grow =
+	    kvn_nentries(page) * (kvp_special(page).prefix - prefix_with_fence(page, slot, f));
+	return kvp_free_space(page) + old >= (f->inf ? 0 : f->len) + grow;
 }
 
 static int set_fence(kvw_page *p, int slot, const kv_key *f, uint16_t inf_flag, bool left,
                      wr_blkno link)
 {
-	int rc = kvw_op(p, KVOP_REPLACE, (uint16_t)slot, f->p, f->inf ? 0 : f->len);
+	uint16_t to = prefix_with_fence(p->page, slot, f);
+	int rc = WALRUS_OK;
+	if (to < kvp_special(p->page).prefix) /* before the fence moves: see set_prefix */
+		rc = kvw_op(p, KVOP_PREFIX, to, NULL, 0);
+	if (rc == WALRUS_OK)
+		rc = kvw_op(p, KVOP_REPLACE, (uint16_t)slot, f->p, f->inf ? 0 : f->len);
 	kv_special s = kvp_special(p->page);
 	s.flags = (uint16_t)((s.flags & ~inf_flag) | (f->inf ? inf_flag : 0));
 	if (left)
@@ -785,10 +899,12 @@ static int collapse_root(void)
 	return rc;
 }
 
-/* Unlinks the empty leaf at the bottom of @path, with ancestors it leaves empty. */
-static int remove_empty(wpath *path)
+/* Unlinks the empty leaf at the bottom of @path, with ancestors it leaves
+ * empty; *heir is the leaf that took its keys (NULL: it stays). */
+static int remove_empty(wpath *path, kvw_page **heir)
 {
 	chain ch = {.top = 0};
+	*heir = NULL;
 	while (ch.top + 1 < path->height && kvn_nentries(path->node[ch.top + 1]->page) == 1)
 		ch.top++;
 	if (ch.top + 1 >= path->height)
@@ -808,7 +924,34 @@ static int remove_empty(wpath *path)
 		rc = unlink_chain(&ch, parent, ps);
 	for (int l = ch.top; rc == WALRUS_OK && l >= 0; l--)
 		rc = kvw_free_page(ch.c[l]); /* the fence pointed into c[top]: used up by now */
+	*heir = ch.d[0];
 	return rc == WALRUS_OK ? collapse_root() : rc;
+}
+
+/*
+ * Removes the empty leaf at the bottom of @path and, while the leaf that took
+ * its keys is empty too, that one.  An empty leaf stays when its neighbour
+ * has no room for the wider fence, or for its entries re-encoded with the
+ * shorter prefix the wider range shares (at the tree's ends: none); it goes
+ * when a neighbour emptied later takes it over, so deleting every key still
+ * leaves a single leaf.  Stops short of the batch's pin limit: what stays is
+ * only space.
+ */
+static int remove_empties(wpath *path)
+{
+	int rc = WALRUS_OK;
+	while (rc == WALRUS_OK && path->height > 1 && kvn_nentries(path->node[0]->page) == 0) {
+		kvw_page *heir;
+		rc = remove_empty(path, &heir);
+		if (rc != WALRUS_OK || heir == NULL || kvn_nentries(heir->page) > 0 ||
+		    !kvw_pin_room(2 * kvw_meta()->height + 2))
+			break;
+		kv_key low = kvn_low(heir->page); /* descend() changes no page */
+		rc = descend(low.inf ? "" : low.p, low.inf ? 0 : low.len, path);
+		if (rc == WALRUS_OK && path->node[0] != heir)
+			rc = bad_node(heir, "a descent for its low fence ends elsewhere");
+	}
+	return rc;
 }
 
 int kvm_delete(const void *k, uint16_t kl)
@@ -831,7 +974,5 @@ int kvm_delete(const void *k, uint16_t kl)
 	if (rc != WALRUS_OK)
 		return rc;
 	kvw_meta()->nkeys--;
-	if (kvn_nentries(leaf->page) == 0 && path.height > 1)
-		rc = remove_empty(&path);
-	return rc;
+	return remove_empties(&path);
 }

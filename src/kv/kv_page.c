@@ -181,19 +181,73 @@ void kvn_init(char *page, uint16_t level, uint16_t flags, wr_blkno left, wr_blkn
 	kvp_insert(page, 1, high->p, high->inf ? 0 : high->len);
 }
 
+/* A leaf's prefix: none on internal nodes, at most what the fences share. */
+static bool prefix_sane(const char *page)
+{
+	kv_special sp = kvp_special(page);
+	if (sp.level != 0 || sp.prefix == 0)
+		return sp.prefix == 0;
+	kv_key low = kvn_low(page), high = kvn_high(page);
+	return kvp_nslots(page) >= KV_FIRST_SLOT && sp.prefix <= kvn_prefix_for(&low, &high);
+}
+
+/* A leaf entry that decodes, within the size limit, whose whole key is 1 to
+ * KV_MAX_KEY bytes (the writer re-encodes entries in buffers of the limit). */
+static bool leaf_entry_sane(const char *item, uint16_t len, uint16_t prefix)
+{
+	kv_leaf_ent e;
+	return (unsigned)len + KV_LP_SIZE <= KV_LEAF_ITEM_MAX && kvl_decode(item, len, &e) &&
+	       prefix + e.klen >= 1 && prefix + e.klen <= KV_MAX_KEY;
+}
+
 bool kvn_entries_sane(const char *page)
 {
 	int level = kvp_special(page).level, n = kvp_nslots(page);
+	uint16_t prefix = kvp_special(page).prefix;
+	if (!prefix_sane(page))
+		return false;
 	for (int s = 0; s < n; s++) {
 		uint16_t len;
 		const char *item = kvp_item(page, s, &len);
-		kv_leaf_ent e;
 		bool ok = s < KV_FIRST_SLOT ? len <= KV_MAX_KEY
-		          : level == 0      ? kvl_decode(item, len, &e)
+		          : level == 0      ? leaf_entry_sane(item, len, prefix)
 		                       : len >= KV_INNER_HDR && len - KV_INNER_HDR <= KV_MAX_KEY;
 		if (!ok)
 			return false;
 	}
+	return true;
+}
+
+/*
+ * The leaf's prefix, @n bytes long from now on: every entry re-encoded, in
+ * slot order on a compacted copy (deterministic, for redo).  False when @n is
+ * more than the fences share, an entry's key lacks the bytes, or the entries
+ * no longer fit (a shorter prefix makes them longer).
+ */
+static bool set_prefix(char *page, uint16_t n)
+{
+	char tmp[WR_PAGE_SIZE], item[KV_LEAF_ITEM_MAX + KV_MAX_KEY];
+	kv_special sp = kvp_special(page);
+	kv_key low = kvn_low(page), high = kvn_high(page), old = kvn_prefix(page);
+	if (sp.level != 0 || kvp_nslots(page) < KV_FIRST_SLOT || n > kvn_prefix_for(&low, &high))
+		return false;
+	memcpy(tmp, page, WR_PAGE_SIZE);
+	kvp_truncate(tmp, KV_FIRST_SLOT);
+	sp.prefix = n;
+	kvp_set_special(tmp, &sp);
+	for (int s = KV_FIRST_SLOT; s < kvp_nslots(page); s++) {
+		uint16_t len;
+		const char *it = kvp_item(page, s, &len);
+		kv_leaf_ent e;
+		if (!leaf_entry_sane(it, len, old.len) || !kvl_decode(it, len, &e) ||
+		    (n > old.len &&
+		     (e.klen < n - old.len || memcmp(e.key, low.p + old.len, n - old.len) != 0)))
+			return false;
+		uint16_t nl = kvl_reencode(it, len, &old, n, item);
+		if ((unsigned)nl + KV_LP_SIZE > KV_LEAF_ITEM_MAX || !kvp_insert(tmp, s, item, nl))
+			return false;
+	}
+	memcpy(page, tmp, WR_PAGE_SIZE);
 	return true;
 }
 
@@ -244,6 +298,17 @@ int kvn_lower_bound(const char *page, const void *k, size_t kl, bool *eq)
 		hi = (int)(KV_NODE_SPACE / KV_LP_SIZE);
 	bool leaf = kvp_special(page).level == 0;
 	*eq = false;
+	if (leaf && kvp_special(page).prefix > 0) {
+		/* Entries leave the prefix out: a key without it sorts before or after all. */
+		kv_key p = kvn_prefix(page);
+		int c = memcmp(k, p.p, kl < p.len ? kl : p.len);
+		if (c < 0 || (c == 0 && kl < p.len))
+			return lo;
+		if (c > 0)
+			return hi;
+		k = (const char *)k + p.len;
+		kl -= p.len;
+	}
 	prefetch_probes(page, lo, hi, 1);
 	while (lo < hi) {
 		int mid = lo + (hi - lo) / 2;
@@ -312,6 +377,27 @@ uint16_t kvl_encode_ovf(char *out, const void *k, uint16_t kl, const kv_ovf_ref 
 	uint16_t n = leaf_head(out, k, kl, KV_OVERFLOW);
 	memcpy(out + n, ref, sizeof(*ref));
 	return (uint16_t)(n + KV_OVF_REF_SIZE);
+}
+
+uint16_t kvl_reencode(const char *item, uint16_t len, const kv_key *from, uint16_t to, char *out)
+{
+	uint16_t kl, nkl;
+	memcpy(&kl, item, sizeof(kl));
+	const char *key = item + KV_LEAF_HDR;
+	char *okey = out + KV_LEAF_HDR;
+	if (to <= from->len) { /* the bytes from @to on of the old prefix come back */
+		nkl = (uint16_t)(from->len - to + kl);
+		memcpy(okey, from->p + to, from->len - to);
+		memcpy(okey + from->len - to, key, kl);
+	} else {
+		nkl = (uint16_t)(kl - (to - from->len));
+		memcpy(okey, key + (to - from->len), nkl);
+	}
+	memcpy(out, &nkl, sizeof(nkl));
+	out[2] = item[2];
+	uint16_t rest = (uint16_t)(len - KV_LEAF_HDR - kl);
+	memcpy(okey + nkl, key + kl, rest);
+	return (uint16_t)(KV_LEAF_HDR + nkl + rest);
 }
 
 uint16_t kvi_encode(char *out, wr_blkno child, const void *k, uint16_t kl)
@@ -450,6 +536,8 @@ static bool apply_one(char *page, uint8_t code, uint16_t slot, const char *p, ui
 			return false;
 		memcpy(page + WR_PAGE_HEADER_SIZE + offsetof(kv_meta, nkeys), p, len);
 		return true;
+	case KVOP_PREFIX:
+		return kvp_type(page) == KV_PT_NODE && len == 0 && set_prefix(page, slot);
 	default:
 		return false;
 	}
@@ -485,7 +573,7 @@ bool kvop_apply(char *page, const char *ops, size_t len, char *why, size_t whyle
 static const char *op_name(uint8_t code)
 {
 	static const char *const names[] = {"?",        "init",  "insert", "delete", "replace",
-	                                    "truncate", "links", "meta",   "nkeys"};
+	                                    "truncate", "links", "meta",   "nkeys",  "prefix"};
 	return code < WR_ARRAY_LEN(names) ? names[code] : "?";
 }
 
@@ -498,7 +586,7 @@ void kvop_describe(const char *ops, size_t len, char *buf, size_t buflen)
 		uint8_t code = (uint8_t)ops[pos];
 		memcpy(&slot, ops + pos + 1, 2);
 		memcpy(&l, ops + pos + 3, 2);
-		if (code == KVOP_DELETE || code == KVOP_TRUNCATE)
+		if (code == KVOP_DELETE || code == KVOP_TRUNCATE || code == KVOP_PREFIX)
 			snprintf(buf + used, buflen - used, "%s%s %u", used ? ", " : "",
 			         op_name(code), slot);
 		else if (code == KVOP_INSERT || code == KVOP_REPLACE)

@@ -198,7 +198,7 @@ static void check_chain(vstate *vs, wr_blkno leaf, const kv_ovf_ref *ref)
 
 static void check_leaf_entry(vstate *vs, const vnode *n, const char *page, int slot)
 {
-	uint16_t len;
+	uint16_t len, prefix = kvp_special(page).prefix;
 	kv_leaf_ent e;
 	const char *item = kvp_item(page, slot, &len);
 	if (!kvl_decode(item, len, &e)) {
@@ -206,8 +206,9 @@ static void check_leaf_entry(vstate *vs, const vnode *n, const char *page, int s
 		return;
 	}
 	vs->r->keys++;
+	vs->r->prefix_bytes += prefix;
 	if (e.kind == KV_OVERFLOW) {
-		if (kvl_fits_inline(e.klen, e.vlen) || e.vlen > KV_MAX_VALUE)
+		if (kvl_fits_inline((size_t)prefix + e.klen, e.vlen) || e.vlen > KV_MAX_VALUE)
 			report(vs, n->blk, "block %u: slot %d has an overflow value of bad size %u",
 			       n->blk, slot, e.vlen);
 		check_chain(vs, n->blk, &e.ref);
@@ -218,9 +219,9 @@ static void check_leaf_entry(vstate *vs, const vnode *n, const char *page, int s
 static int add_child(vstate *vs, const vnode *n, const char *page, int slot)
 {
 	int last = kvp_nslots(page) - 1;
-	kv_key low = slot == KV_FIRST_SLOT ? kvn_low(page) : kvn_entry_key(page, slot);
-	kv_key high = slot == last ? kvn_high(page) : kvn_entry_key(page, slot + 1);
-	if (slot == KV_FIRST_SLOT && kvn_entry_key(page, slot).len != 0)
+	kv_key low = slot == KV_FIRST_SLOT ? kvn_low(page) : kvn_inner_key(page, slot);
+	kv_key high = slot == last ? kvn_high(page) : kvn_inner_key(page, slot + 1);
+	if (slot == KV_FIRST_SLOT && kvn_inner_key(page, slot).len != 0)
 		report(vs, n->blk, "block %u: the first entry has a key", n->blk);
 	return level_add(&vs->next, kvn_child(page, slot), &low, &high);
 }
@@ -230,14 +231,15 @@ static void check_order(vstate *vs, const vnode *n, const char *page, int level)
 {
 	kv_key low = kvn_low(page), high = kvn_high(page);
 	int nslots = kvp_nslots(page);
+	char kb[KV_MAX_KEY], pb[KV_MAX_KEY];
 	for (int s = KV_FIRST_SLOT + (level > 0); s < nslots; s++) {
-		kv_key k = kvn_entry_key(page, s);
+		kv_key k = kvn_entry_key(page, s, kb);
 		bool first = s == KV_FIRST_SLOT + (level > 0);
 		if (first && !low.inf && kv_cmp(k.p, k.len, low.p, low.len) < (level > 0 ? 1 : 0))
 			report(vs, n->blk, "block %u: key at slot %d is below the low fence",
 			       n->blk, s);
 		if (!first) {
-			kv_key p = kvn_entry_key(page, s - 1);
+			kv_key p = kvn_entry_key(page, s - 1, pb);
 			if (kv_cmp(p.p, p.len, k.p, k.len) >= 0)
 				report(vs, n->blk, "block %u: keys out of order at slot %d", n->blk,
 				       s);

@@ -54,8 +54,14 @@ static void read_node(const char *page, const char *key, uint16_t kl)
 	touch(page, high.p, high.len);
 	int n = kvp_nslots(page);
 	for (int s = KV_FIRST_SLOT; s < n; s++) {
-		kv_key k = kvn_entry_key(page, s);
-		touch(page, k.p, k.len);
+		char buf[KV_MAX_KEY];
+		kv_key k = kvn_entry_key(page, s, buf), stored = kvn_leaf_key(page, s);
+		if (k.p != buf)
+			touch(page, k.p, k.len);
+		else if (k.len > KV_MAX_KEY)
+			abort();
+		if (sp.level == 0)
+			touch(page, stored.p, stored.len);
 		if (sp.level == 0) {
 			uint16_t len;
 			const char *item = kvp_item(page, s, &len);

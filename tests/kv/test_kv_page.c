@@ -215,6 +215,110 @@ START_TEST(ops_replay_to_identical_bytes)
 }
 END_TEST
 
+/*
+ * A leaf's prefix: KVOP_PREFIX re-encodes every entry to leave out (or take
+ * back) bytes of the low fence, replays to the same bytes, and is refused
+ * beyond what the fences share, on an internal node, and when the longer
+ * entries would not fit; a search takes whole keys.
+ */
+static bool prefix_op(char *p, uint16_t n)
+{
+	char ops[KVOP_HDR], why[128];
+	size_t len = put_op(ops, KVOP_PREFIX, n, NULL, 0);
+	return kvop_apply(p, ops, len, why, sizeof(why));
+}
+
+static void whole_key_is(const char *p, int slot, const char *want)
+{
+	char buf[KV_MAX_KEY];
+	kv_key k = kvn_entry_key(p, slot, buf);
+	ck_assert_int_eq(k.len, (int)strlen(want));
+	ck_assert(memcmp(k.p, want, k.len) == 0);
+}
+
+START_TEST(prefix_op_reencodes_leaf_entries)
+{
+	static char a[WR_PAGE_SIZE], b[WR_PAGE_SIZE];
+	leaf_init(a, "user001", "user0019"); /* they share "user001" */
+	leaf_add(a, "user001", "1");         /* the prefix alone: an empty stored key */
+	leaf_add(a, "user0015", "2");
+	leaf_add(a, "user0018zz", "3");
+	memcpy(b, a, WR_PAGE_SIZE);
+	int before = kvp_free_space(a);
+	ck_assert(!prefix_op(b, 8)); /* more than the fences share */
+	memcpy(b, a, WR_PAGE_SIZE);
+	ck_assert(prefix_op(a, 7));
+	ck_assert(prefix_op(b, 7));
+	ck_assert(memcmp(a, b, WR_PAGE_SIZE) == 0);
+	ck_assert_int_eq(kvp_special(a).prefix, 7);
+	ck_assert_int_eq(kvp_free_space(a), before + 3 * 7);
+	ck_assert(kvp_sane(a) && kvn_entries_sane(a));
+	bool eq;
+	kv_key k = kvn_leaf_key(a, KV_FIRST_SLOT + 2);
+	ck_assert(k.len == 3 && memcmp(k.p, "8zz", 3) == 0);
+	ck_assert_int_eq(kvn_leaf_key(a, KV_FIRST_SLOT).len, 0);
+	whole_key_is(a, KV_FIRST_SLOT, "user001");
+	ck_assert_int_eq(kvn_lower_bound(a, "user001", 7, &eq), KV_FIRST_SLOT);
+	ck_assert(eq);
+	whole_key_is(a, KV_FIRST_SLOT + 2, "user0018zz");
+	ck_assert_int_eq(kvn_lower_bound(a, "user0015", 8, &eq), KV_FIRST_SLOT + 1);
+	ck_assert(eq);
+	ck_assert_int_eq(kvn_lower_bound(a, "user0014", 8, &eq), KV_FIRST_SLOT + 1);
+	ck_assert(!eq);
+	ck_assert_int_eq(kvn_lower_bound(a, "user0018zz", 10, &eq), KV_FIRST_SLOT + 2);
+	ck_assert(eq);
+	/* Keys without the prefix sort before or after every entry. */
+	ck_assert_int_eq(kvn_lower_bound(a, "user00", 6, &eq), KV_FIRST_SLOT);
+	ck_assert(!eq);
+	ck_assert_int_eq(kvn_lower_bound(a, "user0", 5, &eq), KV_FIRST_SLOT);
+	ck_assert_int_eq(kvn_lower_bound(a, "user002", 7, &eq), KV_FIRST_SLOT + 3);
+	ck_assert_int_eq(kvn_lower_bound(a, "a", 1, &eq), KV_FIRST_SLOT);
+	/* Back to whole keys: the same entries. */
+	ck_assert(prefix_op(a, 2));
+	whole_key_is(a, KV_FIRST_SLOT + 1, "user0015");
+	ck_assert(prefix_op(a, 0));
+	ck_assert_int_eq(kvp_free_space(a), before);
+	whole_key_is(a, KV_FIRST_SLOT + 2, "user0018zz");
+	/* A prefix the fences do not allow makes the page insane, not readable. */
+	kv_special sp = kvp_special(a);
+	sp.prefix = 8;
+	kvp_set_special(a, &sp);
+	ck_assert(!kvn_entries_sane(a));
+	/* No prefix with an infinite fence, none on an internal node. */
+	leaf_init(a, "user0012", NULL);
+	ck_assert(!prefix_op(a, 1));
+	ck_assert(prefix_op(a, 0));
+	kv_key lo = {.p = "ab", .len = 2}, hi = {.p = "ac", .len = 2};
+	kvn_init(a, 1, 0, WR_INVALID_BLKNO, WR_INVALID_BLKNO, &lo, &hi);
+	ck_assert(!prefix_op(a, 1));
+}
+END_TEST
+
+/* Taking the prefix back needs room for every entry's longer key. */
+START_TEST(prefix_op_refuses_entries_that_no_longer_fit)
+{
+	char key[16], item[64];
+	leaf_init(page, "k00000000", "k00000999"); /* share "k00000" */
+	ck_assert(prefix_op(page, 6));
+	int n = 0;
+	for (;; n++) {
+		snprintf(key, sizeof(key), "%03d", n);
+		uint16_t len = kvl_encode_inline(item, key, 3, "v", 1);
+		if (kvp_free_space(page) < len + KV_LP_SIZE)
+			break;
+		ck_assert(kvp_insert(page, KV_FIRST_SLOT + n, item, len));
+	}
+	ck_assert_int_lt(kvp_free_space(page), 6 * n);
+	static char copy[WR_PAGE_SIZE];
+	memcpy(copy, page, WR_PAGE_SIZE);
+	ck_assert(!prefix_op(copy, 0));
+	ck_assert(prefix_op(page, 6)); /* unchanged length: fits */
+	ck_assert(kvn_entries_sane(page));
+	snprintf(key, sizeof(key), "k00000%03d", n - 1);
+	whole_key_is(page, KV_FIRST_SLOT + n - 1, key);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- split points */
 
 static void max_leaf_item(char *item, uint16_t *len, int i, int keylen)
@@ -305,6 +409,8 @@ static Suite *page_suite(void)
 	tcase_add_test(t, node_search_and_fences);
 	tcase_add_test(t, internal_child_choice);
 	tcase_add_test(t, ops_replay_to_identical_bytes);
+	tcase_add_test(t, prefix_op_reencodes_leaf_entries);
+	tcase_add_test(t, prefix_op_refuses_entries_that_no_longer_fit);
 	tcase_add_test(t, split_point_balances_and_truncates);
 	tcase_add_test(t, split_point_appends_at_the_right_end);
 	tcase_add_test(t, split_always_fits_at_the_limits);

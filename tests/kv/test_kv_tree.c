@@ -260,7 +260,9 @@ static void check_scan(uint32_t n, bool present)
 
 START_TEST(splits_at_every_level_and_back)
 {
-	enum { N = 2500 };
+	/* Long separators, so internal nodes hold a few each; leaves hold
+	 * hundreds, their keys past the shared padding. */
+	enum { N = 16000 };
 	char k[KV_MAX_KEY];
 	kt_init("walrus-kv", 2048);
 	for (uint64_t i = 0; i < N; i++)
@@ -498,6 +500,110 @@ START_TEST(random_load_shifts_before_splitting)
 	char k[32];
 	int kl = snprintf(k, sizeof(k), "%016u", N / 3);
 	get_is(k, (size_t)kl, v, sizeof(v));
+}
+END_TEST
+
+static void shuffle(uint32_t *a, uint32_t n, uint64_t seed)
+{
+	for (uint32_t i = 0; i < n; i++)
+		a[i] = i;
+	for (uint32_t i = n - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)(kt_rand(&seed) % (i + 1)), t = a[i];
+		a[i] = a[j];
+		a[j] = t;
+	}
+}
+
+enum { PFX_N = 20000, PFX_VLEN = 100 };
+
+static int pfx_key(char *k, uint32_t i)
+{
+	return snprintf(k, 32, "account:%08u", i);
+}
+
+static void pfx_value(char *v, uint32_t i)
+{
+	memset(v, (char)('a' + i % 26), PFX_VLEN);
+	memcpy(v, &i, sizeof(i));
+}
+
+/* Every key of [0, @to) in order, whole, with its value, and none after. */
+static void pfx_scan_to(uint32_t to)
+{
+	char k[32], hi[32], v[PFX_VLEN];
+	int hl = pfx_key(hi, to);
+	kv_iter *it;
+	ck_assert_int_eq(kv_iter_open(NULL, 0, to < PFX_N ? hi : NULL, (size_t)hl, &it), WALRUS_OK);
+	uint32_t i = 0;
+	for (; kv_iter_valid(it); i++) {
+		const void *key, *val;
+		size_t kl, vl;
+		kv_iter_key(it, &key, &kl);
+		kv_iter_value(it, &val, &vl);
+		int want = pfx_key(k, i);
+		ck_assert_msg(kl == (size_t)want && memcmp(key, k, kl) == 0, "key %u: %.*s", i,
+		              (int)kl, (const char *)key);
+		pfx_value(v, i);
+		ck_assert(vl == PFX_VLEN && memcmp(val, v, vl) == 0);
+		ck_assert_int_eq(kv_iter_next(it), WALRUS_OK);
+	}
+	ck_assert_uint_eq(i, to);
+	kv_iter_close(it);
+}
+
+/*
+ * Leaves leave out the key bytes their fences share: a random load of keys
+ * with a long common start stores each key's tail; gets, bounded scans and
+ * backward steps see whole keys; redo rebuilds the same leaves; deleting
+ * every key in random order (neighbours take over empty leaves' ranges,
+ * their prefixes shrinking, at the tree's ends to nothing) leaves one leaf.
+ */
+START_TEST(leaves_leave_out_shared_prefixes)
+{
+	static uint32_t order[PFX_N];
+	char k[32], v[PFX_VLEN];
+	kt_init("walrus-kv", 1024);
+	shuffle(order, PFX_N, 11);
+	for (uint32_t i = 0; i < PFX_N; i++) {
+		pfx_value(v, order[i]);
+		put_ok(k, (size_t)pfx_key(k, order[i]), v, sizeof(v));
+	}
+	kv_verify_result r, again;
+	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
+	/* "account:000" and more is shared within a leaf of about sixty keys */
+	ck_assert_msg(r.prefix_bytes >= 11ull * PFX_N, "%llu prefix bytes",
+	              (unsigned long long)r.prefix_bytes);
+	for (uint32_t i = 0; i < PFX_N; i += 37) {
+		pfx_value(v, i);
+		get_is(k, (size_t)pfx_key(k, i), v, sizeof(v));
+	}
+	get_absent("account:", 8);
+	get_absent("account:00020000", 16);
+	pfx_scan_to(PFX_N);
+	pfx_scan_to(PFX_N / 2 + 7);
+	kv_iter *it;
+	ck_assert_int_eq(kv_iter_open(NULL, 0, NULL, 0, &it), WALRUS_OK);
+	ck_assert_int_eq(kv_iter_seek(it, "account:00000100", 16), WALRUS_OK);
+	for (int i = 100; i > 90; i--)
+		ck_assert_int_eq(kv_iter_prev(it), WALRUS_OK);
+	const void *key;
+	size_t kl;
+	kv_iter_key(it, &key, &kl);
+	ck_assert(kl == 16 && memcmp(key, "account:00000090", 16) == 0);
+	kv_iter_close(it);
+	wal_flush_to(wal_insert_lsn()); /* the puts were asynchronous */
+	kt_crash_restart();
+	ck_assert_int_eq(kt_verify(&again), WALRUS_OK);
+	ck_assert_uint_eq(again.prefix_bytes, r.prefix_bytes);
+	ck_assert_uint_eq(again.leaves, r.leaves);
+	shuffle(order, PFX_N, 12);
+	for (uint32_t i = 0; i < PFX_N; i++)
+		ck_assert_int_eq(kv_delete(k, (size_t)pfx_key(k, order[i]), KV_ASYNC), WALRUS_OK);
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.keys, 0);
+	ck_assert_uint_eq(st.height, 1);
+	kt_verify_clean();
 }
 END_TEST
 
@@ -1029,6 +1135,7 @@ static Suite *tree_suite(void)
 #endif
 	tcase_add_test(t, small_put_logs_the_key_count_only);
 	tcase_add_test(t, random_load_shifts_before_splitting);
+	tcase_add_test(t, leaves_leave_out_shared_prefixes);
 	tcase_add_test(t, queue_workload_reuses_pages);
 	tcase_add_test(t, iterator_bounds_seek_next_prev);
 	tcase_add_test(t, copies_search_with_tied_heads);

@@ -231,7 +231,11 @@ def case_multi(walrus):
         th = threading.Thread(target=reader)
         th.start()
         try:
-            for i in range(1, 300):
+            # 300 transactions, and on until the reader has run: a loaded
+            # machine may not schedule its thread during the first 300
+            i = 0
+            while i < 300 or (seen["reads"] <= 10 and i < 100000 and th.is_alive()):
+                i += 1
                 c.send_raw(c.encode("MULTI") + c.encode("SET", "t1", i) + c.encode("SET", "t2", i)
                            + c.encode("SET", "t3", i) + c.encode("EXEC"))
                 replies = [c.read() for _ in range(5)]
