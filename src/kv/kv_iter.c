@@ -38,8 +38,8 @@ struct kv_iter {
 	/* key: in the copy, or in kbuf after the copy's prefix (valid only);
 	 * val: in the copy, or vbuf */
 	kv_iter_cur cur;
-	char kbuf[KV_MAX_KEY];
-	uint16_t kpfx; /* the copy's prefix, at the start of kbuf */
+	char kbuf[KV_MAX_KEY + 16]; /* + 16: whole_key's fixed-size copy */
+	uint16_t kpfx;              /* the copy's prefix, at the start of kbuf */
 	char *vbuf;
 	size_t vcap;
 };
@@ -67,15 +67,22 @@ static void copy_leaf(kv_iter *it, const char *page)
 	it->kpfx = p.len;
 }
 
-/* The whole key of an entry of the copy whose stored key is @k: @k itself,
- * or after the copy's prefix in kbuf. */
+/*
+ * The whole key of an entry of the copy whose stored key is @k: @k itself,
+ * or after the copy's prefix in kbuf.  A short tail is copied as 16 bytes
+ * (two moves, not a call): @k lies in the copy's items, which end 16 bytes
+ * before the copy does (the special space), so the read stays in the copy.
+ */
 static kv_key whole_key(kv_iter *it, const char *k, uint16_t kl)
 {
 	if (it->kpfx == 0)
 		return (kv_key){.p = k, .len = kl};
 	if (kl > KV_MAX_KEY - it->kpfx) /* a damaged entry; kvn_entries_sane refuses it */
 		kl = (uint16_t)(KV_MAX_KEY - it->kpfx);
-	memcpy(it->kbuf + it->kpfx, k, kl);
+	if (kl <= 16 && k + 16 <= it->leaf + WR_PAGE_SIZE)
+		memcpy(it->kbuf + it->kpfx, k, 16);
+	else
+		memcpy(it->kbuf + it->kpfx, k, kl);
 	return (kv_key){.p = it->kbuf, .len = (uint16_t)(it->kpfx + kl)};
 }
 

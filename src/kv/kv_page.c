@@ -219,34 +219,47 @@ bool kvn_entries_sane(const char *page)
 }
 
 /*
- * The leaf's prefix, @n bytes long from now on: every entry re-encoded, in
- * slot order on a compacted copy (deterministic, for redo).  False when @n is
- * more than the fences share, an entry's key lacks the bytes, or the entries
- * no longer fit (a shorter prefix makes them longer).
+ * The leaf's prefix, @n bytes long from now on: every entry re-encoded into
+ * a copy whose items lie packed against the special space in slot order
+ * (deterministic, for redo; kvp_compact's layout).  False when @n is more
+ * than the fences share, an entry's key lacks the bytes, or the entries no
+ * longer fit (a shorter prefix makes them longer).
  */
 static bool set_prefix(char *page, uint16_t n)
 {
-	char tmp[WR_PAGE_SIZE], item[KV_LEAF_ITEM_MAX + KV_MAX_KEY];
+	char tmp[WR_PAGE_SIZE];
 	kv_special sp = kvp_special(page);
 	kv_key low = kvn_low(page), high = kvn_high(page), old = kvn_prefix(page);
-	if (sp.level != 0 || kvp_nslots(page) < KV_FIRST_SLOT || n > kvn_prefix_for(&low, &high))
+	int ns = kvp_nslots(page);
+	if (sp.level != 0 || ns < KV_FIRST_SLOT || n > kvn_prefix_for(&low, &high))
 		return false;
-	memcpy(tmp, page, WR_PAGE_SIZE);
-	kvp_truncate(tmp, KV_FIRST_SLOT);
-	sp.prefix = n;
-	kvp_set_special(tmp, &sp);
-	for (int s = KV_FIRST_SLOT; s < kvp_nslots(page); s++) {
+	uint16_t lower = (uint16_t)(WR_PAGE_HEADER_SIZE + ns * KV_LP_SIZE), upper = KV_SPECIAL_OFF;
+	memcpy(tmp, page, lower);
+	for (int s = 0; s < ns; s++) {
 		uint16_t len;
 		const char *it = kvp_item(page, s, &len);
+		int nl = len;
 		kv_leaf_ent e;
-		if (!leaf_entry_sane(it, len, old.len) || !kvl_decode(it, len, &e) ||
-		    (n > old.len &&
-		     (e.klen < n - old.len || memcmp(e.key, low.p + old.len, n - old.len) != 0)))
+		if (s >= KV_FIRST_SLOT) {
+			if (!leaf_entry_sane(it, len, old.len) || !kvl_decode(it, len, &e) ||
+			    (n > old.len && (e.klen < n - old.len ||
+			                     memcmp(e.key, low.p + old.len, n - old.len) != 0)))
+				return false;
+			nl = len + old.len - n;
+		}
+		if (nl + KV_LP_SIZE > (int)KV_LEAF_ITEM_MAX || upper - nl < lower)
 			return false;
-		uint16_t nl = kvl_reencode(it, len, &old, n, item);
-		if ((unsigned)nl + KV_LP_SIZE > KV_LEAF_ITEM_MAX || !kvp_insert(tmp, s, item, nl))
-			return false;
+		upper = (uint16_t)(upper - nl);
+		if (s < KV_FIRST_SLOT)
+			memcpy(tmp + upper, it, len);
+		else
+			kvl_reencode(it, len, &old, n, tmp + upper);
+		put_lp(tmp, s, (kv_lp){upper, (uint16_t)nl});
 	}
+	memset(tmp + lower, 0, (size_t)(upper - lower));
+	set_u16(tmp, HDR_UPPER, upper);
+	sp.prefix = n;
+	kvp_set_special(tmp, &sp);
 	memcpy(page, tmp, WR_PAGE_SIZE);
 	return true;
 }
