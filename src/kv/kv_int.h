@@ -300,6 +300,21 @@ static inline uint16_t kvn_prefix_for(const kv_key *low, const kv_key *high)
 	return low->inf || high->inf ? 0 : kv_lcp(low->p, low->len, high->p, high->len);
 }
 
+/*
+ * The most a leaf's prefix may be: what its fences share; for the rightmost
+ * leaf (high fence +inf, low finite: an "open" leaf), its low fence whole,
+ * the entries themselves being what keeps the prefix honest there: a key
+ * without it is above them all, and the writer shortens the prefix (or
+ * splits) before inserting one (kv_modify.c, admit_key).
+ */
+static inline uint16_t kvn_prefix_bound(const char *page)
+{
+	kv_key low = kvn_low(page), high = kvn_high(page);
+	if (!low.inf && high.inf)
+		return low.len;
+	return kvn_prefix_for(&low, &high);
+}
+
 /* The key of internal entry @slot. */
 static inline kv_key kvn_inner_key(const char *page, int slot)
 {

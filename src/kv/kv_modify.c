@@ -251,6 +251,34 @@ static void plan_entries(split_plan *sp, const char *page, int slot, const char 
 	}
 }
 
+/* The common prefix of @a and the separator of @seplen bytes for a cut at
+ * @k of a leaf's entries (sep_at's key, without building it). */
+static uint16_t lcp_sep(const kv_key *a, const split_plan *sp, int k, uint16_t seplen)
+{
+	uint16_t n = kv_lcp(a->p, a->len, sp->pfx, sp->pfxlen);
+	if (n < sp->pfxlen)
+		return n;
+	kv_key b = item_key(sp->item[k], sp->len[k], 0);
+	return (uint16_t)(n + kv_lcp(a->p + n, (uint16_t)(a->len - n), b.p,
+	                             (uint16_t)(seplen - sp->pfxlen)));
+}
+
+/*
+ * The prefix of a split's new right leaf: what its fences share (a narrower
+ * range than the left's: at least its prefix); for the new rightmost leaf,
+ * what its low fence shares with its last entry (kvn_prefix_bound).
+ */
+static uint16_t right_prefix(const split_plan *sp, const kv_key *sep, const kv_key *high, int level)
+{
+	int last = sp->m - 1;
+	if (level > 0)
+		return 0;
+	if (!high->inf)
+		return kvn_prefix_for(sep, high);
+	kv_key tail = item_key(sp->item[last], sp->len[last], 0);
+	return lcp_sep(sep, sp, last, (uint16_t)(sp->pfxlen + tail.len));
+}
+
 /*
  * The new right node: fences [sep, high), entries [k, m); a leaf leaves out
  * all its fences share.  Not inlined (nor grow_root): its page image would be
@@ -259,13 +287,13 @@ static void plan_entries(split_plan *sp, const char *page, int slot, const char 
 __attribute__((noinline)) static int build_right(const split_plan *sp, int level,
                                                  const kvw_page *left, kvw_page *right)
 {
-	char img[WR_PAGE_SIZE], buf[KV_LEAF_ITEM_MAX];
+	char img[WR_PAGE_SIZE], buf[KV_LEAF_ITEM_MAX + KV_MAX_KEY];
 	kv_special ls = kvp_special(left->page);
 	kv_key sep = {.p = sp->sep, .len = sp->seplen}, high = kvn_high(left->page);
 	kv_key from = {.p = sp->pfx, .len = sp->pfxlen};
 	kvn_init(img, (uint16_t)level, 0, left->blk, ls.right, &sep, &high);
 	kv_special rs = kvp_special(img);
-	rs.prefix = level == 0 ? kvn_prefix_for(&sep, &high) : 0; /* >= the left's: narrower */
+	rs.prefix = right_prefix(sp, &sep, &high, level);
 	kvp_set_special(img, &rs);
 	for (int j = sp->k; j < sp->m; j++) {
 		char first[KV_INNER_HDR];
@@ -306,7 +334,7 @@ static int shrink_left(const split_plan *sp, kvw_page *left, kvw_page *right, in
                        const char *item, uint16_t len)
 {
 	int keep = KV_FIRST_SLOT + sp->k;
-	bool new_left = slot < keep;
+	bool new_left = item != NULL && slot < keep;
 	int rc = kvw_op(left, KVOP_TRUNCATE, (uint16_t)(new_left ? keep - 1 : keep), NULL, 0);
 	if (rc == WALRUS_OK && new_left)
 		rc = kvw_op(left, KVOP_INSERT, (uint16_t)slot, item, len);
@@ -370,6 +398,8 @@ static int insert_item(wpath *path, int level, int slot, const char *item, uint1
 /*
  * Splits node path->node[level] to insert @item at @slot, then inserts the
  * separator into the parent (which may split in turn) or grows a new root.
+ * With no item (@slot -1), the rightmost leaf splits off its last entry
+ * (admit_key).
  */
 static int split_insert(wpath *path, int level, int slot, const char *item, uint16_t len)
 {
@@ -380,7 +410,7 @@ static int split_insert(wpath *path, int level, int slot, const char *item, uint
 		return wr_error(WALRUS_ENOMEM, "out of memory splitting a node");
 	kvw_page *node = path->node[level], *right;
 	kv_special s = kvp_special(node->page);
-	bool append = (s.flags & KVN_HIGH_INF) && slot == kvp_nslots(node->page);
+	bool append = (s.flags & KVN_HIGH_INF) && (slot == kvp_nslots(node->page) || item == NULL);
 	plan_entries(sp, node->page, slot, item, len);
 	if (!choose_cut(sp, level, node->page, append)) {
 		free(sp);
@@ -455,29 +485,25 @@ static int fence_len(const char *page, int slot)
 	return len;
 }
 
-/* The common prefix of @a and the separator of @seplen bytes for a cut at
- * @k of a leaf's entries (sep_at's key, without building it). */
-static uint16_t lcp_sep(const kv_key *a, const split_plan *sp, int k, uint16_t seplen)
-{
-	uint16_t n = kv_lcp(a->p, a->len, sp->pfx, sp->pfxlen);
-	if (n < sp->pfxlen)
-		return n;
-	kv_key b = item_key(sp->item[k], sp->len[k], 0);
-	return (uint16_t)(n + kv_lcp(a->p + n, (uint16_t)(a->len - n), b.p,
-	                             (uint16_t)(seplen - sp->pfxlen)));
-}
-
 /*
  * The prefix leaf @sib keeps once its facing fence is the separator for a
  * cut at @k (its range grows, so what its fences share may shrink; it never
- * grows here).
+ * grows here).  For the rightmost leaf as the right sibling, what the
+ * separator shares with its last entry (kvn_prefix_bound).
  */
 static uint16_t sib_prefix(const char *sib, bool left, const split_plan *sp, int k, uint16_t seplen)
 {
 	uint16_t cur = kvp_special(sib).prefix;
 	if (cur == 0)
 		return 0;
-	kv_key far = left ? kvn_low(sib) : kvn_high(sib); /* finite: the prefix says so */
+	char buf[KV_MAX_KEY];
+	kv_key far = left ? kvn_low(sib) : kvn_high(sib);
+	if (far.inf) {
+		int n = kvp_nslots(sib);
+		if (n <= KV_FIRST_SLOT)
+			return 0;
+		far = kvn_entry_key(sib, n - 1, buf);
+	}
 	uint16_t most = lcp_sep(&far, sp, k, seplen);
 	return most < cur ? most : cur;
 }
@@ -677,6 +703,29 @@ static int replace_entry(wpath *path, int slot, const char *item, uint16_t len)
 }
 
 /*
+ * Makes the leaf at the bottom of @path ready for @k, whose entry (whole key)
+ * is @len bytes.  Only the rightmost leaf can meet a key without its prefix
+ * (its high fence is +inf, kvn_prefix_bound): such a key is above all its
+ * entries.  The prefix shrinks to what the key shares with it when the
+ * longer entries and the new one fit; otherwise the leaf splits off its
+ * last entry (*again: descend again, to a leaf of one entry where they do).
+ */
+static int admit_key(wpath *path, const void *k, uint16_t kl, uint16_t len, bool *again)
+{
+	kvw_page *leaf = path->node[0];
+	kv_key p = kvn_prefix(leaf->page);
+	*again = false;
+	if (p.len == 0 || (kl >= p.len && memcmp(k, p.p, p.len) == 0))
+		return WALRUS_OK;
+	uint16_t q = kv_lcp(k, kl, p.p, p.len);
+	int grow = kvn_nentries(leaf->page) * (p.len - q);
+	if (kvp_free_space(leaf->page) >= grow + len - q + KV_LP_SIZE)
+		return kvw_op(leaf, KVOP_PREFIX, q, NULL, 0);
+	*again = true;
+	return split_insert(path, 0, -1, NULL, 0);
+}
+
+/*
  * The fast path of ascending loads (nbtree's rightmost-leaf hint): a key
  * above every key in the tree belongs to the rightmost leaf, so the writer
  * remembers that leaf (kv_sh->rightmost_leaf) and, when the next key is past
@@ -724,9 +773,33 @@ static int put_rightmost(const void *k, uint16_t kl, const char *item, uint16_t 
 	int n = kvp_nslots(p->page);
 	if (n <= KV_FIRST_SLOT)
 		return WALRUS_OK;
-	kv_key last = kvn_leaf_key(p->page, n - 1); /* whole: a +inf fence means no prefix */
-	if (kv_cmp(k, kl, last.p, last.len) <= 0 || kvp_free_space(p->page) < len + KV_LP_SIZE)
+	/* A key without the leaf's prefix: shorten it, when that and the key fit
+	 * (else the descent splits, admit_key). */
+	kv_key pfx = kvn_prefix(p->page);
+	if (kl < pfx.len || memcmp(k, pfx.p, pfx.len) != 0) {
+		if (kv_cmp(k, kl, pfx.p, pfx.len) < 0)
+			return WALRUS_OK; /* below every key with the prefix: another leaf's */
+		uint16_t q = kv_lcp(k, kl, pfx.p, pfx.len);
+		int grow = kvn_nentries(p->page) * (pfx.len - q);
+		if (kvp_free_space(p->page) < grow + len - q + KV_LP_SIZE)
+			return WALRUS_OK;
+		int rc = kvw_op(p, KVOP_PREFIX, q, NULL, 0);
+		if (rc != WALRUS_OK)
+			return rc;
+		pfx = kvn_prefix(p->page);
+	}
+	kv_key last = kvn_leaf_key(p->page, n - 1);
+	const char *tail = (const char *)k + pfx.len;
+	uint16_t tl = (uint16_t)(kl - pfx.len);
+	if (kv_cmp(tail, tl, last.p, last.len) <= 0 ||
+	    kvp_free_space(p->page) < len - pfx.len + KV_LP_SIZE)
 		return WALRUS_OK;
+	char local[KV_LEAF_ITEM_MAX];
+	kv_key whole = {.len = 0};
+	if (pfx.len > 0) {
+		len = kvl_reencode(item, len, &whole, pfx.len, local);
+		item = local;
+	}
 	int rc = kvw_op(p, KVOP_INSERT, (uint16_t)n, item, len);
 	if (rc == WALRUS_OK) {
 		kvw_meta()->nkeys++;
@@ -754,7 +827,17 @@ int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl)
 	if (rc != WALRUS_OK || done)
 		return rc;
 	wpath path;
-	rc = descend(k, kl, &path);
+	for (int round = 0;; round++) {
+		bool again = false;
+		rc = descend(k, kl, &path);
+		if (rc == WALRUS_OK)
+			rc = admit_key(&path, k, kl, len, &again);
+		if (rc != WALRUS_OK || !again)
+			break;
+		if (round > 0) /* the split left a leaf of one entry: room for any prefix */
+			return bad_node(path.node[0],
+			                "no room for a key without the leaf's prefix");
+	}
 	if (rc != WALRUS_OK)
 		return rc;
 	kv_special ls = kvp_special(path.node[0]->page);

@@ -181,14 +181,13 @@ void kvn_init(char *page, uint16_t level, uint16_t flags, wr_blkno left, wr_blkn
 	kvp_insert(page, 1, high->p, high->inf ? 0 : high->len);
 }
 
-/* A leaf's prefix: none on internal nodes, at most what the fences share. */
+/* A leaf's prefix: none on internal nodes, at most kvn_prefix_bound. */
 static bool prefix_sane(const char *page)
 {
 	kv_special sp = kvp_special(page);
 	if (sp.level != 0 || sp.prefix == 0)
 		return sp.prefix == 0;
-	kv_key low = kvn_low(page), high = kvn_high(page);
-	return kvp_nslots(page) >= KV_FIRST_SLOT && sp.prefix <= kvn_prefix_for(&low, &high);
+	return kvp_nslots(page) >= KV_FIRST_SLOT && sp.prefix <= kvn_prefix_bound(page);
 }
 
 /* A leaf entry that decodes, within the size limit, whose whole key is 1 to
@@ -229,9 +228,9 @@ static bool set_prefix(char *page, uint16_t n)
 {
 	char tmp[WR_PAGE_SIZE];
 	kv_special sp = kvp_special(page);
-	kv_key low = kvn_low(page), high = kvn_high(page), old = kvn_prefix(page);
+	kv_key low = kvn_low(page), old = kvn_prefix(page);
 	int ns = kvp_nslots(page);
-	if (sp.level != 0 || ns < KV_FIRST_SLOT || n > kvn_prefix_for(&low, &high))
+	if (sp.level != 0 || ns < KV_FIRST_SLOT || n > kvn_prefix_bound(page))
 		return false;
 	uint16_t lower = (uint16_t)(WR_PAGE_HEADER_SIZE + ns * KV_LP_SIZE), upper = KV_SPECIAL_OFF;
 	memcpy(tmp, page, lower);

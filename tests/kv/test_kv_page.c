@@ -284,8 +284,16 @@ START_TEST(prefix_op_reencodes_leaf_entries)
 	sp.prefix = 8;
 	kvp_set_special(a, &sp);
 	ck_assert(!kvn_entries_sane(a));
-	/* No prefix with an infinite fence, none on an internal node. */
+	/* The rightmost leaf (high +inf): up to its low fence, if its entries
+	 * have the bytes; none with a low fence of -inf, none on an internal node. */
 	leaf_init(a, "user0012", NULL);
+	leaf_add(a, "user0013", "1");
+	ck_assert(!prefix_op(a, 9));
+	memcpy(b, a, WR_PAGE_SIZE);
+	ck_assert(!prefix_op(b, 8)); /* "user0013" lacks "user0012" */
+	ck_assert(prefix_op(a, 7));
+	whole_key_is(a, KV_FIRST_SLOT, "user0013");
+	leaf_init(a, NULL, "user");
 	ck_assert(!prefix_op(a, 1));
 	ck_assert(prefix_op(a, 0));
 	kv_key lo = {.p = "ab", .len = 2}, hi = {.p = "ac", .len = 2};
