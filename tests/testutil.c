@@ -244,15 +244,44 @@ static void reap_orphans(void)
 	fprintf(stderr, "testutil: children still running after 30 s\n");
 }
 
+/*
+ * The directory every case's tu_tmpdir goes under (TMPDIR for the forked
+ * cases), made and removed by the runner: a case that fails leaves libcheck's
+ * child through _exit, so its own atexit cleanup never runs.
+ */
+static char *run_dir(void)
+{
+	const char *base = getenv("TMPDIR");
+	char tmpl[4096];
+	snprintf(tmpl, sizeof(tmpl), "%s/walrus-run-XXXXXX", base && *base ? base : "/tmp");
+	char *d = mkdtemp(tmpl);
+	if (d == NULL) {
+		perror("testutil: mkdtemp");
+		return NULL;
+	}
+	if (chmod(d, 0711) != 0) /* cases that act as another user reach their dirs */
+		perror("testutil: chmod");
+	d = strdup(d);
+	if (d != NULL && setenv("TMPDIR", d, 1) != 0)
+		perror("testutil: setenv TMPDIR");
+	return d;
+}
+
 int tu_run(Suite *s)
 {
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
 		perror("testutil: PR_SET_CHILD_SUBREAPER");
+	char *dir = run_dir();
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	reap_orphans();
+	if (dir != NULL && getenv("WALRUS_KEEP_TMP") == NULL)
+		tu_rmtree(dir);
+	else if (dir != NULL)
+		fprintf(stderr, "testutil: kept %s\n", dir);
+	free(dir);
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 

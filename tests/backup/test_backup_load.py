@@ -63,8 +63,7 @@ def main(cleanup):
         check(not os.path.exists(os.path.join(dest, bk.INCOMPLETE)), "DEST still marked")
         check(bk.lsn(lab["end_lsn"]) > bk.lsn(lab["start_lsn"]), f"label {lab}")
     finally:
-        for c in clients:
-            c.p.terminate()
+        wtest.freeze_then_kill([c.p for c in clients])
         for c in clients:
             c.finish()
     check(all(not c.tracker.space.errors for c in clients),

@@ -133,6 +133,28 @@ def _zombie(pid):
         return True
 
 
+def stopped(pid):
+    """Whether process @pid is stopped by a signal (or gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "Z")
+    except (OSError, IndexError):
+        return True
+
+
+def freeze_then_kill(procs):
+    """SIGSTOP every process of @procs, wait until all are stopped, then
+    SIGKILL them: none is still running to see the crash restart the first
+    death starts (a process killed between calls is still one that ended
+    without detaching)."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGSTOP)
+    check(wait_for(lambda: all(stopped(p.pid) for p in procs), 60), "clients did not stop")
+    for p in procs:
+        p.kill()
+
+
 def syscall_of(pid):
     """The system call a process is blocked in (number, or 'running'), from /proc."""
     try:
