@@ -296,6 +296,18 @@ START_TEST(splits_at_every_level_and_back)
 }
 END_TEST
 
+/* @a = a permutation of 0..n-1, from @seed. */
+static void shuffle(uint32_t *a, uint32_t n, uint64_t seed)
+{
+	for (uint32_t i = 0; i < n; i++)
+		a[i] = i;
+	for (uint32_t i = n - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)(kt_rand(&seed) % (i + 1)), t = a[i];
+		a[i] = a[j];
+		a[j] = t;
+	}
+}
+
 static void fill(uint32_t n, int vlen)
 {
 	char v[4096];
@@ -485,15 +497,10 @@ START_TEST(rightmost_leaf_fast_path_other_orders)
 {
 	static uint32_t order[FAST_N];
 	bool descending = _i == 0;
-	uint64_t seed = 42;
 	kt_init("walrus-kv", 1024);
-	for (uint32_t i = 0; i < FAST_N; i++)
-		order[i] = descending ? FAST_N - 1 - i : i;
-	for (uint32_t i = FAST_N - 1; !descending && i > 0; i--) {
-		uint32_t j = (uint32_t)(kt_rand(&seed) % (i + 1)), t = order[i];
-		order[i] = order[j];
-		order[j] = t;
-	}
+	shuffle(order, FAST_N, 42);
+	for (uint32_t i = 0; descending && i < FAST_N; i++)
+		order[i] = FAST_N - 1 - i;
 	uint64_t hits = load_hits(FAST_N, order);
 	if (descending)
 		ck_assert_uint_eq(hits, 0);
@@ -537,15 +544,8 @@ START_TEST(random_load_shifts_before_splitting)
 {
 	enum { N = 20000, VLEN = 100 };
 	static uint32_t order[N];
-	uint64_t seed = 7;
 	kt_init("walrus-kv", 1024);
-	for (uint32_t i = 0; i < N; i++)
-		order[i] = i;
-	for (uint32_t i = N - 1; i > 0; i--) {
-		uint32_t j = (uint32_t)(kt_rand(&seed) % (i + 1)), t = order[i];
-		order[i] = order[j];
-		order[j] = t;
-	}
+	shuffle(order, N, 7);
 	char v[VLEN];
 	memset(v, 'r', sizeof(v));
 	for (uint32_t i = 0; i < N; i++) {
@@ -573,17 +573,6 @@ START_TEST(random_load_shifts_before_splitting)
 	get_is(k, (size_t)kl, v, sizeof(v));
 }
 END_TEST
-
-static void shuffle(uint32_t *a, uint32_t n, uint64_t seed)
-{
-	for (uint32_t i = 0; i < n; i++)
-		a[i] = i;
-	for (uint32_t i = n - 1; i > 0; i--) {
-		uint32_t j = (uint32_t)(kt_rand(&seed) % (i + 1)), t = a[i];
-		a[i] = a[j];
-		a[j] = t;
-	}
-}
 
 enum { PFX_N = 20000, PFX_VLEN = 100 };
 
