@@ -702,6 +702,33 @@ static int replace_entry(wpath *path, int slot, const char *item, uint16_t len)
 	return rc == WALRUS_OK ? insert_item(path, 0, slot, item, len) : rc;
 }
 
+static bool has_prefix(const void *k, uint16_t kl, const kv_key *p)
+{
+	return kl >= p->len && memcmp(k, p->p, p->len) == 0;
+}
+
+/* Shortens leaf @p's prefix to what @k shares with it, when its longer
+ * entries and @k's (@len bytes with the whole key) fit; else *fits false. */
+static int shorten_prefix(kvw_page *p, const void *k, uint16_t kl, uint16_t len, bool *fits)
+{
+	kv_key pfx = kvn_prefix(p->page);
+	uint16_t q = kv_lcp(k, kl, pfx.p, pfx.len);
+	int grow = kvn_nentries(p->page) * (pfx.len - q);
+	*fits = kvp_free_space(p->page) >= grow + len - q + KV_LP_SIZE;
+	return *fits ? kvw_op(p, KVOP_PREFIX, q, NULL, 0) : WALRUS_OK;
+}
+
+/* @item (with the whole key, *len bytes) as an entry of a leaf whose prefix
+ * is @n bytes: @item itself, or re-encoded in @local. */
+static const char *entry_for(const char *item, uint16_t *len, uint16_t n, char *local)
+{
+	kv_key whole = {.len = 0};
+	if (n == 0)
+		return item;
+	*len = kvl_reencode(item, *len, &whole, n, local);
+	return local;
+}
+
 /*
  * Makes the leaf at the bottom of @path ready for @k, whose entry (whole key)
  * is @len bytes.  Only the rightmost leaf can meet a key without its prefix
@@ -712,15 +739,14 @@ static int replace_entry(wpath *path, int slot, const char *item, uint16_t len)
  */
 static int admit_key(wpath *path, const void *k, uint16_t kl, uint16_t len, bool *again)
 {
-	kvw_page *leaf = path->node[0];
-	kv_key p = kvn_prefix(leaf->page);
+	kv_key p = kvn_prefix(path->node[0]->page);
+	bool fits;
 	*again = false;
-	if (p.len == 0 || (kl >= p.len && memcmp(k, p.p, p.len) == 0))
+	if (has_prefix(k, kl, &p))
 		return WALRUS_OK;
-	uint16_t q = kv_lcp(k, kl, p.p, p.len);
-	int grow = kvn_nentries(leaf->page) * (p.len - q);
-	if (kvp_free_space(leaf->page) >= grow + len - q + KV_LP_SIZE)
-		return kvw_op(leaf, KVOP_PREFIX, q, NULL, 0);
+	int rc = shorten_prefix(path->node[0], k, kl, len, &fits);
+	if (rc != WALRUS_OK || fits)
+		return rc;
 	*again = true;
 	return split_insert(path, 0, -1, NULL, 0);
 }
@@ -776,15 +802,12 @@ static int put_rightmost(const void *k, uint16_t kl, const char *item, uint16_t 
 	/* A key without the leaf's prefix: shorten it, when that and the key fit
 	 * (else the descent splits, admit_key). */
 	kv_key pfx = kvn_prefix(p->page);
-	if (kl < pfx.len || memcmp(k, pfx.p, pfx.len) != 0) {
+	if (!has_prefix(k, kl, &pfx)) {
+		bool fits;
 		if (kv_cmp(k, kl, pfx.p, pfx.len) < 0)
 			return WALRUS_OK; /* below every key with the prefix: another leaf's */
-		uint16_t q = kv_lcp(k, kl, pfx.p, pfx.len);
-		int grow = kvn_nentries(p->page) * (pfx.len - q);
-		if (kvp_free_space(p->page) < grow + len - q + KV_LP_SIZE)
-			return WALRUS_OK;
-		int rc = kvw_op(p, KVOP_PREFIX, q, NULL, 0);
-		if (rc != WALRUS_OK)
+		int rc = shorten_prefix(p, k, kl, len, &fits);
+		if (rc != WALRUS_OK || !fits)
 			return rc;
 		pfx = kvn_prefix(p->page);
 	}
@@ -795,11 +818,7 @@ static int put_rightmost(const void *k, uint16_t kl, const char *item, uint16_t 
 	    kvp_free_space(p->page) < len - pfx.len + KV_LP_SIZE)
 		return WALRUS_OK;
 	char local[KV_LEAF_ITEM_MAX];
-	kv_key whole = {.len = 0};
-	if (pfx.len > 0) {
-		len = kvl_reencode(item, len, &whole, pfx.len, local);
-		item = local;
-	}
+	item = entry_for(item, &len, pfx.len, local);
 	int rc = kvw_op(p, KVOP_INSERT, (uint16_t)n, item, len);
 	if (rc == WALRUS_OK) {
 		kvw_meta()->nkeys++;
@@ -844,12 +863,7 @@ int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl)
 	if (ls.flags & KVN_HIGH_INF)
 		kv_sh->rightmost_leaf = path.node[0]->blk;
 	char local[KV_LEAF_ITEM_MAX];
-	const char *it = item;
-	if (ls.prefix > 0) { /* the key lies between the leaf's fences: it has the prefix */
-		kv_key whole = {.len = 0};
-		len = kvl_reencode(item, len, &whole, ls.prefix, local);
-		it = local;
-	}
+	const char *it = entry_for(item, &len, ls.prefix, local); /* admitted: it has the prefix */
 	bool eq;
 	int slot = kvn_lower_bound(path.node[0]->page, k, kl, &eq);
 	if (eq)

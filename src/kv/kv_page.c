@@ -192,11 +192,10 @@ static bool prefix_sane(const char *page)
 
 /* A leaf entry that decodes, within the size limit, whose whole key is 1 to
  * KV_MAX_KEY bytes (the writer re-encodes entries in buffers of the limit). */
-static bool leaf_entry_sane(const char *item, uint16_t len, uint16_t prefix)
+static bool leaf_entry_sane(const char *item, uint16_t len, uint16_t prefix, kv_leaf_ent *e)
 {
-	kv_leaf_ent e;
-	return (unsigned)len + KV_LP_SIZE <= KV_LEAF_ITEM_MAX && kvl_decode(item, len, &e) &&
-	       prefix + e.klen >= 1 && prefix + e.klen <= KV_MAX_KEY;
+	return (unsigned)len + KV_LP_SIZE <= KV_LEAF_ITEM_MAX && kvl_decode(item, len, e) &&
+	       prefix + e->klen >= 1 && prefix + e->klen <= KV_MAX_KEY;
 }
 
 bool kvn_entries_sane(const char *page)
@@ -208,8 +207,9 @@ bool kvn_entries_sane(const char *page)
 	for (int s = 0; s < n; s++) {
 		uint16_t len;
 		const char *item = kvp_item(page, s, &len);
+		kv_leaf_ent e;
 		bool ok = s < KV_FIRST_SLOT ? len <= KV_MAX_KEY
-		          : level == 0      ? leaf_entry_sane(item, len, prefix)
+		          : level == 0      ? leaf_entry_sane(item, len, prefix, &e)
 		                       : len >= KV_INNER_HDR && len - KV_INNER_HDR <= KV_MAX_KEY;
 		if (!ok)
 			return false;
@@ -240,7 +240,7 @@ static bool set_prefix(char *page, uint16_t n)
 		int nl = len;
 		kv_leaf_ent e;
 		if (s >= KV_FIRST_SLOT) {
-			if (!leaf_entry_sane(it, len, old.len) || !kvl_decode(it, len, &e) ||
+			if (!leaf_entry_sane(it, len, old.len, &e) ||
 			    (n > old.len && (e.klen < n - old.len ||
 			                     memcmp(e.key, low.p + old.len, n - old.len) != 0)))
 				return false;
