@@ -231,6 +231,7 @@ typedef struct kv_stats {
 	uint64_t size_checks; /* times a writer asked the data file's size */
 	uint64_t optimistic_reads;   /* gets answered by a peek at the leaf (no pin, no lock) */
 	uint64_t optimistic_retries; /* peeks that a writer overlapped: read again under a lock */
+	uint64_t node_copies_taken;  /* internal nodes a backend copied for its descents */
 	uint32_t height;             /* from the meta page */
 	uint64_t pages;              /* blocks in use, meta page included */
 	uint64_t free_pages, keys;

@@ -474,6 +474,7 @@ typedef struct kv_shared {
 		_Alignas(64) _Atomic uint64_t n;
 		_Atomic uint64_t optimistic;  /* of them answered by a peek at the leaf */
 		_Atomic uint64_t opt_retries; /* peeks a writer or a retag overlapped */
+		_Atomic uint64_t copies;      /* internal nodes copied by descents */
 	} gets[KV_GET_STRIPES];
 } kv_shared;
 extern kv_shared *kv_sh;
@@ -549,7 +550,8 @@ typedef struct kv_write_state {
 	uint32_t nspare;
 } kv_write_state;
 
-#define KV_NODE_COPIES 512 /* even: two-way sets (kv_tree.c) */
+#define KV_NODE_COPIES     512 /* per backend, any node in any place (kv_tree.c) */
+#define KV_COPY_INDEX_BITS 10  /* the copies' hash index: twice their number */
 typedef struct kv_node_copy kv_node_copy;
 
 /*
@@ -560,6 +562,9 @@ typedef struct kv_node_copy kv_node_copy;
 struct kv_backend {
 	kv_write_state w;
 	kv_node_copy *copies[KV_NODE_COPIES];
+	uint16_t copy_index[1u << KV_COPY_INDEX_BITS]; /* copy number + 1 by block; 0: empty */
+	uint8_t copy_used[KV_NODE_COPIES];             /* the clock's reference bits */
+	uint16_t copy_hand;
 	unsigned get_stripe;
 };
 extern WR_TLS kv_backend *kv_me;

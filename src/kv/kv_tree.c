@@ -182,72 +182,109 @@ static int copy_child_slot(const node_copy *c, const kv_key *k, bool before)
 	return KV_FIRST_SLOT + lo;
 }
 
+/*
+ * The copies live in KV_NODE_COPIES places found through a hash index by
+ * block number (linear probing, at most half full), and a clock picks the
+ * place a new copy takes.  Sets by block number modulo the places were
+ * tried first: a sequential load allocates a level-1 node every fanout + 1
+ * blocks, and at a stride such as 340 four or five of them shared a two-way
+ * set, so a 10M-key tree (406 internal nodes for 512 places) retook copies
+ * on most gets (docs/performance.md).  Here any internal nodes up to
+ * KV_NODE_COPIES keep their copies, whatever their block numbers.
+ */
+#define COPY_INDEX_SIZE (1u << KV_COPY_INDEX_BITS)
+_Static_assert(COPY_INDEX_SIZE >= 2 * KV_NODE_COPIES, "the copy index must stay half empty");
+
 static void copies_reset(void)
 {
 	for (int i = 0; i < KV_NODE_COPIES; i++)
 		if (node_copies[i] != NULL)
 			node_copies[i]->blk = WR_INVALID_BLKNO;
+	memset(kv_me->copy_index, 0, sizeof(kv_me->copy_index));
+	memset(kv_me->copy_used, 0, sizeof(kv_me->copy_used));
 }
 
-/*
- * Two-way sets by block number: direct-mapped, two nodes of a large tree
- * sharing a slot (one in five) took it from each other at every visit, and
- * each time the descent read the node under its lock.
- */
-static node_copy **copy_set(wr_blkno blk)
+/* Fibonacci hashing: blocks at any regular stride spread over the index. */
+static uint32_t copy_hash(wr_blkno blk)
 {
-	return &node_copies[(blk % KV_NODE_COPIES) & ~1u];
+	return (uint32_t)(blk * 2654435761u) >> (32 - KV_COPY_INDEX_BITS);
+}
+
+/* The index position holding @blk's copy number + 1, or the empty one ending its probe. */
+static uint32_t copy_probe(wr_blkno blk)
+{
+	const uint16_t *ix = kv_me->copy_index;
+	uint32_t h = copy_hash(blk);
+	while (ix[h] != 0 && node_copies[ix[h] - 1]->blk != blk)
+		h = (h + 1) & (COPY_INDEX_SIZE - 1);
+	return h;
 }
 
 static const node_copy *copy_find(wr_blkno blk, int level)
 {
-	node_copy *const *set = copy_set(blk);
-	for (int i = 0; i < 2; i++)
-		if (set[i] != NULL && set[i]->blk == blk)
-			return set[i]->level == level ? set[i] : NULL;
-	return NULL;
+	uint16_t c = kv_me->copy_index[copy_probe(blk)];
+	if (c == 0)
+		return NULL;
+	kv_me->copy_used[c - 1] = 1;
+	return node_copies[c - 1]->level == level ? node_copies[c - 1] : NULL;
 }
 
+/* Takes @blk out of the index and empties its place: the entries after it
+ * in its probe run move back, so every probe still ends at an empty slot. */
 static void copy_drop(wr_blkno blk)
 {
-	node_copy **set = copy_set(blk);
-	for (int i = 0; i < 2; i++)
-		if (set[i] != NULL && set[i]->blk == blk)
-			set[i]->blk = WR_INVALID_BLKNO;
+	uint16_t *ix = kv_me->copy_index;
+	uint32_t hole = copy_probe(blk);
+	if (ix[hole] == 0)
+		return;
+	node_copies[ix[hole] - 1]->blk = WR_INVALID_BLKNO;
+	ix[hole] = 0;
+	for (uint32_t i = (hole + 1) & (COPY_INDEX_SIZE - 1); ix[i] != 0;
+	     i = (i + 1) & (COPY_INDEX_SIZE - 1)) {
+		uint32_t home = copy_hash(node_copies[ix[i] - 1]->blk);
+		/* Stays when its home lies cyclically in (hole, i]. */
+		if (((i - home) & (COPY_INDEX_SIZE - 1)) < ((i - hole) & (COPY_INDEX_SIZE - 1)))
+			continue;
+		ix[hole] = ix[i];
+		ix[i] = 0;
+		hole = i;
+	}
 }
 
-static bool copy_free_for(const node_copy *c, wr_blkno blk)
+/* A place for a new copy: an empty one, else the first the clock finds not
+ * used since its last pass (whose copy is dropped). */
+static int copy_victim(void)
 {
-	return c == NULL || c->blk == blk || c->blk == WR_INVALID_BLKNO;
-}
-
-/* Where @blk's copy goes: its own or an empty way, else the older way's
- * memory, moved first (the newest copy of a set is in way 0). */
-static node_copy **copy_slot(wr_blkno blk)
-{
-	node_copy **set = copy_set(blk);
-	if (set[1] != NULL && set[1]->blk == blk)
-		return &set[1];
-	if (copy_free_for(set[0], blk))
-		return &set[0];
-	if (copy_free_for(set[1], blk))
-		return &set[1];
-	node_copy *older = set[1];
-	set[1] = set[0];
-	set[0] = older;
-	return &set[0];
+	for (;;) {
+		int i = kv_me->copy_hand;
+		kv_me->copy_hand = (uint16_t)((i + 1) % KV_NODE_COPIES);
+		node_copy *c = node_copies[i];
+		if (c == NULL || c->blk == WR_INVALID_BLKNO)
+			return i;
+		if (!kv_me->copy_used[i]) {
+			copy_drop(c->blk);
+			return i;
+		}
+		kv_me->copy_used[i] = 0;
+	}
 }
 
 /* Out of memory only means no copy: the node is read under its lock. */
 static void copy_take(wr_blkno blk, int level, const char *page)
 {
-	node_copy **slot = copy_slot(blk);
+	uint32_t pos = copy_probe(blk);
+	int i = kv_me->copy_index[pos] != 0 ? kv_me->copy_index[pos] - 1 : copy_victim();
+	node_copy **slot = &node_copies[i];
 	if (*slot == NULL && (*slot = calloc(1, sizeof(node_copy))) == NULL)
 		return;
+	if (kv_me->copy_index[pos] == 0) /* copy_victim may have moved entries */
+		kv_me->copy_index[copy_probe(blk)] = (uint16_t)(i + 1);
 	memcpy((*slot)->page, page, WR_PAGE_SIZE);
 	(*slot)->blk = blk;
 	(*slot)->level = level;
+	kv_me->copy_used[i] = 1;
 	copy_build_heads(*slot);
+	atomic_fetch_add_explicit(&kv_sh->gets[kv_me->get_stripe].copies, 1, memory_order_relaxed);
 }
 
 int kv_shmem_init(void)
@@ -917,6 +954,7 @@ void kv_get_stats(kv_stats *s)
 		s->gets += atomic_load(&kv_sh->gets[i].n);
 		s->optimistic_reads += atomic_load(&kv_sh->gets[i].optimistic);
 		s->optimistic_retries += atomic_load(&kv_sh->gets[i].opt_retries);
+		s->node_copies_taken += atomic_load(&kv_sh->gets[i].copies);
 	}
 	s->puts = atomic_load(&kv_sh->puts);
 	s->deletes = atomic_load(&kv_sh->deletes);
