@@ -574,13 +574,12 @@ static void report_wal(tool_ctx *ctx, const bench_args *a, const bench_summary *
                        const wal_stats *w0, const wal_stats *w1)
 {
 	uint64_t flushes = w1->flushes - w0->flushes;
-	char sync[32], io[32], direct[8];
+	char sync[32], io[32];
 	wr_opts_get(&engine_sh()->opts, "wal_sync_method", sync, sizeof(sync));
 	wr_opts_get(&engine_sh()->opts, "io_method", io, sizeof(io));
-	wr_opts_get(&engine_sh()->opts, "wal_direct_io", direct, sizeof(direct));
 	printf("%s: %d client(s) (%s), %s%s, io_method=%s, %u-byte records\n", a->workload,
 	       a->clients, a->processes ? "processes" : "threads", sync,
-	       strcmp(direct, "on") == 0 ? " + O_DIRECT" : "", io, a->value_size);
+	       w1->direct_io ? " + O_DIRECT" : "", io, a->value_size);
 	printf("  %llu ops in %.2f s: %.0f ops/s, %.1f MB/s\n", (unsigned long long)s->ops, s->secs,
 	       s->ops_s, s->mb_s);
 	printf("  latency us: avg %.0f  p50 %u  p99 %u  p99.9 %u  max %u\n", s->avg_ns / 1000,

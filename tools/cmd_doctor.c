@@ -883,7 +883,7 @@ static void check_settings(doctor *d)
 		    d, true,
 		    "full_page_writes=off: a page torn by a crash (a partial 8 KiB write) cannot "
 		    "be restored from the WAL; safe only if the storage writes 8 KiB atomically");
-	if (o->wal_direct_io && d->odirect_run && !d->odirect_ok)
+	if (o->wal_direct_io == WR_DIRECT_ON && d->odirect_run && !d->odirect_ok)
 		finding(d, true,
 		        "wal_direct_io=on, but O_DIRECT failed here: walrus cannot open its WAL");
 	if (o->wal_sync_method == WR_SYNC_OPEN_DATASYNC &&

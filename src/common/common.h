@@ -167,6 +167,8 @@ enum wr_sync_level { WR_SYNC_LEVEL_FLUSH, WR_SYNC_LEVEL_APPLY };
 enum wr_io_method { WR_IO_SYNC, WR_IO_URING };
 enum wr_wal_compression { WR_COMPRESS_OFF, WR_COMPRESS_ZSTD };
 enum wr_huge_pages { WR_HUGE_OFF, WR_HUGE_TRY, WR_HUGE_ON };
+/* auto: O_DIRECT unless archiving or replication reads the WAL back (src/wal/flush.c). */
+enum wr_direct_io { WR_DIRECT_OFF, WR_DIRECT_ON, WR_DIRECT_AUTO };
 
 typedef struct wr_options {
 	/* memory and files */
@@ -179,9 +181,9 @@ typedef struct wr_options {
 	int64_t wal_segment_size; /* bytes, power of two */
 	int64_t wal_buffers;      /* bytes */
 	int wal_sync_method;      /* enum wr_sync_method */
-	bool wal_direct_io;
-	int io_method;       /* enum wr_io_method */
-	int wal_compression; /* enum wr_wal_compression */
+	int wal_direct_io;        /* enum wr_direct_io */
+	int io_method;            /* enum wr_io_method */
+	int wal_compression;      /* enum wr_wal_compression */
 	int64_t wal_compression_level;
 	int64_t wal_writer_delay_us;
 	bool full_page_writes;

@@ -45,6 +45,7 @@ static const char *const io_method_names[] = {"sync", "io_uring", NULL};
 static const char *const sync_level_names[] = {"flush", "apply", NULL};
 static const char *const compression_names[] = {"off", "zstd", NULL};
 static const char *const huge_pages_names[] = {"off", "try", "on", NULL};
+static const char *const direct_io_names[] = {"off", "on", "auto", NULL};
 static const char *const log_level_names[] = {"debug", "log",   "warning", "error",
                                               "fatal", "panic", NULL};
 
@@ -76,8 +77,8 @@ static const wr_opt_desc opt_table[] = {
         "shared memory for WAL not yet written"),
     OPT("wal_sync_method", WR_OPT_ENUM, INST, wal_sync_method, "fdatasync", 0, 0, sync_method_names,
         "how WAL is forced to disk"),
-    OPT("wal_direct_io", WR_OPT_BOOL, INST, wal_direct_io, "off", 0, 0, NULL,
-        "open WAL segments with O_DIRECT"),
+    OPT("wal_direct_io", WR_OPT_ENUM, INST, wal_direct_io, "auto", 0, 0, direct_io_names,
+        "open WAL segments with O_DIRECT (auto: unless archiving or replication reads them)"),
     OPT("io_method", WR_OPT_ENUM, INST, io_method, "sync", 0, 0, io_method_names,
         "system calls used for checkpoint, bgwriter, WAL and recovery I/O"),
     OPT("wal_compression", WR_OPT_ENUM, INST, wal_compression, "off", 0, 0, compression_names,
@@ -570,7 +571,16 @@ static bool value_ok(const wr_opt_desc *d, union opt_value v)
 /* Spellings users bring from PostgreSQL: wal_compression = on picks the one method there is. */
 static const struct {
 	const char *opt, *alias, *value;
-} enum_aliases[] = {{"wal_compression", "on", "zstd"}};
+} enum_aliases[] = {
+    {"wal_compression", "on", "zstd"},
+    /* wal_direct_io was a boolean: its spellings still mean on and off. */
+    {"wal_direct_io", "true", "on"},
+    {"wal_direct_io", "yes", "on"},
+    {"wal_direct_io", "1", "on"},
+    {"wal_direct_io", "false", "off"},
+    {"wal_direct_io", "no", "off"},
+    {"wal_direct_io", "0", "off"},
+};
 
 static const char *enum_alias(const wr_opt_desc *d, const char *text)
 {

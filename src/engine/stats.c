@@ -103,6 +103,7 @@ static void stats_wal(jbuf *j)
 	wal_stats w;
 	wal_get_stats(&w);
 	jb_open(j, "wal");
+	jb_str(j, "io", w.direct_io ? "direct" : "buffered");
 	jb_lsn(j, "insert_lsn", wal_insert_lsn());
 	jb_lsn(j, "flush_lsn", wal_flushed_lsn());
 	jb_lsn(j, "redo_lsn", wal_redo_lsn());

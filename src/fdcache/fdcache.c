@@ -353,7 +353,8 @@ static int fdc_evict_one(void)
 /* open(2) through the failpoints, EINTR retried (a slow device or FIFO may be interrupted). */
 static int fdc_sys_open(const char *path, int flags, mode_t mode)
 {
-	int injected = ts_fp_check("open", path, NULL);
+	/* "open" failpoints match both; "open_direct" only an open with O_DIRECT. */
+	int injected = ts_fp_check((flags & O_DIRECT) ? "open_direct" : "open", path, NULL);
 	if (injected > 0) {
 		errno = injected;
 		return -1;

@@ -45,7 +45,7 @@ static uint64_t fp_hits;
 
 static const char *const fp_ops[] = {
     "open",   "pread",  "pwrite", "fsync",     "fdatasync", "sync_range", "truncate", "fallocate",
-    "rename", "unlink", "close",  "fsync_dir", "mkdir",     "any",        "backup",
+    "rename", "unlink", "close",  "fsync_dir", "mkdir",     "any",        "backup",   "open_direct",
 };
 
 static const struct {
@@ -211,7 +211,8 @@ uint64_t ts_failpoint_hits(void)
 
 static bool fp_matches(const fp_entry *e, const char *op, const char *path, const char *path2)
 {
-	if (strcmp(e->op, op) != 0 && strcmp(e->op, "any") != 0)
+	bool open_match = strcmp(e->op, "open") == 0 && strcmp(op, "open_direct") == 0;
+	if (strcmp(e->op, op) != 0 && strcmp(e->op, "any") != 0 && !open_match)
 		return false;
 	if (e->path == NULL)
 		return true;

@@ -75,9 +75,30 @@ static int open_flags(void)
 	int fl = O_RDWR | O_CLOEXEC;
 	if (wal_sh->sync_method == WR_SYNC_OPEN_DATASYNC)
 		fl |= O_DSYNC;
-	if (wal_sh->direct)
+	if (atomic_load_explicit(&wal_sh->direct, memory_order_relaxed))
 		fl |= O_DIRECT;
 	return fl;
+}
+
+/*
+ * Opens a segment.  O_DIRECT refused (EINVAL at open: a file system without
+ * it, as tmpfs before Linux 6.6) under wal_direct_io=auto turns it off for
+ * the instance, said once; an explicit wal_direct_io=on keeps the PANIC.
+ */
+static void segment_open(const char *path)
+{
+	int fl = open_flags();
+	int rc = fdc_open(path, fl, 0600, &seg.f);
+	if (rc == WALRUS_EINVAL && (fl & O_DIRECT) && wal_sh->direct_auto) {
+		if (atomic_exchange(&wal_sh->direct, false))
+			wr_log(WR_LOG,
+			       "the file system of \"%s\" refuses O_DIRECT (%s): WAL goes through "
+			       "the page cache (wal_direct_io=auto)",
+			       wal_sh->waldir, walrus_errmsg());
+		rc = fdc_open(path, open_flags(), 0600, &seg.f);
+	}
+	if (rc != WALRUS_OK)
+		wr_panic("could not open WAL segment: %s", walrus_errmsg());
 }
 
 /* Set while this process runs a WAL writer round: what it creates is
@@ -128,8 +149,7 @@ static fdc_file segment_fd(uint64_t seg_start)
 	ensure_segment(seg_start);
 	char path[PATH_MAX];
 	wal_segment_path(wal_sh->waldir, wal_sh->seg_size, seg_start, path, sizeof(path));
-	if (fdc_open(path, open_flags(), 0600, &seg.f) != WALRUS_OK)
-		wr_panic("could not open WAL segment: %s", walrus_errmsg());
+	segment_open(path);
 	fdc_pin(seg.f, true);
 	seg.start = seg_start;
 	return seg.f;

@@ -286,6 +286,7 @@ typedef struct wal_stats {
 	 * preallocation): it reached a segment that was not there yet */
 	uint64_t segments_on_demand;
 	uint32_t prealloc_ahead; /* segments the WAL writer keeps ready past the insert's */
+	bool direct_io;          /* segments are opened with O_DIRECT (wal_direct_io) */
 } wal_stats;
 void wal_get_stats(wal_stats *s);
 

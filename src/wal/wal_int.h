@@ -92,7 +92,11 @@ typedef struct wal_shared {
 	uint64_t seg_size;
 	uint32_t nbufs, nslots;
 	int sync_method, io_method, zstd_level;
-	bool direct, fpw;
+	bool fpw;
+	/* Segments opened with O_DIRECT; wal_direct_io=auto clears it for good
+	 * when the file system refuses O_DIRECT (flush.c, segment_fd). */
+	_Atomic bool direct;
+	bool direct_auto;
 	int64_t max_wal_size;
 	uint64_t gather_ns;      /* commit_gather */
 	uint64_t ckpt_wal_bytes; /* WAL since redo that asks for a checkpoint */

@@ -29,7 +29,7 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(o.wal_segment_size, 16LL << 20);
 	ck_assert_int_eq(o.wal_buffers, 4LL << 20);
 	ck_assert_int_eq(o.wal_sync_method, WR_SYNC_FDATASYNC);
-	ck_assert(!o.wal_direct_io);
+	ck_assert_int_eq(o.wal_direct_io, WR_DIRECT_AUTO);
 	ck_assert_int_eq(o.io_method, WR_IO_SYNC);
 	ck_assert_int_eq(o.wal_compression, WR_COMPRESS_OFF);
 	ck_assert_int_eq(o.wal_compression_level, 3);
@@ -225,6 +225,9 @@ START_TEST(test_values_and_units)
 	check_set_get("wal_direct_io", "TRUE", "on");
 	check_set_get("wal_direct_io", "yes", "on");
 	check_set_get("wal_direct_io", "1", "on");
+	check_set_get("wal_direct_io", "no", "off");
+	check_set_get("wal_direct_io", "False", "off");
+	check_set_get("wal_direct_io", "AUTO", "auto");
 	check_set_get("io_method", "io_uring", "io_uring");
 	check_set_get("huge_pages", "on", "on");
 	check_set_get("huge_pages", "OFF", "off");
@@ -342,6 +345,7 @@ START_TEST(test_bad_values)
 	check_bad("full_page_writes", "2");
 	check_bad("io_method", "aio");
 	check_bad("huge_pages", "maybe");
+	check_bad("wal_direct_io", "maybe");
 	check_bad("wal_sync_method", "fsync_writethrough");
 	check_bad("wal_compression", "lz4");
 	check_bad("log_min_messages", "notice");
@@ -450,7 +454,7 @@ START_TEST(test_json)
 	ck_assert_ptr_nonnull(strstr(buf, "{\"shared_buffers\":\"128MB\","));
 	ck_assert_ptr_nonnull(strstr(buf, "\"max_open_files\":1000,"));
 	ck_assert_ptr_nonnull(strstr(buf, "\"full_page_writes\":true,"));
-	ck_assert_ptr_nonnull(strstr(buf, "\"wal_direct_io\":false,"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"wal_direct_io\":\"auto\","));
 	ck_assert_ptr_nonnull(strstr(buf, "\"checkpoint_timeout\":\"5min\","));
 	ck_assert_ptr_nonnull(strstr(buf, "\"checkpoint_completion_target\":\"0.9\","));
 	ck_assert_ptr_nonnull(strstr(buf, "\"create_if_missing\":false,"));

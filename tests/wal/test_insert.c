@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "fdcache/fdcache.h"
+#include "testsupport/testsupport.h"
 
 static uint32_t payload_len(uint32_t who, uint32_t seq)
 {
@@ -228,9 +229,8 @@ static int run_variant(void *p)
 START_TEST(every_write_path_writes_the_same_bytes)
 {
 	const char *variants[][2] = {
-	    {"wal_direct_io", "on"},
-	    {"io_method", "io_uring"},
-	    {"wal_sync_method", "open_datasync"},
+	    {"wal_direct_io", "on"},      {"wal_direct_io", "off"},
+	    {"io_method", "io_uring"},    {"wal_sync_method", "open_datasync"},
 	    {"wal_sync_method", "fsync"},
 	};
 	const char *ref = tu_tmpdir("walrus-walref");
@@ -246,6 +246,68 @@ START_TEST(every_write_path_writes_the_same_bytes)
 }
 END_TEST
 
+/* The WAL's I/O for options @v (name, value pairs, NULL-ended): 1 direct, 0 buffered. */
+static int direct_with(void *p)
+{
+	const char **v = p;
+	wal_detach();
+	shm_detach();
+	wt_base_opts(NULL, NULL);
+	for (int i = 0; v[i] != NULL; i += 2)
+		ck_assert_int_eq(wr_opts_set(&wt_opts, v[i], v[i + 1]), WALRUS_OK);
+	wt_setup_wal(tu_tmpdir("walrus-waldirect"), 0);
+	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
+	wal_flush_to(insert_one(3, 0, NULL));
+	wal_stats st;
+	wal_get_stats(&st);
+	return st.direct_io ? 1 : 0;
+}
+
+/* auto: O_DIRECT unless an archiver or a WAL sender reads the segments back. */
+START_TEST(auto_direct_io_unless_wal_is_read_back)
+{
+	const char *none[] = {NULL}, *arch[] = {"archive_mode", "on", NULL},
+	           *repl[] = {"listen_replication", "127.0.0.1:5433", NULL},
+	           *forced[] = {"archive_mode", "on", "wal_direct_io", "on", NULL},
+	           *off[] = {"wal_direct_io", "off", NULL};
+	const struct {
+		const char **opts;
+		int direct;
+	} cases[] = {{none, 1}, {arch, 0}, {repl, 0}, {forced, 1}, {off, 0}};
+	for (size_t i = 0; i < WR_ARRAY_LEN(cases); i++)
+		ck_assert_msg(tu_wait(tu_fork(direct_with, cases[i].opts)) == cases[i].direct,
+		              "case %zu", i);
+}
+END_TEST
+
+static int refused_variant(void *p)
+{
+	ck_assert_int_eq(ts_failpoint_set("open_direct:EINVAL:/wal/*0"), WALRUS_OK);
+	run_variant(p);
+	ck_assert_uint_gt(ts_failpoint_hits(), 0);
+	wal_stats st;
+	wal_get_stats(&st);
+	return st.direct_io ? 1 : 0;
+}
+
+/*
+ * A file system that refuses O_DIRECT (EINVAL at open, injected): under auto
+ * the WAL goes on through the page cache, byte for byte the same.
+ */
+START_TEST(auto_direct_io_falls_back_when_refused)
+{
+	const char *ref = tu_tmpdir("walrus-walref");
+	wr_lsn end = fill_fixed(ref, NULL, NULL);
+	wal_stats st;
+	wal_get_stats(&st);
+	ck_assert(st.direct_io);
+	const char *dir = tu_tmpdir("walrus-walvar");
+	const char *arg[3] = {dir, "wal_direct_io", "auto"};
+	ck_assert_int_eq(tu_wait(tu_fork(refused_variant, arg)), 0);
+	compare_segments(ref, dir, end);
+}
+END_TEST
+
 static Suite *insert_suite(void)
 {
 	Suite *s = suite_create("wal-insert");
@@ -256,6 +318,8 @@ static Suite *insert_suite(void)
 	tcase_add_test(t, concurrent_inserters);
 	tcase_add_test(t, group_commit_releases_waiters);
 	tcase_add_test(t, every_write_path_writes_the_same_bytes);
+	tcase_add_test(t, auto_direct_io_unless_wal_is_read_back);
+	tcase_add_test(t, auto_direct_io_falls_back_when_refused);
 	suite_add_tcase(s, t);
 	return s;
 }
