@@ -126,7 +126,8 @@ static void ensure_segment(uint64_t seg_start)
 	if (seg_start + wal_sh->seg_size <= atomic_load(&wal_sh->prealloc_end))
 		return;
 	bool filled;
-	int rc = wal_segment_make(wal_sh->waldir, wal_sh->seg_size, seg_start, &filled);
+	int rc = wal_segment_make(wal_sh->waldir, wal_sh->seg_size, seg_start,
+	                          atomic_load(&wal_sh->direct), &filled);
 	if (rc != WALRUS_OK)
 		wr_panic("could not create WAL segment for " WAL_LSN_FMT ": %s",
 		         WAL_LSN_ARGS(seg_start), walrus_errmsg());
@@ -712,7 +713,9 @@ static void preallocate_segments(void)
 		return;
 	uint64_t flushed = atomic_load(&wal_sh->flush_lsn);
 	for (uint64_t s = WR_MAX(have, flushed - flushed % size); s <= next; s += size) {
-		int rc = wal_segment_create(wal_sh->waldir, size, s);
+		bool filled;
+		int rc = wal_segment_make(wal_sh->waldir, size, s, atomic_load(&wal_sh->direct),
+		                          &filled);
 		if (rc != WALRUS_OK) {
 			wr_log(WR_WARNING, "could not preallocate WAL segment: %s",
 			       walrus_errmsg());

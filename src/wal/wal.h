@@ -388,9 +388,11 @@ int wal_slots_list(wal_slot_info *out, int max);
  * right size; WALRUS_ECORRUPT when it exists with the wrong size.
  */
 int wal_segment_create(const char *waldir, uint64_t seg_size, wr_lsn start);
-/* The same; *filled tells whether this call wrote a zero-filled file (even
- * one that another process's rename then made useless). */
-int wal_segment_make(const char *waldir, uint64_t seg_size, wr_lsn start, bool *filled);
+/* The same, zero-filling through O_DIRECT if @direct; *filled tells whether
+ * this call wrote a zero-filled file (even one that another process's rename
+ * then made useless). */
+int wal_segment_make(const char *waldir, uint64_t seg_size, wr_lsn start, bool direct,
+                     bool *filled);
 /*
  * Removes the temporary segments (NAME.tmp.PID) that processes killed while
  * creating a segment left in @waldir; only while no other process can be

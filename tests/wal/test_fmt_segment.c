@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -106,6 +107,43 @@ START_TEST(test_create)
 	              "%s", walrus_errmsg());
 	/* A missing directory is an error, not a crash. */
 	ck_assert_int_ne(wal_segment_create("/nonexistent/wal", SEG, SEG), WALRUS_OK);
+}
+END_TEST
+
+/* Pages of the file at @path in the page cache. */
+static size_t resident_pages(const char *path, size_t size)
+{
+	int fd = open(path, O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	void *m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t n = (size + (size_t)pg - 1) / (size_t)pg, in = 0;
+	unsigned char *vec = malloc(n);
+	ck_assert_int_eq(mincore(m, size, vec), 0);
+	for (size_t i = 0; i < n; i++)
+		in += vec[i] & 1;
+	free(vec);
+	munmap(m, size);
+	close(fd);
+	return in;
+}
+
+/* For an O_DIRECT WAL the zeros bypass the page cache too; otherwise they
+ * are written through it (and stay there, nothing evicting them). */
+START_TEST(test_create_direct)
+{
+	uint64_t size = 4u << 20;
+	char path[600];
+	bool filled;
+	ck_assert_int_eq(wal_segment_make(waldir, size, size, true, &filled), WALRUS_OK);
+	ck_assert(filled);
+	wal_segment_path(waldir, size, size, path, sizeof(path));
+	ck_assert_uint_eq(resident_pages(path, size), 0);
+	check_zero_file(path, (off_t)size);
+	ck_assert_int_eq(wal_segment_make(waldir, size, 2 * size, false, &filled), WALRUS_OK);
+	wal_segment_path(waldir, size, 2 * size, path, sizeof(path));
+	ck_assert_uint_eq(resident_pages(path, size), size / (uint64_t)sysconf(_SC_PAGESIZE));
 }
 END_TEST
 
@@ -247,6 +285,7 @@ static Suite *segment_suite(void)
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_add_test(tc, test_names);
 	tcase_add_test(tc, test_create);
+	tcase_add_test(tc, test_create_direct);
 	tcase_add_test(tc, test_recycle_some);
 	tcase_add_test(tc, test_recycle_all_or_none);
 	tcase_add_test(tc, test_recycle_settle);
