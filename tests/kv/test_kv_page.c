@@ -22,6 +22,34 @@ static void leaf_init(char *p, const char *low, const char *high)
 
 /* ---------------------------------------------------------------- slotted page */
 
+/* memcmp order, shorter first on a tie: the sign kv_cmp must give. */
+static int ref_cmp(const unsigned char *a, size_t al, const unsigned char *b, size_t bl)
+{
+	int c = memcmp(a, b, al < bl ? al : bl);
+	if (c != 0)
+		return c < 0 ? -1 : 1;
+	return al < bl ? -1 : al > bl ? 1 : 0;
+}
+
+/* Keys of 0..12 bytes over a few byte values, 0x00 and 0xff among them:
+ * the short ones take kv_cmp's loop, the others memcmp. */
+START_TEST(key_order_is_memcmp_order)
+{
+	static const unsigned char vals[] = {0x00, 0x01, 0x7f, 0x80, 0xff};
+	uint64_t seed = 7;
+	for (int i = 0; i < 200000; i++) {
+		unsigned char a[12], b[12];
+		size_t al = (size_t)(kt_rand(&seed) % 13), bl = (size_t)(kt_rand(&seed) % 13);
+		for (size_t j = 0; j < sizeof(a); j++) {
+			a[j] = vals[kt_rand(&seed) % sizeof(vals)];
+			b[j] = j < 4 ? a[j] : vals[kt_rand(&seed) % sizeof(vals)]; /* long ties */
+		}
+		int c = kv_cmp(a, al, b, bl);
+		ck_assert_int_eq(c < 0 ? -1 : c > 0 ? 1 : 0, ref_cmp(a, al, b, bl));
+	}
+}
+END_TEST
+
 START_TEST(slotted_page_matches_a_model)
 {
 	enum { MAXN = 400 };
@@ -412,6 +440,7 @@ static Suite *page_suite(void)
 {
 	Suite *s = suite_create("kv-page");
 	TCase *t = tcase_create("page");
+	tcase_add_test(t, key_order_is_memcmp_order);
 	tcase_add_test(t, slotted_page_matches_a_model);
 	tcase_add_test(t, compaction_reclaims_deleted_space);
 	tcase_add_test(t, node_search_and_fences);
