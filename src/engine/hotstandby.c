@@ -46,6 +46,7 @@
 #include "fdcache/fdcache.h"
 #include "kv/kv.h"
 #include "repl/repl.h"
+#include "testsupport/testsupport.h"
 #include "wal/wal.h"
 
 #define HS_ARCHIVE_POLL_NS (1000ULL * 1000000ULL) /* look in the archive again after 1 s */
@@ -182,8 +183,11 @@ static wr_lsn hs_wait(wr_lsn limit, bool *promote, bool *replaced)
 			*promote = true;
 			return limit;
 		}
+		/* The nap only bounds how late a dead supervisor is noticed: new
+		 * WAL, a promotion and a stop all move wal_seq. */
 		(void)ipc_wait_u32(&sb->wal_seq, seen,
-		                   hs.archive[0] != '\0' ? HS_ARCHIVE_POLL_NS : HS_IDLE_NS);
+		                   hs.archive[0] != '\0' ? HS_ARCHIVE_POLL_NS
+		                                         : ts_standby_nap_ns(HS_IDLE_NS));
 	}
 }
 

@@ -905,6 +905,11 @@ static void finish_shutdown(void)
 		(void)ipc_wait_u32(&e->arch.switching, 1, 10 * 1000000ULL);
 	atomic_store(&e->shutdown_requested, 1);
 	ipc_wake_all(&e->shutdown_requested);
+	/* A standby's startup process sleeps on the WAL's arrival between records
+	 * (hotstandby.c, hs_wait): a new value ends its wait at once, without it
+	 * the stop waited out its 10 s nap. */
+	atomic_fetch_add(&e->sb.wal_seq, 1);
+	ipc_wake_all(&e->sb.wal_seq);
 	for (int k = 0; k < WR_AUX_NKINDS; k++)
 		ipc_wake_all(&e->aux_wakeup[k]);
 	wal_wake_workers();

@@ -254,3 +254,14 @@ int ts_failpoints_from_env(void)
 		return 0;
 	return ts_failpoint_set(spec);
 }
+
+uint64_t ts_standby_nap_ns(uint64_t dflt)
+{
+	const char *s = getenv("WALRUS_TEST_STANDBY_NAP_MS");
+	char *end;
+	if (s == NULL || *s == '\0')
+		return dflt;
+	errno = 0;
+	unsigned long long ms = strtoull(s, &end, 10);
+	return errno == 0 && *end == '\0' && ms < UINT64_MAX / 1000000ULL ? ms * 1000000ULL : dflt;
+}

@@ -27,6 +27,10 @@
  * through the seam.  The environment variable WALRUS_FAILPOINTS is read by
  * fdc_init().
  *
+ * WALRUS_TEST_STANDBY_NAP_MS sets how long a standby's startup process
+ * sleeps between looks when no WAL comes (ts_standby_nap_ns), so that a
+ * test can make any wait that relies on the nap's end hang.
+ *
  * The power-loss journal (WALRUS_POWERLOSS=DIR, powerloss.c explains it)
  * records each change the fd cache makes to a file, so that
  * tests/durability/powerloss.py can undo what a power cut may lose.
@@ -68,6 +72,9 @@ int ts_failpoints_from_env(void);
  */
 int ts_fp_check(const char *op, const char *path, const char *path2);
 
+/* The standby's nap: WALRUS_TEST_STANDBY_NAP_MS if set, else @dflt. */
+uint64_t ts_standby_nap_ns(uint64_t dflt);
+
 /* Is the journal on (WALRUS_POWERLOSS set)?  One getenv per process. */
 bool ts_pl_enabled(void);
 /* Intent records, before a change; each returns the record's offset for ts_pl_done. */
@@ -90,6 +97,10 @@ static inline int ts_fp_check(const char *op, const char *path, const char *path
 {
 	(void)op, (void)path, (void)path2;
 	return 0;
+}
+static inline uint64_t ts_standby_nap_ns(uint64_t dflt)
+{
+	return dflt;
 }
 static inline bool ts_pl_enabled(void)
 {
