@@ -1047,11 +1047,26 @@ int fdc_fsync_parent(const char *path)
 	return rc;
 }
 
+/* lstat through the failpoints (test builds). */
+static int fdc_sys_lstat(const char *path, struct stat *st)
+{
+	int injected = ts_fp_check("stat", path, NULL);
+	if (injected > 0) {
+		errno = injected;
+		return -1;
+	}
+	return lstat(path, st);
+}
+
 /*
  * Regular files and directories under @dir (symbolic links, sockets and
- * the like are skipped), children before their directory.  The directory
- * stream holds one fd outside the cache's bound per level: the data
- * directory is three levels deep.
+ * the like are skipped), children before their directory.  An entry gone
+ * between readdir and its stat or open (ENOENT) has nothing left to make
+ * durable, and is skipped, as PostgreSQL's walk does: after a crash the
+ * dead instance's last processes may still be removing their sockets and
+ * temporary files while the next instance syncs the directory.  The
+ * directory stream holds one fd outside the cache's bound per level: the
+ * data directory is three levels deep.
  */
 static int fdc_sync_tree_at(const char *dir, int depth, uint64_t *nfiles)
 {
@@ -1077,7 +1092,9 @@ static int fdc_sync_tree_at(const char *dir, int depth, uint64_t *nfiles)
 			break;
 		}
 		struct stat st;
-		if (lstat(path, &st) != 0) {
+		if (fdc_sys_lstat(path, &st) != 0) {
+			if (errno == ENOENT)
+				continue;
 			rc = fdc_syserr(errno, "stat", path);
 			break;
 		}
@@ -1085,6 +1102,11 @@ static int fdc_sync_tree_at(const char *dir, int depth, uint64_t *nfiles)
 			rc = fdc_sync_tree_at(path, depth + 1, nfiles);
 		else if (S_ISREG(st.st_mode)) {
 			rc = fdc_fsync_open_path(path, false);
+			/* fsync never says ENOENT: the open did, the file is gone. */
+			if (rc != 0 && errno == ENOENT) {
+				wr_error_clear();
+				continue;
+			}
 			*nfiles += rc == 0;
 		}
 		if (rc != 0)

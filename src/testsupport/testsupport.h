@@ -12,7 +12,8 @@
  * kernel had returned it.  A spec is a ';'-separated list of entries
  *     OP:ERRNO[:PATH_SUBSTRING][@SKIP][*COUNT]
  * OP is open, open_direct (an open with O_DIRECT; "open" matches those
- * too), pread, pwrite, fsync, fdatasync, sync_range, truncate,
+ * too), stat (the data directory walk's lstat), pread, pwrite, fsync,
+ * fdatasync, sync_range, truncate,
  * fallocate, rename, unlink, close, fsync_dir, mkdir, any, or backup (no
  * syscall: the steps of a base backup, whose path is "start DEST",
  * "copy-data FILE", "copy-wal SEGMENT", "before-label DEST" or

@@ -385,6 +385,37 @@ static void expect_fail(int rc, int err)
 	ck_assert_int_eq(rc, wr_errno_code(err));
 }
 
+static void touch(const char *name)
+{
+	fdc_file f = open_new(name);
+	ck_assert_int_eq(fdc_close(f), 0);
+}
+
+/* A file gone between readdir and its stat or its open (injected ENOENT) is
+ * skipped by the directory walk; any other error still fails it. */
+START_TEST(test_sync_tree_skips_vanished_files)
+{
+	ck_assert_int_eq(fdc_init(16), 0);
+	touch("a");
+	touch("b");
+	touch("gone-at-stat");
+	touch("gone-at-open");
+	uint64_t n = 0;
+	ck_assert_int_eq(ts_failpoint_set("stat:ENOENT:gone-at-stat;open:ENOENT:gone-at-open"), 0);
+	ck_assert_int_eq(fdc_sync_tree(dir, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_uint_eq(ts_failpoint_hits(), 2);
+	ck_assert_int_eq(ts_failpoint_set("stat:EACCES:gone-at-stat"), 0);
+	ck_assert_int_ne(fdc_sync_tree(dir, &n), 0);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "gone-at-stat"));
+	ck_assert_int_eq(ts_failpoint_set("open:EIO:gone-at-open"), 0);
+	ck_assert_int_ne(fdc_sync_tree(dir, &n), 0);
+	ck_assert_int_eq(ts_failpoint_set(NULL), 0);
+	ck_assert_int_eq(fdc_sync_tree(dir, &n), 0);
+	ck_assert_uint_eq(n, 4);
+}
+END_TEST
+
 START_TEST(test_failpoint_each_op)
 {
 	ck_assert_int_eq(fdc_init(16), 0);
@@ -768,6 +799,7 @@ static Suite *fdcache_suite(void)
 	tcase_add_test(tc, test_hook_error_prevents_close);
 	tcase_add_test(tc, test_close_failure_panics);
 	tcase_add_test(tc, test_failpoint_each_op);
+	tcase_add_test(tc, test_sync_tree_skips_vanished_files);
 	tcase_add_test(tc, test_failpoint_skip_count);
 	tcase_add_test(tc, test_failpoint_env);
 	tcase_add_test(tc, test_failpoint_short_write);
