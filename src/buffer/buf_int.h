@@ -33,6 +33,7 @@
 #define BM_IO_ERROR          (1u << 27) /* the last I/O failed */
 #define BM_CHECKPOINT_NEEDED (1u << 28) /* dirty before the current checkpoint began */
 #define BM_IO_WAITER         (1u << 29) /* someone sleeps until the I/O in progress ends */
+#define BM_CHECKED           (1u << 30) /* the access method checked the page (buf_set_checked) */
 
 #define BUF_REFCOUNT(s) ((s)&BUF_REFCOUNT_MASK)
 #define BUF_USAGE(s)    (((s)&BUF_USAGE_MASK) >> BUF_USAGE_SHIFT)

@@ -131,6 +131,17 @@ void *buf_page(int buf);
 /* Requires the exclusive content lock: the page will be written before eviction. */
 void buf_mark_dirty(int buf);
 void buf_tag(int buf, wr_relid *rel, wr_blkno *blk);
+/*
+ * A mark for the access method: set once it has checked the structure of
+ * the page in a pinned buffer (kv: every entry decodes), so that its writer
+ * does not check again on every batch while the page stays.  Changes made
+ * by its own page ops keep a page well formed; the mark goes when the
+ * buffer takes another page (read or made) and when redo replaces the page
+ * whole (a full-page image, an init).
+ */
+bool buf_checked(int buf);
+void buf_set_checked(int buf);
+void buf_clear_checked(int buf);
 
 /*
  * Logged changes (PostgreSQL's START_CRIT_SECTION ... XLogInsert ... pattern):

@@ -490,7 +490,8 @@ static int buf_retag(int victim, uint32_t state, wr_relid rel, wr_blkno blk, uin
 	buf_version_open(d);
 	d->rel = rel;
 	d->blk = blk;
-	s &= ~(BM_VALID | BM_DIRTY | BM_IO_ERROR | BM_CHECKPOINT_NEEDED | BUF_USAGE_MASK);
+	s &= ~(BM_VALID | BM_DIRTY | BM_IO_ERROR | BM_CHECKPOINT_NEEDED | BM_CHECKED |
+	       BUF_USAGE_MASK);
 	buf_hdr_unlock(d, s | BM_TAG_VALID | BUF_USAGE_ONE);
 	buf_version_close(d);
 	buf_table_insert(hash, victim, rel, blk);
@@ -776,6 +777,30 @@ void buf_mark_dirty(int buf)
 		wr_panic("buffer %d marked dirty but not valid", buf);
 	}
 	buf_hdr_unlock(d, s | BM_DIRTY);
+}
+
+bool buf_checked(int buf)
+{
+	buf_check_pinned(buf_me, buf, "checked");
+	return atomic_load(&buf_get_desc(buf)->state) & BM_CHECKED;
+}
+
+static void set_checked(int buf, bool on)
+{
+	buf_check_pinned(buf_me, buf, "set checked");
+	buf_desc *d = buf_get_desc(buf);
+	uint32_t s = buf_hdr_lock(d);
+	buf_hdr_unlock(d, on ? s | BM_CHECKED : s & ~BM_CHECKED);
+}
+
+void buf_set_checked(int buf)
+{
+	set_checked(buf, true);
+}
+
+void buf_clear_checked(int buf)
+{
+	set_checked(buf, false);
 }
 
 void buf_tag(int buf, wr_relid *rel, wr_blkno *blk)

@@ -88,6 +88,8 @@ static int redo_get(const wal_decoded *rec, int id, void **page, int *action)
 		return rc;
 	void *p = buf_page(s->buf);
 	*action = REDO_NEEDED;
+	if (whole)
+		buf_clear_checked(s->buf);
 	if (b->flags & WAL_BLK_HAS_IMAGE) {
 		rc = wal_fpi_decode(b->image, &b->ih, b->flags, p);
 		s->restored = rc == WALRUS_OK;

@@ -231,10 +231,43 @@ START_TEST(eviction_through_small_pool)
 }
 END_TEST
 
+/* The access method's mark stays with the page while it stays in its
+ * buffer, and goes when the buffer takes another page. */
+START_TEST(checked_mark_goes_with_the_page)
+{
+	setup(16);
+	make_blocks(120);
+	int buf;
+	ck_assert_int_eq(buf_read(REL, 0, &buf), WALRUS_OK);
+	ck_assert(!buf_checked(buf));
+	buf_set_checked(buf);
+	ck_assert(buf_checked(buf));
+	buf_release(buf);
+	ck_assert_int_eq(buf_read(REL, 0, &buf), WALRUS_OK);
+	ck_assert(buf_checked(buf)); /* still there: a hit */
+	buf_clear_checked(buf);
+	ck_assert(!buf_checked(buf));
+	buf_set_checked(buf);
+	int first = buf;
+	buf_release(buf);
+	/* Every other block through the 16 buffers: block 0's is taken. */
+	for (wr_blkno b = 1; b < 120; b++) {
+		ck_assert_int_eq(buf_read(REL, b, &buf), WALRUS_OK);
+		if (buf == first)
+			ck_assert(!buf_checked(buf)); /* another page in it */
+		buf_release(buf);
+	}
+	ck_assert_int_eq(buf_read(REL, 0, &buf), WALRUS_OK);
+	ck_assert(!buf_checked(buf)); /* read anew */
+	buf_release(buf);
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
 START_TEST(wal_flushed_before_dirty_victim_is_written)
 {
 	setup(16);
-	make_blocks(40);
+	make_blocks(120);
 	ck_assert_int_eq(buf_flush_all(), WALRUS_OK);
 	/* Dirty block 0 with an LSN that is not yet flushed. */
 	int buf;
@@ -690,6 +723,7 @@ static Suite *buffer_suite(void)
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, concurrent_counters_sum_exactly);
 	tcase_add_test(t, eviction_through_small_pool);
+	tcase_add_test(t, checked_mark_goes_with_the_page);
 	tcase_add_test(t, wal_flushed_before_dirty_victim_is_written);
 	tcase_add_test(t, corrupt_page_is_reported_without_leaking_pins);
 	tcase_add_test(t, leaked_pin_is_reported_at_detach);

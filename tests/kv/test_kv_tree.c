@@ -1211,6 +1211,37 @@ START_TEST(verify_finds_keys_out_of_order)
 }
 END_TEST
 
+/*
+ * The writer decodes every entry of a leaf the first time it touches the
+ * page in its buffer (and marks the buffer, so that later batches need
+ * not): an entry damaged in memory before that is refused, not written on.
+ */
+START_TEST(writer_checks_a_leaf_new_to_its_buffer)
+{
+	kt_init("walrus-kv", 512);
+	fill(3000, 100);
+	kt_clean_restart(); /* every page read anew: no buffer marked */
+	wr_blkno leaf = some_leaf();
+	int buf;
+	ck_assert_int_eq(buf_read(KV_REL, leaf, &buf), WALRUS_OK);
+	ck_assert(!buf_checked(buf));
+	buf_lock(buf, true);
+	char *page = buf_page(buf);
+	/* The last entry's key length past its item: it no longer decodes. */
+	uint16_t len;
+	char *item = (char *)kvp_item(page, kvp_nslots(page) - 1, &len);
+	uint16_t kl = (uint16_t)(len + 1);
+	memcpy(item, &kl, sizeof(kl));
+	buf_unlock(buf);
+	buf_release(buf);
+	ck_assert_int_eq(kv_put("k001500", 7, "v", 1, KV_ASYNC), WALRUS_ECORRUPT);
+	char want[48];
+	snprintf(want, sizeof(want), "block %u", leaf);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), want));
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "not a tree node"));
+}
+END_TEST
+
 static Suite *tree_suite(void)
 {
 	Suite *s = suite_create("kv-tree");
@@ -1243,6 +1274,7 @@ static Suite *tree_suite(void)
 	tcase_add_test(t, batch_over_the_pin_limit_is_undone);
 	tcase_add_test(t, verify_finds_a_flipped_bit);
 	tcase_add_test(t, verify_finds_keys_out_of_order);
+	tcase_add_test(t, writer_checks_a_leaf_new_to_its_buffer);
 	suite_add_tcase(s, t);
 	TCase *big = tcase_create("big");
 	tcase_set_timeout(big, 300);
