@@ -1,7 +1,7 @@
 """What the standby tests share (tests/standby): the durability suites' helpers
 (tests/durability/wtest.py: instances, cleanup on every path), a primary that
 archives, and `walrus standby` run in the foreground."""
-import json, os, re, subprocess, sys, time
+import argparse, json, os, re, subprocess, sys, time
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,6 +27,15 @@ def write_conf(d, text):
     with open(p, "w") as f:
         f.write(text)
     os.chmod(p, 0o600)
+
+
+def setup(cleanup, name):
+    """What a standby test starts with: its --walrus argument and a new root
+    directory (walrus-standby-NAME-*, removed at cleanup): (exe, root)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--walrus", default=wtest.default_walrus())
+    a = ap.parse_args()
+    return a.walrus, wtest.tempdir(cleanup, f"walrus-standby-{name}-")
 
 
 def archiving_primary(cleanup, exe, root, extra_conf=""):

@@ -4,7 +4,7 @@ put acknowledged by the primary is already readable on the standby, every
 time (read-your-writes across the two); and stopping the primary while a
 commit waits for a standby that is gone ends the wait with an error that
 says the commit is durable here but not confirmed."""
-import argparse, os, subprocess
+import os, subprocess
 
 import sb
 import wtest
@@ -12,11 +12,8 @@ from wtest import check, log
 
 
 def main(cleanup):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--walrus", default=wtest.default_walrus())
-    a = ap.parse_args()
-    root = wtest.tempdir(cleanup, "walrus-standby-apply-")
-    p, sock = sb.listening_primary(cleanup, a.walrus, root)
+    exe, root = sb.setup(cleanup, "apply")
+    p, sock = sb.listening_primary(cleanup, exe, root)
     pdir = p.dir
     sdir = os.path.join(root, "standby")
     sb.must(p.run("backup", sdir, "--checkpoint", "fast"), "backup")
@@ -24,7 +21,7 @@ def main(cleanup):
     with open(os.path.join(pdir, "walrus.conf"), "a") as f:
         f.write("synchronous_standby = 'standby'\nsynchronous_standby_level = apply\n")
     p.serve()
-    s = wtest.Walrus(a.walrus, sdir)
+    s = wtest.Walrus(exe, sdir)
     s.register(cleanup)
     os.environ["WALRUS_REPLICATION_PASSWORD"] = "secret"
     st = sb.Standby(s, ["--primary", sock])

@@ -11,7 +11,7 @@
   its data; its restartpoints moved the control file's checkpoint;
 - promote on a primary is refused; the standby's promotion starts timeline 2,
   takes writes, and verify is clean; promote again is refused."""
-import argparse, os, threading
+import os, threading
 
 import sb
 import wtest
@@ -37,15 +37,12 @@ def check_scan(rows, what):
 
 
 def main(cleanup):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--walrus", default=wtest.default_walrus())
-    a = ap.parse_args()
-    root = wtest.tempdir(cleanup, "walrus-standby-arch-")
-    p, archive = sb.archiving_primary(cleanup, a.walrus, root)
+    exe, root = sb.setup(cleanup, "arch")
+    p, archive = sb.archiving_primary(cleanup, exe, root)
     load_generation(p, 0)
     sdir = os.path.join(root, "standby")
     sb.must(p.run("backup", sdir, "--checkpoint", "fast"), "backup")
-    s = wtest.Walrus(a.walrus, sdir)
+    s = wtest.Walrus(exe, sdir)
     s.register(cleanup)
     st = sb.Standby(s, ["--wal-archive", archive])
     st.start()

@@ -5,7 +5,7 @@ of it), so the standby cannot apply it.  It stops with an error naming the
 batch, its page count and the shared_buffers that will do, instead of
 failing on whichever pin finds the pool full; started again with that size,
 it replays the batch and serves it."""
-import argparse, os
+import os
 
 import sb
 import wtest
@@ -15,16 +15,13 @@ VALUE_MB = 4
 
 
 def main(cleanup):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--walrus", default=wtest.default_walrus())
-    a = ap.parse_args()
-    root = wtest.tempdir(cleanup, "walrus-standby-pool-")
-    p, sock = sb.listening_primary(cleanup, a.walrus, root)
+    exe, root = sb.setup(cleanup, "pool")
+    p, sock = sb.listening_primary(cleanup, exe, root)
     sdir = os.path.join(root, "standby")
     sb.must(p.run("backup", sdir, "--checkpoint", "fast"), "backup")
     sb.must(p.run("stop", "--wait"), "stop")
     p.serve()
-    s = wtest.Walrus(a.walrus, sdir)
+    s = wtest.Walrus(exe, sdir)
     s.register(cleanup)
     s.opts = ["shared_buffers=1MB"]
     os.environ["WALRUS_REPLICATION_PASSWORD"] = "secret"

@@ -26,12 +26,8 @@ def err(c, *args):
 
 
 def main(cleanup):
-    import argparse
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--walrus", default=wtest.default_walrus())
-    a = ap.parse_args()
-    root = wtest.tempdir(cleanup, "walrus-standby-resp-")
-    p, archive = sb.archiving_primary(cleanup, a.walrus, root)
+    exe, root = sb.setup(cleanup, "resp")
+    p, archive = sb.archiving_primary(cleanup, exe, root)
     sb.must(p.run("put", "k1", "v1"), "put")
     base = os.path.join(root, "srv")
     os.mkdir(base, 0o700)
@@ -41,7 +37,7 @@ def main(cleanup):
         f.write(f"wal_archive = '{archive}'\n")
     os.chmod(os.path.join(sdir, "walrus.standby"), 0o600)
     cleanup.add_durable("kill_dir", sdir)
-    with srvtest.Server(a.walrus, base=base) as srv:
+    with srvtest.Server(exe, base=base) as srv:
         c = srvtest.Client(port=srv.port)
         log("reads need READONLY; writes are refused")
         e = err(c, "GET", "k1")
@@ -57,11 +53,11 @@ def main(cleanup):
         check("standby_active:1" in info and "standby_replay_lsn:" in info, f"INFO: {info}")
 
         log("promoted: reads and writes for everyone")
-        r = subprocess.run([a.walrus, "-D", sdir, "promote"], capture_output=True, timeout=120)
+        r = subprocess.run([exe, "-D", sdir, "promote"], capture_output=True, timeout=120)
         check(r.returncode == 0, f"promote: {r.stderr.decode()}")
         check(c.call("GET", "k1") == b"v1", "GET after the promotion")
         check(c.call("SET", "x", "y") == "OK", "SET after the promotion")
-        r = subprocess.run([a.walrus, "-D", sdir, "slot", "create", "s1"], capture_output=True,
+        r = subprocess.run([exe, "-D", sdir, "slot", "create", "s1"], capture_output=True,
                            timeout=60)
         check(r.returncode == 0, f"slot create: {r.stderr.decode()}")
         info = srv.cli("INFO", "slots").decode()

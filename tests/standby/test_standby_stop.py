@@ -5,7 +5,7 @@ standby's WAL sequence), with a nap of 10 s as the bound for noticing a dead
 supervisor.  The stop used to leave it to that nap: every standby stop took
 10 s.  Here the nap is an hour (WALRUS_TEST_STANDBY_NAP_MS, test builds), so
 a stop that relied on it would hang past `walrus stop --wait`'s limit."""
-import argparse, os
+import os
 
 import sb
 import wtest
@@ -13,15 +13,12 @@ from wtest import check, log
 
 
 def main(cleanup):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--walrus", default=wtest.default_walrus())
-    a = ap.parse_args()
-    root = wtest.tempdir(cleanup, "walrus-standby-stop-")
-    p, sock = sb.listening_primary(cleanup, a.walrus, root)
+    exe, root = sb.setup(cleanup, "stop")
+    p, sock = sb.listening_primary(cleanup, exe, root)
     sb.must(p.run("put", "k1", "v1"), "put")
     sdir = os.path.join(root, "standby")
     sb.must(p.run("backup", sdir, "--checkpoint", "fast"), "backup")
-    s = wtest.Walrus(a.walrus, sdir)
+    s = wtest.Walrus(exe, sdir)
     s.register(cleanup)
     os.environ["WALRUS_REPLICATION_PASSWORD"] = "secret"
     os.environ["WALRUS_TEST_STANDBY_NAP_MS"] = str(3600 * 1000)
