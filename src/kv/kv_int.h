@@ -516,6 +516,7 @@ int kv_check_key(size_t kl);
 /* ---------------------------------------------------------------- kv_write.c */
 
 /* The writer's view of a page in the current batch. */
+#define KVW_LAZY_MAX 8 /* inserts a lazy undo remembers */
 typedef struct kvw_page {
 	wr_blkno blk;
 	int buf;
@@ -527,6 +528,15 @@ typedef struct kvw_page {
 	bool member; /* changed in this batch: stays pinned and locked to the end */
 	bool fresh;  /* past the tree's end before the batch: nothing to restore */
 	bool sane;   /* checked as a node by this batch (kv_modify.c) */
+	/*
+	 * Lazy undo (kv_write.c): while the batch has only inserted into the
+	 * page, each insert fitting under upper, the header as the batch found
+	 * it and the slots inserted stand for the image, and pre stays NULL.
+	 */
+	bool lazy;
+	uint8_t nins;
+	uint16_t ins[KVW_LAZY_MAX];
+	char hdr0[WR_PAGE_HEADER_SIZE];
 } kvw_page;
 
 /* A block of the record being built. */

@@ -202,17 +202,73 @@ static void kvw_lock(kvw_page *p)
 	}
 }
 
+/* Takes the batch's inserts out of @page again, newest first, and puts the
+ * header back as the batch found it (lower, upper, LSN). */
+static void undo_inserts(char *page, const kvw_page *p)
+{
+	wr_page_header now = kvp_header(page), then;
+	memcpy(&then, p->hdr0, sizeof(then));
+	char *lps = page + WR_PAGE_HEADER_SIZE;
+	int n = (now.lower - WR_PAGE_HEADER_SIZE) / KV_LP_SIZE;
+	for (int i = p->nins - 1; i >= 0; i--, n--)
+		memmove(lps + (size_t)p->ins[i] * KV_LP_SIZE,
+		        lps + (size_t)(p->ins[i] + 1) * KV_LP_SIZE,
+		        (size_t)(n - p->ins[i] - 1) * KV_LP_SIZE);
+	memset(page + then.lower, 0, (size_t)(now.lower - then.lower)); /* as kvp_delete */
+	memcpy(page, p->hdr0, WR_PAGE_HEADER_SIZE);
+}
+
+/* The image as the batch found the page, from a lazy undo: before an op
+ * the inserts' inverse cannot undo. */
+static int save_image(kvw_page *p)
+{
+	if (p->undo == NULL && (p->undo = malloc(WR_PAGE_SIZE)) == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory saving a page image");
+	p->pre = p->undo;
+	save_used(p);
+	if (p->lazy) {
+		undo_inserts(p->pre, p);
+		wr_page_header then = kvp_header(p->pre);
+		p->pre_lower = then.lower;
+		p->pre_upper = then.upper;
+		p->lazy = false;
+	}
+	return WALRUS_OK;
+}
+
+/*
+ * Before the batch's first change to @p.  The undo image of a put's leaf
+ * was a copy of everything the leaf holds (7 KiB), and a random load's
+ * batches touch about a thousand leaves each: kvw_modify was 12% of
+ * fillrandom.  Most of those pages only take an insert or a few, which the
+ * header and the slots undo: the image is made only when another op comes.
+ */
 int kvw_modify(kvw_page *p)
 {
 	kvw_lock(p);
 	if (p->member)
 		return WALRUS_OK;
-	if (p->undo == NULL && (p->undo = malloc(WR_PAGE_SIZE)) == NULL)
-		return wr_error(WALRUS_ENOMEM, "out of memory saving a page image");
-	p->pre = p->undo;
-	save_used(p);
+	wr_page_header h = kvp_header(p->page);
+	if (h.lower >= WR_PAGE_HEADER_SIZE && h.lower <= h.upper && h.upper <= WR_PAGE_SIZE) {
+		memcpy(p->hdr0, p->page, WR_PAGE_HEADER_SIZE);
+		p->lazy = true;
+		p->nins = 0;
+	} else {
+		int rc = save_image(p);
+		if (rc != WALRUS_OK)
+			return rc;
+	}
 	p->member = true;
 	return WALRUS_OK;
+}
+
+/* Whether the lazy undo of @p can take this op too: an insert placed under
+ * upper without compacting the page. */
+static bool lazy_covers(const kvw_page *p, uint8_t code, uint16_t len)
+{
+	wr_page_header h = kvp_header(p->page);
+	return code == KVOP_INSERT && p->nins < KVW_LAZY_MAX &&
+	       h.upper - h.lower >= (int)len + KV_LP_SIZE;
 }
 
 kv_meta *kvw_meta(void)
@@ -426,6 +482,8 @@ static int append_op(kvw_page *p, uint8_t code, uint16_t slot, const void *paylo
 {
 	rb_block *b;
 	int rc = kvw_modify(p);
+	if (rc == WALRUS_OK && p->lazy && !lazy_covers(p, code, len))
+		rc = save_image(p);
 	if (rc == WALRUS_OK)
 		rc = rb_block_for(p, KVOP_HDR + (size_t)len, &b);
 	if (rc != WALRUS_OK)
@@ -442,6 +500,8 @@ static int append_op(kvw_page *p, uint8_t code, uint16_t slot, const void *paylo
 	if (!kvop_apply(p->page, op, KVOP_HDR + (size_t)len, why, sizeof(why)))
 		return wr_error(WALRUS_EINTERNAL, "page op on block %u of relation %u failed: %s",
 		                p->blk, KV_REL, why);
+	if (p->lazy)
+		p->ins[p->nins++] = slot;
 	if (code == KVOP_INIT && b->len == 0)
 		b->flags |= WAL_BLK_WILL_INIT; /* rebuilt from the data alone */
 	b->len += KVOP_HDR + (size_t)len;
@@ -649,7 +709,9 @@ void kvw_abort(void)
 		insert_record(KV_INFO_ABORT);
 	for (uint32_t i = 0; i < W.n; i++) {
 		kvw_page *p = W.pages[i];
-		if (p->pre != NULL)
+		if (p->lazy)
+			undo_inserts(p->page, p);
+		else if (p->pre != NULL)
 			restore_used(p);
 	}
 	/* The hint may name a page of the undone batch (past the restored end). */

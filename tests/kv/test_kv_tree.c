@@ -1084,6 +1084,75 @@ static void check_values(uint32_t n, unsigned gen)
 	}
 }
 
+/* What undo must give back of every block: the bytes below lower and from
+ * upper on (the free space between is nobody's). */
+static char *tree_image(uint64_t *nblocks)
+{
+	kv_stats st;
+	kv_get_stats(&st);
+	*nblocks = st.pages;
+	char *img = calloc(st.pages, WR_PAGE_SIZE);
+	ck_assert_ptr_nonnull(img);
+	for (wr_blkno b = 0; b < st.pages; b++) {
+		int buf;
+		ck_assert_int_eq(buf_read(KV_REL, b, &buf), WALRUS_OK);
+		const char *page = buf_page(buf);
+		wr_page_header h = kvp_header(page);
+		char *out = img + (size_t)b * WR_PAGE_SIZE;
+		memcpy(out, page, h.lower);
+		memcpy(out + h.upper, page + h.upper, WR_PAGE_SIZE - h.upper);
+		buf_release(buf);
+	}
+	return img;
+}
+
+/*
+ * A batch that fails leaves every page as it found it, byte for byte: the
+ * leaves that only took inserts (undone from their header and slots) and
+ * those that then split or took other ops (undone from an image).
+ */
+START_TEST(failed_batch_of_inserts_restores_every_byte)
+{
+	enum { N = 3000 };
+	kt_init("walrus-kv", 64); /* a batch may pin 16 pages */
+	char v[200];
+	memset(v, 'v', sizeof(v));
+	uint32_t order[N / 2];
+	shuffle(order, N / 2, 3);
+	for (uint32_t i = 0; i < N / 2; i++) { /* random order: leaves with room */
+		char k[16];
+		int kl = snprintf(k, sizeof(k), "key%05u", 2 * order[i]);
+		put_ok(k, (size_t)kl, v, sizeof(v));
+	}
+	uint64_t n0, n1;
+	char *before = tree_image(&n0);
+	kv_batch *b = kv_batch_new();
+	/* New keys between the first 100 (more than KVW_LAZY_MAX per leaf:
+	 * images; their leaves split), then one key in each of many leaves
+	 * (lazy), until the pin limit stops the batch. */
+	for (uint32_t i = 1; i < 100 + N / 50; i += 2) {
+		uint32_t j = i < 100 ? i : 50 * (i - 99) + 1;
+		char k[16];
+		int kl = snprintf(k, sizeof(k), "key%05u", j);
+		ck_assert_int_eq(kv_batch_put(b, k, (size_t)kl, v, sizeof(v)), WALRUS_OK);
+	}
+	ck_assert_int_eq(kv_batch_commit(b, KV_SYNC, NULL), WALRUS_ETOOBIG);
+	kv_batch_free(b);
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.batch_aborts, 1); /* it changed pages before it failed */
+	char *after = tree_image(&n1);
+	ck_assert_uint_eq(n1, n0);
+	for (uint64_t blk = 0; blk < n0; blk++)
+		ck_assert_msg(memcmp(before + blk * WR_PAGE_SIZE, after + blk * WR_PAGE_SIZE,
+		                     WR_PAGE_SIZE) == 0,
+		              "block %llu differs after the undo", (unsigned long long)blk);
+	free(before);
+	free(after);
+	kt_verify_clean();
+}
+END_TEST
+
 START_TEST(batch_over_the_pin_limit_is_undone)
 {
 	enum { N = 3000 };
@@ -1272,6 +1341,7 @@ static Suite *tree_suite(void)
 	tcase_add_test(t, batch_applies_in_order);
 	tcase_add_test(t, batch_pages_carry_its_last_record);
 	tcase_add_test(t, batch_over_the_pin_limit_is_undone);
+	tcase_add_test(t, failed_batch_of_inserts_restores_every_byte);
 	tcase_add_test(t, verify_finds_a_flipped_bit);
 	tcase_add_test(t, verify_finds_keys_out_of_order);
 	tcase_add_test(t, writer_checks_a_leaf_new_to_its_buffer);
