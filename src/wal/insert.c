@@ -96,8 +96,8 @@ static void set_pointers(void)
  * archiving or streaming, for the same reason: their reads would then come
  * from the disk).  Otherwise only recovery reads WAL, and keeping it out of
  * the page cache spares the kernel a write-back of dirty WAL pages and the
- * memory for them: a 1M-key fillseq after an idle minute went from 2.9 M to
- * 4.1-4.4 M puts/s (docs/performance.md).
+ * memory for them: a 1M-key fillseq after 10 s of idle went from 2.8-2.9 M
+ * to 4.1-4.4 M puts/s (docs/performance.md).
  */
 static bool direct_for(const wr_options *o)
 {

@@ -94,7 +94,7 @@ typedef struct wal_shared {
 	int sync_method, io_method, zstd_level;
 	bool fpw;
 	/* Segments opened with O_DIRECT; wal_direct_io=auto clears it for good
-	 * when the file system refuses O_DIRECT (flush.c, segment_fd). */
+	 * when the file system refuses O_DIRECT (flush.c, segment_open). */
 	_Atomic bool direct;
 	bool direct_auto;
 	int64_t max_wal_size;
