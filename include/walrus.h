@@ -363,6 +363,25 @@ WALRUS_API int walrus_restore(const char *backup, const char *wal_archive, const
                               const char *target_value, const char *newdir);
 /* An immediate checkpoint; returns when it is complete (EIO if it failed). */
 WALRUS_API int walrus_checkpoint(walrus *db);
+/*
+ * Compaction: gives back the space a tree keeps after random inserts or
+ * deletes.  Packs the leaves (each leaf takes what fits of its right
+ * sibling, leaving a thirty-second of a page free), moves the tree's pages
+ * to the front of the data file, runs an immediate checkpoint and punches
+ * the file's unused tail out (the file keeps its size; its blocks go back
+ * to the file system).  Works in small atomic batches: other writers wait
+ * for one batch at a time, readers never.  @stats may be NULL.  Errors: a standby or a full disk
+ * refuses it like a write; EIO if the checkpoint failed.
+ */
+typedef struct walrus_compact_stats {
+	uint64_t leaves_merged;     /* leaves emptied into their left sibling and freed */
+	uint64_t leaves_poured;     /* leaves that gave their first entries to their left sibling */
+	uint64_t pages_moved;       /* pages moved nearer the start of the file */
+	uint64_t blocks_before;     /* 8 KiB blocks the tree used before, free ones included */
+	uint64_t blocks_after;      /* and after */
+	uint64_t blocks_given_back; /* blocks punched out of the data file */
+} walrus_compact_stats;
+WALRUS_API int walrus_compact(walrus *db, walrus_compact_stats *stats);
 /* The instance's counters as a JSON object; free *json with walrus_free. */
 WALRUS_API int walrus_stats(walrus *db, char **json);
 /*

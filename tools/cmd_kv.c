@@ -297,6 +297,31 @@ static int do_checkpoint(walrus *db, const kv_args *a)
 	return e == WALRUS_OK ? 0 : tool_fail(e, "checkpoint");
 }
 
+static int do_compact(walrus *db, const kv_args *a)
+{
+	(void)a;
+	walrus_compact_stats st;
+	int e = walrus_compact(db, &st);
+	if (e != WALRUS_OK)
+		return tool_fail(e, "compact");
+	printf("leaves merged %llu, poured %llu; pages moved %llu; blocks in use %llu -> %llu; "
+	       "given back %llu (%.1f MiB)\n",
+	       (unsigned long long)st.leaves_merged, (unsigned long long)st.leaves_poured,
+	       (unsigned long long)st.pages_moved, (unsigned long long)st.blocks_before,
+	       (unsigned long long)st.blocks_after, (unsigned long long)st.blocks_given_back,
+	       (double)st.blocks_given_back * 8192.0 / 1048576.0);
+	return 0;
+}
+
+int cmd_compact(tool_ctx *ctx, int argc, char **argv)
+{
+	return run(ctx, argc, argv, 0, false,
+	           "compact   (pack the leaves, move the tree to the front of its file and give "
+	           "the\n  unused tail back to the file system; other writers wait for one small "
+	           "batch at a time)",
+	           do_compact);
+}
+
 int cmd_checkpoint(tool_ctx *ctx, int argc, char **argv)
 {
 	return run(ctx, argc, argv, 0, false,

@@ -69,6 +69,7 @@ int cmd_del(tool_ctx *ctx, int argc, char **argv);
 int cmd_scan(tool_ctx *ctx, int argc, char **argv);
 int cmd_load(tool_ctx *ctx, int argc, char **argv);
 int cmd_checkpoint(tool_ctx *ctx, int argc, char **argv);
+int cmd_compact(tool_ctx *ctx, int argc, char **argv);
 int cmd_switch_wal(tool_ctx *ctx, int argc, char **argv);
 int cmd_restore_point(tool_ctx *ctx, int argc, char **argv);
 int cmd_stats(tool_ctx *ctx, int argc, char **argv);

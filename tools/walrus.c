@@ -20,6 +20,7 @@ static const tool_cmd commands[] = {
     {"scan", cmd_scan, "print KEY<TAB>VALUE lines in key order (escaped)"},
     {"load", cmd_load, "KEY<TAB>VALUE lines from stdin (--sync, --ack)"},
     {"checkpoint", cmd_checkpoint, "run an immediate checkpoint"},
+    {"compact", cmd_compact, "pack the tree and give its data file's unused tail back"},
     {"switch-wal", cmd_switch_wal, "end the current WAL segment (for archiving)"},
     {"restore-point", cmd_restore_point, "write a named restore point into the WAL"},
     {"backup", cmd_backup, "an online base backup of DIR into DEST (--progress, --verify)"},

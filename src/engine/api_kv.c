@@ -299,6 +299,45 @@ int walrus_checkpoint(walrus *db)
 	         NOT_FULL("walrus_checkpoint", ckpt_request(CKPT_IMMEDIATE | CKPT_FORCE, true)));
 }
 
+/*
+ * Compaction: the tree's batches (kv_compact), then a checkpoint, which
+ * writes the pages the batches freed at the end of the file: only then is
+ * the tail punched out, or a later write-back of those pages would take
+ * the space again.
+ */
+static int compact_all(walrus_compact_stats *out)
+{
+	kv_compact_result r;
+	uint64_t back = 0, t0 = wr_now_ns();
+	int rc = kv_compact(&r);
+	if (rc == WALRUS_OK)
+		rc = ckpt_request(CKPT_IMMEDIATE | CKPT_FORCE, true);
+	if (rc == WALRUS_OK)
+		rc = kv_compact_give_back(&back);
+	if (rc != WALRUS_OK)
+		return rc;
+	wr_log(WR_LOG,
+	       "compaction: %llu leaves merged, %llu poured, %llu pages moved; the tree's end "
+	       "from block %u to %u; %llu blocks (%.1f MiB) given back; %.3f s",
+	       (unsigned long long)r.leaves_merged, (unsigned long long)r.leaves_poured,
+	       (unsigned long long)r.pages_moved, r.blocks_before, r.blocks_after,
+	       (unsigned long long)back, (double)back * WR_PAGE_SIZE / 1048576.0,
+	       (double)(wr_now_ns() - t0) / 1e9);
+	if (out != NULL)
+		*out = (walrus_compact_stats){.leaves_merged = r.leaves_merged,
+		                              .leaves_poured = r.leaves_poured,
+		                              .pages_moved = r.pages_moved,
+		                              .blocks_before = r.blocks_before,
+		                              .blocks_after = r.blocks_after,
+		                              .blocks_given_back = back};
+	return WALRUS_OK;
+}
+
+int walrus_compact(walrus *db, walrus_compact_stats *stats)
+{
+	API_CALL(db, "walrus_compact", WRITABLE("walrus_compact", compact_all(stats)));
+}
+
 static int switch_wal(uint64_t *lsn)
 {
 	wr_lsn end = wal_insert_switch();

@@ -3,10 +3,10 @@
  * engine's single I/O seam.
  *
  * Like PostgreSQL's fd.c (VFDs) and SQLite's VFS: every open, pread, pwrite,
- * fsync, fdatasync, sync_file_range, ftruncate, fallocate, rename, unlink,
- * directory fsync and close of the engine goes through this module, so that
- * the test builds' failpoints and power-loss journal (src/testsupport,
- * compiled to nothing otherwise) plug in at one place.
+ * fsync, fdatasync, sync_file_range, ftruncate, fallocate (and hole
+ * punching), rename, unlink, directory fsync and close of the engine goes through this module, so
+ * that the test builds' failpoints and power-loss journal (src/testsupport, compiled to nothing
+ * otherwise) plug in at one place.
  *
  * Owns: the table of virtual fds of this process.  A caller holds a small
  * integer handle (fdc_file); at most `bound` real fds are open at once,
@@ -91,6 +91,8 @@ int fdc_fdatasync(fdc_file f);
 int fdc_sync_range(fdc_file f, off_t off, off_t len, unsigned int flags);
 int fdc_truncate(fdc_file f, off_t len);
 int fdc_fallocate(fdc_file f, off_t off, off_t len); /* zero-filled space, posix_fallocate */
+/* Gives [off, off + len) back to the file system (a hole that reads as zeroes), size kept. */
+int fdc_punch(fdc_file f, off_t off, off_t len);
 int fdc_size(fdc_file f, off_t *size);
 int fdc_advise_willneed(fdc_file f, off_t off, off_t len);
 

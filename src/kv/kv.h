@@ -221,6 +221,22 @@ typedef struct kv_verify_result {
  */
 int kv_verify(kv_verify_report_fn fn, void *arg, kv_verify_result *r);
 
+/*
+ * Compaction (kv_compact.c): packs the leaves, moves the tree to the front of
+ * its file and lowers the tree's end, in small batches under the tree lock.
+ * kv_compact_give_back, once a checkpoint has written what that freed,
+ * punches the blocks past the tree's end out of the file (*blocks of them).
+ */
+typedef struct kv_compact_result {
+	uint64_t leaves_merged; /* leaves taken whole by their left sibling, and freed */
+	uint64_t leaves_poured; /* leaves that gave their first entries to their left sibling */
+	uint64_t pages_moved;   /* nodes moved to free pages nearer the file's start */
+	uint64_t batches;       /* batches that changed the tree */
+	uint32_t blocks_before, blocks_after; /* the tree's end, meta page included */
+} kv_compact_result;
+int kv_compact(kv_compact_result *r);
+int kv_compact_give_back(uint64_t *blocks);
+
 typedef struct kv_stats {
 	uint64_t gets, puts, deletes, batches;
 	uint64_t batch_aborts; /* batches that failed and were undone */
@@ -250,6 +266,9 @@ void kv_get_stats(kv_stats *s);
  * batch unfinished in a durable WAL: recovery must discard it.
  */
 void kv_test_crash_after_records(int n);
+/* kv_compact flushes the WAL and _exit()s after its n-th batch that changed
+ * the tree (0: off): a compaction stopped between two of its batches. */
+void kv_test_compact_crash_after(int batches);
 #endif
 
 #endif /* WALRUS_KV_H */

@@ -469,8 +469,10 @@ typedef struct kv_shared {
 	_Atomic uint64_t shifts;        /* full leaves that gave entries to a sibling */
 	_Atomic uint64_t file_grows;    /* times a writer grew the data file (kv_write.c) */
 	_Atomic uint64_t size_checks;   /* times a writer asked the data file's size */
-	/* Blocks the data file has at least (0: not known yet): the writer's,
-	 * under the tree lock; the file never shrinks while shared memory lives. */
+	/* Blocks of the data file allocated at least (0: not known yet): the
+	 * writer's, under the tree lock.  The file never shrinks while shared
+	 * memory lives; compaction punches out its tail and lowers this to the
+	 * tree's end (kv_compact.c), so the writer allocates that space again. */
 	wr_blkno file_blocks;
 	/*
 	 * The leaf the last put found at the tree's right end (0: none known):
@@ -512,6 +514,9 @@ void kv_rpage_done(kv_rpage *p);
 /* Reads an overflow value into dst (ref->vlen bytes); KV_RETRY if the chain changed. */
 int kv_ovf_read(const kv_ovf_ref *ref, char *dst);
 int kv_check_key(size_t kl);
+
+/* The meta page as it is in the pool (the tree lock held, either mode, or a stable tree). */
+int kv_read_meta(kv_meta *m);
 
 /* ---------------------------------------------------------------- kv_write.c */
 
@@ -637,6 +642,27 @@ int kvm_delete(const void *k, uint16_t kl);
  */
 int kvm_split_point(const char *page, int slot, const char *item, uint16_t len, char *sep,
                     uint16_t *seplen);
+
+/*
+ * Compaction's tree ops (kv_compact.c drives them, inside a batch).
+ * kvm_pack_pair: the leaf at slot @ps of level-1 node @parent takes its right
+ * sibling whole when it fits, else as many of its first entries as leave it
+ * a shift's slack; *result says which (KVM_PACK_*).  kvm_relocate: node @x
+ * (at slot @ps of @parent, or the root when @parent is NULL) moves to free
+ * page @dest, already taken off the free list; @x is freed.
+ */
+enum { KVM_PACK_NONE, KVM_PACK_POURED, KVM_PACK_MERGED };
+int kvm_pack_pair(kvw_page *parent, int ps, int *result);
+int kvm_relocate(kvw_page *parent, int ps, kvw_page *x, kvw_page *dest);
+/* Page @blk, piece @seq of the overflow value of key @k (@prev the piece
+ * before it), moves to free page @dest: the link to it and the entry's
+ * first or last page follow; @blk is freed. */
+int kvm_ovf_move(const void *k, uint16_t kl, wr_blkno prev, wr_blkno blk, uint32_t seq,
+                 kvw_page *dest);
+/* The leaf for @k, its parent (NULL when the root is a leaf) and its slot there. */
+int kvm_leaf_parent(const void *k, uint16_t kl, kvw_page **parent, int *ps, kvw_page **leaf);
+/* A batch page checked to be a well-formed node of @level (ECORRUPT naming it). */
+int kvm_check_node(kvw_page *p, int level);
 
 /* ---------------------------------------------------------------- kv_redo.c */
 

@@ -582,7 +582,8 @@ static bool downlink_fits(const kvw_page *parent, int ps, uint16_t seplen)
 }
 
 /* Moves the plan's entries and sets the fences and the downlink (slot @ps of
- * the parent, the right one of the pair).  @slot is the new entry's. */
+ * the parent, the right one of the pair).  @slot is the new entry's; -1 when
+ * there is none (compaction pouring a leaf into its left sibling). */
 static int shift_apply(wpath *path, const split_plan *sp, const shift_plan *pl, int slot)
 {
 	kvw_page *node = path->node[0], *sib = pl->sib, *parent = path->node[1];
@@ -615,7 +616,7 @@ static int shift_apply(wpath *path, const split_plan *sp, const shift_plan *pl, 
 		rc = kvw_op(node, KVOP_TRUNCATE, (uint16_t)(kvp_nslots(node->page) - own), NULL, 0);
 	if (rc == WALRUS_OK)
 		rc = kvw_op(node, KVOP_REPLACE, pl->left ? 0 : 1, sep + KV_INNER_HDR, pl->seplen);
-	if (rc == WALRUS_OK && (newpos < first || newpos >= end))
+	if (rc == WALRUS_OK && slot >= 0 && (newpos < first || newpos >= end))
 		rc = kvw_op(node, KVOP_INSERT, (uint16_t)(pl->left ? slot - own : slot),
 		            sp->item[newpos], sp->len[newpos]);
 	if (rc == WALRUS_OK)
@@ -625,7 +626,7 @@ static int shift_apply(wpath *path, const split_plan *sp, const shift_plan *pl, 
 	uint16_t ilen = kvi_encode(sep, right, sep + KV_INNER_HDR, pl->seplen);
 	if (rc == WALRUS_OK)
 		rc = kvw_op(parent, KVOP_REPLACE, (uint16_t)ps, sep, ilen);
-	if (rc == WALRUS_OK)
+	if (rc == WALRUS_OK && slot >= 0)
 		kvw_count_shift();
 	return rc;
 }
@@ -1081,4 +1082,243 @@ int kvm_delete(const void *k, uint16_t kl)
 		return rc;
 	kvw_meta()->nkeys--;
 	return remove_empties(&path);
+}
+
+/* ---------------------------------------------------------------- compaction */
+
+/*
+ * Compaction (kv_compact.c) packs the leaves under each parent from left to
+ * right: a leaf takes its right sibling's first entries while it stays
+ * SHIFT_SLACK under full, as a shift would leave it, and the whole sibling
+ * when all of it fits (the sibling is then unlinked and freed, as an empty
+ * leaf is, but to the left only).  Readers need nothing new: a pour is a
+ * shift without a new entry, a merge is the take-over of a leaf's range by
+ * its left neighbour.
+ */
+#define PACK_LIMIT (KV_NODE_SPACE - SHIFT_SLACK)
+
+/* The leaves at slots @ps and @ps + 1 of @parent, checked to be linked. */
+static int pack_pair_pages(kvw_page *parent, int ps, kvw_page **left, kvw_page **right)
+{
+	int rc = kvw_get(kvn_child(parent->page, ps), left);
+	if (rc == WALRUS_OK)
+		rc = check_node(*left, 0);
+	if (rc == WALRUS_OK)
+		rc = kvw_get(kvn_child(parent->page, ps + 1), right);
+	if (rc == WALRUS_OK)
+		rc = check_node(*right, 0);
+	if (rc != WALRUS_OK)
+		return rc;
+	kv_special ls = kvp_special((*left)->page), rs = kvp_special((*right)->page);
+	if (ls.right != (*right)->blk || rs.left != (*left)->blk)
+		return bad_node(*right, "sibling links disagree with the parent");
+	return WALRUS_OK;
+}
+
+/*
+ * Bytes leaf @left would use holding all of @right too, with the prefix *to
+ * that the joined range allows (never longer than its own).
+ */
+static int merged_size(const char *left, const char *right, uint16_t *to)
+{
+	kv_key low = kvn_low(left), high = kvn_high(right);
+	uint16_t cur = kvp_special(left).prefix, most = kvn_prefix_for(&low, &high);
+	*to = most < cur ? most : cur;
+	int rpfx = kvp_special(right).prefix, n = kvn_nentries(right);
+	int size = used_bytes(left) + kvn_nentries(left) * (cur - *to) - fence_len(left, 1) +
+	           (high.inf ? 0 : high.len);
+	size += used_bytes(right) - fence_len(right, 0) - fence_len(right, 1) - 2 * KV_LP_SIZE +
+	        n * (rpfx - *to);
+	return size;
+}
+
+/* @left takes all of @right (slot @ps + 1 of @parent), which is freed. */
+static int merge_right(kvw_page *parent, int ps, kvw_page *left, kvw_page *right, uint16_t to)
+{
+	char buf[KV_LEAF_ITEM_MAX + KV_MAX_KEY], from_b[KV_MAX_KEY], high_b[KV_MAX_KEY];
+	kv_key from = kvn_prefix(right->page), high = kvn_high(right->page);
+	memcpy(from_b, from.p, from.len);
+	from.p = from_b;
+	if (!high.inf) {
+		memcpy(high_b, high.p, high.len);
+		high.p = high_b;
+	}
+	kv_special rs = kvp_special(right->page);
+	int rc = WALRUS_OK;
+	if (to < kvp_special(left->page).prefix)
+		rc = kvw_op(left, KVOP_PREFIX, to, NULL, 0);
+	int at = kvp_nslots(left->page), n = kvp_nslots(right->page);
+	for (int s = KV_FIRST_SLOT; rc == WALRUS_OK && s < n; s++) {
+		uint16_t len;
+		const char *it = kvp_item(right->page, s, &len);
+		if (to != from.len) {
+			len = kvl_reencode(it, len, &from, to, buf);
+			it = buf;
+		}
+		rc = kvw_op(left, KVOP_INSERT, (uint16_t)at++, it, len);
+	}
+	if (rc == WALRUS_OK)
+		rc = set_fence(left, 1, &high, KVN_HIGH_INF, false, rs.right);
+	if (rc == WALRUS_OK)
+		rc = relink(rs.right, true, left->blk);
+	if (rc == WALRUS_OK)
+		rc = kvw_op(parent, KVOP_DELETE, (uint16_t)(ps + 1), NULL, 0);
+	if (rc == WALRUS_OK)
+		rc = kvw_free_page(right);
+	if (rc == WALRUS_OK && kv_sh->rightmost_leaf == right->blk)
+		kv_sh->rightmost_leaf = left->blk;
+	return rc;
+}
+
+/* The most of @sp's first entries (a right sibling's) that leaf @left can
+ * take and stay PACK_LIMIT under full (plan_shift's sizes); false: none. */
+static bool plan_pour(const split_plan *sp, const char *left, shift_plan *pl)
+{
+	int used = used_bytes(left), fence = fence_len(left, 1), n = kvn_nentries(left);
+	int pfx = kvp_special(left).prefix, moved = 0;
+	pl->j = 0;
+	for (int j = 1; j < sp->m; j++) {
+		moved += sp->len[j - 1] + KV_LP_SIZE;
+		uint16_t sep = sep_len(sp, j, 0);
+		int to = sib_prefix(left, true, sp, j, sep);
+		int size = used + n * (pfx - to) + moved + j * (sp->pfxlen - to) + sep - fence;
+		if (size > PACK_LIMIT)
+			break;
+		pl->j = j;
+		pl->seplen = sep;
+		pl->prefix = (uint16_t)to;
+	}
+	return pl->j > 0;
+}
+
+/* Pours the first entries of @right (slot @ps + 1 of @parent) into @left. */
+static int pour_right(kvw_page *parent, int ps, kvw_page *left, kvw_page *right, int *result)
+{
+	split_plan *sp = malloc(sizeof(*sp)); /* ~21 KiB, as a split's */
+	if (sp == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory packing leaves");
+	plan_entries(sp, right->page, -1, NULL, 0);
+	shift_plan pl = {.sib = left, .left = true};
+	int rc = WALRUS_OK;
+	if (plan_pour(sp, left->page, &pl) && downlink_fits(parent, ps + 1, pl.seplen)) {
+		wpath path = {.height = 2, .node = {right, parent}, .slot = {ps + 1}};
+		rc = shift_apply(&path, sp, &pl, -1);
+		*result = KVM_PACK_POURED;
+	}
+	free(sp);
+	return rc;
+}
+
+int kvm_pack_pair(kvw_page *parent, int ps, int *result)
+{
+	kvw_page *left, *right;
+	*result = KVM_PACK_NONE;
+	int rc = pack_pair_pages(parent, ps, &left, &right);
+	if (rc != WALRUS_OK)
+		return rc;
+	uint16_t to;
+	if (merged_size(left->page, right->page, &to) <= PACK_LIMIT) {
+		*result = KVM_PACK_MERGED;
+		return merge_right(parent, ps, left, right, to);
+	}
+	if (kvp_free_space(left->page) <= SHIFT_SLACK || kvn_nentries(right->page) < 2)
+		return WALRUS_OK;
+	return pour_right(parent, ps, left, right, result);
+}
+
+/*
+ * Moves node @x to the free page @dest (already off the free list): its
+ * image, its neighbours' links, its downlink (slot @ps of @parent; NULL:
+ * @x is the root), then @x goes to the free list.
+ */
+int kvm_relocate(kvw_page *parent, int ps, kvw_page *x, kvw_page *dest)
+{
+	kv_special s = kvp_special(x->page);
+	int rc = kvw_op_image(dest, x->page);
+	if (rc == WALRUS_OK)
+		rc = relink(s.left, false, dest->blk);
+	if (rc == WALRUS_OK)
+		rc = relink(s.right, true, dest->blk);
+	if (rc == WALRUS_OK && parent != NULL) {
+		char it[KV_INNER_HDR + KV_MAX_KEY];
+		kv_key k = kvn_inner_key(parent->page, ps);
+		rc = kvw_op(parent, KVOP_REPLACE, (uint16_t)ps, it,
+		            kvi_encode(it, dest->blk, k.p, k.len));
+	} else if (rc == WALRUS_OK) {
+		kvw_meta()->root = dest->blk;
+	}
+	if (rc == WALRUS_OK && s.level == 0 && kv_sh->rightmost_leaf == x->blk)
+		kv_sh->rightmost_leaf = dest->blk;
+	return rc == WALRUS_OK ? kvw_free_page(x) : rc;
+}
+
+int kvm_leaf_parent(const void *k, uint16_t kl, kvw_page **parent, int *ps, kvw_page **leaf)
+{
+	wpath path;
+	int rc = descend(k, kl, &path);
+	if (rc != WALRUS_OK)
+		return rc;
+	*leaf = path.node[0];
+	*parent = path.height > 1 ? path.node[1] : NULL;
+	*ps = path.slot[0];
+	return WALRUS_OK;
+}
+
+int kvm_check_node(kvw_page *p, int level)
+{
+	return check_node(p, level);
+}
+
+/* Whether @p is piece @seq of value @id. */
+static bool ovf_piece(const kvw_page *p, uint64_t id, uint32_t seq)
+{
+	kv_ovf_hdr h = kvo_header(p->page);
+	return kvp_type(p->page) == KV_PT_OVF && h.id == id && h.seq == seq;
+}
+
+int kvm_ovf_move(const void *k, uint16_t kl, wr_blkno prev, wr_blkno blk, uint32_t seq,
+                 kvw_page *dest)
+{
+	kvw_page *leaf, *parent, *x, *pp = NULL;
+	int ps;
+	bool eq;
+	int rc = kvm_leaf_parent(k, kl, &parent, &ps, &leaf);
+	int slot = rc == WALRUS_OK ? kvn_lower_bound(leaf->page, k, kl, &eq) : 0;
+	kv_leaf_ent e;
+	if (rc == WALRUS_OK && !eq)
+		return bad_node(leaf, "compaction: the key of an overflow value is gone");
+	if (rc == WALRUS_OK)
+		rc = decode_entry(leaf, slot, &e);
+	if (rc == WALRUS_OK && e.kind != KV_OVERFLOW)
+		return bad_node(leaf, "compaction: the entry holds no overflow value");
+	if (rc == WALRUS_OK)
+		rc = kvw_get(blk, &x);
+	if (rc == WALRUS_OK && !ovf_piece(x, e.ref.id, seq))
+		return bad_node(x, "compaction: not the overflow page its value names");
+	if (rc == WALRUS_OK && seq > 0)
+		rc = kvw_get(prev, &pp);
+	if (rc == WALRUS_OK && pp != NULL &&
+	    (!ovf_piece(pp, e.ref.id, seq - 1) || kvp_special(pp->page).right != blk))
+		return bad_node(pp, "compaction: not the page before the one to move");
+	if (rc == WALRUS_OK)
+		rc = kvw_op_image(dest, x->page);
+	if (rc == WALRUS_OK && pp != NULL) {
+		kv_special s = kvp_special(pp->page);
+		s.right = dest->blk;
+		rc = kvw_op_special(pp, &s);
+	}
+	if (rc == WALRUS_OK && (seq == 0 || blk == e.ref.last)) {
+		char item[KV_LEAF_ITEM_MAX];
+		uint16_t len;
+		const char *old = kvp_item(leaf->page, slot, &len);
+		kv_ovf_ref ref = e.ref;
+		if (seq == 0)
+			ref.first = dest->blk;
+		if (blk == e.ref.last)
+			ref.last = dest->blk;
+		memcpy(item, old, len);
+		memcpy(item + len - KV_OVF_REF_SIZE, &ref, KV_OVF_REF_SIZE);
+		rc = kvw_op(leaf, KVOP_REPLACE, (uint16_t)slot, item, len);
+	}
+	return rc == WALRUS_OK ? kvw_free_page(x) : rc;
 }

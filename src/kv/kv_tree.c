@@ -354,7 +354,7 @@ int kv_check_key(size_t kl)
 
 /* ---------------------------------------------------------------- descent */
 
-static int read_meta(kv_meta *m)
+int kv_read_meta(kv_meta *m)
 {
 	int buf;
 	int rc = buf_read(KV_REL, 0, &buf);
@@ -383,7 +383,7 @@ static int start_point(bool use_meta, wr_blkno *blk, int *level)
 	uint64_t h = use_meta ? 0 : atomic_load(&kv_sh->root_hint);
 	if (h == 0) {
 		kv_meta m;
-		int rc = read_meta(&m);
+		int rc = kv_read_meta(&m);
 		if (rc != WALRUS_OK)
 			return rc;
 		h = kv_hint_make(m.root, m.height);
@@ -968,7 +968,7 @@ void kv_get_stats(kv_stats *s)
 	s->file_grows = atomic_load(&kv_sh->file_grows);
 	s->size_checks = atomic_load(&kv_sh->size_checks);
 	kv_meta m;
-	if (smgr_exists(KV_REL) && read_meta(&m) == WALRUS_OK) {
+	if (smgr_exists(KV_REL) && kv_read_meta(&m) == WALRUS_OK) {
 		s->height = m.height;
 		s->pages = m.nblocks;
 		s->free_pages = m.nfree;

@@ -338,18 +338,26 @@ static wr_blkno grow_step(wr_blkno nfile)
 	return WR_MIN(WR_MAX(nfile / 8, 1u), KV_GROW_MAX);
 }
 
+/* Allocates blocks [@from, @from + *@step), or on a full disk only the
+ * @need the writer wants now (*@step becomes that). */
+static int allocate_run(smgr_rel *r, wr_blkno from, wr_blkno need, wr_blkno *step)
+{
+	int rc = smgr_grow(r, from, *step);
+	if (rc == WALRUS_ENOSPC && *step > need) {
+		/* A full disk may still have room for the block needed now. */
+		wr_log(WR_WARNING, "%s; allocating %u block(s) of relation %u instead of %u",
+		       walrus_errmsg(), need, KV_REL, *step);
+		*step = need;
+		rc = smgr_grow(r, from, *step);
+	}
+	return rc;
+}
+
 /* Grows the file of @nfile blocks to hold block @blk; *nfile becomes its new size. */
 static int grow_file(smgr_rel *r, wr_blkno blk, wr_blkno *nfile)
 {
 	wr_blkno need = blk + 1 - *nfile, step = WR_MAX(need, grow_step(*nfile));
-	int rc = smgr_grow(r, *nfile, step);
-	if (rc == WALRUS_ENOSPC && step > need) {
-		/* A full disk may still have room for the block needed now. */
-		wr_log(WR_WARNING, "%s; growing relation %u by %u block(s) instead of %u",
-		       walrus_errmsg(), KV_REL, need, step);
-		step = need;
-		rc = smgr_grow(r, *nfile, step);
-	}
+	int rc = allocate_run(r, *nfile, need, &step);
 	if (rc != WALRUS_OK)
 		return rc;
 	atomic_fetch_add(&kv_sh->file_grows, 1);
@@ -357,7 +365,13 @@ static int grow_file(smgr_rel *r, wr_blkno blk, wr_blkno *nfile)
 	return WALRUS_OK;
 }
 
-/* Makes block @blk exist in the data file; the writer's file size saves the check below it. */
+/*
+ * Makes block @blk exist, allocated, in the data file; the writer's count of
+ * allocated blocks saves the check below it.  Blocks inside the file but
+ * past that count are holes a compaction punched (kv_compact.c): allocated
+ * again here, as growth would, so a full disk shows as an error now and not
+ * as a failed write-back later.
+ */
 static int ensure_block(wr_blkno blk)
 {
 	if (blk < kv_sh->file_blocks)
@@ -370,8 +384,13 @@ static int ensure_block(wr_blkno blk)
 	if (rc != WALRUS_OK)
 		return rc;
 	atomic_fetch_add(&kv_sh->size_checks, 1);
-	if (blk >= nfile)
+	if (blk >= nfile) {
 		rc = grow_file(r, blk, &nfile);
+	} else { /* cheap where the blocks are allocated already (after a restart) */
+		wr_blkno n = WR_MIN(grow_step(blk), nfile - blk);
+		rc = allocate_run(r, blk, 1, &n);
+		nfile = blk + n;
+	}
 	if (rc == WALRUS_OK)
 		kv_sh->file_blocks = nfile;
 	return rc;

@@ -739,6 +739,35 @@ int smgr_grow(smgr_rel *r, wr_blkno b, wr_blkno n)
 	return rc;
 }
 
+/*
+ * Blocks [@b, @b + @n) given back to the file system as holes (they read as
+ * zeroes), the file's size kept.  For blocks nobody uses: a reader that
+ * still holds a stale block number reads a valid all-zero page, where a cut
+ * file would fail its read.  Segments that do not exist are skipped.
+ */
+int smgr_punch(smgr_rel *r, wr_blkno b, wr_blkno n)
+{
+	int rc = 0;
+	fdc_lock();
+	while (rc == 0 && n > 0) {
+		uint32_t seg = b / smgr_bps;
+		wr_blkno first = b % smgr_bps, cnt = WR_MIN(n, smgr_bps - first);
+		fdc_file f;
+		rc = smgr_seg(r, seg, false, &f);
+		if (smgr_missing(rc)) {
+			rc = 0;
+			wr_error_clear();
+			break; /* past the last segment: nothing there to give back */
+		}
+		if (rc == 0)
+			rc = fdc_punch(f, (off_t)first * WR_PAGE_SIZE, (off_t)cnt * WR_PAGE_SIZE);
+		b += cnt;
+		n -= cnt;
+	}
+	fdc_unlock();
+	return rc;
+}
+
 /* ---------------------------------------------------------------- truncate */
 
 int smgr_truncate(smgr_rel *r, wr_blkno nblocks)

@@ -46,18 +46,20 @@ static uint64_t fp_hits;
 static const char *const fp_ops[] = {
     "open",     "pread",     "pwrite", "fsync",       "fdatasync", "sync_range",
     "truncate", "fallocate", "rename", "unlink",      "close",     "fsync_dir",
-    "mkdir",    "any",       "backup", "open_direct", "stat",
+    "mkdir",    "any",       "backup", "open_direct", "stat",      "punch",
 };
 
 static const struct {
 	const char *name;
 	int err;
 } fp_errnos[] = {
-    {"EIO", EIO},           {"ENOSPC", ENOSPC},   {"EACCES", EACCES}, {"EPERM", EPERM},
-    {"EROFS", EROFS},       {"EMFILE", EMFILE},   {"ENFILE", ENFILE}, {"ENOENT", ENOENT},
-    {"EEXIST", EEXIST},     {"EINTR", EINTR},     {"EAGAIN", EAGAIN}, {"EDQUOT", EDQUOT},
-    {"EFBIG", EFBIG},       {"EBADF", EBADF},     {"EINVAL", EINVAL}, {"ENOMEM", ENOMEM},
-    {"short", TS_FP_SHORT}, {"KILL", TS_FP_KILL},
+    {"EIO", EIO},         {"ENOSPC", ENOSPC},         {"EACCES", EACCES},
+    {"EPERM", EPERM},     {"EROFS", EROFS},           {"EMFILE", EMFILE},
+    {"ENFILE", ENFILE},   {"ENOENT", ENOENT},         {"EEXIST", EEXIST},
+    {"EINTR", EINTR},     {"EAGAIN", EAGAIN},         {"EDQUOT", EDQUOT},
+    {"EFBIG", EFBIG},     {"EBADF", EBADF},           {"EINVAL", EINVAL},
+    {"ENOMEM", ENOMEM},   {"EOPNOTSUPP", EOPNOTSUPP}, {"short", TS_FP_SHORT},
+    {"KILL", TS_FP_KILL},
 };
 
 static void fp_free_entries(fp_entry *e, int n)

@@ -1,0 +1,651 @@
+/*
+ * kv_compact.c - compaction: leaves packed, the tree moved to the front of
+ * its data file, the tail of the file given back.
+ *
+ * A B+tree loaded in random order keeps its leaves about 85% full (shifts
+ * before splits, kv_modify.c), and one whose keys were deleted keeps every
+ * page it ever had.  Compaction runs in a backend as a sequence of small
+ * write batches, each under the tree lock like any other (writers wait for
+ * one batch at most, readers not at all), each atomic and logged:
+ *
+ *   1. pack: under each level-1 node, from left to right, a leaf takes its
+ *      right sibling whole when that fits, else as many of its first entries
+ *      as leave it a shift's slack (kvm_pack_pair).  Freed leaves go to the
+ *      free list.
+ *   2. move: with L pages in use, every node at block L or beyond moves to a
+ *      free page below L (kvm_relocate), level by level from the root down,
+ *      so a node's parent has moved before the node is looked for; then
+ *      every overflow page at L or beyond, value by value in key order
+ *      (kvm_ovf_move: the link to it, or the entry, follows it).
+ *   3. cut: the free blocks at the end of the file leave the free list and
+ *      the tree's end (meta.nblocks) comes down to the last page in use.
+ *   4. give back (kv_compact_give_back, after a checkpoint has written the
+ *      pages freed above): the blocks past the tree's end are punched out of
+ *      the file.  A hole reads as an all-zero page, which a reader with a
+ *      stale block number takes as "start over", where a shorter file would
+ *      fail its read; the writer allocates the space again as the tree grows
+ *      (kv_write.c, ensure_block).
+ *
+ * Interface: kv.h (kv_compact, kv_compact_give_back).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <string.h>
+
+#include "buffer/buffer.h"
+#include "kv/kv_int.h"
+#include "storage/storage.h"
+
+/* Pairs of leaves one pack batch looks at: the tree lock is held for one batch. */
+#define PACK_PAIRS_PER_BATCH 64
+/* Nodes one move batch relocates at most. */
+#define MOVES_PER_BATCH 64
+
+/* A copy of block @blk, read under its share lock (the batch has not locked it). */
+static int read_copy(wr_blkno blk, char *out)
+{
+	int buf;
+	int rc = buf_read(KV_REL, blk, &buf);
+	if (rc != WALRUS_OK)
+		return rc;
+	buf_lock(buf, false);
+	memcpy(out, buf_page(buf), WR_PAGE_SIZE);
+	buf_unlock(buf);
+	buf_release(buf);
+	return WALRUS_OK;
+}
+
+/* ---------------------------------------------------------------- batches */
+
+typedef int (*step_fn)(void *arg, bool *done);
+
+#ifdef WALRUS_TEST_HOOKS
+static int crash_after_batches; /* 0: off */
+
+void kv_test_compact_crash_after(int batches)
+{
+	crash_after_batches = batches;
+}
+
+/* After the batch ending at @lsn: stop here as a crash would, that batch durable. */
+static void crash_point(wr_lsn lsn)
+{
+	if (crash_after_batches > 0 && --crash_after_batches == 0) {
+		wal_flush_to(lsn);
+		_exit(KV_TEST_CRASH_EXIT);
+	}
+}
+#else
+static inline void crash_point(wr_lsn lsn)
+{
+	(void)lsn;
+}
+#endif
+
+/* One step as one batch under the tree lock; *done when the step says so. */
+static int run_batch(step_fn fn, void *arg, bool *done, kv_compact_result *r)
+{
+	wr_lsn lsn = 0;
+	rw_lock_excl(&kv_sh->tree_lock);
+	int rc = kvw_batch_begin();
+	if (rc == WALRUS_OK)
+		rc = fn(arg, done);
+	if (rc == WALRUS_OK)
+		rc = kvw_commit(&lsn);
+	if (rc != WALRUS_OK)
+		kvw_abort();
+	rw_unlock(&kv_sh->tree_lock);
+	if (rc == WALRUS_OK && lsn != 0) {
+		wal_flush_async(lsn);
+		r->batches++;
+		crash_point(lsn);
+	}
+	return rc;
+}
+
+/* ---------------------------------------------------------------- 1. pack */
+
+typedef struct pack_state {
+	char key[KV_MAX_KEY]; /* where the next batch starts: a leaf's low fence */
+	uint16_t kl;
+	kv_compact_result *r;
+} pack_state;
+
+/* Remembers @leaf's low fence as where the next batch starts. */
+static void pack_resume_at(pack_state *st, const char *leaf)
+{
+	kv_key low = kvn_low(leaf);
+	st->kl = low.inf ? 0 : low.len;
+	memcpy(st->key, low.p, st->kl);
+}
+
+static int pack_step(void *arg, bool *done)
+{
+	pack_state *st = arg;
+	kvw_page *parent, *leaf;
+	int ps;
+	int rc = kvm_leaf_parent(st->key, st->kl, &parent, &ps, &leaf);
+	if (rc != WALRUS_OK || parent == NULL) {
+		*done = parent == NULL;
+		return rc;
+	}
+	for (int pairs = 0; rc == WALRUS_OK; pairs++) {
+		if (ps + 1 >= kvp_nslots(parent->page)) {
+			kv_key high = kvn_high(parent->page);
+			*done = high.inf;
+			st->kl = high.inf ? 0 : high.len;
+			memcpy(st->key, high.p, st->kl);
+			return WALRUS_OK;
+		}
+		if (pairs == PACK_PAIRS_PER_BATCH || (pairs > 0 && !kvw_pin_room(KV_PIN_RESERVE))) {
+			rc = kvw_get(kvn_child(parent->page, ps), &leaf);
+			if (rc == WALRUS_OK)
+				pack_resume_at(st, leaf->page);
+			return rc;
+		}
+		int res;
+		rc = kvm_pack_pair(parent, ps, &res);
+		if (res == KVM_PACK_MERGED)
+			st->r->leaves_merged++;
+		else
+			ps++;
+		st->r->leaves_poured += res == KVM_PACK_POURED;
+	}
+	return rc;
+}
+
+/* ---------------------------------------------------------------- the free list */
+
+typedef struct free_list {
+	wr_blkno *blk; /* in list order */
+	uint32_t n;
+} free_list;
+
+/* Reads the free list (meta.nfree pages, linked through their right links). */
+static int free_list_read(free_list *fl)
+{
+	const kv_meta *m = kvw_meta();
+	char *page = malloc(WR_PAGE_SIZE);
+	fl->n = 0;
+	fl->blk = malloc(((size_t)m->nfree + 1) * sizeof(wr_blkno));
+	if (page == NULL || fl->blk == NULL) {
+		free(page);
+		return wr_error(WALRUS_ENOMEM, "out of memory reading the free list");
+	}
+	int rc = WALRUS_OK;
+	for (wr_blkno b = m->free_head; rc == WALRUS_OK && b != WR_INVALID_BLKNO;) {
+		if (fl->n == m->nfree || b >= m->nblocks || b == 0) {
+			rc = wr_error(WALRUS_ECORRUPT,
+			              "the free list of relation %u does not match its count of %u "
+			              "pages (block %u)",
+			              KV_REL, m->nfree, b);
+			break;
+		}
+		rc = read_copy(b, page);
+		uint8_t t = kvp_type(page);
+		if (rc == WALRUS_OK && t != KV_PT_FREE && t != KV_PT_OVF)
+			rc = wr_error(WALRUS_ECORRUPT,
+			              "block %u of relation %u is on the free list but is not free",
+			              b, KV_REL);
+		fl->blk[fl->n++] = b;
+		b = kvp_special(page).right;
+	}
+	if (rc == WALRUS_OK && fl->n != m->nfree)
+		rc = wr_error(WALRUS_ECORRUPT,
+		              "the free list of relation %u has %u pages, the meta page counts %u",
+		              KV_REL, fl->n, m->nfree);
+	free(page);
+	return rc;
+}
+
+/* Sets @blk's right link (the next free page) to @next. */
+static int free_link(wr_blkno blk, wr_blkno next)
+{
+	kvw_page *p;
+	int rc = kvw_get(blk, &p);
+	if (rc != WALRUS_OK)
+		return rc;
+	kv_special s = kvp_special(p->page);
+	s.right = next;
+	return kvw_op_special(p, &s);
+}
+
+/*
+ * Takes the pages @gone marks (by index into @fl) off the free list: the
+ * head and each kept page whose next page changed are relinked.
+ */
+static int free_list_remove(const free_list *fl, const bool *gone)
+{
+	kv_meta *m = kvw_meta();
+	wr_blkno prev = WR_INVALID_BLKNO;
+	uint32_t removed = 0;
+	bool prev_next_gone = false; /* the old next of prev was taken away */
+	int rc = WALRUS_OK;
+	for (uint32_t i = 0; rc == WALRUS_OK && i < fl->n; i++) {
+		if (gone[i]) {
+			removed++;
+			if (prev == WR_INVALID_BLKNO)
+				m->free_head = WR_INVALID_BLKNO;
+			prev_next_gone = true;
+			continue;
+		}
+		if (prev == WR_INVALID_BLKNO)
+			m->free_head = fl->blk[i];
+		else if (prev_next_gone)
+			rc = free_link(prev, fl->blk[i]);
+		prev = fl->blk[i];
+		prev_next_gone = false;
+	}
+	if (rc == WALRUS_OK && prev != WR_INVALID_BLKNO && prev_next_gone)
+		rc = free_link(prev, WR_INVALID_BLKNO);
+	m->nfree -= removed;
+	return rc;
+}
+
+/* The lowest @n free pages below @end, taken off the free list into @dest. */
+static int take_low_free(wr_blkno end, wr_blkno *dest, int n)
+{
+	free_list fl;
+	int rc = free_list_read(&fl);
+	bool *gone = calloc(fl.n + 1, sizeof(bool));
+	if (rc == WALRUS_OK && gone == NULL)
+		rc = wr_error(WALRUS_ENOMEM, "out of memory moving pages");
+	for (int k = 0; rc == WALRUS_OK && k < n; k++) {
+		int best = -1;
+		for (uint32_t i = 0; i < fl.n; i++)
+			if (!gone[i] && fl.blk[i] < end && (best < 0 || fl.blk[i] < fl.blk[best]))
+				best = (int)i;
+		if (best < 0)
+			rc =
+			    wr_error(WALRUS_ECORRUPT,
+			             "relation %u has %u pages in use but too few free pages below "
+			             "block %u",
+			             KV_REL, end, end);
+		else
+			dest[k] = fl.blk[best];
+		if (best >= 0)
+			gone[best] = true;
+	}
+	if (rc == WALRUS_OK)
+		rc = free_list_remove(&fl, gone);
+	free(fl.blk);
+	free(gone);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- 2. move */
+
+typedef struct move_cand {
+	wr_blkno parent; /* WR_INVALID_BLKNO: the root */
+	int slot;
+	wr_blkno blk;
+} move_cand;
+
+typedef struct move_state {
+	int level; /* the level whose nodes move next */
+	kv_compact_result *r;
+} move_state;
+
+/* The leftmost node of @level (below the root's), read down the first children. */
+static int leftmost(int level, wr_blkno *out, char *page)
+{
+	const kv_meta *m = kvw_meta();
+	wr_blkno b = m->root;
+	for (int l = (int)m->height - 1; l > level; l--) {
+		int rc = read_copy(b, page);
+		if (rc != WALRUS_OK)
+			return rc;
+		if (kvp_type(page) != KV_PT_NODE || kvp_special(page).level != l ||
+		    kvn_nentries(page) == 0)
+			return wr_error(WALRUS_ECORRUPT,
+			                "block %u of relation %u is not a node of level %d", b,
+			                KV_REL, l);
+		b = kvn_child(page, KV_FIRST_SLOT);
+	}
+	*out = b;
+	return WALRUS_OK;
+}
+
+/* Up to @max nodes of @level at block @end or past it, with their parents' slots. */
+static int move_candidates(int level, wr_blkno end, move_cand *c, int max, int *n)
+{
+	const kv_meta *m = kvw_meta();
+	*n = 0;
+	if (level == (int)m->height - 1) {
+		if (m->root >= end)
+			c[(*n)++] = (move_cand){.parent = WR_INVALID_BLKNO, .blk = m->root};
+		return WALRUS_OK;
+	}
+	char *page = malloc(WR_PAGE_SIZE);
+	if (page == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory looking for nodes to move");
+	wr_blkno p = WR_INVALID_BLKNO;
+	int rc = leftmost(level + 1, &p, page);
+	for (uint32_t hops = 0; rc == WALRUS_OK && p != WR_INVALID_BLKNO && *n < max; hops++) {
+		if (hops >= m->nblocks) {
+			rc = wr_error(WALRUS_ECORRUPT,
+			              "the right links of level %d of relation %u loop", level + 1,
+			              KV_REL);
+			break;
+		}
+		rc = read_copy(p, page);
+		if (rc == WALRUS_OK && (kvp_type(page) != KV_PT_NODE ||
+		                        kvp_special(page).level != (uint16_t)(level + 1)))
+			rc = wr_error(WALRUS_ECORRUPT,
+			              "block %u of relation %u is not a node of level %d", p,
+			              KV_REL, level + 1);
+		for (int s = KV_FIRST_SLOT; rc == WALRUS_OK && s < kvp_nslots(page) && *n < max;
+		     s++) {
+			wr_blkno child = kvn_child(page, s);
+			if (child >= end)
+				c[(*n)++] = (move_cand){.parent = p, .slot = s, .blk = child};
+		}
+		p = kvp_special(page).right;
+	}
+	free(page);
+	return rc;
+}
+
+/* Moves candidate @c to free page @dest (off the free list already). */
+static int move_one(const move_cand *c, int level, wr_blkno dest)
+{
+	kvw_page *parent = NULL, *x, *d;
+	int rc = WALRUS_OK;
+	if (c->parent != WR_INVALID_BLKNO) {
+		rc = kvw_get(c->parent, &parent);
+		if (rc == WALRUS_OK && kvn_child(parent->page, c->slot) != c->blk)
+			rc = wr_error(
+			    WALRUS_ECORRUPT,
+			    "block %u of relation %u: downlink %d no longer names block %u",
+			    c->parent, KV_REL, c->slot, c->blk);
+	}
+	if (rc == WALRUS_OK)
+		rc = kvw_get(c->blk, &x);
+	if (rc == WALRUS_OK)
+		rc = kvm_check_node(x, level);
+	if (rc == WALRUS_OK)
+		rc = kvw_get(dest, &d);
+	return rc == WALRUS_OK ? kvm_relocate(parent, c->slot, x, d) : rc;
+}
+
+/* How many moves the batch's pins leave room for (up to @want). */
+static int moves_room(int want)
+{
+	/* each: the node, its new page, two neighbours, a free-list link; the parent */
+	while (want > 0 && !kvw_pin_room(6 * (uint32_t)want + KV_PIN_RESERVE))
+		want /= 2;
+	return want;
+}
+
+static int move_step(void *arg, bool *done)
+{
+	move_state *st = arg;
+	kv_meta *m = kvw_meta();
+	wr_blkno end = m->nblocks - m->nfree; /* pages in use: they fit below */
+	move_cand c[MOVES_PER_BATCH];
+	int n = 0, rc = WALRUS_OK;
+	while (rc == WALRUS_OK && st->level >= 0) {
+		rc = move_candidates(st->level, end, c, moves_room(MOVES_PER_BATCH), &n);
+		if (rc != WALRUS_OK || n > 0)
+			break;
+		st->level--;
+	}
+	if (rc != WALRUS_OK || n == 0) {
+		*done = rc == WALRUS_OK;
+		return rc;
+	}
+	wr_blkno dest[MOVES_PER_BATCH];
+	rc = take_low_free(end, dest, n);
+	for (int i = 0; rc == WALRUS_OK && i < n; i++) {
+		rc = move_one(&c[i], st->level, dest[i]);
+		st->r->pages_moved += rc == WALRUS_OK;
+	}
+	return rc;
+}
+
+/* ---------------------------------------------------------------- 2b. overflow pages */
+
+/* A page of an overflow chain to move: piece @seq at @blk, after @prev. */
+typedef struct ovf_move {
+	wr_blkno prev, blk;
+	uint32_t seq;
+} ovf_move;
+
+typedef struct ovf_state {
+	char key[KV_MAX_KEY]; /* the entries looked at next are this key and those after it */
+	uint16_t kl;
+	kv_compact_result *r;
+} ovf_state;
+
+static int not_node(wr_blkno b, int level)
+{
+	return wr_error(WALRUS_ECORRUPT, "block %u of relation %u is not a node of level %d", b,
+	                KV_REL, level);
+}
+
+/* A copy (in @page) of the leaf whose range holds @k, read down from the root. */
+static int leaf_copy_for(const kv_key *k, char *page)
+{
+	const kv_meta *m = kvw_meta();
+	wr_blkno b = m->root;
+	for (int l = (int)m->height - 1;; l--) {
+		int rc = read_copy(b, page);
+		if (rc != WALRUS_OK)
+			return rc;
+		if (kvp_type(page) != KV_PT_NODE || kvp_special(page).level != l ||
+		    (l > 0 && kvn_nentries(page) == 0))
+			return not_node(b, l);
+		if (l == 0)
+			return WALRUS_OK;
+		b = kvn_child(page, kvn_child_slot(page, k, false));
+	}
+}
+
+/* The pages of @ref's chain at block @end or past it (up to @max of them). */
+static int chain_tail(const kv_ovf_ref *ref, wr_blkno end, ovf_move *mv, int max, int *n,
+                      char *page)
+{
+	uint32_t pieces = (ref->vlen + KV_OVF_CHUNK - 1) / KV_OVF_CHUNK;
+	wr_blkno prev = WR_INVALID_BLKNO, b = ref->first;
+	*n = 0;
+	for (uint32_t seq = 0; seq < pieces && *n < max; seq++) {
+		if (b == 0 || b >= kvw_meta()->nblocks)
+			return wr_error(WALRUS_ECORRUPT,
+			                "overflow value %llu of relation %u names block %u",
+			                (unsigned long long)ref->id, KV_REL, b);
+		if (b >= end)
+			mv[(*n)++] = (ovf_move){.prev = prev, .blk = b, .seq = seq};
+		if (seq + 1 == pieces)
+			break;
+		int rc = read_copy(b, page);
+		if (rc != WALRUS_OK)
+			return rc;
+		kv_ovf_hdr h = kvo_header(page);
+		if (kvp_type(page) != KV_PT_OVF || h.id != ref->id || h.seq != seq)
+			return wr_error(
+			    WALRUS_ECORRUPT,
+			    "block %u of relation %u is not piece %u of overflow value %llu", b,
+			    KV_REL, seq, (unsigned long long)ref->id);
+		prev = b;
+		b = kvp_special(page).right;
+	}
+	return WALRUS_OK;
+}
+
+/*
+ * The first overflow value at or after the position with pages at @end or
+ * past it: its key becomes the position, *n its pages to move (0: none left
+ * in the tree).
+ */
+static int find_ovf_tail(ovf_state *st, wr_blkno end, ovf_move *mv, int max, int *n)
+{
+	char *leaf = malloc(2 * (size_t)WR_PAGE_SIZE), *page = leaf + WR_PAGE_SIZE;
+	if (leaf == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory looking for overflow pages to move");
+	kv_key pos = {.p = st->key, .len = st->kl};
+	int rc = leaf_copy_for(&pos, leaf);
+	bool eq;
+	int s = rc == WALRUS_OK ? kvn_lower_bound(leaf, st->key, st->kl, &eq) : 0;
+	*n = 0;
+	for (uint32_t hops = 0; rc == WALRUS_OK && *n == 0; hops++) {
+		for (; rc == WALRUS_OK && s < kvp_nslots(leaf) && *n == 0; s++) {
+			uint16_t len;
+			const char *it = kvp_item(leaf, s, &len);
+			kv_leaf_ent e;
+			if (!kvl_decode(it, len, &e))
+				rc = wr_error(WALRUS_ECORRUPT,
+				              "a leaf entry of relation %u is malformed", KV_REL);
+			else if (e.kind == KV_OVERFLOW)
+				rc = chain_tail(&e.ref, end, mv, max, n, page);
+			if (rc == WALRUS_OK && *n > 0) {
+				char buf[KV_MAX_KEY];
+				kv_key whole = kvn_entry_key(leaf, s, buf);
+				memcpy(st->key, whole.p, whole.len);
+				st->kl = whole.len;
+			}
+		}
+		wr_blkno right = kvp_special(leaf).right;
+		if (rc != WALRUS_OK || *n > 0 || right == WR_INVALID_BLKNO)
+			break;
+		if (hops >= kvw_meta()->nblocks)
+			rc = wr_error(WALRUS_ECORRUPT, "the leaves of relation %u link in a loop",
+			              KV_REL);
+		if (rc == WALRUS_OK)
+			rc = read_copy(right, leaf);
+		if (rc == WALRUS_OK &&
+		    (kvp_type(leaf) != KV_PT_NODE || kvp_special(leaf).level != 0))
+			rc = not_node(right, 0);
+		s = KV_FIRST_SLOT;
+	}
+	free(leaf);
+	return rc;
+}
+
+static int ovf_step(void *arg, bool *done)
+{
+	ovf_state *st = arg;
+	const kv_meta *m = kvw_meta();
+	wr_blkno end = m->nblocks - m->nfree, dest[MOVES_PER_BATCH];
+	ovf_move mv[MOVES_PER_BATCH];
+	int n = 0;
+	int rc = find_ovf_tail(st, end, mv, moves_room(MOVES_PER_BATCH), &n);
+	if (rc != WALRUS_OK || n == 0) {
+		*done = rc == WALRUS_OK;
+		return rc;
+	}
+	rc = take_low_free(end, dest, n);
+	for (int i = 0; rc == WALRUS_OK && i < n; i++) {
+		kvw_page *d;
+		/* A piece moved just before this one is its new predecessor. */
+		wr_blkno prev = i > 0 && mv[i - 1].seq + 1 == mv[i].seq ? dest[i - 1] : mv[i].prev;
+		rc = kvw_get(dest[i], &d);
+		if (rc == WALRUS_OK)
+			rc = kvm_ovf_move(st->key, st->kl, prev, mv[i].blk, mv[i].seq, d);
+		st->r->pages_moved += rc == WALRUS_OK;
+	}
+	return rc;
+}
+
+/* ---------------------------------------------------------------- 3. cut */
+
+static int cut_step(void *arg, bool *done)
+{
+	(void)arg;
+	*done = true;
+	kv_meta *m = kvw_meta();
+	free_list fl;
+	int rc = free_list_read(&fl);
+	bool *is_free = calloc(m->nblocks, sizeof(bool)), *gone = calloc(fl.n + 1, sizeof(bool));
+	if (rc == WALRUS_OK && (is_free == NULL || gone == NULL))
+		rc = wr_error(WALRUS_ENOMEM, "out of memory cutting the tree's end");
+	for (uint32_t i = 0; rc == WALRUS_OK && i < fl.n; i++)
+		is_free[fl.blk[i]] = true;
+	wr_blkno cut = m->nblocks;
+	while (rc == WALRUS_OK && cut > 1 && is_free[cut - 1])
+		cut--;
+	uint32_t writes = 0;
+	for (uint32_t i = 0; rc == WALRUS_OK && i < fl.n; i++) {
+		gone[i] = fl.blk[i] >= cut;
+		writes += i > 0 && gone[i] && !gone[i - 1];
+	}
+	/* Each kept page whose next page goes is relinked: pinned to the batch's end. */
+	if (rc == WALRUS_OK && cut < m->nblocks && kvw_pin_room(writes + KV_PIN_RESERVE)) {
+		rc = free_list_remove(&fl, gone);
+		m->nblocks = cut;
+	} else if (rc == WALRUS_OK && cut < m->nblocks) {
+		wr_log(WR_WARNING,
+		       "compaction: the end of relation %u stays at block %u: unlinking %u free "
+		       "pages needs more pins than a batch may hold (raise shared_buffers)",
+		       KV_REL, m->nblocks, m->nblocks - cut);
+	}
+	free(fl.blk);
+	free(is_free);
+	free(gone);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- the whole */
+
+int kv_compact(kv_compact_result *r)
+{
+	memset(r, 0, sizeof(*r));
+	bool done = false;
+	rw_lock_shared(&kv_sh->tree_lock);
+	kv_meta m0;
+	int rc = kv_read_meta(&m0);
+	rw_unlock(&kv_sh->tree_lock);
+	if (rc != WALRUS_OK)
+		return rc;
+	r->blocks_before = m0.nblocks;
+	pack_state ps = {.kl = 0, .r = r};
+	while (rc == WALRUS_OK && !done)
+		rc = run_batch(pack_step, &ps, &done, r);
+	move_state ms = {.level = (int)m0.height - 1, .r = r};
+	for (done = false; rc == WALRUS_OK && !done;)
+		rc = run_batch(move_step, &ms, &done, r);
+	ovf_state os = {.kl = 0, .r = r};
+	for (done = false; rc == WALRUS_OK && !done;)
+		rc = run_batch(ovf_step, &os, &done, r);
+	if (rc == WALRUS_OK)
+		rc = run_batch(cut_step, NULL, &done, r);
+	kv_meta m1;
+	rw_lock_shared(&kv_sh->tree_lock);
+	if (rc == WALRUS_OK)
+		rc = kv_read_meta(&m1);
+	rw_unlock(&kv_sh->tree_lock);
+	if (rc == WALRUS_OK)
+		r->blocks_after = m1.nblocks;
+	return rc;
+}
+
+int kv_compact_give_back(uint64_t *blocks)
+{
+	smgr_rel *rel;
+	wr_blkno nfile;
+	kv_meta m;
+	*blocks = 0;
+	rw_lock_excl(&kv_sh->tree_lock);
+	int rc = kv_read_meta(&m);
+	if (rc == WALRUS_OK)
+		rc = smgr_open(KV_REL, &rel);
+	if (rc == WALRUS_OK)
+		rc = smgr_nblocks(rel, &nfile);
+	if (rc == WALRUS_OK && nfile > m.nblocks) {
+		rc = smgr_punch(rel, m.nblocks, nfile - m.nblocks);
+		if (rc != WALRUS_OK && errno == EOPNOTSUPP) {
+			wr_log(WR_WARNING, "compaction: %s; the space stays with the file",
+			       walrus_errmsg());
+			wr_error_clear();
+			rw_unlock(&kv_sh->tree_lock);
+			return WALRUS_OK;
+		}
+	}
+	if (rc == WALRUS_OK && nfile > m.nblocks) {
+		*blocks = nfile - m.nblocks;
+		/* The writer allocates these again before it uses them (ensure_block). */
+		kv_sh->file_blocks = m.nblocks;
+	}
+	rw_unlock(&kv_sh->tree_lock);
+	return rc;
+}
