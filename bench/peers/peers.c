@@ -66,63 +66,66 @@ static bool g_base_created;
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-	        "usage: walrus-peers [options]\n\n"
-	        "db_bench-style workloads against walrus, SQLite, LMDB and RocksDB (see "
-	        "bench/peers/README.md).\n\n"
-	        "workloads (N = --num, M = --sync-ops, P = a client count):\n"
-	        "  fillseq           N puts of keys 0..N-1 in order, one per commit\n"
-	        "  fillrandom        the same N puts in a fixed random order\n"
-	        "  fillsync          P clients (--sync-procs), each M durable puts of new keys;\n"
-	        "                    with --sync-seconds S, on a load of N keys, each client\n"
-	        "                    putting random existing keys durably for S seconds\n"
-	        "  readrandom        N random point reads split over P clients (--read-procs)\n"
-	        "  scan              one ordered scan of the N keys\n"
-	        "  readwhilewriting  readrandom, plus one writer overwriting random keys until\n"
-	        "                    the readers are done (the readers are measured)\n"
-	        "  updaterandom      N read-modify-writes (get, put a new value) of random keys\n"
-	        "                    split over P clients (--read-procs)\n"
-	        "readrandom, scan, readwhilewriting and updaterandom run on a fillseq load of\n"
-	        "N keys (untimed; reused from the previous workload when it left one).\n\n"
-	        "options:\n"
-	        "  --num N            N: keys, and the operations of readrandom,\n"
-	        "                     readwhilewriting, updaterandom (default 1000000)\n"
-	        "  --sync-ops M       durable writes per client in fillsync (default 2000)\n"
-	        "  --sync-seconds S   fillsync by issue 18's definition instead: N keys loaded\n"
-	        "                     (untimed), then each client upserts random keys, each\n"
-	        "                     put durable, for S seconds (1..%d)\n"
-	        "  --engines LIST     among walrus,sqlite,lmdb,rocksdb (default all)\n"
-	        "  --workloads LIST   among " PEERS_ALL_WORKLOADS "\n"
-	        "                     (default " PEERS_DEFAULT_WORKLOADS ")\n"
-	        "  --sync-procs LIST  fillsync client counts (default 1,8)\n"
-	        "  --read-procs LIST  readrandom, readwhilewriting (readers) and updaterandom\n"
-	        "                     client counts (default 1,2)\n"
-	        "  --batch N          fillseq and fillrandom commit N puts at a time: a walrus\n"
-	        "                     batch, an SQLite BEGIN..COMMIT, an LMDB write txn; RocksDB\n"
-	        "                     still writes each put alone (default 1, at most %d)\n"
-	        "  --cache-mb MB      every engine's cache: walrus's shared_buffers, SQLite's\n"
-	        "                     cache_size, RocksDB's block cache (LMDB has none)\n"
-	        "                     (default %d)\n"
-	        "  --drop-caches      before the timed run of readrandom, scan, readwhilewriting\n"
-	        "                     and updaterandom (once every client has prepared): sync,\n"
-	        "                     then write 3 to " DROP_CACHES_FILE " (needs root)\n"
-	        "  --drop-caches-file FILE\n"
-	        "                     --drop-caches, writing FILE instead (to test the option)\n"
-	        "  --walrus-clients LIST\n"
-	        "                     how walrus's clients of those workloads run, each in turn:\n"
-	        "                     threads (of this process, a handle each) and/or processes\n"
-	        "                     (forked, a handle each) (default " PEERS_DEFAULT_MODES ")\n"
-	        "  --dir DIR          scratch directory (default: a new one under $TMPDIR or "
-	        "/tmp)\n"
-	        "  --keep             keep the databases at the end\n"
-	        "  --json             one JSON object per result on stdout (human lines go "
-	        "to stderr)\n"
-	        "  -o name=value      a walrus option (repeatable; see `walrus options`); "
-	        "walrus-peers\n"
-	        "                     starts from shared_buffers=" PEERS_WALRUS_SHARED_BUFFERS
-	        ", the peers' cache size\n"
-	        "exit: 0 ok, 2 usage or wrong result, 3 engine or system error\n",
-	        MAX_SYNC_SECONDS, PEERS_MAX_BATCH, PEERS_CACHE_MB);
+	fprintf(
+	    f,
+	    "usage: walrus-peers [options]\n\n"
+	    "db_bench-style workloads against walrus, SQLite, LMDB and RocksDB (see "
+	    "bench/peers/README.md).\n\n"
+	    "workloads (N = --num, M = --sync-ops, P = a client count):\n"
+	    "  fillseq           N puts of keys 0..N-1 in order, one per commit\n"
+	    "  fillrandom        the same N puts in a fixed random order\n"
+	    "  fillsync          P clients (--sync-procs), each M durable puts of new keys;\n"
+	    "                    with --sync-seconds S, on a load of N keys, each client\n"
+	    "                    putting random existing keys durably for S seconds\n"
+	    "  readrandom        N random point reads split over P clients (--read-procs)\n"
+	    "  scan              one ordered scan of the N keys\n"
+	    "  readwhilewriting  readrandom, plus one writer overwriting random keys until\n"
+	    "                    the readers are done (the readers are measured)\n"
+	    "  updaterandom      N read-modify-writes (get, put a new value) of random keys\n"
+	    "                    split over P clients (--read-procs)\n"
+	    "readrandom, scan, readwhilewriting and updaterandom run on a fillseq load of\n"
+	    "N keys (untimed; reused from the previous workload when it left one).\n\n"
+	    "options:\n"
+	    "  --num N            N: keys, and the operations of readrandom,\n"
+	    "                     readwhilewriting, updaterandom (default 1000000)\n"
+	    "  --sync-ops M       durable writes per client in fillsync (default 2000)\n"
+	    "  --sync-seconds S   fillsync by issue 18's definition instead: N keys loaded\n"
+	    "                     (untimed), then each client upserts random keys, each\n"
+	    "                     put durable, for S seconds (1..%d)\n"
+	    "  --engines LIST     among walrus,sqlite,lmdb,rocksdb (default all)\n"
+	    "  --workloads LIST   among " PEERS_ALL_WORKLOADS "\n"
+	    "                     (default " PEERS_DEFAULT_WORKLOADS ")\n"
+	    "  --sync-procs LIST  fillsync client counts (default 1,8)\n"
+	    "  --read-procs LIST  readrandom, readwhilewriting (readers) and updaterandom\n"
+	    "                     client counts (default 1,2)\n"
+	    "  --batch N          fillseq and fillrandom commit N puts at a time: a walrus\n"
+	    "                     batch, an SQLite BEGIN..COMMIT, an LMDB write txn; RocksDB\n"
+	    "                     still writes each put alone (default 1, at most %d)\n"
+	    "  --cache-mb MB      every engine's cache: walrus's shared_buffers, SQLite's\n"
+	    "                     cache_size, RocksDB's block cache (LMDB has none)\n"
+	    "                     (default %d)\n"
+	    "  --drop-caches      before the timed run of readrandom, scan, readwhilewriting\n"
+	    "                     and updaterandom (once every client has prepared): sync,\n"
+	    "                     then write 3 to " DROP_CACHES_FILE " (needs root)\n"
+	    "  --drop-caches-file FILE\n"
+	    "                     --drop-caches, writing FILE instead (to test the option)\n"
+	    "  --walrus-clients LIST\n"
+	    "                     how walrus's clients of those workloads run, each in turn:\n"
+	    "                     threads (of this process, a handle each) and/or processes\n"
+	    "                     (forked, a handle each) (default " PEERS_DEFAULT_MODES ")\n"
+	    "  --dir DIR          scratch directory (default: a new one under $TMPDIR or "
+	    "/tmp)\n"
+	    "  --keep             keep the databases at the end\n"
+	    "  --compact          after a fill's sizes, walrus compacts (walrus_compact, timed)\n"
+	    "                     and its files are measured again\n"
+	    "  --json             one JSON object per result on stdout (human lines go "
+	    "to stderr)\n"
+	    "  -o name=value      a walrus option (repeatable; see `walrus options`); "
+	    "walrus-peers\n"
+	    "                     starts from shared_buffers=" PEERS_WALRUS_SHARED_BUFFERS
+	    ", the peers' cache size\n"
+	    "exit: 0 ok, 2 usage or wrong result, 3 engine or system error\n",
+	    MAX_SYNC_SECONDS, PEERS_MAX_BATCH, PEERS_CACHE_MB);
 }
 
 /* PEERS_ALL_WORKLOADS, which the help shows, names every workload. */
@@ -272,6 +275,10 @@ static void parse_args(int argc, char **argv, config *cfg)
 		}
 		if (strcmp(k, "--keep") == 0) {
 			cfg->keep = true;
+			continue;
+		}
+		if (strcmp(k, "--compact") == 0) {
+			cfg->run.compact = true;
 			continue;
 		}
 		if (strcmp(k, "--drop-caches") == 0) {

@@ -95,6 +95,9 @@ typedef struct peers_engine {
 	void (*check)(void *h, const char *what);
 	const char *data_dir; /* may be NULL: see above */
 	const char *wal_dir;
+	/* may be NULL: gives back the space the engine's files hold unused
+	 * (walrus: walrus_compact); returns the seconds it took */
+	double (*compact)(void *h);
 } peers_engine;
 
 extern const peers_engine peers_walrus;
@@ -163,6 +166,11 @@ typedef struct peers_result {
 	 * (walrus: after its shutdown checkpoint), in allocated bytes. */
 	bool has_size;
 	peers_sizes size;
+	/* peers_config.compact on an engine that can: the compaction's time and
+	 * the files once the engine is closed and idle again */
+	bool has_compacted;
+	double compact_s;
+	peers_sizes compacted;
 } peers_result;
 
 /*
@@ -241,6 +249,9 @@ typedef struct peers_config {
 	 * is closed and idle (walrus-peers; not walrus bench, whose monitor keeps
 	 * the instance up). */
 	bool sizes;
+	/* With sizes: after measuring them, an engine with a compact hook
+	 * (walrus) is opened again, compacts (timed) and is measured again. */
+	bool compact;
 	/* Non-NULL: readrandom, scan, readwhilewriting and updaterandom runs
 	 * sync() and write "3" to this file (/proc/sys/vm/drop_caches) once
 	 * every client has prepared, just before the timed run. */

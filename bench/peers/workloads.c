@@ -1081,6 +1081,10 @@ static void emit(const peers_config *cfg, const peers_result *r)
 		fprintf(human, "  cold");
 	if (r->has_size)
 		emit_size_human(human, &r->size);
+	if (r->has_compacted) {
+		fprintf(human, "  compacted in %.3f s:", r->compact_s);
+		emit_size_human(human, &r->compacted);
+	}
 	fputc('\n', human);
 	peers_flush(human);
 	if (!cfg->json)
@@ -1097,6 +1101,11 @@ static void emit(const peers_config *cfg, const peers_result *r)
 		printf("\"drop_caches\":true,");
 	if (r->has_size)
 		emit_size_json(&r->size);
+	if (r->has_compacted) {
+		printf("\"compacted\":{");
+		emit_size_json(&r->compacted);
+		printf("\"seconds\":%.6f},", r->compact_s);
+	}
 	if (r->has_lat)
 		printf("\"p50_us\":%.3f,\"p99_us\":%.3f}\n", r->p50_us, r->p99_us);
 	else
@@ -1287,6 +1296,16 @@ static bool wl_fill(const peers_config *cfg, const peers_engine *e, peers_worklo
 			peers_disk_usage(e, g_subdir, &r.size);
 			r.size.raw = all ? cfg->num * (uint64_t)(g_key_size + g_value_size) : 0;
 			r.has_size = true;
+		}
+		if (cfg->sizes && cfg->compact && e->compact != NULL) {
+			void *h = e->open(&oa);
+			r.compact_s = e->compact(h);
+			e->close(h);
+			if (e->idle != NULL)
+				e->idle(g_subdir);
+			peers_disk_usage(e, g_subdir, &r.compacted);
+			r.compacted.raw = r.size.raw;
+			r.has_compacted = true;
 		}
 		deliver(cfg, &r);
 	}
