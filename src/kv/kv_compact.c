@@ -40,7 +40,7 @@
 /* Pairs of leaves one pack batch looks at: the tree lock is held for one batch. */
 #define PACK_PAIRS_PER_BATCH 64
 /* Nodes one move batch relocates at most. */
-#define MOVES_PER_BATCH 64
+#define MOVES_PER_BATCH 512
 
 /* A copy of block @blk, read under its share lock (the batch has not locked it). */
 static int read_copy(wr_blkno blk, char *out)
@@ -51,6 +51,21 @@ static int read_copy(wr_blkno blk, char *out)
 		return rc;
 	buf_lock(buf, false);
 	memcpy(out, buf_page(buf), WR_PAGE_SIZE);
+	buf_unlock(buf);
+	buf_release(buf);
+	return WALRUS_OK;
+}
+
+/* The type and right link of block @blk, read under its share lock. */
+static int read_link(wr_blkno blk, uint8_t *type, wr_blkno *right)
+{
+	int buf;
+	int rc = buf_read(KV_REL, blk, &buf);
+	if (rc != WALRUS_OK)
+		return rc;
+	buf_lock(buf, false);
+	*type = kvp_type(buf_page(buf));
+	*right = kvp_special(buf_page(buf)).right;
 	buf_unlock(buf);
 	buf_release(buf);
 	return WALRUS_OK;
@@ -166,13 +181,10 @@ typedef struct free_list {
 static int free_list_read(free_list *fl)
 {
 	const kv_meta *m = kvw_meta();
-	char *page = malloc(WR_PAGE_SIZE);
 	fl->n = 0;
 	fl->blk = malloc(((size_t)m->nfree + 1) * sizeof(wr_blkno));
-	if (page == NULL || fl->blk == NULL) {
-		free(page);
+	if (fl->blk == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory reading the free list");
-	}
 	int rc = WALRUS_OK;
 	for (wr_blkno b = m->free_head; rc == WALRUS_OK && b != WR_INVALID_BLKNO;) {
 		if (fl->n == m->nfree || b >= m->nblocks || b == 0) {
@@ -182,20 +194,20 @@ static int free_list_read(free_list *fl)
 			              KV_REL, m->nfree, b);
 			break;
 		}
-		rc = read_copy(b, page);
-		uint8_t t = kvp_type(page);
+		uint8_t t;
+		rc = read_link(b, &t, &fl->blk[fl->n]);
 		if (rc == WALRUS_OK && t != KV_PT_FREE && t != KV_PT_OVF)
 			rc = wr_error(WALRUS_ECORRUPT,
 			              "block %u of relation %u is on the free list but is not free",
 			              b, KV_REL);
+		wr_blkno next = fl->blk[fl->n];
 		fl->blk[fl->n++] = b;
-		b = kvp_special(page).right;
+		b = next;
 	}
 	if (rc == WALRUS_OK && fl->n != m->nfree)
 		rc = wr_error(WALRUS_ECORRUPT,
 		              "the free list of relation %u has %u pages, the meta page counts %u",
 		              KV_REL, fl->n, m->nfree);
-	free(page);
 	return rc;
 }
 
@@ -243,34 +255,46 @@ static int free_list_remove(const free_list *fl, const bool *gone)
 	return rc;
 }
 
+typedef struct free_at {
+	wr_blkno blk;
+	uint32_t at; /* index in the free list */
+} free_at;
+
+static int cmp_free_at(const void *a, const void *b)
+{
+	wr_blkno x = ((const free_at *)a)->blk, y = ((const free_at *)b)->blk;
+	return (x > y) - (x < y);
+}
+
 /* The lowest @n free pages below @end, taken off the free list into @dest. */
 static int take_low_free(wr_blkno end, wr_blkno *dest, int n)
 {
 	free_list fl;
 	int rc = free_list_read(&fl);
 	bool *gone = calloc(fl.n + 1, sizeof(bool));
-	if (rc == WALRUS_OK && gone == NULL)
+	free_at *low = malloc((fl.n + 1) * sizeof(free_at));
+	if (rc == WALRUS_OK && (gone == NULL || low == NULL))
 		rc = wr_error(WALRUS_ENOMEM, "out of memory moving pages");
+	uint32_t nlow = 0;
+	for (uint32_t i = 0; rc == WALRUS_OK && i < fl.n; i++)
+		if (fl.blk[i] < end)
+			low[nlow++] = (free_at){.blk = fl.blk[i], .at = i};
+	if (rc == WALRUS_OK && nlow < (uint32_t)n)
+		rc = wr_error(
+		    WALRUS_ECORRUPT,
+		    "relation %u has %u pages in use but only %u free pages below block %u", KV_REL,
+		    end, nlow, end);
+	if (rc == WALRUS_OK)
+		qsort(low, nlow, sizeof(*low), cmp_free_at);
 	for (int k = 0; rc == WALRUS_OK && k < n; k++) {
-		int best = -1;
-		for (uint32_t i = 0; i < fl.n; i++)
-			if (!gone[i] && fl.blk[i] < end && (best < 0 || fl.blk[i] < fl.blk[best]))
-				best = (int)i;
-		if (best < 0)
-			rc =
-			    wr_error(WALRUS_ECORRUPT,
-			             "relation %u has %u pages in use but too few free pages below "
-			             "block %u",
-			             KV_REL, end, end);
-		else
-			dest[k] = fl.blk[best];
-		if (best >= 0)
-			gone[best] = true;
+		dest[k] = low[k].blk;
+		gone[low[k].at] = true;
 	}
 	if (rc == WALRUS_OK)
 		rc = free_list_remove(&fl, gone);
 	free(fl.blk);
 	free(gone);
+	free(low);
 	return rc;
 }
 
@@ -285,6 +309,8 @@ typedef struct move_cand {
 typedef struct move_state {
 	int level; /* the level whose nodes move next */
 	kv_compact_result *r;
+	move_cand *cand; /* MOVES_PER_BATCH of each */
+	wr_blkno *dest;
 } move_state;
 
 /* The leftmost node of @level (below the root's), read down the first children. */
@@ -383,7 +409,7 @@ static int move_step(void *arg, bool *done)
 	move_state *st = arg;
 	kv_meta *m = kvw_meta();
 	wr_blkno end = m->nblocks - m->nfree; /* pages in use: they fit below */
-	move_cand c[MOVES_PER_BATCH];
+	move_cand *c = st->cand;
 	int n = 0, rc = WALRUS_OK;
 	while (rc == WALRUS_OK && st->level >= 0) {
 		rc = move_candidates(st->level, end, c, moves_room(MOVES_PER_BATCH), &n);
@@ -395,7 +421,7 @@ static int move_step(void *arg, bool *done)
 		*done = rc == WALRUS_OK;
 		return rc;
 	}
-	wr_blkno dest[MOVES_PER_BATCH];
+	wr_blkno *dest = st->dest;
 	rc = take_low_free(end, dest, n);
 	for (int i = 0; rc == WALRUS_OK && i < n; i++) {
 		rc = move_one(&c[i], st->level, dest[i]);
@@ -416,6 +442,8 @@ typedef struct ovf_state {
 	char key[KV_MAX_KEY]; /* the entries looked at next are this key and those after it */
 	uint16_t kl;
 	kv_compact_result *r;
+	ovf_move *mv; /* MOVES_PER_BATCH of each */
+	wr_blkno *dest;
 } ovf_state;
 
 static int not_node(wr_blkno b, int level)
@@ -526,8 +554,8 @@ static int ovf_step(void *arg, bool *done)
 {
 	ovf_state *st = arg;
 	const kv_meta *m = kvw_meta();
-	wr_blkno end = m->nblocks - m->nfree, dest[MOVES_PER_BATCH];
-	ovf_move mv[MOVES_PER_BATCH];
+	wr_blkno end = m->nblocks - m->nfree, *dest = st->dest;
+	ovf_move *mv = st->mv;
 	int n = 0;
 	int rc = find_ovf_tail(st, end, mv, moves_room(MOVES_PER_BATCH), &n);
 	if (rc != WALRUS_OK || n == 0) {
@@ -601,12 +629,21 @@ int kv_compact(kv_compact_result *r)
 	pack_state ps = {.kl = 0, .r = r};
 	while (rc == WALRUS_OK && !done)
 		rc = run_batch(pack_step, &ps, &done, r);
-	move_state ms = {.level = (int)m0.height - 1, .r = r};
+	move_state ms = {.level = (int)m0.height - 1,
+	                 .r = r,
+	                 .cand = malloc(MOVES_PER_BATCH * sizeof(move_cand)),
+	                 .dest = malloc(MOVES_PER_BATCH * sizeof(wr_blkno))};
+	ovf_state os = {
+	    .kl = 0, .r = r, .mv = malloc(MOVES_PER_BATCH * sizeof(ovf_move)), .dest = ms.dest};
+	if (rc == WALRUS_OK && (ms.cand == NULL || ms.dest == NULL || os.mv == NULL))
+		rc = wr_error(WALRUS_ENOMEM, "out of memory compacting");
 	for (done = false; rc == WALRUS_OK && !done;)
 		rc = run_batch(move_step, &ms, &done, r);
-	ovf_state os = {.kl = 0, .r = r};
 	for (done = false; rc == WALRUS_OK && !done;)
 		rc = run_batch(ovf_step, &os, &done, r);
+	free(ms.cand);
+	free(ms.dest);
+	free(os.mv);
 	if (rc == WALRUS_OK)
 		rc = run_batch(cut_step, NULL, &done, r);
 	kv_meta m1;

@@ -462,6 +462,89 @@ START_TEST(readers_see_every_key_during_compaction)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- writers */
+
+/* Round @r of the writer: a new key "w-<r>" and key 7r (while there is one) gone. */
+static int writer_round(uint32_t r)
+{
+	char k[32], v[VLEN];
+	kv_batch *b = kv_batch_new();
+	size_t kl = (size_t)snprintf(k, sizeof(k), "w-%08u", r);
+	value_of(v, r);
+	int rc = kv_batch_put(b, k, kl, v, VLEN);
+	if (rc == WALRUS_OK && 7 * (uint64_t)r < N) {
+		kl = key_of(k, 7 * r);
+		rc = kv_batch_delete(b, k, kl);
+	}
+	if (rc == WALRUS_OK)
+		rc = kv_batch_commit(b, KV_ASYNC, NULL);
+	kv_batch_free(b);
+	return rc;
+}
+
+static int writer(void *arg)
+{
+	(void)arg;
+	int rc = kt_child_attach(2);
+	for (uint32_t r = 0; rc == 0 && atomic_load(&kt_sh->go) == 0; r++) {
+		if (writer_round(r) != WALRUS_OK) {
+			fprintf(stderr, "writer round %u: %s\n", r, walrus_errmsg());
+			rc = 30;
+		}
+		atomic_store(&kt_sh->counter, r + 1);
+	}
+	return rc != 0 ? rc : kt_child_done();
+}
+
+static void wait_writer(uint64_t rounds, pid_t pid)
+{
+	while (atomic_load(&kt_sh->counter) < rounds) {
+		ck_assert_msg(!tu_proc_gone(pid), "the writer stopped early");
+		sched_yield();
+	}
+}
+
+/*
+ * A writer's batches between compaction's (new keys, deletes: splits,
+ * freed pages, a moving end of the tree): the tree ends valid, packed, and
+ * holding exactly what the writer left.
+ */
+START_TEST(writers_run_between_compaction_batches)
+{
+	kt_init("walrus-kv-compact", 2048);
+	random_load(N);
+	pid_t pid = tu_fork(writer, NULL);
+	wait_writer(100, pid);
+	kv_compact_result c;
+	compact_ok(&c);
+	ck_assert_uint_ge(c.batches, 5);
+	wait_writer(atomic_load(&kt_sh->counter) + 100, pid);
+	atomic_store(&kt_sh->go, 1);
+	ck_assert_int_eq(tu_wait(pid), 0);
+	uint32_t rounds = (uint32_t)atomic_load(&kt_sh->counter);
+	kv_verify_result r;
+	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
+	uint32_t deleted = rounds < (N + 6) / 7 ? rounds : (N + 6) / 7;
+	ck_assert_uint_eq(r.keys, N - deleted + rounds);
+	for (uint32_t i = 0; i < N; i += 7) {
+		char k[32];
+		size_t kl = key_of(k, i), gl;
+		void *got;
+		ck_assert_int_eq(kv_get(k, kl, &got, &gl),
+		                 i / 7 < rounds ? WALRUS_ENOTFOUND : WALRUS_OK);
+		if (i / 7 >= rounds)
+			free(got);
+	}
+	for (uint32_t i = 0; i < rounds; i += 97) {
+		char k[32];
+		size_t kl = (size_t)snprintf(k, sizeof(k), "w-%08u", i), gl;
+		void *got;
+		ck_assert_int_eq(kv_get(k, kl, &got, &gl), WALRUS_OK);
+		free(got);
+	}
+}
+END_TEST
+
 static Suite *compact_suite(void)
 {
 	Suite *s = suite_create("kv-compact");
@@ -472,6 +555,7 @@ static Suite *compact_suite(void)
 	tcase_add_test(t, overflow_values_stay_whole);
 	tcase_add_test(t, small_pool_compacts_in_small_batches);
 	tcase_add_test(t, readers_see_every_key_during_compaction);
+	tcase_add_test(t, writers_run_between_compaction_batches);
 #ifdef WALRUS_TEST_HOOKS
 	tcase_add_test(t, deletes_given_back_and_tail_allocated_again);
 	tcase_add_test(t, punch_refused_or_failing);
