@@ -2,7 +2,8 @@
  * test_threads.c - handles as backends in threads: many threads of one
  * process, each with its own handle, beside other processes; a handle used
  * by two threads at once; handles inherited through fork(); opens and
- * closes racing; a normal exit without closing; durable writes by default.
+ * closes racing; a normal exit without closing; durable writes by default;
+ * compaction in one thread beside workers in others.
  *
  * The instance must never restart in any of them: every case ends by
  * checking crash_restarts in the instance's statistics.
@@ -12,6 +13,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,6 +277,98 @@ START_TEST(threads_and_processes_mixed)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- compaction */
+
+typedef struct compactor {
+	walrus *db;
+	_Atomic bool stop;
+	int runs, rc;
+	char why[256];
+} compactor;
+
+/* Compacts in a loop, on a handle of its own, until told to stop (once at least). */
+static void *compactor_main(void *arg)
+{
+	compactor *c = arg;
+	while (c->rc == WALRUS_OK && (c->runs == 0 || !atomic_load(&c->stop))) {
+		walrus_compact_stats st;
+		c->rc = walrus_compact(c->db, &st);
+		if (c->rc != WALRUS_OK)
+			snprintf(c->why, sizeof(c->why), "%s", walrus_errmsg());
+		c->runs++;
+	}
+	return NULL;
+}
+
+/* A shuffled load of @n keys "z/NNNNNNNN", then all but every eighth deleted. */
+static void sparse_tree(walrus *db, uint32_t n)
+{
+	uint32_t *order = malloc(n * sizeof(*order));
+	for (uint32_t i = 0; i < n; i++)
+		order[i] = i;
+	unsigned seed = 7;
+	for (uint32_t i = n - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)rand_r(&seed) % (i + 1), t = order[i];
+		order[i] = order[j];
+		order[j] = t;
+	}
+	walrus_batch *b = walrus_batch_new();
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint32_t i = 0; i < n; i++) {
+			char k[32];
+			snprintf(k, sizeof(k), "z/%08u", order[i]);
+			if (pass == 0)
+				ck_assert_int_eq(
+				    walrus_batch_put(b, k, strlen(k),
+				                     "value-of-forty-bytes-xxxxxxxxxxxxxxxxxx", 40),
+				    WALRUS_OK);
+			else if (order[i] % 8 != 0)
+				ck_assert_int_eq(walrus_batch_delete(b, k, strlen(k)), WALRUS_OK);
+			if (walrus_batch_count(b) == 50 || i + 1 == n) {
+				ck_assert_int_eq(walrus_batch_commit(db, b, WALRUS_ASYNC),
+				                 WALRUS_OK);
+				walrus_batch_clear(b);
+			}
+		}
+	}
+	walrus_batch_free(b);
+	free(order);
+}
+
+/*
+ * Compaction in one thread while worker threads write, delete, scan and
+ * read their own keys through handles of their own: each worker's model
+ * holds, the sparse keys stay, and the tree is valid (under TSan: no race).
+ */
+START_TEST(compaction_beside_worker_threads)
+{
+	walrus *db = tu_open(dir, test_opts());
+	long restarts = crash_restarts(db);
+	sparse_tree(db, 20000);
+	compactor c = {.db = open_quiet()};
+	ck_assert_ptr_nonnull(c.db);
+	pthread_t t;
+	ck_assert_int_eq(pthread_create(&t, NULL, compactor_main, &c), 0);
+	worker ws[NTHREADS / 2];
+	ck_assert_int_eq(run_workers("c", NTHREADS / 2, ws), 0);
+	atomic_store(&c.stop, true);
+	pthread_join(t, NULL);
+	ck_assert_msg(c.rc == WALRUS_OK, "walrus_compact: %d %s", c.rc, c.why);
+	ck_assert_int_ge(c.runs, 1);
+	ck_assert_int_eq(walrus_close(c.db), WALRUS_OK);
+	for (uint32_t i = 0; i < 20000; i += 8) {
+		char k[32], v[64];
+		size_t vlen;
+		snprintf(k, sizeof(k), "z/%08u", i);
+		ck_assert_int_eq(walrus_get_into(db, k, strlen(k), v, sizeof(v), &vlen), WALRUS_OK);
+		ck_assert_uint_eq(vlen, 40);
+	}
+	ck_assert_int_eq(walrus_verify(db, NULL, NULL), WALRUS_OK);
+	ck_assert_int_eq(crash_restarts(db), restarts);
+	tu_close_and_wait(db);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- misuse */
 
 typedef struct misuse {
@@ -525,6 +619,7 @@ static Suite *threads_suite(void)
 	tcase_add_test(tc, open_close_races_attaching);
 	tcase_add_test(tc, exit_without_close_is_no_crash);
 	tcase_add_test(tc, flags_zero_is_durable_by_default);
+	tcase_add_test(tc, compaction_beside_worker_threads);
 	suite_add_tcase(s, tc);
 	return s;
 }
