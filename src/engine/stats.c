@@ -332,6 +332,10 @@ static void stats_kv(jbuf *j)
 	jb_u64(j, "optimistic_reads", k.optimistic_reads);
 	jb_u64(j, "optimistic_retries", k.optimistic_retries);
 	jb_u64(j, "node_copies_taken", k.node_copies_taken);
+	jb_u64(j, "compactions", k.compactions);
+	jb_u64(j, "compact_leaves_merged", k.compact_leaves_merged);
+	jb_u64(j, "compact_pages_moved", k.compact_pages_moved);
+	jb_u64(j, "compact_blocks_given_back", k.compact_blocks_given_back);
 	jb_close(j);
 }
 

@@ -248,8 +248,12 @@ typedef struct kv_stats {
 	uint64_t optimistic_reads;   /* gets answered by a peek at the leaf (no pin, no lock) */
 	uint64_t optimistic_retries; /* peeks that a writer overlapped: read again under a lock */
 	uint64_t node_copies_taken;  /* internal nodes a backend copied for its descents */
-	uint32_t height;             /* from the meta page */
-	uint64_t pages;              /* blocks in use, meta page included */
+	uint64_t compactions;        /* kv_compact runs that finished */
+	uint64_t compact_leaves_merged, compact_pages_moved; /* by them */
+	uint64_t
+	    compact_blocks_given_back; /* punched out of the data file (kv_compact_give_back) */
+	uint32_t height;               /* from the meta page */
+	uint64_t pages;                /* blocks in use, meta page included */
 	uint64_t free_pages, keys;
 } kv_stats;
 /* Counters since shared memory was created, and the tree's shape (zeros if no tree). */

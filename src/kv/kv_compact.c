@@ -651,8 +651,12 @@ int kv_compact(kv_compact_result *r)
 	if (rc == WALRUS_OK)
 		rc = kv_read_meta(&m1);
 	rw_unlock(&kv_sh->tree_lock);
-	if (rc == WALRUS_OK)
+	if (rc == WALRUS_OK) {
 		r->blocks_after = m1.nblocks;
+		atomic_fetch_add(&kv_sh->compactions, 1);
+		atomic_fetch_add(&kv_sh->compact_merged, r->leaves_merged);
+		atomic_fetch_add(&kv_sh->compact_moved, r->pages_moved);
+	}
 	return rc;
 }
 
@@ -680,6 +684,7 @@ int kv_compact_give_back(uint64_t *blocks)
 	}
 	if (rc == WALRUS_OK && nfile > m.nblocks) {
 		*blocks = nfile - m.nblocks;
+		atomic_fetch_add(&kv_sh->compact_given_back, *blocks);
 		/* The writer allocates these again before it uses them (ensure_block). */
 		kv_sh->file_blocks = m.nblocks;
 	}

@@ -469,6 +469,8 @@ typedef struct kv_shared {
 	_Atomic uint64_t shifts;        /* full leaves that gave entries to a sibling */
 	_Atomic uint64_t file_grows;    /* times a writer grew the data file (kv_write.c) */
 	_Atomic uint64_t size_checks;   /* times a writer asked the data file's size */
+	/* compactions finished, and what they did (kv_compact.c) */
+	_Atomic uint64_t compactions, compact_merged, compact_moved, compact_given_back;
 	/* Blocks of the data file allocated at least (0: not known yet): the
 	 * writer's, under the tree lock.  The file never shrinks while shared
 	 * memory lives; compaction punches out its tail and lowers this to the

@@ -967,6 +967,10 @@ void kv_get_stats(kv_stats *s)
 	s->shifts = atomic_load(&kv_sh->shifts);
 	s->file_grows = atomic_load(&kv_sh->file_grows);
 	s->size_checks = atomic_load(&kv_sh->size_checks);
+	s->compactions = atomic_load(&kv_sh->compactions);
+	s->compact_leaves_merged = atomic_load(&kv_sh->compact_merged);
+	s->compact_pages_moved = atomic_load(&kv_sh->compact_moved);
+	s->compact_blocks_given_back = atomic_load(&kv_sh->compact_given_back);
 	kv_meta m;
 	if (smgr_exists(KV_REL) && kv_read_meta(&m) == WALRUS_OK) {
 		s->height = m.height;

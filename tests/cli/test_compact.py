@@ -4,7 +4,7 @@ after most values shrank, the data files' allocated size drops by exactly
 the blocks it reports given back, every remaining key reads back, verify is
 clean, a restart and new writes find the tree whole, and --help and usage
 errors behave.  Prints 'N passed, N failed' last."""
-import os, random, re, shutil, subprocess, sys, tempfile
+import json, os, random, re, shutil, subprocess, sys, tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -13,9 +13,9 @@ from clitest import WALRUS, check, stop_instance, summary  # noqa: E402
 N = 30000
 
 
-def run(d, *args, stdin=None):
-    r = subprocess.run([WALRUS, "-D", d, "-o", "supervisor_linger=0", *args], input=stdin,
-                       capture_output=True, timeout=300)
+def run(d, *args, stdin=None, linger="0"):
+    r = subprocess.run([WALRUS, "-D", d, "-o", f"supervisor_linger={linger}", *args],
+                       input=stdin, capture_output=True, timeout=300)
     return r.returncode, r.stdout, r.stderr
 
 
@@ -25,8 +25,8 @@ def allocated(d):
     return sum(os.stat(os.path.join(base, f)).st_blocks * 512 for f in os.listdir(base))
 
 
-def compact(d):
-    rc, out, err = run(d, "compact")
+def compact(d, linger="0"):
+    rc, out, err = run(d, "compact", linger=linger)
     m = re.search(rb"blocks in use (\d+) -> (\d+); given back (\d+)", out)
     return rc, m and tuple(int(x) for x in m.groups()), out + err
 
@@ -50,7 +50,7 @@ def main():
         check("random load", rc == 0, err)
         rc, _, _ = run(d, "checkpoint")
         before = allocated(d)
-        rc, blocks, out = compact(d)
+        rc, blocks, out = compact(d, linger="60s")  # stays up for its statistics
         check("compact after a random load", rc == 0 and blocks is not None, out)
         if blocks:
             used_before, used_after, back = blocks
@@ -60,6 +60,12 @@ def main():
                   before - allocated(d) == back * 8192, (before, allocated(d), back))
         rc, out, _ = run(d, "verify")
         check("verify after compact", rc == 0 and b"ok" in out, out)
+        rc, out, _ = run(d, "stats", "--json", linger="60s")
+        kv = json.loads(out)["kv"] if rc == 0 else {}
+        rc, _, _ = run(d, "stop", "--wait")
+        check("stats count the compaction", kv.get("compactions") == 1 and
+              kv.get("compact_blocks_given_back") == (blocks or (0, 0, -1))[2] and
+              kv.get("compact_leaves_merged", 0) > 0 and kv.get("compact_pages_moved", 0) > 0, kv)
         rc, out, _ = run(d, "scan")
         check("scan finds every key", rc == 0 and len(out.splitlines()) == N, len(out.splitlines()))
         # Nine values in ten shrunk to a byte: most of the file goes back.
