@@ -29,10 +29,12 @@ Issue 18's additions, each a test of its own (--check NAME):
   and reports puts and latencies; walrus-peers itself checks the database
   afterwards (every key of the load still there with a value some client
   wrote, and with one client each key exactly its last put's).
-- sizes: fillrandom on every engine with --keep: each row's total_bytes
-  equals this script's own count of the allocated bytes under the engine's
-  directory and exceeds the raw pairs' bytes; walrus's rows split it into
-  base/ (data_bytes, above the raw bytes), wal/ and the rest, which add up.
+- sizes: fillrandom on every engine with --keep and --compact: each row's
+  total_bytes equals this script's own count of the allocated bytes under
+  the engine's directory and exceeds the raw pairs' bytes; walrus's rows
+  split it into base/ (data_bytes, above the raw bytes), wal/ and the rest,
+  which add up, and walrus's alone carry "compacted": the sizes after
+  walrus_compact (what the kept directory holds), base/ smaller than before.
 - drop-caches: readrandom and scan with --drop-caches-file FILE on every
   engine: every row says drop_caches and FILE holds the 3 written to it;
   --drop-caches itself runs when /proc/sys/vm/drop_caches is writable
@@ -212,7 +214,7 @@ def check_sizes(peers):
         base = os.path.join(tmp, "run")
         rows = run_json([peers, "--engines", ",".join(ENGINES), "--workloads", "fillrandom",
                          "--num", str(num), "--batch", "100", "--dir", base, "--keep",
-                         "--json"], stderr_has=" disk ")
+                         "--compact", "--json"], stderr_has=" compacted in ")
         if [r["engine"] for r in rows] != ENGINES:
             fail("sizes: rows %s" % rows)
         for r in rows:
@@ -220,6 +222,15 @@ def check_sizes(peers):
             if r.get("raw_bytes") != num * 116:
                 fail("%s: raw_bytes %s, expected %d" % (e, r.get("raw_bytes"), num * 116))
             du = allocated_bytes(os.path.join(base, e))
+            if (e == "walrus") != ("compacted" in r):
+                fail("%s: compacted sizes %s" % (e, r.get("compacted")))
+            if e == "walrus":  # the kept directory is the compacted one
+                c = r["compacted"]
+                if c.get("total_bytes") != du or c.get("seconds", -1) < 0 or \
+                        c.get("data_bytes") != allocated_bytes(os.path.join(base, e, "base")) \
+                        or not r["raw_bytes"] < c["data_bytes"] < r["data_bytes"]:
+                    fail("walrus: compacted %s, the directory holds %d, before %s" % (c, du, r))
+                du = r["total_bytes"]
             if r.get("total_bytes") != du or du <= r["raw_bytes"]:
                 fail("%s: total_bytes %s, the directory holds %d, raw %d"
                      % (e, r.get("total_bytes"), du, r["raw_bytes"]))
@@ -230,9 +241,8 @@ def check_sizes(peers):
                 continue
             if r["data_bytes"] + r["wal_bytes"] + r["other_bytes"] != r["total_bytes"]:
                 fail("walrus: the parts do not add up: %s" % r)
-            if r["data_bytes"] != allocated_bytes(os.path.join(base, e, "base")) or \
-                    r["wal_bytes"] != allocated_bytes(os.path.join(base, e, "wal")):
-                fail("walrus: base/ or wal/ measured wrong: %s" % r)
+            if r["wal_bytes"] != allocated_bytes(os.path.join(base, e, "wal")):
+                fail("walrus: wal/ measured wrong: %s" % r)
             if r["data_bytes"] <= r["raw_bytes"] or r["wal_bytes"] <= 0:
                 fail("walrus: data %d, wal %d, raw %d"
                      % (r["data_bytes"], r["wal_bytes"], r["raw_bytes"]))

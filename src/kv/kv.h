@@ -9,8 +9,11 @@
  * overflow pages.  Block 0 is the meta page (root, height, free list, key
  * count); freed pages go to the free list and are reused before the file
  * grows.  The file grows ahead of the tree in runs (an eighth of its size,
- * up to 1 MiB, fallocate); the blocks past the tree's end are zeroes it
- * takes in order.  Layout and invariants: src/kv/README.md.
+ * up to 1 MiB, fallocate); the blocks past the tree's end are unused and
+ * taken in order.  Compaction (kv_compact) packs the leaves, moves the tree
+ * to the front of the file and lowers its end; kv_compact_give_back punches
+ * the blocks past the end out of the file (it keeps its length).  Layout
+ * and invariants: src/kv/README.md.
  *
  * Owns: relation KV_REL; region "kv" (the tree writer lock, a root hint and
  * the counters); per process, the writer's batch state and the redo stash.
@@ -26,7 +29,9 @@
  * page was freed or reused.  A point get first peeks at its leaf without a
  * pin or a lock (buf_peek: used only if no exclusive holder overlapped) and
  * takes the locked path when that fails.  kv_verify takes the tree lock
- * shared (writers wait while it runs).
+ * shared (writers wait while it runs).  kv_compact takes it exclusive for
+ * each of its batches, as a writer (readers see its moves as splits and
+ * deletes); kv_compact_give_back for the punch.
  *
  * Durability: a batch is atomic across crashes.  KV_SYNC returns after the
  * batch's commit record is durable; KV_ASYNC returns at once and the WAL

@@ -7,7 +7,7 @@
  * overflow reads, creation, stats), kv_write.c (the writer's pages, page
  * allocation and the record builder), kv_modify.c (put and delete: splits,
  * leaf removal, overflow chains), kv_batch.c (batches, commit, abort),
- * kv_iter.c, kv_redo.c, kv_verify.c.
+ * kv_compact.c (compaction), kv_iter.c, kv_redo.c, kv_verify.c.
  */
 #ifndef WALRUS_KV_INT_H
 #define WALRUS_KV_INT_H
