@@ -236,6 +236,41 @@ START_TEST(deletes_given_back_and_tail_allocated_again)
 }
 END_TEST
 
+static bool first_ten(uint32_t i)
+{
+	return i < 10;
+}
+
+/* A tree deleted down to one leaf: the root (a leaf now) moves to block 1 and
+ * the tree ends there. */
+START_TEST(down_to_one_leaf)
+{
+	kt_init("walrus-kv-compact", 2048);
+	random_load(N);
+	for (uint32_t i = 0; i < N; i++) {
+		if (order[i] < 10)
+			continue;
+		char k[32];
+		size_t kl = key_of(k, order[i]);
+		ck_assert_int_eq(kv_delete(k, kl, KV_ASYNC), WALRUS_OK);
+	}
+	kv_verify_result r;
+	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
+	ck_assert_uint_eq(r.height, 1);
+	kv_compact_result c;
+	compact_ok(&c);
+	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
+	ck_assert_uint_eq(r.pages, 2);
+	ck_assert_uint_eq(c.blocks_after, 2);
+	check_keys(N, first_ten);
+	wal_flush_to(wal_insert_lsn());
+	kt_crash_restart();
+	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
+	ck_assert_uint_eq(r.pages, 2);
+	check_keys(N, first_ten);
+}
+END_TEST
+
 /* A file system that cannot punch holes: the space stays, nothing fails;
  * an I/O error is reported. */
 START_TEST(punch_refused_or_failing)
@@ -554,6 +589,7 @@ static Suite *compact_suite(void)
 	tcase_add_test(t, compaction_replayed_after_a_crash);
 	tcase_add_test(t, overflow_values_stay_whole);
 	tcase_add_test(t, small_pool_compacts_in_small_batches);
+	tcase_add_test(t, down_to_one_leaf);
 	tcase_add_test(t, readers_see_every_key_during_compaction);
 	tcase_add_test(t, writers_run_between_compaction_batches);
 #ifdef WALRUS_TEST_HOOKS
