@@ -30,8 +30,8 @@
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "buffer/buffer.h"
 #include "kv/kv_int.h"
@@ -395,11 +395,12 @@ static int move_one(const move_cand *c, int level, wr_blkno dest)
 	return rc == WALRUS_OK ? kvm_relocate(parent, c->slot, x, d) : rc;
 }
 
-/* How many moves the batch's pins leave room for (up to @want). */
+/* How many moves the batch's pins leave room for (up to @want; at least one,
+ * so that a pool too small for any fails with the pin limit's error). */
 static int moves_room(int want)
 {
 	/* each: the node, its new page, two neighbours, a free-list link; the parent */
-	while (want > 0 && !kvw_pin_room(6 * (uint32_t)want + KV_PIN_RESERVE))
+	while (want > 1 && !kvw_pin_room(6 * (uint32_t)want + KV_PIN_RESERVE))
 		want /= 2;
 	return want;
 }
