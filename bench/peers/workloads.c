@@ -1300,6 +1300,7 @@ static bool wl_fill(const peers_config *cfg, const peers_engine *e, peers_worklo
 		if (cfg->sizes && cfg->compact && e->compact != NULL) {
 			void *h = e->open(&oa);
 			r.compact_s = e->compact(h);
+			check_engine(e, h, "compact");
 			e->close(h);
 			if (e->idle != NULL)
 				e->idle(g_subdir);
