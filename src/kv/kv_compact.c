@@ -627,9 +627,16 @@ int kv_compact(kv_compact_result *r)
 	if (rc != WALRUS_OK)
 		return rc;
 	r->blocks_before = m0.nblocks;
+	uint64_t t0 = wr_now_ns();
 	pack_state ps = {.kl = 0, .r = r};
 	while (rc == WALRUS_OK && !done)
 		rc = run_batch(pack_step, &ps, &done, r);
+	/* Progress in the log: a large tree takes seconds per phase. */
+	if (rc == WALRUS_OK)
+		wr_log(WR_LOG, "compaction: leaves packed (%llu merged, %llu poured) in %.3f s",
+		       (unsigned long long)r->leaves_merged, (unsigned long long)r->leaves_poured,
+		       (double)(wr_now_ns() - t0) / 1e9);
+	t0 = wr_now_ns();
 	move_state ms = {.level = (int)m0.height - 1,
 	                 .r = r,
 	                 .cand = malloc(MOVES_PER_BATCH * sizeof(move_cand)),
@@ -645,6 +652,9 @@ int kv_compact(kv_compact_result *r)
 	free(ms.cand);
 	free(ms.dest);
 	free(os.mv);
+	if (rc == WALRUS_OK)
+		wr_log(WR_LOG, "compaction: %llu pages moved to the front in %.3f s",
+		       (unsigned long long)r->pages_moved, (double)(wr_now_ns() - t0) / 1e9);
 	if (rc == WALRUS_OK)
 		rc = run_batch(cut_step, NULL, &done, r);
 	kv_meta m1;
