@@ -847,6 +847,20 @@ int fdc_size(fdc_file f, off_t *size)
 	return 0;
 }
 
+int fdc_sparse(fdc_file f, bool *sparse)
+{
+	FDC_LOCKED();
+	int rc = fdc_touch(f);
+	if (rc != 0)
+		return rc;
+	struct stat st;
+	if (fstat(fdc_ent(f)->fd, &st) != 0)
+		return fdc_syserr(errno, "stat", fdc_ent(f)->path);
+	/* Preallocated (unwritten) extents count in st_blocks; holes do not. */
+	*sparse = (uint64_t)st.st_blocks * 512u < (uint64_t)st.st_size;
+	return 0;
+}
+
 int fdc_advise_willneed(fdc_file f, off_t off, off_t len)
 {
 	FDC_LOCKED();

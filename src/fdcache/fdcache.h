@@ -93,6 +93,8 @@ int fdc_truncate(fdc_file f, off_t len);
 int fdc_fallocate(fdc_file f, off_t off, off_t len); /* zero-filled space, posix_fallocate */
 /* Gives [off, off + len) back to the file system (a hole that reads as zeroes), size kept. */
 int fdc_punch(fdc_file f, off_t off, off_t len);
+/* Whether the file has holes: fewer bytes allocated than its size. */
+int fdc_sparse(fdc_file f, bool *sparse);
 int fdc_size(fdc_file f, off_t *size);
 int fdc_advise_willneed(fdc_file f, off_t off, off_t len);
 

@@ -698,6 +698,7 @@ int kv_compact_give_back(uint64_t *blocks)
 		atomic_fetch_add(&kv_sh->compact_given_back, *blocks);
 		/* The writer allocates these again before it uses them (ensure_block). */
 		kv_sh->file_blocks = m.nblocks;
+		kv_sh->holes_known = kv_sh->holes = true;
 	}
 	rw_unlock(&kv_sh->tree_lock);
 	return rc;

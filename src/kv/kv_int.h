@@ -476,6 +476,10 @@ typedef struct kv_shared {
 	 * memory lives; compaction punches out its tail and lowers this to the
 	 * tree's end (kv_compact.c), so the writer allocates that space again. */
 	wr_blkno file_blocks;
+	/* Whether the data file may have holes past file_blocks (a compaction's
+	 * punch, in this instance or an earlier one: smgr_sparse); known once
+	 * looked at.  The writer's, under the tree lock. */
+	bool holes_known, holes;
 	/*
 	 * The leaf the last put found at the tree's right end (0: none known):
 	 * a hint for ascending loads, read and written by the writer under the

@@ -367,10 +367,11 @@ static int grow_file(smgr_rel *r, wr_blkno blk, wr_blkno *nfile)
 
 /*
  * Makes block @blk exist, allocated, in the data file; the writer's count of
- * allocated blocks saves the check below it.  Blocks inside the file but
- * past that count are holes a compaction punched (kv_compact.c): allocated
- * again here, as growth would, so a full disk shows as an error now and not
- * as a failed write-back later.
+ * allocated blocks saves the check below it.  Past that count but inside the
+ * file, a compaction may have punched holes (kv_compact.c, in this instance
+ * or an earlier one: then the file is sparse): there each run is allocated
+ * again, as growth would be, so a full disk shows as an error now and not as
+ * a failed write-back later.  A file without holes is used as it is.
  */
 static int ensure_block(wr_blkno blk)
 {
@@ -386,10 +387,16 @@ static int ensure_block(wr_blkno blk)
 	atomic_fetch_add(&kv_sh->size_checks, 1);
 	if (blk >= nfile) {
 		rc = grow_file(r, blk, &nfile);
-	} else { /* cheap where the blocks are allocated already (after a restart) */
-		wr_blkno n = WR_MIN(grow_step(blk), nfile - blk);
-		rc = allocate_run(r, blk, 1, &n);
-		nfile = blk + n;
+	} else {
+		if (!kv_sh->holes_known) {
+			rc = smgr_sparse(r, &kv_sh->holes);
+			kv_sh->holes_known = rc == WALRUS_OK;
+		}
+		if (rc == WALRUS_OK && kv_sh->holes) {
+			wr_blkno n = WR_MIN(grow_step(blk), nfile - blk);
+			rc = allocate_run(r, blk, 1, &n);
+			nfile = blk + n;
+		}
 	}
 	if (rc == WALRUS_OK)
 		kv_sh->file_blocks = nfile;

@@ -768,6 +768,27 @@ int smgr_punch(smgr_rel *r, wr_blkno b, wr_blkno n)
 	return rc;
 }
 
+/* Whether any segment of the relation has holes (smgr_punch's, say). */
+int smgr_sparse(smgr_rel *r, bool *sparse)
+{
+	int rc = 0;
+	*sparse = false;
+	fdc_lock();
+	for (uint32_t seg = 0; rc == 0 && !*sparse; seg++) {
+		fdc_file f;
+		rc = smgr_seg(r, seg, false, &f);
+		if (smgr_missing(rc)) {
+			wr_error_clear();
+			rc = 0;
+			break;
+		}
+		if (rc == 0)
+			rc = fdc_sparse(f, sparse);
+	}
+	fdc_unlock();
+	return rc;
+}
+
 /* ---------------------------------------------------------------- truncate */
 
 int smgr_truncate(smgr_rel *r, wr_blkno nblocks)

@@ -97,6 +97,8 @@ int smgr_extend(smgr_rel *r, wr_blkno b, void *page);
 int smgr_grow(smgr_rel *r, wr_blkno b, wr_blkno n);
 /* Blocks [@b, @b+@n) punched out (holes reading as zeroes), the size kept; for unused blocks. */
 int smgr_punch(smgr_rel *r, wr_blkno b, wr_blkno n);
+/* Whether any segment has holes (allocated bytes below its size). */
+int smgr_sparse(smgr_rel *r, bool *sparse);
 /* Cuts the relation to @nblocks; forgets pending sync requests for removed segments. */
 int smgr_truncate(smgr_rel *r, wr_blkno nblocks);
 /* Write-back hint: sync_file_range(SYNC_FILE_RANGE_WRITE) over blocks [b, b+n). PANICs on error. */

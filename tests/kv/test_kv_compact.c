@@ -206,6 +206,7 @@ START_TEST(deletes_given_back_and_tail_allocated_again)
 	uint64_t back;
 	ck_assert_int_eq(kv_compact_give_back(&back), WALRUS_OK);
 	ck_assert_uint_gt(back, 0);
+	kt_clean_restart(); /* the holes are found again by a new instance */
 	/* The next new page is block r1.pages, a hole now: its allocation fails. */
 	ck_assert_int_eq(ts_failpoint_set("fallocate:ENOSPC:/base/1*0"), 0);
 	int rc = WALRUS_OK;
@@ -268,6 +269,33 @@ START_TEST(down_to_one_leaf)
 	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
 	ck_assert_uint_eq(r.pages, 2);
 	check_keys(N, first_ten);
+}
+END_TEST
+
+/* After a restart, blocks grown ahead (no hole) are used without another
+ * fallocate: with every fallocate failing, the tree still grows into them. */
+START_TEST(no_hole_no_allocation_after_a_restart)
+{
+	kt_init("walrus-kv-compact", 2048);
+	random_load(N / 2);
+	kv_verify_result r;
+	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
+	ck_assert_uint_gt(r.unused_tail, 0); /* grown ahead of the tree */
+	kv_stats st;
+	kv_get_stats(&st);
+	wr_blkno end = (wr_blkno)st.pages;
+	kt_clean_restart();
+	ck_assert_int_eq(ts_failpoint_set("fallocate:ENOSPC:/base/1*0"), 0);
+	for (uint32_t i = N; st.pages == end; i++) {
+		char k[32], v[VLEN];
+		size_t kl = key_of(k, i);
+		value_of(v, i);
+		ck_assert_int_eq(kv_put(k, kl, v, VLEN, KV_ASYNC), WALRUS_OK);
+		kv_get_stats(&st);
+	}
+	ck_assert_uint_eq(ts_failpoint_hits(), 0);
+	ck_assert_int_eq(ts_failpoint_set(NULL), 0);
+	kt_verify_clean();
 }
 END_TEST
 
@@ -595,6 +623,7 @@ static Suite *compact_suite(void)
 #ifdef WALRUS_TEST_HOOKS
 	tcase_add_test(t, deletes_given_back_and_tail_allocated_again);
 	tcase_add_test(t, punch_refused_or_failing);
+	tcase_add_test(t, no_hole_no_allocation_after_a_restart);
 	tcase_add_loop_test(t, compaction_stopped_by_a_crash, 0, 4);
 #endif
 	suite_add_tcase(s, t);
