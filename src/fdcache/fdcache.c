@@ -834,31 +834,34 @@ int fdc_punch(fdc_file f, off_t off, off_t len)
 	return rc;
 }
 
-int fdc_size(fdc_file f, off_t *size)
+static int fdc_stat(fdc_file f, struct stat *st)
 {
 	FDC_LOCKED();
 	int rc = fdc_touch(f);
 	if (rc != 0)
 		return rc;
-	struct stat st;
-	if (fstat(fdc_ent(f)->fd, &st) != 0)
+	if (fstat(fdc_ent(f)->fd, st) != 0)
 		return fdc_syserr(errno, "stat", fdc_ent(f)->path);
-	*size = st.st_size;
 	return 0;
+}
+
+int fdc_size(fdc_file f, off_t *size)
+{
+	struct stat st;
+	int rc = fdc_stat(f, &st);
+	if (rc == 0)
+		*size = st.st_size;
+	return rc;
 }
 
 int fdc_sparse(fdc_file f, bool *sparse)
 {
-	FDC_LOCKED();
-	int rc = fdc_touch(f);
-	if (rc != 0)
-		return rc;
 	struct stat st;
-	if (fstat(fdc_ent(f)->fd, &st) != 0)
-		return fdc_syserr(errno, "stat", fdc_ent(f)->path);
+	int rc = fdc_stat(f, &st);
 	/* Preallocated (unwritten) extents count in st_blocks; holes do not. */
-	*sparse = (uint64_t)st.st_blocks * 512u < (uint64_t)st.st_size;
-	return 0;
+	if (rc == 0)
+		*sparse = (uint64_t)st.st_blocks * 512u < (uint64_t)st.st_size;
+	return rc;
 }
 
 int fdc_advise_willneed(fdc_file f, off_t off, off_t len)

@@ -710,11 +710,16 @@ int smgr_extend(smgr_rel *r, wr_blkno b, void *page)
  * one call here serves a run of them.  The caller owns what lies past its
  * own end of the relation (blocks nobody logged are never read as data).
  */
-int smgr_grow(smgr_rel *r, wr_blkno b, wr_blkno n)
+/* What smgr_pieces does with each segment's part of a block range. */
+typedef int (*smgr_piece_fn)(smgr_rel *r, uint32_t seg, fdc_file f, off_t off, off_t len);
+
+/*
+ * Calls @fn on each segment's part of blocks [@b, @b + @n), under the fd
+ * cache's lock.  A missing segment is created (with the ones before it)
+ * when @create, else ends the range there (past the relation's end).
+ */
+static int smgr_pieces(smgr_rel *r, wr_blkno b, wr_blkno n, bool create, smgr_piece_fn fn)
 {
-	if ((uint64_t)b + n > WR_INVALID_BLKNO)
-		return wr_error(WALRUS_ETOOBIG, "cannot extend relation %u beyond %u blocks",
-		                r->relid, WR_INVALID_BLKNO);
 	int rc = 0;
 	fdc_lock();
 	while (rc == 0 && n > 0) {
@@ -722,21 +727,44 @@ int smgr_grow(smgr_rel *r, wr_blkno b, wr_blkno n)
 		wr_blkno first = b % smgr_bps, cnt = WR_MIN(n, smgr_bps - first);
 		fdc_file f;
 		rc = smgr_seg(r, seg, false, &f);
+		if (smgr_missing(rc) && !create) {
+			wr_error_clear();
+			rc = 0;
+			break;
+		}
 		if (smgr_missing(rc)) {
 			rc = smgr_fill_before(r, seg);
 			if (rc == 0)
 				rc = smgr_seg(r, seg, true, &f);
 		}
 		if (rc == 0)
-			rc = fdc_fallocate(f, (off_t)first * WR_PAGE_SIZE,
-			                   (off_t)cnt * WR_PAGE_SIZE);
-		if (rc == 0)
-			rc = smgr_register_write(r->relid, seg, f);
+			rc = fn(r, seg, f, (off_t)first * WR_PAGE_SIZE, (off_t)cnt * WR_PAGE_SIZE);
 		b += cnt;
 		n -= cnt;
 	}
 	fdc_unlock();
 	return rc;
+}
+
+static int grow_piece(smgr_rel *r, uint32_t seg, fdc_file f, off_t off, off_t len)
+{
+	int rc = fdc_fallocate(f, off, len);
+	return rc == 0 ? smgr_register_write(r->relid, seg, f) : rc;
+}
+
+int smgr_grow(smgr_rel *r, wr_blkno b, wr_blkno n)
+{
+	if ((uint64_t)b + n > WR_INVALID_BLKNO)
+		return wr_error(WALRUS_ETOOBIG, "cannot extend relation %u beyond %u blocks",
+		                r->relid, WR_INVALID_BLKNO);
+	return smgr_pieces(r, b, n, true, grow_piece);
+}
+
+static int punch_piece(smgr_rel *r, uint32_t seg, fdc_file f, off_t off, off_t len)
+{
+	(void)r;
+	(void)seg;
+	return fdc_punch(f, off, len);
 }
 
 /*
@@ -747,25 +775,7 @@ int smgr_grow(smgr_rel *r, wr_blkno b, wr_blkno n)
  */
 int smgr_punch(smgr_rel *r, wr_blkno b, wr_blkno n)
 {
-	int rc = 0;
-	fdc_lock();
-	while (rc == 0 && n > 0) {
-		uint32_t seg = b / smgr_bps;
-		wr_blkno first = b % smgr_bps, cnt = WR_MIN(n, smgr_bps - first);
-		fdc_file f;
-		rc = smgr_seg(r, seg, false, &f);
-		if (smgr_missing(rc)) {
-			rc = 0;
-			wr_error_clear();
-			break; /* past the last segment: nothing there to give back */
-		}
-		if (rc == 0)
-			rc = fdc_punch(f, (off_t)first * WR_PAGE_SIZE, (off_t)cnt * WR_PAGE_SIZE);
-		b += cnt;
-		n -= cnt;
-	}
-	fdc_unlock();
-	return rc;
+	return smgr_pieces(r, b, n, false, punch_piece);
 }
 
 /* Whether any segment of the relation has holes (smgr_punch's, say). */
