@@ -142,7 +142,7 @@ static int pack_step(void *arg, bool *done)
 	int ps;
 	int rc = kvm_leaf_parent(st->key, st->kl, &parent, &ps, &leaf);
 	if (rc != WALRUS_OK || parent == NULL) {
-		*done = parent == NULL;
+		*done = rc == WALRUS_OK;
 		return rc;
 	}
 	for (int pairs = 0; rc == WALRUS_OK; pairs++) {
@@ -151,7 +151,8 @@ static int pack_step(void *arg, bool *done)
 			*done = high.inf;
 			st->kl = high.inf ? 0 : high.len;
 			memcpy(st->key, high.p, st->kl);
-			return WALRUS_OK;
+			/* Merges may leave a root with one child: a level less to descend. */
+			return high.inf ? kvm_collapse_root() : WALRUS_OK;
 		}
 		if (pairs == PACK_PAIRS_PER_BATCH || (pairs > 0 && !kvw_pin_room(KV_PIN_RESERVE))) {
 			rc = kvw_get(kvn_child(parent->page, ps), &leaf);
@@ -412,6 +413,8 @@ static int move_step(void *arg, bool *done)
 	wr_blkno end = m->nblocks - m->nfree; /* pages in use: they fit below */
 	move_cand *c = st->cand;
 	int n = 0, rc = WALRUS_OK;
+	if (st->level > (int)m->height - 1) /* the root collapsed, or the tree shrank */
+		st->level = (int)m->height - 1;
 	while (rc == WALRUS_OK && st->level >= 0) {
 		rc = move_candidates(st->level, end, c, moves_room(MOVES_PER_BATCH), &n);
 		if (rc != WALRUS_OK || n > 0)

@@ -669,6 +669,8 @@ int kvm_ovf_move(const void *k, uint16_t kl, wr_blkno prev, wr_blkno blk, uint32
 int kvm_leaf_parent(const void *k, uint16_t kl, kvw_page **parent, int *ps, kvw_page **leaf);
 /* A batch page checked to be a well-formed node of @level (ECORRUPT naming it). */
 int kvm_check_node(kvw_page *p, int level);
+/* While the root has a single child, that child becomes the root (its page freed). */
+int kvm_collapse_root(void);
 
 /* ---------------------------------------------------------------- kv_redo.c */
 

@@ -1269,6 +1269,11 @@ int kvm_check_node(kvw_page *p, int level)
 	return check_node(p, level);
 }
 
+int kvm_collapse_root(void)
+{
+	return collapse_root();
+}
+
 /* Whether @p is piece @seq of value @id. */
 static bool ovf_piece(const kvw_page *p, uint64_t id, uint32_t seq)
 {

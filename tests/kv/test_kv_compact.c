@@ -272,6 +272,30 @@ START_TEST(down_to_one_leaf)
 }
 END_TEST
 
+/* Two half-empty leaves under the root merge, and the root with one child
+ * left goes: the tree is one leaf again. */
+START_TEST(root_left_with_one_child_goes)
+{
+	kt_init("walrus-kv-compact", 2048);
+	random_load(100);
+	for (uint32_t i = 1; i < 100; i += 2) {
+		char k[32];
+		size_t kl = key_of(k, i);
+		ck_assert_int_eq(kv_delete(k, kl, KV_ASYNC), WALRUS_OK);
+	}
+	kv_verify_result r;
+	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
+	ck_assert_uint_eq(r.height, 2);
+	kv_compact_result c;
+	compact_ok(&c);
+	ck_assert_uint_ge(c.leaves_merged, 1);
+	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
+	ck_assert_uint_eq(r.height, 1);
+	ck_assert_uint_eq(r.pages, 2);
+	ck_assert_uint_eq(r.keys, 50);
+}
+END_TEST
+
 /* After a restart, blocks grown ahead (no hole) are used without another
  * fallocate: with every fallocate failing, the tree still grows into them. */
 START_TEST(no_hole_no_allocation_after_a_restart)
@@ -618,6 +642,7 @@ static Suite *compact_suite(void)
 	tcase_add_test(t, overflow_values_stay_whole);
 	tcase_add_test(t, small_pool_compacts_in_small_batches);
 	tcase_add_test(t, down_to_one_leaf);
+	tcase_add_test(t, root_left_with_one_child_goes);
 	tcase_add_test(t, readers_see_every_key_during_compaction);
 	tcase_add_test(t, writers_run_between_compaction_batches);
 #ifdef WALRUS_TEST_HOOKS
