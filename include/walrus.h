@@ -370,8 +370,10 @@ WALRUS_API int walrus_checkpoint(walrus *db);
  * to the front of the data file, runs an immediate checkpoint and punches
  * the file's unused tail out (the file keeps its size; its blocks go back
  * to the file system).  Works in small atomic batches: other writers wait
- * for one batch at a time, readers never.  @stats may be NULL.  Errors: a standby or a full disk
- * refuses it like a write; EIO if the checkpoint failed.
+ * for one batch at a time, readers never.  On a file system that cannot
+ * punch holes the space stays with the file (a warning in the log).
+ * @stats may be NULL.  Errors: a standby or a full disk refuses it like a
+ * write; EIO if the checkpoint failed.
  */
 typedef struct walrus_compact_stats {
 	uint64_t leaves_merged;     /* leaves emptied into their left sibling and freed */
