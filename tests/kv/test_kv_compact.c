@@ -296,6 +296,48 @@ START_TEST(root_left_with_one_child_goes)
 }
 END_TEST
 
+/* Keys of 300 to 1024 bytes (long fences and separators, few entries to a
+ * leaf), a third deleted: the packed tree holds exactly the rest. */
+static size_t long_key(char *k, uint32_t i)
+{
+	size_t len = 300 + (i * 7919u) % 725;
+	memset(k, 'a' + (char)(i % 3), len);
+	snprintf(k + len - 12, 12, "%011u", i); /* the order: a class, then i */
+	return len - 1;
+}
+
+START_TEST(long_keys_packed)
+{
+	enum { NL = 3000 };
+	static char k[KV_MAX_KEY + 16];
+	kt_init("walrus-kv-compact", 2048);
+	shuffle(order, NL, 11);
+	for (uint32_t i = 0; i < NL; i++) {
+		size_t kl = long_key(k, order[i]);
+		ck_assert_int_eq(kv_put(k, kl, "v", 1, KV_ASYNC), WALRUS_OK);
+	}
+	for (uint32_t i = 0; i < NL; i += 3) {
+		size_t kl = long_key(k, i);
+		ck_assert_int_eq(kv_delete(k, kl, KV_ASYNC), WALRUS_OK);
+	}
+	kv_verify_result r0, r1;
+	ck_assert_int_eq(kt_verify(&r0), WALRUS_OK);
+	kv_compact_result c;
+	compact_ok(&c);
+	ck_assert_int_eq(kt_verify(&r1), WALRUS_OK);
+	ck_assert_uint_lt(r1.leaves, r0.leaves);
+	ck_assert_uint_eq(r1.keys, NL - (NL + 2) / 3);
+	for (uint32_t i = 0; i < NL; i++) {
+		size_t kl = long_key(k, i), gl;
+		void *got;
+		ck_assert_int_eq(kv_get(k, kl, &got, &gl),
+		                 i % 3 == 0 ? WALRUS_ENOTFOUND : WALRUS_OK);
+		if (i % 3 != 0)
+			free(got);
+	}
+}
+END_TEST
+
 /* After a restart, blocks grown ahead (no hole) are used without another
  * fallocate: with every fallocate failing, the tree still grows into them. */
 START_TEST(no_hole_no_allocation_after_a_restart)
@@ -643,6 +685,7 @@ static Suite *compact_suite(void)
 	tcase_add_test(t, small_pool_compacts_in_small_batches);
 	tcase_add_test(t, down_to_one_leaf);
 	tcase_add_test(t, root_left_with_one_child_goes);
+	tcase_add_test(t, long_keys_packed);
 	tcase_add_test(t, readers_see_every_key_during_compaction);
 	tcase_add_test(t, writers_run_between_compaction_batches);
 #ifdef WALRUS_TEST_HOOKS
