@@ -233,10 +233,11 @@ int kv_verify(kv_verify_report_fn fn, void *arg, kv_verify_result *r);
  * punches the blocks past the tree's end out of the file (*blocks of them).
  */
 typedef struct kv_compact_result {
-	uint64_t leaves_merged; /* leaves taken whole by their left sibling, and freed */
-	uint64_t leaves_poured; /* leaves that gave their first entries to their left sibling */
-	uint64_t pages_moved;   /* nodes moved to free pages nearer the file's start */
-	uint64_t batches;       /* batches that changed the tree */
+	uint64_t leaves_merged;   /* leaves taken whole by their left sibling, and freed */
+	uint64_t leaves_poured;   /* leaves that gave their first entries to their left sibling */
+	uint64_t pages_moved;     /* nodes moved to free pages nearer the file's start */
+	uint64_t batches;         /* batches that changed the tree */
+	uint64_t free_list_reads; /* times the free list was read from its pages */
 	uint32_t blocks_before, blocks_after; /* the tree's end, meta page included */
 } kv_compact_result;
 int kv_compact(kv_compact_result *r);
@@ -278,6 +279,9 @@ void kv_test_crash_after_records(int n);
 /* kv_compact flushes the WAL and _exit()s after its n-th batch that changed
  * the tree (0: off): a compaction stopped between two of its batches. */
 void kv_test_compact_crash_after(int batches);
+/* kv_compact calls @fn(@arg) after each of its batches, outside the tree
+ * lock (NULL: nothing): another writer's batches, at known points. */
+void kv_test_compact_between(void (*fn)(void *), void *arg);
 #endif
 
 #endif /* WALRUS_KV_H */

@@ -77,10 +77,25 @@ typedef int (*step_fn)(void *arg, bool *done);
 
 #ifdef WALRUS_TEST_HOOKS
 static int crash_after_batches; /* 0: off */
+static void (*between_fn)(void *);
+static void *between_arg;
 
 void kv_test_compact_crash_after(int batches)
 {
 	crash_after_batches = batches;
+}
+
+void kv_test_compact_between(void (*fn)(void *), void *arg)
+{
+	between_fn = fn;
+	between_arg = arg;
+}
+
+/* Between two batches, outside the tree lock: what another writer may do there. */
+static void between_batches(void)
+{
+	if (between_fn != NULL)
+		between_fn(between_arg);
 }
 
 /* After the batch ending at @lsn: stop here as a crash would, that batch durable. */
@@ -96,6 +111,8 @@ static inline void crash_point(wr_lsn lsn)
 {
 	(void)lsn;
 }
+
+static inline void between_batches(void) {}
 #endif
 
 /* One step as one batch under the tree lock; *done when the step says so. */
@@ -116,6 +133,8 @@ static int run_batch(step_fn fn, void *arg, bool *done, kv_compact_result *r)
 		r->batches++;
 		crash_point(lsn);
 	}
+	if (rc == WALRUS_OK)
+		between_batches();
 	return rc;
 }
 
@@ -253,50 +272,118 @@ static int free_list_remove(const free_list *fl, const bool *gone)
 	if (rc == WALRUS_OK && prev != WR_INVALID_BLKNO && prev_next_gone)
 		rc = free_link(prev, WR_INVALID_BLKNO);
 	m->nfree -= removed;
+	kv_sh->free_gen++;
 	return rc;
 }
 
-typedef struct free_at {
-	wr_blkno blk;
-	uint32_t at; /* index in the free list */
-} free_at;
+/*
+ * The free list as compaction last saw it, kept between its batches while
+ * no other batch changed the list (kv_sh->free_gen): reading a list of a
+ * million free pages for every batch of moves would take minutes.  With it,
+ * the free pages below the end in ascending order, taken from the front.
+ */
+typedef struct free_cache {
+	free_list fl;
+	bool valid;
+	uint64_t gen;     /* kv_sh->free_gen fl matches */
+	wr_blkno low_end; /* the end low was made for (0: none) */
+	wr_blkno *low;    /* free pages below low_end, ascending, from @next on */
+	uint32_t nlow, next;
+} free_cache;
 
-static int cmp_free_at(const void *a, const void *b)
+static void free_cache_drop(free_cache *fc)
 {
-	wr_blkno x = ((const free_at *)a)->blk, y = ((const free_at *)b)->blk;
+	free(fc->fl.blk);
+	free(fc->low);
+	*fc = (free_cache){.valid = false};
+}
+
+static int cmp_blk(const void *a, const void *b)
+{
+	wr_blkno x = *(const wr_blkno *)a, y = *(const wr_blkno *)b;
 	return (x > y) - (x < y);
 }
 
-/* The lowest @n free pages below @end, taken off the free list into @dest. */
-static int take_low_free(wr_blkno end, wr_blkno *dest, int n)
+/* The list, read again unless the cached one is still the list. */
+static int free_cache_get(free_cache *fc, kv_compact_result *r)
 {
-	free_list fl;
-	int rc = free_list_read(&fl);
-	bool *gone = calloc(fl.n + 1, sizeof(bool));
-	free_at *low = malloc((fl.n + 1) * sizeof(free_at));
-	if (rc == WALRUS_OK && (gone == NULL || low == NULL))
-		rc = wr_error(WALRUS_ENOMEM, "out of memory moving pages");
-	uint32_t nlow = 0;
-	for (uint32_t i = 0; rc == WALRUS_OK && i < fl.n; i++)
-		if (fl.blk[i] < end)
-			low[nlow++] = (free_at){.blk = fl.blk[i], .at = i};
-	if (rc == WALRUS_OK && nlow < (uint32_t)n)
+	if (fc->valid && fc->gen == kv_sh->free_gen)
+		return WALRUS_OK;
+	free_cache_drop(fc);
+	int rc = free_list_read(&fc->fl);
+	if (rc != WALRUS_OK)
+		return rc;
+	fc->valid = true;
+	r->free_list_reads++;
+	return WALRUS_OK;
+}
+
+/* Free pages below @end, ascending (made again when the end moved). */
+static int free_cache_low(free_cache *fc, wr_blkno end)
+{
+	if (fc->low_end == end && fc->low != NULL)
+		return WALRUS_OK;
+	free(fc->low);
+	fc->low = malloc(((size_t)fc->fl.n + 1) * sizeof(wr_blkno));
+	if (fc->low == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory moving pages");
+	fc->nlow = fc->next = 0;
+	for (uint32_t i = 0; i < fc->fl.n; i++)
+		if (fc->fl.blk[i] < end)
+			fc->low[fc->nlow++] = fc->fl.blk[i];
+	qsort(fc->low, fc->nlow, sizeof(*fc->low), cmp_blk);
+	fc->low_end = end;
+	return WALRUS_OK;
+}
+
+/* The lowest @n free pages below @end, taken off the free list into @dest. */
+static int take_low_free(free_cache *fc, wr_blkno end, wr_blkno *dest, int n, kv_compact_result *r)
+{
+	int rc = free_cache_get(fc, r);
+	if (rc == WALRUS_OK)
+		rc = free_cache_low(fc, end);
+	if (rc == WALRUS_OK && fc->nlow - fc->next < (uint32_t)n)
 		rc = wr_error(
 		    WALRUS_ECORRUPT,
 		    "relation %u has %u pages in use but only %u free pages below block %u", KV_REL,
-		    end, nlow, end);
-	if (rc == WALRUS_OK)
-		qsort(low, nlow, sizeof(*low), cmp_free_at);
-	for (int k = 0; rc == WALRUS_OK && k < n; k++) {
-		dest[k] = low[k].blk;
-		gone[low[k].at] = true;
-	}
-	if (rc == WALRUS_OK)
-		rc = free_list_remove(&fl, gone);
-	free(fl.blk);
+		    end, fc->nlow - fc->next, end);
+	bool *gone = rc == WALRUS_OK ? calloc(fc->fl.n + 1, sizeof(bool)) : NULL;
+	if (rc == WALRUS_OK && gone == NULL)
+		rc = wr_error(WALRUS_ENOMEM, "out of memory moving pages");
+	if (rc != WALRUS_OK)
+		return rc;
+	memcpy(dest, fc->low + fc->next, (size_t)n * sizeof(wr_blkno));
+	fc->next += (uint32_t)n;
+	wr_blkno *taken = fc->low + fc->next - n; /* ascending: searchable */
+	for (uint32_t i = 0; i < fc->fl.n; i++)
+		gone[i] =
+		    bsearch(&fc->fl.blk[i], taken, (size_t)n, sizeof(wr_blkno), cmp_blk) != NULL;
+	rc = free_list_remove(&fc->fl, gone);
+	uint32_t kept = 0;
+	for (uint32_t i = 0; i < fc->fl.n; i++)
+		if (!gone[i])
+			fc->fl.blk[kept++] = fc->fl.blk[i];
+	fc->fl.n = kept;
 	free(gone);
-	free(low);
 	return rc;
+}
+
+/* The step freed @blk[0..n) in that order, each pushed on the list's head;
+ * the cache follows, and is the list as this batch leaves it. */
+static void free_cache_pushed(free_cache *fc, const wr_blkno *blk, int n)
+{
+	wr_blkno *grown =
+	    realloc(fc->fl.blk, ((size_t)fc->fl.n + (size_t)n + 1) * sizeof(wr_blkno));
+	if (grown == NULL) { /* read again next time */
+		fc->valid = false;
+		return;
+	}
+	fc->fl.blk = grown;
+	memmove(fc->fl.blk + n, fc->fl.blk, fc->fl.n * sizeof(wr_blkno));
+	for (int i = 0; i < n; i++)
+		fc->fl.blk[n - 1 - i] = blk[i];
+	fc->fl.n += (uint32_t)n;
+	fc->gen = kv_sh->free_gen;
 }
 
 /* ---------------------------------------------------------------- 2. move */
@@ -310,6 +397,7 @@ typedef struct move_cand {
 typedef struct move_state {
 	int level; /* the level whose nodes move next */
 	kv_compact_result *r;
+	free_cache *fc;
 	move_cand *cand; /* MOVES_PER_BATCH of each */
 	wr_blkno *dest;
 } move_state;
@@ -426,11 +514,14 @@ static int move_step(void *arg, bool *done)
 		return rc;
 	}
 	wr_blkno *dest = st->dest;
-	rc = take_low_free(end, dest, n);
+	rc = take_low_free(st->fc, end, dest, n, st->r);
 	for (int i = 0; rc == WALRUS_OK && i < n; i++) {
 		rc = move_one(&c[i], st->level, dest[i]);
 		st->r->pages_moved += rc == WALRUS_OK;
+		dest[i] = c[i].blk; /* now the freed page, pushed on the list */
 	}
+	if (rc == WALRUS_OK)
+		free_cache_pushed(st->fc, dest, n);
 	return rc;
 }
 
@@ -446,6 +537,7 @@ typedef struct ovf_state {
 	char key[KV_MAX_KEY]; /* the entries looked at next are this key and those after it */
 	uint16_t kl;
 	kv_compact_result *r;
+	free_cache *fc;
 	ovf_move *mv; /* MOVES_PER_BATCH of each */
 	wr_blkno *dest;
 } ovf_state;
@@ -566,7 +658,7 @@ static int ovf_step(void *arg, bool *done)
 		*done = rc == WALRUS_OK;
 		return rc;
 	}
-	rc = take_low_free(end, dest, n);
+	rc = take_low_free(st->fc, end, dest, n, st->r);
 	for (int i = 0; rc == WALRUS_OK && i < n; i++) {
 		kvw_page *d;
 		/* A piece moved just before this one is its new predecessor. */
@@ -576,6 +668,10 @@ static int ovf_step(void *arg, bool *done)
 			rc = kvm_ovf_move(st->key, st->kl, prev, mv[i].blk, mv[i].seq, d);
 		st->r->pages_moved += rc == WALRUS_OK;
 	}
+	for (int i = 0; rc == WALRUS_OK && i < n; i++)
+		dest[i] = mv[i].blk; /* the freed pages, pushed on the list */
+	if (rc == WALRUS_OK)
+		free_cache_pushed(st->fc, dest, n);
 	return rc;
 }
 
@@ -640,12 +736,17 @@ int kv_compact(kv_compact_result *r)
 		       (unsigned long long)r->leaves_merged, (unsigned long long)r->leaves_poured,
 		       (double)(wr_now_ns() - t0) / 1e9);
 	t0 = wr_now_ns();
+	free_cache fc = {.valid = false};
 	move_state ms = {.level = (int)m0.height - 1,
 	                 .r = r,
+	                 .fc = &fc,
 	                 .cand = malloc(MOVES_PER_BATCH * sizeof(move_cand)),
 	                 .dest = malloc(MOVES_PER_BATCH * sizeof(wr_blkno))};
-	ovf_state os = {
-	    .kl = 0, .r = r, .mv = malloc(MOVES_PER_BATCH * sizeof(ovf_move)), .dest = ms.dest};
+	ovf_state os = {.kl = 0,
+	                .r = r,
+	                .fc = &fc,
+	                .mv = malloc(MOVES_PER_BATCH * sizeof(ovf_move)),
+	                .dest = ms.dest};
 	if (rc == WALRUS_OK && (ms.cand == NULL || ms.dest == NULL || os.mv == NULL))
 		rc = wr_error(WALRUS_ENOMEM, "out of memory compacting");
 	for (done = false; rc == WALRUS_OK && !done;)
@@ -655,6 +756,7 @@ int kv_compact(kv_compact_result *r)
 	free(ms.cand);
 	free(ms.dest);
 	free(os.mv);
+	free_cache_drop(&fc);
 	if (rc == WALRUS_OK)
 		wr_log(WR_LOG, "compaction: %llu pages moved to the front in %.3f s",
 		       (unsigned long long)r->pages_moved, (double)(wr_now_ns() - t0) / 1e9);

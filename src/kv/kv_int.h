@@ -471,6 +471,9 @@ typedef struct kv_shared {
 	_Atomic uint64_t size_checks;   /* times a writer asked the data file's size */
 	/* compactions finished, and what they did (kv_compact.c) */
 	_Atomic uint64_t compactions, compact_merged, compact_moved, compact_given_back;
+	/* Changes of the free list (kv_write.c, kv_compact.c), under the tree
+	 * lock: a compaction keeps its copy of the list while this stays. */
+	uint64_t free_gen;
 	/* Blocks of the data file allocated at least (0: not known yet): the
 	 * writer's, under the tree lock.  The file never shrinks while shared
 	 * memory lives; compaction punches out its tail and lowers this to the

@@ -321,6 +321,7 @@ static int alloc_from_free_list(kvw_page **out)
 	W.meta.free_head = kvp_special((*out)->page).right;
 	W.meta.nfree--;
 	W.reused++;
+	kv_sh->free_gen++;
 	return kvw_modify(*out);
 }
 
@@ -435,6 +436,7 @@ int kvw_free_page(kvw_page *p)
 		W.meta.free_head = p->blk;
 		W.meta.nfree++;
 		W.freed++;
+		kv_sh->free_gen++;
 	}
 	return rc;
 }
@@ -449,6 +451,7 @@ int kvw_free_chain(kvw_page *last, wr_blkno first, uint32_t n)
 		W.meta.free_head = first;
 		W.meta.nfree += n;
 		W.freed += n;
+		kv_sh->free_gen++;
 	}
 	return rc;
 }

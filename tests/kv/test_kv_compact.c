@@ -437,7 +437,8 @@ START_TEST(overflow_values_stay_whole)
 }
 END_TEST
 
-/* A pool of 64 pages lets a batch pin 16: compaction takes many small batches. */
+/* A pool of 64 pages lets a batch pin 16: compaction takes many small batches,
+ * and reads the free list once for all of them. */
 START_TEST(small_pool_compacts_in_small_batches)
 {
 	kt_init("walrus-kv-compact", 64);
@@ -447,11 +448,64 @@ START_TEST(small_pool_compacts_in_small_batches)
 	kv_verify_result r;
 	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
 	ck_assert_uint_gt(c.batches, 20);
+	ck_assert_uint_ge(c.pages_moved, 5); /* one move per batch here */
+	ck_assert_msg(c.free_list_reads == 1, "the free list read %llu times",
+	              (unsigned long long)c.free_list_reads);
 	ck_assert_uint_eq(r.free, 0);
 	ck_assert_double_gt(leaf_fill(&r, N / 4), 0.93);
 	check_keys(N / 4, NULL);
 }
 END_TEST
+
+#ifdef WALRUS_TEST_HOOKS
+/* Between compaction's batches: new keys at the end (splits take free pages). */
+static void grow_between(void *arg)
+{
+	uint32_t *next = arg;
+	for (int i = 0; i < 40; i++, (*next)++) {
+		char k[32], v[VLEN];
+		size_t kl = key_of(k, *next);
+		value_of(v, *next);
+		ck_assert_int_eq(kv_put(k, kl, v, VLEN, KV_ASYNC), WALRUS_OK);
+	}
+}
+
+/*
+ * Writes between compaction's batches change the free list under its copy
+ * of it: compaction must read the list again, or it would take pages the
+ * writer took (or relink one it reused) as free.
+ */
+START_TEST(free_list_changed_between_batches)
+{
+	kt_init("walrus-kv-compact", 64);
+	random_load_by(N / 4, 1);
+	for (uint32_t i = 0; i < N / 4; i += 2) {
+		char k[32];
+		size_t kl = key_of(k, i);
+		ck_assert_int_eq(kv_delete(k, kl, KV_ASYNC), WALRUS_OK);
+	}
+	uint32_t next = N;
+	kv_test_compact_between(grow_between, &next);
+	kv_compact_result c;
+	compact_ok(&c);
+	kv_test_compact_between(NULL, NULL);
+	ck_assert_uint_ge(c.pages_moved, 5);
+	ck_assert_uint_gt(c.free_list_reads, 1);
+	kv_verify_result r;
+	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
+	ck_assert_uint_eq(r.keys, N / 8 + (next - N));
+	for (uint32_t i = N; i < next; i += 37) {
+		char k[32], v[VLEN];
+		size_t kl = key_of(k, i), gl;
+		void *got;
+		value_of(v, i);
+		ck_assert_int_eq(kv_get(k, kl, &got, &gl), WALRUS_OK);
+		ck_assert(gl == VLEN && memcmp(got, v, VLEN) == 0);
+		free(got);
+	}
+}
+END_TEST
+#endif
 
 /* ---------------------------------------------------------------- crashes */
 
@@ -693,6 +747,7 @@ static Suite *compact_suite(void)
 	tcase_add_test(t, punch_refused_or_failing);
 	tcase_add_test(t, no_hole_no_allocation_after_a_restart);
 	tcase_add_loop_test(t, compaction_stopped_by_a_crash, 0, 4);
+	tcase_add_test(t, free_list_changed_between_batches);
 #endif
 	suite_add_tcase(s, t);
 	return s;
