@@ -704,12 +704,6 @@ int smgr_extend(smgr_rel *r, wr_blkno b, void *page)
 	return smgr_write_at(r, seg, f, b, page);
 }
 
-/*
- * Blocks [@b, @b + @n) as zeroes, allocated without writing them: a writer
- * that extends a page at a time pays a write and a size check per page,
- * one call here serves a run of them.  The caller owns what lies past its
- * own end of the relation (blocks nobody logged are never read as data).
- */
 /* What smgr_pieces does with each segment's part of a block range. */
 typedef int (*smgr_piece_fn)(smgr_rel *r, uint32_t seg, fdc_file f, off_t off, off_t len);
 
@@ -752,6 +746,12 @@ static int grow_piece(smgr_rel *r, uint32_t seg, fdc_file f, off_t off, off_t le
 	return rc == 0 ? smgr_register_write(r->relid, seg, f) : rc;
 }
 
+/*
+ * Blocks [@b, @b + @n) as zeroes, allocated without writing them: a writer
+ * that extends a page at a time pays a write and a size check per page,
+ * one call here serves a run of them.  The caller owns what lies past its
+ * own end of the relation (blocks nobody logged are never read as data).
+ */
 int smgr_grow(smgr_rel *r, wr_blkno b, wr_blkno n)
 {
 	if ((uint64_t)b + n > WR_INVALID_BLKNO)
