@@ -677,13 +677,20 @@ static int ovf_step(void *arg, bool *done)
 
 /* ---------------------------------------------------------------- 3. cut */
 
+typedef struct cut_state {
+	free_cache *fc; /* the moves' copy of the list, used if still valid */
+	kv_compact_result *r;
+} cut_state;
+
 static int cut_step(void *arg, bool *done)
 {
-	(void)arg;
+	cut_state *st = arg;
 	*done = true;
 	kv_meta *m = kvw_meta();
-	free_list fl;
-	int rc = free_list_read(&fl);
+	int rc = free_cache_get(st->fc, st->r);
+	if (rc != WALRUS_OK)
+		return rc;
+	const free_list fl = st->fc->fl;
 	bool *is_free = calloc(m->nblocks, sizeof(bool)), *gone = calloc(fl.n + 1, sizeof(bool));
 	if (rc == WALRUS_OK && (is_free == NULL || gone == NULL))
 		rc = wr_error(WALRUS_ENOMEM, "out of memory cutting the tree's end");
@@ -707,7 +714,6 @@ static int cut_step(void *arg, bool *done)
 		       "pages needs more pins than a batch may hold (raise shared_buffers)",
 		       KV_REL, m->nblocks, m->nblocks - cut);
 	}
-	free(fl.blk);
 	free(is_free);
 	free(gone);
 	return rc;
@@ -756,12 +762,13 @@ int kv_compact(kv_compact_result *r)
 	free(ms.cand);
 	free(ms.dest);
 	free(os.mv);
-	free_cache_drop(&fc);
 	if (rc == WALRUS_OK)
 		wr_log(WR_LOG, "compaction: %llu pages moved to the front in %.3f s",
 		       (unsigned long long)r->pages_moved, (double)(wr_now_ns() - t0) / 1e9);
+	cut_state cs = {.fc = &fc, .r = r};
 	if (rc == WALRUS_OK)
-		rc = run_batch(cut_step, NULL, &done, r);
+		rc = run_batch(cut_step, &cs, &done, r);
+	free_cache_drop(&fc);
 	kv_meta m1;
 	rw_lock_shared(&kv_sh->tree_lock);
 	if (rc == WALRUS_OK)

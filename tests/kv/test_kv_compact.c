@@ -116,6 +116,15 @@ static void compact_ok(kv_compact_result *r)
 	ck_assert_msg(rc == WALRUS_OK, "kv_compact: %d %s", rc, walrus_errmsg());
 }
 
+/* A clean tree (@before), compacted, clean again (@after). */
+static void compact_verified(kv_verify_result *before, kv_compact_result *c,
+                             kv_verify_result *after)
+{
+	ck_assert_int_eq(kt_verify(before), WALRUS_OK);
+	compact_ok(c);
+	ck_assert_int_eq(kt_verify(after), WALRUS_OK);
+}
+
 /* ---------------------------------------------------------------- packing and giving back */
 
 /*
@@ -128,11 +137,9 @@ START_TEST(random_load_packed_and_tail_given_back)
 	kt_init("walrus-kv-compact", 2048);
 	random_load(N);
 	kv_verify_result r0, r1;
-	ck_assert_int_eq(kt_verify(&r0), WALRUS_OK);
-	ck_assert_double_lt(leaf_fill(&r0, N), 0.90);
 	kv_compact_result c;
-	compact_ok(&c);
-	ck_assert_int_eq(kt_verify(&r1), WALRUS_OK);
+	compact_verified(&r0, &c, &r1);
+	ck_assert_double_lt(leaf_fill(&r0, N), 0.90);
 	ck_assert_uint_gt(c.leaves_merged, 0);
 	ck_assert_uint_gt(c.pages_moved, 0);
 	ck_assert_uint_eq(c.blocks_before, r0.pages);
@@ -195,10 +202,8 @@ START_TEST(deletes_given_back_and_tail_allocated_again)
 			ck_assert_int_eq(kv_delete(k, kl, KV_ASYNC), WALRUS_OK);
 		}
 	kv_verify_result r0, r1;
-	ck_assert_int_eq(kt_verify(&r0), WALRUS_OK);
 	kv_compact_result c;
-	compact_ok(&c);
-	ck_assert_int_eq(kt_verify(&r1), WALRUS_OK);
+	compact_verified(&r0, &c, &r1);
 	ck_assert_uint_le(r1.pages * 7, r0.pages);
 	ck_assert_double_gt(leaf_fill(&r1, N / 10), 0.90);
 	check_keys(N, every_tenth);
@@ -255,12 +260,10 @@ START_TEST(down_to_one_leaf)
 		size_t kl = key_of(k, order[i]);
 		ck_assert_int_eq(kv_delete(k, kl, KV_ASYNC), WALRUS_OK);
 	}
-	kv_verify_result r;
-	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
-	ck_assert_uint_eq(r.height, 1);
+	kv_verify_result r0, r;
 	kv_compact_result c;
-	compact_ok(&c);
-	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
+	compact_verified(&r0, &c, &r);
+	ck_assert_uint_eq(r0.height, 1);
 	ck_assert_uint_eq(r.pages, 2);
 	ck_assert_uint_eq(c.blocks_after, 2);
 	check_keys(N, first_ten);
@@ -283,13 +286,11 @@ START_TEST(root_left_with_one_child_goes)
 		size_t kl = key_of(k, i);
 		ck_assert_int_eq(kv_delete(k, kl, KV_ASYNC), WALRUS_OK);
 	}
-	kv_verify_result r;
-	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
-	ck_assert_uint_eq(r.height, 2);
+	kv_verify_result r0, r;
 	kv_compact_result c;
-	compact_ok(&c);
+	compact_verified(&r0, &c, &r);
+	ck_assert_uint_eq(r0.height, 2);
 	ck_assert_uint_ge(c.leaves_merged, 1);
-	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
 	ck_assert_uint_eq(r.height, 1);
 	ck_assert_uint_eq(r.pages, 2);
 	ck_assert_uint_eq(r.keys, 50);
@@ -321,10 +322,8 @@ START_TEST(long_keys_packed)
 		ck_assert_int_eq(kv_delete(k, kl, KV_ASYNC), WALRUS_OK);
 	}
 	kv_verify_result r0, r1;
-	ck_assert_int_eq(kt_verify(&r0), WALRUS_OK);
 	kv_compact_result c;
-	compact_ok(&c);
-	ck_assert_int_eq(kt_verify(&r1), WALRUS_OK);
+	compact_verified(&r0, &c, &r1);
 	ck_assert_uint_lt(r1.leaves, r0.leaves);
 	ck_assert_uint_eq(r1.keys, NL - (NL + 2) / 3);
 	for (uint32_t i = 0; i < NL; i++) {
