@@ -84,6 +84,13 @@ static int stop_send(int sock, int mode, const char *abs, pid_t *sup)
 	size_t len;
 	*sup = 0;
 	int rc = ipc_send(sock, &m, sizeof(m), NULL, 0);
+	if (rc == WALRUS_EIO) {
+		/* The peer closed the connection first (EPIPE or ECONNRESET on a Unix
+		 * socket): a supervisor exiting on its own, its linger over, as for a
+		 * close without an answer below.  The waits that follow see it go. */
+		wr_error_clear();
+		return WALRUS_OK;
+	}
 	if (rc == WALRUS_OK)
 		rc = wait_readable(sock, STOP_ANSWER_MS);
 	if (rc == 0)
