@@ -1025,8 +1025,9 @@ int fdc_mkdir(const char *path, mode_t mode)
 	return rc;
 }
 
-/* Opens @path (a directory if @dir), fsyncs it once, closes it. */
-static int fdc_fsync_open_path(const char *path, bool dir)
+/* Opens @path (a directory if @dir), fsyncs it once, closes it.  @child: the
+ * file whose name the sync is for, if any (failpoints match it too). */
+static int fdc_fsync_open_path(const char *path, bool dir, const char *child)
 {
 	int fd;
 	int rc = fdc_open_slot(path, O_RDONLY | (dir ? O_DIRECTORY : 0), 0, false, &fd);
@@ -1035,7 +1036,7 @@ static int fdc_fsync_open_path(const char *path, bool dir)
 	struct stat st;
 	if (!dir && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
 		dir = true;
-	int injected = ts_fp_check(dir ? "fsync_dir" : "fsync", path, NULL);
+	int injected = ts_fp_check(dir ? "fsync_dir" : "fsync", path, child);
 	bool pl = ts_pl_enabled();
 	uint64_t began = pl ? ts_pl_sync_begin() : 0;
 	int res;
@@ -1065,7 +1066,7 @@ int fdc_fsync_path(const char *path)
 	int rc = fdc_enter();
 	if (rc != 0)
 		return rc;
-	rc = fdc_fsync_open_path(path, false);
+	rc = fdc_fsync_open_path(path, false, NULL);
 	int err = errno;
 	fdc_exit();
 	errno = err;
@@ -1081,7 +1082,7 @@ int fdc_fsync_parent(const char *path)
 	char *dir = dirname(copy);
 	int rc = fdc_enter();
 	if (rc == 0) {
-		rc = fdc_fsync_open_path(dir, true);
+		rc = fdc_fsync_open_path(dir, true, path);
 		int err = errno;
 		fdc_exit();
 		errno = err;
@@ -1144,7 +1145,7 @@ static int fdc_sync_tree_at(const char *dir, int depth, uint64_t *nfiles)
 		if (S_ISDIR(st.st_mode))
 			rc = fdc_sync_tree_at(path, depth + 1, nfiles);
 		else if (S_ISREG(st.st_mode)) {
-			rc = fdc_fsync_open_path(path, false);
+			rc = fdc_fsync_open_path(path, false, NULL);
 			/* fsync never says ENOENT: the open did, the file is gone. */
 			if (rc != 0 && errno == ENOENT) {
 				wr_error_clear();
@@ -1158,7 +1159,7 @@ static int fdc_sync_tree_at(const char *dir, int depth, uint64_t *nfiles)
 	int err = errno;
 	(void)closedir(d); /* read-only stream: nothing to lose */
 	errno = err;
-	return rc != 0 ? rc : fdc_fsync_open_path(dir, true);
+	return rc != 0 ? rc : fdc_fsync_open_path(dir, true, NULL);
 }
 
 int fdc_sync_tree(const char *dir, uint64_t *nfiles)

@@ -59,7 +59,7 @@ static const struct {
     {"EINTR", EINTR},     {"EAGAIN", EAGAIN},         {"EDQUOT", EDQUOT},
     {"EFBIG", EFBIG},     {"EBADF", EBADF},           {"EINVAL", EINVAL},
     {"ENOMEM", ENOMEM},   {"EOPNOTSUPP", EOPNOTSUPP}, {"short", TS_FP_SHORT},
-    {"KILL", TS_FP_KILL},
+    {"KILL", TS_FP_KILL}, {"STOP", TS_FP_STOP},
 };
 
 static void fp_free_entries(fp_entry *e, int n)
@@ -219,8 +219,12 @@ static bool fp_matches(const fp_entry *e, const char *op, const char *path, cons
 		return false;
 	if (e->path == NULL)
 		return true;
+	/* A directory fsync's second path is the file it is for: only an entry
+	 * naming fsync_dir looks at it ("any:KILL:DIR" must not stop at the
+	 * fsync of DIR's parent that makes DIR's own name durable). */
+	bool second = path2 != NULL && (strcmp(op, "fsync_dir") != 0 || strcmp(e->op, op) == 0);
 	return (path != NULL && strstr(path, e->path) != NULL) ||
-	       (path2 != NULL && strstr(path2, e->path) != NULL);
+	       (second && strstr(path2, e->path) != NULL);
 }
 
 int ts_fp_check(const char *op, const char *path, const char *path2)
@@ -242,6 +246,13 @@ int ts_fp_check(const char *op, const char *path, const char *path2)
 			wr_log(WR_LOG, "failpoint: killing the process at %s of \"%s\"", op,
 			       path ? path : "");
 			raise(SIGKILL);
+		}
+		if (e->err == TS_FP_STOP) {
+			/* Frozen just before the call, which runs once SIGCONT comes. */
+			wr_log(WR_LOG, "failpoint: stopping the process at %s of \"%s\"", op,
+			       path ? path : "");
+			raise(SIGSTOP);
+			return 0;
 		}
 		wr_log(WR_LOG, "failpoint: injecting %s into %s of \"%s\"", fp_errno_name(e->err),
 		       op, path ? path : "");

@@ -26,7 +26,11 @@
  * exercise the retry loop) instead of failing.  ERRNO "KILL" makes the
  * process SIGKILL itself before the call (any OP): with the power-loss
  * journal, "any:KILL@N" cuts the power after the process's N first calls
- * through the seam.  The environment variable WALRUS_FAILPOINTS is read by
+ * through the seam.  ERRNO "STOP" makes the process SIGSTOP itself before
+ * the call, which it then makes normally: a test holds a process between
+ * two steps.  An entry whose OP is fsync_dir also matches the path of the
+ * file whose directory is synced (fdc_fsync_parent): one creation's sync can
+ * be picked.  The environment variable WALRUS_FAILPOINTS is read by
  * fdc_init().
  *
  * WALRUS_TEST_STANDBY_NAP_MS sets how long a standby's startup process
@@ -52,6 +56,9 @@
 /* ERRNO "KILL": the process SIGKILLs itself before the call, as a power cut
  * stops it (ts_fp_check does not return). */
 #define TS_FP_KILL (-2)
+/* ERRNO "STOP": the process SIGSTOPs itself before the call, then makes it
+ * (ts_fp_check returns 0 after SIGCONT). */
+#define TS_FP_STOP (-3)
 /* No intent recorded (0 is the offset of the journal's first record). */
 #define TS_PL_NONE UINT64_MAX
 

@@ -14,10 +14,13 @@
  * saves the zero-filling.  A recycled segment still holds old WAL; readers
  * tell it from new WAL by the pageaddr of its page headers.
  *
- * rename(2) replaces an existing file, so creating and recycling check
- * that the target does not exist just before renaming, but the check
- * cannot close the race: callers must serialise segment creation and
- * recycling (one process at a time may install segments).
+ * Segments are installed by several processes at once (the WAL writer
+ * ahead of the commits, a backend on demand, the checkpointer recycling):
+ * every rename is RENAME_NOREPLACE, so none replaces a segment another one
+ * installed and may have written WAL into.  A name is durable only once the
+ * WAL directory is fsynced after the rename, and the installer does that
+ * right after it, but a process that finds a segment there cannot know
+ * whether that has happened yet: it fsyncs the directory before using it.
  */
 #include <dirent.h>
 #include <stdatomic.h>
@@ -125,7 +128,6 @@ static int wal_segment_exists(const char *path, uint64_t seg_size, bool *exists)
 	return WALRUS_OK;
 }
 
-/* Drops our temp file after @rc; the first error is the one to report. */
 /* Removes a temp segment; the caller's error (message and errno) is the one returned. */
 static int wal_drop_tmp(const char *tmp, int rc)
 {
@@ -147,13 +149,41 @@ int wal_segment_create(const char *waldir, uint64_t seg_size, wr_lsn start)
 	return wal_segment_make(waldir, seg_size, start, false, &filled);
 }
 
+/*
+ * The name must be durable before any commit in the segment is
+ * acknowledged.  A failed directory fsync is a PANIC like any other (rule
+ * 5): a retry would find the file and could not tell that its name never
+ * reached the disk.
+ */
+static void wal_sync_name(const char *path, const char *why)
+{
+	if (fdc_fsync_parent(path) != WALRUS_OK)
+		wr_panic("could not fsync the WAL directory after %s \"%s\": %s", why, path,
+		         walrus_errmsg());
+}
+
+/*
+ * A segment someone else installed.  Its name is visible as soon as the
+ * rename returns, but durable only once the installer has fsynced the
+ * directory, which it may not have done yet (or ever, if it is stopped or
+ * dies in between): a user of the segment fsyncs the directory itself.
+ * PostgreSQL's XLogFileInit opens an existing segment as it is found.
+ */
+static int wal_segment_found(const char *path, uint64_t seg_size, bool *exists)
+{
+	int rc = wal_segment_exists(path, seg_size, exists);
+	if (rc == WALRUS_OK && *exists)
+		wal_sync_name(path, "finding");
+	return rc;
+}
+
 int wal_segment_make(const char *waldir, uint64_t seg_size, wr_lsn start, bool direct, bool *filled)
 {
 	char path[PATH_MAX], tmp[PATH_MAX + 32];
 	bool exists;
 	*filled = false;
 	wal_segment_path(waldir, seg_size, start, path, sizeof(path));
-	int rc = wal_segment_exists(path, seg_size, &exists);
+	int rc = wal_segment_found(path, seg_size, &exists);
 	if (rc != WALRUS_OK || exists)
 		return rc;
 	/* The pid keeps two processes' temp files apart. */
@@ -168,17 +198,11 @@ int wal_segment_make(const char *waldir, uint64_t seg_size, wr_lsn start, bool d
 	rc = fdc_rename_noreplace(tmp, path);
 	if (rc != WALRUS_OK && errno == EEXIST) {
 		(void)wal_drop_tmp(tmp, rc);
-		rc = wal_segment_exists(path, seg_size, &exists);
-		return rc;
+		return wal_segment_found(path, seg_size, &exists);
 	}
 	if (rc != WALRUS_OK)
 		return wal_drop_tmp(tmp, rc);
-	/* The name must be durable before any commit in the segment is
-	 * acknowledged, and a retry would find the file and skip this fsync:
-	 * a failed directory fsync is a PANIC like any other (rule 5). */
-	if (fdc_fsync_parent(path) != WALRUS_OK)
-		wr_panic("could not fsync the WAL directory after creating \"%s\": %s", path,
-		         walrus_errmsg());
+	wal_sync_name(path, "creating");
 	if (wal_sh != NULL)
 		wal_count(&wal_sh->st_seg_created, 1);
 	return WALRUS_OK;

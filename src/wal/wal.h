@@ -383,9 +383,11 @@ int wal_slots_list(wal_slot_info *out, int max);
 
 /*
  * Creates the segment that starts at @start: zero-filled temp file, fsync,
- * rename into place, fsync the directory.  Reuses a recyclable old segment
- * when one is offered by wal_recycle.  Idempotent when it exists with the
- * right size; WALRUS_ECORRUPT when it exists with the wrong size.
+ * rename into place, fsync the directory.  When it exists already with the
+ * right size (installed by another process, or recycled by wal_recycle), only
+ * the directory fsync: the installer may not have made the name durable yet.
+ * WALRUS_ECORRUPT when it exists with the wrong size.  PANICs when the
+ * directory fsync fails.
  */
 int wal_segment_create(const char *waldir, uint64_t seg_size, wr_lsn start);
 /* The same, zero-filling through O_DIRECT if @direct; *filled tells whether
