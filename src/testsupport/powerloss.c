@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +74,7 @@ typedef struct pl_rec {
 	uint64_t size; /* the file's size before the change */
 	uint64_t ref;
 	uint32_t datalen;
-	uint32_t reserved;
+	uint32_t check; /* CRC-32 (zlib's) of the 84 bytes before it */
 } pl_rec; /* 88 bytes: tests/durability/powerloss.py reads it */
 _Static_assert(sizeof(pl_rec) == 88, "the journal record layout is fixed");
 
@@ -118,13 +119,33 @@ static int pl_journal(void)
 	return pl_fd;
 }
 
-/* Appends one record in one write(); returns its offset in the journal. */
+/* zlib's CRC-32, which Python has: bitwise, over 84 bytes per record. */
+static uint32_t pl_check(const pl_rec *r)
+{
+	const unsigned char *b = (const unsigned char *)r;
+	uint32_t c = 0xffffffffu;
+	for (size_t i = 0; i < offsetof(pl_rec, check); i++) {
+		c ^= b[i];
+		for (int k = 0; k < 8; k++)
+			c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+	}
+	return ~c;
+}
+
+/*
+ * Appends one record in one write(); returns its offset in the journal.
+ * A process SIGKILLed inside the write (the supervisor kills the others
+ * after a PANIC) may leave a torn record that the next append follows
+ * directly: the header's check lets powerloss.py find the next whole
+ * record, and drop the torn one.
+ */
 static uint64_t pl_append(pl_rec *r, const char *path, size_t pathlen, const void *data)
 {
 	int fd = pl_journal();
 	r->magic = PL_MAGIC;
 	r->pid = (uint32_t)pl_pid;
 	r->pathlen = (uint32_t)pathlen;
+	r->check = pl_check(r);
 	struct iovec iov[3] = {
 	    {r, sizeof(*r)}, {(void *)path, pathlen}, {(void *)data, r->datalen}};
 	size_t total = sizeof(*r) + pathlen + r->datalen;

@@ -27,11 +27,12 @@ links are removed: what is on disk now is the new durable state.
 
 usage: powerloss.py JDIR DATADIR [--mode M] [--seed S]   (prints what it did)
 """
-import argparse, os, random, struct, sys
+import argparse, os, random, struct, sys, zlib
 
-HDR = struct.Struct("<IHHII8QII")  # pl_rec in failpoint.c: 88 bytes
+HDR = struct.Struct("<IHHII8QII")  # pl_rec in src/testsupport/powerloss.c: 88 bytes
 assert HDR.size == 88
 MAGIC = 0x314A4C50
+MAGIC_BYTES = struct.pack("<I", MAGIC)
 W, T, F, C, R, U, DONE, SYNC, DIRSYNC = 1, 2, 3, 4, 5, 6, 10, 20, 21
 
 
@@ -40,28 +41,59 @@ class Rec:
                  "ref", "path", "data")
 
 
-def parse(path):
+def _whole_header(buf, pos):
+    """Whether a record header starts at @pos: magic and CRC (the `check`
+    field, zlib's CRC-32 of the 84 bytes before it)."""
+    if pos + HDR.size > len(buf) or buf[pos:pos + 4] != MAGIC_BYTES:
+        return False
+    return zlib.crc32(buf[pos:pos + HDR.size - 4]) == struct.unpack_from("<I", buf,
+                                                                          pos + HDR.size - 4)[0]
+
+
+def _next_header(buf, pos):
+    """The first record header at or after @pos (len(buf) if none)."""
+    while True:
+        pos = buf.find(MAGIC_BYTES, pos)
+        if pos < 0:
+            return len(buf)
+        if _whole_header(buf, pos):
+            return pos
+        pos += 1
+
+
+def parse(path, torn=None):
+    """The journal's records.  A process SIGKILLed inside its append (the
+    supervisor kills the others after a PANIC) leaves a torn record, which
+    the next append follows directly: it is dropped (its change never
+    started, or, a DONE or SYNC record, is taken as not done: a power cut
+    may lose it), counted in torn[0]."""
     with open(path, "rb") as f:
         buf = f.read()
+    torn = torn if torn is not None else [0]
     out, pos = [], 0
     while pos < len(buf):
-        if pos + HDR.size > len(buf):
-            raise RuntimeError(f"journal {path}: truncated record header at {pos}")
-        (magic, typ, _fl, pid, plen, dev, ino, ddev, dino, off, ln, size, ref, dlen,
-         _r) = HDR.unpack_from(buf, pos)
-        if magic != MAGIC:
-            raise RuntimeError(f"journal {path}: bad record at {pos}")
+        if not _whole_header(buf, pos):  # the rest of a torn record
+            torn[0] += 1
+            pos = _next_header(buf, pos + 1)
+            continue
+        (_magic, typ, _fl, pid, plen, dev, ino, ddev, dino, off, ln, size, ref, dlen,
+         _check) = HDR.unpack_from(buf, pos)
+        end = pos + HDR.size + plen + dlen
+        if end > len(buf) or (end < len(buf) and not _whole_header(buf, end)):
+            nxt = _next_header(buf, pos + 1)
+            if nxt < end:  # the next record starts inside this one: torn
+                torn[0] += 1
+                pos = nxt
+                continue
         r = Rec()
         r.at, r.type, r.pid = pos, typ, pid
         r.dev, r.ino, r.dirdev, r.dirino = dev, ino, ddev, dino
         r.off, r.len, r.size, r.ref = off, ln, size, ref
         p = pos + HDR.size
         r.path = buf[p:p + plen]
-        r.data = buf[p + plen:p + plen + dlen]
-        if p + plen + dlen > len(buf):
-            raise RuntimeError(f"journal {path}: truncated record at {pos}")
+        r.data = buf[p + plen:end]
         out.append(r)
-        pos = p + plen + dlen
+        pos = end
     return out
 
 
@@ -92,7 +124,8 @@ def data_range(r):
 def simulate(jdir, datadir, mode="drop", rng=None):
     rng = rng or random.Random()
     jpath = os.path.join(jdir, "journal")
-    recs = parse(jpath) if os.path.exists(jpath) else []
+    torn = [0]
+    recs = parse(jpath, torn) if os.path.exists(jpath) else []
     done = {}
     sync_ref, dirsync_ref = {}, {}
     for r in recs:
@@ -118,6 +151,8 @@ def simulate(jdir, datadir, mode="drop", rng=None):
     paths = inode_paths([datadir, jdir])
     st = {"files": 0, "writes": 0, "units_lost": 0, "units_kept": 0, "units_mid": 0,
           "names_undone": 0, "names_unsynced": 0}
+    if torn[0]:
+        st["torn_records"] = torn[0]
     for k, allints in per_file.items():
         us = [r for r, settled in allints if not settled]
         p = paths.get(k)
