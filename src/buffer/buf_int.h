@@ -41,6 +41,7 @@
 #define BUF_PARTITIONS  16 /* power of two */
 #define BUF_HIT_STRIPES 16
 #define BUF_EXT_LOCKS   16
+#define BUF_TAG_SEQS    1024 /* power of two, at most the buckets: buf_absent */
 
 typedef struct buf_desc {
 	wr_relid rel; /* tag: changed only with refcount 1, header and partition locks held */
@@ -85,6 +86,10 @@ typedef struct buf_region {
 	struct {
 		_Alignas(64) _Atomic uint64_t n;
 	} hits[BUF_HIT_STRIPES];
+	/* Tag changes (a delete or an insert in the mapping table), counted per
+	 * tag hash's low bits under the partition lock held exclusive:
+	 * buf_absent's tickets. */
+	_Atomic uint32_t tag_seq[BUF_TAG_SEQS];
 } buf_region;
 
 /*

@@ -126,6 +126,19 @@ int buf_peek(wr_relid rel, wr_blkno blk, buf_peek_fn fn, void *arg);
  * BUF_PEEK_DONE, *@guess is the buffer that held the page.
  */
 int buf_peek_at(wr_relid rel, wr_blkno blk, int32_t *guess, buf_peek_fn fn, void *arg);
+/*
+ * Reading a page from outside the pool (a mapping of its file): only a page
+ * no buffer holds has its latest version in the file, and only while no
+ * buffer takes it, since the file is written from a buffer holding the page
+ * (a victim is written before it loses its tag).  buf_absent: true when no
+ * buffer holds (rel, blk) now (the mapping table under its partition lock,
+ * shared); *@ticket is the count of tag changes in its part of the table.
+ * buf_absent_still, after the read: true when no tag changed there since,
+ * so the page was in no buffer during the whole read and what was read is
+ * whole.  A false answer sends the caller to buf_read.
+ */
+bool buf_absent(wr_relid rel, wr_blkno blk, uint32_t *ticket);
+bool buf_absent_still(wr_relid rel, wr_blkno blk, uint32_t ticket);
 void buf_unlock(int buf);
 void *buf_page(int buf);
 /* Requires the exclusive content lock: the page will be written before eviction. */

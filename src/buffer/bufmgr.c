@@ -451,6 +451,36 @@ static int buf_clean_victim(int victim)
 	return rc;
 }
 
+static _Atomic uint32_t *buf_tag_seq(uint32_t hash)
+{
+	return &buf_l.r->tag_seq[hash & (BUF_TAG_SEQS - 1)];
+}
+
+/* Under the partition lock of @hash, held exclusive. */
+static void buf_tag_changed(uint32_t hash)
+{
+	atomic_fetch_add(buf_tag_seq(hash), 1);
+}
+
+bool buf_absent(wr_relid rel, wr_blkno blk, uint32_t *ticket)
+{
+	uint32_t hash = buf_tag_hash(rel, blk);
+	wr_rwlock *part = buf_partition_lock(hash);
+	rw_lock_shared(part);
+	bool absent = buf_table_lookup(hash, rel, blk) == 0;
+	*ticket = atomic_load_explicit(buf_tag_seq(hash), memory_order_relaxed);
+	rw_unlock(part);
+	return absent;
+}
+
+bool buf_absent_still(wr_relid rel, wr_blkno blk, uint32_t ticket)
+{
+	/* The caller's reads of the page come before this load. */
+	atomic_thread_fence(memory_order_acquire);
+	return atomic_load_explicit(buf_tag_seq(buf_tag_hash(rel, blk)), memory_order_relaxed) ==
+	       ticket;
+}
+
 /*
  * Gives @victim (pinned by us, clean) the tag (rel, blk).  Returns the
  * buffer now mapped to the tag, pinned: @victim, or another process's
@@ -482,8 +512,10 @@ static int buf_retag(int victim, uint32_t state, wr_relid rel, wr_blkno blk, uin
 		return 0;
 	}
 	bool evicted = s & BM_VALID;
-	if (had_tag)
+	if (had_tag) {
 		buf_table_delete(ohash, victim);
+		buf_tag_changed(ohash);
+	}
 	/* Odd across the change of tag, and even again only once BM_VALID is
 	 * seen clear: a peek that sees the new even version sees the buffer
 	 * invalid until its read has filled the page. */
@@ -495,6 +527,7 @@ static int buf_retag(int victim, uint32_t state, wr_relid rel, wr_blkno blk, uin
 	buf_hdr_unlock(d, s | BM_TAG_VALID | BUF_USAGE_ONE);
 	buf_version_close(d);
 	buf_table_insert(hash, victim, rel, blk);
+	buf_tag_changed(hash);
 	buf_unlock_partitions(newp, oldp);
 	if (evicted)
 		atomic_fetch_add(&buf_l.r->stats.evictions, 1);

@@ -187,6 +187,7 @@ typedef struct wr_options {
 	int64_t wal_compression_level;
 	int64_t wal_writer_delay_us;
 	bool full_page_writes;
+	bool mmap_reads; /* kv gets read unpooled leaves through a file mapping */
 	bool synchronous_commit;
 	int64_t commit_gather_us; /* group commit: how long a leader may wait for committers */
 	/* checkpoints */

@@ -331,6 +331,8 @@ static void stats_kv(jbuf *j)
 	jb_u64(j, "size_checks", k.size_checks);
 	jb_u64(j, "optimistic_reads", k.optimistic_reads);
 	jb_u64(j, "optimistic_retries", k.optimistic_retries);
+	jb_u64(j, "mapped_reads", k.mapped_reads);
+	jb_u64(j, "mapped_retries", k.mapped_retries);
 	jb_u64(j, "node_copies_taken", k.node_copies_taken);
 	jb_u64(j, "compactions", k.compactions);
 	jb_u64(j, "compact_leaves_merged", k.compact_leaves_merged);

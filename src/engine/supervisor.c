@@ -244,6 +244,8 @@ static int create_shared_memory(void)
 	if (rc == WALRUS_OK)
 		rc = kv_shmem_init();
 	if (rc == WALRUS_OK)
+		kv_set_mapped_reads(S.opts.mmap_reads);
+	if (rc == WALRUS_OK)
 		rc = repl_shmem_init(&S.opts);
 	if (rc != WALRUS_OK)
 		return rc;

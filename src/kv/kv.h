@@ -78,6 +78,9 @@ size_t kv_shmem_size(void);
 int kv_shmem_init(void);
 /* In every process after shm attach: finds region "kv". */
 int kv_attach(void);
+/* While creating shared memory: gets may read leaves the pool does not hold
+ * through a mapping of the data file (option mmap_reads). */
+void kv_set_mapped_reads(bool on);
 /*
  * Backends: each handle of the application has its own batch in progress
  * and its own copies of internal nodes; the engine makes one current in the
@@ -253,6 +256,8 @@ typedef struct kv_stats {
 	uint64_t size_checks; /* times a writer asked the data file's size */
 	uint64_t optimistic_reads;   /* gets answered by a peek at the leaf (no pin, no lock) */
 	uint64_t optimistic_retries; /* peeks that a writer overlapped: read again under a lock */
+	uint64_t mapped_reads;       /* of the optimistic gets, answered by the file's mapping */
+	uint64_t mapped_retries;     /* mapped peeks a load of the leaf overlapped */
 	uint64_t node_copies_taken;  /* internal nodes a backend copied for its descents */
 	uint64_t compactions;        /* kv_compact runs that finished */
 	uint64_t compact_leaves_merged, compact_pages_moved; /* by them */
@@ -282,6 +287,9 @@ void kv_test_compact_crash_after(int batches);
 /* kv_compact calls @fn(@arg) after each of its batches, outside the tree
  * lock (NULL: nothing): another writer's batches, at known points. */
 void kv_test_compact_between(void (*fn)(void *), void *arg);
+/* A get calls @fn(@arg) after reading a leaf through the file's mapping and
+ * before checking that no buffer took the leaf meanwhile (NULL: nothing). */
+void kv_test_mapped_between(void (*fn)(void *), void *arg);
 #endif
 
 #endif /* WALRUS_KV_H */

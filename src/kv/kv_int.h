@@ -496,7 +496,10 @@ typedef struct kv_shared {
 		_Atomic uint64_t optimistic;  /* of them answered by a peek at the leaf */
 		_Atomic uint64_t opt_retries; /* peeks a writer or a retag overlapped */
 		_Atomic uint64_t copies;      /* internal nodes copied by descents */
+		_Atomic uint64_t mapped;      /* optimistic gets read through the mapping */
+		_Atomic uint64_t mapped_retries;
 	} gets[KV_GET_STRIPES];
+	bool mapped_reads; /* option mmap_reads, set at creation */
 } kv_shared;
 extern kv_shared *kv_sh;
 

@@ -298,6 +298,11 @@ int kv_shmem_init(void)
 	return WALRUS_OK;
 }
 
+void kv_set_mapped_reads(bool on)
+{
+	kv_sh->mapped_reads = on;
+}
+
 int kv_attach(void)
 {
 	copies_reset();
@@ -712,6 +717,51 @@ static void peek_leaf(const char *page, void *arg)
 	p->usable = true;
 }
 
+#ifdef WALRUS_TEST_HOOKS
+static void (*mapped_between_fn)(void *);
+static void *mapped_between_arg;
+
+void kv_test_mapped_between(void (*fn)(void *), void *arg)
+{
+	mapped_between_fn = fn;
+	mapped_between_arg = arg;
+}
+#endif
+
+/*
+ * A leaf the pool does not hold, peeked at through the mapping of the data
+ * file (option mmap_reads): it saves the pread and the copy into a buffer,
+ * and the eviction that would make room.  Its file copy is the latest only
+ * while no buffer holds it (buf_absent), and whole only if no buffer took it
+ * during the read (buf_absent_still); the checksum is verified as a read
+ * into the pool would.  BUF_PEEK_NONE when it cannot answer.
+ */
+static int peek_mapped(wr_blkno leaf, leaf_peek *p)
+{
+	uint32_t ticket;
+	if (!kv_sh->mapped_reads || !buf_absent(KV_REL, leaf, &ticket))
+		return BUF_PEEK_NONE;
+	const char *page = smgr_map_block(KV_REL, leaf);
+	if (page == NULL)
+		return BUF_PEEK_NONE;
+	bool ok = page_verify(page, leaf);
+	if (ok)
+		peek_leaf(page, p);
+#ifdef WALRUS_TEST_HOOKS
+	if (mapped_between_fn != NULL)
+		mapped_between_fn(mapped_between_arg);
+#endif
+	if (!buf_absent_still(KV_REL, leaf, ticket)) {
+		atomic_fetch_add_explicit(&kv_sh->gets[kv_me->get_stripe].mapped_retries, 1,
+		                          memory_order_relaxed);
+		return BUF_PEEK_CHANGED;
+	}
+	if (!ok)
+		return BUF_PEEK_NONE; /* a damaged page: buf_read reports it */
+	atomic_fetch_add_explicit(&kv_sh->gets[kv_me->get_stripe].mapped, 1, memory_order_relaxed);
+	return BUF_PEEK_DONE;
+}
+
 /*
  * A get without a pin or a lock: the leaf through the copies of the nodes
  * above it, then a peek at it.  KV_RETRY when it cannot answer (no copies,
@@ -728,6 +778,8 @@ static int lookup_optimistic(const void *k, size_t kl, get_dst *d)
 	char scratch[KV_LEAF_ITEM_MAX];
 	leaf_peek p = {.key = &key, .out = scratch};
 	int rc = buf_peek_at(KV_REL, leaf, guess != NULL ? guess : &none, peek_leaf, &p);
+	if (rc == BUF_PEEK_NONE)
+		rc = peek_mapped(leaf, &p);
 	if (rc == BUF_PEEK_CHANGED)
 		atomic_fetch_add_explicit(&kv_sh->gets[kv_me->get_stripe].opt_retries, 1,
 		                          memory_order_relaxed);
@@ -954,6 +1006,8 @@ void kv_get_stats(kv_stats *s)
 		s->gets += atomic_load(&kv_sh->gets[i].n);
 		s->optimistic_reads += atomic_load(&kv_sh->gets[i].optimistic);
 		s->optimistic_retries += atomic_load(&kv_sh->gets[i].opt_retries);
+		s->mapped_reads += atomic_load(&kv_sh->gets[i].mapped);
+		s->mapped_retries += atomic_load(&kv_sh->gets[i].mapped_retries);
 		s->node_copies_taken += atomic_load(&kv_sh->gets[i].copies);
 	}
 	s->puts = atomic_load(&kv_sh->puts);

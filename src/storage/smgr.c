@@ -28,7 +28,12 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "storage/storage.h"
@@ -305,9 +310,12 @@ static void smgr_free_rel(smgr_rel *r)
 	free(r);
 }
 
+static void smgr_unmap_all(void);
+
 void smgr_shutdown(void)
 {
 	SMGR_LOCKED();
+	smgr_unmap_all();
 	for (int b = 0; b < SMGR_BUCKETS; b++) {
 		while (smgr_buckets[b] != NULL) {
 			smgr_rel *r = smgr_buckets[b];
@@ -908,4 +916,112 @@ void smgr_immedsync(smgr_rel *r)
 			data_sync_failed("fsync", fdc_path(f), errno);
 		fdc_clear_dirty(f); /* durable now: nothing left to hand off */
 	}
+}
+
+/* ---------------------------------------------------------------- mapped reads */
+
+/*
+ * Segments mapped read-only for smgr_map_block, per process and shared by
+ * its threads: published with a release store once mapped, and never
+ * unmapped before smgr_shutdown (the last handle of the process is gone).
+ * The mapping covers a whole segment; only blocks below the file's size at
+ * the last look are handed out (a read past the end of a file through a
+ * mapping is SIGBUS; files only grow while an instance runs).
+ */
+#define SMAP_RELS 4
+#define SMAP_SEGS 1024
+
+typedef struct smap_rel {
+	_Atomic uint32_t relid; /* 0 = free (relation ids start at 1) */
+	_Atomic(char *) base[SMAP_SEGS];
+	_Atomic uint32_t nblocks[SMAP_SEGS]; /* blocks of the file at the last look */
+} smap_rel;
+
+static smap_rel smap[SMAP_RELS];
+static pthread_mutex_t smap_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static smap_rel *smap_find(wr_relid rel, bool add)
+{
+	for (int i = 0; i < SMAP_RELS; i++) {
+		uint32_t id = atomic_load_explicit(&smap[i].relid, memory_order_acquire);
+		if (id == rel)
+			return &smap[i];
+		if (id == 0 && add) {
+			atomic_store_explicit(&smap[i].relid, rel, memory_order_release);
+			return &smap[i];
+		}
+	}
+	return NULL;
+}
+
+/* Maps segment @seg of @rel, or looks at its size again; under smap_lock. */
+static void smap_refresh(smap_rel *m, wr_relid rel, uint32_t seg)
+{
+	char path[PATH_MAX];
+	smgr_segment_path(rel, seg, path, sizeof(path));
+	struct stat st;
+	char *base = atomic_load_explicit(&m->base[seg], memory_order_relaxed);
+	if (base != NULL) {
+		if (stat(path, &st) == 0)
+			atomic_store_explicit(&m->nblocks[seg],
+			                      (uint32_t)(st.st_size / WR_PAGE_SIZE),
+			                      memory_order_release);
+		return;
+	}
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return; /* not there (yet): the caller reads the usual way */
+	if (fstat(fd, &st) == 0) {
+		void *p = mmap(NULL, (size_t)smgr_bps * WR_PAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+		if (p != MAP_FAILED) {
+			atomic_store_explicit(&m->nblocks[seg],
+			                      (uint32_t)(st.st_size / WR_PAGE_SIZE),
+			                      memory_order_relaxed);
+			atomic_store_explicit(&m->base[seg], (char *)p, memory_order_release);
+		} else {
+			wr_log(WR_WARNING, "could not map \"%s\": %m (read the usual way)", path);
+		}
+	}
+	(void)close(fd); /* read-only: the mapping keeps the file */
+}
+
+const char *smgr_map_block(wr_relid rel, wr_blkno b)
+{
+	if (smgr_bps == 0 || rel == 0)
+		return NULL;
+	uint32_t seg = b / smgr_bps, off = b % smgr_bps;
+	if (seg >= SMAP_SEGS)
+		return NULL;
+	smap_rel *m = smap_find(rel, false);
+	for (int look = 0; look < 2; look++) {
+		if (m != NULL) {
+			char *base = atomic_load_explicit(&m->base[seg], memory_order_acquire);
+			if (base != NULL &&
+			    off < atomic_load_explicit(&m->nblocks[seg], memory_order_acquire))
+				return base + (size_t)off * WR_PAGE_SIZE;
+		}
+		if (look == 1)
+			break;
+		pthread_mutex_lock(&smap_lock);
+		m = smap_find(rel, true);
+		if (m != NULL)
+			smap_refresh(m, rel, seg);
+		pthread_mutex_unlock(&smap_lock);
+	}
+	return NULL;
+}
+
+static void smgr_unmap_all(void)
+{
+	pthread_mutex_lock(&smap_lock);
+	for (int i = 0; i < SMAP_RELS; i++) {
+		for (int s = 0; s < SMAP_SEGS; s++) {
+			char *base = atomic_exchange(&smap[i].base[s], NULL);
+			if (base != NULL && munmap(base, (size_t)smgr_bps * WR_PAGE_SIZE) != 0)
+				wr_log(WR_WARNING, "could not unmap a data file segment: %m");
+			atomic_store(&smap[i].nblocks[s], 0);
+		}
+		atomic_store(&smap[i].relid, 0);
+	}
+	pthread_mutex_unlock(&smap_lock);
 }

@@ -133,6 +133,17 @@ uint32_t smgr_blocks_per_segment(void);
  * WALRUS_EIO for a short read, WALRUS_ECORRUPT for a bad checksum (also
  * logged at WARNING).  On any error @page is zeroed.
  */
+/*
+ * smgr_map_block: block @b of @rel through a read-only shared mapping of its
+ * segment (mapped at the first use in this process, for all its threads,
+ * until smgr_shutdown), or NULL when it cannot be (past the end of the file,
+ * no such segment, or mmap failed: the caller reads the usual way).  The
+ * page may be changing under the reader, and is not verified: the caller
+ * validates what it read (buf_absent_still) and verifies the checksum.  A
+ * disk read error under a mapping is SIGBUS, not an error code (option
+ * mmap_reads, off by default, says so).
+ */
+const char *smgr_map_block(wr_relid rel, wr_blkno b);
 void smgr_prefetch(smgr_rel *r, wr_blkno b, wr_blkno n);
 int smgr_block_handle(smgr_rel *r, wr_blkno b, fdc_file *f, off_t *off);
 int smgr_check_read(smgr_rel *r, wr_blkno b, void *page, ssize_t got);

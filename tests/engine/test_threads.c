@@ -277,6 +277,86 @@ START_TEST(threads_and_processes_mixed)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- mapped reads */
+
+typedef struct mreader {
+	walrus *db;
+	_Atomic bool stop;
+	long gets, bad;
+} mreader;
+
+static void mapped_value(char *v, size_t vl, uint32_t i)
+{
+	memset(v, 'm', vl);
+	snprintf(v, vl, "value-%06u", i);
+}
+
+/* Gets of the preloaded keys, each checked, until told to stop (one pass at least). */
+static void *mreader_main(void *arg)
+{
+	mreader *r = arg;
+	for (uint32_t pass = 0; pass == 0 || !atomic_load(&r->stop); pass++)
+		for (uint32_t i = pass % 7; i < 20000; i += 7) {
+			char k[32], want[200];
+			snprintf(k, sizeof(k), "m/%06u", i);
+			mapped_value(want, sizeof(want), i);
+			void *v = NULL;
+			size_t vl = 0;
+			int rc = walrus_get(r->db, k, strlen(k), &v, &vl);
+			r->gets++;
+			if (rc != WALRUS_OK || vl != sizeof(want) || memcmp(v, want, vl) != 0)
+				r->bad++;
+			walrus_free(v);
+		}
+	return NULL;
+}
+
+/*
+ * Gets reading leaves through the file's mapping (mmap_reads=on) while
+ * worker threads and a process write, evict and load pages of a small pool:
+ * every value read is whole and right, and the mapping answered some.
+ */
+START_TEST(mapped_reads_beside_worker_threads)
+{
+	walrus_opts *o = test_opts();
+	ck_assert_int_eq(walrus_opts_set(o, "mmap_reads", "on"), WALRUS_OK);
+	ck_assert_int_eq(walrus_opts_set(o, "shared_buffers", "1MB"), WALRUS_OK);
+	walrus *db = tu_open(dir, o);
+	walrus_batch *b = walrus_batch_new();
+	for (uint32_t i = 0; i < 20000; i++) {
+		char k[32], v[200];
+		snprintf(k, sizeof(k), "m/%06u", i);
+		mapped_value(v, sizeof(v), i);
+		ck_assert_int_eq(walrus_batch_put(b, k, strlen(k), v, sizeof(v)), WALRUS_OK);
+		if (walrus_batch_count(b) == 500) {
+			ck_assert_int_eq(walrus_batch_commit(db, b, WALRUS_ASYNC), WALRUS_OK);
+			walrus_batch_clear(b);
+		}
+	}
+	walrus_batch_free(b);
+	mreader r = {.db = tu_open(dir, test_opts())};
+	pthread_t t;
+	ck_assert_int_eq(pthread_create(&t, NULL, mreader_main, &r), 0);
+	pid_t p1 = tu_fork(other_process, "pa");
+	worker ws[NTHREADS];
+	ck_assert_int_eq(run_workers("t", NTHREADS, ws), 0);
+	ck_assert_int_eq(tu_wait(p1), 0);
+	atomic_store(&r.stop, true);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_int_eq(r.bad, 0);
+	ck_assert_int_gt(r.gets, 0);
+	char *json = NULL;
+	ck_assert_int_eq(walrus_stats(db, &json), WALRUS_OK);
+	const char *m = strstr(json, "\"mapped_reads\":");
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_gt(atol(m + strlen("\"mapped_reads\":")), 0);
+	walrus_free(json);
+	ck_assert_int_eq(walrus_verify(db, NULL, NULL), WALRUS_OK);
+	walrus_close(r.db);
+	tu_close_and_wait(db);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- compaction */
 
 typedef struct compactor {
@@ -620,6 +700,7 @@ static Suite *threads_suite(void)
 	tcase_add_test(tc, exit_without_close_is_no_crash);
 	tcase_add_test(tc, flags_zero_is_durable_by_default);
 	tcase_add_test(tc, compaction_beside_worker_threads);
+	tcase_add_test(tc, mapped_reads_beside_worker_threads);
 	suite_add_tcase(s, tc);
 	return s;
 }

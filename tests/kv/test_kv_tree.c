@@ -1251,6 +1251,122 @@ START_TEST(verify_finds_a_flipped_bit)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- mapped reads */
+
+/* A value of @key's own: what a get of it must return. */
+static void mapped_value(char *v, size_t vl, uint32_t i, char tag)
+{
+	memset(v, tag, vl);
+	snprintf(v, vl, "%c%06u", tag, i);
+}
+
+/* 20000 keys in a pool of 32 buffers, all written out: most leaves are only
+ * in the file. */
+static void mapped_setup(void)
+{
+	kt_init("walrus-kv", 32);
+	kv_set_mapped_reads(true);
+	char k[32], v[200];
+	for (uint32_t i = 0; i < 20000; i++) {
+		mapped_value(v, sizeof(v), i, 'a');
+		put_ok(k, (size_t)snprintf(k, sizeof(k), "k%06u", i), v, sizeof(v));
+	}
+	kt_checkpoint();
+}
+
+static void mapped_get_is(uint32_t i, char tag)
+{
+	char k[32], v[200];
+	mapped_value(v, sizeof(v), i, tag);
+	get_is(k, (size_t)snprintf(k, sizeof(k), "k%06u", i), v, sizeof(v));
+}
+
+START_TEST(mapped_reads_answer_from_the_file)
+{
+	mapped_setup();
+	kv_stats st0, st1, st2;
+	for (uint32_t i = 0; i < 20000; i += 7) /* takes the node copies */
+		mapped_get_is(i, 'a');
+	kv_get_stats(&st0);
+	for (uint32_t i = 0; i < 20000; i++)
+		mapped_get_is(i, 'a');
+	kv_get_stats(&st1);
+	/* Most leaves are in no buffer, and gets do not load them. */
+	ck_assert_uint_ge(st1.mapped_reads - st0.mapped_reads, 20000 * 3 / 4);
+	ck_assert_uint_eq(st1.mapped_retries, st0.mapped_retries);
+	/* Off: every leaf through the pool again. */
+	kv_set_mapped_reads(false);
+	for (uint32_t i = 0; i < 20000; i += 3)
+		mapped_get_is(i, 'a');
+	kv_get_stats(&st2);
+	ck_assert_uint_eq(st2.mapped_reads, st1.mapped_reads);
+}
+END_TEST
+
+static void put_b_once(void *arg)
+{
+	uint32_t i = *(uint32_t *)arg;
+	kv_test_mapped_between(NULL, NULL);
+	char k[32], v[200];
+	mapped_value(v, sizeof(v), i, 'b');
+	put_ok(k, (size_t)snprintf(k, sizeof(k), "k%06u", i), v, sizeof(v));
+}
+
+/*
+ * A put takes the leaf into a buffer and changes it while a get reads the
+ * file's older copy: the get must notice (the leaf's tag came into the
+ * table) and answer the new value through the pool.
+ */
+START_TEST(mapped_read_overlapped_by_a_put_reads_again)
+{
+	mapped_setup();
+	kv_stats st0, st1;
+	uint32_t key = 1000;
+	/* The node copies above its leaf, from gets in other leaves (a locked
+	 * get would take the leaf itself into a buffer). */
+	mapped_get_is(key - 300, 'a');
+	mapped_get_is(key + 300, 'a');
+	kv_get_stats(&st0);
+	mapped_get_is(key, 'a');
+	kv_get_stats(&st1);
+	ck_assert_uint_eq(st1.mapped_reads,
+	                  st0.mapped_reads + 1); /* the leaf is in the file only */
+	kv_test_mapped_between(put_b_once, &key);
+	mapped_get_is(key, 'b');
+	kv_get_stats(&st0);
+	ck_assert_uint_eq(st0.mapped_retries, st1.mapped_retries + 1);
+	ck_assert_uint_eq(st0.mapped_reads, st1.mapped_reads);
+}
+END_TEST
+
+/* A damaged leaf read through the mapping is an error, as through the pool. */
+START_TEST(mapped_read_of_a_damaged_leaf_fails)
+{
+	mapped_setup();
+	kv_rpage p;
+	kv_key k = {.p = "k001500", .len = 7};
+	ck_assert_int_eq(kv_descend(&k, KV_SEEK_GE, &p), WALRUS_OK);
+	wr_blkno leaf = p.blk;
+	kv_rpage_done(&p);
+	kt_stop();
+	char path[4200];
+	smgr_segment_path(KV_REL, leaf / smgr_blocks_per_segment(), path, sizeof(path));
+	tu_flip_bit(path, (off_t)(leaf % smgr_blocks_per_segment()) * WR_PAGE_SIZE + 5000, 2);
+	kt_start();
+	kv_set_mapped_reads(true);
+	for (uint32_t i = 0; i < 20000; i += 97) /* node copies, leaving 1500's leaf alone */
+		if (i / 50 != 1500 / 50)
+			mapped_get_is(i, 'a');
+	kv_stats st0, st1;
+	kv_get_stats(&st0);
+	void *v;
+	size_t vl;
+	ck_assert_int_eq(kv_get("k001500", 7, &v, &vl), WALRUS_ECORRUPT);
+	kv_get_stats(&st1);
+	ck_assert_uint_eq(st1.mapped_reads, st0.mapped_reads);
+}
+END_TEST
+
 START_TEST(verify_finds_keys_out_of_order)
 {
 	kt_init("walrus-kv", 512);
@@ -1345,6 +1461,9 @@ static Suite *tree_suite(void)
 	tcase_add_test(t, verify_finds_a_flipped_bit);
 	tcase_add_test(t, verify_finds_keys_out_of_order);
 	tcase_add_test(t, writer_checks_a_leaf_new_to_its_buffer);
+	tcase_add_test(t, mapped_reads_answer_from_the_file);
+	tcase_add_test(t, mapped_read_overlapped_by_a_put_reads_again);
+	tcase_add_test(t, mapped_read_of_a_damaged_leaf_fails);
 	suite_add_tcase(s, t);
 	TCase *big = tcase_create("big");
 	tcase_set_timeout(big, 300);
