@@ -49,6 +49,9 @@ def main():
         rc, _, err = run(d, "load", "--batch", "500", stdin=lines)
         check("random load", rc == 0, err)
         rc, _, _ = run(d, "checkpoint")
+        # That instance exits (linger 0): compact must start its own, which
+        # lingers, not attach to this one on its way out.
+        stop_instance(d)
         before = allocated(d)
         rc, blocks, out = compact(d, linger="60s")  # stays up for its statistics
         check("compact after a random load", rc == 0 and blocks is not None, out)

@@ -334,10 +334,12 @@ START_TEST(mapped_reads_beside_worker_threads)
 		}
 	}
 	walrus_batch_free(b);
+	/* The process first: a fork beside a running thread could copy a lock
+	 * that thread holds. */
+	pid_t p1 = tu_fork(other_process, "pa");
 	mreader r = {.db = tu_open(dir, test_opts())};
 	pthread_t t;
 	ck_assert_int_eq(pthread_create(&t, NULL, mreader_main, &r), 0);
-	pid_t p1 = tu_fork(other_process, "pa");
 	worker ws[NTHREADS];
 	ck_assert_int_eq(run_workers("t", NTHREADS, ws), 0);
 	ck_assert_int_eq(tu_wait(p1), 0);
