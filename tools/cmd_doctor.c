@@ -891,6 +891,12 @@ static void check_settings(doctor *d)
 		finding(d, true,
 		        "wal_sync_method=open_datasync on a file system where O_DSYNC may not be "
 		        "honoured: commits may be acknowledged before they are durable");
+	if (o->mmap_reads)
+		finding(
+		    d, false,
+		    "mmap_reads=on: a disk read error under a get that reads a leaf through the "
+		    "data file's mapping kills that process (SIGBUS) instead of returning an "
+		    "error");
 	if ((o->checkpoint_flush_after > 0 || o->bgwriter_flush_after > 0) && d->sfr_run &&
 	    !d->sfr_ok)
 		finding(d, false, "the *_flush_after settings have no effect here (see above)");
@@ -948,9 +954,9 @@ static void recommend(doctor *d)
 
 /* ---------------------------------------------------------------- output */
 
-static const char *const shown_opts[] = {"wal_sync_method",        "wal_direct_io",
-                                         "full_page_writes",       "synchronous_commit",
-                                         "checkpoint_flush_after", "bgwriter_flush_after"};
+static const char *const shown_opts[] = {
+    "wal_sync_method",        "wal_direct_io",        "full_page_writes", "synchronous_commit",
+    "checkpoint_flush_after", "bgwriter_flush_after", "mmap_reads"};
 
 static void json_str(const char *s)
 {

@@ -176,6 +176,14 @@ def main():
         check("unsafe -o: exit 2", rc == 2, rc)
         check("unsafe -o: options reported", obj.get("options", {}).get("synchronous_commit") ==
               "off" and obj["options"].get("full_page_writes") == "off", obj.get("options"))
+        # mmap_reads=on: a note (its error model), not a warning.
+        rc, obj = doctor_json("mmap_reads=on", tmp, pre=("-o", "mmap_reads=on"))
+        n = " ".join(obj.get("notes", []))
+        check("mmap_reads=on noted", "mmap_reads=on" in n and "SIGBUS" in n, n)
+        check("mmap_reads=on: not a warning",
+              not any("mmap_reads" in x for x in obj.get("warnings", [])), obj.get("warnings"))
+        check("mmap_reads=on: option reported",
+              obj.get("options", {}).get("mmap_reads") == "on", obj.get("options"))
         rc, obj = doctor_json("wal_direct_io=on", tmp, pre=("-o", "wal_direct_io=on"))
         od = (obj.get("o_direct") or {}).get("supported")
         warned = any("wal_direct_io=on" in x for x in obj.get("warnings", []))
