@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -37,6 +36,7 @@
 #include <unistd.h>
 
 #include "storage/storage.h"
+#include "testsupport/testsupport.h"
 
 #define SMGR_BUCKETS 256
 
@@ -922,8 +922,9 @@ void smgr_immedsync(smgr_rel *r)
 
 /*
  * Segments mapped read-only for smgr_map_block, per process and shared by
- * its threads: published with a release store once mapped, and never
- * unmapped before smgr_shutdown (the last handle of the process is gone).
+ * its threads: mapped under fdc_lock (as smgr's other tables), published
+ * with a release store, and never unmapped before smgr_shutdown (the last
+ * handle of the process is gone).
  * The mapping covers a whole segment; only blocks below the file's size at
  * the last look are handed out (a read past the end of a file through a
  * mapping is SIGBUS; files only grow while an instance runs).
@@ -932,13 +933,13 @@ void smgr_immedsync(smgr_rel *r)
 #define SMAP_SEGS 1024
 
 typedef struct smap_rel {
-	_Atomic uint32_t relid; /* 0 = free (relation ids start at 1) */
+	_Atomic uint32_t relid;  /* 0 = free (relation ids start at 1) */
+	_Atomic bool unmappable; /* mmap failed once: not tried again (nor logged) */
 	_Atomic(char *) base[SMAP_SEGS];
 	_Atomic uint32_t nblocks[SMAP_SEGS]; /* blocks of the file at the last look */
 } smap_rel;
 
 static smap_rel smap[SMAP_RELS];
-static pthread_mutex_t smap_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static smap_rel *smap_find(wr_relid rel, bool add)
 {
@@ -954,7 +955,7 @@ static smap_rel *smap_find(wr_relid rel, bool add)
 	return NULL;
 }
 
-/* Maps segment @seg of @rel, or looks at its size again; under smap_lock. */
+/* Maps segment @seg of @rel, or looks at its size again; under fdc_lock. */
 static void smap_refresh(smap_rel *m, wr_relid rel, uint32_t seg)
 {
 	char path[PATH_MAX];
@@ -972,14 +973,24 @@ static void smap_refresh(smap_rel *m, wr_relid rel, uint32_t seg)
 	if (fd < 0)
 		return; /* not there (yet): the caller reads the usual way */
 	if (fstat(fd, &st) == 0) {
-		void *p = mmap(NULL, (size_t)smgr_bps * WR_PAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+		int injected = ts_fp_check("mmap", path, NULL);
+		void *p = MAP_FAILED;
+		if (injected > 0)
+			errno = injected;
+		else
+			p = mmap(NULL, (size_t)smgr_bps * WR_PAGE_SIZE, PROT_READ, MAP_SHARED, fd,
+			         0);
 		if (p != MAP_FAILED) {
 			atomic_store_explicit(&m->nblocks[seg],
 			                      (uint32_t)(st.st_size / WR_PAGE_SIZE),
 			                      memory_order_relaxed);
 			atomic_store_explicit(&m->base[seg], (char *)p, memory_order_release);
 		} else {
-			wr_log(WR_WARNING, "could not map \"%s\": %m (read the usual way)", path);
+			wr_log(WR_WARNING,
+			       "could not map \"%s\": %m (mmap_reads: reading it the usual "
+			       "way from now on)",
+			       path);
+			atomic_store(&m->unmappable, true);
 		}
 	}
 	(void)close(fd); /* read-only: the mapping keeps the file */
@@ -1000,20 +1011,21 @@ const char *smgr_map_block(wr_relid rel, wr_blkno b)
 			    off < atomic_load_explicit(&m->nblocks[seg], memory_order_acquire))
 				return base + (size_t)off * WR_PAGE_SIZE;
 		}
-		if (look == 1)
+		if (look == 1 ||
+		    (m != NULL && atomic_load_explicit(&m->unmappable, memory_order_relaxed)))
 			break;
-		pthread_mutex_lock(&smap_lock);
+		fdc_lock();
 		m = smap_find(rel, true);
 		if (m != NULL)
 			smap_refresh(m, rel, seg);
-		pthread_mutex_unlock(&smap_lock);
+		fdc_unlock();
 	}
 	return NULL;
 }
 
 static void smgr_unmap_all(void)
 {
-	pthread_mutex_lock(&smap_lock);
+	SMGR_LOCKED();
 	for (int i = 0; i < SMAP_RELS; i++) {
 		for (int s = 0; s < SMAP_SEGS; s++) {
 			char *base = atomic_exchange(&smap[i].base[s], NULL);
@@ -1022,6 +1034,6 @@ static void smgr_unmap_all(void)
 			atomic_store(&smap[i].nblocks[s], 0);
 		}
 		atomic_store(&smap[i].relid, 0);
+		atomic_store(&smap[i].unmappable, false);
 	}
-	pthread_mutex_unlock(&smap_lock);
 }

@@ -14,7 +14,8 @@
  * An all-zero page is valid (a block extended or grown, never written).
  *
  * Owns: the per-process table of open relations (smgr_rel) and their segment
- * handles in the fd cache.
+ * handles in the fd cache; the read-only mappings of segments that
+ * smgr_map_block hands out (kept until smgr_shutdown).
  * Locks: the fd cache's process lock (fdc_lock) around the tables and the
  * fd hand-off, shared by the process's threads; released for page reads and
  * writes.  The buffer pool serialises access to a block.

@@ -47,6 +47,7 @@ static const char *const fp_ops[] = {
     "open",     "pread",     "pwrite", "fsync",       "fdatasync", "sync_range",
     "truncate", "fallocate", "rename", "unlink",      "close",     "fsync_dir",
     "mkdir",    "any",       "backup", "open_direct", "stat",      "punch",
+    "mmap",
 };
 
 static const struct {

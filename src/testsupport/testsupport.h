@@ -14,7 +14,8 @@
  * OP is open, open_direct (an open with O_DIRECT; "open" matches those
  * too), stat (the data directory walk's lstat), pread, pwrite, fsync,
  * fdatasync, sync_range, truncate,
- * fallocate, punch (FALLOC_FL_PUNCH_HOLE), rename, unlink, close,
+ * fallocate, punch (FALLOC_FL_PUNCH_HOLE), mmap (smgr_map_block's), rename,
+ * unlink, close,
  * fsync_dir, mkdir, any, or backup (no
  * syscall: the steps of a base backup, whose path is "start DEST",
  * "copy-data FILE", "copy-wal SEGMENT", "before-label DEST" or

@@ -1339,6 +1339,22 @@ START_TEST(mapped_read_overlapped_by_a_put_reads_again)
 }
 END_TEST
 
+/* A file that cannot be mapped is read the usual way, and mapped only once. */
+START_TEST(mapped_reads_without_a_mapping)
+{
+	ck_assert_int_eq(ts_failpoint_set("mmap:ENOMEM*0"), 0);
+	mapped_setup();
+	for (int pass = 0; pass < 2; pass++)
+		for (uint32_t i = 0; i < 20000; i += 3)
+			mapped_get_is(i, 'a');
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.mapped_reads, 0);
+	ck_assert_uint_eq(ts_failpoint_hits(), 1);
+	ck_assert_int_eq(ts_failpoint_set(NULL), 0);
+}
+END_TEST
+
 /* A damaged leaf read through the mapping is an error, as through the pool. */
 START_TEST(mapped_read_of_a_damaged_leaf_fails)
 {
@@ -1464,6 +1480,7 @@ static Suite *tree_suite(void)
 	tcase_add_test(t, mapped_reads_answer_from_the_file);
 	tcase_add_test(t, mapped_read_overlapped_by_a_put_reads_again);
 	tcase_add_test(t, mapped_read_of_a_damaged_leaf_fails);
+	tcase_add_test(t, mapped_reads_without_a_mapping);
 	suite_add_tcase(s, t);
 	TCase *big = tcase_create("big");
 	tcase_set_timeout(big, 300);
