@@ -44,10 +44,9 @@ static int fp_nentries;
 static uint64_t fp_hits;
 
 static const char *const fp_ops[] = {
-    "open",     "pread",     "pwrite", "fsync",       "fdatasync", "sync_range",
-    "truncate", "fallocate", "rename", "unlink",      "close",     "fsync_dir",
-    "mkdir",    "any",       "backup", "open_direct", "stat",      "punch",
-    "mmap",
+    "open",      "pread",       "pwrite", "fsync", "fdatasync", "sync_range", "truncate",
+    "fallocate", "rename",      "unlink", "close", "fsync_dir", "mkdir",      "any",
+    "backup",    "open_direct", "stat",   "punch", "mmap",
 };
 
 static const struct {

@@ -75,7 +75,7 @@ typedef struct pl_rec {
 	uint64_t ref;
 	uint32_t datalen;
 	uint32_t check; /* CRC-32 (zlib's) of the 84 bytes before it */
-} pl_rec; /* 88 bytes: tests/durability/powerloss.py reads it */
+} pl_rec;               /* 88 bytes: tests/durability/powerloss.py reads it */
 _Static_assert(sizeof(pl_rec) == 88, "the journal record layout is fixed");
 
 static char *pl_dir;   /* NULL: the simulation is off */
