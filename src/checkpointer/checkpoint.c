@@ -345,6 +345,29 @@ static void run_one(const char *datadir, const wr_options *o, int flags, const c
 	ckpt_note_done(rc == WALRUS_OK, &r);
 }
 
+/*
+ * PostgreSQL's checkpoint_warning: checkpoints that WAL volume starts close
+ * together feed themselves, since the first change of each page after one
+ * logs the whole page, and those images fill max_wal_size sooner.  Said
+ * when the checkpoint starts, before its own log lines.
+ */
+static void warn_if_frequent(const wr_options *o, const ckpt_sched *s)
+{
+	uint64_t limit_ns = (uint64_t)o->checkpoint_warning_us * 1000;
+	if (limit_ns == 0 || s->gap_ns >= limit_ns)
+		return;
+	char warn[32], wal[32];
+	if (wr_opts_get(o, "checkpoint_warning", warn, sizeof(warn)) != WALRUS_OK ||
+	    wr_opts_get(o, "max_wal_size", wal, sizeof(wal)) != WALRUS_OK)
+		return;
+	wr_log(
+	    WR_WARNING,
+	    "checkpoints are occurring too frequently: WAL volume started this one %.1f s "
+	    "after the previous one (checkpoint_warning is %s); after each checkpoint the first "
+	    "change of every page logs the whole page, so consider raising max_wal_size (now %s)",
+	    (double)s->gap_ns / 1e9, warn, wal);
+}
+
 _Noreturn void ckpt_main(const char *datadir, const wr_options *o, _Atomic uint32_t *shutdown,
                          pid_t supervisor)
 {
@@ -372,6 +395,8 @@ _Noreturn void ckpt_main(const char *datadir, const wr_options *o, _Atomic uint3
 		const char *reason = reason_of(req, wal, &flags);
 		switch (ckpt_sched_decide(&sched, wr_now_ns(), req, wal, wal_position())) {
 		case CKPT_ACT_RUN:
+			if (wal && !(req & CKPT_REQUESTED))
+				warn_if_frequent(o, &sched);
 			run_one(datadir, o, flags | (int)(req & CKPT_REQUESTED), reason);
 			ckpt_sched_ended(&sched, wal_position());
 			break;

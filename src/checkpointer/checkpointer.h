@@ -319,6 +319,8 @@ typedef struct ckpt_sched {
 	uint64_t period_ns; /* checkpoint_timeout */
 	uint64_t last_ns;   /* start of the last checkpoint (or skip, or idle timeout) */
 	wr_lsn last_end;    /* WAL insert position when the last checkpoint ended */
+	uint64_t run_ns;    /* start of the last checkpoint run (or of the schedule) */
+	uint64_t gap_ns;    /* from the run before it to that start: checkpoint_warning */
 } ckpt_sched;
 
 void ckpt_sched_init(ckpt_sched *s, uint64_t period_ns, uint64_t now_ns, wr_lsn insert_lsn);

@@ -105,8 +105,10 @@ uint64_t ckpt_pace_sleep_us(const ckpt_pacer *p, double progress, uint64_t now_u
 
 void ckpt_sched_init(ckpt_sched *s, uint64_t period_ns, uint64_t now_ns, wr_lsn insert_lsn)
 {
-	*s = (ckpt_sched){
-	    .period_ns = period_ns ? period_ns : 1, .last_ns = now_ns, .last_end = insert_lsn};
+	*s = (ckpt_sched){.period_ns = period_ns ? period_ns : 1,
+	                  .last_ns = now_ns,
+	                  .last_end = insert_lsn,
+	                  .run_ns = now_ns};
 }
 
 ckpt_action ckpt_sched_decide(ckpt_sched *s, uint64_t now_ns, uint32_t req, bool wal,
@@ -124,6 +126,8 @@ ckpt_action ckpt_sched_decide(ckpt_sched *s, uint64_t now_ns, uint32_t req, bool
 	s->last_ns = now_ns; /* the start, whatever the checkpoint then takes */
 	if (requested && !busy && !(req & CKPT_FORCE))
 		return CKPT_ACT_SKIP;
+	s->gap_ns = now_ns - s->run_ns;
+	s->run_ns = now_ns;
 	return CKPT_ACT_RUN;
 }
 

@@ -192,6 +192,7 @@ typedef struct wr_options {
 	int64_t commit_gather_us; /* group commit: how long a leader may wait for committers */
 	/* checkpoints */
 	int64_t checkpoint_timeout_us;
+	int64_t checkpoint_warning_us;
 	int64_t max_wal_size; /* bytes */
 	int64_t min_wal_size; /* bytes */
 	double checkpoint_completion_target;

@@ -207,6 +207,30 @@ START_TEST(test_sched_requests)
 }
 END_TEST
 
+/*
+ * gap_ns, what checkpoint_warning compares, runs from one checkpoint's start
+ * to the next one's: an idle interval that restarts the timer or a skipped
+ * request does not shorten it.
+ */
+START_TEST(test_sched_gap_between_runs)
+{
+	ckpt_sched s;
+	ckpt_sched_init(&s, 6 * NS, 0, 1000);
+	ck_assert_int_eq(ckpt_sched_decide(&s, 2 * NS, 0, true, 1100), CKPT_ACT_RUN);
+	ck_assert_uint_eq(s.gap_ns, 2 * NS); /* from the start of the schedule */
+	ckpt_sched_ended(&s, 1200);
+	ck_assert_int_eq(ckpt_sched_decide(&s, 2 * NS + NS / 2, 0, true, 1300), CKPT_ACT_RUN);
+	ck_assert_uint_eq(s.gap_ns, NS / 2);
+	ckpt_sched_ended(&s, 1400);
+	/* Idle through an interval (the timer restarts at 8.5 s), a request
+	 * with nothing to do at 9 s, then WAL volume at 10 s. */
+	ck_assert_int_eq(ckpt_sched_decide(&s, 8 * NS + NS / 2, 0, false, 1400), CKPT_ACT_WAIT);
+	ck_assert_int_eq(ckpt_sched_decide(&s, 9 * NS, CKPT_REQUESTED, false, 1400), CKPT_ACT_SKIP);
+	ck_assert_int_eq(ckpt_sched_decide(&s, 10 * NS, 0, true, 1500), CKPT_ACT_RUN);
+	ck_assert_uint_eq(s.gap_ns, 10 * NS - (2 * NS + NS / 2));
+}
+END_TEST
+
 static Suite *pacing_suite(void)
 {
 	Suite *s = suite_create("ckpt-pacing");
@@ -223,6 +247,7 @@ static Suite *pacing_suite(void)
 	tcase_add_test(tc, test_sched_counts_from_start);
 	tcase_add_test(tc, test_sched_idle);
 	tcase_add_test(tc, test_sched_requests);
+	tcase_add_test(tc, test_sched_gap_between_runs);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -19,15 +19,25 @@
 #include "wal/wal.h"
 
 /* 64 kB segments, min_wal_size two of them. */
-static walrus *open_small_with(const char *dir, const char *max_wal_size, const char *wal_buffers)
+static walrus *open_small_warn(const char *dir, const char *max_wal_size, const char *wal_buffers,
+                               const char *checkpoint_warning)
 {
 	walrus_opts *o = walrus_opts_new();
-	const char *set[][2] = {{"create_if_missing", "on"},  {"supervisor_linger", "50ms"},
-	                        {"wal_segment_size", "64kB"}, {"max_wal_size", max_wal_size},
-	                        {"min_wal_size", "128kB"},    {"wal_buffers", wal_buffers}};
+	const char *set[][2] = {{"create_if_missing", "on"},
+	                        {"supervisor_linger", "50ms"},
+	                        {"wal_segment_size", "64kB"},
+	                        {"max_wal_size", max_wal_size},
+	                        {"min_wal_size", "128kB"},
+	                        {"wal_buffers", wal_buffers},
+	                        {"checkpoint_warning", checkpoint_warning}};
 	for (size_t i = 0; i < WR_ARRAY_LEN(set); i++)
 		ck_assert_int_eq(walrus_opts_set(o, set[i][0], set[i][1]), WALRUS_OK);
 	return tu_open(dir, o);
+}
+
+static walrus *open_small_with(const char *dir, const char *max_wal_size, const char *wal_buffers)
+{
+	return open_small_warn(dir, max_wal_size, wal_buffers, "30s");
 }
 
 static walrus *open_small(const char *dir)
@@ -79,20 +89,28 @@ static bool log_has(const char *dir, const char *needle)
 	return found;
 }
 
+/* ~4 MB of WAL (60+ segments of 64 kB), then waits for a checkpoint WAL
+ * volume started to land past its first MB; *@c: the control file then. */
+static void write_until_wal_checkpoint(const char *dir, wal_control *c)
+{
+	wal_control c0;
+	ck_assert_int_eq(wal_control_read(dir, &c0), WALRUS_OK);
+	insert_noops(1000, 4000);
+	for (int i = 0; i < 1000; i++) {
+		ck_assert_int_eq(wal_control_read(dir, c), WALRUS_OK);
+		if (c->checkpoint_lsn > c0.checkpoint_lsn + 1024 * 1024)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_gt(c->checkpoint_lsn, c0.checkpoint_lsn + 1024 * 1024);
+}
+
 START_TEST(wal_volume_checkpoints_and_recycles)
 {
 	const char *dir = tu_tmpdir("walrus-iwal");
 	walrus *db = open_small(dir);
-	wal_control c0, c1;
-	ck_assert_int_eq(wal_control_read(dir, &c0), WALRUS_OK);
-	insert_noops(1000, 4000); /* ~4 MB: 60+ segments of 64 kB */
-	for (int i = 0; i < 1000; i++) {
-		ck_assert_int_eq(wal_control_read(dir, &c1), WALRUS_OK);
-		if (c1.checkpoint_lsn > c0.checkpoint_lsn + 1024 * 1024)
-			break;
-		usleep(10000);
-	}
-	ck_assert_uint_gt(c1.checkpoint_lsn, c0.checkpoint_lsn + 1024 * 1024);
+	wal_control c1;
+	write_until_wal_checkpoint(dir, &c1);
 	ck_assert_uint_eq(c1.state, WAL_DB_IN_PRODUCTION);
 	/* Old segments were recycled or removed: far fewer than were written.
 	 * Counted after one more checkpoint: the volume-triggered ones run
@@ -104,9 +122,24 @@ START_TEST(wal_volume_checkpoints_and_recycles)
 	ck_assert_uint_gt(st.segments_recycled + st.segments_removed, 0);
 	tu_close_and_wait(db);
 	ck_assert(log_has(dir, "checkpoint complete (wal)"));
+	/* Seconds apart, against checkpoint_warning's 30 s. */
+	ck_assert(log_has(dir, "WARNING:  checkpoints are occurring too frequently"));
 	/* Settled by the shutdown checkpoint: min_wal_size (two segments) only,
 	 * not the future segments the busy cycles recycled. */
 	ck_assert_int_le(count_segments(dir), 2);
+}
+END_TEST
+
+/* With checkpoint_warning=0 the same checkpoints are not warned about. */
+START_TEST(checkpoint_warning_off)
+{
+	const char *dir = tu_tmpdir("walrus-iwal");
+	walrus *db = open_small_warn(dir, "512kB", "256kB", "0");
+	wal_control c1;
+	write_until_wal_checkpoint(dir, &c1);
+	tu_close_and_wait(db);
+	ck_assert(log_has(dir, "checkpoint complete (wal)"));
+	ck_assert(!log_has(dir, "too frequently"));
 }
 END_TEST
 
@@ -264,6 +297,7 @@ static Suite *suite(void)
 	TCase *t = tcase_create("wal");
 	tcase_set_timeout(t, 240);
 	tcase_add_test(t, wal_volume_checkpoints_and_recycles);
+	tcase_add_test(t, checkpoint_warning_off);
 	tcase_add_test(t, async_commit_flushed_by_wal_writer);
 	tcase_add_test(t, on_demand_segments_grow_preallocation);
 	tcase_add_test(t, clean_shutdown_leaves_shutdown_checkpoint);
