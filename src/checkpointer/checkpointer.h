@@ -18,7 +18,8 @@
  * startup process write it, never at the same time).
  * Locks: none of its own; the WAL's insert lock through wal_set_redo_here.
  * Returns: nothing to callers outside this process; logs each checkpoint
- * like PostgreSQL's log_checkpoints.
+ * like PostgreSQL's log_checkpoints, and warns (checkpoint_warning) when
+ * WAL volume starts them close together.
  * PANICs: when the control file cannot be replaced after the checkpoint
  * record is durable (the instance cannot say where recovery starts), and
  * through the WAL on any flush error.
