@@ -894,9 +894,10 @@ static void check_settings(doctor *d)
 	if (o->mmap_reads)
 		finding(
 		    d, false,
-		    "mmap_reads=on: a disk read error under a get that reads a leaf through the "
-		    "data file's mapping kills that process (SIGBUS) instead of returning an "
-		    "error");
+		    "mmap_reads=on: a process with data files mapped has walrus's SIGBUS handler, "
+		    "which turns a disk read error under a get into an error code; a SIGBUS "
+		    "handler the application installs after it replaces it, and such an error "
+		    "then kills the process");
 	if ((o->checkpoint_flush_after > 0 || o->bgwriter_flush_after > 0) && d->sfr_run &&
 	    !d->sfr_ok)
 		finding(d, false, "the *_flush_after settings have no effect here (see above)");

@@ -67,7 +67,7 @@ static const wr_opt_desc opt_table[] = {
         "put shared memory in huge pages (vm.nr_hugepages): off, try, on"),
     OPT("mmap_reads", WR_OPT_BOOL, INST, mmap_reads, "off", 0, 0, NULL,
         "gets read leaves the pool does not hold through a mapping of the data file "
-        "(a disk read error is then SIGBUS)"),
+        "(walrus then handles SIGBUS in the process)"),
     OPT("max_open_files", WR_OPT_INT, INST, max_open_files, "1000", 8, 1000000, NULL,
         "file descriptors each process keeps open in its fd cache"),
     OPT("data_segment_size", WR_OPT_SIZE, INST, data_segment_size, "1GB", 64 * KB, 1 * GB, NULL,

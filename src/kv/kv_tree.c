@@ -728,6 +728,21 @@ void kv_test_mapped_between(void (*fn)(void *), void *arg)
 }
 #endif
 
+typedef struct mapped_peek {
+	leaf_peek *p;
+	wr_blkno leaf;
+	bool ok;
+} mapped_peek;
+
+/* Abandoned at a load that faults (smgr_map_read): it locks and allocates nothing. */
+static void peek_mapped_page(const char *page, void *arg)
+{
+	mapped_peek *m = arg;
+	m->ok = page_verify(page, m->leaf);
+	if (m->ok)
+		peek_leaf(page, m->p);
+}
+
 /*
  * A leaf the pool does not hold, peeked at through the mapping of the data
  * file (option mmap_reads): it saves the pread and the copy into a buffer,
@@ -744,9 +759,10 @@ static int peek_mapped(wr_blkno leaf, leaf_peek *p)
 	const char *page = smgr_map_block(KV_REL, leaf);
 	if (page == NULL)
 		return BUF_PEEK_NONE;
-	bool ok = page_verify(page, leaf);
-	if (ok)
-		peek_leaf(page, p);
+	mapped_peek m = {.p = p, .leaf = leaf};
+	if (!smgr_map_read(KV_REL, leaf, page, peek_mapped_page, &m))
+		return BUF_PEEK_NONE; /* the locked path reads it and reports the error */
+	bool ok = m.ok;
 #ifdef WALRUS_TEST_HOOKS
 	if (mapped_between_fn != NULL)
 		mapped_between_fn(mapped_between_arg);

@@ -927,14 +927,16 @@ void smgr_immedsync(smgr_rel *r)
  * handle of the process is gone).
  * The mapping covers a whole segment; only blocks below the file's size at
  * the last look are handed out (a read past the end of a file through a
- * mapping is SIGBUS; files only grow while an instance runs).
+ * mapping is SIGBUS; files only grow while an instance runs).  The first
+ * mapping installs the SIGBUS handler (mapguard.c), the last one's unmap
+ * removes it.
  */
 #define SMAP_RELS 4
 #define SMAP_SEGS 1024
 
 typedef struct smap_rel {
 	_Atomic uint32_t relid;  /* 0 = free (relation ids start at 1) */
-	_Atomic bool unmappable; /* mmap failed once: not tried again (nor logged) */
+	_Atomic bool unmappable; /* mmap failed, or a read faulted: not mapped again */
 	_Atomic(char *) base[SMAP_SEGS];
 	_Atomic uint32_t nblocks[SMAP_SEGS]; /* blocks of the file at the last look */
 } smap_rel;
@@ -977,6 +979,8 @@ static void smap_refresh(smap_rel *m, wr_relid rel, uint32_t seg)
 		void *p = MAP_FAILED;
 		if (injected > 0)
 			errno = injected;
+		else if (smgr_guard_install() != WALRUS_OK)
+			; /* unguarded, a read error would kill the process (errno: sigaction's) */
 		else
 			p = mmap(NULL, (size_t)smgr_bps * WR_PAGE_SIZE, PROT_READ, MAP_SHARED, fd,
 			         0);
@@ -1004,6 +1008,8 @@ const char *smgr_map_block(wr_relid rel, wr_blkno b)
 	if (seg >= SMAP_SEGS)
 		return NULL;
 	smap_rel *m = smap_find(rel, false);
+	if (m != NULL && atomic_load_explicit(&m->unmappable, memory_order_relaxed))
+		return NULL;
 	for (int look = 0; look < 2; look++) {
 		if (m != NULL) {
 			char *base = atomic_load_explicit(&m->base[seg], memory_order_acquire);
@@ -1036,4 +1042,22 @@ static void smgr_unmap_all(void)
 		atomic_store(&smap[i].relid, 0);
 		atomic_store(&smap[i].unmappable, false);
 	}
+	smgr_guard_remove();
+}
+
+bool smgr_map_read(wr_relid rel, wr_blkno b, const char *page, smgr_map_fn fn, void *arg)
+{
+	if (smgr_guard_call(page, WR_PAGE_SIZE, fn, arg))
+		return true;
+	smap_rel *m = smap_find(rel, false);
+	if (m != NULL && !atomic_exchange(&m->unmappable, true)) {
+		char path[PATH_MAX];
+		smgr_segment_path(rel, b / smgr_bps, path, sizeof(path));
+		wr_log(WR_WARNING,
+		       "could not read block %u of \"%s\" through its mapping (SIGBUS: the device "
+		       "failed the read, or the file was cut short); mmap_reads: reading the "
+		       "relation the usual way from now on",
+		       b, path);
+	}
+	return false;
 }

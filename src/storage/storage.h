@@ -15,7 +15,9 @@
  *
  * Owns: the per-process table of open relations (smgr_rel) and their segment
  * handles in the fd cache; the read-only mappings of segments that
- * smgr_map_block hands out (kept until smgr_shutdown).
+ * smgr_map_block hands out (kept until smgr_shutdown), and while there are
+ * any, the process's SIGBUS handler (mapguard.c: a read error under a
+ * mapping is an error code, not the end of the process).
  * Locks: the fd cache's process lock (fdc_lock) around the tables and the
  * fd hand-off, shared by the process's threads; released for page reads and
  * writes.  The buffer pool serialises access to a block.
@@ -140,11 +142,26 @@ uint32_t smgr_blocks_per_segment(void);
  * until smgr_shutdown), or NULL when it cannot be (past the end of the file,
  * no such segment, or mmap failed: the caller reads the usual way).  The
  * page may be changing under the reader, and is not verified: the caller
- * validates what it read (buf_absent_still) and verifies the checksum.  A
- * disk read error under a mapping is SIGBUS, not an error code (option
- * mmap_reads, off by default, says so).
+ * validates what it read (buf_absent_still) and verifies the checksum.
+ * Read it only through smgr_map_read.
  */
 const char *smgr_map_block(wr_relid rel, wr_blkno b);
+/*
+ * smgr_map_read: @fn(@page, @arg) on block @b of @rel as smgr_map_block
+ * returned it, and true; false when a load from the page raised SIGBUS (the
+ * device failed the read, or someone cut the file short): @fn was abandoned
+ * at that load, so whatever it wrote is garbage, and the relation is not
+ * read through its mappings again in this process (one WARNING naming the
+ * file and block; a read the usual way then reports the error).  @fn may be
+ * abandoned at any load of @page: it must take no lock, allocate nothing
+ * and write only memory of its caller's.
+ */
+typedef void (*smgr_map_fn)(const char *page, void *arg);
+bool smgr_map_read(wr_relid rel, wr_blkno b, const char *page, smgr_map_fn fn, void *arg);
+/* mapguard.c, for smgr.c: under fdc_lock. */
+int smgr_guard_install(void);
+void smgr_guard_remove(void);
+bool smgr_guard_call(const char *lo, size_t len, smgr_map_fn fn, void *arg);
 void smgr_prefetch(smgr_rel *r, wr_blkno b, wr_blkno n);
 int smgr_block_handle(smgr_rel *r, wr_blkno b, fdc_file *f, off_t *off);
 int smgr_check_read(smgr_rel *r, wr_blkno b, void *page, ssize_t got);

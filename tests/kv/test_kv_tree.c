@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kv/kv_int.h"
 #include "kvtest.h"
@@ -1383,6 +1384,46 @@ START_TEST(mapped_read_of_a_damaged_leaf_fails)
 }
 END_TEST
 
+/*
+ * A load from a mapped block past the end of its file raises SIGBUS, as a
+ * read error of the device under the mapping does.  The get is an error,
+ * as through the pool, and the process lives on; the relation is not read
+ * through its mappings again.
+ */
+START_TEST(mapped_read_of_a_file_cut_short_fails)
+{
+	mapped_setup();
+	kv_rpage p;
+	kv_key k = {.p = "k001500", .len = 7};
+	ck_assert_int_eq(kv_descend(&k, KV_SEEK_GE, &p), WALRUS_OK);
+	wr_blkno leaf = p.blk;
+	kv_rpage_done(&p);
+	kt_stop();
+	kt_start(); /* the leaf in no buffer */
+	kv_set_mapped_reads(true);
+	kv_stats st0, st1, st2;
+	for (uint32_t i = 0; i < 20000; i += 97) /* node copies, and the file mapped */
+		if (i / 50 != 1500 / 50)
+			mapped_get_is(i, 'a');
+	kv_get_stats(&st0);
+	ck_assert_uint_gt(st0.mapped_reads, 0);
+	char path[4200];
+	uint32_t bps = smgr_blocks_per_segment();
+	smgr_segment_path(KV_REL, leaf / bps, path, sizeof(path));
+	ck_assert_int_eq(truncate(path, (off_t)(leaf % bps) * WR_PAGE_SIZE), 0);
+	void *v;
+	size_t vl;
+	ck_assert_int_eq(kv_get("k001500", 7, &v, &vl), WALRUS_EIO);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "read only 0 of 8192 bytes"));
+	kv_get_stats(&st1);
+	ck_assert_uint_eq(st1.mapped_reads, st0.mapped_reads);
+	/* The file is read the usual way from now on, not through its mapping. */
+	mapped_get_is(0, 'a');
+	kv_get_stats(&st2);
+	ck_assert_uint_eq(st2.mapped_reads, st1.mapped_reads);
+}
+END_TEST
+
 START_TEST(verify_finds_keys_out_of_order)
 {
 	kt_init("walrus-kv", 512);
@@ -1481,6 +1522,7 @@ static Suite *tree_suite(void)
 	tcase_add_test(t, mapped_read_overlapped_by_a_put_reads_again);
 	tcase_add_test(t, mapped_read_of_a_damaged_leaf_fails);
 	tcase_add_test(t, mapped_reads_without_a_mapping);
+	tcase_add_test(t, mapped_read_of_a_file_cut_short_fails);
 	suite_add_tcase(s, t);
 	TCase *big = tcase_create("big");
 	tcase_set_timeout(big, 300);

@@ -9,9 +9,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -627,6 +630,87 @@ START_TEST(test_survives_fdc_reset)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- mapped reads */
+
+/* The application's own SIGBUS handler: counts, and jumps back. */
+static sigjmp_buf app_env;
+static volatile sig_atomic_t app_sigbus_calls;
+
+static void app_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)si;
+	(void)uc;
+	app_sigbus_calls++;
+	siglongjmp(app_env, 1);
+}
+
+typedef struct page_seen {
+	wr_blkno blk;
+	bool same;
+} page_seen;
+
+static void compare_page(const char *page, void *arg)
+{
+	page_seen *s = arg;
+	unsigned char want[WR_PAGE_SIZE];
+	make_page(want, 70, s->blk, 0);
+	page_set_checksum(want, s->blk);
+	s->same = memcmp(page, want, WR_PAGE_SIZE) == 0;
+}
+
+/* A SIGBUS outside walrus's reads: a load past the end of a file of our own. */
+static bool app_fault(void)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/app-file", dir);
+	int fd = open(path, O_RDWR | O_CREAT, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, 4096), 0);
+	volatile char *m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert(m != MAP_FAILED);
+	ck_assert_int_eq(ftruncate(fd, 0), 0);
+	bool faulted = false;
+	if (sigsetjmp(app_env, 1) == 0)
+		(void)m[0];
+	else
+		faulted = true;
+	munmap((void *)m, 4096);
+	close(fd);
+	return faulted;
+}
+
+/*
+ * A load from a mapped block past the end of its file (as a read error of
+ * the device under the mapping) fails the read instead of killing the
+ * process, and the relation is not read through its mappings again.  A
+ * SIGBUS outside walrus's reads reaches the handler the application had;
+ * smgr_shutdown puts that handler back.
+ */
+START_TEST(test_map_read_survives_sigbus)
+{
+	struct sigaction app = {.sa_sigaction = app_sigbus, .sa_flags = SA_SIGINFO}, now;
+	sigemptyset(&app.sa_mask);
+	ck_assert_int_eq(sigaction(SIGBUS, &app, NULL), 0);
+	new_rel(70, 3);
+	const char *p = smgr_map_block(70, 1);
+	ck_assert_ptr_nonnull(p);
+	page_seen s = {.blk = 1};
+	ck_assert(smgr_map_read(70, 1, p, compare_page, &s));
+	ck_assert(s.same);
+	ck_assert_int_eq(truncate(seg_path(70, 0), WR_PAGE_SIZE), 0);
+	s.same = true;
+	ck_assert(!smgr_map_read(70, 1, p, compare_page, &s));
+	ck_assert_int_eq(app_sigbus_calls, 0);
+	ck_assert_ptr_null(smgr_map_block(70, 0)); /* not through the mapping again */
+	ck_assert(app_fault());
+	ck_assert_int_eq(app_sigbus_calls, 1);
+	smgr_shutdown();
+	ck_assert_int_eq(sigaction(SIGBUS, NULL, &now), 0);
+	ck_assert(now.sa_sigaction == app_sigbus);
+}
+END_TEST
+
 static Suite *smgr_suite(void)
 {
 	Suite *s = suite_create("smgr");
@@ -650,6 +734,7 @@ static Suite *smgr_suite(void)
 	tcase_add_test(tc, test_foreign_fd_and_writeback);
 	tcase_add_test(tc, test_oversized_segment);
 	tcase_add_test(tc, test_survives_fdc_reset);
+	tcase_add_test(tc, test_map_read_survives_sigbus);
 	suite_add_tcase(s, tc);
 	return s;
 }
