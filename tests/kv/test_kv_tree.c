@@ -1356,8 +1356,8 @@ START_TEST(mapped_reads_without_a_mapping)
 }
 END_TEST
 
-/* A damaged leaf read through the mapping is an error, as through the pool. */
-START_TEST(mapped_read_of_a_damaged_leaf_fails)
+/* mapped_setup, then the leaf of key 1500 (read into a buffer by the way). */
+static wr_blkno mapped_setup_leaf_of_1500(void)
 {
 	mapped_setup();
 	kv_rpage p;
@@ -1365,15 +1365,28 @@ START_TEST(mapped_read_of_a_damaged_leaf_fails)
 	ck_assert_int_eq(kv_descend(&k, KV_SEEK_GE, &p), WALRUS_OK);
 	wr_blkno leaf = p.blk;
 	kv_rpage_done(&p);
+	return leaf;
+}
+
+/* Gets that take the node copies (and map the file), leaving 1500's leaf alone. */
+static void mapped_gets_beside_1500(void)
+{
+	for (uint32_t i = 0; i < 20000; i += 97)
+		if (i / 50 != 1500 / 50)
+			mapped_get_is(i, 'a');
+}
+
+/* A damaged leaf read through the mapping is an error, as through the pool. */
+START_TEST(mapped_read_of_a_damaged_leaf_fails)
+{
+	wr_blkno leaf = mapped_setup_leaf_of_1500();
 	kt_stop();
 	char path[4200];
 	smgr_segment_path(KV_REL, leaf / smgr_blocks_per_segment(), path, sizeof(path));
 	tu_flip_bit(path, (off_t)(leaf % smgr_blocks_per_segment()) * WR_PAGE_SIZE + 5000, 2);
 	kt_start();
 	kv_set_mapped_reads(true);
-	for (uint32_t i = 0; i < 20000; i += 97) /* node copies, leaving 1500's leaf alone */
-		if (i / 50 != 1500 / 50)
-			mapped_get_is(i, 'a');
+	mapped_gets_beside_1500();
 	kv_stats st0, st1;
 	kv_get_stats(&st0);
 	void *v;
@@ -1392,19 +1405,12 @@ END_TEST
  */
 START_TEST(mapped_read_of_a_file_cut_short_fails)
 {
-	mapped_setup();
-	kv_rpage p;
-	kv_key k = {.p = "k001500", .len = 7};
-	ck_assert_int_eq(kv_descend(&k, KV_SEEK_GE, &p), WALRUS_OK);
-	wr_blkno leaf = p.blk;
-	kv_rpage_done(&p);
+	wr_blkno leaf = mapped_setup_leaf_of_1500();
 	kt_stop();
 	kt_start(); /* the leaf in no buffer */
 	kv_set_mapped_reads(true);
 	kv_stats st0, st1, st2;
-	for (uint32_t i = 0; i < 20000; i += 97) /* node copies, and the file mapped */
-		if (i / 50 != 1500 / 50)
-			mapped_get_is(i, 'a');
+	mapped_gets_beside_1500();
 	kv_get_stats(&st0);
 	ck_assert_uint_gt(st0.mapped_reads, 0);
 	char path[4200];
