@@ -17,6 +17,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "buffer/buffer.h"
@@ -338,6 +339,8 @@ static void run_one(const char *datadir, const wr_options *o, int flags, const c
 	ckpt_note_started();
 	if (flags & CKPT_REQUESTED)
 		atomic_fetch_add(&sh->num_requested, 1);
+	else if (strcmp(reason, "wal") == 0)
+		atomic_fetch_add(&sh->num_wal, 1);
 	else
 		atomic_fetch_add(&sh->num_timed, 1);
 	int rc = wal_in_recovery() ? restartpoint(datadir, o, flags, reason, &r)

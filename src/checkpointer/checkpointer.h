@@ -65,7 +65,10 @@ typedef struct ckpt_shared {
 	_Atomic uint32_t requested; /* enum ckpt_flags, taken by the checkpointer */
 	_Atomic uint32_t seq;       /* futex word */
 	_Atomic uint64_t started, done, failed, count;
-	_Atomic uint64_t num_timed, num_requested;
+	/* Started by checkpoint_timeout (and shutdown), by max_wal_size, by a
+	 * request.  PostgreSQL counts the WAL's with the requests; kept apart
+	 * here, since many of them is what says max_wal_size is too small. */
+	_Atomic uint64_t num_timed, num_wal, num_requested;
 	ckpt_result last;
 	/* What the running checkpoint is doing (enum ckpt_phase) and since when
 	 * (wr_now_ns: CLOCK_MONOTONIC, comparable across processes), for

@@ -170,6 +170,7 @@ static void stats_checkpoints(jbuf *j)
 	jb_u64(j, "completed", atomic_load(&c->count));
 	jb_u64(j, "failed", atomic_load(&c->failed));
 	jb_u64(j, "timed", atomic_load(&c->num_timed));
+	jb_u64(j, "wal", atomic_load(&c->num_wal));
 	jb_u64(j, "requested", atomic_load(&c->num_requested));
 	ckpt_result r = c->last; /* a torn read only mixes two checkpoints' figures */
 	jb_open(j, "last");

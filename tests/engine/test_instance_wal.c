@@ -15,6 +15,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "checkpointer/checkpointer.h"
 #include "engine/engine.h"
 #include "wal/wal.h"
 
@@ -112,6 +113,9 @@ START_TEST(wal_volume_checkpoints_and_recycles)
 	wal_control c1;
 	write_until_wal_checkpoint(dir, &c1);
 	ck_assert_uint_eq(c1.state, WAL_DB_IN_PRODUCTION);
+	/* Counted as WAL volume's (stats: checkpoints.wal), not as timed ones. */
+	ck_assert_uint_ge(atomic_load(&ckpt_shared_state()->num_wal), 1);
+	ck_assert_uint_eq(atomic_load(&ckpt_shared_state()->num_timed), 0);
 	/* Old segments were recycled or removed: far fewer than were written.
 	 * Counted after one more checkpoint: the volume-triggered ones run
 	 * behind the inserts (under ASan, one segment past the bound). */
