@@ -15,11 +15,15 @@
  * caller's callback over the page, which takes no lock, allocates nothing
  * and writes only the caller's memory (storage.h, smgr_map_read).
  * SA_NODEFER leaves SIGBUS unblocked inside the handler, so the jump needs
- * no signal mask restored (sigsetjmp(.., 0): no system call per read).
+ * no signal mask restored (sigsetjmp(.., 0): no system call per read); a
+ * read that faulted unblocks it anyway, in case an interposer ran the
+ * handler with it blocked.
  *
  * The handler is installed with the first mapping of the process and
  * removed with the last (smgr_shutdown), both under fdc_lock.
  */
+#include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -30,9 +34,13 @@
 static struct sigaction guard_old; /* written before the handler is installed */
 static bool guard_on;              /* under fdc_lock */
 
-static _Thread_local sigjmp_buf *guard_jump; /* set while this thread reads */
-static _Thread_local const char *guard_lo;
-static _Thread_local size_t guard_len;
+/* initial-exec: the handler may run in a thread that never read through a
+ * mapping, and the first use of dynamic TLS in a dlopen()ed library may
+ * allocate, which a signal handler must not. */
+#define GUARD_TLS static _Thread_local __attribute__((tls_model("initial-exec")))
+GUARD_TLS sigjmp_buf *guard_jump; /* set while this thread reads */
+GUARD_TLS const char *guard_lo;
+GUARD_TLS size_t guard_len;
 
 /* As if the SIGBUS had come with our handler not installed. */
 static void guard_pass_on(int sig, siginfo_t *si, void *uc)
@@ -94,8 +102,21 @@ void smgr_guard_remove(void)
 bool smgr_guard_call(const char *lo, size_t len, smgr_map_fn fn, void *arg)
 {
 	sigjmp_buf env;
-	if (sigsetjmp(env, 0) != 0)
-		return false; /* the handler cleared guard_jump */
+	if (sigsetjmp(env, 0) != 0) {
+		/* The handler cleared guard_jump.  SIGBUS is unblocked in case the
+		 * handler ran with it blocked after all (an interposer such as
+		 * ThreadSanitizer's installs its own without SA_NODEFER): the next
+		 * fault would otherwise kill the process. */
+		sigset_t bus;
+		sigemptyset(&bus);
+		sigaddset(&bus, SIGBUS);
+		int rc = pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
+		if (rc != 0) {
+			errno = rc;
+			wr_log(WR_WARNING, "could not unblock SIGBUS: %m");
+		}
+		return false;
+	}
 	guard_lo = lo;
 	guard_len = len;
 	atomic_signal_fence(memory_order_seq_cst); /* the range before the jump buffer */
