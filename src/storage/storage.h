@@ -158,7 +158,7 @@ const char *smgr_map_block(wr_relid rel, wr_blkno b);
  */
 typedef void (*smgr_map_fn)(const char *page, void *arg);
 bool smgr_map_read(wr_relid rel, wr_blkno b, const char *page, smgr_map_fn fn, void *arg);
-/* mapguard.c, for smgr.c: under fdc_lock. */
+/* mapguard.c, for smgr.c: install and remove under fdc_lock. */
 int smgr_guard_install(void);
 void smgr_guard_remove(void);
 bool smgr_guard_call(const char *lo, size_t len, smgr_map_fn fn, void *arg);
