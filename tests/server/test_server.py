@@ -4,7 +4,7 @@ real redis-cli and by a raw RESP client (exact bytes).
 
 Cases (all by default, or name them): commands, scan, cli, multi,
 pipeline, group, protocol, auth, limits, preauth, authtimeout, silenttimeout, querylimit,
-password, readiness, shutdown, pool.  Each starts its
+password, readiness, shutdown, pool, mappedeio.  Each starts its
 own server on a free port and a private data directory; whatever happens,
 every process of that directory is gone at the end (srvtest.Server).
 --backends N runs them against that process model (0: one backend per
@@ -797,6 +797,41 @@ def case_pool(walrus):
         slow.close()
 
 
+def case_mappedeio(walrus):
+    """mmap_reads=on: the data file cut short under a running server (as a
+    disk read error under the mapping: a SIGBUS in the backend that reads
+    it).  The GETs of keys whose leaves are gone answer an error naming the
+    read; the backend lives on, and the log says why."""
+    n = 4000
+    with Server(walrus, args=["--backends", "1"],
+                opts=("mmap_reads=on", "shared_buffers=256kB")) as s, s.client() as c:
+        for i in range(0, n, 20):
+            kv = []
+            for j in range(i, i + 20):
+                kv += [f"k{j:06d}", f"v{j:06d}" + "x" * 200]
+            eq(c.call("MSET", *kv), "OK", "MSET")
+        eq(c.call("CHECKPOINT"), "OK", "CHECKPOINT")
+        pid = backend_pid(c)
+        vals = c.call("MGET", *[f"k{j:06d}" for j in range(n)])
+        check(all(v.startswith(f"v{j:06d}".encode()) for j, v in enumerate(vals)),
+              "every value read back")
+        data = os.path.join(s.dir, "base", "1")
+        os.truncate(data, os.path.getsize(data) // 2)
+        errors = []
+        for j in range(n):
+            r = c.call("GET", f"k{j:06d}")
+            if isinstance(r, RespError):
+                errors.append(str(r))
+        check(errors, "some leaves were in the cut half")
+        check(all("could not read block" in e and "read only 0 of 8192 bytes" in e
+                  for e in errors), f"the errors name the read: {errors[:3]}")
+        eq(c.call("PING"), "PONG", "the connection lives on")
+        eq(backend_pid(c), pid, "the same backend")
+        log = open(os.path.join(s.dir, "log", "walrus.log")).read()
+        check("through its mapping (SIGBUS" in log, "the WARNING is in the log")
+        check("signal 7" not in log, "no process died of SIGBUS")
+
+
 CASES = {
     "commands": case_commands,
     "scan": case_scan,
@@ -815,6 +850,7 @@ CASES = {
     "readiness": case_readiness,
     "shutdown": case_shutdown,
     "pool": case_pool,
+    "mappedeio": case_mappedeio,
 }
 
 if __name__ == "__main__":
