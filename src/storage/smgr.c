@@ -979,9 +979,9 @@ static void smap_refresh(smap_rel *m, wr_relid rel, uint32_t seg)
 		void *p = MAP_FAILED;
 		if (injected > 0)
 			errno = injected;
-		else if (smgr_guard_install() != WALRUS_OK)
-			; /* unguarded, a read error would kill the process (errno: sigaction's) */
-		else
+		/* Unguarded, a read error would kill the process: no handler, no
+		 * mapping (errno: sigaction's). */
+		if (injected <= 0 && smgr_guard_install() == WALRUS_OK)
 			p = mmap(NULL, (size_t)smgr_bps * WR_PAGE_SIZE, PROT_READ, MAP_SHARED, fd,
 			         0);
 		if (p != MAP_FAILED) {
@@ -1017,8 +1017,7 @@ const char *smgr_map_block(wr_relid rel, wr_blkno b)
 			    off < atomic_load_explicit(&m->nblocks[seg], memory_order_acquire))
 				return base + (size_t)off * WR_PAGE_SIZE;
 		}
-		if (look == 1 ||
-		    (m != NULL && atomic_load_explicit(&m->unmappable, memory_order_relaxed)))
+		if (look == 1)
 			break;
 		fdc_lock();
 		m = smap_find(rel, true);
