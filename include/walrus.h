@@ -292,6 +292,9 @@ WALRUS_API void walrus_iter_close(walrus_iter *it);
  * Returns once every write acknowledged so far, by any process of the
  * instance, is durable: what WALRUS_SYNC does after a write, for the
  * WALRUS_ASYNC writes before it (one flush, shared by concurrent callers).
+ * With synchronous_standby set, that includes the standby's confirmation,
+ * as for WALRUS_SYNC: WALRUS_ESHUTDOWN or WALRUS_ERESTART when the instance
+ * stops or crashes during that wait (durable here, not confirmed there).
  */
 WALRUS_API int walrus_sync(walrus *db);
 /*

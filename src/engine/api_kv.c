@@ -282,10 +282,20 @@ void walrus_iter_close(walrus_iter *it)
 
 /* ---------------------------------------------------------------- admin */
 
+/*
+ * What WALRUS_SYNC promises for the writes before it, synchronous standby
+ * included: a barrier that only flushed the local WAL acknowledged writes
+ * a failover could lose.  A standby in recovery inserts nothing: its WAL
+ * is its primary's, so only the local flush applies.
+ */
 static int sync_all(void)
 {
-	wal_flush_to(wal_insert_lsn());
-	return WALRUS_OK;
+	wr_lsn end = wal_insert_lsn();
+	if (wal_in_recovery()) {
+		wal_flush_to(end);
+		return WALRUS_OK;
+	}
+	return wal_commit_durable(end);
 }
 
 int walrus_sync(walrus *db)
