@@ -30,9 +30,16 @@
  *     fork(), calls on inherited handles fail with WALRUS_EMISUSE, and the
  *     child may open handles of its own.
  *   - A process that exits normally (exit(), return from main) with handles
- *     open detaches them: that is not a crash.  A process killed by a
- *     signal, or leaving with _exit() while inside a call, is: the instance
- *     restarts from its WAL, as PostgreSQL does when a backend dies.
+ *     open detaches them: that is not a crash.  From the moment exit()
+ *     begins, a call or open by any other thread of the process fails with
+ *     WALRUS_ESHUTDOWN; calls already inside are given up to 5 s to return.
+ *     A process killed by a signal, leaving with _exit() while attached, or
+ *     exiting while a call stays inside past those 5 s, is a crash: the
+ *     instance restarts from its WAL, as PostgreSQL does when a backend dies.
+ *   - A thread that ends without closing its handles does not keep their
+ *     slots (max_connections): a handle whose last call was made by that
+ *     thread gives its slot back, stays valid, and takes a slot again at its
+ *     next call, from any thread (WALRUS_ELIMIT then if none is free).
  *   - The library never calls exit() or abort() in the caller's process,
  *     never installs signal handlers there and never writes to its stdout
  *     or stderr (see walrus_set_log_handler for its messages).

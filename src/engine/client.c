@@ -53,6 +53,7 @@ static struct {
 	bool attached;
 	_Atomic bool poisoned; /* a PANIC in this process: nothing more until it reattaches */
 	_Atomic bool stale;    /* being dropped: calls on its handles are refused */
+	_Atomic pid_t exiting; /* this pid's exit() began: no call or open from now on */
 	pid_t owner;           /* the process that attached; a forked child is not it */
 	char abs[PATH_MAX];
 	int sock;
@@ -75,7 +76,10 @@ struct client_backend {
 	int slot;
 	wr_proc *proc;       /* its slot in the attachment's mapping (NULL once that is dropped) */
 	uint64_t generation; /* of the attachment it was made on */
+	uint64_t inc;        /* of its module state: new at every backend_fill */
 	_Atomic uintptr_t user; /* the thread inside a call on it, 0 when none */
+	_Atomic uintptr_t last; /* the thread of its last call (thread-exit parking) */
+	_Atomic bool parked;    /* slot and state given back; its next call takes them again */
 	wal_backend *wal;
 	buf_backend *buf;
 	kv_backend *kv;
@@ -126,8 +130,21 @@ static void client_fork_hook(void)
 		wr_log(WR_WARNING, "could not install the fork handlers");
 }
 
+pid_t client_self_pid(void);
+
+/* exit() began in this process (a child forked meanwhile is not exiting). */
+static bool process_exiting(void)
+{
+	return atomic_load(&C.exiting) == client_self_pid();
+}
+
 /* The calling thread's backend and PANIC boundary. */
 static WR_TLS client_backend *cur;
+/* The incarnation of cur's state this thread's modules point at: a handle
+ * parked and taken again, or a struct freed and allocated anew at the same
+ * address, has new state behind the same pointer. */
+static WR_TLS uint64_t cur_inc;
+static _Atomic uint64_t next_inc = 1;
 static _Thread_local jmp_buf *cur_jb;
 /* Its address names the thread: distinct for every live thread. */
 static _Thread_local char thread_token;
@@ -540,11 +557,10 @@ static void release_slot(int slot)
 }
 
 /*
- * Gives back a backend's pins, slot and state, and takes it off the list;
- * the struct stays (a handle may still point at it).  @healthy: its pins
- * and slot are in live shared memory.
+ * Gives back a backend's pins, slot and state; the struct stays.  @healthy:
+ * its pins and slot are in live shared memory.
  */
-static int backend_release(client_backend *b, bool healthy)
+static int backend_strip(client_backend *b, bool healthy)
 {
 	int rc = WALRUS_OK;
 	if (cur == b)
@@ -557,10 +573,18 @@ static int backend_release(client_backend *b, bool healthy)
 	}
 	b->buf = NULL;
 	b->proc = NULL;
+	b->slot = -1;
 	wal_backend_free(b->wal);
 	b->wal = NULL;
 	kv_backend_free(b->kv);
 	b->kv = NULL;
+	return rc;
+}
+
+/* backend_strip, and off the list (a handle may still point at the struct). */
+static int backend_release(client_backend *b, bool healthy)
+{
+	int rc = backend_strip(b, healthy);
 	for (client_backend **p = &C.backends; *p != NULL; p = &(*p)->next) {
 		if (*p == b) {
 			*p = b->next;
@@ -578,6 +602,30 @@ static int backend_free(client_backend *b, bool healthy)
 	return rc;
 }
 
+/* A slot and fresh module state for @b, on the current attachment. */
+static int backend_fill(client_backend *b)
+{
+	int rc = claim_slot();
+	if (rc < 0)
+		return rc;
+	b->slot = rc;
+	b->proc = &engine_procs()[rc];
+	b->generation = C.generation;
+	b->inc = atomic_fetch_add(&next_inc, 1);
+	b->wal = wal_backend_new(b->slot);
+	b->buf = buf_backend_new();
+	b->kv = kv_backend_new();
+	if (b->wal == NULL || b->buf == NULL || b->kv == NULL) {
+		rc = b->wal == NULL ? wr_error(WALRUS_ENOMEM, "out of memory for a backend") : -1;
+		rc = walrus_errmsg()[0] != '\0' && rc == -1 ? WALRUS_ENOMEM : rc;
+		(void)backend_strip(b, true);
+		return rc;
+	}
+	return WALRUS_OK;
+}
+
+static void park_arm(void);
+
 static int backend_new(client_backend **out)
 {
 	client_backend *b = calloc(1, sizeof(*b));
@@ -585,26 +633,16 @@ static int backend_new(client_backend **out)
 		return wr_error(WALRUS_ENOMEM, "out of memory for a backend");
 	b->slot = -1;
 	b->pid = client_self_pid();
-	int rc = claim_slot();
-	if (rc < 0) {
+	int rc = backend_fill(b);
+	if (rc != WALRUS_OK) {
 		free(b);
 		return rc;
 	}
-	b->slot = rc;
-	b->proc = &engine_procs()[rc];
-	b->generation = C.generation;
-	b->wal = wal_backend_new(b->slot);
-	b->buf = buf_backend_new();
-	b->kv = kv_backend_new();
+	atomic_store(&b->last, (uintptr_t)&thread_token);
+	park_arm();
 	b->next = C.backends;
 	C.backends = b;
 	C.nbackends++;
-	if (b->wal == NULL || b->buf == NULL || b->kv == NULL) {
-		rc = b->wal == NULL ? wr_error(WALRUS_ENOMEM, "out of memory for a backend") : -1;
-		rc = walrus_errmsg()[0] != '\0' && rc == -1 ? WALRUS_ENOMEM : rc;
-		(void)backend_free(b, true);
-		return rc;
-	}
 	*out = b;
 	return WALRUS_OK;
 }
@@ -612,6 +650,7 @@ static int backend_new(client_backend **out)
 void client_backend_use(client_backend *b)
 {
 	cur = b;
+	cur_inc = b ? b->inc : 0;
 	wal_backend_set(b ? b->wal : NULL);
 	buf_backend_set(b ? b->buf : NULL);
 	kv_backend_set(b ? b->kv : NULL);
@@ -662,12 +701,22 @@ static void forget_inherited(void)
 	drop_attachment();
 }
 
-/* True when no thread is inside a call on any handle of the process. */
-static bool no_calls_in_flight(void)
+/*
+ * After C.stale or C.exiting was set: waits until each handle has been seen
+ * with no call inside, once.  A call that enters after that sees the flag
+ * and is refused (it sets its user word, then reads the flag), so a handle
+ * seen idle stays safe; waiting for all of them idle at the same instant
+ * could last for ever beside threads that retry refused calls in a loop.
+ * False at @deadline.
+ */
+static bool calls_drained(uint64_t deadline)
 {
 	for (client_backend *b = C.backends; b != NULL; b = b->next)
-		if (atomic_load(&b->user) != 0)
-			return false;
+		while (atomic_load(&b->user) != 0) {
+			if (wr_now_ns() > deadline)
+				return false;
+			wr_sleep_us(100);
+		}
 	return true;
 }
 
@@ -683,14 +732,10 @@ static bool no_calls_in_flight(void)
 static int drop_dead_attachment(void)
 {
 	atomic_store(&C.stale, true);
-	uint64_t deadline = wr_now_ns() + CLIENT_DRAIN_NS;
-	while (!no_calls_in_flight()) {
-		if (wr_now_ns() > deadline)
-			return wr_error(WALRUS_ERESTART,
-			                "the instance restarted and calls on this process's old "
-			                "handles are still running; close them and open again");
-		wr_sleep_us(1000);
-	}
+	if (!calls_drained(wr_now_ns() + CLIENT_DRAIN_NS))
+		return wr_error(WALRUS_ERESTART,
+		                "the instance restarted and calls on this process's old "
+		                "handles are still running; close them and open again");
 	for (client_backend *b = C.backends; b != NULL; b = b->next) {
 		buf_backend_forget(b->buf); /* its pins were in the dead memory */
 		b->buf = NULL;
@@ -755,6 +800,9 @@ static int client_open_locked(const char *abs, const wr_options *opts, client_ba
 {
 	if (C.attached && C.owner != client_self_pid())
 		forget_inherited();
+	if (process_exiting())
+		return wr_error(WALRUS_ESHUTDOWN, "the process is exiting (exit() was called): no "
+		                                  "new opens");
 	if (C.attached && strcmp(C.abs, abs) != 0)
 		return wr_error(WALRUS_EBUSY,
 		                "this process already has \"%s\" open; a process serves one data "
@@ -794,9 +842,9 @@ int client_open(const char *abs, const wr_options *opts, client_backend **out)
 	client_backend_use(NULL);
 	client_lock();
 	int rc = client_open_locked(abs, opts, out);
-	client_unlock();
-	if (rc == WALRUS_OK)
+	if (rc == WALRUS_OK) /* under the mutex: an exit in another thread may strip it next */
 		client_backend_use(*out);
+	client_unlock();
 	return rc;
 }
 
@@ -840,8 +888,6 @@ int client_close(client_backend *b)
 	return rc;
 }
 
-/* ---------------------------------------------------------------- calls */
-
 static int instance_check(void);
 
 /* The shared-memory mark of a call, which a fast shutdown waits on. */
@@ -850,6 +896,90 @@ static void call_mark(const client_backend *b, uint32_t v)
 	if (b->proc != NULL)
 		atomic_store(&b->proc->in_call, v);
 }
+
+/* ---------------------------------------------------------------- parking */
+
+/*
+ * A thread that ends without closing its handles would hold their slots
+ * until the process exits: enough such threads and every open fails with
+ * ELIMIT.  When a thread ends, the handles whose last call was its own
+ * give back their slot and state ("parked"); the handle stays valid, and
+ * its next call, from any thread, takes a slot again.  Nothing a handle
+ * holds between calls lives in its slot (pins, locks and WAL insertion
+ * end with each call; an iterator walks a private copy).
+ */
+static pthread_key_t park_key;
+static _Atomic bool park_key_made;
+static pthread_once_t park_once = PTHREAD_ONCE_INIT;
+static _Thread_local bool park_armed;
+
+static void park_thread_exit(void *token);
+
+static void park_key_create(void)
+{
+	atomic_store(&park_key_made, pthread_key_create(&park_key, park_thread_exit) == 0);
+}
+
+/* The calling thread will park its handles when it ends. */
+static void park_arm(void)
+{
+	if (WR_LIKELY(park_armed))
+		return;
+	(void)pthread_once(&park_once, park_key_create);
+	park_armed = atomic_load(&park_key_made) &&
+	             pthread_setspecific(park_key, &thread_token) == 0;
+}
+
+/* Under C.mu, with @b claimed by this thread: gives its slot back. */
+static void park_one(client_backend *b)
+{
+	if (!backend_current(b) || !instance_usable())
+		return; /* a dead attachment's handle keeps reporting that */
+	(void)backend_strip(b, true);
+	atomic_store(&b->parked, true);
+}
+
+static void park_thread_exit(void *token)
+{
+	client_backend_use(NULL);
+	client_lock();
+	if (C.attached && C.owner == client_self_pid() && !process_exiting()) {
+		for (client_backend *b = C.backends; b != NULL; b = b->next) {
+			uintptr_t none = 0, me = (uintptr_t)token;
+			if (atomic_load(&b->last) != me || atomic_load(&b->parked) ||
+			    !atomic_compare_exchange_strong(&b->user, &none, me))
+				continue;
+			park_one(b);
+			atomic_store(&b->user, 0);
+		}
+	}
+	client_unlock();
+}
+
+/*
+ * A parked handle's next call: a slot again, on the attachment it was made
+ * on.  Not with its user word held: a holder of C.mu may be waiting for
+ * calls to leave (exit, a dead attachment's drop).
+ */
+static int unpark(client_backend *b)
+{
+	client_lock();
+	int rc = WALRUS_OK;
+	if (process_exiting())
+		rc = wr_error(WALRUS_ESHUTDOWN, "the process is exiting: no new calls");
+	else if (atomic_load(&b->parked)) {
+		if (!C.attached || C.owner != client_self_pid() || b->generation != C.generation ||
+		    atomic_load(&C.stale))
+			rc = wr_error(WALRUS_ERESTART, "the instance restarted since this handle was "
+			                               "opened; close and reopen the database");
+		else if ((rc = backend_fill(b)) == WALRUS_OK)
+			atomic_store(&b->parked, false);
+	}
+	client_unlock();
+	return rc;
+}
+
+/* ---------------------------------------------------------------- calls */
 
 int client_call_begin(client_backend *b)
 {
@@ -864,6 +994,23 @@ int client_call_begin(client_backend *b)
 		                none == me ? "this handle is already inside a call of this thread"
 		                           : "this handle is in use by another thread: a handle "
 		                             "serves one thread at a time");
+	/* Dekker with exit_hook: it sets exiting, then reads the user words. */
+	if (process_exiting()) {
+		atomic_store(&b->user, 0);
+		return wr_error(WALRUS_ESHUTDOWN, "the process is exiting (exit() was called): "
+		                                  "no new calls");
+	}
+	if (WR_UNLIKELY(atomic_load(&b->parked))) {
+		atomic_store(&b->user, 0);
+		int rc = unpark(b);
+		if (rc != WALRUS_OK)
+			return rc;
+		return client_call_begin(b);
+	}
+	if (atomic_load_explicit(&b->last, memory_order_relaxed) != me) {
+		atomic_store(&b->last, me);
+		park_arm();
+	}
 	/* Ours (pid checked) and made on the current attachment: the process is attached. */
 	if (atomic_load(&C.stale) || b->buf == NULL || b->generation != C.generation) {
 		atomic_store(&b->user, 0);
@@ -871,7 +1018,7 @@ int client_call_begin(client_backend *b)
 		                "the instance restarted since this handle was opened; close and "
 		                "reopen the database");
 	}
-	if (cur != b)
+	if (cur != b || cur_inc != b->inc)
 		client_backend_use(b);
 	call_mark(b, 1); /* before the state is read: see the I/O guard */
 	int rc = instance_check();
@@ -968,24 +1115,20 @@ void *client_scratch(void)
 
 /*
  * exit() with handles open: detach them, so that a normal exit is not taken
- * for a crash.  Calls of other threads still inside the library are given a
- * moment to leave (new ones are refused); if one stays, the process is
- * treated as dying abnormally, as PostgreSQL treats a backend that dies in
- * a critical section: the instance restarts.
+ * for a crash.  From the moment exit begins, every new call and open of any
+ * thread is refused (ESHUTDOWN), for good: the mapping is about to go.
+ * Calls already inside are given a moment to leave; if one stays, the
+ * process is treated as dying abnormally, as PostgreSQL treats a backend
+ * that dies in a critical section: the instance restarts.
  */
 static void exit_detach(void)
 {
 	if (!C.attached || C.owner != client_self_pid())
 		return;
-	atomic_store(&C.stale, true);
-	uint64_t deadline = wr_now_ns() + CLIENT_DRAIN_NS;
-	while (!no_calls_in_flight() && wr_now_ns() < deadline)
-		wr_sleep_us(1000);
-	if (!no_calls_in_flight()) {
+	if (!calls_drained(wr_now_ns() + CLIENT_DRAIN_NS)) {
 		wr_log(WR_LOG, "process exits with a call still running on one of its handles");
 		return;
 	}
-	atomic_store(&C.stale, false); /* the backends are still the attachment's */
 	bool healthy = instance_usable();
 	while (C.backends != NULL) /* the handles keep their structs: walrus_close may follow */
 		(void)backend_release(C.backends, healthy);
@@ -1000,7 +1143,21 @@ static void exit_detach(void)
 static void exit_hook(void)
 {
 	client_backend_use(NULL); /* see client_open */
-	client_lock();
+	atomic_store(&C.exiting, client_self_pid());
+	/* Another thread may be inside an open, which holds the mutex while it
+	 * talks to the supervisor: wait for it a moment, not forever. */
+	struct timespec until;
+	uint64_t ns;
+	if (clock_gettime(CLOCK_REALTIME, &until) != 0)
+		return;
+	ns = (uint64_t)until.tv_nsec + CLIENT_DRAIN_NS;
+	until.tv_sec += (time_t)(ns / 1000000000ULL);
+	until.tv_nsec = (long)(ns % 1000000000ULL);
+	if (pthread_mutex_timedlock(&C.mu, &until) != 0) {
+		wr_log(WR_LOG, "process exits while another thread opens a database: not detached");
+		return;
+	}
+	mu_held = true;
 	jmp_buf jb;
 	if (setjmp(jb) == 0) {
 		client_enter(&jb);

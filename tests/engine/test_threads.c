@@ -2,7 +2,8 @@
  * test_threads.c - handles as backends in threads: many threads of one
  * process, each with its own handle, beside other processes; a handle used
  * by two threads at once; handles inherited through fork(); opens and
- * closes racing; a normal exit without closing; durable writes by default;
+ * closes racing; a normal exit without closing, beside calls and opens of
+ * other threads; threads that end without closing; durable writes by default;
  * compaction in one thread beside workers in others.
  *
  * The instance must never restart in any of them: every case ends by
@@ -12,6 +13,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -662,6 +664,186 @@ START_TEST(exit_without_close_is_no_crash)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- exit beside calls */
+
+#define EXIT_THREADS 16
+#define EXIT_ROUNDS  12
+
+typedef struct getter {
+	walrus *db;
+	_Atomic long calls;
+} getter;
+
+/*
+ * Gets until the process exits under it.  A call that begins once exit()
+ * has begun must fail cleanly (ESHUTDOWN), never reach freed state: any
+ * other answer ends the process with status 3.
+ */
+static void *get_until_exit(void *arg)
+{
+	getter *g = arg;
+	char v[8];
+	size_t vlen;
+	for (;;) {
+		int rc = walrus_get_into(g->db, "exit-k", 6, v, sizeof(v), &vlen);
+		if (rc != WALRUS_OK && rc != WALRUS_ESHUTDOWN)
+			_exit(3);
+		atomic_fetch_add(&g->calls, 1);
+	}
+	return NULL;
+}
+
+static int exits_beside_getters(void *arg)
+{
+	(void)arg;
+	static getter g[EXIT_THREADS];
+	pthread_t t;
+	for (int i = 0; i < EXIT_THREADS; i++) {
+		g[i].db = open_quiet();
+		TU_CHILD_CHECK(g[i].db != NULL);
+		atomic_store(&g[i].calls, 0);
+	}
+	TU_CHILD_CHECK(walrus_put(g[0].db, "exit-k", 6, "v", 1, 0) == WALRUS_OK);
+	for (int i = 0; i < EXIT_THREADS; i++)
+		TU_CHILD_CHECK(pthread_create(&t, NULL, get_until_exit, &g[i]) == 0);
+	for (int i = 0; i < EXIT_THREADS; i++)
+		while (atomic_load(&g[i].calls) < 50)
+			sched_yield();
+	exit(0); /* every thread is in or between gets */
+}
+
+/* No line of the instance's log says a process ended without detaching. */
+static void log_has_no_crash(void)
+{
+	char path[4200], line[1024];
+	snprintf(path, sizeof(path), "%s/log/walrus.log", dir);
+	FILE *f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f) != NULL)
+		ck_assert_msg(strstr(line, "ended without detaching") == NULL &&
+		                  strstr(line, "PANIC") == NULL,
+		              "%s", line);
+	fclose(f);
+}
+
+START_TEST(exit_with_threads_inside_calls)
+{
+	walrus *db = tu_open(dir, test_opts());
+	long restarts = crash_restarts(db);
+	for (int r = 0; r < EXIT_ROUNDS; r++)
+		ck_assert_msg(tu_wait(tu_fork(exits_beside_getters, NULL)) == 0,
+		              "round %d: the exiting process did not end with status 0", r);
+	ck_assert_int_eq(crash_restarts(db), restarts);
+	log_has_no_crash();
+	tu_close_and_wait(db);
+}
+END_TEST
+
+static void *open_close_until_exit(void *arg)
+{
+	_Atomic long *opens = arg;
+	walrus_opts *o = tu_instance_opts("100ms", "2MB");
+	for (;;) {
+		walrus *db = NULL;
+		if (walrus_open(dir, o, &db) == WALRUS_OK) { /* refused once exit began */
+			atomic_fetch_add(opens, 1);
+			(void)walrus_close(db);
+		}
+	}
+	return NULL;
+}
+
+/* exit() while another thread opens and closes: the exit ends, and detaches. */
+static int exits_beside_an_opener(void *arg)
+{
+	(void)arg;
+	static _Atomic long opens;
+	walrus *db = open_quiet();
+	TU_CHILD_CHECK(db != NULL);
+	pthread_t t;
+	TU_CHILD_CHECK(pthread_create(&t, NULL, open_close_until_exit, &opens) == 0);
+	while (atomic_load(&opens) < 20)
+		sched_yield();
+	exit(0);
+}
+
+START_TEST(exit_while_another_thread_opens)
+{
+	walrus *db = tu_open(dir, test_opts());
+	long restarts = crash_restarts(db);
+	for (int r = 0; r < EXIT_ROUNDS; r++)
+		ck_assert_msg(tu_wait(tu_fork(exits_beside_an_opener, NULL)) == 0,
+		              "round %d: the exiting process did not end with status 0", r);
+	ck_assert_int_eq(crash_restarts(db), restarts);
+	log_has_no_crash();
+	tu_close_and_wait(db);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- threads that end */
+
+#define PARK_MAX 6 /* max_connections of the case */
+
+typedef struct opener_thread {
+	walrus *db;
+	int n, rc;
+	char why[256];
+} opener_thread;
+
+static void *open_put_and_end(void *arg)
+{
+	opener_thread *o = arg;
+	walrus_opts *opts = tu_instance_opts("100ms", "2MB");
+	o->rc = walrus_open(dir, opts, &o->db);
+	walrus_opts_free(opts);
+	if (o->rc == WALRUS_OK) {
+		char k[16];
+		snprintf(k, sizeof(k), "park%02d", o->n);
+		o->rc = walrus_put(o->db, k, strlen(k), "v", 1, 0);
+	}
+	snprintf(o->why, sizeof(o->why), "%s", walrus_errmsg());
+	return NULL; /* without walrus_close */
+}
+
+/*
+ * Threads that each open a handle, write, and end without closing it: three
+ * times as many as there are slots.  Each ended thread's handle gives its
+ * slot back, so every open succeeds; a handle whose thread ended still
+ * works from another thread, and closes.
+ */
+START_TEST(ended_threads_give_their_slots_back)
+{
+	walrus_opts *o = tu_instance_opts("100ms", "2MB");
+	char mc[8];
+	snprintf(mc, sizeof(mc), "%d", PARK_MAX);
+	ck_assert_int_eq(walrus_opts_set(o, "max_connections", mc), WALRUS_OK);
+	walrus *db = tu_open(dir, o);
+	opener_thread th[3 * PARK_MAX];
+	for (int i = 0; i < 3 * PARK_MAX; i++) {
+		pthread_t t;
+		th[i] = (opener_thread){.n = i};
+		ck_assert_int_eq(pthread_create(&t, NULL, open_put_and_end, &th[i]), 0);
+		ck_assert_int_eq(pthread_join(t, NULL), 0);
+		ck_assert_msg(th[i].rc == WALRUS_OK, "thread %d: %d %s", i, th[i].rc, th[i].why);
+	}
+	char v[8];
+	size_t vlen;
+	for (int i = 0; i < 3 * PARK_MAX; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "park%02d", i);
+		ck_assert_int_eq(walrus_get_into(db, k, strlen(k), v, sizeof(v), &vlen), WALRUS_OK);
+	}
+	/* Two ended threads' handles used here: each takes a slot again. */
+	ck_assert_int_eq(walrus_put(th[0].db, "park-again", 10, "1", 1, 0), WALRUS_OK);
+	ck_assert_int_eq(walrus_get_into(th[1].db, "park-again", 10, v, sizeof(v), &vlen),
+	                 WALRUS_OK);
+	for (int i = 0; i < 3 * PARK_MAX; i++)
+		ck_assert_int_eq(walrus_close(th[i].db), WALRUS_OK);
+	ck_assert_int_eq(walrus_verify(db, NULL, NULL), WALRUS_OK);
+	tu_close_and_wait(db);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- durable by default */
 
 START_TEST(flags_zero_is_durable_by_default)
@@ -700,6 +882,9 @@ static Suite *threads_suite(void)
 	tcase_add_test(tc, open_close_races_with_a_handle_held);
 	tcase_add_test(tc, open_close_races_attaching);
 	tcase_add_test(tc, exit_without_close_is_no_crash);
+	tcase_add_test(tc, exit_with_threads_inside_calls);
+	tcase_add_test(tc, exit_while_another_thread_opens);
+	tcase_add_test(tc, ended_threads_give_their_slots_back);
 	tcase_add_test(tc, flags_zero_is_durable_by_default);
 	tcase_add_test(tc, compaction_beside_worker_threads);
 	tcase_add_test(tc, mapped_reads_beside_worker_threads);
