@@ -96,6 +96,7 @@ enum walrus_error {
 	WALRUS_EMISUSE = -19,     /* a handle used by two threads at once, or after fork() */
 	WALRUS_ENOTRUNNING = -20, /* walrus_stop: no instance serves the directory */
 	WALRUS_EREADONLY = -21,   /* a standby in recovery: writes go to its primary */
+	WALRUS_EINTR = -22,       /* stopped by walrus_interrupt(); nothing half done kept */
 };
 
 /* A short description of an error code; never NULL. */
@@ -346,12 +347,24 @@ WALRUS_API int walrus_slot_drop(walrus *db, const char *name);
  * for a good one (walrus_restore and walrus_open refuse it).  One backup at
  * a time per instance (WALRUS_EBUSY).  @progress (may be NULL) is called
  * after each chunk copied (1 MiB) with the bytes done and the total known
- * so far, in the calling thread.  Takes the handle for its whole duration.
+ * so far, in the calling thread.  The handle is taken by the steps that
+ * talk to the instance (begin, end record, release), not while files are
+ * copied: other threads may call on it meanwhile.  A backup ends with its
+ * process: if the process exits or dies during it, the instance cancels
+ * it (no forced full-page images, no WAL kept for it).  walrus_interrupt()
+ * stops it between two chunks: WALRUS_EINTR, DEST left incomplete.
  */
 typedef void (*walrus_progress_fn)(uint64_t done_bytes, uint64_t total_bytes, void *arg);
 #define WALRUS_BACKUP_FAST 0x1 /* an immediate checkpoint, not a spread one */
 WALRUS_API int walrus_backup(walrus *db, const char *dest, int flags, walrus_progress_fn progress,
                              void *arg);
+/*
+ * Asks the long calls running in this process to stop at their next step
+ * and return WALRUS_EINTR (now: walrus_backup).  A call that begins after
+ * it is not affected.  Async-signal-safe: meant for a SIGINT handler, as
+ * sqlite3_interrupt is.
+ */
+WALRUS_API void walrus_interrupt(void);
 /*
  * Restores the base backup @backup into @newdir (must not exist or be
  * empty) and recovers it: WAL after the backup is taken from @wal_archive

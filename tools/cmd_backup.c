@@ -8,6 +8,7 @@
 
 #include <ftw.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,40 @@ static const char usage[] =
     "  --verify    restore the backup into a scratch directory beside DEST, run\n"
     "              `walrus verify` on it, remove it (exit 2 on damage)\n\n"
     "Restore with: walrus restore --from DEST [--wal-archive DIR] NEWDIR\n"
-    "Exit codes: 0 done, 2 usage or damage found by --verify, 3 engine error.\n";
+    "SIGINT, SIGTERM or SIGHUP stop the copy and end the backup on the instance\n"
+    "(a second one kills at once).\n"
+    "Exit codes: 0 done, 2 usage or damage found by --verify, 3 engine error,\n"
+    "128+N stopped by signal N.\n";
+
+/*
+ * Ctrl-C during the copy: the backup is stopped through walrus_interrupt
+ * and ended on the instance, rather than the process dying attached (which
+ * restarts the instance for every client).  SA_RESETHAND: a second signal
+ * kills.
+ */
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+static struct sigaction old_actions[WR_ARRAY_LEN(stop_signals)];
+static volatile sig_atomic_t stopped_by;
+
+static void on_stop_signal(int sig)
+{
+	stopped_by = sig;
+	walrus_interrupt();
+}
+
+static void catch_stop_signals(bool on)
+{
+	for (size_t i = 0; i < WR_ARRAY_LEN(stop_signals); i++) {
+		if (on) {
+			struct sigaction sa = {.sa_handler = on_stop_signal,
+			                       .sa_flags = SA_RESETHAND | SA_RESTART};
+			(void)sigemptyset(&sa.sa_mask);
+			(void)sigaction(stop_signals[i], &sa, &old_actions[i]);
+		} else {
+			(void)sigaction(stop_signals[i], &old_actions[i], NULL);
+		}
+	}
+}
 
 typedef struct progress_state {
 	uint64_t t0_ns, last_ns, done;
@@ -145,7 +179,16 @@ int cmd_backup(tool_ctx *ctx, int argc, char **argv)
 	if (show)
 		fprintf(stderr, "backup: waiting for a %s checkpoint\n",
 		        flags & WALRUS_BACKUP_FAST ? "fast" : "spread");
+	catch_stop_signals(true);
 	int e = walrus_backup(db, dest, flags, show ? on_progress : NULL, &p);
+	catch_stop_signals(false);
+	if (e == WALRUS_EINTR) { /* a signal after the copy ended: the backup is complete */
+		int sig = stopped_by;
+		fprintf(stderr, "walrus backup: stopped by signal %d; \"%s\" is incomplete\n", sig,
+		        dest);
+		walrus_close(db);
+		return 128 + sig;
+	}
 	if (e != WALRUS_OK) {
 		int code = tool_fail(e, "backup");
 		walrus_close(db);

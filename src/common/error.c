@@ -67,6 +67,8 @@ const char *walrus_strerror(int code)
 		return "no instance is running";
 	case WALRUS_EREADONLY:
 		return "read-only: the instance is a standby";
+	case WALRUS_EINTR:
+		return "interrupted (walrus_interrupt)";
 	}
 	return "unknown error";
 }

@@ -82,7 +82,7 @@ static int step_begin(backup_state *b)
 	if (rc == WALRUS_OK)
 		rc = wal_control_read(b->src, &b->ctl);
 	if (rc != WALRUS_OK) {
-		wal_backup_end();
+		(void)wal_backup_end_for((uint32_t)getpid());
 		b->begun = false;
 		return rc;
 	}
@@ -102,17 +102,18 @@ static wr_lsn backup_end_record(wr_lsn start)
 
 static int step_end_record(backup_state *b)
 {
-	if (wal_backup_keep_lsn() == 0)
+	if (!wal_backup_held_by((uint32_t)getpid()))
 		return wr_error(WALRUS_ERESTART,
-		                "walrus_backup: the instance restarted during the "
-		                "backup (full-page images were not forced throughout)");
+		                "walrus_backup: the backup was cancelled by the instance (a "
+		                "restart, or this process detached): full-page images were not "
+		                "forced throughout");
 	b->end = backup_end_record(b->start);
 	return WALRUS_OK;
 }
 
 static int step_release(backup_state *b)
 {
-	wal_backup_end();
+	(void)wal_backup_end_for((uint32_t)getpid()); /* not one begun by another since */
 	b->begun = false;
 	return WALRUS_OK;
 }
@@ -262,9 +263,13 @@ static int run_backup(walrus *db, backup_state *b)
 	       WAL_LSN_ARGS(b->start));
 	rc = copy_data(b);
 	if (rc == WALRUS_OK)
+		rc = fc_interrupted(&b->p);
+	if (rc == WALRUS_OK)
 		rc = in_call(db, step_end_record, b);
 	if (rc == WALRUS_OK)
 		rc = copy_wal(b);
+	if (rc == WALRUS_OK)
+		rc = fc_interrupted(&b->p);
 	if (rc == WALRUS_OK)
 		rc = backup_write_label(b->dest, &b->ctl, b->start, b->end, b->start_time_us);
 	if (rc == WALRUS_OK)
@@ -292,6 +297,8 @@ int walrus_backup(walrus *db, const char *dest, int flags, walrus_progress_fn pr
 	b->fast = (flags & WALRUS_BACKUP_FAST) != 0;
 	b->p.fn = progress;
 	b->p.arg = arg;
+	b->p.interruptible = true;
+	b->p.interrupts0 = fc_interrupts();
 	b->start_time_us = wr_wall_us();
 	if (!wr_snprintf(b->dest, sizeof(b->dest), "%s", dest)) {
 		free(b);

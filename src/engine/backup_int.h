@@ -32,7 +32,14 @@ typedef struct fc_progress {
 	walrus_progress_fn fn; /* may be NULL */
 	void *arg;
 	uint64_t done, total;
+	bool interruptible; /* walrus_interrupt() since @interrupts0 stops the copy */
+	unsigned interrupts0;
 } fc_progress;
+
+/* walrus_interrupt()'s count in this process (api.c). */
+unsigned fc_interrupts(void);
+/* WALRUS_EINTR when walrus_interrupt() was called since @p began; OK otherwise. */
+int fc_interrupted(const fc_progress *p);
 
 /*
  * Copies @from into the new file @to (O_EXCL), fsynced and closed.  At most

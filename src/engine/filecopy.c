@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -73,6 +74,26 @@ static int sync_close(int fd, const char *path)
 	return rc;
 }
 
+static _Atomic unsigned interrupts;
+
+/* A lock-free atomic add: async-signal-safe. */
+void walrus_interrupt(void)
+{
+	atomic_fetch_add(&interrupts, 1);
+}
+
+unsigned fc_interrupts(void)
+{
+	return atomic_load(&interrupts);
+}
+
+int fc_interrupted(const fc_progress *p)
+{
+	if (p == NULL || !p->interruptible || atomic_load(&interrupts) == p->interrupts0)
+		return WALRUS_OK;
+	return wr_error(WALRUS_EINTR, "interrupted (walrus_interrupt)");
+}
+
 static void progress_add(fc_progress *p, uint64_t n)
 {
 	if (p == NULL)
@@ -94,6 +115,8 @@ static int copy_fd(int in, int out, const char *from, const char *to, uint64_t l
 	int rc = WALRUS_OK;
 	while (rc == WALRUS_OK && copied < limit) {
 		if (fp_point != NULL && (rc = fc_failpoint(fp_point, from)) != WALRUS_OK)
+			break;
+		if ((rc = fc_interrupted(p)) != WALRUS_OK)
 			break;
 		size_t want =
 		    limit - copied < BACKUP_CHUNK ? (size_t)(limit - copied) : BACKUP_CHUNK;

@@ -709,12 +709,21 @@ static void answer_pending(void)
 			answer_attach(&S.conns[i]);
 }
 
+/*
+ * The process of @c detached or ended: its slot is free again, and a base
+ * backup it was taking is cancelled (walrus_backup copies files between its
+ * calls: a process may leave then, and forced full-page images and kept WAL
+ * must not outlive it, as for a WAL sender).
+ */
 static void release_slot(sup_conn *c)
 {
 	if (c->slot >= 0 && c->gen == S.generation && shm_hdr() != NULL) {
 		wr_proc *p = &engine_procs()[c->slot];
 		atomic_store(&p->pid, 0);
 		p->kind = WR_PROC_FREE;
+		if (wal_backup_end_for((uint32_t)c->pid))
+			wr_log(WR_LOG, "process %d %s during a base backup: the backup is cancelled",
+			       (int)c->pid, c->detached ? "detached" : "ended");
 	}
 	c->slot = -1;
 }

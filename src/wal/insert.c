@@ -430,21 +430,21 @@ int wal_backup_begin(wr_lsn keep, uint32_t holder_pid)
 	return WALRUS_OK;
 }
 
-void wal_backup_end(void)
-{
-	atomic_store(&wal_sh->backup_keep, 0);
-	atomic_store(&wal_sh->backup_holder, 0);
-	atomic_store(&wal_sh->backup_running, 0);
-}
-
 bool wal_backup_end_for(uint32_t holder_pid)
 {
-	/* The holder is dead: nobody else ends its backup, nor begins one before it ends. */
-	if (wal_sh == NULL || holder_pid == 0 || !atomic_load(&wal_sh->backup_running) ||
-	    atomic_load(&wal_sh->backup_holder) != holder_pid)
+	/* Taking the holder word first: a backup another process began since is not ended. */
+	uint32_t h = holder_pid;
+	if (wal_sh == NULL || holder_pid == 0 ||
+	    !atomic_compare_exchange_strong(&wal_sh->backup_holder, &h, 0))
 		return false;
-	wal_backup_end();
+	atomic_store(&wal_sh->backup_keep, 0);
+	atomic_store(&wal_sh->backup_running, 0);
 	return true;
+}
+
+bool wal_backup_held_by(uint32_t pid)
+{
+	return wal_sh != NULL && pid != 0 && atomic_load(&wal_sh->backup_holder) == pid;
 }
 
 wr_lsn wal_backup_keep_lsn(void)

@@ -520,7 +520,7 @@ int wal_history_write(const char *waldir, const wal_history *parent, uint32_t ch
 /* ---------------------------------------------------------------- backups and archiving hooks */
 
 /*
- * A base backup runs between wal_backup_begin and wal_backup_end: meanwhile
+ * A base backup runs between wal_backup_begin and wal_backup_end_for: meanwhile
  * every page's first change after the redo point carries a full image even
  * with full_page_writes=off (the copy may read torn pages), and no segment
  * at or after @keep is recycled.  One at a time: WALRUS_EBUSY otherwise.
@@ -530,11 +530,13 @@ int wal_history_write(const char *waldir, const wal_history *parent, uint32_t ch
  * restart (wal_backup_end_for).
  */
 int wal_backup_begin(wr_lsn keep, uint32_t holder_pid);
-void wal_backup_end(void);
 wr_lsn wal_backup_keep_lsn(void); /* 0: no backup running */
-/* The supervisor, when it reaps process @pid: ends the backup it held, if any
- * (a WAL sender killed during a base backup it was sending).  True if it did. */
+/* Ends the backup process @pid holds, if any: the holder's own release, and
+ * the supervisor's when that process ends or detaches (a backup never
+ * outlives its process).  True if it did. */
 bool wal_backup_end_for(uint32_t holder_pid);
+/* Whether process @pid holds the running backup (not one that replaced its own). */
+bool wal_backup_held_by(uint32_t pid);
 
 /*
  * Ends the current segment: inserts an XLOG_SWITCH record, moves the insert

@@ -1,7 +1,7 @@
 """What the base backup tests share (tests/backup): the durability suites'
 helpers (tests/durability/wtest.py: instances, cleanup on every path) and
 running `walrus backup` / `walrus restore`."""
-import os, re, subprocess, sys
+import json, os, re, subprocess, sys
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,6 +33,12 @@ def must(r, what):
 def label(dest):
     with open(os.path.join(dest, "backup_label")) as f:
         return dict(re.findall(r"^(\w+) = (.*)$", f.read(), re.M))
+
+
+def stats(w):
+    r = w.run("stats", "--json", timeout=60)
+    check(r.returncode == 0, f"walrus stats: {r.stderr.decode(errors='replace')}")
+    return json.loads(r.stdout)
 
 
 def lsn(s):

@@ -6,6 +6,10 @@
     DEST keeps walrus.backup-incomplete, `walrus restore` and opening DEST
     refuse it, the source restarts from the dead client and keeps every
     acknowledged key and takes writes, and a new backup of it succeeds;
+  - Ctrl-C on `walrus backup` while it copies (held there by
+    backup:STOP:copy-data, then SIGINT and SIGCONT): it exits 130 saying
+    DEST is incomplete, the source does not restart (the process ended its
+    backup and detached) and the next backup is not refused;
   - an I/O error while copying (backup:EIO:copy-data): the backup fails with
     the error, DEST stays marked, and the next backup is not refused as
     "already running" (the failed one released its hold on the WAL);
@@ -69,6 +73,34 @@ def kill_at(a, root, src, point, n):
     load_keys(src, f"after-{point}-", 20)
 
 
+def ctrl_c(a, root, src):
+    dest = os.path.join(root, "ctrlc")
+    restarts = bk.stats(src)["instance"]["crash_restarts"]
+    since = src.log_size()
+    p = subprocess.Popen(src.argv("backup", dest, "--checkpoint", "fast"),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         env=src.env("backup:STOP:copy-data"))
+    try:
+        check(wtest.wait_for(lambda: wtest.stopped(p.pid), 60),
+              "the backup did not stop before copying a data file")
+        p.send_signal(signal.SIGINT)
+        p.send_signal(signal.SIGCONT)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    err = err.decode(errors="replace")
+    check(p.returncode == 128 + signal.SIGINT and "stopped by signal 2" in err,
+          f"Ctrl-C on walrus backup: exit {p.returncode}: {err.strip()}")
+    check_marked(a, root, dest, "Ctrl-C")
+    check(not src.log_has("ended without detaching", since),
+          f"Ctrl-C on walrus backup restarted the source:\n{src.log_tail(since)}")
+    check(bk.stats(src)["instance"]["crash_restarts"] == restarts, "the source restarted")
+    bk.must(bk.backup(src, os.path.join(root, "after-ctrlc")), "a backup after Ctrl-C")
+    log("Ctrl-C on walrus backup: exit 130, DEST marked, the source kept running")
+
+
 def main(cleanup):
     ap = argparse.ArgumentParser()
     ap.add_argument("--walrus", default=wtest.default_walrus())
@@ -107,6 +139,8 @@ def main(cleanup):
         load_keys(src, f"k{n}-", 200)
         kill_at(a, root, src, point, n)
     log(f"killed at {len(POINTS)} points: DEST marked and refused, the source intact")
+
+    ctrl_c(a, root, src)
 
     dest = os.path.join(root, "eio")
     r = bk.backup(src, dest, failpoints="backup:EIO:copy-data")

@@ -1,0 +1,144 @@
+/*
+ * test_backup_hold.c - a base backup never outlives its process, and
+ * walrus_interrupt stops one: the instance's hold (forced full-page images,
+ * WAL kept) ends when the process that took the backup exits during the
+ * copy, and an interrupted backup ends it itself.  Either way the next
+ * backup is not refused as "already running", and nothing restarts.
+ */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *dir;
+static char dest[4200];
+
+static void setup(void)
+{
+	dir = tu_tmpdir("bkhold");
+}
+
+static walrus *open_db(void)
+{
+	return tu_open(dir, tu_instance_opts("100ms", "2MB"));
+}
+
+static long stat_number(walrus *db, const char *name)
+{
+	char *json = NULL, pat[64];
+	ck_assert_int_eq(walrus_stats(db, &json), WALRUS_OK);
+	snprintf(pat, sizeof(pat), "\"%s\":", name);
+	const char *p = strstr(json, pat);
+	ck_assert_ptr_nonnull(p);
+	long n = strtol(p + strlen(pat), NULL, 10);
+	walrus_free(json);
+	return n;
+}
+
+/* A backup into a new directory under the test's: must succeed (no hold left). */
+static void backup_works(walrus *db, const char *name)
+{
+	char d[4200];
+	snprintf(d, sizeof(d), "%s/%s", dir, name);
+	int rc = walrus_backup(db, d, WALRUS_BACKUP_FAST, NULL, NULL);
+	ck_assert_msg(rc == WALRUS_OK, "backup %s: %d %s", name, rc, walrus_errmsg());
+}
+
+static bool log_has(const char *text)
+{
+	char path[4200], line[1024];
+	snprintf(path, sizeof(path), "%s/log/walrus.log", dir);
+	FILE *f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	bool found = false;
+	while (!found && fgets(line, sizeof(line), f) != NULL)
+		found = strstr(line, text) != NULL;
+	fclose(f);
+	return found;
+}
+
+static void exit_now(uint64_t done, uint64_t total, void *arg)
+{
+	(void)done, (void)total, (void)arg;
+	exit(0); /* inside the copy: between the backup's calls */
+}
+
+static int backup_then_exit(void *arg)
+{
+	(void)arg;
+	walrus_opts *o = walrus_opts_new();
+	TU_CHILD_CHECK(o != NULL);
+	walrus *db = NULL;
+	TU_CHILD_CHECK(walrus_open(dir, o, &db) == WALRUS_OK);
+	walrus_opts_free(o);
+	(void)walrus_backup(db, dest, WALRUS_BACKUP_FAST, exit_now, NULL);
+	return 1; /* not reached: the first chunk's progress exits */
+}
+
+START_TEST(exit_during_the_copy_ends_the_backup)
+{
+	walrus *db = open_db();
+	ck_assert_int_eq(walrus_put(db, "k", 1, "v", 1, 0), WALRUS_OK);
+	long restarts = stat_number(db, "crash_restarts");
+	snprintf(dest, sizeof(dest), "%s/exited", dir);
+	ck_assert_int_eq(tu_wait(tu_fork(backup_then_exit, NULL)), 0);
+	struct stat st;
+	char mark[4300];
+	snprintf(mark, sizeof(mark), "%s/walrus.backup-incomplete", dest);
+	ck_assert_int_eq(stat(mark, &st), 0);
+	backup_works(db, "after-exit");
+	ck_assert(log_has("detached during a base backup: the backup is cancelled"));
+	ck_assert_int_eq(stat_number(db, "crash_restarts"), restarts);
+	tu_close_and_wait(db);
+}
+END_TEST
+
+static void interrupt_once(uint64_t done, uint64_t total, void *arg)
+{
+	(void)done, (void)total;
+	int *n = arg;
+	if ((*n)++ == 0)
+		walrus_interrupt();
+}
+
+START_TEST(interrupt_stops_a_backup)
+{
+	walrus *db = open_db();
+	ck_assert_int_eq(walrus_put(db, "k", 1, "v", 1, 0), WALRUS_OK);
+	/* One before the backup begins does not stop it. */
+	walrus_interrupt();
+	backup_works(db, "before");
+	char d[4200], mark[4300];
+	snprintf(d, sizeof(d), "%s/stopped", dir);
+	int calls = 0;
+	ck_assert_int_eq(walrus_backup(db, d, WALRUS_BACKUP_FAST, interrupt_once, &calls),
+	                 WALRUS_EINTR);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "interrupted"));
+	ck_assert_int_eq(calls, 1); /* stopped at the next chunk */
+	struct stat st;
+	snprintf(mark, sizeof(mark), "%s/walrus.backup-incomplete", d);
+	ck_assert_int_eq(stat(mark, &st), 0);
+	backup_works(db, "after");
+	tu_close_and_wait(db);
+}
+END_TEST
+
+static Suite *hold_suite(void)
+{
+	Suite *s = suite_create("backup-hold");
+	TCase *tc = tcase_create("backup-hold");
+	tcase_add_checked_fixture(tc, setup, NULL);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, exit_during_the_copy_ends_the_backup);
+	tcase_add_test(tc, interrupt_stops_a_backup);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run(hold_suite());
+}
