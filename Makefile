@@ -12,7 +12,7 @@ HOOKS = -Dtest_hooks=true
 hooks_on = @[ ! -f $(1)/build.ninja ] || grep -q '"name": "test_hooks", "value": true' \
 	$(1)/meson-info/intro-buildoptions.json 2>/dev/null || $(MESON_SETUP) $(HOOKS) $(1) >/dev/null
 
-.PHONY: all deps build test asan tsan fuzz demo clean format tidy
+.PHONY: all deps build test asan tsan fuzz demo clean format tidy default
 
 all: build
 
@@ -58,6 +58,14 @@ tsan: deps
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
 		meson test -C $(TSAN_BUILD) --suite threads --print-errorlogs --num-processes 2
 
+# The default configuration, as a packager builds it: `meson setup` with no
+# option (no test hooks, warnings not errors), then its unit suite.
+DEFAULT_BUILD ?= build-default
+default: deps
+	@[ -f $(DEFAULT_BUILD)/build.ninja ] || meson setup $(DEFAULT_BUILD) >/dev/null
+	ninja -C $(DEFAULT_BUILD)
+	meson test -C $(DEFAULT_BUILD) --suite unit --print-errorlogs --num-processes 2
+
 demo: build
 	@sh scripts/demo.sh $(BUILD)
 
@@ -68,4 +76,4 @@ tidy: build
 	clang-tidy -p $(BUILD) --quiet --checks='-*,bugprone-*,-bugprone-easily-swappable-parameters,-bugprone-reserved-identifier' $$(git ls-files 'src/*.c' 'tools/*.c')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) $(DEFAULT_BUILD)
