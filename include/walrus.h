@@ -97,6 +97,8 @@ enum walrus_error {
 	WALRUS_ENOTRUNNING = -20, /* walrus_stop: no instance serves the directory */
 	WALRUS_EREADONLY = -21,   /* a standby in recovery: writes go to its primary */
 	WALRUS_EINTR = -22,       /* stopped by walrus_interrupt(); nothing half done kept */
+	WALRUS_ECONFLICT = -23,   /* a transaction's commit met a concurrent change: retry */
+	WALRUS_ESNAPSHOT = -24,   /* snapshot too old: versions it needs are gone */
 };
 
 /* A short description of an error code; never NULL. */
@@ -295,6 +297,75 @@ WALRUS_API int walrus_iter_valid(const walrus_iter *it); /* 1 on a key, 0 past e
 WALRUS_API void walrus_iter_key(const walrus_iter *it, const void **key, size_t *klen);
 WALRUS_API void walrus_iter_value(const walrus_iter *it, const void **val, size_t *vlen);
 WALRUS_API void walrus_iter_close(walrus_iter *it);
+
+/*
+ * Snapshots.  walrus_snapshot_take returns at once (no copy): every read
+ * through the snapshot sees the store as of one commit, all of a batch or
+ * transaction or none of it, and nothing committed later.  Readers never
+ * block writers, nor writers readers.  While any snapshot lives, writers
+ * keep the values it needs in shared memory (option snapshot_memory; when
+ * it is full, the oldest snapshots lose theirs); with
+ * old_snapshot_threshold set, reads through an older snapshot fail.  Either
+ * way: WALRUS_ESNAPSHOT, and the snapshot stays to be released.
+ *
+ * A snapshot belongs to the handle that took it (the handle rules above
+ * apply): read through it with that handle (another: WALRUS_EMISUSE).
+ * After walrus_close of its handle its reads fail with WALRUS_EMISUSE, and
+ * it must still be released.  Snapshots do not outlive the instance: after
+ * a restart their reads fail with WALRUS_ERESTART, as every call does.  Not
+ * on a standby in recovery yet (WALRUS_EREADONLY).  At most 4096 snapshots
+ * and transactions live at once per instance (WALRUS_ELIMIT).
+ */
+typedef struct walrus_snapshot walrus_snapshot;
+WALRUS_API int walrus_snapshot_take(walrus *db, walrus_snapshot **snap);
+/* Ends it and frees it; its iterators become dead (their calls: EMISUSE). */
+WALRUS_API void walrus_snapshot_release(walrus_snapshot *snap);
+/* walrus_get, walrus_get_into and walrus_iter_open as of @snap. */
+WALRUS_API int walrus_get_at(walrus *db, const walrus_snapshot *snap, const void *key, size_t klen,
+                             void **val, size_t *vlen);
+WALRUS_API int walrus_get_into_at(walrus *db, const walrus_snapshot *snap, const void *key,
+                                  size_t klen, void *buf, size_t cap, size_t *vlen);
+WALRUS_API int walrus_iter_open_at(walrus *db, const walrus_snapshot *snap, const void *lo,
+                                   size_t lolen, const void *hi, size_t hilen, walrus_iter **it);
+
+/*
+ * Transactions (optimistic, as RocksDB's OptimisticTransactionDB).  A
+ * transaction reads as of a snapshot taken at walrus_txn_begin, with its own
+ * writes over it (an iterator sees the writes made before it was opened);
+ * its writes are buffered, and walrus_txn_commit applies them as one atomic
+ * batch with the usual durability (WALRUS_SYNC, WALRUS_ASYNC or 0 for the
+ * handle's synchronous_commit): all or nothing across crashes, on a standby
+ * and in a restore.
+ *
+ * Serializable by default: the commit fails with WALRUS_ECONFLICT, nothing
+ * applied, when a key the transaction read (present or not), a range it
+ * iterated (an insert into it counts: phantoms) or a key it wrote was
+ * changed by a commit after its snapshot; the caller runs it again.  A
+ * transaction that wrote nothing commits at once (its snapshot is one
+ * serial point).  WALRUS_TXN_SNAPSHOT asks for snapshot isolation instead:
+ * only a key it wrote conflicts (write skew is then possible).
+ *
+ * A transaction is used through the handle that began it, one call at a
+ * time.  walrus_txn_commit and walrus_txn_abort end it, whatever they
+ * return; any later call on it (a second commit included) fails with
+ * WALRUS_EMISUSE, as do calls after walrus_close of its handle or in a
+ * child created by fork().  walrus_txn_free frees it (aborting it if open).
+ */
+typedef struct walrus_txn walrus_txn;
+#define WALRUS_TXN_SNAPSHOT 0x1 /* snapshot isolation: write-write conflicts only */
+WALRUS_API int walrus_txn_begin(walrus *db, int flags, walrus_txn **txn);
+WALRUS_API int walrus_txn_get(walrus_txn *txn, const void *key, size_t klen, void **val,
+                              size_t *vlen);
+WALRUS_API int walrus_txn_get_into(walrus_txn *txn, const void *key, size_t klen, void *buf,
+                                   size_t cap, size_t *vlen);
+WALRUS_API int walrus_txn_put(walrus_txn *txn, const void *key, size_t klen, const void *val,
+                              size_t vlen);
+WALRUS_API int walrus_txn_delete(walrus_txn *txn, const void *key, size_t klen);
+WALRUS_API int walrus_txn_iter_open(walrus_txn *txn, const void *lo, size_t lolen, const void *hi,
+                                    size_t hilen, walrus_iter **it);
+WALRUS_API int walrus_txn_commit(walrus_txn *txn, int flags);
+WALRUS_API int walrus_txn_abort(walrus_txn *txn);
+WALRUS_API void walrus_txn_free(walrus_txn *txn);
 
 /*
  * Returns once every write acknowledged so far, by any process of the

@@ -188,6 +188,8 @@ typedef struct wr_options {
 	int64_t wal_writer_delay_us;
 	bool full_page_writes;
 	bool mmap_reads; /* kv gets read unpooled leaves through a file mapping */
+	int64_t snapshot_memory;           /* bytes: the version store of snapshots (kv) */
+	int64_t old_snapshot_threshold_us; /* 0: snapshots never expire */
 	bool synchronous_commit;
 	int64_t commit_gather_us; /* group commit: how long a leader may wait for committers */
 	/* checkpoints */

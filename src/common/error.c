@@ -69,6 +69,10 @@ const char *walrus_strerror(int code)
 		return "read-only: the instance is a standby";
 	case WALRUS_EINTR:
 		return "interrupted (walrus_interrupt)";
+	case WALRUS_ECONFLICT:
+		return "transaction conflict: nothing applied, retry";
+	case WALRUS_ESNAPSHOT:
+		return "snapshot too old";
 	}
 	return "unknown error";
 }

@@ -68,6 +68,12 @@ static const wr_opt_desc opt_table[] = {
     OPT("mmap_reads", WR_OPT_BOOL, INST, mmap_reads, "off", 0, 0, NULL,
         "gets read leaves the pool does not hold through a mapping of the data file "
         "(walrus then handles SIGBUS in the process)"),
+    OPT("snapshot_memory", WR_OPT_SIZE, INST, snapshot_memory, "32MB", 256 * KB, 64 * GB, NULL,
+        "shared memory for the old versions live snapshots and transactions need; when "
+        "full, the oldest snapshots are invalidated"),
+    OPT("old_snapshot_threshold", WR_OPT_TIME, INST, old_snapshot_threshold_us, "0", 0, 30 * DAY,
+        NULL, "reads through a snapshot older than this fail, and its versions may go "
+        "(0: no limit)"),
     OPT("max_open_files", WR_OPT_INT, INST, max_open_files, "1000", 8, 1000000, NULL,
         "file descriptors each process keeps open in its fd cache"),
     OPT("data_segment_size", WR_OPT_SIZE, INST, data_segment_size, "1GB", 64 * KB, 1 * GB, NULL,
@@ -185,6 +191,8 @@ static const struct opt_rule opt_rules[] = {
     {.name = "bgwriter_delay", .plain_unit = MS},
     {.name = "checkpoint_timeout", .plain_unit = SEC},
     {.name = "checkpoint_warning", .plain_unit = SEC},
+    {.name = "old_snapshot_threshold", .plain_unit = SEC},
+    {.name = "snapshot_memory", .multiple = 8},
     {.name = "supervisor_linger", .plain_unit = SEC},
     {.name = "archive_timeout", .plain_unit = SEC},
     {.name = "wal_sender_timeout", .plain_unit = MS},

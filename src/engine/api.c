@@ -3,7 +3,7 @@
  * a database.  A handle is a backend (engine.h, client_open); the handles of
  * one process share its attachment, which goes with the last of them.
  */
-#include "engine/engine.h"
+#include "engine/api_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +15,13 @@ struct walrus {
 	uint32_t magic;
 	bool sync_default; /* its synchronous_commit: what flags 0 means */
 	client_backend *be;
+	api_owned owned; /* its snapshots and transactions (api_txn.c) */
 };
+
+api_owned *api_handle_owned(walrus *db)
+{
+	return &db->owned;
+}
 
 int walrus_open(const char *dir, const walrus_opts *opts, walrus **db)
 {
@@ -70,6 +76,11 @@ int walrus_close(walrus *db)
 	int rc = client_call_begin(be);
 	if (rc == WALRUS_EMISUSE && !client_backend_inherited(be))
 		return rc; /* another thread is inside a call on it: closing would pull it away */
+	/* Its snapshots' registrations go while the handle still holds the instance. */
+	if (rc == WALRUS_OK)
+		api_txn_orphan_all(db, true);
+	else
+		api_txn_orphan_all(db, false);
 	if (rc == WALRUS_OK)
 		client_call_end(be);
 	wr_error_clear();

@@ -4,7 +4,7 @@
  * longjmps back to its boundary, so the application's process never
  * aborts: the call returns WALRUS_EPANIC and the instance restarts.
  */
-#include "engine/engine.h"
+#include "engine/api_int.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -18,39 +18,7 @@ struct walrus_batch {
 	kv_batch *kb;
 };
 
-struct walrus_iter {
-	walrus *db;
-	kv_iter *it;
-	const kv_iter_cur *cur; /* the entry @it is on, read without a call per key */
-};
-
-/*
- * Runs @body inside the handle's call (claimed for this thread, its backend
- * current) and a fresh PANIC boundary.  A macro because setjmp must be
- * called in the frame that stays alive.
- */
-#define API_CALL(db, fn, body)                                                                     \
-	do {                                                                                       \
-		wr_error_clear();                                                                  \
-		walrus *db_ = (db);                                                                \
-		int rc_ = api_call_begin(db_, (fn));                                               \
-		if (rc_ != WALRUS_OK)                                                              \
-			return rc_;                                                                \
-		jmp_buf jb_;                                                                       \
-		if (setjmp(jb_)) {                                                                 \
-			client_leave();                                                            \
-			rc_ = client_panicked();                                                   \
-			api_call_end(db_);                                                         \
-			return rc_;                                                                \
-		}                                                                                  \
-		client_enter(&jb_);                                                                \
-		rc_ = (body);                                                                      \
-		client_leave();                                                                    \
-		api_call_end(db_);                                                                 \
-		return rc_;                                                                        \
-	} while (0)
-
-static int check_flags(int flags, const char *fn)
+int api_check_flags(int flags, const char *fn)
 {
 	if (flags & ~(WALRUS_SYNC | WALRUS_ASYNC))
 		return wr_error(WALRUS_EINVAL, "%s: unknown flags 0x%x", fn, (unsigned)flags);
@@ -59,25 +27,9 @@ static int check_flags(int flags, const char *fn)
 	return WALRUS_OK;
 }
 
-/*
- * An expression, not a variable: nothing local lives across the setjmp.
- * No flag: the handle's synchronous_commit decides (on by default).
- */
-#define DURABILITY(db, flags)                                                                      \
-	((flags)&WALRUS_SYNC    ? KV_SYNC                                                          \
-	 : (flags)&WALRUS_ASYNC ? KV_ASYNC                                                         \
-	 : api_sync_default(db) ? KV_SYNC                                                          \
-	                        : KV_ASYNC)
-
-/* A read-only instance (a full disk, reserve.c) writes no WAL: nothing is acknowledged. */
-#define NOT_FULL(fn, call) (atomic_load(&engine_sh()->read_only) ? reserve_refuse(fn) : (call))
-/* A standby in recovery takes reads only: its WAL is its primary's. */
-#define WRITABLE(fn, call)                                                                         \
-	(atomic_load(&engine_sh()->sb.active) ? standby_refuse(fn) : NOT_FULL(fn, call))
-
 int walrus_put(walrus *db, const void *key, size_t klen, const void *val, size_t vlen, int flags)
 {
-	int rc = check_flags(flags, "walrus_put");
+	int rc = api_check_flags(flags, "walrus_put");
 	if (rc != WALRUS_OK)
 		return rc;
 	API_CALL(db, "walrus_put",
@@ -102,7 +54,7 @@ int walrus_get_into(walrus *db, const void *key, size_t klen, void *buf, size_t 
 
 int walrus_delete(walrus *db, const void *key, size_t klen, int flags)
 {
-	int rc = check_flags(flags, "walrus_delete");
+	int rc = api_check_flags(flags, "walrus_delete");
 	if (rc != WALRUS_OK)
 		return rc;
 	API_CALL(db, "walrus_delete",
@@ -163,7 +115,7 @@ void walrus_batch_free(walrus_batch *b)
 
 int walrus_batch_commit(walrus *db, walrus_batch *b, int flags)
 {
-	int rc = check_flags(flags, "walrus_batch_commit");
+	int rc = api_check_flags(flags, "walrus_batch_commit");
 	if (rc == WALRUS_OK && b == NULL)
 		rc = wr_error(WALRUS_EINVAL, "walrus_batch_commit: batch is NULL");
 	if (rc != WALRUS_OK)
@@ -200,8 +152,13 @@ int walrus_iter_open(walrus *db, const void *lo, size_t lolen, const void *hi, s
 
 static int iter_ready(const walrus_iter *it, const char *fn)
 {
-	if (it == NULL || it->it == NULL)
+	if (it == NULL || (it->it == NULL && it->vit == NULL))
 		return wr_error(WALRUS_EINVAL, "%s: not an open iterator", fn);
+	if (it->dead)
+		return wr_error(WALRUS_EMISUSE,
+		                "%s: the snapshot or transaction this iterator reads through has "
+		                "ended",
+		                fn);
 	return WALRUS_OK;
 }
 
@@ -210,7 +167,8 @@ int walrus_iter_seek(walrus_iter *it, const void *key, size_t klen)
 	int rc = iter_ready(it, "walrus_iter_seek");
 	if (rc != WALRUS_OK)
 		return rc;
-	API_CALL(it->db, "walrus_iter_seek", kv_iter_seek(it->it, key, klen));
+	API_CALL(it->db, "walrus_iter_seek",
+	         it->vit ? kv_viter_seek(it->vit, key, klen) : kv_iter_seek(it->it, key, klen));
 }
 
 int walrus_iter_seek_last(walrus_iter *it)
@@ -218,7 +176,8 @@ int walrus_iter_seek_last(walrus_iter *it)
 	int rc = iter_ready(it, "walrus_iter_seek_last");
 	if (rc != WALRUS_OK)
 		return rc;
-	API_CALL(it->db, "walrus_iter_seek_last", kv_iter_seek_last(it->it));
+	API_CALL(it->db, "walrus_iter_seek_last",
+	         it->vit ? kv_viter_seek_last(it->vit) : kv_iter_seek_last(it->it));
 }
 
 /*
@@ -234,6 +193,8 @@ int walrus_iter_next(walrus_iter *it)
 	int rc = iter_ready(it, "walrus_iter_next");
 	if (rc != WALRUS_OK)
 		return rc;
+	if (it->vit != NULL)
+		API_CALL(it->db, "walrus_iter_next", kv_viter_next(it->vit));
 	if (kv_iter_next_local(it->it))
 		return WALRUS_OK;
 	API_CALL(it->db, "walrus_iter_next", kv_iter_next(it->it));
@@ -244,7 +205,8 @@ int walrus_iter_prev(walrus_iter *it)
 	int rc = iter_ready(it, "walrus_iter_prev");
 	if (rc != WALRUS_OK)
 		return rc;
-	API_CALL(it->db, "walrus_iter_prev", kv_iter_prev(it->it));
+	API_CALL(it->db, "walrus_iter_prev",
+	         it->vit ? kv_viter_prev(it->vit) : kv_iter_prev(it->it));
 }
 
 /*
@@ -254,7 +216,7 @@ int walrus_iter_prev(walrus_iter *it)
  */
 int walrus_iter_valid(const walrus_iter *it)
 {
-	return it != NULL && it->cur != NULL && it->cur->valid;
+	return it != NULL && !it->dead && it->cur != NULL && it->cur->valid;
 }
 
 void walrus_iter_key(const walrus_iter *it, const void **key, size_t *klen)
@@ -277,6 +239,9 @@ void walrus_iter_close(walrus_iter *it)
 		return;
 	if (it->it != NULL)
 		kv_iter_close(it->it);
+	if (it->vit != NULL)
+		kv_viter_close(it->vit);
+	api_iter_unlink(it);
 	free(it);
 }
 

@@ -926,8 +926,8 @@ static void park_arm(void)
 	if (WR_LIKELY(park_armed))
 		return;
 	(void)pthread_once(&park_once, park_key_create);
-	park_armed = atomic_load(&park_key_made) &&
-	             pthread_setspecific(park_key, &thread_token) == 0;
+	park_armed =
+	    atomic_load(&park_key_made) && pthread_setspecific(park_key, &thread_token) == 0;
 }
 
 /* Under C.mu, with @b claimed by this thread: gives its slot back. */
@@ -970,8 +970,9 @@ static int unpark(client_backend *b)
 	else if (atomic_load(&b->parked)) {
 		if (!C.attached || C.owner != client_self_pid() || b->generation != C.generation ||
 		    atomic_load(&C.stale))
-			rc = wr_error(WALRUS_ERESTART, "the instance restarted since this handle was "
-			                               "opened; close and reopen the database");
+			rc = wr_error(WALRUS_ERESTART,
+			              "the instance restarted since this handle was "
+			              "opened; close and reopen the database");
 		else if ((rc = backend_fill(b)) == WALRUS_OK)
 			atomic_store(&b->parked, false);
 	}

@@ -342,6 +342,26 @@ static void stats_kv(jbuf *j)
 	jb_close(j);
 }
 
+/* Snapshots and the versions held for them (kv_mvcc.c). */
+static void stats_snapshots(jbuf *j)
+{
+	kv_mv_stats m;
+	kv_mv_get_stats(&m);
+	jb_open(j, "snapshots");
+	jb_u64(j, "live", m.snapshots);
+	jb_dbl(j, "oldest_age_s", (double)m.oldest_age_us / 1e6);
+	jb_u64(j, "csn", m.csn);
+	jb_u64(j, "horizon", m.horizon);
+	jb_u64(j, "versions", m.versions);
+	jb_u64(j, "version_bytes", m.version_bytes);
+	jb_u64(j, "memory_bytes", m.ring_bytes);
+	jb_u64(j, "versions_noted", m.noted);
+	jb_u64(j, "versions_pruned", m.pruned);
+	jb_u64(j, "versions_dropped", m.dropped);
+	jb_u64(j, "taken", m.taken);
+	jb_close(j);
+}
+
 /* The instance's options: each one's value and where it came from (walrus.conf, ...). */
 static void stats_settings(jbuf *j, const engine_shared *e)
 {
@@ -414,6 +434,7 @@ int engine_stats_json(char **out)
 	stats_standby(&j, e);
 	stats_slots(&j);
 	stats_kv(&j);
+	stats_snapshots(&j);
 	stats_settings(&j, e);
 	jb_add(&j, "}");
 	if (j.oom) {

@@ -217,7 +217,7 @@ static int create_shared_memory(void)
 	size_t sizes[] = {sizeof(engine_shared),   ntotal * sizeof(wr_proc),
 	                  ENGINE_SCRATCH_SIZE,     wal_shmem_size(&S.opts, (int)ntotal),
 	                  buf_shmem_size(&S.opts), ckpt_shmem_size(),
-	                  ckpt_sync_shmem_size(),  kv_shmem_size(),
+	                  ckpt_sync_shmem_size(),  kv_shmem_size(), kv_mvcc_shmem_size(&S.opts),
 	                  repl_shmem_size(&S.opts)};
 	size_t total = shm_size_for(sizes, (int)WR_ARRAY_LEN(sizes));
 	int rc = shm_create(total, S.opts.huge_pages, &S.shm_fd);
@@ -243,6 +243,8 @@ static int create_shared_memory(void)
 		rc = ckpt_sync_shmem_init();
 	if (rc == WALRUS_OK)
 		rc = kv_shmem_init();
+	if (rc == WALRUS_OK)
+		rc = kv_mvcc_shmem_init(&S.opts);
 	if (rc == WALRUS_OK)
 		kv_set_mapped_reads(S.opts.mmap_reads);
 	if (rc == WALRUS_OK)
@@ -724,6 +726,7 @@ static void release_slot(sup_conn *c)
 		if (wal_backup_end_for((uint32_t)c->pid))
 			wr_log(WR_LOG, "process %d %s during a base backup: the backup is cancelled",
 			       (int)c->pid, c->detached ? "detached" : "ended");
+		kv_snap_release_pid((uint32_t)c->pid); /* snapshots it never released */
 	}
 	c->slot = -1;
 }

@@ -270,6 +270,109 @@ typedef struct kv_stats {
 /* Counters since shared memory was created, and the tree's shape (zeros if no tree). */
 void kv_get_stats(kv_stats *s);
 
+/* ---------------------------------------------------------------- snapshots */
+
+/*
+ * Snapshots (kv_mvcc.c, kv_view.c).  Every batch gets a commit sequence
+ * number (csn) under the tree lock; a snapshot reads as of the last one
+ * committed when it was taken: all of a batch or none of it.  While any
+ * snapshot is live, writers note in region "mvcc" (the version store: a
+ * ring of snapshot_memory bytes) the value each key had before their
+ * batch; pruned once every live snapshot sees the batch.  Taking or
+ * releasing a snapshot takes the region's spinlock for O(1) (it may wait
+ * for a batch that began before any snapshot existed to end); reads take no
+ * lock writers take.  Reads through a snapshot whose versions were dropped
+ * (the ring full, or older than old_snapshot_threshold) fail with
+ * WALRUS_ESNAPSHOT.  Versions live in shared memory only: a restart ends
+ * every snapshot, and WAL, checkpoints, backups and standbys never see
+ * them.
+ */
+/* EINVAL for an empty key, ETOOBIG over KV_MAX_KEY. */
+int kv_check_key(size_t kl);
+/* The keys' order: memcmp, a prefix first. */
+int kv_key_order(const void *a, size_t al, const void *b, size_t bl);
+
+size_t kv_mvcc_shmem_size(const wr_options *o);
+int kv_mvcc_shmem_init(const wr_options *o);
+int kv_mvcc_attach(void);
+
+typedef struct kv_snap {
+	uint64_t csn;      /* sees batches up to this one */
+	uint64_t from;     /* ring position of the first version it may need */
+	uint64_t taken_us; /* wall clock */
+	uint32_t slot;     /* in the snapshot table */
+	bool live;
+} kv_snap;
+/* ELIMIT when 4096 snapshots are live. */
+int kv_snap_take(kv_snap *s);
+void kv_snap_release(kv_snap *s);
+/* Every snapshot process @pid holds (it detached without releasing them). */
+void kv_snap_release_pid(uint32_t pid);
+/* WALRUS_ESNAPSHOT when @s lost versions, or outlived old_snapshot_threshold. */
+int kv_snap_check(const kv_snap *s);
+/* The last committed csn. */
+uint64_t kv_mv_visible(void);
+
+/* A version: the value a key had before batch csn (absent: none). */
+typedef struct kv_version {
+	bool found, absent;
+	const char *val; /* in the ring: valid while the snapshot lives */
+	uint32_t vlen;
+	uint64_t csn;
+} kv_version;
+/* The key's earliest version after @s, if any (found); then kv_snap_check. */
+int kv_mv_lookup(const kv_snap *s, const void *k, size_t kl, kv_version *out);
+typedef int (*kv_mv_fn)(void *arg, const char *k, uint16_t kl, const kv_version *v);
+/* Calls @fn for each version after @s from ring position *pos (s->from at
+ * first) to the ring's head, in csn order, and moves *pos there. */
+int kv_mv_scan(const kv_snap *s, uint64_t *pos, kv_mv_fn fn, void *arg);
+
+/* Gets as of @s (kv_get / kv_get_into's contract). */
+int kv_snap_get(const kv_snap *s, const void *k, size_t kl, void **v, size_t *vl);
+int kv_snap_get_into(const kv_snap *s, const void *k, size_t kl, void *buf, size_t cap,
+                     size_t *vl);
+
+/*
+ * A view iterator: the keys of [lo, hi) as of @s, with @overlay over them
+ * (a transaction's own writes: NULL for none), each key once, in order.
+ * The overlay is copied at open.  Same moves as kv_iter; @s must stay live.
+ */
+typedef struct kv_overlay_ent {
+	const char *k, *v;
+	uint16_t kl;
+	uint32_t vl;
+	bool deleted;
+} kv_overlay_ent;
+typedef struct kv_viter kv_viter;
+/* @ov sorted by key, distinct. */
+int kv_viter_open(const kv_snap *s, const kv_overlay_ent *ov, size_t nov, const void *lo,
+                  size_t lol, const void *hi, size_t hil, kv_viter **it);
+int kv_viter_seek(kv_viter *it, const void *k, size_t kl);
+int kv_viter_seek_last(kv_viter *it);
+int kv_viter_next(kv_viter *it);
+int kv_viter_prev(kv_viter *it);
+const kv_iter_cur *kv_viter_current(const kv_viter *it);
+void kv_viter_close(kv_viter *it);
+
+/*
+ * kv_batch_commit with @check(@arg) called under the tree lock before the
+ * batch is applied: an error from it (a transaction's conflict) is
+ * returned and nothing is written.  @b may be empty (then only @check).
+ */
+typedef int (*kv_commit_check_fn)(void *arg);
+int kv_batch_commit_checked(kv_batch *b, int durability, kv_commit_check_fn check, void *arg,
+                            wr_lsn *commit_lsn);
+
+typedef struct kv_mv_stats {
+	uint64_t snapshots;     /* live */
+	uint64_t oldest_age_us; /* of the oldest live one, 0 none */
+	uint64_t csn, horizon;  /* last committed; oldest a live snapshot reads as of */
+	uint64_t versions, version_bytes, ring_bytes; /* held now; the ring's size */
+	uint64_t noted, pruned, dropped;              /* versions made; given back; lost early */
+	uint64_t taken;                               /* snapshots taken */
+} kv_mv_stats;
+void kv_mv_get_stats(kv_mv_stats *st);
+
 /* ---------------------------------------------------------------- test hooks */
 
 #ifdef WALRUS_TEST_HOOKS /* test builds only (meson -Dtest_hooks=true) */

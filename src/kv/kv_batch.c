@@ -200,8 +200,14 @@ static void count_ops(const kv_op *ops, size_t n)
 	atomic_fetch_add(&kv_sh->batches, 1);
 }
 
-/* Applies and commits @ops under the tree lock, then waits for durability outside it. */
-static int commit_ops(const kv_op *ops, size_t n, int durability, wr_lsn *lsn_out, size_t *notfound)
+/*
+ * Applies and commits @ops under the tree lock, then waits for durability
+ * outside it.  @check (may be NULL) runs first under the lock: its error
+ * leaves everything untouched.  The batch's csn is published once its
+ * pages are committed (kv_mvcc.c).
+ */
+static int commit_ops(const kv_op *ops, size_t n, int durability, kv_commit_check_fn check,
+                      void *arg, wr_lsn *lsn_out, size_t *notfound)
 {
 	wr_lsn lsn = 0;
 	*notfound = 0;
@@ -212,11 +218,22 @@ static int commit_ops(const kv_op *ops, size_t n, int durability, wr_lsn *lsn_ou
 	if (rc != WALRUS_OK)
 		return rc;
 	rw_lock_excl(&kv_sh->tree_lock);
+	if (check != NULL && (rc = check(arg)) != WALRUS_OK) {
+		rw_unlock(&kv_sh->tree_lock);
+		return rc;
+	}
+	if (n == 0) {
+		rw_unlock(&kv_sh->tree_lock);
+		count_ops(ops, 0);
+		return WALRUS_OK;
+	}
+	kv_mv_batch_begin();
 	rc = apply_ops(ops, n, notfound);
 	if (rc == WALRUS_OK)
 		rc = kvw_commit(&lsn);
 	if (rc != WALRUS_OK)
 		kvw_abort();
+	kv_mv_batch_end(rc == WALRUS_OK);
 	rw_unlock(&kv_sh->tree_lock);
 	if (rc != WALRUS_OK)
 		return rc;
@@ -239,7 +256,20 @@ int kv_batch_commit(kv_batch *b, int durability, wr_lsn *commit_lsn)
 		b->ops[i].k = b->arena + b->ops[i].koff;
 		b->ops[i].v = b->arena + b->ops[i].voff;
 	}
-	return commit_ops(b->ops, b->n, durability, commit_lsn, &notfound);
+	return commit_ops(b->ops, b->n, durability, NULL, NULL, commit_lsn, &notfound);
+}
+
+int kv_batch_commit_checked(kv_batch *b, int durability, kv_commit_check_fn check, void *arg,
+                            wr_lsn *commit_lsn)
+{
+	size_t notfound;
+	if (commit_lsn != NULL)
+		*commit_lsn = 0;
+	for (size_t i = 0; i < b->n; i++) {
+		b->ops[i].k = b->arena + b->ops[i].koff;
+		b->ops[i].v = b->arena + b->ops[i].voff;
+	}
+	return commit_ops(b->ops, b->n, durability, check, arg, commit_lsn, &notfound);
 }
 
 int kv_put(const void *k, size_t kl, const void *v, size_t vl, int durability)
@@ -251,7 +281,7 @@ int kv_put(const void *k, size_t kl, const void *v, size_t vl, int durability)
 	if (rc != WALRUS_OK)
 		return rc;
 	kv_op op = {.type = OP_PUT, .kl = (uint16_t)kl, .vl = (uint32_t)vl, .k = k, .v = v};
-	return commit_ops(&op, 1, durability, NULL, &notfound);
+	return commit_ops(&op, 1, durability, NULL, NULL, NULL, &notfound);
 }
 
 int kv_delete(const void *k, size_t kl, int durability)
@@ -261,7 +291,7 @@ int kv_delete(const void *k, size_t kl, int durability)
 	if (rc != WALRUS_OK)
 		return rc;
 	kv_op op = {.type = OP_DELETE, .kl = (uint16_t)kl, .k = k};
-	rc = commit_ops(&op, 1, durability, NULL, &notfound);
+	rc = commit_ops(&op, 1, durability, NULL, NULL, NULL, &notfound);
 	if (rc == WALRUS_OK && notfound > 0)
 		return wr_error(WALRUS_ENOTFOUND, "key not found");
 	return rc;

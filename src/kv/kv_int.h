@@ -525,7 +525,6 @@ int kv_descend(const kv_key *k, int mode, kv_rpage *out);
 void kv_rpage_done(kv_rpage *p);
 /* Reads an overflow value into dst (ref->vlen bytes); KV_RETRY if the chain changed. */
 int kv_ovf_read(const kv_ovf_ref *ref, char *dst);
-int kv_check_key(size_t kl);
 
 /* The meta page as it is in the pool (the tree lock held, either mode, or a stable tree). */
 int kv_read_meta(kv_meta *m);
@@ -641,6 +640,16 @@ int kvw_commit(wr_lsn *lsn);
 /* Undoes the batch in memory, voids its records, releases every page. */
 void kvw_abort(void);
 bool kvw_logged(void);
+
+/* ---------------------------------------------------------------- kv_mvcc.c */
+
+/* A write batch's csn: taken (versions noted while a snapshot lives), then
+ * published if @committed; both under the tree lock. */
+void kv_mv_batch_begin(void);
+void kv_mv_batch_end(bool committed);
+/* Before the batch's first change to @k: the value it had (@old, NULL when
+ * absent) goes to the version store, if any snapshot needs it. */
+int kv_mv_note(const void *k, uint16_t kl, const kv_leaf_ent *old);
 
 /* ---------------------------------------------------------------- kv_modify.c */
 

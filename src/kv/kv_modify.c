@@ -694,13 +694,17 @@ static int decode_entry(const kvw_page *leaf, int slot, kv_leaf_ent *e)
 	return kvl_decode(item, len, e) ? WALRUS_OK : bad_node(leaf, "bad leaf entry");
 }
 
-/* Replaces the entry at @slot; the old value's chain goes to the free list. */
-static int replace_entry(wpath *path, int slot, const char *item, uint16_t len)
+/* Replaces the entry of @k at @slot; the old value's chain goes to the
+ * free list, after the version store kept the old value (kv_mvcc.c). */
+static int replace_entry(wpath *path, int slot, const void *k, uint16_t kl, const char *item,
+                         uint16_t len)
 {
 	kvw_page *leaf = path->node[0];
 	kv_leaf_ent old;
 	uint16_t oldlen;
 	int rc = decode_entry(leaf, slot, &old);
+	if (rc == WALRUS_OK)
+		rc = kv_mv_note(k, kl, &old);
 	if (rc == WALRUS_OK && old.kind == KV_OVERFLOW)
 		rc = ovf_free(&old.ref);
 	if (rc != WALRUS_OK)
@@ -829,7 +833,9 @@ static int put_rightmost(const void *k, uint16_t kl, const char *item, uint16_t 
 		return WALRUS_OK;
 	char local[KV_LEAF_ITEM_MAX];
 	item = entry_for(item, &len, pfx.len, local);
-	int rc = kvw_op(p, KVOP_INSERT, (uint16_t)n, item, len);
+	int rc = kv_mv_note(k, kl, NULL);
+	if (rc == WALRUS_OK)
+		rc = kvw_op(p, KVOP_INSERT, (uint16_t)n, item, len);
 	if (rc == WALRUS_OK) {
 		kvw_meta()->nkeys++;
 		kvw_count_fastpath();
@@ -877,7 +883,10 @@ int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl)
 	bool eq;
 	int slot = kvn_lower_bound(path.node[0]->page, k, kl, &eq);
 	if (eq)
-		return replace_entry(&path, slot, it, len);
+		return replace_entry(&path, slot, k, kl, it, len);
+	rc = kv_mv_note(k, kl, NULL);
+	if (rc != WALRUS_OK)
+		return rc;
 	kvw_meta()->nkeys++;
 	return insert_item(&path, 0, slot, it, len);
 }
@@ -1074,6 +1083,8 @@ int kvm_delete(const void *k, uint16_t kl)
 		return wr_error(WALRUS_ENOTFOUND, "key not found");
 	kv_leaf_ent e;
 	rc = decode_entry(leaf, slot, &e);
+	if (rc == WALRUS_OK)
+		rc = kv_mv_note(k, kl, &e);
 	if (rc == WALRUS_OK && e.kind == KV_OVERFLOW)
 		rc = ovf_free(&e.ref);
 	if (rc == WALRUS_OK)

@@ -310,7 +310,7 @@ int kv_attach(void)
 	kv_sh = shm_lookup("kv", NULL);
 	if (kv_sh == NULL)
 		return wr_error(WALRUS_EPROTO, "shared memory has no \"kv\" region");
-	return WALRUS_OK;
+	return kv_mvcc_attach();
 }
 
 kv_backend *kv_backend_new(void)

@@ -11,12 +11,12 @@
 
 START_TEST(test_strerror_all_codes)
 {
-	for (int a = WALRUS_EINTR; a <= WALRUS_OK; a++) {
+	for (int a = WALRUS_ESNAPSHOT; a <= WALRUS_OK; a++) {
 		const char *sa = walrus_strerror(a);
 		ck_assert_ptr_nonnull(sa);
 		ck_assert_int_gt((int)strlen(sa), 0);
 		ck_assert_str_ne(sa, "unknown error");
-		for (int b = WALRUS_EINTR; b < a; b++)
+		for (int b = WALRUS_ESNAPSHOT; b < a; b++)
 			ck_assert_str_ne(sa, walrus_strerror(b));
 	}
 	ck_assert_str_eq(walrus_strerror(1), "unknown error");

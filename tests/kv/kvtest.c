@@ -36,12 +36,13 @@ static void create_shm(void)
 {
 	int fd;
 	size_t sizes[] = {wal_shmem_size(&kt_opts, KT_SLOTS), buf_shmem_size(&kt_opts),
-	                  kv_shmem_size(), sizeof(kt_shared)};
-	ck_assert_int_eq(shm_create(shm_size_for(sizes, 4), WR_HUGE_OFF, &fd), WALRUS_OK);
+	                  kv_shmem_size(), kv_mvcc_shmem_size(&kt_opts), sizeof(kt_shared)};
+	ck_assert_int_eq(shm_create(shm_size_for(sizes, 5), WR_HUGE_OFF, &fd), WALRUS_OK);
 	close(fd);
 	ck_assert_int_eq(wal_shmem_init(&kt_opts, kt_dir, KT_SLOTS), WALRUS_OK);
 	ck_assert_int_eq(buf_shmem_init(&kt_opts), WALRUS_OK);
 	ck_assert_int_eq(kv_shmem_init(), WALRUS_OK);
+	ck_assert_int_eq(kv_mvcc_shmem_init(&kt_opts), WALRUS_OK);
 	kt_sh = shm_alloc("kvtest", sizeof(kt_shared));
 	ck_assert_ptr_nonnull(kt_sh);
 	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
