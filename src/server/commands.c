@@ -72,6 +72,7 @@ void srv_session_free(srv_session *s)
 	free(s->group.kv);
 	walrus_batch_free(s->group.batch);
 	srv_tx_clear(s);
+	srv_unwatch(s);
 	free(s->tx);
 	free(s->val);
 	if (s->db != NULL && s->shared == NULL)
@@ -191,11 +192,11 @@ static void cmd_readwrite(srv_session *s, const resp_arg *argv, size_t argc)
 }
 
 static const srv_cmd commands[] = {
-    {"get", 2, CMD_DB | CMD_READ, srv_cmd_get},
+    {"get", 2, CMD_DB | CMD_READ | CMD_TX, srv_cmd_get},
     {"set", -3, CMD_DB | CMD_TX, srv_cmd_set},
     {"del", -2, CMD_DB | CMD_TX, srv_cmd_del},
-    {"exists", -2, CMD_DB | CMD_READ, srv_cmd_exists},
-    {"mget", -2, CMD_DB | CMD_READ, srv_cmd_mget},
+    {"exists", -2, CMD_DB | CMD_READ | CMD_TX, srv_cmd_exists},
+    {"mget", -2, CMD_DB | CMD_READ | CMD_TX, srv_cmd_mget},
     {"mset", -3, CMD_DB | CMD_TX, srv_cmd_mset},
     {"scan", -2, CMD_DB | CMD_READ, srv_cmd_scan},
     {"dbsize", 1, CMD_DB | CMD_READ, srv_cmd_dbsize},
@@ -205,6 +206,16 @@ static const srv_cmd commands[] = {
     {"multi", 1, CMD_TXCTL, srv_cmd_multi},
     {"exec", 1, CMD_DB | CMD_TXCTL, srv_cmd_exec},
     {"discard", 1, CMD_TXCTL, srv_cmd_discard},
+    {"watch", -2, CMD_DB | CMD_TXCTL, srv_cmd_watch},
+    {"unwatch", 1, CMD_DB, srv_cmd_unwatch},
+    {"incr", 2, CMD_DB | CMD_TX, srv_cmd_rmw},
+    {"incrby", 3, CMD_DB | CMD_TX, srv_cmd_rmw},
+    {"decr", 2, CMD_DB | CMD_TX, srv_cmd_rmw},
+    {"decrby", 3, CMD_DB | CMD_TX, srv_cmd_rmw},
+    {"getset", 3, CMD_DB | CMD_TX, srv_cmd_rmw},
+    {"getdel", 2, CMD_DB | CMD_TX, srv_cmd_rmw},
+    {"setnx", 3, CMD_DB | CMD_TX, srv_cmd_rmw},
+    {"append", 3, CMD_DB | CMD_TX, srv_cmd_rmw},
     {"ping", -1, 0, cmd_ping},
     {"readonly", 1, 0, cmd_readonly},
     {"readwrite", 1, 0, cmd_readwrite},
@@ -254,8 +265,9 @@ static bool admit(srv_session *s, const srv_cmd *c, const resp_arg *argv, size_t
 		return false;
 	} else if (s->in_multi && !(c->flags & (CMD_TX | CMD_TXCTL))) {
 		resp_add_error(s->out,
-		               "ERR %s inside MULTI is not supported: a walrus transaction holds "
-		               "writes only (SET, DEL, MSET)",
+		               "ERR %s inside MULTI is not supported: a walrus transaction runs "
+		               "the key commands (GET SET DEL EXISTS MGET MSET INCR INCRBY DECR "
+		               "DECRBY GETSET GETDEL SETNX APPEND)",
 		               c->name);
 	} else {
 		return true;

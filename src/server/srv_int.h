@@ -38,8 +38,9 @@ typedef struct srv_session {
 	bool spoke;       /* a first complete command arrived */
 	uint64_t born_ns; /* connected: authentication_timeout runs from here */
 	bool quit;        /* QUIT: close after the reply */
-	/* MULTI */
+	/* MULTI, and WATCH's engine transaction (tx.c) */
 	bool in_multi, tx_dirty;
+	walrus_txn *watch;
 	srv_txop **tx;
 	size_t ntx, tx_cap;
 	/* durability: writes applied but not yet durable, and their replies */
@@ -155,9 +156,15 @@ void srv_cmd_scan(srv_session *s, const resp_arg *argv, size_t argc);
 void srv_cmd_multi(srv_session *s, const resp_arg *argv, size_t argc);
 void srv_cmd_exec(srv_session *s, const resp_arg *argv, size_t argc);
 void srv_cmd_discard(srv_session *s, const resp_arg *argv, size_t argc);
-/* A SET, DEL or MSET inside MULTI: checked and queued ("+QUEUED"), or an error. */
+/* A command inside MULTI: checked and queued ("+QUEUED"), or an error. */
 void srv_tx_add(srv_session *s, const resp_arg *argv, size_t argc);
 void srv_tx_clear(srv_session *s);
+void srv_cmd_watch(srv_session *s, const resp_arg *argv, size_t argc);
+void srv_cmd_unwatch(srv_session *s, const resp_arg *argv, size_t argc);
+/* Ends a WATCH (its engine transaction). */
+void srv_unwatch(srv_session *s);
+/* INCR, INCRBY, DECR, DECRBY, GETSET, GETDEL, SETNX, APPEND: a transaction each. */
+void srv_cmd_rmw(srv_session *s, const resp_arg *argv, size_t argc);
 
 /* ---------------------------------------------------------------- admin.c */
 

@@ -207,10 +207,17 @@ def case_multi(walrus):
             eq(c.call(*cmd), "QUEUED", f"queue {cmd}")
         eq(c.call("EXEC"), ["OK", None, None, 2, "OK", "OK"], "EXEC sees its own writes")
         eq(c.call("MGET", "a", "b", "x", "m1", "m2"), [b"3", None, None, b"1", b"2"], "applied")
+        # reads inside MULTI see the transaction's own writes
+        eq(c.call("MULTI"), "OK", "")
+        for cmd in (("GET", "a"), ("SET", "a", "4"), ("GET", "a"), ("MGET", "a", "m1", "zz"),
+                    ("EXISTS", "a", "zz"), ("INCR", "n"), ("INCRBY", "n", "10"), ("GET", "n")):
+            eq(c.call(*cmd), "QUEUED", f"queue {cmd}")
+        eq(c.call("EXEC"), [b"3", "OK", b"4", [b"4", b"1", None], 1, 1, 11, b"11"],
+           "EXEC with reads")
         # an error while queueing aborts the transaction
         eq(c.call("MULTI"), "OK", "")
         eq(c.call("SET", "q", "1"), "QUEUED", "")
-        check(is_err(c.call("GET", "q"), "ERR get inside MULTI"), "reads refused")
+        check(is_err(c.call("SCAN", "0"), "ERR scan inside MULTI"), "SCAN refused")
         check(is_err(c.call("NOSUCH"), "ERR unknown command"), "unknown inside MULTI")
         check(is_err(c.call("EXEC"), "EXECABORT"), "EXECABORT")
         eq(c.call("EXISTS", "q"), 0, "nothing applied")
@@ -245,6 +252,59 @@ def case_multi(walrus):
             th.join(30)
         check(seen["bad"] is None, f"a reader saw a partial transaction: {seen['bad']}")
         check(seen["reads"] > 10, f"the reader ran ({seen['reads']} reads)")
+
+
+def case_watch(walrus):
+    """WATCH/UNWATCH and the read-modify-write commands, on engine transactions."""
+    with Server(walrus) as s, s.client() as c, s.client() as other:
+        eq(c.call("INCR", "c"), 1, "INCR of a new key")
+        eq(c.call("INCRBY", "c", "10"), 11, "INCRBY")
+        eq(c.call("DECR", "c"), 10, "DECR")
+        eq(c.call("DECRBY", "c", "4"), 6, "DECRBY")
+        eq(c.call("SET", "s", "abc"), "OK", "")
+        check(is_err(c.call("INCR", "s"), "ERR value is not an integer"), "INCR of a string")
+        eq(c.call("GET", "s"), b"abc", "a failed INCR changes nothing")
+        check(is_err(c.call("INCRBY", "c", "x"), "ERR value is not an integer"), "bad delta")
+        eq(c.call("SET", "big", str(2**63 - 1)), "OK", "")
+        check(is_err(c.call("INCR", "big"), "ERR increment or decrement would overflow"),
+              "overflow")
+        eq(c.call("APPEND", "s", "def"), 6, "APPEND")
+        eq(c.call("APPEND", "new", "x"), 1, "APPEND to a new key")
+        eq(c.call("GETSET", "s", "z"), b"abcdef", "GETSET")
+        eq(c.call("GETSET", "nope", "z"), None, "GETSET of a new key")
+        eq(c.call("GETDEL", "s"), b"z", "GETDEL")
+        eq(c.call("GETDEL", "s"), None, "GETDEL of a gone key")
+        eq(c.call("SETNX", "nx", "1"), 1, "SETNX")
+        eq(c.call("SETNX", "nx", "2"), 0, "SETNX of an existing key")
+        eq(c.call("GET", "nx"), b"1", "")
+        check(is_err(c.call("INCR"), "ERR wrong number of arguments"), "arity")
+        # WATCH: a change by another client after it makes EXEC answer null
+        eq(c.call("WATCH", "w"), "OK", "WATCH")
+        eq(other.call("SET", "w", "theirs"), "OK", "")
+        eq(c.call("MULTI"), "OK", "")
+        eq(c.call("SET", "w", "mine"), "QUEUED", "")
+        eq(c.call("EXEC"), None, "EXEC after a watched key changed")
+        eq(c.call("GET", "w"), b"theirs", "nothing applied")
+        # unchanged: applied; UNWATCH forgets
+        eq(c.call("WATCH", "w", "w2"), "OK", "")
+        eq(c.call("MULTI"), "OK", "")
+        eq(c.call("SET", "w", "mine"), "QUEUED", "")
+        eq(c.call("EXEC"), ["OK"], "EXEC with the watched keys unchanged")
+        eq(c.call("WATCH", "w"), "OK", "")
+        eq(other.call("SET", "w", "again"), "OK", "")
+        eq(c.call("UNWATCH"), "OK", "UNWATCH")
+        eq(c.call("MULTI"), "OK", "")
+        eq(c.call("INCR", "c"), "QUEUED", "")
+        eq(c.call("EXEC"), [7], "EXEC after UNWATCH")
+        eq(c.call("MULTI"), "OK", "")
+        check(is_err(c.call("WATCH", "w"), "ERR WATCH inside MULTI is not allowed"),
+              "WATCH inside MULTI")
+        eq(c.call("DISCARD"), "OK", "")
+        # INCR from 8 redis clients at once: no increment lost
+        r = subprocess.run(["redis-benchmark", "-p", str(s.port), "-t", "incr", "-n", "8000",
+                            "-c", "8", "-q"], capture_output=True, timeout=120)
+        check(r.returncode == 0, f"redis-benchmark: {r.stderr.decode()}")
+        eq(c.call("GET", "counter:__rand_int__"), b"8000", "8 clients x INCR")
 
 
 def case_pipeline(walrus):
@@ -837,6 +897,7 @@ CASES = {
     "scan": case_scan,
     "cli": case_cli,
     "multi": case_multi,
+    "watch": case_watch,
     "pipeline": case_pipeline,
     "protocol": case_protocol,
     "group": case_group_fallback,
