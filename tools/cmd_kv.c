@@ -1,6 +1,6 @@
 /*
- * cmd_kv.c - the key-value subcommands: put, get, del, scan, checkpoint,
- * stats, verify.  Keys and values are taken as they are, or as hexadecimal
+ * cmd_kv.c - the key-value subcommands: put, get, del, incr, scan,
+ * checkpoint, stats, verify.  Keys and values are taken as they are, or as hexadecimal
  * with --hex (any binary data round-trips that way).  get prints the value
  * as it is (or --hex); scan escapes what is not printable ASCII as
  * redis-cli does, so that a line is always one pair (--raw: as they are,
@@ -9,6 +9,8 @@
  */
 #include "tool.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +23,14 @@ typedef struct kv_args {
 	int npos;
 	const char *from, *to;
 	long long limit;
+	long long by; /* incr's --by */
 } kv_args;
 
 static int parse(int argc, char **argv, int want_pos, kv_args *a, const char *usage)
 {
 	memset(a, 0, sizeof(*a));
 	a->limit = -1;
+	a->by = 1;
 	for (int i = 1; i < argc; i++) {
 		const char *s = argv[i];
 		bool more = i + 1 < argc;
@@ -44,6 +48,12 @@ static int parse(int argc, char **argv, int want_pos, kv_args *a, const char *us
 			char *end;
 			a->limit = strtoll(argv[++i], &end, 10);
 			if (*end != '\0' || a->limit < 0)
+				goto bad;
+		} else if (strcmp(s, "--by") == 0 && more) {
+			char *end;
+			errno = 0;
+			a->by = strtoll(argv[++i], &end, 10);
+			if (*end != '\0' || end == argv[i] || errno != 0)
 				goto bad;
 		} else if (strcmp(s, "--") == 0 && more) {
 			while (++i < argc && a->npos < 2)
@@ -208,6 +218,83 @@ static int do_del(walrus *db, const kv_args *a)
 	if (e == WALRUS_ENOTFOUND)
 		return TOOL_EXIT_NOTFOUND;
 	return e == WALRUS_OK ? 0 : tool_fail(e, "del");
+}
+
+/* The integer in @v (no sign other than '-', no spaces), as INCR takes it. */
+static bool parse_integer(const char *v, size_t vl, long long *n)
+{
+	char buf[24];
+	if (vl == 0 || vl > 20)
+		return false;
+	memcpy(buf, v, vl);
+	buf[vl] = '\0';
+	char *end;
+	errno = 0;
+	*n = strtoll(buf, &end, 10);
+	return *end == '\0' && errno == 0 && (buf[0] == '-' || (buf[0] >= '0' && buf[0] <= '9'));
+}
+
+/* One try of incr: the new value in *n; WALRUS_ECONFLICT asks for another. */
+static int incr_once(walrus *db, const char *k, size_t kl, long long by, long long *n, bool *bad)
+{
+	walrus_txn *t;
+	char buf[32];
+	size_t vl;
+	int e = walrus_txn_begin(db, 0, &t);
+	if (e != WALRUS_OK)
+		return e;
+	*n = 0;
+	e = walrus_txn_get_into(t, k, kl, buf, sizeof(buf), &vl);
+	if (e == WALRUS_OK && !parse_integer(buf, vl, n))
+		e = WALRUS_ETOOBIG;
+	if (e == WALRUS_ENOTFOUND)
+		e = WALRUS_OK;
+	*bad = e == WALRUS_ETOOBIG || (e == WALRUS_OK && ((by > 0 && *n > LLONG_MAX - by) ||
+	                                                  (by < 0 && *n < LLONG_MIN - by)));
+	if (e == WALRUS_OK && !*bad) {
+		*n += by;
+		int len = snprintf(buf, sizeof(buf), "%lld", *n);
+		e = walrus_txn_put(t, k, kl, buf, (size_t)len);
+	}
+	if (e == WALRUS_OK && !*bad)
+		e = walrus_txn_commit(t, WALRUS_SYNC);
+	walrus_txn_free(t);
+	return *bad ? WALRUS_OK : e;
+}
+
+static int do_incr(walrus *db, const kv_args *a)
+{
+	char *k;
+	size_t kl;
+	int rc = decode(a->pos[0], a->hex, &k, &kl);
+	if (rc != 0)
+		return rc;
+	long long n = 0;
+	bool bad = false;
+	int e;
+	while ((e = incr_once(db, k, kl, a->by, &n, &bad)) == WALRUS_ECONFLICT)
+		; /* another writer changed it since our read: read it again */
+	free(k);
+	if (bad) {
+		fprintf(stderr,
+		        "walrus incr: the value of \"%s\" is not an integer, or the result "
+		        "would overflow\n",
+		        a->pos[0]);
+		return TOOL_EXIT_ENGINE;
+	}
+	if (e != WALRUS_OK)
+		return tool_fail(e, "incr");
+	printf("%lld\n", n);
+	return fflush(stdout) == 0 ? 0 : TOOL_EXIT_ENGINE;
+}
+
+int cmd_incr(tool_ctx *ctx, int argc, char **argv)
+{
+	return run(ctx, argc, argv, 1, true,
+	           "incr [--hex] [--by N] KEY   (adds N, default 1, to the integer in KEY in a "
+	           "transaction, durable when it returns; an absent KEY is 0; prints the new "
+	           "value)",
+	           do_incr);
 }
 
 int cmd_put(tool_ctx *ctx, int argc, char **argv)

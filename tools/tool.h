@@ -66,6 +66,7 @@ int cmd_bench_compare(int argc, char **argv);
 int cmd_put(tool_ctx *ctx, int argc, char **argv);
 int cmd_get(tool_ctx *ctx, int argc, char **argv);
 int cmd_del(tool_ctx *ctx, int argc, char **argv);
+int cmd_incr(tool_ctx *ctx, int argc, char **argv);
 int cmd_scan(tool_ctx *ctx, int argc, char **argv);
 int cmd_load(tool_ctx *ctx, int argc, char **argv);
 int cmd_checkpoint(tool_ctx *ctx, int argc, char **argv);

@@ -17,6 +17,7 @@ static const tool_cmd commands[] = {
     {"put", cmd_put, "store KEY VALUE (durable when it returns)"},
     {"get", cmd_get, "print the value of KEY (exit 1 when absent)"},
     {"del", cmd_del, "delete KEY (exit 1 when absent)"},
+    {"incr", cmd_incr, "add 1 (or --by N) to the integer in KEY, in a transaction"},
     {"scan", cmd_scan, "print KEY<TAB>VALUE lines in key order (escaped)"},
     {"load", cmd_load, "KEY<TAB>VALUE lines from stdin (--sync, --ack)"},
     {"checkpoint", cmd_checkpoint, "run an immediate checkpoint"},

@@ -66,6 +66,22 @@ def main():
         check("del", rc == 0, rc)
         rc, _, _ = run(d, "get", "key000")
         check("deleted key is gone", rc == 1, rc)
+        rc, out, _ = run(d, "incr", "ctr")
+        check("incr of an absent key", rc == 0 and out == b"1\n", (rc, out))
+        rc, out, _ = run(d, "incr", "--by", "-11", "ctr")
+        check("incr --by a negative", rc == 0 and out == b"-10\n", (rc, out))
+        rc, _, err = run(d, "incr", "k1")
+        check("incr of a value that is no integer", rc == 3 and b"not an integer" in err,
+              (rc, err))
+        rc, out, _ = run(d, "get", "k1")
+        check("a refused incr changes nothing", out == b"v1\n", out)
+        rc, _, err = run(d, "incr", "--by", "x", "ctr")
+        check("incr --by x is a usage error", rc == 2, (rc, err))
+        procs = [subprocess.Popen([WALRUS, "-D", d, "incr", "race"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE) for _ in range(6)]
+        codes = [p.wait(120) for p in procs]
+        rc, out, _ = run(d, "get", "race")
+        check("6 concurrent incr: 6", codes == [0] * 6 and out == b"6\n", (codes, out))
         rc, out, _ = run(d, "stats", "--json")
         check("stats --json", rc == 0 and b'"kv":{' in out and b'"checkpoints":{' in out, out[:200])
         rc, _, _ = run(d, "checkpoint")
@@ -74,7 +90,7 @@ def main():
         check("verify clean", rc == 0 and b"ok" in out, out)
         rc, _, _ = run(d, "frobnicate")
         check("unknown command exits 2", rc == 2, rc)
-        for sub in ("put", "get", "del", "scan", "load", "checkpoint", "stats", "verify"):
+        for sub in ("put", "get", "del", "incr", "scan", "load", "checkpoint", "stats", "verify"):
             rc, out, _ = run(d, sub, "--help")
             check(f"{sub} --help", rc == 0 and b"usage" in out, (rc, out))
         stop_instance(d)
