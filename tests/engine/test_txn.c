@@ -378,7 +378,7 @@ static void *incrementer(void *arg)
 START_TEST(no_lost_update)
 {
 	walrus *db = tu_open(dir, opts());
-	int per = tu_long_mode() ? 10000 : 2500;
+	int per = 10000;
 	pthread_t t[INC_THREADS];
 	incr c[INC_THREADS];
 	for (int i = 0; i < INC_THREADS; i++) {
