@@ -312,9 +312,11 @@ WALRUS_API void walrus_iter_close(walrus_iter *it);
  * apply): read through it with that handle (another: WALRUS_EMISUSE).
  * After walrus_close of its handle its reads fail with WALRUS_EMISUSE, and
  * it must still be released.  Snapshots do not outlive the instance: after
- * a restart their reads fail with WALRUS_ERESTART, as every call does.  Not
- * on a standby in recovery yet (WALRUS_EREADONLY).  At most 4096 snapshots
- * and transactions live at once per instance (WALRUS_ELIMIT).
+ * a restart their reads fail with WALRUS_ERESTART, as every call does.  On a
+ * standby in recovery, snapshots and transactions read as of one replayed
+ * commit of the primary, whole (a transaction that wrote is refused at
+ * commit: WALRUS_EREADONLY).  At most 4096 snapshots and transactions live
+ * at once per instance (WALRUS_ELIMIT).
  */
 typedef struct walrus_snapshot walrus_snapshot;
 WALRUS_API int walrus_snapshot_take(walrus *db, walrus_snapshot **snap);

@@ -643,13 +643,26 @@ bool kvw_logged(void);
 
 /* ---------------------------------------------------------------- kv_mvcc.c */
 
-/* A write batch's csn: taken (versions noted while a snapshot lives), then
- * published if @committed; both under the tree lock. */
-void kv_mv_batch_begin(void);
+/* A write batch's csn: taken (versions noted while a snapshot lives: true),
+ * then published if @committed; both under the tree lock, or in redo. */
+bool kv_mv_batch_begin(void);
 void kv_mv_batch_end(bool committed);
 /* Before the batch's first change to @k: the value it had (@old, NULL when
  * absent) goes to the version store, if any snapshot needs it. */
 int kv_mv_note(const void *k, uint16_t kl, const kv_leaf_ent *old);
+/* The same with the value before in hand (redo's). */
+void kv_mv_note_value(const void *k, uint16_t kl, bool absent, const char *val, uint32_t vlen);
+/* The open batch's versions cannot be kept: snapshots older than it lose. */
+void kv_mv_lose_open_batch(void);
+
+/* ---------------------------------------------------------------- kv_redo_mv.c */
+
+/* A replayed batch's versions (a standby with snapshots): its pages before
+ * (kv_rv_begin, before redo touches them), after each record (kv_rv_after),
+ * and the diff of their leaves noted (kv_rv_finish, pages still held). */
+void kv_rv_begin(const wr_blkno *blks, size_t n);
+void kv_rv_after(wr_relid rel, wr_blkno blk, const char *page);
+void kv_rv_finish(void);
 
 /* ---------------------------------------------------------------- kv_modify.c */
 

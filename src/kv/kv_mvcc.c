@@ -42,8 +42,9 @@
 #include "kv/kv_int.h"
 
 #define MV_SNAP_MAX 4096u
-#define MV_ALIGN    32u /* sizeof(mv_ent): a filler to the ring's end always has room for its header \
-	                 */
+#define MV_ALIGN                                                                                   \
+	32u /* sizeof(mv_ent): a filler to the ring's end always has room for its header           \
+	     */
 #define MV_ABSENT 0x1u /* the key had no value before the batch */
 #define MV_FILLER 0x2u /* the rest of the ring's end: skip to its start */
 
@@ -252,17 +253,18 @@ static void prune(void)
 
 /* ---------------------------------------------------------------- the writer */
 
-void kv_mv_batch_begin(void)
+bool kv_mv_batch_begin(void)
 {
 	if (mv == NULL)
-		return;
+		return false;
 	prune();
 	spin_lock(&mv->lock);
 	uint64_t c = ++mv->csn_next;
 	mv->open_csn = c;
 	mv->open_pos = atomic_load(&mv->head);
-	mv->open_versioned = mv->nsnap > 0;
+	bool versioned = mv->open_versioned = mv->nsnap > 0;
 	spin_unlock(&mv->lock);
+	return versioned;
 }
 
 void kv_mv_batch_end(bool committed)
@@ -332,46 +334,88 @@ static void lose_open_batch(void)
 	atomic_fetch_add(&mv->dropped, 1);
 }
 
+/*
+ * Room for an entry of @k with a value of @vlen bytes, the key written: the
+ * value goes at the pointer returned, then publish_entry.  NULL when the
+ * entry need not (noted already in this batch) or cannot be made (*lost).
+ */
+static char *reserve_entry(const void *k, uint16_t kl, uint32_t vlen, uint64_t *pos)
+{
+	if (noted_in_batch(k, kl, mv->open_csn))
+		return NULL;
+	uint64_t size = (sizeof(mv_ent) + kl + vlen + MV_ALIGN - 1) / MV_ALIGN * MV_ALIGN;
+	*pos = make_room(size);
+	if (*pos == UINT64_MAX) {
+		lose_open_batch();
+		return NULL;
+	}
+	mv_ent *e = ent_at(*pos % mv->ring_size);
+	e->size = (uint32_t)size;
+	memcpy(e + 1, k, kl);
+	return (char *)(e + 1) + kl;
+}
+
+static void publish_entry(uint64_t pos, const void *k, uint16_t kl, bool absent, uint32_t vlen)
+{
+	uint64_t off = pos % mv->ring_size, c = mv->open_csn;
+	mv_ent *e = ent_at(off);
+	_Atomic uint64_t *b = bucket_of(k, kl);
+	e->csn = c;
+	e->next = atomic_load(b);
+	e->klen = kl;
+	e->flags = absent ? MV_ABSENT : 0;
+	e->vlen = vlen;
+	atomic_store(&mv->head, pos + e->size);
+	atomic_store(b, mv_link(off, c)); /* release: the entry before its link */
+	atomic_fetch_add(&mv->entries, 1);
+	atomic_fetch_add(&mv->noted, 1);
+}
+
+static bool noting(void)
+{
+	return mv != NULL && mv->open_csn != 0 && mv->open_versioned;
+}
+
 int kv_mv_note(const void *k, uint16_t kl, const kv_leaf_ent *old)
 {
-	if (mv == NULL || mv->open_csn == 0 || !mv->open_versioned)
-		return WALRUS_OK;
-	uint64_t c = mv->open_csn;
-	if (noted_in_batch(k, kl, c))
+	if (!noting())
 		return WALRUS_OK;
 	uint32_t vlen = old != NULL ? old->vlen : 0;
-	uint64_t size = (sizeof(mv_ent) + kl + vlen + MV_ALIGN - 1) / MV_ALIGN * MV_ALIGN;
-	uint64_t pos = make_room(size);
-	if (pos == UINT64_MAX) {
-		lose_open_batch();
+	uint64_t pos;
+	char *v = reserve_entry(k, kl, vlen, &pos);
+	if (v == NULL)
 		return WALRUS_OK;
-	}
-	uint64_t off = pos % mv->ring_size;
-	mv_ent *e = ent_at(off);
-	char *kp = (char *)(e + 1);
-	memcpy(kp, k, kl);
 	if (old != NULL && old->kind == KV_OVERFLOW) {
-		int rc = kv_ovf_read(&old->ref, kp + kl);
+		int rc = kv_ovf_read(&old->ref, v);
 		if (rc != WALRUS_OK)
 			return rc == KV_RETRY
 			           ? wr_error(WALRUS_ECORRUPT,
 			                      "an overflow chain changed under its writer")
 			           : rc;
-	} else if (old != NULL && vlen > 0) {
-		memcpy(kp + kl, old->val, vlen);
+	} else if (vlen > 0) {
+		memcpy(v, old->val, vlen);
 	}
-	_Atomic uint64_t *b = bucket_of(k, kl);
-	e->csn = c;
-	e->next = atomic_load(b);
-	e->size = (uint32_t)size;
-	e->klen = kl;
-	e->flags = old == NULL ? MV_ABSENT : 0;
-	e->vlen = vlen;
-	atomic_store(&mv->head, pos + size);
-	atomic_store(b, mv_link(off, c)); /* release: the entry before its link */
-	atomic_fetch_add(&mv->entries, 1);
-	atomic_fetch_add(&mv->noted, 1);
+	publish_entry(pos, k, kl, old == NULL, vlen);
 	return WALRUS_OK;
+}
+
+void kv_mv_note_value(const void *k, uint16_t kl, bool absent, const char *val, uint32_t vlen)
+{
+	if (!noting())
+		return;
+	uint64_t pos;
+	char *v = reserve_entry(k, kl, absent ? 0 : vlen, &pos);
+	if (v == NULL)
+		return;
+	if (!absent && vlen > 0)
+		memcpy(v, val, vlen);
+	publish_entry(pos, k, kl, absent, absent ? 0 : vlen);
+}
+
+void kv_mv_lose_open_batch(void)
+{
+	if (noting())
+		lose_open_batch();
 }
 
 /* ---------------------------------------------------------------- snapshots */

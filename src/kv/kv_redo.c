@@ -168,6 +168,7 @@ static void apply_record(const wal_decoded *rec)
 			wr_panic("redo of key-value record at " WAL_LSN_FMT
 			         " failed on block %u of relation %u: %s",
 			         WAL_LSN_ARGS(rec->lsn), b->blkno, b->rel, why);
+		kv_rv_after(b->rel, b->blkno, page); /* a snapshot's versions (kv_redo_mv.c) */
 		wal_redo_release_block(rec, b->id, page, apply);
 	}
 }
@@ -182,6 +183,25 @@ static void stash_apply(void)
 		dec.end = s->end;
 		apply_record(&dec);
 	}
+}
+
+/* While a snapshot lives (a standby's reader): the batch's pages before it. */
+static void versions_begin(const wal_decoded *last)
+{
+	size_t n = 0;
+	wr_blkno *blks = malloc((stash.npages + (size_t)last->nblocks + 1) * sizeof(*blks));
+	if (blks == NULL) {
+		kv_mv_lose_open_batch();
+		return;
+	}
+	for (size_t i = 0; i < stash.npages; i++)
+		if (stash.pages[i].rel == KV_REL)
+			blks[n++] = stash.pages[i].blk;
+	for (int i = 0; i < last->nblocks; i++)
+		if (last->blocks[i].rel == KV_REL)
+			blks[n++] = last->blocks[i].blkno;
+	kv_rv_begin(blks, n);
+	free(blks);
 }
 
 static void kv_redo(const wal_decoded *rec)
@@ -204,9 +224,15 @@ static void kv_redo(const wal_decoded *rec)
 		stash_clear(false);
 		return;
 	}
+	bool versioned = kv_mv_batch_begin();
+	if (versioned)
+		versions_begin(rec);
 	wal_redo_hold(true);
 	stash_apply();
 	apply_record(rec);
+	if (versioned)
+		kv_rv_finish(); /* the pages still held: no reader sees them before */
+	kv_mv_batch_end(true);
 	wal_redo_hold(false);
 	stash_clear(false);
 }
