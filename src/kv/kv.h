@@ -16,7 +16,9 @@
  * and invariants: src/kv/README.md.
  *
  * Owns: relation KV_REL; region "kv" (the tree writer lock, a root hint and
- * the counters); per process, the writer's batch state and the redo stash.
+ * the counters); region "mvcc" (commit numbers, the snapshot table and the
+ * version store: "snapshots" below); per process, the writer's batch state
+ * and the redo stash.
  *
  * Locks: writers (kv_batch_commit, kv_put, kv_delete, kv_create_if_missing)
  * take the tree lock exclusive while they apply a batch in memory and
