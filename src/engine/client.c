@@ -456,6 +456,7 @@ static int finish_attach(const char *abs)
 	if (rc == WALRUS_OK)
 		rc = ckpt_attach();
 	ckpt_set_alive_check(supervisor_connection_alive_cached);
+	wal_set_alive_check(supervisor_connection_alive_cached);
 	if (rc == WALRUS_OK)
 		rc = ckpt_sync_attach();
 	if (rc == WALRUS_OK)

@@ -234,7 +234,7 @@ static int create_shared_memory(void)
 	if (rc == WALRUS_OK)
 		rc = wal_slots_load(S.abs);
 	if (rc == WALRUS_OK)
-		wal_sync_standby_set(S.opts.synchronous_standby[0] != '\0');
+		wal_sync_standby_set(S.opts.synchronous_standby);
 	if (rc == WALRUS_OK)
 		rc = buf_shmem_init(&S.opts);
 	if (rc == WALRUS_OK)

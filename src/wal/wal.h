@@ -322,7 +322,10 @@ uint32_t wal_timeline(void);
  * A stop does not wait for them: the commit is durable here but not
  * confirmed by the standby, and says so (WALRUS_ESHUTDOWN).
  */
-void wal_sync_standby_set(bool wanted);
+/* @name: synchronous_standby ("" or NULL: none). */
+void wal_sync_standby_set(const char *name);
+/* How a waiting commit tells that the instance's supervisor is gone (NULL: it does not). */
+void wal_set_alive_check(bool (*fn)(void));
 bool wal_sync_standby_wanted(void);
 /* The synchronous standby's sender: it confirmed up to @lsn. */
 void wal_sync_standby_confirm(wr_lsn lsn);

@@ -165,6 +165,7 @@ typedef struct wal_shared {
 
 	/* a synchronous standby (syncrep.c) */
 	_Atomic uint32_t sync_wanted; /* synchronous_standby is set: durable commits wait */
+	char sync_name[64];           /* its application_name, for the log */
 	_Atomic uint64_t sync_lsn;    /* what the synchronous standby confirmed */
 	_Atomic uint32_t sync_seq;    /* futex word: bumped when sync_lsn moves */
 	_Atomic uint32_t sync_sleepers;
