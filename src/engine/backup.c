@@ -130,6 +130,23 @@ static int copy_top_file(const backup_state *b, const char *name, bool optional)
 	return rc;
 }
 
+/* DEST/walrus.conf: the source's, without what a copy must not carry
+ * (conf_backup_text); none when the source has none. */
+static int copy_conf(const char *src, const char *dest)
+{
+	char *text, path[PATH_MAX];
+	int rc = conf_backup_text(src, &text);
+	if (rc == WALRUS_ENOENT)
+		return WALRUS_OK;
+	if (rc != WALRUS_OK)
+		return rc;
+	rc = wr_snprintf(path, sizeof(path), "%s/%s", dest, WR_CONF_FILE)
+	         ? fc_write_text(path, text, false)
+	         : wr_error(WALRUS_EINVAL, "path too long");
+	free(text);
+	return rc;
+}
+
 static int copy_data(backup_state *b)
 {
 	char from[PATH_MAX], to[PATH_MAX];
@@ -141,7 +158,7 @@ static int copy_data(backup_state *b)
 	if (rc == WALRUS_OK)
 		rc = copy_top_file(b, WR_VERSION_FILE, false);
 	if (rc == WALRUS_OK)
-		rc = copy_top_file(b, WR_CONF_FILE, true);
+		rc = copy_conf(b->src, b->dest);
 	return rc;
 }
 
@@ -365,20 +382,46 @@ static int each_base_file(const char *abs, const char *rel, void *arg)
 	return e->fn(r, abs, e->arg);
 }
 
+/*
+ * walrus.conf as the standby gets it (conf_backup_text), from a private
+ * file beside the real one, sent under the real one's name then removed:
+ * the password never goes over the wire.
+ */
+static int send_conf(const char *src, repl_file_fn fn, void *arg)
+{
+	char *text, tmp[PATH_MAX];
+	int rc = conf_backup_text(src, &text);
+	if (rc == WALRUS_ENOENT)
+		return WALRUS_OK;
+	if (rc != WALRUS_OK)
+		return rc;
+	if (!wr_snprintf(tmp, sizeof(tmp), "%s/%s.sent-%d", src, WR_CONF_FILE, (int)getpid())) {
+		free(text);
+		return wr_error(WALRUS_EINVAL, "path too long");
+	}
+	(void)unlink(tmp); /* left by a sender killed while sending it */
+	rc = fc_write_text(tmp, text, false);
+	free(text);
+	if (rc == WALRUS_OK)
+		rc = fn(WR_CONF_FILE, tmp, arg);
+	if (unlink(tmp) != 0 && errno != ENOENT && rc == WALRUS_OK)
+		rc = wr_error(wr_errno_code(errno), "could not remove \"%s\": %m", tmp);
+	return rc;
+}
+
 /* What copy_data copies: base/, the version file, walrus.conf. */
 static int sender_each_data_file(repl_file_fn fn, void *arg)
 {
 	each_file e = {fn, arg, sender_backup.src};
-	char base[PATH_MAX], ver[PATH_MAX], conf[PATH_MAX];
+	char base[PATH_MAX], ver[PATH_MAX];
 	if (!wr_snprintf(base, sizeof(base), "%s/base", e.src) ||
-	    !wr_snprintf(ver, sizeof(ver), "%s/%s", e.src, WR_VERSION_FILE) ||
-	    !wr_snprintf(conf, sizeof(conf), "%s/%s", e.src, WR_CONF_FILE))
+	    !wr_snprintf(ver, sizeof(ver), "%s/%s", e.src, WR_VERSION_FILE))
 		return wr_error(WALRUS_EINVAL, "path too long");
 	int rc = fc_each_file(base, each_base_file, &e);
 	if (rc == WALRUS_OK)
 		rc = fn(WR_VERSION_FILE, ver, arg);
 	if (rc == WALRUS_OK)
-		rc = fn(WR_CONF_FILE, conf, arg);
+		rc = send_conf(e.src, fn, arg);
 	return rc;
 }
 

@@ -30,6 +30,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -466,6 +467,59 @@ static int check_text(const char *abs, const char *path, const conf_buf *text)
 	int rc = apply_text(path, copy, &o);
 	free(copy);
 	return rc == WALRUS_OK ? validate_with(abs, &o) : rc;
+}
+
+/* Settings a base backup leaves out: the instance's passwords, and what
+ * makes it the primary of its standbys (where it listens for them, the one
+ * its durable writes wait for): the copy, a standby or a restored instance,
+ * chooses its own. */
+static bool not_copied(const char *name)
+{
+	return is_secret(name) || strcmp(name, "synchronous_standby") == 0 ||
+	       strcmp(name, "listen_replication") == 0;
+}
+
+int conf_backup_text(const char *abs, char **text)
+{
+	char path[PATH_MAX], *src;
+	*text = NULL;
+	int rc = conf_path(abs, path);
+	if (rc == WALRUS_OK && access(path, F_OK) != 0)
+		return errno == ENOENT
+		           ? WALRUS_ENOENT
+		           : wr_error(wr_errno_code(errno), "could not open \"%s\": %m", path);
+	if (rc == WALRUS_OK)
+		rc = read_conf(path, &src);
+	if (rc != WALRUS_OK)
+		return rc;
+	conf_buf out = {0};
+	size_t pos = 0;
+	char *line;
+	rc = buf_add(&out, "", 0);
+	while (rc == WALRUS_OK && (line = next_line(src, &pos)) != NULL) {
+		conf_line l;
+		bool drop = parse_line(line, &l) == WALRUS_OK && l.setting && not_copied(l.name);
+		wr_error_clear();
+		if (drop) {
+			char note[CONF_NAME_MAX + 96];
+			int n = snprintf(note, sizeof(note),
+			                 "# %s: not copied by the base backup; set it for this "
+			                 "instance\n",
+			                 l.name);
+			rc = buf_add(&out, note, (size_t)n);
+		} else {
+			rc = buf_add(&out, line, strlen(line));
+			if (rc == WALRUS_OK)
+				rc = buf_add(&out, "\n", 1);
+		}
+	}
+	free(src);
+	if (rc != WALRUS_OK) {
+		free(out.s);
+		return rc;
+	}
+	*text = out.s;
+	return WALRUS_OK;
 }
 
 int conf_set(const char *abs, const char *name, const char *value)

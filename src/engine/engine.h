@@ -169,6 +169,15 @@ int conf_get(const char *abs, const char *name, char *buf, size_t len, bool *fou
  * (WALRUS_EINVAL naming its mode).
  */
 int conf_secret(const char *abs, const char *name, char *buf, size_t len, bool *found);
+/*
+ * DIR/walrus.conf as a base backup copies it (malloc'd into *text): without
+ * the secrets, listen_replication and synchronous_standby, each replaced by
+ * a comment saying so (a copy never carries a password over the wire or
+ * onto another disk, and a standby or restored instance listens where, and
+ * waits for the standby, it chooses).
+ * WALRUS_ENOENT when there is no file.
+ */
+int conf_backup_text(const char *abs, char **text);
 
 /* ---------------------------------------------------------------- shared state */
 

@@ -214,11 +214,11 @@ static int create_shared_memory(void)
 {
 	uint32_t nprocs = (uint32_t)S.opts.max_connections + WR_AUX_NKINDS;
 	uint32_t nsenders = (uint32_t)S.opts.max_wal_senders, ntotal = nprocs + nsenders;
-	size_t sizes[] = {sizeof(engine_shared),   ntotal * sizeof(wr_proc),
-	                  ENGINE_SCRATCH_SIZE,     wal_shmem_size(&S.opts, (int)ntotal),
-	                  buf_shmem_size(&S.opts), ckpt_shmem_size(),
-	                  ckpt_sync_shmem_size(),  kv_shmem_size(), kv_mvcc_shmem_size(&S.opts),
-	                  repl_shmem_size(&S.opts)};
+	size_t sizes[] = {sizeof(engine_shared),       ntotal * sizeof(wr_proc),
+	                  ENGINE_SCRATCH_SIZE,         wal_shmem_size(&S.opts, (int)ntotal),
+	                  buf_shmem_size(&S.opts),     ckpt_shmem_size(),
+	                  ckpt_sync_shmem_size(),      kv_shmem_size(),
+	                  kv_mvcc_shmem_size(&S.opts), repl_shmem_size(&S.opts)};
 	size_t total = shm_size_for(sizes, (int)WR_ARRAY_LEN(sizes));
 	int rc = shm_create(total, S.opts.huge_pages, &S.shm_fd);
 	if (rc != WALRUS_OK)
@@ -724,7 +724,8 @@ static void release_slot(sup_conn *c)
 		atomic_store(&p->pid, 0);
 		p->kind = WR_PROC_FREE;
 		if (wal_backup_end_for((uint32_t)c->pid))
-			wr_log(WR_LOG, "process %d %s during a base backup: the backup is cancelled",
+			wr_log(WR_LOG,
+			       "process %d %s during a base backup: the backup is cancelled",
 			       (int)c->pid, c->detached ? "detached" : "ended");
 		kv_snap_release_pid((uint32_t)c->pid); /* snapshots it never released */
 	}
@@ -1224,6 +1225,14 @@ static void standby_startup_ended(int st, const char *how)
 	snprintf(text, sizeof(text), "promoted: timeline %u",
 	         wal_control_read(S.abs, &c) == WALRUS_OK ? wal_control_timeline(&c) : 0);
 	wr_log(WR_LOG, "%s: the instance accepts writes", text);
+	if (S.opts.synchronous_standby[0] != '\0')
+		wr_log(WR_LOG,
+		       "durable writes wait for synchronous standby \"%s\" (synchronous_standby in "
+		       "walrus.conf): until it connects, they wait",
+		       S.opts.synchronous_standby);
+	else
+		wr_log(WR_LOG,
+		       "durable writes wait for no standby (synchronous_standby is not set)");
 	if (replication_setup() != WALRUS_OK)
 		wr_log(WR_WARNING, "no replication after the promotion: %s", walrus_errmsg());
 	publish_status(false);

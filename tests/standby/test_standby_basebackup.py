@@ -138,12 +138,34 @@ def main(cleanup):
     s2, st2 = one_command_standby(cleanup, a, p, sock, s2dir)
     st2.stop()
 
+    log("the copy of walrus.conf carries no password and no primary's settings")
+    for sdir in (s1.dir, s2dir):
+        with open(os.path.join(sdir, "walrus.conf")) as f:
+            conf = f.read()
+        for name in ("replication_password", "listen_replication"):
+            check(f"# {name}: not copied by the base backup" in conf and
+                  f"\n{name} =" not in "\n" + conf, f"{sdir}/walrus.conf:\n{conf}")
+        for dirpath, _, files in os.walk(sdir):
+            # walrus.standby holds the password the standby itself was given
+            # (WALRUS_REPLICATION_PASSWORD) to connect with: its own
+            for fn in (f for f in files if f != "walrus.standby"):
+                if not os.path.isfile(os.path.join(dirpath, fn)):
+                    continue  # the instance's sockets
+                with open(os.path.join(dirpath, fn), "rb") as f:
+                    check(b"secret" not in f.read(),
+                          f"the primary's password is in {os.path.join(dirpath, fn)}")
+    with open(os.path.join(p.dir, "walrus.conf")) as f:
+        check("replication_password = 'secret'" in f.read(), "the primary's file changed")
+    check(not [n for n in os.listdir(p.dir) if ".sent-" in n], "the sent copy was left")
+
     log("promoted, the standby made in one command verifies clean")
     sb.must(s1.run("promote"), "promote")
+    check(sb.log_matches(s1, r"durable writes wait for no standby"), "promotion's log")
     st1.stop()
-    # Its walrus.conf is the primary's copy: a primary now, it would listen there.
+    # A primary now: it listens where its operator says, with its own password.
     with open(os.path.join(s1.dir, "walrus.conf"), "a") as f:
-        f.write(f"listen_replication = '{os.path.join(root, 'repl1.sock')}'\n")
+        f.write(f"listen_replication = '{os.path.join(root, 'repl1.sock')}'\n"
+                "replication_password = 'its own'\n")
     sb.must(s1.run("verify"), "verify the promoted standby")
     s1.wait_stopped()
 
@@ -170,7 +192,7 @@ def main(cleanup):
     # socket, which it never listens on; give it its own: a standby serves no WAL.
     sock2 = os.path.join(root, "repl2.sock")
     with open(os.path.join(s2dir, "walrus.conf"), "a") as f:
-        f.write(f"listen_replication = '{sock2}'\n")
+        f.write(f"listen_replication = '{sock2}'\nreplication_password = 'its own'\n")
     st2 = sb.Standby(s2)
     st2.start()
     refused(standby_cmd(wtest.Walrus(a.walrus, gone), "--primary", sock2), 3,
@@ -189,6 +211,10 @@ def main(cleanup):
     dest = os.path.join(root, "local-backup")
     sb.must(p.run("backup", dest, "--checkpoint", "fast"),
             "a local backup after the killed sender")
+    with open(os.path.join(dest, "walrus.conf")) as f:
+        conf = f.read()
+    check("secret" not in conf and "# replication_password: not copied" in conf,
+          f"a local backup's walrus.conf:\n{conf}")
     return 0
 
 
