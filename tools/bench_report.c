@@ -72,19 +72,32 @@ void bench_print_summary(FILE *f, const bench_kv_run *r, const bench_series *s)
 	uint64_t puts = run_puts(r);
 
 	bool threads = r->mode != NULL && strcmp(r->mode, "threads") == 0;
+	/* txn_transfer's operations are commits of two accounts' balances */
+	bool txn = strcmp(r->workload, "txn_transfer") == 0;
 
-	fprintf(f, "%s: %d client %s%s%s, %llu keys of %llu+%llu bytes, %s%s\n", r->workload,
-	        r->clients, threads ? "thread" : "process",
-	        r->clients == 1 ? "" : (threads ? "s" : "es"),
-	        r->writer_ops || strcmp(r->workload, "readwhilewriting") == 0 ? " + 1 writer" : "",
-	        (unsigned long long)r->num, (unsigned long long)r->key_size,
-	        (unsigned long long)r->value_size,
-	        puts || strcmp(r->workload, "readwhilewriting") == 0
-	            ? (r->sync ? "durable puts" : "asynchronous puts")
-	            : "reads",
-	        r->seed ? ", seeded" : "");
+	if (txn)
+		fprintf(f, "%s: %d client %s%s, %llu accounts (%llu-byte keys), %s%s\n",
+		        r->workload, r->clients, threads ? "thread" : "process",
+		        r->clients == 1 ? "" : (threads ? "s" : "es"), (unsigned long long)r->num,
+		        (unsigned long long)r->key_size,
+		        r->sync ? "durable commits" : "asynchronous commits",
+		        r->seed ? ", seeded" : "");
+	else
+		fprintf(f, "%s: %d client %s%s%s, %llu keys of %llu+%llu bytes, %s%s\n",
+		        r->workload, r->clients, threads ? "thread" : "process",
+		        r->clients == 1 ? "" : (threads ? "s" : "es"),
+		        r->writer_ops || strcmp(r->workload, "readwhilewriting") == 0
+		            ? " + 1 writer"
+		            : "",
+		        (unsigned long long)r->num, (unsigned long long)r->key_size,
+		        (unsigned long long)r->value_size,
+		        puts || strcmp(r->workload, "readwhilewriting") == 0
+		            ? (r->sync ? "durable puts" : "asynchronous puts")
+		            : "reads",
+		        r->seed ? ", seeded" : "");
 	fprintf(f, "  %llu %s in %.2f s: %.0f %s\n", (unsigned long long)r->ops,
-	        keys ? "keys" : "ops", r->seconds, ops_s, keys ? "keys/s" : "ops/s");
+	        keys ? "keys" : (txn ? "commits" : "ops"), r->seconds, ops_s,
+	        keys ? "keys/s" : (txn ? "commits/s" : "ops/s"));
 	if (r->has_lat)
 		fprintf(f,
 		        "  latency us: avg %.1f  stddev %.1f  p50 %.1f  p99 %.1f  p99.9 %.1f  max "
@@ -126,7 +139,8 @@ void bench_print_summary(FILE *f, const bench_kv_run *r, const bench_series *s)
 	fprintf(f, "  WAL: %.1f MB in %llu records", (double)d->wal_bytes / MB,
 	        (unsigned long long)d->wal_records);
 	if (puts)
-		fprintf(f, ", %.0f bytes per put", (double)d->wal_bytes / (double)puts);
+		fprintf(f, ", %.0f bytes per %s", (double)d->wal_bytes / (double)puts,
+		        txn ? "commit" : "put");
 	fprintf(f, "; %llu full-page images (%.1f MB stored of %.1f MB)",
 	        (unsigned long long)d->wal_fpis, (double)d->wal_fpi_stored / MB,
 	        (double)d->wal_fpi_raw / MB);

@@ -1,6 +1,6 @@
 /*
  * cmd_bench_kv.c - `walrus bench --workload fillseq|fillrandom|fillsync|
- * readrandom|readwhilewriting|scan|updaterandom`: the key-value workloads
+ * readrandom|readwhilewriting|scan|updaterandom|txn_transfer`: the key-value workloads
  * of bench/peers, run by the same code as walrus-peers
  * (bench/peers/workloads.c) with the walrus engine alone, on the data
  * directory DIR, so that `walrus bench` figures and walrus-peers figures are
@@ -23,10 +23,19 @@
  *               working set of --num keys, larger or smaller than
  *               shared_buffers, where checkpoints show
  *   scan        one ordered scan of such a database
+ *   txn_transfer
+ *               --clients clients (default 8), each running --num committed
+ *               transfers (walrus_txn_*: read two accounts, write both,
+ *               commit; run again on WALRUS_ECONFLICT, counted as an abort)
+ *               on a database of 10000 accounts, durable with --sync
  *
- * The clients of the first four are threads of this process, each with its
- * own handle (--threads, the default), or forked processes, each with its
- * own handle (--processes): both are backends of the instance.
+ * readrandom's and scan's reads go through a snapshot with --snapshot (one
+ * per client, taken after the load: walrus_get_into_at, walrus_iter_open_at).
+ *
+ * The clients of fillsync, readrandom, readwhilewriting, updaterandom and
+ * txn_transfer are threads of this process, each with its own handle
+ * (--threads, the default), or forked processes, each with its own handle
+ * (--processes): both are backends of the instance.
  *
  * Around the workload, a monitor process (bench_monitor.c) attached to the
  * instance keeps a per-second time series and the checkpoints that ran;
@@ -37,8 +46,9 @@
  * prepared wal/ or log/); a non-empty one is refused unless --reuse, which
  * fills the database found there (the check then wants it to hold no other
  * keys). The others use the database in DIR when there is one (the untimed
- * warm pass checks it holds exactly --num keys of the right values) and load
- * it first, untimed, when DIR is empty. The database stays in DIR.
+ * warm pass checks it holds exactly --num keys of the right values, or for
+ * txn_transfer the 10000 accounts and their sum) and load it first, untimed,
+ * when DIR is empty. The database stays in DIR.
  *
  * cmd_bench_kv returns -1, having done nothing, when argv's --workload is
  * not one of these (cmd_bench handles the others); otherwise an exit code.
@@ -68,10 +78,11 @@ typedef struct kv_args {
 	uint64_t key_size, value_size, seed;
 	uint64_t batch; /* fills: puts per commit */
 	bool sync, json, reuse;
+	bool snapshot;  /* readrandom, scan: read through a snapshot per client */
 	bool processes; /* clients are forked processes (--processes), not threads */
 	int progress_s;
 	const char *csv, *plot;
-	bool set_clients, set_mode, set_batch; /* given on the command line */
+	bool set_clients, set_mode, set_batch, set_value_size; /* given on the command line */
 } kv_args;
 
 static void kv_usage(FILE *f)
@@ -89,27 +100,39 @@ static void kv_usage(FILE *f)
 	    "  updaterandom      N read-modify-writes (get, put a new value) of random keys\n"
 	    "                    split over P clients: a working set of N keys dirtied\n"
 	    "                    steadily, the case where checkpoints matter\n"
-	    "  scan              one ordered scan of the N keys\n\n"
+	    "  scan              one ordered scan of the N keys\n"
+	    "  txn_transfer      on %d accounts of %d each, P clients (default %d) each\n"
+	    "                    running N transfers (default %d): a serializable\n"
+	    "                    transaction reads two random accounts, moves 1..10 from one\n"
+	    "                    to the other, commits; a conflict is an abort, run again.\n"
+	    "                    Afterwards the balances must add up to what the load wrote\n\n"
 	    "options:\n"
 	    "  --num N          keys (default %u), and the operations of every workload\n"
 	    "                   unless --duration; fillsync: durable puts per client\n"
-	    "                   (default %u)\n"
+	    "                   (default %u); txn_transfer: transfers per client\n"
 	    "  --duration S     run S seconds instead of the operations: each client of\n"
-	    "                   fillsync, readrandom, readwhilewriting, updaterandom; the\n"
+	    "                   fillsync, readrandom, readwhilewriting, updaterandom,\n"
+	    "                   txn_transfer; the\n"
 	    "                   fills go over their N keys again (same values) if time\n"
 	    "                   remains; scan repeats whole scans until S have passed\n"
 	    "  --clients P      clients of fillsync, readrandom, readwhilewriting (readers),\n"
-	    "                   updaterandom (default 1, at most %d)\n"
+	    "                   updaterandom, txn_transfer (default 1, txn_transfer %d; at\n"
+	    "                   most %d)\n"
 	    "  --threads        the clients are threads of this process, each with its own\n"
 	    "                   handle (the default)\n"
 	    "  --processes      the clients are forked processes, each with its own handle\n"
 	    "  --key-size K     key bytes, K decimal digits: at most 10^K keys (default %d,\n"
 	    "                   %d..%d)\n"
-	    "  --value-size B   value bytes (default %d, %d..%u)\n"
+	    "  --value-size B   value bytes (default %d, %d..%u; not txn_transfer's, whose\n"
+	    "                   values are decimal balances)\n"
 	    "  --batch N        fillseq, fillrandom: commit N puts at a time, as one walrus\n"
 	    "                   batch (default 1: each put its own commit; at most %d)\n"
 	    "  --sync           durable puts (fillseq, fillrandom, updaterandom, the writer of\n"
-	    "                   readwhilewriting; fillsync always)\n"
+	    "                   readwhilewriting; fillsync always) and txn_transfer's commits:\n"
+	    "                   each waits for its WAL flush\n"
+	    "  --snapshot       readrandom, scan: each client takes one snapshot after the\n"
+	    "                   load and reads through it (walrus_get_into_at,\n"
+	    "                   walrus_iter_open_at)\n"
 	    "  --seed S         mixed into every random order and key stream (default 0: the\n"
 	    "                   definitions' own)\n"
 	    "  --progress N     a line on stderr every N seconds: ops/s, latency, the\n"
@@ -129,7 +152,8 @@ static void kv_usage(FILE *f)
 	    "(untimed): exit 2 on a wrong result or a damaged tree, 3 on an engine error.\n"
 	    "walrus bench --compare A.json B.json [--json] sets two --json results side by "
 	    "side.\n",
-	    KV_DEFAULT_NUM, KV_DEFAULT_SYNC_OPS, PEERS_MAX_CLIENTS, PEERS_KEY_SIZE,
+	    PEERS_TXN_ACCOUNTS, PEERS_TXN_BALANCE, PEERS_TXN_CLIENTS, PEERS_TXN_OPS, KV_DEFAULT_NUM,
+	    KV_DEFAULT_SYNC_OPS, PEERS_TXN_CLIENTS, PEERS_MAX_CLIENTS, PEERS_KEY_SIZE,
 	    PEERS_MIN_KEY_SIZE, PEERS_MAX_KEY_SIZE, PEERS_VALUE_SIZE, PEERS_MIN_VALUE_SIZE,
 	    PEERS_MAX_VALUE_SIZE, PEERS_MAX_BATCH);
 }
@@ -182,24 +206,38 @@ static bool is_random(int w)
 static int kv_check(kv_args *a)
 {
 	const char *name = peers_workload_names[a->workload];
-	bool clients = a->workload == PEERS_FILLSYNC || is_random(a->workload);
+	bool txn = a->workload == PEERS_TXN_TRANSFER;
+	bool clients = a->workload == PEERS_FILLSYNC || is_random(a->workload) || txn;
 	bool writes = a->workload != PEERS_READRANDOM && a->workload != PEERS_SCAN;
 
 	if (a->set_clients && !clients) {
 		fprintf(stderr,
 		        "walrus bench: %s runs one client (--clients is for fillsync, readrandom, "
-		        "readwhilewriting, updaterandom)\n",
+		        "readwhilewriting, updaterandom, txn_transfer)\n",
 		        name);
 		return TOOL_EXIT_USAGE;
 	}
 	if (a->set_mode && !clients) {
-		fprintf(
-		    stderr,
-		    "walrus bench: %s runs one client, in this process (--threads and "
-		    "--processes are for fillsync, readrandom, readwhilewriting, updaterandom)\n",
-		    name);
+		fprintf(stderr,
+		        "walrus bench: %s runs one client, in this process (--threads and "
+		        "--processes are for fillsync, readrandom, readwhilewriting, updaterandom, "
+		        "txn_transfer)\n",
+		        name);
 		return TOOL_EXIT_USAGE;
 	}
+	if (a->snapshot && a->workload != PEERS_READRANDOM && a->workload != PEERS_SCAN) {
+		fprintf(stderr, "walrus bench: --snapshot is for readrandom and scan, not %s\n",
+		        name);
+		return TOOL_EXIT_USAGE;
+	}
+	if (a->set_value_size && txn) {
+		fprintf(stderr,
+		        "walrus bench: txn_transfer's values are decimal balances (--value-size is "
+		        "for the other workloads)\n");
+		return TOOL_EXIT_USAGE;
+	}
+	if (txn && !a->set_clients)
+		a->clients = PEERS_TXN_CLIENTS;
 	if (a->set_batch && a->workload != PEERS_FILLSEQ && a->workload != PEERS_FILLRANDOM) {
 		fprintf(stderr,
 		        "walrus bench: %s has no batches (--batch is for fillseq, fillrandom)\n",
@@ -217,6 +255,8 @@ static int kv_check(kv_args *a)
 	                   ? a->num
 	                   : (a->workload == PEERS_FILLSYNC ? KV_DEFAULT_SYNC_OPS : KV_DEFAULT_NUM);
 	uint64_t keys = a->workload == PEERS_FILLSYNC ? num * (uint64_t)a->clients : num;
+	if (txn)
+		keys = PEERS_TXN_ACCOUNTS;
 	if (keys > max) {
 		fprintf(stderr,
 		        "walrus bench: %llu keys do not fit in %llu-byte keys (at most %llu: raise "
@@ -253,6 +293,10 @@ static int kv_parse(int argc, char **argv, kv_args *a)
 		}
 		if (strcmp(k, "--sync") == 0) {
 			a->sync = true;
+			continue;
+		}
+		if (strcmp(k, "--snapshot") == 0) {
+			a->snapshot = true;
 			continue;
 		}
 		if (strcmp(k, "--threads") == 0 || strcmp(k, "--processes") == 0) {
@@ -300,6 +344,7 @@ static int kv_parse(int argc, char **argv, kv_args *a)
 		} else if (strcmp(k, "--value-size") == 0) {
 			ok = parse_u64(k, s, PEERS_MIN_VALUE_SIZE, PEERS_MAX_VALUE_SIZE,
 			               &a->value_size);
+			a->set_value_size = true;
 		} else if (strcmp(k, "--batch") == 0) {
 			ok = parse_u64(k, s, 1, PEERS_MAX_BATCH, &a->batch);
 			a->set_batch = true;
@@ -360,8 +405,12 @@ static int kv_dir_empty(const char *dir, bool *empty)
 }
 
 /* Where kv_result puts the workload's figures (the hooks' argument is the
- * monitor's). */
+ * monitor's), and what of them bench_kv_run has no room for: txn_transfer's
+ * aborts, and whether the reads went through a snapshot. */
 static bench_kv_run *kv_run;
+static bool kv_txn;
+static uint64_t kv_aborts;
+static bool kv_snapshot;
 
 /* The workload's figures, from the library's result hook. */
 static void kv_result(void *arg, const peers_result *r)
@@ -383,20 +432,77 @@ static void kv_result(void *arg, const peers_result *r)
 	run->writer_p50_us = r->writer_p50_us;
 	run->writer_p99_us = r->writer_p99_us;
 	run->writer_max_us = r->writer_max_us;
+	kv_txn = r->has_sync;
+	kv_aborts = r->aborts;
+	kv_snapshot = r->snapshot;
+}
+
+static double kv_abort_rate(const bench_kv_run *run)
+{
+	uint64_t tries = run->ops + kv_aborts;
+
+	return tries ? (double)kv_aborts / (double)tries : 0.0;
+}
+
+/* bench_print_json's line with kv_result's extra figures before its closing
+ * brace, so that one object still holds the whole run. */
+static int kv_print_json(const bench_kv_run *run, const bench_series *s)
+{
+	char *line = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&line, &len);
+
+	if (m == NULL) {
+		fprintf(stderr, "walrus bench: open_memstream failed: %s\n", strerror(errno));
+		return TOOL_EXIT_ENGINE;
+	}
+	bench_print_json(m, run, s);
+	if (ferror(m) || fclose(m) != 0) {
+		fprintf(stderr, "walrus bench: writing the JSON line failed: %s\n",
+		        strerror(errno));
+		free(line);
+		return TOOL_EXIT_ENGINE;
+	}
+	if (len < 2 || line[len - 2] != '}' || line[len - 1] != '\n') {
+		fprintf(stderr, "walrus bench: internal error: the JSON line does not end in }\n");
+		free(line);
+		return TOOL_EXIT_ENGINE;
+	}
+	fwrite(line, 1, len - 2, stdout);
+	free(line);
+	if (kv_txn)
+		printf(",\"commits\":%llu,\"aborts\":%llu,\"abort_rate\":%.6f",
+		       (unsigned long long)run->ops, (unsigned long long)kv_aborts,
+		       kv_abort_rate(run));
+	if (kv_snapshot)
+		printf(",\"snapshot\":true");
+	printf("}\n");
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "walrus bench: writing to stdout failed: %s\n", strerror(errno));
+		return TOOL_EXIT_ENGINE;
+	}
+	return 0;
 }
 
 /* The outputs of a finished run. */
 static int kv_report(const kv_args *a, const bench_kv_run *run, const bench_series *s)
 {
 	int ex = 0;
+	FILE *human = a->json ? stderr : stdout;
 
-	bench_print_summary(a->json ? stderr : stdout, run, s);
+	bench_print_summary(human, run, s);
+	if (kv_txn)
+		fprintf(human, "  aborts: %llu (%.2f%% of attempts), each run again\n",
+		        (unsigned long long)kv_aborts, 100.0 * kv_abort_rate(run));
+	if (kv_snapshot)
+		fprintf(human,
+		        "  reads through a snapshot (one per client, taken after the load)\n");
 	if (a->csv != NULL && (ex = bench_write_csv(a->csv, run, s)) == 0)
 		fprintf(stderr, "walrus bench: time series written to %s\n", a->csv);
 	if (ex == 0 && a->plot != NULL && (ex = bench_write_svg(a->plot, run, s)) == 0)
 		fprintf(stderr, "walrus bench: plot written to %s\n", a->plot);
-	if (a->json)
-		bench_print_json(stdout, run, s);
+	if (ex == 0 && a->json)
+		ex = kv_print_json(run, s);
 	return ex;
 }
 
@@ -458,6 +564,7 @@ int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 		return ex;
 	fill = a.workload == PEERS_FILLSEQ || a.workload == PEERS_FILLRANDOM ||
 	       a.workload == PEERS_FILLSYNC;
+	bool txn = a.workload == PEERS_TXN_TRANSFER;
 	if (fill && !empty && !a.reuse) {
 		fprintf(stderr,
 		        "walrus bench: %s starts from an empty data directory, but \"%s\" is not "
@@ -472,7 +579,9 @@ int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 	    .mode = a.processes ? "processes" : "threads",
 	    .datadir = ctx->datadir,
 	    .clients = a.clients,
-	    .num = a.workload == PEERS_FILLSYNC ? (a.num ? a.num : KV_DEFAULT_SYNC_OPS) : num,
+	    .num = a.workload == PEERS_FILLSYNC ? (a.num ? a.num : KV_DEFAULT_SYNC_OPS)
+	           : txn                        ? PEERS_TXN_ACCOUNTS
+	                                        : num,
 	    .key_size = a.key_size,
 	    .value_size = a.value_size,
 	    .seed = a.seed,
@@ -481,7 +590,7 @@ int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 	    .batch = a.batch,
 	};
 	bench_monitor *mon;
-	int expected = a.workload == PEERS_FILLSYNC || is_random(a.workload) ? a.clients : 1;
+	int expected = a.workload == PEERS_FILLSYNC || is_random(a.workload) || txn ? a.clients : 1;
 	expected += a.workload == PEERS_READWHILEWRITING;
 	ex = bench_monitor_start(ctx, expected, a.progress_s, &mon);
 	if (ex != 0)
@@ -507,7 +616,14 @@ int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 	    .nclient_modes = 1,
 	    .json = a.json,
 	    .fresh_dirs = false,
-	    .loaded = !fill && !empty,
+	    .loaded = !fill && !txn && !empty,
+	    .accounts = txn && !empty,
+	    .snapshot = a.snapshot,
+	    .txn_procs = {a.clients},
+	    .ntxn_procs = 1,
+	    .txn_sync = {a.sync},
+	    .ntxn_sync = 1,
+	    .txn_ops = a.num ? a.num : PEERS_TXN_OPS,
 	    .key_size = a.key_size,
 	    .value_size = a.value_size,
 	    .seed = a.seed,
@@ -516,7 +632,10 @@ int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 	    .batch = a.batch,
 	    .hooks = &hooks,
 	};
-	if (!fill && empty)
+	if (txn && empty)
+		fprintf(stderr, "walrus bench: loading %d accounts into %s first (untimed)\n",
+		        PEERS_TXN_ACCOUNTS, ctx->datadir);
+	else if (!fill && empty)
 		fprintf(stderr, "walrus bench: loading %llu keys into %s first (untimed)\n",
 		        (unsigned long long)num, ctx->datadir);
 	peers_walrus_use_opts(ctx->opts);

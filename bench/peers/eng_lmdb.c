@@ -14,6 +14,11 @@
  * LMDB has no cache of its own (its pages are the file's, mapped): the
  * kernel's page cache holds them, so --cache-mb does not apply.
  *
+ * A transaction (txn_transfer) is one write transaction: mdb_txn_begin
+ * waits for LMDB's single writer lock, so transactions run one after the
+ * other and never conflict; its reads are mdb_get inside it, and its
+ * commit is durable or not as the environment's puts are.
+ *
  * An environment may be used only by the process that opened it: a handle is
  * never carried across fork(), each client process opens its own.
  */
@@ -186,6 +191,75 @@ static void lm_scan(void *h, peers_scan_cb cb, void *arg)
 	mdb_txn_reset(l->rtxn);
 }
 
+static void *lm_txn_new(void *h)
+{
+	return h; /* a handle serves one client process: its txn is the handle's */
+}
+
+static void lm_txn_free(void *t)
+{
+	lm_handle *l = t;
+
+	if (l->wtxn != NULL) {
+		mdb_txn_abort(l->wtxn);
+		l->wtxn = NULL;
+	}
+}
+
+static peers_txn_rc lm_txn_begin(void *t)
+{
+	lm_handle *l = t;
+	int rc;
+
+	lm_txn_free(l);
+	rc = mdb_txn_begin(l->env, NULL, 0, &l->wtxn);
+	if (rc != 0) {
+		l->wtxn = NULL;
+		lm_fail("mdb_txn_begin", rc);
+	}
+	return PEERS_TXN_OK;
+}
+
+static peers_txn_rc lm_txn_get(void *t, const char *key, size_t klen, char *buf, size_t cap,
+                               size_t *vlen)
+{
+	lm_handle *l = t;
+	MDB_val k = {.mv_size = klen, .mv_data = (void *)key};
+	MDB_val v;
+	int rc = mdb_get(l->wtxn, l->dbi, &k, &v);
+
+	if (rc == MDB_NOTFOUND)
+		return PEERS_TXN_ABSENT;
+	if (rc != 0)
+		lm_fail("mdb_get", rc);
+	*vlen = v.mv_size;
+	memcpy(buf, v.mv_data, v.mv_size < cap ? v.mv_size : cap);
+	return PEERS_TXN_OK;
+}
+
+static peers_txn_rc lm_txn_put(void *t, const char *key, size_t klen, const char *val, size_t vlen)
+{
+	lm_handle *l = t;
+	MDB_val k = {.mv_size = klen, .mv_data = (void *)key};
+	MDB_val v = {.mv_size = vlen, .mv_data = (void *)val};
+	int rc = mdb_put(l->wtxn, l->dbi, &k, &v, 0);
+
+	if (rc != 0)
+		lm_fail("mdb_put", rc);
+	return PEERS_TXN_OK;
+}
+
+static peers_txn_rc lm_txn_commit(void *t)
+{
+	lm_handle *l = t;
+	int rc = mdb_txn_commit(l->wtxn);
+
+	l->wtxn = NULL; /* freed by the commit, whatever its result */
+	if (rc != 0)
+		lm_fail("mdb_txn_commit", rc);
+	return PEERS_TXN_OK;
+}
+
 const peers_engine peers_lmdb = {
     .name = "lmdb",
     .threads = false,
@@ -197,4 +271,10 @@ const peers_engine peers_lmdb = {
     .scan = lm_scan,
     .batch_begin = lm_batch_begin,
     .batch_commit = lm_batch_commit,
+    .txn_new = lm_txn_new,
+    .txn_free = lm_txn_free,
+    .txn_begin = lm_txn_begin,
+    .txn_get = lm_txn_get,
+    .txn_put = lm_txn_put,
+    .txn_commit = lm_txn_commit,
 };

@@ -13,6 +13,15 @@
  * 256 MiB per connection (--cache-mb) so the read workloads run from memory;
  * the busy timeout (60 s) lets several processes take turns at the single
  * write lock, as an application would.
+ *
+ * A transaction (txn_transfer) is BEGIN IMMEDIATE, which takes the write
+ * lock at once (waiting for it up to the busy timeout), the same prepared
+ * SELECTs and INSERT OR REPLACEs, then COMMIT: in WAL mode a transaction
+ * holding the write lock reads the latest data and cannot meet a
+ * conflicting writer, so the only abort is an SQLITE_BUSY that outlasted
+ * the busy timeout, after which the transaction is rolled back and run
+ * again. Durable or not by the connection's synchronous setting, as the
+ * puts are.
  */
 #include "peers.h"
 
@@ -28,6 +37,7 @@ typedef struct sq_handle {
 	sqlite3_stmt *put;
 	sqlite3_stmt *get;
 	sqlite3_stmt *scan;
+	sqlite3_stmt *begin, *commit, *rollback; /* txn_transfer's */
 } sq_handle;
 
 static _Noreturn void sq_fail(sqlite3 *db, const char *op, int rc)
@@ -136,13 +146,16 @@ static void *sq_open(const peers_open_args *a)
 	s->put = sq_prepare(db, "INSERT OR REPLACE INTO kv(k, v) VALUES(?1, ?2)");
 	s->get = sq_prepare(db, "SELECT v FROM kv WHERE k = ?1");
 	s->scan = sq_prepare(db, "SELECT k, v FROM kv ORDER BY k");
+	s->begin = sq_prepare(db, "BEGIN IMMEDIATE");
+	s->commit = sq_prepare(db, "COMMIT");
+	s->rollback = sq_prepare(db, "ROLLBACK");
 	return s;
 }
 
 static void sq_close(void *h)
 {
 	sq_handle *s = h;
-	sqlite3_stmt *st[] = {s->put, s->get, s->scan};
+	sqlite3_stmt *st[] = {s->put, s->get, s->scan, s->begin, s->commit, s->rollback};
 	int rc;
 
 	for (size_t i = 0; i < sizeof(st) / sizeof(st[0]); i++) {
@@ -224,6 +237,110 @@ static void sq_scan(void *h, peers_scan_cb cb, void *arg)
 	sq_reset(s, s->scan);
 }
 
+/*
+ * Steps @st, which should answer @want: true when it did, false on
+ * SQLITE_BUSY (the write lock not had within the busy timeout). Resets the
+ * statement either way; any other answer is fatal.
+ */
+/* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
+static bool sq_step_busy(sq_handle *s, sqlite3_stmt *st, const char *what, int want)
+{
+	int rc = sqlite3_step(st);
+	int rrc;
+
+	if (rc == want || rc == SQLITE_BUSY) {
+		/* After a failed step, reset answers that step's error again. */
+		rrc = sqlite3_reset(st);
+		if (rrc != SQLITE_OK && rrc != SQLITE_BUSY)
+			sq_fail(s->db, "sqlite3_reset", rrc);
+		return rc == want;
+	}
+	sq_fail(s->db, what, rc);
+}
+
+/* Rolls the open transaction back after a busy step: the caller runs it again. */
+static peers_txn_rc sq_txn_busy(sq_handle *s)
+{
+	if (!sqlite3_get_autocommit(s->db) &&
+	    !sq_step_busy(s, s->rollback, "sqlite3_step(ROLLBACK)", SQLITE_DONE))
+		sq_fail(s->db, "sqlite3_step(ROLLBACK)", SQLITE_BUSY);
+	return PEERS_TXN_CONFLICT;
+}
+
+static void *sq_txn_new(void *h)
+{
+	return h; /* a connection serves one client process: its txn is the connection's */
+}
+
+static void sq_txn_free(void *t)
+{
+	sq_handle *s = t;
+
+	if (!sqlite3_get_autocommit(s->db))
+		(void)sq_txn_busy(s);
+}
+
+static peers_txn_rc sq_txn_begin(void *t)
+{
+	sq_handle *s = t;
+
+	sq_txn_free(s);
+	return sq_step_busy(s, s->begin, "sqlite3_step(BEGIN IMMEDIATE)", SQLITE_DONE)
+	           ? PEERS_TXN_OK
+	           : PEERS_TXN_CONFLICT;
+}
+
+static peers_txn_rc sq_txn_get(void *t, const char *key, size_t klen, char *buf, size_t cap,
+                               size_t *vlen)
+{
+	sq_handle *s = t;
+	peers_txn_rc ret = PEERS_TXN_ABSENT;
+	int rc;
+
+	sq_bind(s, s->get, 1, key, klen);
+	rc = sqlite3_step(s->get);
+	if (rc == SQLITE_ROW) {
+		const void *v = sqlite3_column_blob(s->get, 0);
+		int n = sqlite3_column_bytes(s->get, 0);
+
+		if (n < 0 || (n > 0 && v == NULL))
+			sq_fail(s->db, "sqlite3_column_blob", sqlite3_errcode(s->db));
+		*vlen = (size_t)n;
+		if (n > 0)
+			memcpy(buf, v, (size_t)n < cap ? (size_t)n : cap);
+		ret = PEERS_TXN_OK;
+	} else if (rc == SQLITE_BUSY) {
+		ret = PEERS_TXN_CONFLICT;
+	} else if (rc != SQLITE_DONE) {
+		sq_fail(s->db, "sqlite3_step(SELECT)", rc);
+	}
+	rc = sqlite3_reset(s->get);
+	if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+		sq_fail(s->db, "sqlite3_reset", rc);
+	return ret == PEERS_TXN_CONFLICT ? sq_txn_busy(s) : ret;
+}
+
+static peers_txn_rc sq_txn_put(void *t, const char *key, size_t klen, const char *val, size_t vlen)
+{
+	sq_handle *s = t;
+
+	sq_bind(s, s->put, 1, key, klen);
+	sq_bind(s, s->put, 2, val, vlen);
+	if (!sq_step_busy(s, s->put, "sqlite3_step(INSERT OR REPLACE)", SQLITE_DONE))
+		return sq_txn_busy(s);
+	return PEERS_TXN_OK;
+}
+
+static peers_txn_rc sq_txn_commit(void *t)
+{
+	sq_handle *s = t;
+
+	/* A busy COMMIT leaves the transaction open: rolled back, run again. */
+	if (!sq_step_busy(s, s->commit, "sqlite3_step(COMMIT)", SQLITE_DONE))
+		return sq_txn_busy(s);
+	return PEERS_TXN_OK;
+}
+
 const peers_engine peers_sqlite = {
     .name = "sqlite",
     .threads = false,
@@ -235,4 +352,10 @@ const peers_engine peers_sqlite = {
     .scan = sq_scan,
     .batch_begin = sq_batch_begin,
     .batch_commit = sq_batch_commit,
+    .txn_new = sq_txn_new,
+    .txn_free = sq_txn_free,
+    .txn_begin = sq_txn_begin,
+    .txn_get = sq_txn_get,
+    .txn_put = sq_txn_put,
+    .txn_commit = sq_txn_commit,
 };

@@ -10,7 +10,12 @@
  * flushes within wal_writer_delay); each get is walrus_get_into; the scan
  * is a walrus_iter over the whole key space. The fills' batches (--batch)
  * are walrus batches: the puts go into one, walrus_batch_commit applies it
- * with the handle's flags, as a put would be.
+ * with the handle's flags, as a put would be. With a snapshot taken on the
+ * handle (--snapshot), gets are walrus_get_into_at and the scan
+ * walrus_iter_open_at through it. A transaction is a walrus_txn,
+ * serializable (flags 0), begun on the client's handle and committed with
+ * the handle's flags; WALRUS_ECONFLICT at its commit is the conflict the
+ * caller runs it again for.
  *
  * Every walrus handle is a backend of the instance, whether its process
  * holds one handle or many threads each hold their own: threads is false
@@ -48,10 +53,17 @@
 
 typedef struct wa_handle {
 	walrus *db;
-	int flags;           /* WALRUS_SYNC or WALRUS_ASYNC */
-	walrus_batch *batch; /* made by the first batch_begin */
-	bool in_batch;       /* puts go into batch */
+	int flags;             /* WALRUS_SYNC or WALRUS_ASYNC */
+	walrus_batch *batch;   /* made by the first batch_begin */
+	bool in_batch;         /* puts go into batch */
+	walrus_snapshot *snap; /* gets and the scan read through it, when set */
 } wa_handle;
+
+/* A client's transactions on its handle: one at a time. */
+typedef struct wa_txn {
+	wa_handle *w;
+	walrus_txn *txn; /* the open one, or NULL */
+} wa_txn;
 
 static pthread_mutex_t wa_mu = PTHREAD_MUTEX_INITIALIZER; /* guards the next three */
 static walrus_opts *wa_opts;                              /* the program's, or wa_own */
@@ -125,14 +137,17 @@ static void *wa_open(const peers_open_args *a)
 	w->flags = a->sync ? WALRUS_SYNC : WALRUS_ASYNC;
 	w->batch = NULL;
 	w->in_batch = false;
+	w->snap = NULL;
 	return w;
 }
 
 static void wa_close(void *h)
 {
 	wa_handle *w = h;
-	int rc = walrus_close(w->db);
+	int rc;
 
+	walrus_snapshot_release(w->snap); /* NULL: nothing */
+	rc = walrus_close(w->db);
 	walrus_batch_free(w->batch);
 	free(w);
 	if (rc != WALRUS_OK)
@@ -202,13 +217,14 @@ static void wa_batch_commit(void *h)
 static bool wa_get(void *h, const char *key, size_t klen, char *buf, size_t cap, size_t *vlen)
 {
 	wa_handle *w = h;
-	int rc = walrus_get_into(w->db, key, klen, buf, cap, vlen);
+	int rc = w->snap != NULL ? walrus_get_into_at(w->db, w->snap, key, klen, buf, cap, vlen)
+	                         : walrus_get_into(w->db, key, klen, buf, cap, vlen);
 
 	if (rc == WALRUS_ENOTFOUND)
 		return false;
 	/* Too big for the buffer: *vlen has the size, which the caller finds wrong. */
 	if (rc != WALRUS_OK && rc != WALRUS_ETOOBIG)
-		wa_fail("walrus_get_into", rc);
+		wa_fail(w->snap != NULL ? "walrus_get_into_at" : "walrus_get_into", rc);
 	return true;
 }
 
@@ -216,11 +232,12 @@ static void wa_scan(void *h, peers_scan_cb cb, void *arg)
 {
 	wa_handle *w = h;
 	walrus_iter *it = NULL;
-	int rc = walrus_iter_open(w->db, NULL, 0, NULL, 0, &it);
+	int rc = w->snap != NULL ? walrus_iter_open_at(w->db, w->snap, NULL, 0, NULL, 0, &it)
+	                         : walrus_iter_open(w->db, NULL, 0, NULL, 0, &it);
 
 	if (rc != WALRUS_OK) {
 		walrus_iter_close(it);
-		wa_fail("walrus_iter_open", rc);
+		wa_fail(w->snap != NULL ? "walrus_iter_open_at" : "walrus_iter_open", rc);
 	}
 	while (walrus_iter_valid(it)) {
 		const void *k, *v;
@@ -236,6 +253,101 @@ static void wa_scan(void *h, peers_scan_cb cb, void *arg)
 		}
 	}
 	walrus_iter_close(it);
+}
+
+static void wa_snapshot(void *h, bool take)
+{
+	wa_handle *w = h;
+	int rc;
+
+	walrus_snapshot_release(w->snap);
+	w->snap = NULL;
+	if (take && (rc = walrus_snapshot_take(w->db, &w->snap)) != WALRUS_OK)
+		wa_fail("walrus_snapshot_take", rc);
+}
+
+static void *wa_txn_new(void *h)
+{
+	wa_txn *t = peers_xmalloc("walrus transaction", sizeof(*t));
+
+	t->w = h;
+	t->txn = NULL;
+	return t;
+}
+
+static void wa_txn_free(void *p)
+{
+	wa_txn *t = p;
+
+	walrus_txn_free(t->txn); /* NULL: nothing; an open one is aborted */
+	free(t);
+}
+
+/* Ends the transaction after a conflict: the caller begins another. */
+static peers_txn_rc wa_txn_conflict(wa_txn *t)
+{
+	walrus_txn_free(t->txn);
+	t->txn = NULL;
+	return PEERS_TXN_CONFLICT;
+}
+
+static peers_txn_rc wa_txn_begin(void *p)
+{
+	wa_txn *t = p;
+	int rc;
+
+	walrus_txn_free(t->txn);
+	t->txn = NULL;
+	rc = walrus_txn_begin(t->w->db, 0, &t->txn);
+	if (rc != WALRUS_OK)
+		wa_fail("walrus_txn_begin", rc);
+	return PEERS_TXN_OK;
+}
+
+static peers_txn_rc wa_txn_get(void *p, const char *key, size_t klen, char *buf, size_t cap,
+                               size_t *vlen)
+{
+	wa_txn *t = p;
+	int rc = walrus_txn_get_into(t->txn, key, klen, buf, cap, vlen);
+
+	if (rc == WALRUS_ENOTFOUND)
+		return PEERS_TXN_ABSENT;
+	if (rc == WALRUS_ECONFLICT)
+		return wa_txn_conflict(t);
+	/* Too big for the buffer: *vlen has the size, which the caller finds wrong. */
+	if (rc != WALRUS_OK && rc != WALRUS_ETOOBIG)
+		wa_fail("walrus_txn_get_into", rc);
+	return PEERS_TXN_OK;
+}
+
+static peers_txn_rc wa_txn_put(void *p, const char *key, size_t klen, const char *val, size_t vlen)
+{
+	wa_txn *t = p;
+	int rc = walrus_txn_put(t->txn, key, klen, val, vlen);
+
+	if (rc == WALRUS_ECONFLICT)
+		return wa_txn_conflict(t);
+	if (rc != WALRUS_OK)
+		wa_fail("walrus_txn_put", rc);
+	return PEERS_TXN_OK;
+}
+
+static peers_txn_rc wa_txn_commit(void *p)
+{
+	wa_txn *t = p;
+	int flags = t->w->flags;
+	int rc = walrus_txn_commit(t->txn, flags);
+
+	/* Ended by the commit, whatever it answered. */
+	walrus_txn_free(t->txn);
+	t->txn = NULL;
+	if (rc == WALRUS_ECONFLICT)
+		return PEERS_TXN_CONFLICT;
+	if (rc != WALRUS_OK)
+		wa_fail(flags == WALRUS_SYNC ? "walrus_txn_commit(WALRUS_SYNC)"
+		                             : "walrus_txn_commit(WALRUS_ASYNC)",
+		        rc);
+	return PEERS_TXN_OK;
 }
 
 /* Is byte 0 of walrus.pid (the instance lock) held? */
@@ -309,4 +421,11 @@ const peers_engine peers_walrus = {
     .data_dir = "base",
     .wal_dir = "wal",
     .compact = wa_compact,
+    .snapshot = wa_snapshot,
+    .txn_new = wa_txn_new,
+    .txn_free = wa_txn_free,
+    .txn_begin = wa_txn_begin,
+    .txn_get = wa_txn_get,
+    .txn_put = wa_txn_put,
+    .txn_commit = wa_txn_commit,
 };

@@ -27,6 +27,7 @@
 
 #define DROP_CACHES_FILE "/proc/sys/vm/drop_caches"
 #define MAX_SYNC_SECONDS 86400
+#define MAX_TXN_OPS      1000000000u
 
 /* walrus's buffer pool in walrus-peers: the 256 MiB that SQLite's page cache
  * and RocksDB's block cache get (--cache-mb sets all three; -o
@@ -37,16 +38,20 @@
  * the original five, which RESULTS*.txt hold; the two overwrite workloads
  * are asked for by name. */
 #define PEERS_ALL_WORKLOADS                                                                        \
-	"fillseq,fillrandom,fillsync,readrandom,scan,readwhilewriting,updaterandom"
+	"fillseq,fillrandom,fillsync,readrandom,scan,readwhilewriting,updaterandom,txn_transfer"
 #define PEERS_DEFAULT_WORKLOADS "fillseq,fillrandom,fillsync,readrandom,scan"
 
 /* walrus's client modes: threads, as RocksDB's (each thread its own handle
  * here), then processes, as SQLite's and LMDB's. */
 #define PEERS_DEFAULT_MODES "threads,processes"
 
-static const peers_engine *const all_engines[] = {&peers_walrus, &peers_sqlite, &peers_lmdb,
-                                                  &peers_rocksdb};
-#define NENGINES ((int)(sizeof(all_engines) / sizeof(all_engines[0])))
+/* The default engines: the first four. RocksDB's transaction DBs, which alone
+ * run its txn_transfer rows, are asked for by name. */
+static const peers_engine *const all_engines[] = {&peers_walrus,       &peers_sqlite,
+                                                  &peers_lmdb,         &peers_rocksdb,
+                                                  &peers_rocksdb_otxn, &peers_rocksdb_ptxn};
+#define PEERS_DEFAULT_ENGINES "walrus,sqlite,lmdb,rocksdb"
+#define NENGINES              ((int)(sizeof(all_engines) / sizeof(all_engines[0])))
 
 typedef struct config {
 	peers_config run;
@@ -57,6 +62,7 @@ typedef struct config {
 	const char *opts[MAX_OPTS]; /* -o name=value, for walrus */
 	int nopts;
 	uint64_t sync_seconds; /* --sync-seconds, 0: fillsync by --sync-ops */
+	uint64_t txn_seconds;  /* --txn-seconds, 0: txn_transfer by --txn-ops */
 } config;
 
 static char g_base[PATH_MAX];
@@ -83,6 +89,10 @@ static void usage(FILE *f)
 	    "                    the readers are done (the readers are measured)\n"
 	    "  updaterandom      N read-modify-writes (get, put a new value) of random keys\n"
 	    "                    split over P clients (--read-procs)\n"
+	    "  txn_transfer      on %d accounts of %d each, P clients (--txn-procs) each\n"
+	    "                    moving 1..10 between two random accounts in a read-write\n"
+	    "                    transaction, run again on a conflict (an abort); asynchronous\n"
+	    "                    and durable commits (--txn-commit); the balances' sum checked\n"
 	    "readrandom, scan, readwhilewriting and updaterandom run on a fillseq load of\n"
 	    "N keys (untimed; reused from the previous workload when it left one).\n\n"
 	    "options:\n"
@@ -92,12 +102,23 @@ static void usage(FILE *f)
 	    "  --sync-seconds S   fillsync by issue 18's definition instead: N keys loaded\n"
 	    "                     (untimed), then each client upserts random keys, each\n"
 	    "                     put durable, for S seconds (1..%d)\n"
-	    "  --engines LIST     among walrus,sqlite,lmdb,rocksdb (default all)\n"
+	    "  --engines LIST     among walrus,sqlite,lmdb,rocksdb,rocksdb-otxn,rocksdb-ptxn\n"
+	    "                     (default " PEERS_DEFAULT_ENGINES "; rocksdb-otxn and\n"
+	    "                     rocksdb-ptxn are RocksDB's optimistic and pessimistic\n"
+	    "                     transaction DBs: plain rocksdb has no transactions)\n"
 	    "  --workloads LIST   among " PEERS_ALL_WORKLOADS "\n"
 	    "                     (default " PEERS_DEFAULT_WORKLOADS ")\n"
 	    "  --sync-procs LIST  fillsync client counts (default 1,8)\n"
 	    "  --read-procs LIST  readrandom, readwhilewriting (readers) and updaterandom\n"
 	    "                     client counts (default 1,2)\n"
+	    "  --txn-procs LIST   txn_transfer client counts (default %d)\n"
+	    "  --txn-ops M        committed transfers per txn_transfer client (default %d)\n"
+	    "  --txn-seconds S    txn_transfer: each client runs S seconds instead (1..%d)\n"
+	    "  --txn-commit LIST  txn_transfer's commits, each in turn: async and/or sync\n"
+	    "                     (durable: each commit waits for its flush) (default\n"
+	    "                     async,sync)\n"
+	    "  --snapshot         walrus's readrandom and scan run twice: plainly, then\n"
+	    "                     through a snapshot (one per client, taken after the load)\n"
 	    "  --batch N          fillseq and fillrandom commit N puts at a time: a walrus\n"
 	    "                     batch, an SQLite BEGIN..COMMIT, an LMDB write txn; RocksDB\n"
 	    "                     still writes each put alone (default 1, at most %d)\n"
@@ -125,7 +146,8 @@ static void usage(FILE *f)
 	    "                     starts from shared_buffers=" PEERS_WALRUS_SHARED_BUFFERS
 	    ", the peers' cache size\n"
 	    "exit: 0 ok, 2 usage or wrong result, 3 engine or system error\n",
-	    MAX_SYNC_SECONDS, PEERS_MAX_BATCH, PEERS_CACHE_MB);
+	    PEERS_TXN_ACCOUNTS, PEERS_TXN_BALANCE, MAX_SYNC_SECONDS, PEERS_TXN_CLIENTS,
+	    PEERS_TXN_OPS, MAX_SYNC_SECONDS, PEERS_MAX_BATCH, PEERS_CACHE_MB);
 }
 
 /* PEERS_ALL_WORKLOADS, which the help shows, names every workload. */
@@ -238,6 +260,23 @@ static void add_read_procs(config *cfg, const char *opt, const char *s)
 	add_procs(cfg->run.read_procs, &cfg->run.nread_procs, opt, s);
 }
 
+static void add_txn_procs(config *cfg, const char *opt, const char *s)
+{
+	add_procs(cfg->run.txn_procs, &cfg->run.ntxn_procs, opt, s);
+}
+
+static void add_txn_commit(config *cfg, const char *opt, const char *s)
+{
+	bool sync = strcmp(s, "sync") == 0;
+
+	if (!sync && strcmp(s, "async") != 0)
+		bad_usage("unknown commit \"%s\" (async or sync)", s);
+	for (int i = 0; i < cfg->run.ntxn_sync; i++)
+		if (cfg->run.txn_sync[i] == sync)
+			bad_usage("%s names a commit twice", opt);
+	cfg->run.txn_sync[cfg->run.ntxn_sync++] = sync;
+}
+
 /* --drop-caches is refused at once, not after the first load, when its file
  * cannot be written (not root). Opening it writes nothing. */
 static void check_drop_caches(const char *path)
@@ -281,6 +320,10 @@ static void parse_args(int argc, char **argv, config *cfg)
 			cfg->run.compact = true;
 			continue;
 		}
+		if (strcmp(k, "--snapshot") == 0) {
+			cfg->run.snapshot = cfg->run.snapshot_and_plain = true;
+			continue;
+		}
 		if (strcmp(k, "--drop-caches") == 0) {
 			if (cfg->run.drop_caches == NULL)
 				cfg->run.drop_caches = DROP_CACHES_FILE;
@@ -300,6 +343,14 @@ static void parse_args(int argc, char **argv, config *cfg)
 			cfg->run.sync_ops = parse_u64(k, v, PEERS_MAX_KEYS / PEERS_MAX_CLIENTS);
 		else if (strcmp(k, "--sync-seconds") == 0)
 			cfg->sync_seconds = parse_u64(k, v, MAX_SYNC_SECONDS);
+		else if (strcmp(k, "--txn-seconds") == 0)
+			cfg->txn_seconds = parse_u64(k, v, MAX_SYNC_SECONDS);
+		else if (strcmp(k, "--txn-ops") == 0)
+			cfg->run.txn_ops = parse_u64(k, v, MAX_TXN_OPS);
+		else if (strcmp(k, "--txn-procs") == 0)
+			parse_list(k, v, cfg, add_txn_procs);
+		else if (strcmp(k, "--txn-commit") == 0)
+			parse_list(k, v, cfg, add_txn_commit);
 		else if (strcmp(k, "--drop-caches-file") == 0)
 			cfg->run.drop_caches = v;
 		else if (strcmp(k, "--batch") == 0)
@@ -326,7 +377,7 @@ static void parse_args(int argc, char **argv, config *cfg)
 			bad_usage("unknown option \"%s\"", k);
 	}
 	if (cfg->nengines == 0)
-		parse_list("--engines", "walrus,sqlite,lmdb,rocksdb", cfg, add_engine);
+		parse_list("--engines", PEERS_DEFAULT_ENGINES, cfg, add_engine);
 	if (cfg->run.nworkloads == 0)
 		parse_list("--workloads", PEERS_DEFAULT_WORKLOADS, cfg, add_workload);
 	if (cfg->run.nsync_procs == 0)
@@ -335,7 +386,12 @@ static void parse_args(int argc, char **argv, config *cfg)
 		parse_list("--read-procs", "1,2", cfg, add_read_procs);
 	if (cfg->run.nclient_modes == 0)
 		parse_list("--walrus-clients", PEERS_DEFAULT_MODES, cfg, add_mode);
+	if (cfg->run.ntxn_procs == 0)
+		cfg->run.txn_procs[cfg->run.ntxn_procs++] = PEERS_TXN_CLIENTS;
+	if (cfg->run.ntxn_sync == 0)
+		parse_list("--txn-commit", "async,sync", cfg, add_txn_commit);
 	cfg->run.sync_duration_ns = cfg->sync_seconds * 1000000000u;
+	cfg->run.txn_duration_ns = cfg->txn_seconds * 1000000000u;
 	if (cfg->run.drop_caches != NULL)
 		check_drop_caches(cfg->run.drop_caches);
 }
@@ -428,6 +484,10 @@ int main(int argc, char **argv)
 		fprintf(human, " %s=%s", cfg.engines[i]->name, cfg.engines[i]->version());
 	if (cfg.sync_seconds)
 		fprintf(human, " sync-seconds=%" PRIu64, cfg.sync_seconds);
+	if (cfg.txn_seconds)
+		fprintf(human, " txn-seconds=%" PRIu64, cfg.txn_seconds);
+	if (cfg.run.snapshot)
+		fprintf(human, " snapshot");
 	if (cfg.run.drop_caches != NULL)
 		fprintf(human, " drop-caches=%s", cfg.run.drop_caches);
 	fprintf(human, " walrus-clients=");

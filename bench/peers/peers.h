@@ -24,6 +24,19 @@
  *   data_dir, wal_dir
  *            optional (NULL: the engine's files are reported as one): the
  *            subdirectories whose on-disk bytes the size figures give apart
+ *   snapshot optional (NULL: no snapshots): take (or release) a snapshot on
+ *            the handle; while it is held, get and scan read through it
+ *   txn_new, txn_free, txn_begin, txn_get, txn_put, txn_commit
+ *            optional (txn_new NULL: no transactions, and txn_transfer skips
+ *            the engine): a client's transaction context on a handle (the
+ *            handle may be shared by threads: each client has its own
+ *            context), and one read-write transaction at a time through it,
+ *            committed as a put would be (durable or not by the open's
+ *            sync). Any of them may answer PEERS_TXN_CONFLICT (a commit's
+ *            validation failed, a lock wait timed out or would deadlock, the
+ *            write lock is busy): the engine has then rolled the transaction
+ *            back, nothing of it applied, and the caller runs it again from
+ *            txn_begin
  *
  * Notes: an engine never returns an error. Every library call is checked and
  * a failure ends the program through peers_fatal(), which names the engine
@@ -56,6 +69,13 @@
 #define PEERS_MAX_CACHE_MB (1u << 20)           /* --cache-mb: 1 TiB */
 #define PEERS_CACHE_MB     256                  /* the peers' cache when --cache-mb is not given */
 
+/* txn_transfer: accounts 0..PEERS_TXN_ACCOUNTS-1, each loaded with this
+ * balance, so that the sum of all balances is always their product. */
+#define PEERS_TXN_ACCOUNTS 10000
+#define PEERS_TXN_BALANCE  1000
+#define PEERS_TXN_CLIENTS  8    /* txn_transfer's default client count */
+#define PEERS_TXN_OPS      2000 /* committed transfers per client by default */
+
 /* Key and value sizes (peers_config.key_size, value_size; the definitions'
  * are 16 and 100). A key of K bytes holds K decimal digits, so at most
  * 10^K keys (peers_max_keys). */
@@ -65,6 +85,13 @@
 #define PEERS_MAX_KEY_SIZE   1024
 #define PEERS_MIN_VALUE_SIZE 16 /* an updated value names its round in 16 bytes */
 #define PEERS_MAX_VALUE_SIZE (1u << 20)
+
+/* What a transaction's step answers (peers_engine.txn_*). */
+typedef enum peers_txn_rc {
+	PEERS_TXN_OK,
+	PEERS_TXN_ABSENT,  /* txn_get: no such key */
+	PEERS_TXN_CONFLICT /* rolled back, nothing applied: run it again */
+} peers_txn_rc;
 
 typedef void (*peers_scan_cb)(void *arg, const char *key, size_t klen, const char *val,
                               size_t vlen);
@@ -98,12 +125,23 @@ typedef struct peers_engine {
 	/* may be NULL: gives back the space the engine's files hold unused
 	 * (walrus: walrus_compact); returns the seconds it took */
 	double (*compact)(void *h);
+	void (*snapshot)(void *h, bool take); /* may be NULL: see above */
+	void *(*txn_new)(void *h);            /* may be NULL: no transactions */
+	void (*txn_free)(void *t);
+	peers_txn_rc (*txn_begin)(void *t);
+	peers_txn_rc (*txn_get)(void *t, const char *key, size_t klen, char *buf, size_t cap,
+	                        size_t *vlen);
+	peers_txn_rc (*txn_put)(void *t, const char *key, size_t klen, const char *val,
+	                        size_t vlen);
+	peers_txn_rc (*txn_commit)(void *t);
 } peers_engine;
 
 extern const peers_engine peers_walrus;
 extern const peers_engine peers_sqlite;
 extern const peers_engine peers_lmdb;
 extern const peers_engine peers_rocksdb;
+extern const peers_engine peers_rocksdb_otxn; /* OptimisticTransactionDB */
+extern const peers_engine peers_rocksdb_ptxn; /* TransactionDB (pessimistic, locks) */
 
 /* The walrus engine opens with these options (create_if_missing is set on
  * them); NULL, the default, means the engine's own, all defaults. The
@@ -121,6 +159,7 @@ typedef enum peers_workload {
 	PEERS_SCAN,
 	PEERS_READWHILEWRITING,
 	PEERS_UPDATERANDOM,
+	PEERS_TXN_TRANSFER,
 	PEERS_WORKLOAD_COUNT
 } peers_workload;
 
@@ -159,6 +198,10 @@ typedef struct peers_result {
 	uint64_t ns;               /* end_ns - start_ns */
 	bool has_lat;
 	double avg_us, stddev_us, p50_us, p99_us, p999_us, max_us;
+	uint64_t aborts; /* txn_transfer: attempts that conflicted and were run again */
+	bool has_sync;   /* txn_transfer: the row says whether its commits were durable */
+	bool sync;
+	bool snapshot;       /* readrandom, scan: the reads went through a snapshot */
 	uint64_t writer_ops; /* readwhilewriting: the writer's puts, else 0 */
 	double writer_p50_us, writer_p99_us, writer_max_us;
 	bool cold; /* the kernel's caches were dropped before the timed run */
@@ -256,6 +299,24 @@ typedef struct peers_config {
 	 * sync() and write "3" to this file (/proc/sys/vm/drop_caches) once
 	 * every client has prepared, just before the timed run. */
 	const char *drop_caches;
+	/* readrandom and scan on an engine with snapshots (walrus) read through
+	 * one snapshot per client, taken after the load and the warm pass;
+	 * with snapshot_and_plain, each such row follows the same row read
+	 * plainly, so that the two are measured side by side. */
+	bool snapshot;
+	bool snapshot_and_plain;
+	/* txn_transfer: client counts; for each, the commits' durability in
+	 * turn (false: asynchronous, true: durable); committed transfers per
+	 * client, or (txn_duration_ns, else duration_ns) each client's time */
+	int txn_procs[PEERS_MAX_LIST];
+	int ntxn_procs;
+	bool txn_sync[2];
+	int ntxn_sync;
+	uint64_t txn_ops;
+	uint64_t txn_duration_ns;
+	/* The directory already holds txn_transfer's accounts (walrus bench on
+	 * a directory a previous txn_transfer left: its warm pass checks). */
+	bool accounts;
 	const peers_hooks *hooks;
 } peers_config;
 

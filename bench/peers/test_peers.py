@@ -40,26 +40,44 @@ Issue 18's additions, each a test of its own (--check NAME):
   --drop-caches itself runs when /proc/sys/vm/drop_caches is writable
   (root) and is refused (exit 2, its message) when not; a file that cannot
   be opened for writing is refused before anything runs.
-The bad values of --sync-seconds are in the help check.
+- txn: txn_transfer on every engine with transactions (walrus in threads and
+  processes; SQLite and LMDB processes; RocksDB's optimistic and pessimistic
+  transaction DBs, threads), 1 and 4 clients, asynchronous then durable
+  commits, 50 transfers per client: walrus-peers checks after each row that
+  the balances still add up (exit 2 otherwise); this script checks every
+  row (commits, aborts, their rate, latencies), that plain rocksdb is
+  skipped with its message, and --txn-seconds. Then --snapshot: walrus's
+  readrandom and scan rows each twice, plain then through a snapshot, the
+  peer's once. Then `walrus bench`: txn_transfer (asynchronous in threads,
+  durable in processes on the accounts the first left), readrandom and scan
+  with --snapshot, the JSON lines; the usage errors; and a database whose
+  balances no longer add up refused with exit 2.
+The bad values of --sync-seconds and the txn_transfer options are in the help
+check.
 
 usage: test_peers.py --peers PATH --walrus PATH [--check NAME]
 """
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 WORKLOADS = ["fillseq", "fillrandom", "fillsync", "readrandom", "scan", "readwhilewriting",
-             "updaterandom"]
+             "updaterandom", "txn_transfer"]
 ENGINES = ["walrus", "sqlite", "lmdb", "rocksdb"]
 NUM = 2000
 PROCS = [1, 2]
 RUN = ["readwhilewriting", "updaterandom", "updaterandom"]
 SYNC_OPS = 20
 MODES = {"walrus": ["threads", "processes"], "sqlite": ["processes"], "lmdb": ["processes"],
-         "rocksdb": ["threads"]}
+         "rocksdb": ["threads"], "rocksdb-otxn": ["threads"], "rocksdb-ptxn": ["threads"]}
+TXN_ENGINES = ["walrus", "sqlite", "lmdb", "rocksdb-otxn", "rocksdb-ptxn"]
+TXN_OPS = 50
+TXN_PROCS = [1, 4]
 
 
 def fail(msg):
@@ -76,8 +94,10 @@ def check_help(peers, walrus):
             if ("  %s " % w) not in p.stdout:
                 fail("%s does not describe workload %s:\n%s" % (" ".join(argv), w, p.stdout))
         opts = (["--walrus-clients", "--batch", "--cache-mb", "--sync-seconds",
-                 "--drop-caches", "--drop-caches-file"] if argv[0] == peers
-                else ["--threads", "--processes", "--batch"])
+                 "--drop-caches", "--drop-caches-file", "--txn-procs", "--txn-ops",
+                 "--txn-seconds", "--txn-commit", "--snapshot", "rocksdb-otxn",
+                 "rocksdb-ptxn"] if argv[0] == peers
+                else ["--threads", "--processes", "--batch", "--snapshot"])
         for o in opts:
             if o not in p.stdout:
                 fail("%s does not describe %s:\n%s" % (" ".join(argv), o, p.stdout))
@@ -95,7 +115,13 @@ def check_help(peers, walrus):
                       (["--sync-seconds", "-1"], "bad value for --sync-seconds"),
                       (["--sync-seconds", "1.5"], "bad value for --sync-seconds"),
                       (["--sync-seconds", "86401"], "bad value for --sync-seconds"),
-                      (["--sync-seconds"], "--sync-seconds needs a value")):
+                      (["--sync-seconds"], "--sync-seconds needs a value"),
+                      (["--txn-commit", "durable"], 'unknown commit "durable"'),
+                      (["--txn-commit", "sync,sync"], "names a commit twice"),
+                      (["--txn-ops", "0"], "bad value for --txn-ops"),
+                      (["--txn-procs", "65"], "bad value for --txn-procs"),
+                      (["--txn-seconds", "0"], "bad value for --txn-seconds"),
+                      (["--engines", "rocksdb-txn"], 'unknown engine "rocksdb-txn"')):
         p = subprocess.run([peers] + args, capture_output=True, text=True, timeout=60)
         if p.returncode != 2 or msg not in p.stderr:
             fail("%s: exit %d, %r" % (args, p.returncode, p.stderr[:200]))
@@ -286,8 +312,143 @@ def check_drop_caches(peers):
     print("ok: --drop-caches")
 
 
+def check_txn_row(r, ops):
+    what = "%s txn_transfer procs=%d %s sync=%s" % (r["engine"], r["procs"], r["mode"],
+                                                      r["sync"])
+    if ops is not None and r["ops"] != ops:
+        fail("%s: %d commits, expected %d" % (what, r["ops"], ops))
+    if r["commits"] != r["ops"] or r["aborts"] < 0 or r["mb_per_s"] is not None:
+        fail("%s: %s" % (what, r))
+    tries = r["ops"] + r["aborts"]
+    if abs(r["abort_rate"] - r["aborts"] / tries) > 1e-6:
+        fail("%s: abort rate %s for %d aborts of %d" % (what, r["abort_rate"], r["aborts"],
+                                                         tries))
+    if not (r["seconds"] > 0 and r["ops_per_s"] > 0 and r["p99_us"] >= r["p50_us"] > 0):
+        fail("%s: figures %s" % (what, r))
+    # LMDB's writers take turns at one lock: nothing to conflict with.
+    if r["engine"] == "lmdb" and r["aborts"] != 0:
+        fail("%s: LMDB aborted %d transactions" % (what, r["aborts"]))
+
+
+def wait_stopped(d, timeout_s=60):
+    """walrus bench's instance exits supervisor_linger after the run: its
+    directory may be removed only then."""
+    for _ in range(timeout_s * 20):
+        if not os.path.exists(os.path.join(d, "walrus.pid")):
+            return
+        time.sleep(0.05)
+    fail("instance in %s still running after %d s" % (d, timeout_s))
+
+
+def bench(walrus, db, args, rc=0):
+    argv = [walrus, "-D", db, "-o", "supervisor_linger=0", "-o", "shared_buffers=16MB",
+            "bench"] + args
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    sys.stderr.write(p.stderr)
+    if p.returncode != rc:
+        fail("%s: exit %d, expected %d" % (" ".join(argv), p.returncode, rc))
+    wait_stopped(db)
+    return p
+
+
+def check_txn(peers, walrus):
+    """txn_transfer on every engine, --snapshot rows, and walrus bench's."""
+    engines = ["walrus", "sqlite", "lmdb", "rocksdb", "rocksdb-otxn", "rocksdb-ptxn"]
+    p = subprocess.run([peers, "--engines", ",".join(engines), "--workloads", "txn_transfer",
+                        "--num", str(NUM), "--txn-ops", str(TXN_OPS), "--txn-procs",
+                        ",".join(map(str, TXN_PROCS)), "--json"],
+                       capture_output=True, text=True, timeout=600)
+    sys.stderr.write(p.stderr)
+    if p.returncode != 0:
+        fail("txn_transfer: exit %d" % p.returncode)
+    if "rocksdb: no transactions in this engine: txn_transfer skipped" not in p.stderr:
+        fail("plain rocksdb was not skipped with its message")
+    rows = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+    want = [(e, n, m, s) for e in TXN_ENGINES for s in (False, True) for n in TXN_PROCS
+            for m in MODES[e]]
+    got = [(r["engine"], r["procs"], r["mode"], r["sync"]) for r in rows]
+    if got != want or any(r["workload"] != "txn_transfer" for r in rows):
+        fail("txn_transfer: rows %s, expected %s" % (got, want))
+    for r in rows:
+        check_txn_row(r, TXN_OPS * r["procs"])
+    if p.stderr.count("walrus: verify ok after txn_transfer") != 8:
+        fail("walrus's tree was not verified after each txn_transfer row")
+    print("ok: %d txn_transfer rows" % len(rows))
+
+    rows = run_json([peers, "--engines", "walrus", "--workloads", "txn_transfer",
+                     "--txn-seconds", "1", "--txn-procs", "2", "--txn-commit", "sync",
+                     "--walrus-clients", "threads", "--json"], stderr_has="txn-seconds=1")
+    if len(rows) != 1 or rows[0]["seconds"] < 1.0 or not rows[0]["sync"]:
+        fail("txn_transfer --txn-seconds 1: %s" % rows)
+    check_txn_row(rows[0], None)
+
+    rows = run_json([peers, "--engines", "walrus,lmdb", "--workloads", "readrandom,scan",
+                     "--num", str(NUM), "--read-procs", "1,2", "--snapshot", "--json"],
+                    stderr_has=" snapshot")
+    want = [("walrus", "readrandom", n, m, s) for n in PROCS for m in MODES["walrus"]
+            for s in (False, True)]
+    want += [("walrus", "scan", 1, "processes", s) for s in (False, True)]
+    want += [("lmdb", "readrandom", n, "processes", False) for n in PROCS]
+    want += [("lmdb", "scan", 1, "processes", False)]
+    got = [(r["engine"], r["workload"], r["procs"], r["mode"], r.get("snapshot", False))
+           for r in rows]
+    if got != want:
+        fail("--snapshot: rows %s, expected %s" % (got, want))
+    for r in rows:
+        if r["workload"] == "readrandom":
+            check_row(r, NUM)
+        elif r["ops"] != NUM:
+            fail("scan: %s" % r)
+    print("ok: %d rows with --snapshot" % len(rows))
+
+    with tempfile.TemporaryDirectory(prefix="peers-txn.") as tmp:
+        db = os.path.join(tmp, "db")
+        p = bench(walrus, db, ["--workload", "txn_transfer", "--num", str(TXN_OPS), "--json"])
+        j = json.loads(p.stdout.strip().splitlines()[-1])
+        if (j["workload"] != "txn_transfer" or j["clients"] != 8 or j["mode"] != "threads"
+                or j["sync"] or j["num"] != 10000 or j["ops"] != 8 * TXN_OPS
+                or j["commits"] != j["ops"] or "aborts" not in j or "snapshot" in j):
+            fail("walrus bench txn_transfer: %s" % j)
+        if "loading 10000 accounts" not in p.stderr or "aborts: " not in p.stderr:
+            fail("walrus bench txn_transfer: stderr %r" % p.stderr[-600:])
+        # The accounts the first run left, durable commits from processes.
+        p = bench(walrus, db, ["--workload", "txn_transfer", "--num", str(TXN_OPS), "--clients",
+                               "3", "--processes", "--sync", "--json"])
+        j = json.loads(p.stdout.strip().splitlines()[-1])
+        if not j["sync"] or j["clients"] != 3 or j["mode"] != "processes" \
+                or j["ops"] != 3 * TXN_OPS or "loading" in p.stderr:
+            fail("walrus bench txn_transfer --sync: %s" % j)
+        # Account 0 one short: the warm pass's sum check refuses the database.
+        put = subprocess.run([walrus, "-D", db, "-o", "supervisor_linger=0", "put",
+                              "0000000000000000", "999"], capture_output=True, text=True,
+                             timeout=60)
+        wait_stopped(db)
+        if put.returncode != 0:
+            fail("walrus put: exit %d: %s" % (put.returncode, put.stderr))
+        p = bench(walrus, db, ["--workload", "txn_transfer", "--num", "5"], rc=2)
+        if "balances add up to" not in p.stderr:
+            fail("a wrong sum: stderr %r" % p.stderr[-600:])
+        db = os.path.join(tmp, "db2")
+        for w in ("readrandom", "scan"):
+            p = bench(walrus, db, ["--workload", w, "--num", str(NUM), "--snapshot", "--json"])
+            j = json.loads(p.stdout.strip().splitlines()[-1])
+            if j["workload"] != w or j.get("snapshot") is not True or j["ops"] != NUM:
+                fail("walrus bench %s --snapshot: %s" % (w, j))
+            if "reads through a snapshot" not in p.stderr:
+                fail("walrus bench %s --snapshot: stderr %r" % (w, p.stderr[-600:]))
+        for args, msg in ((["--workload", "fillseq", "--snapshot"], "--snapshot is for"),
+                          (["--workload", "txn_transfer", "--value-size", "20"],
+                           "decimal balances"),
+                          (["--workload", "txn_transfer", "--batch", "2"], "no batches")):
+            p = bench(walrus, os.path.join(tmp, "none"), args, rc=2)
+            if msg not in p.stderr:
+                fail("%s: stderr %r" % (args, p.stderr))
+        shutil.rmtree(db)
+    print("ok: walrus bench txn_transfer and --snapshot")
+
+
 CHECKS = {"fillsync-seconds": check_fillsync_seconds, "sizes": check_sizes,
-          "drop-caches": check_drop_caches}
+          "drop-caches": check_drop_caches, "txn": check_txn}
 
 
 def main():
@@ -296,6 +457,9 @@ def main():
     ap.add_argument("--walrus", required=True)
     ap.add_argument("--check", choices=sorted(CHECKS))
     a = ap.parse_args()
+    if a.check == "txn":
+        check_txn(a.peers, a.walrus)
+        return
     if a.check is not None:
         CHECKS[a.check](a.peers)
         return

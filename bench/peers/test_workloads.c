@@ -5,7 +5,9 @@
  * removes: the five of walrus-peers' default list, then readwhilewriting
  * and updaterandom (twice: the second on values the first rewrote) with 1
  * and 2 clients, each client count run by threads (a handle each) and by
- * processes, and a scan of the result. The workloads check their own
+ * processes, and a scan of the result; readrandom and scan plainly and
+ * through a snapshot; txn_transfer with 1 and 4 clients, asynchronous and
+ * durable commits (its balances' sum checked). The workloads check their own
  * results and end the process with exit code 2 (wrong result) or 3 (engine
  * or system error) on a failure; timings are printed, never asserted. It is
  * always built; the suite runs it only where walrus-peers is not built.
@@ -26,8 +28,8 @@ int main(void)
 	    .sync_ops = 20,
 	    .workloads = {PEERS_FILLSEQ, PEERS_FILLRANDOM, PEERS_FILLSYNC, PEERS_READRANDOM,
 	                  PEERS_SCAN, PEERS_READWHILEWRITING, PEERS_UPDATERANDOM,
-	                  PEERS_UPDATERANDOM, PEERS_SCAN},
-	    .nworkloads = 9,
+	                  PEERS_UPDATERANDOM, PEERS_SCAN, PEERS_TXN_TRANSFER},
+	    .nworkloads = 10,
 	    .sync_procs = {1, 4},
 	    .nsync_procs = 2,
 	    .read_procs = {1, 2},
@@ -35,6 +37,13 @@ int main(void)
 	    .client_modes = {PEERS_CLIENTS_THREADS, PEERS_CLIENTS_PROCESSES},
 	    .nclient_modes = 2,
 	    .fresh_dirs = true,
+	    .snapshot = true,
+	    .snapshot_and_plain = true,
+	    .txn_procs = {1, 4},
+	    .ntxn_procs = 2,
+	    .txn_sync = {false, true},
+	    .ntxn_sync = 2,
+	    .txn_ops = 50,
 	};
 	const char *tmp = getenv("TMPDIR");
 	char base[PATH_MAX], sub[PATH_MAX];

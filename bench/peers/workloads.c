@@ -24,6 +24,14 @@
  *               check it, put a new one; one operation is the pair. The
  *               steady dirtying of a working set of N keys, larger or
  *               smaller than the engine's cache: where checkpoints show.
+ *   txn_transfer
+ *               on PEERS_TXN_ACCOUNTS accounts (a decimal balance each,
+ *               PEERS_TXN_BALANCE at the load): P clients each moving 1..10
+ *               between two random accounts in one read-write transaction
+ *               (read both, write both, commit), run again on a conflict;
+ *               one operation is a committed transfer, and the retries are
+ *               counted as aborts. Afterwards the balances must add up to
+ *               what the load wrote.
  * The last two write values of later rounds: the value of key i in round
  * r >= 1 is the round-r value (README.md) with its first 16 bytes replaced
  * by r in 16 lower-case hex digits, so that any reader can check a value
@@ -39,8 +47,10 @@
  * outlasts them, so the database holds the keys written at least once;
  * scan repeats whole scans until the duration has passed), sync (durable
  * puts in fillseq,
- * fillrandom, updaterandom and readwhilewriting's writer), and hooks that
- * observe a timed run (peers.h).
+ * fillrandom, updaterandom and readwhilewriting's writer; durable commits in
+ * txn_transfer), snapshot (readrandom's and scan's reads through one
+ * snapshot per client, on an engine that has them), and hooks that observe a
+ * timed run (peers.h).
  *
  * walrus-peers' extras: the fills' rows can carry the engine's on-disk
  * bytes (sizes), measured once the engine is closed and idle; and the
@@ -96,7 +106,8 @@
 #define REPLAY_MAX  ((uint64_t)1 << 23) /* keys up to which a single writer is replayed */
 
 const char *const peers_workload_names[PEERS_WORKLOAD_COUNT] = {
-    "fillseq", "fillrandom", "fillsync", "readrandom", "scan", "readwhilewriting", "updaterandom"};
+    "fillseq", "fillrandom",       "fillsync",     "readrandom",
+    "scan",    "readwhilewriting", "updaterandom", "txn_transfer"};
 
 const char *const peers_client_mode_names[PEERS_MAX_MODES] = {"threads", "processes"};
 
@@ -114,6 +125,7 @@ typedef struct client {
 	bool writer;                /* readwhilewriting's writer: runs until told to stop */
 	bool upsert;                /* fillsync by duration: durable puts of random keys */
 	bool timed;                 /* a measured run: the hooks observe it */
+	bool snapshot;              /* reads through a snapshot the client takes */
 	uint64_t first;             /* fills: first key index (sequential order) */
 	const uint64_t *order;      /* fillrandom: key index of each op */
 	uint64_t span;              /* fills: keys to go over (again with a duration) */
@@ -126,17 +138,20 @@ typedef struct client {
 	int go_fd;                  /* processes: EOF means start */
 	uint64_t start_ns;
 	uint64_t end_ns;
-	uint32_t *lat; /* latencies in ns */
-	uint64_t ops;  /* operations done = latencies recorded */
-	uint64_t cap;  /* room in lat */
-	char *key;     /* the client's buffers: a key, a value, a value read */
+	uint32_t *lat;   /* latencies in ns */
+	uint64_t ops;    /* operations done = latencies recorded */
+	uint64_t aborts; /* txn_transfer: attempts rolled back by a conflict */
+	uint64_t cap;    /* room in lat */
+	char *key;       /* the client's buffers: a key, a value, a value read */
 	char *val, *buf;
+	char *key2; /* txn_transfer's second account */
 } client;
 
 /* What a forked client sends after its ready byte, followed by ops uint32
  * latencies. */
 typedef struct client_wire {
 	uint64_t ops;
+	uint64_t aborts;
 	uint64_t start_ns;
 	uint64_t end_ns;
 } client_wire;
@@ -626,6 +641,93 @@ static void check_engine(const peers_engine *e, void *h, const char *what)
 		e->check(h, what);
 }
 
+/* ------------------------------------------------------------- accounts */
+
+/* txn_transfer's balances: decimal digits, no sign, no padding. The sum of
+ * all of them, PEERS_TXN_ACCOUNTS * PEERS_TXN_BALANCE, is the largest a
+ * balance can reach, far below the 19 digits a uint64_t always holds. */
+#define BALANCE_DIGITS 19
+#define BALANCE_TOTAL  ((uint64_t)PEERS_TXN_ACCOUNTS * PEERS_TXN_BALANCE)
+
+/* Writes @b's digits into @out (BALANCE_DIGITS bytes); returns their count. */
+static size_t format_balance(uint64_t b, char *out)
+{
+	char rev[BALANCE_DIGITS];
+	size_t n = 0;
+
+	do {
+		rev[n++] = (char)('0' + b % 10);
+		b /= 10;
+	} while (b != 0 && n < BALANCE_DIGITS);
+	for (size_t i = 0; i < n; i++)
+		out[i] = rev[n - 1 - i];
+	return n;
+}
+
+static bool parse_balance(const char *v, size_t vlen, uint64_t *b)
+{
+	uint64_t x = 0;
+
+	if (vlen == 0 || vlen > BALANCE_DIGITS)
+		return false;
+	for (size_t i = 0; i < vlen; i++) {
+		if (v[i] < '0' || v[i] > '9')
+			return false;
+		x = x * 10 + (uint64_t)(v[i] - '0');
+	}
+	*b = x;
+	return true;
+}
+
+typedef struct accounts_state {
+	const char *engine;
+	const char *what;
+	uint64_t next; /* accounts seen, and the index of the one expected next */
+	uint64_t sum;
+	char *key;
+} accounts_state;
+
+static void accounts_cb(void *arg, const char *k, size_t klen, const char *v, size_t vlen)
+{
+	accounts_state *s = arg;
+	uint64_t b;
+
+	if (s->next >= PEERS_TXN_ACCOUNTS)
+		peers_mismatch(s->engine, s->what,
+		               "more than %d keys: not txn_transfer's accounts (a database of "
+		               "another workload?)",
+		               PEERS_TXN_ACCOUNTS);
+	make_key(s->next, s->key);
+	if (klen != g_key_size || memcmp(k, s->key, g_key_size) != 0)
+		peers_mismatch(s->engine, s->what, "key #%" PRIu64 " is \"%.*s\", expected %.*s",
+		               s->next, (int)(klen < 64 ? klen : 64), k, (int)g_key_size, s->key);
+	if (!parse_balance(v, vlen, &b))
+		peers_mismatch(s->engine, s->what,
+		               "account %.*s holds \"%.*s\", not a decimal balance",
+		               (int)g_key_size, s->key, (int)(vlen < 64 ? vlen : 64), v);
+	s->sum += b;
+	s->next++;
+}
+
+/* Every account 0..PEERS_TXN_ACCOUNTS-1 there, in order, nothing else,
+ * and the balances adding up to what the load wrote: a transfer applied
+ * in part, or lost against another, changes the sum. */
+static void verify_accounts(const peers_engine *e, void *h, const char *what)
+{
+	accounts_state s = {.engine = e->name, .what = what};
+
+	s.key = peers_xmalloc("key", g_key_size);
+	e->scan(h, accounts_cb, &s);
+	free(s.key);
+	if (s.next != PEERS_TXN_ACCOUNTS)
+		peers_mismatch(e->name, what, "%" PRIu64 " accounts, expected %d", s.next,
+		               PEERS_TXN_ACCOUNTS);
+	if (s.sum != BALANCE_TOTAL)
+		peers_mismatch(e->name, what,
+		               "the balances add up to %" PRIu64 ", expected %" PRIu64, s.sum,
+		               BALANCE_TOTAL);
+}
+
 /* -------------------------------------------------------------- clients */
 
 static inline uint32_t lat32(uint64_t ns)
@@ -840,6 +942,76 @@ static void client_update(client *c, void *h)
 	}
 }
 
+/* The balance of the account @key in the open transaction @t; false when
+ * the engine rolled the transaction back (a conflict). */
+static bool txn_balance(client *c, void *t, const char *key, uint64_t *b)
+{
+	size_t vlen = 0;
+	peers_txn_rc rc = c->e->txn_get(t, key, g_key_size, c->buf, g_value_size, &vlen);
+
+	if (rc == PEERS_TXN_CONFLICT)
+		return false;
+	if (rc == PEERS_TXN_ABSENT)
+		peers_mismatch(c->e->name, "txn_transfer", "account %.*s not found",
+		               (int)g_key_size, key);
+	if (vlen > g_value_size || !parse_balance(c->buf, vlen, b))
+		peers_mismatch(c->e->name, "txn_transfer",
+		               "account %.*s holds %zu bytes, not a decimal balance",
+		               (int)g_key_size, key, vlen);
+	return true;
+}
+
+/* One attempt at moving @amount from account c->key to c->key2 (when the
+ * first holds it); false when it conflicted and nothing was applied. Both
+ * accounts are written either way, so every transfer has the same shape. */
+static bool transfer_once(client *c, void *t, uint64_t amount)
+{
+	const peers_engine *e = c->e;
+	char fv[BALANCE_DIGITS], tv[BALANCE_DIGITS];
+	uint64_t from, to;
+	size_t fn, tn;
+
+	if (e->txn_begin(t) != PEERS_TXN_OK)
+		return false;
+	if (!txn_balance(c, t, c->key, &from) || !txn_balance(c, t, c->key2, &to))
+		return false;
+	if (from >= amount) {
+		from -= amount;
+		to += amount;
+	}
+	fn = format_balance(from, fv);
+	tn = format_balance(to, tv);
+	if (e->txn_put(t, c->key, g_key_size, fv, fn) != PEERS_TXN_OK ||
+	    e->txn_put(t, c->key2, g_key_size, tv, tn) != PEERS_TXN_OK)
+		return false;
+	return e->txn_commit(t) == PEERS_TXN_OK;
+}
+
+/* txn_transfer: transfers between random distinct accounts, each run again
+ * until it commits; its latency is from its first begin to its commit. */
+static void client_transfer(client *c, void *h)
+{
+	uint64_t x = reader_seed(c->id), t1 = c->start_ns;
+	void *t = c->e->txn_new(h);
+
+	while (client_more(c, t1)) {
+		uint64_t from = xorshift64(&x) % PEERS_TXN_ACCOUNTS;
+		uint64_t to = xorshift64(&x) % (PEERS_TXN_ACCOUNTS - 1);
+		uint64_t amount = 1 + xorshift64(&x) % 10;
+		uint64_t t0;
+
+		to += to >= from; /* distinct from the source, uniform over the others */
+		make_key(from, c->key);
+		make_key(to, c->key2);
+		t0 = now_ns();
+		while (!transfer_once(c, t, amount))
+			c->aborts++;
+		t1 = now_ns();
+		client_record(c, t0, t1);
+	}
+	c->e->txn_free(t);
+}
+
 /* Prepare, wait for the start, run the timed operations. */
 static void client_run(client *c)
 {
@@ -848,15 +1020,22 @@ static void client_run(client *c)
 	             c->work == PEERS_UPDATERANDOM;
 	char what[64];
 
-	if ((reads || c->upsert) && !c->writer) {
+	if (c->work == PEERS_TXN_TRANSFER) {
+		verify_accounts(c->e, h, "txn_transfer warm pass");
+	} else if ((reads || c->upsert) && !c->writer) {
 		snprintf(what, sizeof(what), "%s warm pass", peers_workload_names[c->work]);
 		verify_all(c->e, h, c->num, what, true);
 	}
+	/* After the load and the warm pass: the reads see all of it. */
+	if (c->snapshot)
+		c->e->snapshot(h, true);
 	client_ready(c);
 	c->start_ns = now_ns();
 	if (c->timed && g_hooks != NULL && g_hooks->start != NULL)
 		g_hooks->start(g_hooks->arg, c->id, c->start_ns);
-	if (c->work == PEERS_UPDATERANDOM || c->writer || c->upsert)
+	if (c->work == PEERS_TXN_TRANSFER)
+		client_transfer(c, h);
+	else if (c->work == PEERS_UPDATERANDOM || c->writer || c->upsert)
 		client_update(c, h);
 	else if (reads)
 		client_read(c, h);
@@ -865,6 +1044,8 @@ static void client_run(client *c)
 	c->end_ns = now_ns();
 	if (c->timed && g_hooks != NULL && g_hooks->end != NULL)
 		g_hooks->end(g_hooks->arg, c->id, c->end_ns);
+	if (c->snapshot)
+		c->e->snapshot(h, false);
 	if (c->h == NULL)
 		c->e->close(h);
 }
@@ -929,6 +1110,7 @@ static _Noreturn void child_main(client *c)
 	g_nchildren = 0;
 	client_run(c);
 	w.ops = c->ops;
+	w.aborts = c->aborts;
 	w.start_ns = c->start_ns;
 	w.end_ns = c->end_ns;
 	write_full(c->result_fd, &w, sizeof(w));
@@ -991,6 +1173,7 @@ static void run_processes(client *cl, int n, bool drop)
 			children_failed(cl[i].id, "reported a wrong operation count");
 		cl[i].start_ns = w.start_ns;
 		cl[i].end_ns = w.end_ns;
+		cl[i].aborts = w.aborts;
 		free(cl[i].lat);
 		cl[i].lat = peers_xmalloc("latencies", (w.ops ? w.ops : 1) * sizeof(uint32_t));
 		cl[i].ops = cl[i].cap = w.ops;
@@ -1055,6 +1238,32 @@ static void emit_size_json(const peers_sizes *z)
 		       z->data, z->wal, z->total - z->data - z->wal);
 }
 
+/* txn_transfer's row: commits, not pairs (no MB/s), its durability and aborts. */
+static void emit_txn(const peers_config *cfg, const peers_result *r)
+{
+	double secs = (double)r->ns / 1e9;
+	double ops_s = secs > 0 ? (double)r->ops / secs : 0.0;
+	uint64_t tries = r->ops + r->aborts;
+	double rate = tries ? (double)r->aborts / (double)tries : 0.0;
+	FILE *human = cfg->json ? stderr : stdout;
+
+	fprintf(human,
+	        "%-12s %-16s procs=%-2d %-9s %10" PRIu64 " commits %8.3f s %11.0f commits/s  %-7s"
+	        "  aborts %" PRIu64 " (%.2f%%)  p50 %9.2f us  p99 %9.2f us\n",
+	        r->engine, r->workload, r->procs, r->mode, r->ops, secs, ops_s,
+	        r->sync ? "durable" : "async", r->aborts, 100.0 * rate, r->p50_us, r->p99_us);
+	peers_flush(human);
+	if (!cfg->json)
+		return;
+	printf("{\"engine\":\"%s\",\"workload\":\"%s\",\"procs\":%d,\"mode\":\"%s\","
+	       "\"batch\":1,\"sync\":%s,\"ops\":%" PRIu64
+	       ",\"seconds\":%.6f,\"ops_per_s\":%.1f,\"mb_per_s\":null,\"commits\":%" PRIu64
+	       ",\"aborts\":%" PRIu64 ",\"abort_rate\":%.6f,\"p50_us\":%.3f,\"p99_us\":%.3f}\n",
+	       r->engine, r->workload, r->procs, r->mode, r->sync ? "true" : "false", r->ops, secs,
+	       ops_s, r->ops, r->aborts, rate, r->p50_us, r->p99_us);
+	peers_flush(stdout);
+}
+
 static void emit(const peers_config *cfg, const peers_result *r)
 {
 	double secs = (double)r->ns / 1e9;
@@ -1066,8 +1275,12 @@ static void emit(const peers_config *cfg, const peers_result *r)
 	bool keys = strcmp(r->workload, "scan") == 0;
 	bool writer = strcmp(r->workload, "readwhilewriting") == 0;
 
+	if (r->has_sync) {
+		emit_txn(cfg, r);
+		return;
+	}
 	fprintf(human,
-	        "%-8s %-16s procs=%-2d %-9s %10" PRIu64 " %-4s %8.3f s %11.0f %-6s %8.1f MB/s",
+	        "%-12s %-16s procs=%-2d %-9s %10" PRIu64 " %-4s %8.3f s %11.0f %-6s %8.1f MB/s",
 	        r->engine, r->workload, r->procs, r->mode, r->ops, keys ? "keys" : "ops", secs,
 	        ops_s, keys ? "keys/s" : "ops/s", mb_s);
 	if (r->has_lat)
@@ -1079,6 +1292,8 @@ static void emit(const peers_config *cfg, const peers_result *r)
 		fprintf(human, "  batch %" PRIu64, r->batch);
 	if (r->cold)
 		fprintf(human, "  cold");
+	if (r->snapshot)
+		fprintf(human, "  snapshot");
 	if (r->has_size)
 		emit_size_human(human, &r->size);
 	if (r->has_compacted) {
@@ -1099,6 +1314,8 @@ static void emit(const peers_config *cfg, const peers_result *r)
 		       r->writer_p99_us);
 	if (r->cold)
 		printf("\"drop_caches\":true,");
+	if (r->snapshot)
+		printf("\"snapshot\":true,");
 	if (r->has_size)
 		emit_size_json(&r->size);
 	if (r->has_compacted) {
@@ -1151,13 +1368,14 @@ static void deliver(const peers_config *cfg, const peers_result *r)
 static void merge_clients(const client *cl, int n, peers_workload w, const char *mode,
                           peers_result *r)
 {
-	uint64_t ops, start = UINT64_MAX, end = 0, wops;
+	uint64_t ops, start = UINT64_MAX, end = 0, wops, aborts = 0;
 	double sum, wsum, var = 0;
 	uint32_t *all, *wall;
 	int procs = 0;
 
 	for (int i = 0; i < n; i++) {
 		procs += !cl[i].writer;
+		aborts += cl[i].aborts;
 		start = cl[i].start_ns < start ? cl[i].start_ns : start;
 		end = cl[i].end_ns > end ? cl[i].end_ns : end;
 	}
@@ -1175,6 +1393,7 @@ static void merge_clients(const client *cl, int n, peers_workload w, const char 
 	    .procs = procs,
 	    .batch = cl[0].batch,
 	    .ops = ops,
+	    .aborts = aborts,
 	    .start_ns = start,
 	    .end_ns = end,
 	    .ns = end - start,
@@ -1244,6 +1463,7 @@ static client client_new(const peers_engine *e, const peers_open_args *oa, peers
 	c.key = client_alloc("key", g_key_size);
 	c.val = client_alloc("value", g_value_size);
 	c.buf = client_alloc("value", g_value_size);
+	c.key2 = client_alloc("key", g_key_size);
 	return c;
 }
 
@@ -1253,6 +1473,7 @@ static void client_free(client *c)
 	free(c->key);
 	free(c->val);
 	free(c->buf);
+	free(c->key2);
 }
 
 /* fillseq / fillrandom on a new database, in this process. With report ==
@@ -1536,10 +1757,11 @@ static void verify_writes(const peers_engine *e, void *h, uint64_t num, const ch
  * scan checks that the database still holds every key with a valid value,
  * and the values the puts left (verify_writes). The read workloads drop the
  * kernel's caches before their timed run when asked (drop_caches).
+ * readrandom's clients read through a snapshot each with @snapshot.
  */
 /* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
 static void wl_random(const peers_config *cfg, const peers_engine *e, peers_workload w, int procs,
-                      peers_client_mode cmode, bool pristine)
+                      peers_client_mode cmode, bool pristine, bool snapshot)
 {
 	bool writes = w != PEERS_READRANDOM, upsert = w == PEERS_FILLSYNC;
 	bool drop = g_drop_path != NULL && !upsert;
@@ -1569,6 +1791,7 @@ static void wl_random(const peers_config *cfg, const peers_engine *e, peers_work
 		cl[i].writer = writer;
 		cl[i].upsert = upsert;
 		cl[i].duration_ns = writer ? 0 : duration;
+		cl[i].snapshot = snapshot;
 	}
 	mode = run_clients(e, &oa, cl, n, cmode, drop);
 	if (writes) {
@@ -1579,6 +1802,7 @@ static void wl_random(const peers_config *cfg, const peers_engine *e, peers_work
 	}
 	merge_clients(cl, n, w, mode, &r);
 	r.cold = drop;
+	r.snapshot = snapshot;
 	deliver(cfg, &r);
 	for (int i = 0; i < n; i++)
 		client_free(&cl[i]);
@@ -1627,7 +1851,8 @@ static void scan_report_rest(const scan_state *s)
 		g_hooks->op(g_hooks->arg, 0, now_ns(), s->count % 64, PEERS_OP_NOLAT);
 }
 
-static void wl_scan(const peers_config *cfg, const peers_engine *e)
+/* scan; through a snapshot (taken after the warm pass) with @snapshot. */
+static void wl_scan(const peers_config *cfg, const peers_engine *e, bool snapshot)
 {
 	peers_open_args oa = {
 	    .dir = g_subdir, .sync = false, .nkeys = cfg->num, .cache_mb = cfg->cache_mb};
@@ -1637,6 +1862,8 @@ static void wl_scan(const peers_config *cfg, const peers_engine *e)
 	uint64_t t0, t1, keys = 0;
 	peers_result r;
 
+	if (snapshot)
+		e->snapshot(h, true);
 	s.key = peers_xmalloc("key", g_key_size);
 	if (g_drop_path != NULL)
 		drop_caches();
@@ -1659,6 +1886,8 @@ static void wl_scan(const peers_config *cfg, const peers_engine *e)
 	} while (cfg->duration_ns != 0 && t1 - t0 < cfg->duration_ns);
 	if (g_hooks != NULL && g_hooks->end != NULL)
 		g_hooks->end(g_hooks->arg, 0, t1);
+	if (snapshot)
+		e->snapshot(h, false);
 	e->close(h);
 	free(s.key);
 	r = (peers_result){
@@ -1671,8 +1900,74 @@ static void wl_scan(const peers_config *cfg, const peers_engine *e)
 	    .end_ns = t1,
 	    .ns = t1 - t0,
 	    .cold = g_drop_path != NULL,
+	    .snapshot = snapshot,
 	};
 	deliver(cfg, &r);
+}
+
+/* txn_transfer's database, untimed: PEERS_TXN_ACCOUNTS accounts holding
+ * PEERS_TXN_BALANCE each, put asynchronously (in batches of 1000 where the
+ * engine has batches), checked. */
+static void load_accounts(const peers_config *cfg, const peers_engine *e)
+{
+	peers_open_args oa = {
+	    .dir = g_subdir, .sync = false, .nkeys = PEERS_TXN_ACCOUNTS, .cache_mb = cfg->cache_mb};
+	char *key = peers_xmalloc("key", g_key_size);
+	char val[BALANCE_DIGITS];
+	size_t vlen = format_balance(PEERS_TXN_BALANCE, val);
+	bool batches = e->batch_begin != NULL;
+	void *h;
+
+	reset_dir(cfg, e, g_subdir);
+	h = e->open(&oa);
+	for (uint64_t i = 0; i < PEERS_TXN_ACCOUNTS; i++) {
+		if (batches && i % 1000 == 0)
+			e->batch_begin(h);
+		make_key(i, key);
+		e->put(h, key, g_key_size, val, vlen);
+		if (batches && (i % 1000 == 999 || i + 1 == PEERS_TXN_ACCOUNTS))
+			e->batch_commit(h);
+	}
+	verify_accounts(e, h, "txn_transfer load");
+	e->close(h);
+	free(key);
+}
+
+/*
+ * txn_transfer on the accounts: @procs clients, each running txn_ops
+ * committed transfers (or for its duration), durable commits with @sync;
+ * afterwards the balances must still add up (verify_accounts), and the
+ * engine's own check runs.
+ */
+/* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
+static void wl_transfer(const peers_config *cfg, const peers_engine *e, int procs,
+                        peers_client_mode cmode, bool sync)
+{
+	uint64_t duration = cfg->txn_duration_ns ? cfg->txn_duration_ns : cfg->duration_ns;
+	uint64_t nops = duration ? 0 : (cfg->txn_ops ? cfg->txn_ops : PEERS_TXN_OPS);
+	peers_open_args oa = {
+	    .dir = g_subdir, .sync = sync, .nkeys = PEERS_TXN_ACCOUNTS, .cache_mb = cfg->cache_mb};
+	client cl[MAX_CLIENTS];
+	const char *mode;
+	peers_result r;
+	void *h;
+
+	for (int i = 0; i < procs; i++) {
+		cl[i] = client_new(e, &oa, PEERS_TXN_TRANSFER, nops, true);
+		cl[i].id = i;
+		cl[i].duration_ns = duration;
+	}
+	mode = run_clients(e, &oa, cl, procs, cmode, false);
+	h = e->open(&oa);
+	verify_accounts(e, h, "txn_transfer");
+	check_engine(e, h, "txn_transfer");
+	e->close(h);
+	merge_clients(cl, procs, PEERS_TXN_TRANSFER, mode, &r);
+	r.has_sync = true;
+	r.sync = sync;
+	deliver(cfg, &r);
+	for (int i = 0; i < procs; i++)
+		client_free(&cl[i]);
 }
 
 /* The run's variations, checked: a wrong one is the caller's bug. */
@@ -1695,7 +1990,8 @@ static void set_variations(const peers_config *cfg)
 			peers_fatal(NULL, "configuration", "client mode %d",
 			            (int)cfg->client_modes[i]);
 	for (int i = 0; i < cfg->nworkloads; i++) {
-		uint64_t keys = cfg->num;
+		uint64_t keys =
+		    cfg->workloads[i] == PEERS_TXN_TRANSFER ? PEERS_TXN_ACCOUNTS : cfg->num;
 
 		for (int j = 0; cfg->workloads[i] == PEERS_FILLSYNC && !cfg->sync_duration_ns &&
 		                j < cfg->nsync_procs;
@@ -1731,6 +2027,16 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 	/* The ways its clients run: each mode asked for, or the engine's one way. */
 	peers_client_mode modes[PEERS_MAX_MODES] = {PEERS_CLIENTS_THREADS};
 	int nmodes = 1;
+	/* readrandom's and scan's rows: plain (0) and/or through a snapshot (1) */
+	int snap_to = cfg->snapshot && e->snapshot != NULL && !e->threads ? 1 : 0;
+	int snap_from = snap_to == 1 && !cfg->snapshot_and_plain ? 1 : 0;
+	/* txn_transfer's client counts and durabilities, else its defaults */
+	const int default_txn_procs = PEERS_TXN_CLIENTS;
+	const int *txn_procs = cfg->ntxn_procs > 0 ? cfg->txn_procs : &default_txn_procs;
+	int ntxn = cfg->ntxn_procs > 0 ? cfg->ntxn_procs : 1;
+	const bool *syncs = cfg->ntxn_sync > 0 ? cfg->txn_sync : &cfg->sync;
+	int nsyncs = cfg->ntxn_sync > 0 ? cfg->ntxn_sync : 1;
+	bool accounts = cfg->accounts; /* g_subdir holds txn_transfer's accounts */
 
 	if (e->thread_handles && !e->threads && cfg->nclient_modes > 0) {
 		nmodes = cfg->nclient_modes;
@@ -1767,7 +2073,7 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 				for (int j = 0; j < cfg->nsync_procs; j++) {
 					for (int m = 0; m < nmodes; m++) {
 						wl_random(cfg, e, w, cfg->sync_procs[j], modes[m],
-						          pristine);
+						          pristine, false);
 						pristine = false;
 					}
 				}
@@ -1788,9 +2094,14 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 			loaded = true;
 			for (int j = 0; j < cfg->nread_procs; j++) {
 				for (int m = 0; m < nmodes; m++) {
-					wl_random(cfg, e, w, cfg->read_procs[j], modes[m],
-					          pristine);
-					pristine = pristine && w == PEERS_READRANDOM;
+					bool rr = w == PEERS_READRANDOM;
+
+					for (int v = rr ? snap_from : 0; v <= (rr ? snap_to : 0);
+					     v++) {
+						wl_random(cfg, e, w, cfg->read_procs[j], modes[m],
+						          pristine, v == 1);
+						pristine = pristine && rr;
+					}
 				}
 			}
 			break;
@@ -1800,11 +2111,41 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 				pristine = true;
 			}
 			loaded = true;
-			wl_scan(cfg, e);
+			for (int v = snap_from; v <= snap_to; v++)
+				wl_scan(cfg, e, v == 1);
+			break;
+		case PEERS_TXN_TRANSFER:
+			if (e->txn_new == NULL) {
+				fprintf(cfg->json ? stderr : stdout,
+				        "%s: %s: no transactions in this engine: txn_transfer "
+				        "skipped\n",
+				        g_prog, e->name);
+				peers_flush(cfg->json ? stderr : stdout);
+				break;
+			}
+			/* The same accounts serve every row: each leaves the sum as it
+			 * found it. After a new load walrus-peers lets the engine
+			 * settle, so that no durable commit pays for the asynchronous
+			 * load (walrus bench cannot: its monitor keeps the instance up). */
+			if (!accounts) {
+				load_accounts(cfg, e);
+				if (cfg->fresh_dirs)
+					settle(e);
+				accounts = true;
+			}
+			for (int d = 0; d < nsyncs; d++)
+				for (int j = 0; j < ntxn; j++)
+					for (int m = 0; m < nmodes; m++)
+						wl_transfer(cfg, e, txn_procs[j], modes[m],
+						            syncs[d]);
+			loaded = pristine = false;
 			break;
 		case PEERS_WORKLOAD_COUNT:
 			break;
 		}
+		/* Every other workload replaces the accounts, or loads over them. */
+		if (w != PEERS_TXN_TRANSFER)
+			accounts = false;
 	}
 	g_subdir[0] = '\0';
 	g_engine = NULL;
