@@ -26,6 +26,7 @@
  */
 #include "engine/engine.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -58,6 +59,7 @@ typedef struct arch_state {
 	wr_lsn done_upto;         /* every completed segment before this is archived */
 	wr_lsn first_pending;     /* after a failed round: the WAL not archived starts here */
 	bool scan_needed;         /* history files, or a retry, or a start */
+	bool warned_stray;        /* a file named like no WAL file was reported */
 	char why[1024];           /* the last failure's cause */
 	uint64_t switch_seg;      /* archive_timeout: the segment being watched ... */
 	uint64_t switch_since_ns; /* ... and since when it holds WAL */
@@ -266,9 +268,17 @@ static bool expand_command(const char *cmd, const char *path, const char *name, 
 	return true;
 }
 
-static _Noreturn void exec_command(const char *cmd, int out_fd)
+/*
+ * The command runs in the data directory, where %p is "wal/NAME": nothing
+ * of the directory's own path is pasted into it, and NAME is checked to be
+ * a segment's or a history file's hexadecimal name (list_wal), so nothing
+ * the shell would read as syntax reaches it.
+ */
+static _Noreturn void exec_command(const char *cmd, int out_fd, const char *datadir)
 {
 	setpgid(0, 0);
+	if (chdir(datadir) != 0)
+		_exit(126);
 	int null = open("/dev/null", O_RDONLY);
 	if (null >= 0 && null != 0) {
 		dup2(null, 0);
@@ -347,8 +357,10 @@ static int wait_command(pid_t pid, int fd, char *out, pid_t supervisor, uint64_t
 static bool archive_run(arch_state *st, const char *src, const char *name, pid_t supervisor,
                         uint64_t deadline_ns)
 {
-	char cmd[2 * WR_OPT_STR_MAX + PATH_MAX], output[ARCH_OUTPUT_MAX];
-	if (!expand_command(st->o->archive_command, src, name, cmd, sizeof(cmd))) {
+	char cmd[2 * WR_OPT_STR_MAX + PATH_MAX], output[ARCH_OUTPUT_MAX], rel[64];
+	const char *file = strrchr(src, '/') != NULL ? strrchr(src, '/') + 1 : src;
+	wr_snprintf(rel, sizeof(rel), "wal/%s", file);
+	if (!expand_command(st->o->archive_command, rel, name, cmd, sizeof(cmd))) {
 		wr_snprintf(st->why, sizeof(st->why), "archive_command is too long once expanded");
 		return false;
 	}
@@ -357,7 +369,7 @@ static bool archive_run(arch_state *st, const char *src, const char *name, pid_t
 		return fail_errno(st, "create a pipe for", "archive_command");
 	pid_t pid = fork();
 	if (pid == 0)
-		exec_command(cmd, p[1]);
+		exec_command(cmd, p[1], engine_sh()->datadir);
 	close(p[1]);
 	if (pid > 0)
 		(void)setpgid(pid, pid); /* as the child does: either one wins the race */
@@ -447,6 +459,34 @@ static int cmp_names(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* TTTTTTTT.history, T hexadecimal: what promotion and restore write. */
+static bool history_name(const char *n)
+{
+	if (strlen(n) != 16 || strcmp(n + 8, ".history") != 0)
+		return false;
+	for (int i = 0; i < 8; i++)
+		if (!isxdigit((unsigned char)n[i]))
+			return false;
+	return true;
+}
+
+/* A file of DIR/wal that looks like a history file but is none: ignored. */
+static void stray(arch_state *st, const char *n)
+{
+	if (st->warned_stray)
+		return;
+	st->warned_stray = true;
+	char shown[48];
+	size_t i = 0;
+	for (; n[i] != '\0' && i < sizeof(shown) - 1; i++)
+		shown[i] = n[i] >= 0x20 && n[i] < 0x7f ? n[i] : '?';
+	shown[i] = '\0';
+	wr_log(WR_WARNING,
+	       "archiver: ignoring \"%s\" in the WAL directory: not a history file's name "
+	       "(8 hexadecimal digits, then .history); remove it",
+	       shown);
+}
+
 /* The names in DIR/wal of history files, or of completed segments, sorted. */
 static int list_wal(arch_state *st, bool history, wr_lsn flushed, char ***out, size_t *n)
 {
@@ -462,9 +502,11 @@ static int list_wal(arch_state *st, bool history, wr_lsn flushed, char ***out, s
 	while (rc == WALRUS_OK && (e = readdir(d)) != NULL) {
 		wr_lsn start;
 		size_t len = strlen(e->d_name);
-		bool want = history ? len == 16 && strcmp(e->d_name + 8, ".history") == 0
+		bool want = history ? history_name(e->d_name)
 		                    : wal_segment_parse_name(e->d_name, st->seg, &start) &&
 		                          start + st->seg <= flushed;
+		if (history && !want && len > 8 && strcmp(e->d_name + len - 8, ".history") == 0)
+			stray(st, e->d_name);
 		if (!want)
 			continue;
 		char *copy = strdup(e->d_name);

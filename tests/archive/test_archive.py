@@ -253,6 +253,35 @@ def scenario_history(root):
         stop(d)
 
 
+def scenario_injection(root):
+    """A file in DIR/wal named like a history file with shell syntax in it is
+    ignored (one WARNING), never pasted into archive_command, and archiving
+    goes on; %p is relative to the data directory, where the command runs."""
+    d, arc = os.path.join(root, "d"), os.path.join(root, "arc")
+    os.mkdir(arc)
+    write_conf(d, {"archive_mode": "on", "archive_command": f"cp %p '{arc}/%f'"})
+    try:
+        start(d)
+        stop(d)
+        bad = "$(id>zz).history"
+        with open(os.path.join(d, "wal", bad), "w") as f:
+            f.write("1\t0/00020000\tno recovery target\n")
+        start(d)
+        load(d, "k", 2 * SEG)
+        end = switch(d)
+        wait_for("the archive to catch up", lambda: caught_up(d, aname(end - SEG)))
+        made = [os.path.join(dp, "zz") for dp, _, fs in os.walk(root) if "zz" in fs]
+        check("injection: the file's name ran nothing", not made, made)
+        check("injection: every segment archived past the stray file",
+              all(os.path.exists(os.path.join(arc, aname(s))) for s in range(SEG, end, SEG)),
+              sorted(os.listdir(arc)))
+        text = log_text(d)
+        check("injection: one WARNING names it",
+              text.count("archiver: ignoring \"$(id>zz).history\"") == 1, text[-1500:])
+    finally:
+        stop(d)
+
+
 def failing_then_ok(root, tag, bad_cmd, expect):
     d, arc = os.path.join(root, "d"), os.path.join(root, "arc")
     flag = os.path.join(root, "flag")
