@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <pthread.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "storage/storage.h"
@@ -711,6 +713,135 @@ START_TEST(test_map_read_survives_sigbus)
 }
 END_TEST
 
+/* A mapped read of block 1 of @rel after its file was cut: false, and the process lives. */
+static bool faulted_read_fails(wr_relid rel)
+{
+	const char *p = smgr_map_block(rel, 1);
+	if (p == NULL)
+		return false;
+	if (truncate(seg_path(rel, 0), WR_PAGE_SIZE) != 0)
+		return false;
+	page_seen s = {.blk = 1};
+	return !smgr_map_read(rel, 1, p, compare_page, &s);
+}
+
+/* SIGBUS ignored before walrus came: a raise() stays ignored, and walrus's
+ * guard is still there for the next mapped read. */
+static int ignored_stays_ignored(void *arg)
+{
+	(void)arg;
+	struct sigaction ign = {.sa_handler = SIG_IGN};
+	sigemptyset(&ign.sa_mask);
+	TU_CHILD_CHECK(sigaction(SIGBUS, &ign, NULL) == 0);
+	new_rel(71, 3);
+	TU_CHILD_CHECK(smgr_map_block(71, 0) != NULL); /* the guard is installed */
+	TU_CHILD_CHECK(raise(SIGBUS) == 0);
+	TU_CHILD_CHECK(faulted_read_fails(71));
+	return 0;
+}
+
+/* The default before walrus: a raise() kills, as it would have. */
+static int default_kills(void *arg)
+{
+	(void)arg;
+	new_rel(72, 3);
+	TU_CHILD_CHECK(smgr_map_block(72, 0) != NULL);
+	(void)raise(SIGBUS);
+	return 0; /* not reached */
+}
+
+START_TEST(test_guard_keeps_the_old_disposition)
+{
+	ck_assert_int_eq(tu_wait(tu_fork(ignored_stays_ignored, NULL)), 0);
+	pid_t pid = tu_fork(default_kills, NULL);
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS, "status %#x", st);
+}
+END_TEST
+
+/* An application handler installed with SA_RESETHAND and a mask: run once with
+ * its mask, then the default, and walrus's guard stays over it. */
+static volatile sig_atomic_t usr1_blocked, on_altstack;
+
+static void app_oneshot(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)si;
+	(void)uc;
+	sigset_t cur;
+	stack_t ss;
+	usr1_blocked = pthread_sigmask(SIG_BLOCK, NULL, &cur) == 0 && sigismember(&cur, SIGUSR1);
+	on_altstack = sigaltstack(NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK);
+	app_sigbus_calls++;
+	siglongjmp(app_env, 1);
+}
+
+static int oneshot_handler(void *arg)
+{
+	(void)arg;
+	static char alt[1 << 16];
+	stack_t ss = {.ss_sp = alt, .ss_size = sizeof(alt)};
+	TU_CHILD_CHECK(sigaltstack(&ss, NULL) == 0);
+	struct sigaction app = {.sa_sigaction = app_oneshot,
+	                        .sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK};
+	sigemptyset(&app.sa_mask);
+	sigaddset(&app.sa_mask, SIGUSR1);
+	TU_CHILD_CHECK(sigaction(SIGBUS, &app, NULL) == 0);
+	new_rel(73, 3);
+	TU_CHILD_CHECK(smgr_map_block(73, 0) != NULL);
+	TU_CHILD_CHECK(app_fault());
+	TU_CHILD_CHECK(app_sigbus_calls == 1 && usr1_blocked && on_altstack);
+	TU_CHILD_CHECK(faulted_read_fails(73)); /* the guard is still there */
+	(void)raise(SIGBUS);                    /* the default now: this kills */
+	return 0;
+}
+
+START_TEST(test_guard_honours_resethand_mask_and_altstack)
+{
+	pid_t pid = tu_fork(oneshot_handler, NULL);
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS, "status %#x", st);
+}
+END_TEST
+
+/* The application put a handler over ours that chains to the one it found
+ * (ours): once ours is removed, it is never installed again (it would chain
+ * back for ever), and mapped reads stay off. */
+static struct sigaction app_prev;
+
+static void app_chain(int sig, siginfo_t *si, void *uc)
+{
+	if (app_prev.sa_flags & SA_SIGINFO)
+		app_prev.sa_sigaction(sig, si, uc);
+}
+
+static int chaining_handler(void *arg)
+{
+	(void)arg;
+	new_rel(74, 3);
+	TU_CHILD_CHECK(smgr_map_block(74, 0) != NULL); /* ours, over the default */
+	struct sigaction app = {.sa_sigaction = app_chain, .sa_flags = SA_SIGINFO};
+	sigemptyset(&app.sa_mask);
+	TU_CHILD_CHECK(sigaction(SIGBUS, &app, &app_prev) == 0);
+	smgr_shutdown();
+	TU_CHILD_CHECK(smgr_init(dir, SEGSIZE) == WALRUS_OK);
+	TU_CHILD_CHECK(smgr_map_block(74, 0) == NULL); /* no guard, no mapping */
+	(void)raise(SIGBUS); /* app_chain -> ours -> the default: death, no loop */
+	return 0;
+}
+
+START_TEST(test_guard_never_reinstalled_under_a_chaining_handler)
+{
+	pid_t pid = tu_fork(chaining_handler, NULL);
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS,
+	              "status %#x (a loop ends in SIGSEGV)", st);
+}
+END_TEST
+
 static Suite *smgr_suite(void)
 {
 	Suite *s = suite_create("smgr");
@@ -735,6 +866,9 @@ static Suite *smgr_suite(void)
 	tcase_add_test(tc, test_oversized_segment);
 	tcase_add_test(tc, test_survives_fdc_reset);
 	tcase_add_test(tc, test_map_read_survives_sigbus);
+	tcase_add_test(tc, test_guard_keeps_the_old_disposition);
+	tcase_add_test(tc, test_guard_honours_resethand_mask_and_altstack);
+	tcase_add_test(tc, test_guard_never_reinstalled_under_a_chaining_handler);
 	suite_add_tcase(s, tc);
 	return s;
 }
