@@ -92,6 +92,12 @@ int buf_read_zero(wr_relid rel, wr_blkno blk, int *buf);
  * this process in one call (prefault.c); buf_prefault_chunks counts them. */
 void buf_prefault_new(int buf);
 uint64_t buf_prefault_chunks(void);
+#ifdef WALRUS_TEST_HOOKS
+/* Takes (@hold) or gives back the prefault lock, as a prefault in flight holds it. */
+void buf_test_prefault_lock(bool hold);
+/* Whether the prefault lock is free in this process (a forked child's copy included). */
+bool buf_test_prefault_lock_free(void);
+#endif
 /* Adds a new page_init'ed block at the end of @rel: pinned and exclusively locked. */
 int buf_extend(wr_relid rel, int *buf, wr_blkno *blk);
 void buf_release(int buf);

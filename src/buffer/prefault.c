@@ -34,6 +34,31 @@
 #define PF_CHUNK 64u /* buffers: 512 KiB */
 
 static pthread_mutex_t pf_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t pf_fork_once = PTHREAD_ONCE_INIT;
+
+/* fork() while another thread holds pf_lock: the child would inherit it held
+ * by a thread it does not have, and its first prefault would wait for ever. */
+static void pf_fork_prepare(void)
+{
+	pthread_mutex_lock(&pf_lock);
+}
+
+static void pf_fork_release(void)
+{
+	pthread_mutex_unlock(&pf_lock);
+}
+
+static void pf_fork_hook(void)
+{
+	if (pthread_atfork(pf_fork_prepare, pf_fork_release, pf_fork_release) != 0)
+		wr_log(WR_WARNING, "could not install the prefault fork handlers");
+}
+
+static void pf_lock_take(void)
+{
+	(void)pthread_once(&pf_fork_once, pf_fork_hook);
+	pthread_mutex_lock(&pf_lock);
+}
 static uint64_t *pf_done;  /* a bit per chunk */
 static char *pf_pages;     /* the pool mapping pf_done describes */
 static bool pf_off;        /* the kernel has no MADV_POPULATE_WRITE */
@@ -68,7 +93,7 @@ static void pf_populate(uint32_t c)
 	uintptr_t hi = (uintptr_t)buf_page_ptr((int)first + 1) + (size_t)n * WR_PAGE_SIZE;
 	if (madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) == 0 || errno != EINVAL)
 		return; /* other errors (EINTR, ENOMEM) leave the faults to the touch */
-	pthread_mutex_lock(&pf_lock);
+	pf_lock_take();
 	pf_off = true;
 	pthread_mutex_unlock(&pf_lock);
 }
@@ -79,7 +104,7 @@ void buf_prefault_new(int buf)
 	if (shm_hdr()->huge_page_size != 0)
 		return;
 	uint32_t c = (uint32_t)(buf - 1) / PF_CHUNK;
-	pthread_mutex_lock(&pf_lock);
+	pf_lock_take();
 	bool todo = pf_claim(c);
 	pthread_mutex_unlock(&pf_lock);
 	if (todo)
@@ -88,8 +113,26 @@ void buf_prefault_new(int buf)
 
 uint64_t buf_prefault_chunks(void)
 {
-	pthread_mutex_lock(&pf_lock);
+	pf_lock_take();
 	uint64_t n = pf_chunks;
 	pthread_mutex_unlock(&pf_lock);
 	return n;
 }
+
+#ifdef WALRUS_TEST_HOOKS
+void buf_test_prefault_lock(bool hold)
+{
+	if (hold)
+		pf_lock_take();
+	else
+		pthread_mutex_unlock(&pf_lock);
+}
+
+bool buf_test_prefault_lock_free(void)
+{
+	if (pthread_mutex_trylock(&pf_lock) != 0)
+		return false;
+	pthread_mutex_unlock(&pf_lock);
+	return true;
+}
+#endif

@@ -14,12 +14,14 @@
  */
 #include "testutil.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "buffer/buf_int.h"
@@ -716,6 +718,45 @@ START_TEST(peek_finds_blocks_sharing_a_hint_slot)
 }
 END_TEST
 
+#ifdef WALRUS_TEST_HOOKS
+/* A thread holds the prefault lock (a prefault in flight) while another forks. */
+static _Atomic int pf_state; /* 1: held; 2: fork returned in the parent */
+static pid_t pf_forker;
+
+static void *hold_prefault_lock(void *arg)
+{
+	(void)arg;
+	buf_test_prefault_lock(true);
+	atomic_store(&pf_state, 1);
+	/* Released once the forker waits for it in fork's prepare handler, or
+	 * once fork returned without waiting (no handler: the child got it held). */
+	while (atomic_load(&pf_state) != 2 && !tu_in_syscall(pf_forker, SYS_futex, NULL))
+		sched_yield();
+	buf_test_prefault_lock(false);
+	return NULL;
+}
+
+static int child_prefault_lock_free(void *arg)
+{
+	(void)arg;
+	return buf_test_prefault_lock_free() ? 0 : 1;
+}
+
+START_TEST(fork_beside_a_prefault_leaves_the_lock_free)
+{
+	pthread_t t;
+	pf_forker = (pid_t)syscall(SYS_gettid);
+	ck_assert_int_eq(pthread_create(&t, NULL, hold_prefault_lock, NULL), 0);
+	while (atomic_load(&pf_state) != 1)
+		sched_yield();
+	pid_t child = tu_fork(child_prefault_lock_free, NULL);
+	atomic_store(&pf_state, 2);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_msg(tu_wait(child) == 0, "the child inherited the prefault lock held");
+}
+END_TEST
+#endif
+
 static Suite *buffer_suite(void)
 {
 	Suite *s = suite_create("buffer");
@@ -736,6 +777,9 @@ static Suite *buffer_suite(void)
 	tcase_add_test(t, peek_at_a_guessed_buffer);
 	tcase_add_test(t, peek_never_reads_a_buffer_given_another_block);
 	tcase_add_test(t, peek_finds_blocks_sharing_a_hint_slot);
+#ifdef WALRUS_TEST_HOOKS
+	tcase_add_test(t, fork_beside_a_prefault_leaves_the_lock_free);
+#endif
 	suite_add_tcase(s, t);
 	return s;
 }
