@@ -13,9 +13,12 @@
 #include "tool.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 
@@ -62,7 +65,47 @@ static int config_dir(tool_ctx *ctx, bool create, char *abs)
 	return rc == WALRUS_OK ? 0 : tool_fail(rc, ctx->datadir);
 }
 
-static int config_set(const char *abs, const char *name, const char *value)
+/*
+ * How many trailing components of @dir do not exist yet: what `set` would
+ * create, and what it removes again when it refuses the setting.
+ */
+static int missing_levels(const char *dir)
+{
+	char p[PATH_MAX];
+	struct stat st;
+	int n = 0;
+	if (!wr_snprintf(p, sizeof(p), "%s", dir))
+		return 0;
+	while (p[0] != '\0' && stat(p, &st) != 0 && errno == ENOENT) {
+		n++;
+		char *slash = strrchr(p, '/');
+		if (slash == NULL || slash == p)
+			break;
+		*slash = '\0';
+	}
+	return n;
+}
+
+/* Removes the @levels directories `set` made for @abs (empty ones only). */
+static void remove_made(const char *abs, int levels)
+{
+	char p[PATH_MAX];
+	if (!wr_snprintf(p, sizeof(p), "%s", abs))
+		return;
+	for (int i = 0; i < levels; i++) {
+		if (rmdir(p) != 0) {
+			fprintf(stderr, "walrus: could not remove \"%s\": %s\n", p,
+			        strerror(errno));
+			return;
+		}
+		char *slash = strrchr(p, '/');
+		if (slash == NULL || slash == p)
+			return;
+		*slash = '\0';
+	}
+}
+
+static int config_set(const char *abs, const char *name, const char *value, int made)
 {
 	char now[WR_OPT_TEXT_MAX];
 	bool found;
@@ -70,7 +113,12 @@ static int config_set(const char *abs, const char *name, const char *value)
 	int rc = conf_set(abs, name, value);
 	if (rc != WALRUS_OK) {
 		int code = tool_fail(rc, "config set");
-		fprintf(stderr, "walrus: %s/%s left unchanged\n", abs, WR_CONF_FILE);
+		if (made > 0) {
+			remove_made(abs, made);
+			fprintf(stderr, "walrus: %s not created\n", abs);
+		} else {
+			fprintf(stderr, "walrus: %s/%s left unchanged\n", abs, WR_CONF_FILE);
+		}
 		return code;
 	}
 	if (conf_get(abs, name, now, sizeof(now), &found) != WALRUS_OK)
@@ -128,11 +176,12 @@ int cmd_config(tool_ctx *ctx, int argc, char **argv)
 		fputs(config_usage, stderr);
 		return TOOL_EXIT_USAGE;
 	}
+	int made = want == 4 && ctx->datadir != NULL ? missing_levels(ctx->datadir) : 0;
 	int rc = config_dir(ctx, want == 4, abs);
 	if (rc != 0)
 		return rc;
 	if (want == 4)
-		return config_set(abs, argv[2], argv[3]);
+		return config_set(abs, argv[2], argv[3], made);
 	if (want == 3)
 		return config_get(abs, argv[2]);
 	return config_list(ctx, abs);

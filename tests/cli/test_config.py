@@ -143,10 +143,22 @@ def usage(d):
     check("config set without a value", rc == 2, rc)
 
 
+def refused_leaves_nothing(base):
+    """config set on a missing directory that refuses the setting creates nothing."""
+    gone = os.path.join(base, "new", "deeper")
+    rc, _, err = run(gone, "config", "set", "no_such_option", "1")
+    check("config set of an unknown option on a missing directory fails", rc != 0, (rc, err))
+    check("and leaves no directory behind", not os.path.exists(os.path.join(base, "new")),
+          os.listdir(base))
+    rc, _, err = run(gone, "config", "set", "shared_buffers", "1MB")
+    check("an accepted one creates it", rc == 0 and os.path.exists(gone), (rc, err))
+
+
 def main():
     base = tempfile.mkdtemp(prefix="walrus-config-")
     d = os.path.join(base, "db")
     try:
+        refused_leaves_nothing(base)
         edit_and_read(d)
         running_instance(d)
         malformed(d)
