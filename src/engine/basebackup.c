@@ -46,6 +46,12 @@ typedef struct bb_recv {
 	bool prepared; /* DIR holds the marker: anything in it is ours to remove */
 	wal_control ctl;
 	fc_progress p;
+	/* WAL segments received: start LSN and bytes, to check the backup's range */
+	struct bb_seg {
+		wr_lsn start;
+		uint64_t bytes;
+	} * segs;
+	size_t nsegs, segcap;
 } bb_recv;
 
 static bool is_control(const char *path)
@@ -155,6 +161,13 @@ static int end_file(bb_recv *r, const repl_msg *m)
 		return take_control(r);
 	r->have_version = r->have_version || strcmp(r->path, WR_VERSION_FILE) == 0;
 	int rc = WALRUS_OK;
+	wr_lsn seg_start;
+	if (is_segment(r->path) && r->seg_size != 0 &&
+	    wal_segment_parse_name(r->path + 4, r->seg_size, &seg_start)) {
+		if (wr_grow(&r->segs, &r->segcap, r->nsegs + 1, sizeof(*r->segs), 16) != WALRUS_OK)
+			return wr_error(WALRUS_ENOMEM, "out of memory");
+		r->segs[r->nsegs++] = (struct bb_seg){seg_start, r->bytes};
+	}
 	if (is_segment(r->path) && r->bytes < r->seg_size) {
 		/* As copy_wal: zeros past the end, never what the primary wrote later. */
 		uint8_t zeros[8192] = {0};
@@ -206,6 +219,33 @@ static int begin(bb_recv *r, bool fast, uint64_t begin_timeout_ms)
 	return WALRUS_OK;
 }
 
+/*
+ * Every WAL segment of [start, end) arrived, the last one up to end at
+ * least: replay of the backup needs all of it, and a primary (or a relay)
+ * that ends the transfer early must not leave a standby that looks whole.
+ */
+static int check_wal_range(const bb_recv *r)
+{
+	if (r->seg_size == 0)
+		return wr_error(WALRUS_EPROTO, "the primary sent no WAL segment size");
+	wr_lsn first = r->start - r->start % r->seg_size;
+	wr_lsn last = (r->end - 1) - (r->end - 1) % r->seg_size;
+	for (wr_lsn s = first; s <= last; s += r->seg_size) {
+		uint64_t need = s == last ? r->end - s : r->seg_size;
+		bool have = false;
+		for (size_t i = 0; i < r->nsegs && !have; i++)
+			have = r->segs[i].start == s && r->segs[i].bytes >= need;
+		if (!have)
+			return wr_error(
+			    WALRUS_EPROTO,
+			    "the primary ended the base backup without the WAL it needs "
+			    "(the segment at " WAL_LSN_FMT " of " WAL_LSN_FMT " to " WAL_LSN_FMT
+			    ")",
+			    WAL_LSN_ARGS(s), WAL_LSN_ARGS(r->start), WAL_LSN_ARGS(r->end));
+	}
+	return WALRUS_OK;
+}
+
 /* FILE, DATA..., FILE_END until BACKUP_END. */
 static int receive(bb_recv *r)
 {
@@ -232,7 +272,7 @@ static int receive(bb_recv *r)
 				    WALRUS_EPROTO,
 				    "the primary ended the base backup before sending all "
 				    "of it");
-			return WALRUS_OK;
+			return check_wal_range(r);
 		default:
 			rc = wr_error(WALRUS_EPROTO, "the primary sent %s during a base backup",
 			              repl_msg_name(m.type));
@@ -285,6 +325,7 @@ int standby_base_backup(const standby_backup_args *a)
 	if (r.sock >= 0)
 		close(r.sock);
 	free(r.buf);
+	free(r.segs);
 	if (rc == WALRUS_OK || !r.prepared)
 		return rc; /* DIR not usable: untouched */
 	char msg[1024];

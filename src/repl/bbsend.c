@@ -14,6 +14,9 @@
  */
 #include "repl/repl_int.h"
 
+#include "fdcache/fdcache.h"
+#include "testsupport/testsupport.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -145,6 +148,21 @@ static int send_histories(bb_send *s)
 	return rc;
 }
 
+/* Test builds: failpoint "backup:ENODATA:send-wal SEGMENT" leaves the
+ * segment out, as a faulty primary or a relay would (the standby must see
+ * it: basebackup.c, check_wal_range). */
+static bool left_out(const char *name)
+{
+	char what[96];
+	snprintf(what, sizeof(what), "send-wal %s", name);
+	int injected;
+	{
+		FDC_LOCKED();
+		injected = ts_fp_check("backup", what, NULL);
+	}
+	return injected == ENODATA;
+}
+
 /* Segments from the start's to the end's, the last one only up to @end. */
 static int send_wal(bb_send *s, uint64_t seg, wr_lsn start, wr_lsn end)
 {
@@ -155,6 +173,8 @@ static int send_wal(bb_send *s, uint64_t seg, wr_lsn start, wr_lsn end)
 		wr_snprintf(rel, sizeof(rel), "wal/%s", name);
 		if (!wr_snprintf(abs, sizeof(abs), "%s/%s", s->datadir, rel))
 			return wr_error(WALRUS_EINVAL, "path too long");
+		if (left_out(name))
+			continue;
 		int rc = send_file(s, rel, abs, at == last ? end - at : seg);
 		if (rc == WALRUS_ENOENT)
 			return wr_error(

@@ -59,7 +59,7 @@ static const struct {
     {"EINTR", EINTR},     {"EAGAIN", EAGAIN},         {"EDQUOT", EDQUOT},
     {"EFBIG", EFBIG},     {"EBADF", EBADF},           {"EINVAL", EINVAL},
     {"ENOMEM", ENOMEM},   {"EOPNOTSUPP", EOPNOTSUPP}, {"short", TS_FP_SHORT},
-    {"KILL", TS_FP_KILL}, {"STOP", TS_FP_STOP},
+    {"KILL", TS_FP_KILL}, {"STOP", TS_FP_STOP},       {"ENODATA", ENODATA},
 };
 
 static void fp_free_entries(fp_entry *e, int n)

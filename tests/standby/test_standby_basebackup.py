@@ -200,6 +200,13 @@ def main(cleanup):
     check(not os.path.exists(gone), "the directory is left after a refused connection")
     st2.stop()
 
+    log("a primary that ends the transfer without the WAL the backup needs")
+    p.kill_instance()
+    p.serve(failpoints="backup:ENODATA:send-wal*0")
+    refused(standby_cmd(wtest.Walrus(a.walrus, gone), "--primary", sock), 3,
+            "the WAL left out", "without the WAL it needs")
+    check(not os.path.exists(gone), "the directory is left after a transfer without WAL")
+
     log("the WAL sender killed in the middle of the transfer")
     p.kill_instance()
     p.serve(failpoints="backup:KILL:send-data")
