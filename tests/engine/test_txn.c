@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -225,6 +226,20 @@ static int hold_and_exit(void *arg)
 	exit(0); /* neither released nor closed */
 }
 
+static int hold_and_wait(void *arg)
+{
+	int *ready = arg;
+	walrus_opts *o = walrus_opts_new();
+	walrus *db = NULL;
+	TU_CHILD_CHECK(walrus_open(dir, o, &db) == WALRUS_OK);
+	walrus_opts_free(o);
+	walrus_snapshot *s;
+	TU_CHILD_CHECK(walrus_snapshot_take(db, &s) == WALRUS_OK);
+	TU_CHILD_CHECK(write(ready[1], "r", 1) == 1);
+	for (;;)
+		pause(); /* until killed */
+}
+
 START_TEST(held_snapshot_keeps_versions_and_gives_them_back)
 {
 	walrus *db = tu_open(dir, opts());
@@ -249,11 +264,39 @@ START_TEST(held_snapshot_keeps_versions_and_gives_them_back)
 	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "live"), 0);
 	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "versions"), 0);
 	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "version_bytes"), 0);
-	/* A process that exits holding one: the supervisor releases it. */
+	/* A process that exits holding one: the supervisor releases it when it
+	 * reads the detach (on its own schedule: wait for the state). */
 	ck_assert_int_eq(tu_wait(tu_fork(hold_and_exit, NULL)), 0);
+	while (stat_of(db, "\"snapshots\"", "live") != 0)
+		usleep(10000);
 	put(db, "h01", "x");
+	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "versions"), 0);
+	tu_close_and_wait(db);
+	/* One killed holding one: the instance restarts, and no version survives it. */
+	int ready[2];
+	ck_assert_int_eq(pipe(ready), 0);
+	pid_t holder = tu_fork(hold_and_wait, ready);
+	char c;
+	ck_assert_int_eq(read(ready[0], &c, 1), 1); /* its snapshot is taken */
+	db = tu_open(dir, opts());
+	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "live"), 1);
+	for (int i = 0; i < 20; i++)
+		put(db, "h02", i % 2 ? "a" : "b");
+	ck_assert_int_gt(stat_of(db, "\"snapshots\"", "versions"), 0);
+	ck_assert_int_eq(kill(holder, SIGKILL), 0);
+	int st;
+	ck_assert_int_eq(waitpid(holder, &st, 0), holder);
+	/* This handle's next call reports the restart; a new one sees no version. */
+	char b[8];
+	size_t vl;
+	while (walrus_get_into(db, "h02", 3, b, sizeof(b), &vl) != WALRUS_ERESTART)
+		usleep(10000); /* the supervisor notices the death on its own schedule */
+	(void)walrus_close(db);
+	db = tu_open(dir, opts());
 	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "live"), 0);
 	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "versions"), 0);
+	close(ready[0]);
+	close(ready[1]);
 	tu_close_and_wait(db);
 }
 END_TEST
