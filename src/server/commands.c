@@ -94,6 +94,9 @@ int srv_session_open(srv_session *s)
 	}
 	if (s->db != NULL && !s->db_dead)
 		return WALRUS_OK;
+	if (s->db != NULL && srv_stop_requested() != 0)
+		return wr_error(WALRUS_ESHUTDOWN, "the instance was stopped: this server is "
+		                                  "shutting down");
 	if (s->db != NULL)
 		(void)walrus_close(s->db); /* the dead instance's handle: errors expected */
 	s->db = NULL;

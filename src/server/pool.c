@@ -94,6 +94,7 @@ typedef struct pool {
 	uint64_t idle_checked;
 	uint64_t reopen_ns; /* a failed reopen is not tried again before this */
 	bool reopen_failed; /* logged once per run of failures */
+	bool stopped;       /* an operator stopped the instance: never reopened */
 } pool;
 
 /* ---------------------------------------------------------------- setup */
@@ -321,6 +322,10 @@ static void reopen(pool *p)
 {
 	if (!p->h.dead && p->h.db != NULL)
 		return;
+	if (p->stopped || (p->h.db != NULL && srv_stop_requested() != 0)) {
+		p->stopped = true; /* the server's SIGTERM follows: no new instance meanwhile */
+		return;
+	}
 	if (p->h.db != NULL)
 		(void)walrus_close(p->h.db); /* the dead instance's handle: errors expected */
 	p->h.db = NULL;

@@ -48,6 +48,11 @@ bool srv_is_standby(void)
 	return client_attached(NULL) && atomic_load(&engine_sh()->sb.active) != 0;
 }
 
+uint32_t srv_stop_requested(void)
+{
+	return client_attached(NULL) ? atomic_load(&engine_sh()->stop_mode) : 0;
+}
+
 void srv_arity_error(srv_session *s, const char *name)
 {
 	resp_add_error(s->out, "ERR wrong number of arguments for '%s' command", name);

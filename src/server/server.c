@@ -539,6 +539,27 @@ static void wait_instance(pid_t sup, int64_t linger_s)
 
 /* ---------------------------------------------------------------- the loop and shutdown */
 
+/*
+ * `walrus stop` (walrus_stop) of the instance this server serves: the
+ * server shuts down as on SIGTERM (on SIGINT for a fast or immediate
+ * stop), instead of reattaching, which would start a new instance at once
+ * and leave the directory unfenced.
+ */
+static void operator_stop(srv_state *st)
+{
+	uint32_t mode = st->db != NULL ? srv_stop_requested() : 0;
+	if (mode == 0)
+		return;
+	fprintf(stderr, "walrus serve: the instance is being stopped (%s): shutting down\n",
+	        mode == WALRUS_STOP_SMART  ? "smart"
+	        : mode == WALRUS_STOP_FAST ? "fast"
+	                                   : "immediate");
+	if (mode == WALRUS_STOP_SMART)
+		sig_term = 1;
+	else
+		sig_int = 1;
+}
+
 static void loop(srv_state *st)
 {
 	uint64_t checked = wr_now_ns();
@@ -564,6 +585,9 @@ static void loop(srv_state *st)
 			if (p[i].revents & POLLIN)
 				accept_all(st, p[i].fd);
 		if (wr_now_ns() - checked >= SRV_TICK_MS * 1000000ull) {
+			operator_stop(st);
+			if (sig_term || sig_int)
+				break;
 			check_db(st);
 			checked = wr_now_ns();
 		}

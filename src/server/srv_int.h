@@ -95,6 +95,13 @@ int64_t srv_auth_left_ms(const srv_session *s, uint64_t now_ns);
 void srv_reply_engine_error(srv_session *s, int rc);
 /* The attached instance is a standby in recovery (reads only). */
 bool srv_is_standby(void);
+/*
+ * The stop an operator asked of the attached instance (walrus stop,
+ * walrus_stop: WALRUS_STOP_*), 0 when none.  A server never reattaches after
+ * one (its open would start a new instance, and `walrus stop` would not
+ * fence the directory): it shuts down.
+ */
+uint32_t srv_stop_requested(void);
 void srv_arity_error(srv_session *s, const char *name);
 /* Compares a password in constant time. */
 bool srv_password_ok(const char *want, const resp_arg *got);

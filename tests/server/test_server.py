@@ -712,6 +712,33 @@ def case_password(walrus):
         check("WARNING: --requirepass shows the password" in s.err, f"no warning: {s.err}")
 
 
+def case_fence(walrus):
+    """`walrus stop` of a directory a RESP server serves stops the server too,
+    in every mode: nothing of the directory keeps running, and no backend
+    starts a new instance (an operator fences an old primary this way)."""
+    from srvtest import TestFailure, wait_no_pids
+    for mode in ("fast", "smart", "immediate"):
+        with Server(walrus) as s:
+            with s.client() as c:
+                eq(c.call("SET", "k", "v"), "OK", "")
+            r = subprocess.run([walrus, "-D", s.dir, "stop", "--mode", mode, "--wait"],
+                               capture_output=True, timeout=120)
+            check(r.returncode == 0, f"stop --mode {mode}: {r.stderr.decode()}")
+            try:
+                code = s.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                raise TestFailure(f"walrus serve still runs after stop --mode {mode}")
+            s.out += s.proc.stdout.read().decode().splitlines(True)
+            s.err = s.proc.stderr.read().decode()
+            eq(code, 0, f"walrus serve's exit after stop --mode {mode}")
+            check("the instance is being stopped" in s.err and "reattaching" not in s.err,
+                  f"stop --mode {mode}: {s.err}")
+            wait_no_pids(s.base, 30)
+            s.proc = None
+            check(not os.path.exists(os.path.join(s.dir, "walrus.sock")),
+                  f"an instance serves the directory after stop --mode {mode}")
+
+
 def case_readiness(walrus):
     """A second server of the same directory fails without saying it serves."""
     with Server(walrus) as s:
@@ -909,6 +936,7 @@ CASES = {
     "querylimit": case_querylimit,
     "password": case_password,
     "readiness": case_readiness,
+    "fence": case_fence,
     "shutdown": case_shutdown,
     "pool": case_pool,
     "mappedeio": case_mappedeio,
