@@ -150,6 +150,13 @@ int walrus_iter_open(walrus *db, const void *lo, size_t lolen, const void *hi, s
 	API_CALL(db, "walrus_iter_open", iter_open(w, lo, lolen, hi, hilen));
 }
 
+/* A view iterator's moves: its entry may be its own or its tree iterator's. */
+static int view_moved(walrus_iter *it, int rc)
+{
+	it->cur = kv_viter_current(it->vit);
+	return rc;
+}
+
 static int iter_ready(const walrus_iter *it, const char *fn)
 {
 	if (it == NULL || (it->it == NULL && it->vit == NULL))
@@ -168,7 +175,8 @@ int walrus_iter_seek(walrus_iter *it, const void *key, size_t klen)
 	if (rc != WALRUS_OK)
 		return rc;
 	API_CALL(it->db, "walrus_iter_seek",
-	         it->vit ? kv_viter_seek(it->vit, key, klen) : kv_iter_seek(it->it, key, klen));
+	         it->vit ? view_moved(it, kv_viter_seek(it->vit, key, klen))
+	                 : kv_iter_seek(it->it, key, klen));
 }
 
 int walrus_iter_seek_last(walrus_iter *it)
@@ -177,7 +185,7 @@ int walrus_iter_seek_last(walrus_iter *it)
 	if (rc != WALRUS_OK)
 		return rc;
 	API_CALL(it->db, "walrus_iter_seek_last",
-	         it->vit ? kv_viter_seek_last(it->vit) : kv_iter_seek_last(it->it));
+	         it->vit ? view_moved(it, kv_viter_seek_last(it->vit)) : kv_iter_seek_last(it->it));
 }
 
 /*
@@ -193,8 +201,13 @@ int walrus_iter_next(walrus_iter *it)
 	int rc = iter_ready(it, "walrus_iter_next");
 	if (rc != WALRUS_OK)
 		return rc;
-	if (it->vit != NULL)
-		API_CALL(it->db, "walrus_iter_next", kv_viter_next(it->vit));
+	if (it->vit != NULL) {
+		if (kv_viter_next_local(it->vit)) {
+			it->cur = kv_viter_current(it->vit);
+			return WALRUS_OK;
+		}
+		API_CALL(it->db, "walrus_iter_next", view_moved(it, kv_viter_next(it->vit)));
+	}
 	if (kv_iter_next_local(it->it))
 		return WALRUS_OK;
 	API_CALL(it->db, "walrus_iter_next", kv_iter_next(it->it));
@@ -206,7 +219,7 @@ int walrus_iter_prev(walrus_iter *it)
 	if (rc != WALRUS_OK)
 		return rc;
 	API_CALL(it->db, "walrus_iter_prev",
-	         it->vit ? kv_viter_prev(it->vit) : kv_iter_prev(it->it));
+	         it->vit ? view_moved(it, kv_viter_prev(it->vit)) : kv_iter_prev(it->it));
 }
 
 /*

@@ -314,6 +314,9 @@ void kv_snap_release_pid(uint32_t pid);
 int kv_snap_check(const kv_snap *s);
 /* The last committed csn. */
 uint64_t kv_mv_visible(void);
+/* No version was noted since @s was taken: the tree is what @s sees, as
+ * long as this stays true (a reader checks before and after its read). */
+bool kv_mv_none_after(const kv_snap *s);
 
 /* A version: the value a key had before batch csn (absent: none). */
 typedef struct kv_version {
@@ -352,6 +355,14 @@ int kv_viter_open(const kv_snap *s, const kv_overlay_ent *ov, size_t nov, const 
 int kv_viter_seek(kv_viter *it, const void *k, size_t kl);
 int kv_viter_seek_last(kv_viter *it);
 int kv_viter_next(kv_viter *it);
+/*
+ * kv_viter_next when the next visible key is the tree iterator's next entry
+ * in its private leaf copy, with no version or overlay entry up to it:
+ * moves there and returns true, reading no shared memory.  Otherwise
+ * returns false, having perhaps moved the tree iterator one entry on, which
+ * kv_viter_next then takes from there.
+ */
+bool kv_viter_next_local(kv_viter *it);
 int kv_viter_prev(kv_viter *it);
 const kv_iter_cur *kv_viter_current(const kv_viter *it);
 void kv_viter_close(kv_viter *it);

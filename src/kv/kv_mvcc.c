@@ -570,6 +570,11 @@ int kv_mv_scan(const kv_snap *s, uint64_t *pos, kv_mv_fn fn, void *arg)
 	return kv_snap_check(s);
 }
 
+bool kv_mv_none_after(const kv_snap *s)
+{
+	return atomic_load(&mv->head) == s->from;
+}
+
 uint64_t kv_mv_visible(void)
 {
 	return atomic_load(&mv->csn_visible);

@@ -70,6 +70,25 @@ static int snap_get(const kv_snap *s, const void *k, size_t kl, snap_dst *d)
 	int rc = kv_check_key(kl);
 	if (rc != WALRUS_OK)
 		return rc;
+	/* Nothing noted since the snapshot, before and after the tree read: the
+	 * tree is what it sees, and no hash of the key is needed. */
+	if (kv_mv_none_after(s)) {
+		rc = d->v != NULL ? kv_get(k, kl, d->v, d->vl)
+		                  : kv_get_into(k, kl, d->buf, d->cap, d->vl);
+		atomic_thread_fence(memory_order_seq_cst);
+		if (kv_mv_none_after(s)) {
+			int crc = kv_snap_check(s);
+			if (crc != WALRUS_OK && rc == WALRUS_OK && d->v != NULL) {
+				free(*d->v);
+				*d->v = NULL;
+			}
+			return crc != WALRUS_OK ? crc : rc;
+		}
+		if (rc == WALRUS_OK && d->v != NULL) {
+			free(*d->v);
+			*d->v = NULL;
+		}
+	}
 	kv_version ver;
 	rc = kv_mv_lookup(s, k, kl, &ver);
 	if (rc != WALRUS_OK)
@@ -129,9 +148,11 @@ struct kv_viter {
 	char lo[KV_MAX_KEY], hi[KV_MAX_KEY];
 	uint16_t lol, hil;
 	bool has_lo, has_hi;
-	vlist vers;   /* versions after the snapshot, by key */
-	vlist ov;     /* the overlay, by key */
-	uint64_t pos; /* ring position read up to */
+	vlist vers;          /* versions after the snapshot, by key */
+	vlist ov;            /* the overlay, by key */
+	uint64_t pos;        /* ring position read up to */
+	size_t vnext, onext; /* first entries of vers, ov after cur (SIZE_MAX: unknown) */
+	bool on_tree;        /* the entry is the tree iterator's own (tc), not cur */
 	kv_iter_cur cur;
 	char key[KV_MAX_KEY];
 };
@@ -207,7 +228,59 @@ static int add_version(void *arg, const char *k, uint16_t kl, const kv_version *
 /* The versions noted since the last look: after every tree move that may copy a leaf. */
 static int refresh(kv_viter *v)
 {
-	return kv_mv_scan(v->s, &v->pos, add_version, v);
+	size_t n = v->vers.n;
+	int rc = kv_mv_scan(v->s, &v->pos, add_version, v);
+	if (v->vers.n != n)
+		v->vnext = SIZE_MAX;
+	return rc;
+}
+
+const kv_iter_cur *kv_viter_current(const kv_viter *v)
+{
+	return v->on_tree ? v->tc : &v->cur;
+}
+
+/* The first entry of @l after the current key, cached in *@at. */
+static size_t after_cur(const kv_viter *v, const vlist *l, size_t *at)
+{
+	if (*at == SIZE_MAX) {
+		const kv_iter_cur *c = kv_viter_current(v);
+		size_t i = lower(l, c->key, c->klen);
+		if (i < l->n && cmp(l->e[i].k, l->e[i].kl, c->key, c->klen) == 0)
+			i++;
+		*at = i;
+	}
+	return *at;
+}
+
+bool kv_viter_next_local(kv_viter *v)
+{
+	if (!v->on_tree)
+		return false; /* the entry came from a list */
+	bool plain = v->vers.n == 0 && v->ov.n == 0;
+	/* The lists' next entries after the current key, before the tree moves off it. */
+	size_t vi = plain ? 0 : after_cur(v, &v->vers, &v->vnext);
+	size_t oi = plain ? 0 : after_cur(v, &v->ov, &v->onext);
+	size_t kl = v->tc->klen;
+	if (!plain)
+		memcpy(v->key, v->tc->key, kl); /* the bound kv_viter_next needs if we stop */
+	if (!kv_iter_next_local(v->it))
+		return false; /* the copy ran out: the tree is still on the entry */
+	if (plain)
+		return true; /* nothing changed since the snapshot: the tree is it */
+	const char *tk = v->tc->key;
+	size_t tkl = v->tc->klen;
+	if ((vi < v->vers.n && cmp(v->vers.e[vi].k, v->vers.e[vi].kl, tk, tkl) <= 0) ||
+	    (oi < v->ov.n && cmp(v->ov.e[oi].k, v->ov.e[oi].kl, tk, tkl) <= 0)) {
+		/* A list entry comes first, or is this key: kv_viter_next goes on from
+		 * the key we left, the tree already on its next entry. */
+		v->on_tree = false;
+		v->cur.valid = true;
+		v->cur.key = v->key;
+		v->cur.klen = kl;
+		return false;
+	}
+	return true; /* the tree's own entry: its key and value stay in its copy */
 }
 
 static int tree_move(kv_viter *v, int dir)
@@ -281,6 +354,8 @@ static int settle(kv_viter *v, const char *b, size_t bl, bool incl, bool have_b,
 		}
 		if (best == NULL) {
 			v->cur.valid = false;
+			v->on_tree = false;
+			v->vnext = v->onext = SIZE_MAX;
 			return WALRUS_OK;
 		}
 		memcpy(v->key, best, bestl);
@@ -290,11 +365,15 @@ static int settle(kv_viter *v, const char *b, size_t bl, bool incl, bool have_b,
 		           *ver = o ? NULL : find(&v->vers, v->key, kl);
 		const vent *e = o != NULL ? o : ver;
 		if (e == NULL || !e->gone) {
+			v->vnext = v->onext = SIZE_MAX;
+			v->on_tree = e == NULL; /* the tree's entry: the next may be local */
+			if (v->on_tree)
+				return WALRUS_OK;
 			v->cur.valid = true;
 			v->cur.key = v->key;
 			v->cur.klen = kl;
-			v->cur.val = e != NULL ? e->v : v->tc->val;
-			v->cur.vlen = e != NULL ? e->vl : v->tc->vlen;
+			v->cur.val = e->v;
+			v->cur.vlen = e->vl;
 			return WALRUS_OK;
 		}
 		/* Not there at the snapshot, or deleted here: past it. */
@@ -337,6 +416,7 @@ int kv_viter_open(const kv_snap *s, const kv_overlay_ent *ov, size_t nov, const 
 		return wr_error(WALRUS_ENOMEM, "out of memory for a view iterator");
 	v->s = s;
 	v->pos = s->from;
+	v->vnext = v->onext = SIZE_MAX;
 	if (lo != NULL && lol > 0) {
 		memcpy(v->lo, lo, lol);
 		v->lol = (uint16_t)lol;
@@ -388,11 +468,12 @@ int kv_viter_seek_last(kv_viter *v)
 
 int kv_viter_next(kv_viter *v)
 {
-	if (!v->cur.valid)
+	const kv_iter_cur *c = kv_viter_current(v);
+	if (!c->valid)
 		return WALRUS_OK;
 	char k[KV_MAX_KEY];
-	size_t kl = v->cur.klen;
-	memcpy(k, v->cur.key, kl);
+	size_t kl = c->klen;
+	memcpy(k, c->key, kl);
 	/* The tree iterator is on the current key or past it. */
 	const char *tk = NULL;
 	size_t tkl = 0;
@@ -406,11 +487,12 @@ int kv_viter_next(kv_viter *v)
 
 int kv_viter_prev(kv_viter *v)
 {
-	if (!v->cur.valid)
+	const kv_iter_cur *c = kv_viter_current(v);
+	if (!c->valid)
 		return WALRUS_OK;
 	char k[KV_MAX_KEY];
-	size_t kl = v->cur.klen;
-	memcpy(k, v->cur.key, kl);
+	size_t kl = c->klen;
+	memcpy(k, c->key, kl);
 	/* The tree iterator onto the last tree key below it. */
 	int rc = kv_iter_seek(v->it, k, kl);
 	if (rc == WALRUS_OK)
@@ -426,11 +508,6 @@ int kv_viter_prev(kv_viter *v)
 	if (rc == WALRUS_OK)
 		rc = refresh(v);
 	return rc == WALRUS_OK ? settle(v, k, kl, false, true, BACK) : rc;
-}
-
-const kv_iter_cur *kv_viter_current(const kv_viter *v)
-{
-	return &v->cur;
 }
 
 void kv_viter_close(kv_viter *v)

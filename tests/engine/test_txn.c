@@ -127,6 +127,68 @@ START_TEST(snapshot_sees_one_commit)
 }
 END_TEST
 
+/*
+ * A scan through a snapshot over leaves where a few keys changed: the steps
+ * between changed keys are taken in the iterator's leaf copy, the changed
+ * ones from the versions; the result is the state at the snapshot, forward
+ * and backward, and for a transaction with its own scattered writes too.
+ */
+START_TEST(snapshot_scan_with_scattered_changes)
+{
+	walrus *db = tu_open(dir, opts());
+	char want[8192], got[8192], k[16], v[16];
+	size_t n = 0;
+	for (int i = 0; i < 300; i++) {
+		snprintf(k, sizeof(k), "s%03d", i * 2);
+		snprintf(v, sizeof(v), "v%d", i);
+		put(db, k, v);
+		n += (size_t)snprintf(want + n, sizeof(want) - n, "%s%s=%s", n ? " " : "", k, v);
+	}
+	walrus_snapshot *s;
+	ck_assert_int_eq(walrus_snapshot_take(db, &s), WALRUS_OK);
+	for (int i = 0; i < 300; i += 7) {
+		snprintf(k, sizeof(k), "s%03d", i * 2);
+		if (i % 2)
+			put(db, k, "changed");
+		else
+			ck_assert_int_eq(walrus_delete(db, k, strlen(k), WALRUS_ASYNC), WALRUS_OK);
+		snprintf(k, sizeof(k), "s%03d", i * 2 + 1); /* between two keys */
+		put(db, k, "new");
+	}
+	walrus_iter *it;
+	ck_assert_int_eq(walrus_iter_open_at(db, s, "s", 1, "t", 1, &it), WALRUS_OK);
+	scan_text(it, false, got, sizeof(got));
+	ck_assert_str_eq(got, want);
+	walrus_iter_close(it);
+	/* A transaction's writes over it, every 11th key. */
+	walrus_txn *t;
+	ck_assert_int_eq(walrus_txn_begin(db, 0, &t), WALRUS_OK);
+	n = 0;
+	for (int i = 0; i < 300; i++) {
+		snprintf(k, sizeof(k), "s%03d", i * 2);
+		bool mine = i % 11 == 0;
+		if (mine)
+			ck_assert_int_eq(walrus_txn_put(t, k, strlen(k), "T", 1), WALRUS_OK);
+		char cur[16];
+		const char *val = mine ? "T" : at(db, NULL, k, cur, sizeof(cur));
+		if (strcmp(val, "-") != 0)
+			n += (size_t)snprintf(want + n, sizeof(want) - n, "%s%s=%s", n ? " " : "",
+			                      k, val);
+		if (i % 7 == 0) { /* the keys put between */
+			snprintf(k, sizeof(k), "s%03d", i * 2 + 1);
+			n += (size_t)snprintf(want + n, sizeof(want) - n, " %s=new", k);
+		}
+	}
+	ck_assert_int_eq(walrus_txn_iter_open(t, "s", 1, "t", 1, &it), WALRUS_OK);
+	scan_text(it, false, got, sizeof(got));
+	ck_assert_str_eq(got, want);
+	walrus_iter_close(it);
+	walrus_txn_free(t);
+	walrus_snapshot_release(s);
+	tu_close_and_wait(db);
+}
+END_TEST
+
 /* A writer rewrites every key in batches whose values carry a generation. */
 #define GEN_KEYS 400
 
@@ -814,6 +876,7 @@ static Suite *txn_suite(void)
 	tcase_set_timeout(tc, 240);
 	tcase_add_test(tc, snapshot_sees_one_commit);
 	tcase_add_test(tc, snapshot_scans_see_one_generation);
+	tcase_add_test(tc, snapshot_scan_with_scattered_changes);
 	tcase_add_test(tc, held_snapshot_keeps_versions_and_gives_them_back);
 	tcase_add_test(tc, full_version_store_fails_the_oldest_snapshot);
 	tcase_add_test(tc, old_snapshot_threshold_fails_reads);
