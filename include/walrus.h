@@ -343,8 +343,9 @@ WALRUS_API int walrus_iter_open_at(walrus *db, const walrus_snapshot *snap, cons
  * applied, when a key the transaction read (present or not), a range it
  * iterated (an insert into it counts: phantoms) or a key it wrote was
  * changed by a commit after its snapshot; the caller runs it again.  A
- * transaction that wrote nothing commits at once (its snapshot is one
- * serial point).  WALRUS_TXN_SNAPSHOT asks for snapshot isolation instead:
+ * transaction that wrote nothing needs no check (its snapshot is one serial
+ * point); a durable commit of it returns once what it read is durable (a
+ * write is visible to others before its own flush returns).  WALRUS_TXN_SNAPSHOT asks for snapshot isolation instead:
  * only a key it wrote conflicts (write skew is then possible).
  *
  * A transaction is used through the handle that began it, one call at a

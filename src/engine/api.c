@@ -97,6 +97,13 @@ int walrus_close(walrus *db)
 	return rc;
 }
 
+int api_handle_valid(const walrus *db, const char *fn)
+{
+	if (db == NULL || db->magic != WALRUS_HANDLE_MAGIC)
+		return wr_error(WALRUS_EINVAL, "%s: not an open handle", fn);
+	return WALRUS_OK;
+}
+
 int api_handle_check(const walrus *db, const char *fn)
 {
 	if (db == NULL || db->magic != WALRUS_HANDLE_MAGIC)

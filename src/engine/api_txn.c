@@ -20,6 +20,7 @@
  * process's memory, under the handle's one-thread-at-a-time rule.
  */
 #include "engine/api_int.h"
+#include "wal/wal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -229,7 +230,7 @@ int walrus_snapshot_take(walrus *db, walrus_snapshot **snap)
 	if (snap == NULL)
 		return wr_error(WALRUS_EINVAL, "walrus_snapshot_take: snap must not be NULL");
 	*snap = NULL;
-	int rc = api_handle_check(db, "walrus_snapshot_take");
+	int rc = api_handle_valid(db, "walrus_snapshot_take");
 	if (rc != WALRUS_OK)
 		return rc;
 	walrus_snapshot *s = calloc(1, sizeof(*s));
@@ -368,7 +369,7 @@ int walrus_txn_begin(walrus *db, int flags, walrus_txn **txn)
 	if (flags & ~WALRUS_TXN_SNAPSHOT)
 		return wr_error(WALRUS_EINVAL, "walrus_txn_begin: unknown flags 0x%x",
 		                (unsigned)flags);
-	int rc = api_handle_check(db, "walrus_txn_begin");
+	int rc = api_handle_valid(db, "walrus_txn_begin");
 	if (rc != WALRUS_OK)
 		return rc;
 	walrus_txn *t = calloc(1, sizeof(*t));
@@ -658,6 +659,11 @@ static int commit_body(void *arg)
 			rc = reserve_refuse("walrus_txn_commit");
 		if (rc == WALRUS_OK)
 			rc = apply_writes(t, a->durability);
+	} else if (a->durability == KV_SYNC && !atomic_load(&engine_sh()->sb.active)) {
+		/* A read-only commit acknowledges what it read: a batch becomes
+		 * visible before its WAL is flushed (its writer waits after the
+		 * tree lock), so wait as its writer does for the last one seen. */
+		rc = wal_commit_durable(t->snap.lsn);
 	}
 	kv_snap_release(&t->snap);
 	return rc;

@@ -305,7 +305,7 @@ int walrus_backup(walrus *db, const char *dest, int flags, walrus_progress_fn pr
 	if (flags & ~WALRUS_BACKUP_FAST)
 		return wr_error(WALRUS_EINVAL, "walrus_backup: unknown flags 0x%x",
 		                (unsigned)flags);
-	int rc = api_handle_check(db, "walrus_backup");
+	int rc = api_handle_valid(db, "walrus_backup");
 	if (rc != WALRUS_OK)
 		return rc;
 	backup_state *b = calloc(1, sizeof(*b));

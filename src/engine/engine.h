@@ -420,6 +420,9 @@ void *client_scratch(void);
 void client_enter(jmp_buf *jb);
 /* A public call's handle checks and entry: open, same instance, healthy, not in use. */
 int api_handle_check(const walrus *db, const char *fn);
+/* Only that @db is a handle: its instance is checked by the call that follows
+ * (api_call_begin), where another thread's reopen cannot pull it away. */
+int api_handle_valid(const walrus *db, const char *fn);
 int api_call_begin(walrus *db, const char *fn);
 void api_call_end(walrus *db);
 /* The handle's synchronous_commit: what a write's flags 0 mean. */

@@ -302,6 +302,7 @@ typedef struct kv_snap {
 	uint64_t csn;      /* sees batches up to this one */
 	uint64_t from;     /* ring position of the first version it may need */
 	uint64_t taken_us; /* wall clock */
+	wr_lsn lsn;        /* the WAL end of the last batch it sees */
 	uint32_t slot;     /* in the snapshot table */
 	bool live;
 } kv_snap;

@@ -233,7 +233,7 @@ static int commit_ops(const kv_op *ops, size_t n, int durability, kv_commit_chec
 		rc = kvw_commit(&lsn);
 	if (rc != WALRUS_OK)
 		kvw_abort();
-	kv_mv_batch_end(rc == WALRUS_OK);
+	kv_mv_batch_end(rc == WALRUS_OK, lsn);
 	rw_unlock(&kv_sh->tree_lock);
 	if (rc != WALRUS_OK)
 		return rc;

@@ -646,7 +646,7 @@ bool kvw_logged(void);
 /* A write batch's csn: taken (versions noted while a snapshot lives: true),
  * then published if @committed; both under the tree lock, or in redo. */
 bool kv_mv_batch_begin(void);
-void kv_mv_batch_end(bool committed);
+void kv_mv_batch_end(bool committed, wr_lsn lsn);
 /* Before the batch's first change to @k: the value it had (@old, NULL when
  * absent) goes to the version store, if any snapshot needs it. */
 int kv_mv_note(const void *k, uint16_t kl, const kv_leaf_ent *old);

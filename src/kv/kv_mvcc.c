@@ -72,6 +72,7 @@ typedef struct mv_shared {
 	wr_spinlock lock;  /* the snapshot table and the open batch */
 	uint64_t csn_next; /* the tree lock's holder's */
 	_Atomic uint64_t csn_visible;
+	wr_lsn visible_lsn;          /* the end of csn_visible's batch in the WAL (lock) */
 	uint64_t open_csn;           /* the batch being applied, 0 none (lock) */
 	uint64_t open_pos;           /* ring position of its first entry (lock) */
 	bool open_versioned;         /* it notes versions (lock) */
@@ -267,11 +268,13 @@ bool kv_mv_batch_begin(void)
 	return versioned;
 }
 
-void kv_mv_batch_end(bool committed)
+void kv_mv_batch_end(bool committed, wr_lsn lsn)
 {
 	if (mv == NULL)
 		return;
 	spin_lock(&mv->lock);
+	if (committed && lsn > mv->visible_lsn)
+		mv->visible_lsn = lsn;
 	if (committed)
 		atomic_store(&mv->csn_visible, mv->open_csn);
 	mv->open_csn = 0;
@@ -440,6 +443,7 @@ int kv_snap_take(kv_snap *s)
 				    MV_SNAP_MAX);
 			}
 			s->csn = vis;
+			s->lsn = mv->visible_lsn;
 			s->slot = i;
 			s->from = open > vis ? mv->open_pos : atomic_load(&mv->head);
 			s->taken_us = wr_wall_us();

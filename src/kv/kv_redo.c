@@ -232,7 +232,7 @@ static void kv_redo(const wal_decoded *rec)
 	apply_record(rec);
 	if (versioned)
 		kv_rv_finish(); /* the pages still held: no reader sees them before */
-	kv_mv_batch_end(true);
+	kv_mv_batch_end(true, rec->end);
 	wal_redo_hold(false);
 	stash_clear(false);
 }

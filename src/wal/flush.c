@@ -604,6 +604,16 @@ static void wait_for_flush(uint32_t seen, uint64_t timeout_ns)
 	 * PANIC from a process of an instance it already restarted. */
 	if (atomic_load(&shm_hdr()->state) == SHM_STATE_CRASHED)
 		wr_panic("instance crashed while this process waited for the WAL flush");
+	/* Nor will anyone mark it crashed once its supervisor is gone: this
+	 * process does, so that every waiter ends (its call reports the
+	 * restart) instead of waiting for ever on a dead instance. */
+	if (wal_supervisor_gone()) {
+		atomic_store(&shm_hdr()->state, SHM_STATE_CRASHED);
+		ipc_wake_all(&shm_hdr()->state);
+		ipc_wake_all(&wal_sh->flush_seq);
+		wr_panic("the instance's supervisor exited while this process waited for the WAL "
+		         "flush");
+	}
 }
 
 /*

@@ -26,6 +26,11 @@ void wal_set_alive_check(bool (*fn)(void))
 	sync_alive = fn;
 }
 
+bool wal_supervisor_gone(void)
+{
+	return sync_alive != NULL && !sync_alive();
+}
+
 void wal_sync_standby_set(const char *name)
 {
 	wr_snprintf(wal_sh->sync_name, sizeof(wal_sh->sync_name), "%s", name != NULL ? name : "");

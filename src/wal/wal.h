@@ -326,6 +326,8 @@ uint32_t wal_timeline(void);
 void wal_sync_standby_set(const char *name);
 /* How a waiting commit tells that the instance's supervisor is gone (NULL: it does not). */
 void wal_set_alive_check(bool (*fn)(void));
+/* That check says the supervisor is gone (false without a check). */
+bool wal_supervisor_gone(void);
 bool wal_sync_standby_wanted(void);
 /* The synchronous standby's sender: it confirmed up to @lsn. */
 void wal_sync_standby_confirm(wr_lsn lsn);
