@@ -741,9 +741,19 @@ static int ignored_stays_ignored(void *arg)
 }
 
 /* The default before walrus: a raise() kills, as it would have. */
+/* The default disposition, whatever the process had (a sanitizer's handler). */
+static int sigbus_default(void)
+{
+	struct sigaction dfl = {.sa_handler = SIG_DFL};
+	sigemptyset(&dfl.sa_mask);
+	TU_CHILD_CHECK(sigaction(SIGBUS, &dfl, NULL) == 0);
+	return 0;
+}
+
 static int default_kills(void *arg)
 {
 	(void)arg;
+	TU_CHILD_CHECK(sigbus_default() == 0);
 	new_rel(72, 3);
 	TU_CHILD_CHECK(smgr_map_block(72, 0) != NULL);
 	(void)raise(SIGBUS);
@@ -820,6 +830,7 @@ static void app_chain(int sig, siginfo_t *si, void *uc)
 static int chaining_handler(void *arg)
 {
 	(void)arg;
+	TU_CHILD_CHECK(sigbus_default() == 0);
 	new_rel(74, 3);
 	TU_CHILD_CHECK(smgr_map_block(74, 0) != NULL); /* ours, over the default */
 	struct sigaction app = {.sa_sigaction = app_chain, .sa_flags = SA_SIGINFO};
