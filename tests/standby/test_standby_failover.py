@@ -30,6 +30,7 @@ import argparse, os, random, signal, subprocess, sys, threading
 import sb
 import powerloss
 import workload
+from io_errors import PLWalrus
 import wtest
 from wtest import check, log
 
@@ -41,19 +42,6 @@ OPTS = ["wal_segment_size=1MB", "max_wal_size=8MB", "min_wal_size=2MB", "shared_
 MODES = ["sync", "batch", "async"]
 SPACES = [f"c{i}" for i in range(6)]
 RESP_SPACE = "r0"
-
-
-class PLStandby(wtest.Walrus):
-    """The standby's directory, every process of it journaled for a power cut."""
-
-    def __init__(self, exe, data_dir, opts, jdir):
-        super().__init__(exe, data_dir, opts)
-        self.jdir = jdir
-
-    def env(self, failpoints=None):
-        e = wtest.Walrus.env(failpoints)
-        e["WALRUS_POWERLOSS"] = self.jdir
-        return e
 
 
 class RespWriter:
@@ -121,7 +109,8 @@ def setup(cleanup, exe, root, sync, jdir):
     if sync:
         with open(os.path.join(pdir, "walrus.conf"), "a") as f:
             f.write("synchronous_standby = 'standby'\n")
-    s = PLStandby(exe, sdir, OPTS, jdir) if jdir else wtest.Walrus(exe, sdir, OPTS)
+    # the standby's processes journaled for a power cut (tests/durability/io_errors.py)
+    s = PLWalrus(exe, sdir, OPTS, jdir) if jdir else wtest.Walrus(exe, sdir, OPTS)
     s.register(cleanup)
     os.environ["WALRUS_REPLICATION_PASSWORD"] = "secret"
     p.serve()
