@@ -97,6 +97,9 @@ ckpt_shared *ckpt_shared_state(void);
  * ended: WALRUS_OK, WALRUS_EIO if it failed, WALRUS_ERESTART on a crash.
  */
 int ckpt_request(int flags, bool wait);
+/* Called (with @arg) at least every 100 ms while this process waits in
+ * ckpt_request; NULL: nothing.  A WAL sender's keepalives to a standby. */
+void ckpt_set_wait_tick(void (*fn)(void *), void *arg);
 /* How a waiting requester learns that the supervisor died (it marks nothing in shared memory). */
 void ckpt_set_alive_check(bool (*fn)(void));
 /* Checkpointer side. */

@@ -56,9 +56,25 @@ ckpt_shared *ckpt_shared_state(void)
 }
 
 /* Waits until @target checkpoints have ended (false: the instance crashed). */
+static void (*wait_tick)(void *);
+static void *wait_tick_arg;
+
+void ckpt_set_wait_tick(void (*fn)(void *), void *arg)
+{
+	wait_tick = fn;
+	wait_tick_arg = arg;
+}
+
+static void tick(void)
+{
+	if (wait_tick != NULL)
+		wait_tick(wait_tick_arg);
+}
+
 static bool ckpt_wait_done(uint64_t target)
 {
 	for (;;) {
+		tick();
 		uint32_t seq = atomic_load(&ckpt_sh->seq);
 		uint64_t done = atomic_load(&ckpt_sh->done);
 		if (done >= target)
@@ -83,6 +99,7 @@ int ckpt_request(int flags, bool wait)
 	/* A checkpoint running now may have started before our request: we
 	 * need the end of one that starts after it. */
 	for (;;) {
+		tick();
 		uint64_t started = atomic_load(&ckpt_sh->started);
 		if (started > started0)
 			break;

@@ -347,12 +347,14 @@ int walrus_backup(walrus *db, const char *dest, int flags, walrus_progress_fn pr
  */
 static backup_state sender_backup;
 
-static int sender_begin(bool fast, repl_backup_info *info)
+static int sender_begin(bool fast, repl_backup_info *info, void (*tick)(void *), void *arg)
 {
 	backup_state *b = &sender_backup;
 	memset(b, 0, sizeof(*b));
 	b->fast = fast;
+	ckpt_set_wait_tick(tick, arg);
 	int rc = step_begin(b);
+	ckpt_set_wait_tick(NULL, NULL);
 	if (rc != WALRUS_OK)
 		return rc;
 	char base[PATH_MAX];

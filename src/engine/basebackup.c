@@ -198,11 +198,22 @@ static int begin(bb_recv *r, bool fast, uint64_t begin_timeout_ms)
 	repl_msg m = {.type = REPL_MSG_BASE_BACKUP};
 	m.u.base_backup.flags = fast ? REPL_BB_FAST : 0;
 	int rc = repl_send(r->sock, &m);
-	/* The primary's checkpoint comes first: a spread one takes its time. */
+	/* The primary's checkpoint comes first: a spread one takes its time, and
+	 * the primary sends a KEEPALIVE a second meanwhile (each renews the
+	 * wait; every few seconds the wait is reported). */
 	if (rc == WALRUS_OK)
 		rc = repl_set_timeout(r->sock, begin_timeout_ms);
-	if (rc == WALRUS_OK)
-		rc = recv_msg(r, &m);
+	uint64_t since = wr_now_ns(), said = since;
+	while (rc == WALRUS_OK && (rc = recv_msg(r, &m)) == WALRUS_OK &&
+	       m.type == REPL_MSG_KEEPALIVE) {
+		uint64_t now = wr_now_ns();
+		if (now - said >= 5ULL * 1000000000ULL) {
+			said = now;
+			wr_log(WR_LOG,
+			       "base backup: still waiting for the primary's checkpoint (%.0f s)",
+			       (double)(now - since) / 1e9);
+		}
+	}
 	if (rc != WALRUS_OK)
 		return rc;
 	if (m.type != REPL_MSG_BACKUP_BEGIN)
@@ -293,7 +304,7 @@ static int run(bb_recv *r, const standby_backup_args *a)
 	if (rc != WALRUS_OK)
 		return rc;
 	uint64_t timeout_ms = (uint64_t)a->opts->wal_sender_timeout_us / 1000;
-	rc = begin(r, a->fast, timeout_ms + (uint64_t)a->opts->checkpoint_timeout_us / 1000);
+	rc = begin(r, a->fast, timeout_ms); /* the primary's keepalives cover its checkpoint */
 	if (rc == WALRUS_OK)
 		rc = repl_set_timeout(r->sock, timeout_ms);
 	if (rc == WALRUS_OK)

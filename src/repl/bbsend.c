@@ -223,6 +223,27 @@ static int send_backup(bb_send *s, const repl_backup_ops *ops, const repl_backup
 	return rc;
 }
 
+/* While the checkpoint is awaited: a KEEPALIVE a second, so that the
+ * standby's wait for BACKUP_BEGIN is bounded by its wal_sender_timeout and
+ * not by how long this instance's checkpoint may take. */
+typedef struct bb_tick {
+	int fd;
+	uint64_t last_ns;
+} bb_tick;
+
+static void keepalive_tick(void *arg)
+{
+	bb_tick *t = arg;
+	uint64_t now = wr_now_ns();
+	if (now - t->last_ns < 1000ULL * 1000 * 1000)
+		return;
+	t->last_ns = now;
+	repl_msg m = {.type = REPL_MSG_KEEPALIVE};
+	m.u.keepalive.primary_flush = wal_flushed_lsn();
+	m.u.keepalive.send_time_us = wr_wall_us();
+	(void)repl_send(t->fd, &m); /* a peer gone fails the backup's next send */
+}
+
 int repl_send_base_backup(int fd, uint8_t *buf, bool fast, repl_sender_slot *slot, bool *peer_gone)
 {
 	const repl_instance *inst = repl_instance_get();
@@ -234,7 +255,8 @@ int repl_send_base_backup(int fd, uint8_t *buf, bool fast, repl_sender_slot *slo
 	memset(&info, 0, sizeof(info));
 	wr_log(WR_LOG, "base backup requested by %s: waiting for a%s checkpoint", slot->peer,
 	       fast ? "n immediate" : " spread");
-	int rc = inst->backup->begin(fast, &info);
+	bb_tick tick = {.fd = fd, .last_ns = wr_now_ns()};
+	int rc = inst->backup->begin(fast, &info, keepalive_tick, &tick);
 	if (rc != WALRUS_OK)
 		return rc;
 	rc = send_backup(&s, inst->backup, &info, slot);

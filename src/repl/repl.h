@@ -148,7 +148,9 @@ typedef struct repl_backup_info {
 } repl_backup_info;
 typedef int (*repl_file_fn)(const char *rel, const char *abs, void *arg);
 typedef struct repl_backup_ops {
-	int (*begin)(bool fast, repl_backup_info *info);
+	/* @tick(@arg) is called at least every 100 ms while the checkpoint is
+	 * awaited: the sender keeps the standby's wait alive meanwhile. */
+	int (*begin)(bool fast, repl_backup_info *info, void (*tick)(void *), void *arg);
 	int (*each_data_file)(repl_file_fn fn, void *arg);
 	int (*end_record)(wr_lsn start, wr_lsn *end);
 	void (*release)(void);

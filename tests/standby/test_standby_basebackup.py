@@ -13,7 +13,7 @@ missing or empty DIR takes a base backup over the replication connection
   (which serves no WAL) would be, and a WAL sender killed in the middle of
   the transfer, after which a local `walrus backup` of the primary works
   (the supervisor ended the forced full-page writes the sender held)."""
-import argparse, os, subprocess, threading
+import argparse, os, signal, subprocess, threading
 
 import sb
 import wtest
@@ -119,6 +119,47 @@ def one_command_standby(cleanup, a, p, sock, sdir, writer_tag=None):
     return s, st
 
 
+def slow_checkpoint(cleanup, a, p, sock, sdir):
+    """The primary's checkpointer stopped (SIGSTOP) while a standby with
+    wal_sender_timeout=1s and checkpoint_timeout=1s waits for the backup's
+    checkpoint: the primary's KEEPALIVEs keep it waiting (it says so), and
+    the backup completes once the checkpointer goes on.  The standby used to
+    give up after its own two timeouts, whatever the primary's checkpoint
+    needed."""
+    ckpt = wtest.named(wtest.instance_pids(p.dir), "walrus-ckpt")
+    check(len(ckpt) == 1, f"the primary's checkpointer: {ckpt}")
+    s = wtest.Walrus(a.walrus, sdir, OPTS + ["wal_sender_timeout=1s", "checkpoint_timeout=1s"])
+    s.register(cleanup)
+    err_path = sdir + ".stderr"
+    err = open(err_path, "wb")
+    os.kill(ckpt[0], signal.SIGSTOP)
+    cleanup.add(lambda: wtest.kill_pids(ckpt, signal.SIGCONT))
+    env = s.env()
+    env["WALRUS_REPLICATION_PASSWORD"] = "secret"
+    proc = subprocess.Popen(s.argv("standby", "--primary", sock), stdin=subprocess.DEVNULL,
+                            stdout=err, stderr=err, env=env)
+    err.close()
+    s.serve_proc = proc  # killed with the instance at cleanup
+
+    def said(text):
+        with open(err_path, errors="replace") as f:
+            return text in f.read()
+
+    def waiting():
+        check(proc.poll() is None or said("still waiting"),
+              f"walrus standby gave up while the primary checkpointed: exit {proc.poll()}: "
+              f"{open(err_path, errors='replace').read()[-600:]}")
+        return said("still waiting for the primary's checkpoint")
+    check(wtest.wait_for(waiting, 60), "walrus standby does not say it waits")
+    wtest.kill_pids(ckpt, signal.SIGCONT)
+    check(wtest.wait_for(lambda: said("base backup from the primary complete"), 60),
+          f"the backup did not complete: {open(err_path, errors='replace').read()[-600:]}")
+    check(wtest.wait_for(lambda: s.log_has(r"instance is ready"), 60), "the standby is not ready")
+    sb.must(s.run("stop", "--wait"), "stop the standby")
+    check(proc.wait(60) == 0, f"walrus standby exited with {proc.returncode}")
+    log("  the standby waited through the primary's stopped checkpoint")
+
+
 def main(cleanup):
     ap = argparse.ArgumentParser()
     ap.add_argument("--walrus", default=wtest.default_walrus())
@@ -137,6 +178,9 @@ def main(cleanup):
     os.mkdir(s2dir, 0o700)
     s2, st2 = one_command_standby(cleanup, a, p, sock, s2dir)
     st2.stop()
+
+    log("a primary's checkpoint longer than the standby's timeouts")
+    slow_checkpoint(cleanup, a, p, sock, os.path.join(root, "s3"))
 
     log("the copy of walrus.conf carries no password and no primary's settings")
     for sdir in (s1.dir, s2dir):
