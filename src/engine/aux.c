@@ -91,23 +91,30 @@ static void aux_setup(int kind, pid_t supervisor)
  * it dirties no page.  Its proc slot is at the end of the table, after the
  * backends'.
  */
-_Noreturn void aux_sender_main(int sock, int slot)
+/* An authenticated sender took sender slot @slot: its process entry and WAL insertion slot. */
+static int sender_attach(int slot)
+{
+	engine_shared *e = engine_sh();
+	int proc = (int)(e->nprocs + (uint32_t)slot);
+	atomic_store(&engine_procs()[proc].pid, (uint32_t)getpid());
+	engine_my_proc_set(proc);
+	return wal_attach(proc);
+}
+
+_Noreturn void aux_sender_main(int sock, const char *peer)
 {
 	/* SIGUSR1 (the flusher's wake-up) must not kill it before its handler is set. */
 	signal(SIGUSR1, SIG_IGN);
 	engine_shared *e = engine_sh();
 	aux_frame("walrus-wsnd", (pid_t)e->supervisor_pid);
-	int proc = (int)(e->nprocs + (uint32_t)slot);
-	engine_my_proc_set(proc);
-	if (wal_attach(proc) != WALRUS_OK || ckpt_attach() != WALRUS_OK ||
-	    repl_attach() != WALRUS_OK)
+	if (ckpt_attach() != WALRUS_OK || repl_attach() != WALRUS_OK)
 		wr_panic("walrus-wsnd could not start: %s", walrus_errmsg());
 	repl_set_instance(&(repl_instance){.datadir = e->datadir,
 	                                   .opts = &e->opts,
 	                                   .shutdown = &e->shutdown_requested,
 	                                   .supervisor = (pid_t)e->supervisor_pid,
 	                                   .backup = backup_sender_ops()});
-	repl_sender_main(sock, slot);
+	repl_sender_main(sock, peer, sender_attach);
 }
 
 static bool supervisor_gone(pid_t supervisor)

@@ -320,9 +320,10 @@ const char *aux_name(int kind); /* "walrus-ckpt", ... */
 /* In a child just forked by the supervisor: names the process, arranges to
  * die with the supervisor, closes what it must not hold, and runs the loop. */
 _Noreturn void aux_main(int kind, int keep_fd);
-/* The same frame for a WAL sender (walrus-wsnd) on accepted connection @sock,
- * in sender slot @slot of region "repl" (repl_sender_main). */
-_Noreturn void aux_sender_main(int sock, int slot);
+/* The same frame for a WAL sender (walrus-wsnd) on connection @sock accepted
+ * from @peer: it takes a sender slot of region "repl" once the peer has
+ * authenticated (repl_sender_main). */
+_Noreturn void aux_sender_main(int sock, const char *peer);
 /*
  * The archiver (walrus-arch, archiver.c): copies each completed WAL segment
  * (and each timeline history file) in order into archive_dir, or hands it

@@ -223,8 +223,7 @@ static double age_s(uint64_t us)
 
 static const char *sender_state_name(uint32_t st)
 {
-	static const char *const names[] = {"free",      "authenticating", "starting",
-	                                    "streaming", "stopping",       "backup"};
+	static const char *const names[] = {"free", "starting", "streaming", "stopping", "backup"};
 	return st < WR_ARRAY_LEN(names) ? names[st] : "unknown";
 }
 

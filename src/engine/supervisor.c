@@ -57,6 +57,11 @@ typedef struct sup_conn {
 
 #define SUP_MAX_CONNS   4096
 #define SUP_MAX_SENDERS 64 /* max_wal_senders' upper bound */
+/* Replication peers still authenticating, on top of the senders: bounded on
+ * their own, so a flood of idle connections costs a bounded number of
+ * processes (each gives up after the authentication timeout). */
+#define SUP_MAX_UNAUTH   16
+#define SUP_SENDER_PROCS (SUP_MAX_SENDERS + SUP_MAX_UNAUTH)
 
 #define SUP_FIRST_ATTACH_NS (10ULL * 1000000000ULL) /* wait for the first client this long */
 
@@ -83,9 +88,13 @@ static struct {
 	int stop_mode;            /* WALRUS_STOP_* asked for (walrus_stop, a signal), 0 if none */
 	uint64_t drain_note_ns;   /* when a drain that waits says so again */
 	/* Streaming replication's primary side: the listener (listen_replication)
-	 * and the WAL sender of each sender slot (0: free). */
+	 * and the walrus-wsnd processes (0: free entry), authenticated (holding
+	 * a sender slot, repl_sender_slot_of) or not yet. */
 	int repl_fd;
-	pid_t senders[SUP_MAX_SENDERS];
+	pid_t senders[SUP_SENDER_PROCS];
+	/* "too many connections authenticating": REPL_AUTH_WARN_PER_S a second */
+	uint64_t unauth_warn_ns;
+	uint32_t unauth_warn_n, unauth_suppressed;
 	bool senders_finishing;       /* clean shutdown: asked to send the rest and exit */
 	uint64_t senders_deadline_ns; /* then killed if still there */
 } S = {.lock_fd = -1, .listen_fd = -1, .sig_fd = -1, .shm_fd = -1, .ready_fd = -1, .repl_fd = -1};
@@ -1026,7 +1035,8 @@ static bool aux_all_gone(void)
 /*
  * The primary's side of streaming replication: listen on
  * listen_replication (with replication_password from walrus.conf), fork a
- * walrus-wsnd per accepted connection into a free sender slot.  A sender
+ * walrus-wsnd per accepted connection; it takes a free sender slot once its
+ * peer has authenticated.  A sender
  * holds no lock and changes nothing shared but its slot, so its death
  * (but a PANIC) frees the slot without a crash restart.
  */
@@ -1059,36 +1069,64 @@ static int replication_setup(void)
 	return rc;
 }
 
+static uint32_t sender_procs(int *free_entry)
+{
+	uint32_t n = 0;
+	*free_entry = -1;
+	for (int i = 0; i < SUP_SENDER_PROCS; i++) {
+		if (S.senders[i] != 0)
+			n++;
+		else if (*free_entry < 0)
+			*free_entry = i;
+	}
+	return n;
+}
+
+/*
+ * The sender authenticates its peer before it takes a sender slot
+ * (repl_sender_claim): what the supervisor bounds here is how many peers
+ * may be authenticating at once, with one WARNING a second when it refuses.
+ */
 static void start_sender(int fd, const char *peer)
 {
-	int slot = -1;
-	for (int i = 0; i < (int)S.opts.max_wal_senders && slot < 0; i++)
-		if (S.senders[i] == 0)
-			slot = i;
-	if (slot < 0) {
+	int entry;
+	uint32_t procs = sender_procs(&entry), claimed = repl_senders_claimed();
+	if (procs - claimed >= SUP_MAX_UNAUTH || entry < 0) {
 		char text[128];
-		snprintf(text, sizeof(text), "too many standbys (max_wal_senders = %lld)",
-		         (long long)S.opts.max_wal_senders);
-		wr_log(WR_WARNING, "replication connection from %s refused: %s", peer, text);
+		snprintf(text, sizeof(text), "too many connections authenticating (%d)",
+		         SUP_MAX_UNAUTH);
+		uint64_t now = wr_now_ns();
+		if (S.unauth_warn_ns == 0 || now - S.unauth_warn_ns >= 1000000000ULL) {
+			S.unauth_warn_ns = now;
+			S.unauth_warn_n = 0;
+		}
+		if (S.unauth_warn_n++ < REPL_AUTH_WARN_PER_S) {
+			char more[80] = "";
+			if (S.unauth_suppressed > 0)
+				snprintf(more, sizeof(more),
+				         " (%u such messages suppressed before)",
+				         S.unauth_suppressed);
+			wr_log(WR_WARNING, "replication connection from %s refused: %s%s", peer,
+			       text, more);
+			S.unauth_suppressed = 0;
+		} else {
+			S.unauth_suppressed++;
+		}
 		repl_refuse(fd, WALRUS_ELIMIT, text);
 		close(fd);
 		return;
 	}
-	repl_sender_prepare(slot, peer);
 	pid_t pid = fork();
 	if (pid == 0) {
 		close_supervisor_fds();
-		aux_sender_main(fd, slot);
+		aux_sender_main(fd, peer);
 	}
 	close(fd);
 	if (pid < 0) {
 		wr_log(WR_WARNING, "could not fork a WAL sender for %s: %m", peer);
-		repl_sender_free(slot);
 		return;
 	}
-	S.senders[slot] = pid;
-	atomic_store(&repl_shared()->senders[slot].pid, (uint32_t)pid);
-	atomic_store(&engine_procs()[engine_sh()->nprocs + (uint32_t)slot].pid, (uint32_t)pid);
+	S.senders[entry] = pid;
 }
 
 static void accept_replication(void)
@@ -1101,7 +1139,7 @@ static void accept_replication(void)
 
 static int sender_index(pid_t pid)
 {
-	for (int i = 0; i < SUP_MAX_SENDERS; i++)
+	for (int i = 0; i < SUP_SENDER_PROCS; i++)
 		if (S.senders[i] == pid)
 			return i;
 	return -1;
@@ -1110,12 +1148,13 @@ static int sender_index(pid_t pid)
 /* A sender ended: its slot is free again; only a PANIC means shared memory may be damaged. */
 static void sender_reaped(pid_t pid, int st, char *crash_why, size_t why_len)
 {
-	int i = sender_index(pid);
-	if (i < 0)
+	int e = sender_index(pid);
+	if (e < 0)
 		return;
-	S.senders[i] = 0;
+	S.senders[e] = 0;
 	bool inserting = false;
-	if (shm_hdr() != NULL) {
+	int i = shm_hdr() != NULL ? repl_sender_slot_of((uint32_t)pid) : -1;
+	if (i >= 0) {
 		inserting = atomic_load(&repl_shared()->senders[i].inserting) != 0;
 		atomic_store(&repl_shared()->senders[i].inserting, 0);
 		repl_sender_free(i);
@@ -1144,7 +1183,7 @@ static void sender_reaped(pid_t pid, int st, char *crash_why, size_t why_len)
 
 static void kill_senders(void)
 {
-	for (int i = 0; i < SUP_MAX_SENDERS; i++) {
+	for (int i = 0; i < SUP_SENDER_PROCS; i++) {
 		if (S.senders[i] <= 0)
 			continue;
 		kill(S.senders[i], SIGKILL);
@@ -1162,7 +1201,7 @@ static void kill_senders(void)
 static bool senders_done(void)
 {
 	bool any = false;
-	for (int i = 0; i < SUP_MAX_SENDERS; i++)
+	for (int i = 0; i < SUP_SENDER_PROCS; i++)
 		any = any || S.senders[i] > 0;
 	if (!any)
 		return true;
@@ -1172,6 +1211,11 @@ static bool senders_done(void)
 		S.senders_finishing = true;
 		S.senders_deadline_ns = wr_now_ns() + (uint64_t)S.opts.wal_sender_timeout_us * 1000;
 		repl_senders_finish();
+		/* A peer still authenticating has nothing to receive: it goes now
+		 * (one that takes a slot meanwhile dies as a sender would). */
+		for (int e = 0; e < SUP_SENDER_PROCS; e++)
+			if (S.senders[e] > 0 && repl_sender_slot_of((uint32_t)S.senders[e]) < 0)
+				(void)kill(S.senders[e], SIGKILL);
 	} else if (wr_now_ns() > S.senders_deadline_ns) {
 		wr_log(WR_WARNING, "WAL senders still running at shutdown after "
 		                   "wal_sender_timeout: killing them");

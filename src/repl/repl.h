@@ -61,7 +61,6 @@
 
 enum repl_sender_state {
 	REPL_SND_FREE = 0,
-	REPL_SND_AUTH,      /* waiting for the peer's AUTH */
 	REPL_SND_START,     /* authenticated, waiting for START */
 	REPL_SND_STREAMING, /* sending WAL */
 	REPL_SND_STOPPING,  /* clean shutdown: sending what is left */
@@ -80,7 +79,7 @@ typedef struct repl_sender_slot { /* one per max_wal_senders */
 	_Atomic uint32_t waiting; /* sleeping for a flush: the flusher signals it */
 	_Atomic uint32_t state;   /* enum repl_sender_state */
 	char name[REPL_NAME_LEN]; /* the standby's application_name (set at START) */
-	char peer[REPL_NAME_LEN]; /* its address (set by the supervisor before the fork) */
+	char peer[REPL_NAME_LEN]; /* its address (set when the sender claims the slot) */
 	_Atomic uint64_t sent, written, flushed, applied; /* LSNs */
 	_Atomic uint64_t reply_time_us;                   /* last FEEDBACK, wall clock */
 	/* Non-zero while the sender inserts WAL for a base backup: dying then
@@ -112,6 +111,11 @@ typedef struct repl_state {         /* region "repl" */
 	uint32_t nsenders;          /* max_wal_senders */
 	_Atomic uint32_t nwaiting;  /* senders with `waiting` set: the flusher's one load */
 	_Atomic uint32_t finishing; /* clean shutdown: senders send what is flushed, then exit */
+	/* REPL_AUTH_WARN_PER_S WARNINGs a second about peers that did not
+	 * authenticate, for all senders together: a flood of them must not
+	 * flood the log.  The second began at auth_warn_us. */
+	_Atomic uint64_t auth_warn_us;
+	_Atomic uint32_t auth_warn_n, auth_warn_suppressed;
 	repl_receiver receiver;
 	repl_sender_slot senders[]; /* nsenders */
 } repl_state;
@@ -190,16 +194,27 @@ int repl_check_address(const char *addr);
 /* Accepts one connection (non-blocking listener): WALRUS_ENOTFOUND when none waits;
  * @peer gets its address ("1.2.3.4:5678", "unix socket"). */
 int repl_accept(int lfd, int *fd_out, char *peer, size_t len);
-/* Prepares free slot @slot for a connection from @peer (the supervisor, before the fork). */
-void repl_sender_prepare(int slot, const char *peer);
+/* Takes a free sender slot for the calling, authenticated sender, whose
+ * peer is @peer: its index, or -1 when all max_wal_senders are taken. */
+int repl_sender_claim(const char *peer);
+/* The slot sender process @pid holds, or -1 (the supervisor, reaping it). */
+int repl_sender_slot_of(uint32_t pid);
+/* Senders holding a slot. */
+uint32_t repl_senders_claimed(void);
 /* Frees @slot (the supervisor, once the sender is reaped). */
 void repl_sender_free(int slot);
+#define REPL_AUTH_WARN_PER_S 10
+/* True when a WARNING about an unauthenticated peer may go to the log now;
+ * *@suppressed gets how many were left out since the last one. */
+bool repl_auth_warn_ok(uint32_t *suppressed);
 /* Asks the senders to send what is flushed and exit (clean shutdown, after the checkpointer). */
 void repl_senders_finish(void);
 /* Sends an ERROR without blocking (a refused connection), best effort. */
 void repl_refuse(int fd, int code, const char *text);
-/* Runs a sender on an accepted connection; in the forked walrus-wsnd.  Never returns. */
-_Noreturn void repl_sender_main(int sock_fd, int slot);
+/* Runs a sender on a connection accepted from @peer; in the forked
+ * walrus-wsnd.  It authenticates the peer before it takes a sender slot
+ * (repl_sender_claim), then calls @attach with the slot.  Never returns. */
+_Noreturn void repl_sender_main(int sock_fd, const char *peer, int (*attach)(int slot));
 
 /* ---------------------------------------------------------------- the standby's side */
 

@@ -3,7 +3,10 @@
  * by the supervisor for an accepted replication connection.
  *
  * It authenticates the peer (nothing but AUTH is read before, within
- * REPL_AUTH_TIMEOUT_MS), checks its START against this instance (system
+ * REPL_AUTH_TIMEOUT_MS) before it takes a sender slot, so peers that never
+ * authenticate cannot lock a standby out (the supervisor bounds how many
+ * may be authenticating at once, and their WARNINGs share one per
+ * second), checks its START against this instance (system
  * identifier, timeline, start LSN, the segment still in DIR/wal), then
  * streams the flushed WAL from DIR/wal's segment files, the bytes exactly
  * as they are there.  Files rather than the WAL buffers: the page cache
@@ -28,6 +31,9 @@
 #define KEEPALIVE_NS (1000ULL * 1000 * 1000) /* an idle sender says it is alive this often */
 
 static char repl_password[256];
+
+/* The slot of a sender that has not authenticated yet: its peer, for log lines. */
+static repl_sender_slot unclaimed;
 
 void repl_set_password(const char *password)
 {
@@ -59,6 +65,20 @@ static void on_usr1(int sig)
 	(void)sig; /* only ends ppoll */
 }
 
+static void log_end(sender *w, int level, const char *how, const char *why)
+{
+	uint32_t suppressed = 0;
+	if (w->slot == &unclaimed && !repl_auth_warn_ok(&suppressed))
+		return;
+	char more[96] = "";
+	if (suppressed > 0)
+		wr_snprintf(more, sizeof(more), " (%u such messages suppressed before)",
+		            suppressed);
+	wr_log(level, "replication connection from %s%s%s%s %s: %s%s", w->slot->peer,
+	       w->slot->name[0] ? " (standby \"" : "", w->slot->name, w->slot->name[0] ? "\")" : "",
+	       how, why, more);
+}
+
 /* An ERROR to the peer, the reason in our log, and the end of this sender. */
 static _Noreturn void refuse(sender *w, int level, int code, const char *text)
 {
@@ -66,21 +86,32 @@ static _Noreturn void refuse(sender *w, int level, int code, const char *text)
 	m.u.error.code = code;
 	wr_snprintf(m.u.error.text, sizeof(m.u.error.text), "%s", text);
 	(void)repl_send(w->fd, &m);
-	wr_log(level, "replication connection from %s%s%s%s refused: %s", w->slot->peer,
-	       w->slot->name[0] ? " (standby \"" : "", w->slot->name, w->slot->name[0] ? "\")" : "",
-	       text);
+	log_end(w, level, "refused", text);
 	_exit(0);
 }
 
 static _Noreturn void drop(sender *w, const char *why)
 {
-	wr_log(WR_WARNING, "replication connection from %s%s%s%s dropped: %s", w->slot->peer,
-	       w->slot->name[0] ? " (standby \"" : "", w->slot->name, w->slot->name[0] ? "\")" : "",
-	       why);
+	log_end(w, WR_WARNING, "dropped", why);
 	_exit(0);
 }
 
 /* ---------------------------------------------------------------- authentication */
+
+/* Authenticated: a sender slot, or the refusal the peer waits for instead of AUTH_OK. */
+static void claim_slot(sender *w, int (*attach)(int slot))
+{
+	int slot = repl_sender_claim(w->slot->peer);
+	if (slot < 0) {
+		char text[96];
+		wr_snprintf(text, sizeof(text), "too many standbys (max_wal_senders = %u)",
+		            w->r->nsenders);
+		refuse(w, WR_WARNING, WALRUS_ELIMIT, text);
+	}
+	w->slot = &w->r->senders[slot];
+	if (attach(slot) != WALRUS_OK)
+		wr_panic("walrus-wsnd could not attach: %s", walrus_errmsg());
+}
 
 /* Reads @len bytes before @deadline_ns, or drops the peer. */
 static void read_by(sender *w, uint8_t *buf, size_t len, uint64_t deadline_ns)
@@ -105,7 +136,7 @@ static void read_by(sender *w, uint8_t *buf, size_t len, uint64_t deadline_ns)
 	}
 }
 
-static void authenticate(sender *w)
+static void authenticate(sender *w, int (*attach)(int slot))
 {
 	repl_msg m = {.type = REPL_MSG_CHALLENGE};
 	m.u.challenge.magic = REPL_MAGIC;
@@ -130,6 +161,7 @@ static void authenticate(sender *w)
 	repl_mac(repl_password, "walrus-standby", nonce_p, m.u.auth.nonce, want);
 	if (!wr_mac_equal(want, m.u.auth.mac, sizeof(want)))
 		refuse(w, WR_WARNING, WALRUS_EPERM, "authentication failed");
+	claim_slot(w, attach);
 	uint8_t nonce_s[REPL_NONCE_LEN];
 	memcpy(nonce_s, m.u.auth.nonce, sizeof(nonce_s));
 	m = (repl_msg){.type = REPL_MSG_AUTH_OK};
@@ -408,13 +440,13 @@ static _Noreturn void stream(sender *w)
 	}
 }
 
-_Noreturn void repl_sender_main(int sock_fd, int slot)
+_Noreturn void repl_sender_main(int sock_fd, const char *peer, int (*attach)(int slot))
 {
 	const repl_instance *inst = repl_instance_get();
 	sender w = {.fd = sock_fd, .seg_fd = -1, .datadir = inst->datadir};
 	w.r = repl_shared();
-	w.slot = &w.r->senders[slot];
-	atomic_store(&w.slot->pid, (uint32_t)getpid());
+	wr_snprintf(unclaimed.peer, sizeof(unclaimed.peer), "%s", peer);
+	w.slot = &unclaimed;
 	w.seg_size = (uint64_t)inst->opts->wal_segment_size;
 	w.timeout_ns = (uint64_t)inst->opts->wal_sender_timeout_us * 1000;
 	w.opts = inst->opts;
@@ -430,7 +462,7 @@ _Noreturn void repl_sender_main(int sock_fd, int slot)
 	sigaction(SIGUSR1, &sa, NULL);
 	if (wal_control_read(w.datadir, &w.ctl) != WALRUS_OK)
 		drop(&w, walrus_errmsg());
-	authenticate(&w);
+	authenticate(&w, attach);
 	receive_start(&w);
 	stream(&w);
 }

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "ipc/ipc.h"
 
@@ -74,19 +75,54 @@ void repl_wake_senders(void)
 	}
 }
 
-void repl_sender_prepare(int slot, const char *peer)
+static void sender_reset(repl_sender_slot *s)
 {
-	repl_sender_slot *s = &R->senders[slot];
 	atomic_store(&s->waiting, 0);
-	atomic_store(&s->state, REPL_SND_AUTH);
 	memset(s->name, 0, sizeof(s->name));
-	wr_snprintf(s->peer, sizeof(s->peer), "%s", peer);
 	atomic_store(&s->sent, 0);
 	atomic_store(&s->written, 0);
 	atomic_store(&s->flushed, 0);
 	atomic_store(&s->applied, 0);
 	atomic_store(&s->reply_time_us, 0);
 	atomic_store(&s->inserting, 0);
+}
+
+/*
+ * The compare-and-swap on `pid` is the claim: two senders that authenticate
+ * at once never share a slot.  The slot was reset when it was freed, so
+ * nobody reading it between the claim and the reset sees an earlier
+ * standby's name with its flush position.
+ */
+int repl_sender_claim(const char *peer)
+{
+	uint32_t me = (uint32_t)getpid();
+	for (uint32_t i = 0; i < R->nsenders; i++) {
+		repl_sender_slot *s = &R->senders[i];
+		uint32_t expected = 0;
+		if (!atomic_compare_exchange_strong(&s->pid, &expected, me))
+			continue;
+		sender_reset(s);
+		wr_snprintf(s->peer, sizeof(s->peer), "%s", peer);
+		atomic_store(&s->state, REPL_SND_START);
+		return (int)i;
+	}
+	return -1;
+}
+
+int repl_sender_slot_of(uint32_t pid)
+{
+	for (uint32_t i = 0; i < R->nsenders; i++)
+		if (atomic_load(&R->senders[i].pid) == pid)
+			return (int)i;
+	return -1;
+}
+
+uint32_t repl_senders_claimed(void)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; R != NULL && i < R->nsenders; i++)
+		n += atomic_load(&R->senders[i].pid) != 0;
+	return n;
 }
 
 void repl_sender_free(int slot)
@@ -96,7 +132,24 @@ void repl_sender_free(int slot)
 	if (atomic_exchange(&s->waiting, 0) != 0)
 		atomic_fetch_sub(&R->nwaiting, 1);
 	atomic_store(&s->state, REPL_SND_FREE);
+	sender_reset(s);
 	atomic_store(&s->pid, 0);
+}
+
+bool repl_auth_warn_ok(uint32_t *suppressed)
+{
+	uint64_t now = wr_wall_us(), start = atomic_load(&R->auth_warn_us);
+	*suppressed = 0;
+	if (now - start >= 1000000 &&
+	    atomic_compare_exchange_strong(&R->auth_warn_us, &start, now)) {
+		atomic_store(&R->auth_warn_n, 1);
+		*suppressed = atomic_exchange(&R->auth_warn_suppressed, 0);
+		return true;
+	}
+	if (atomic_fetch_add(&R->auth_warn_n, 1) < REPL_AUTH_WARN_PER_S)
+		return true;
+	atomic_fetch_add(&R->auth_warn_suppressed, 1);
+	return false;
 }
 
 void repl_senders_finish(void)

@@ -366,6 +366,71 @@ START_TEST(test_too_many_standbys)
 }
 END_TEST
 
+/* Peers that connect and never authenticate take no sender slot. */
+START_TEST(test_unauthenticated_take_no_slot)
+{
+	primary p;
+	int idle[3], fd;
+	uint8_t buf[256];
+	start_primary(&p, false, "max_wal_senders = 1\n");
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(repl_connect(p.addr, &idle[i]), WALRUS_OK);
+		/* Its CHALLENGE: a sender process is running for it. */
+		ck_assert_int_eq(wr_read_full(idle[i], buf, REPL_HEADER_LEN + 40),
+		                 REPL_HEADER_LEN + 40);
+	}
+	ck_assert_int_eq(repl_client_connect(p.addr, PASSWORD, &fd), WALRUS_OK);
+	close(fd);
+	for (int i = 0; i < 3; i++)
+		close(idle[i]);
+	stop_primary(&p);
+}
+END_TEST
+
+static int count_log(primary *p, const char *a)
+{
+	char path[PATH_MAX + 32], line[2048];
+	snprintf(path, sizeof(path), "%s/log/walrus.log", p->dir);
+	FILE *f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	int n = 0;
+	while (fgets(line, sizeof(line), f) != NULL)
+		n += strstr(line, a) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* How many may be authenticating at once is bounded, and the refusals log
+ * ten WARNINGs a second at most. */
+START_TEST(test_unauthenticated_bounded)
+{
+	enum { BOUND = 16, EXTRA = 40, PER_S = 10 };
+	primary p;
+	int idle[BOUND], fd;
+	uint8_t buf[256];
+	start_primary(&p, false, "");
+	for (int i = 0; i < BOUND; i++) {
+		ck_assert_int_eq(repl_connect(p.addr, &idle[i]), WALRUS_OK);
+		ck_assert_int_eq(wr_read_full(idle[i], buf, REPL_HEADER_LEN + 40),
+		                 REPL_HEADER_LEN + 40);
+	}
+	uint64_t t0 = wr_now_ns();
+	for (int i = 0; i < EXTRA; i++) {
+		ck_assert_int_eq(repl_client_connect(p.addr, PASSWORD, &fd), WALRUS_ELIMIT);
+		ck_assert_ptr_nonnull(
+		    strstr(walrus_errmsg(), "too many connections authenticating (16)"));
+	}
+	uint64_t seconds = (wr_now_ns() - t0) / 1000000000ULL;
+	/* The supervisor logs before it answers: every line is there. */
+	int lines = count_log(&p, "too many connections authenticating");
+	ck_assert_int_ge(lines, 1);
+	ck_assert_int_le(lines, PER_S * ((int)seconds + 1));
+	for (int i = 0; i < BOUND; i++)
+		close(idle[i]);
+	stop_primary(&p);
+}
+END_TEST
+
 START_TEST(test_silent_peer)
 {
 	primary p;
@@ -564,6 +629,8 @@ int main(void)
 	tcase_add_test(tc, test_start_refused);
 	tcase_add_test(tc, test_garbage);
 	tcase_add_test(tc, test_too_many_standbys);
+	tcase_add_test(tc, test_unauthenticated_take_no_slot);
+	tcase_add_test(tc, test_unauthenticated_bounded);
 	tcase_add_test(tc, test_silent_peer);
 	tcase_add_test(tc, test_kill_sender);
 	tcase_add_test(tc, test_receiver);
