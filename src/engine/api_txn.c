@@ -58,6 +58,10 @@ struct walrus_txn {
 	range *ranges;
 	size_t nranges, rcap;
 	walrus_iter *iters;
+	/* The commit's batch: held here, not on the stack, so that a PANIC
+	 * that unwinds the commit (longjmp to the call's boundary) leaves it
+	 * to walrus_txn_free instead of leaking it. */
+	kv_batch *batch;
 	walrus_txn *next, **prev;
 };
 
@@ -631,7 +635,7 @@ typedef struct commit_args {
 
 static int apply_writes(walrus_txn *t, int durability)
 {
-	kv_batch *b = kv_batch_new();
+	kv_batch *b = t->batch = kv_batch_new();
 	if (b == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory for a transaction's batch");
 	int rc = WALRUS_OK;
@@ -643,6 +647,7 @@ static int apply_writes(walrus_txn *t, int durability)
 	if (rc == WALRUS_OK)
 		rc = kv_batch_commit_checked(b, durability, check_conflicts, t, NULL);
 	kv_batch_free(b);
+	t->batch = NULL;
 	return rc;
 }
 
@@ -716,6 +721,7 @@ void walrus_txn_free(walrus_txn *txn)
 		(void)walrus_txn_abort(txn);
 	kill_iters(&txn->iters);
 	LIST_DEL(txn);
+	kv_batch_free(txn->batch); /* left by a commit a PANIC unwound */
 	keyvec_free(&txn->writes);
 	keyvec_free(&txn->reads);
 	for (size_t i = 0; i < txn->nranges; i++) {
