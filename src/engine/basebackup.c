@@ -199,7 +199,7 @@ static int begin(bb_recv *r, bool fast, uint64_t begin_timeout_ms)
 	m.u.base_backup.flags = fast ? REPL_BB_FAST : 0;
 	int rc = repl_send(r->sock, &m);
 	/* The primary's checkpoint comes first: a spread one takes its time, and
-	 * the primary sends a KEEPALIVE a second meanwhile (each renews the
+	 * the primary sends KEEPALIVEs four times a second meanwhile (each renews the
 	 * wait; every few seconds the wait is reported). */
 	if (rc == WALRUS_OK)
 		rc = repl_set_timeout(r->sock, begin_timeout_ms);

@@ -223,9 +223,12 @@ static int send_backup(bb_send *s, const repl_backup_ops *ops, const repl_backup
 	return rc;
 }
 
-/* While the checkpoint is awaited: a KEEPALIVE a second, so that the
- * standby's wait for BACKUP_BEGIN is bounded by its wal_sender_timeout and
- * not by how long this instance's checkpoint may take. */
+/* While the checkpoint is awaited: KEEPALIVEs, so that the standby's wait
+ * for BACKUP_BEGIN is bounded by its wal_sender_timeout and not by how long
+ * this instance's checkpoint may take.  Four per second: the standby's
+ * timeout is its own setting, as short as one second. */
+#define BB_KEEPALIVE_NS (250ULL * 1000 * 1000)
+
 typedef struct bb_tick {
 	int fd;
 	uint64_t last_ns;
@@ -235,7 +238,7 @@ static void keepalive_tick(void *arg)
 {
 	bb_tick *t = arg;
 	uint64_t now = wr_now_ns();
-	if (now - t->last_ns < 1000ULL * 1000 * 1000)
+	if (now - t->last_ns < BB_KEEPALIVE_NS)
 		return;
 	t->last_ns = now;
 	repl_msg m = {.type = REPL_MSG_KEEPALIVE};
