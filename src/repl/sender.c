@@ -376,15 +376,20 @@ static void read_reply(sender *w)
 	}
 	if (m.type != REPL_MSG_FEEDBACK)
 		drop(w, "it sent something else than FEEDBACK while streaming");
-	atomic_store(&w->slot->written, m.u.feedback.written);
-	atomic_store(&w->slot->flushed, m.u.feedback.flushed);
-	atomic_store(&w->slot->applied, m.u.feedback.applied);
+	/* Nobody holds more than it was sent (and this sender sends only WAL
+	 * flushed here): a FEEDBACK claiming more must not release synchronous
+	 * commits nor let a replication slot give up WAL the standby lacks. */
+	wr_lsn written = WR_MIN(m.u.feedback.written, w->sent);
+	wr_lsn flushed = WR_MIN(m.u.feedback.flushed, w->sent);
+	wr_lsn applied = WR_MIN(m.u.feedback.applied, w->sent);
+	atomic_store(&w->slot->written, written);
+	atomic_store(&w->slot->flushed, flushed);
+	atomic_store(&w->slot->applied, applied);
 	atomic_store(&w->slot->reply_time_us, wr_wall_us());
 	if (w->slot_name[0] != '\0')
-		wal_slot_advance(w->slot_name, m.u.feedback.flushed);
+		wal_slot_advance(w->slot_name, flushed);
 	if (w->sync) /* commits waiting for this standby (wal/syncrep.c) */
-		wal_sync_standby_confirm(w->sync_apply ? m.u.feedback.applied
-		                                       : m.u.feedback.flushed);
+		wal_sync_standby_confirm(w->sync_apply ? applied : flushed);
 	w->last_reply_ns = wr_now_ns();
 }
 

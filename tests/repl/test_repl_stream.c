@@ -458,6 +458,51 @@ static pid_t sender_pid(primary *p)
 	return pid;
 }
 
+/* A FEEDBACK claiming more than the standby was sent (a relay's forgery)
+ * moves the standby's flush position (what synchronous commits and
+ * replication slots go by) no further than what was sent. */
+START_TEST(test_feedback_bounded_by_sent)
+{
+	primary p;
+	char scratch[PATH_MAX];
+	start_primary(&p, false, "");
+	put_keys(p.db, 0, 10);
+	ck_assert_ptr_nonnull(realpath(tu_tmpdir("repl-standby"), scratch));
+	wr_lsn flush = wal_flushed_lsn(), start = flush - flush % WAL_PAGE_SIZE;
+	int fd = stream_into(&p, scratch, start, flush);
+	/* written = start - 1, below anything the stream reported, marks this
+	 * message in the stats once it is read. */
+	repl_msg m = {.type = REPL_MSG_FEEDBACK};
+	m.u.feedback.written = start - 1;
+	m.u.feedback.flushed = m.u.feedback.applied = 1ULL << 62;
+	ck_assert_int_eq(repl_send(fd, &m), WALRUS_OK);
+	char mark[128];
+	snprintf(mark, sizeof(mark), "\"write_lsn\":\"" WAL_LSN_FMT "\"", WAL_LSN_ARGS(start - 1));
+	char *json = NULL;
+	for (int i = 0; i < 2000; i++) {
+		free(json);
+		json = stats(&p);
+		if (strstr(json, mark) != NULL)
+			break;
+		wr_sleep_us(10000);
+	}
+	ck_assert_msg(strstr(json, mark) != NULL, "the FEEDBACK never showed: %s", json);
+	/* The sender's object alone: other sections have a flush_lsn too. */
+	char *slot = strstr(json, "\"senders\":[");
+	ck_assert_ptr_nonnull(slot);
+	slot[strcspn(slot, "]")] = '\0';
+	const char *sent = strstr(slot, "\"sent_lsn\":\"");
+	ck_assert_ptr_nonnull(sent);
+	sent += strlen("\"sent_lsn\":\"");
+	char want[128];
+	snprintf(want, sizeof(want), "\"flush_lsn\":\"%.*s\"", (int)strcspn(sent, "\""), sent);
+	ck_assert_msg(strstr(slot, want) != NULL, "want %s in %s", want, slot);
+	free(json);
+	close(fd);
+	stop_primary(&p);
+}
+END_TEST
+
 START_TEST(test_kill_sender)
 {
 	primary p;
@@ -633,6 +678,7 @@ int main(void)
 	tcase_add_test(tc, test_unauthenticated_bounded);
 	tcase_add_test(tc, test_silent_peer);
 	tcase_add_test(tc, test_kill_sender);
+	tcase_add_test(tc, test_feedback_bounded_by_sent);
 	tcase_add_test(tc, test_receiver);
 	tcase_add_test(tc, test_no_password);
 	tcase_add_test(tc, test_shutdown_sends_rest);
