@@ -161,7 +161,7 @@ def build_callcost(peers, out):
     src = os.path.dirname(os.path.abspath(__file__))
     cmd = ["cc", "-O2", "-D_GNU_SOURCE", "-I", os.path.join(os.path.dirname(build), "include"),
            os.path.join(src, "callcost.c"), os.path.join(build, "libwalrus_core.a"),
-           "-luring", "-lzstd", "-lm", "-lpthread", "-o", out]
+           "-luring", "-lzstd", "-lcrypto", "-lm", "-lpthread", "-o", out]
     print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
     subprocess.run(cmd, check=True)
 

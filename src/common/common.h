@@ -187,7 +187,7 @@ typedef struct wr_options {
 	int64_t wal_compression_level;
 	int64_t wal_writer_delay_us;
 	bool full_page_writes;
-	bool mmap_reads; /* kv gets read unpooled leaves through a file mapping */
+	bool mmap_reads;                   /* kv gets read unpooled leaves through a file mapping */
 	int64_t snapshot_memory;           /* bytes: the version store of snapshots (kv) */
 	int64_t old_snapshot_threshold_us; /* 0: snapshots never expire */
 	bool synchronous_commit;
@@ -313,28 +313,19 @@ ssize_t wr_read_full(int fd, void *buf, size_t len);
 /* write(2) all of @buf, through short writes and EINTR: 0, or -1 with errno. */
 int wr_write_full(int fd, const void *buf, size_t len);
 
-/* ---------------------------------------------------------------- SHA-256 (sha256.c) */
+/* ---------------------------------------------------------------- HMAC (hmac.c) */
 
-/* SHA-256 and HMAC-SHA256, for the replication handshake (src/repl). */
+/* HMAC-SHA256 (OpenSSL's libcrypto), for the replication handshake (src/repl). */
 #define WR_SHA256_LEN 32
-typedef struct wr_sha256_ctx {
-	uint32_t h[8];
-	uint64_t len; /* bytes hashed so far */
-	uint8_t buf[64];
-	size_t used;
-} wr_sha256_ctx;
-void wr_sha256_init(wr_sha256_ctx *s);
-void wr_sha256_update(wr_sha256_ctx *s, const void *data, size_t len);
-/* Writes the digest and wipes @s. */
-void wr_sha256_final(wr_sha256_ctx *s, uint8_t out[WR_SHA256_LEN]);
-void wr_sha256(const void *data, size_t len, uint8_t out[WR_SHA256_LEN]);
 /* A message given in parts, hashed as their concatenation. */
 struct wr_iovec_c {
 	const void *base;
 	size_t len;
 };
-void wr_hmac_sha256(const void *key, size_t klen, const struct wr_iovec_c *parts, int nparts,
-                    uint8_t out[WR_SHA256_LEN]);
+/* WALRUS_OK, or WALRUS_EINTERNAL when libcrypto fails (out of memory, a
+ * FIPS provider without HMAC). */
+int wr_hmac_sha256(const void *key, size_t klen, const struct wr_iovec_c *parts, int nparts,
+                   uint8_t out[WR_SHA256_LEN]);
 /* Compares two MACs in time independent of where they differ. */
 bool wr_mac_equal(const uint8_t *a, const uint8_t *b, size_t len);
 

@@ -54,8 +54,9 @@ int repl_client_connect(const char *addr, const char *password, int *fd_out)
 	if (rc == WALRUS_OK) {
 		m = (repl_msg){.type = REPL_MSG_AUTH};
 		memcpy(m.u.auth.nonce, nonce_s, sizeof(nonce_s));
-		repl_mac(password, "walrus-standby", nonce_p, nonce_s, m.u.auth.mac);
-		rc = repl_send(fd, &m);
+		rc = repl_mac(password, "walrus-standby", nonce_p, nonce_s, m.u.auth.mac);
+		if (rc == WALRUS_OK)
+			rc = repl_send(fd, &m);
 	}
 	if (rc == WALRUS_OK)
 		rc = repl_recv(fd, buf, &m);
@@ -66,8 +67,8 @@ int repl_client_connect(const char *addr, const char *password, int *fd_out)
 		              repl_msg_name(m.type));
 	if (rc == WALRUS_OK) {
 		/* A fake primary does not know the password either. */
-		repl_mac(password, "walrus-primary", nonce_s, nonce_p, want);
-		if (!wr_mac_equal(want, m.u.auth_ok.mac, sizeof(want)))
+		rc = repl_mac(password, "walrus-primary", nonce_s, nonce_p, want);
+		if (rc == WALRUS_OK && !wr_mac_equal(want, m.u.auth_ok.mac, sizeof(want)))
 			rc = wr_error(WALRUS_EPERM,
 			              "the primary at \"%s\" failed to prove it knows the "
 			              "password",

@@ -765,12 +765,12 @@ int repl_connect(const char *addr, int *fd_out)
 
 /* ---------------------------------------------------------------- the handshake's pieces */
 
-void repl_mac(const char *password, const char *label, const uint8_t *n1, const uint8_t *n2,
-              uint8_t out[WR_SHA256_LEN])
+int repl_mac(const char *password, const char *label, const uint8_t *n1, const uint8_t *n2,
+             uint8_t out[WR_SHA256_LEN])
 {
 	struct wr_iovec_c parts[3] = {
 	    {label, strlen(label)}, {n1, REPL_NONCE_LEN}, {n2, REPL_NONCE_LEN}};
-	wr_hmac_sha256(password, strlen(password), parts, 3, out);
+	return wr_hmac_sha256(password, strlen(password), parts, 3, out);
 }
 
 int repl_random(uint8_t *buf, size_t len)

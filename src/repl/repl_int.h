@@ -178,8 +178,8 @@ int repl_error_from(const repl_msg *m);
 int repl_connect(const char *addr, int *fd_out);
 
 /* The MACs of the handshake (label "walrus-standby" or "walrus-primary"). */
-void repl_mac(const char *password, const char *label, const uint8_t *n1, const uint8_t *n2,
-              uint8_t out[WR_SHA256_LEN]);
+int repl_mac(const char *password, const char *label, const uint8_t *n1, const uint8_t *n2,
+             uint8_t out[WR_SHA256_LEN]);
 /* Fills @buf with random bytes (getrandom). */
 int repl_random(uint8_t *buf, size_t len);
 

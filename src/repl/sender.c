@@ -158,14 +158,17 @@ static void authenticate(sender *w, int (*attach)(int slot))
 	if (repl_decode(type, w->buf, len, &m) != WALRUS_OK)
 		drop(w, walrus_errmsg());
 	uint8_t want[WR_SHA256_LEN];
-	repl_mac(repl_password, "walrus-standby", nonce_p, m.u.auth.nonce, want);
+	if (repl_mac(repl_password, "walrus-standby", nonce_p, m.u.auth.nonce, want) != WALRUS_OK)
+		drop(w, walrus_errmsg());
 	if (!wr_mac_equal(want, m.u.auth.mac, sizeof(want)))
 		refuse(w, WR_WARNING, WALRUS_EPERM, "authentication failed");
 	claim_slot(w, attach);
 	uint8_t nonce_s[REPL_NONCE_LEN];
 	memcpy(nonce_s, m.u.auth.nonce, sizeof(nonce_s));
 	m = (repl_msg){.type = REPL_MSG_AUTH_OK};
-	repl_mac(repl_password, "walrus-primary", nonce_s, nonce_p, m.u.auth_ok.mac);
+	if (repl_mac(repl_password, "walrus-primary", nonce_s, nonce_p, m.u.auth_ok.mac) !=
+	    WALRUS_OK)
+		drop(w, walrus_errmsg());
 	if (repl_send(w->fd, &m) != WALRUS_OK)
 		_exit(0);
 }
