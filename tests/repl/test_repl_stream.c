@@ -458,6 +458,17 @@ static pid_t sender_pid(primary *p)
 	return pid;
 }
 
+/* A primary with ten keys and a standby connection that streamed them from
+ * the page holding the flush point (@flush_out); returns the connection. */
+static int streaming_primary(primary *p, char scratch[PATH_MAX], wr_lsn *flush_out)
+{
+	start_primary(p, false, "");
+	put_keys(p->db, 0, 10);
+	ck_assert_ptr_nonnull(realpath(tu_tmpdir("repl-standby"), scratch));
+	wr_lsn flush = *flush_out = wal_flushed_lsn();
+	return stream_into(p, scratch, flush - flush % WAL_PAGE_SIZE, flush);
+}
+
 /* A FEEDBACK claiming more than the standby was sent (a relay's forgery)
  * moves the standby's flush position (what synchronous commits and
  * replication slots go by) no further than what was sent. */
@@ -465,11 +476,9 @@ START_TEST(test_feedback_bounded_by_sent)
 {
 	primary p;
 	char scratch[PATH_MAX];
-	start_primary(&p, false, "");
-	put_keys(p.db, 0, 10);
-	ck_assert_ptr_nonnull(realpath(tu_tmpdir("repl-standby"), scratch));
-	wr_lsn flush = wal_flushed_lsn(), start = flush - flush % WAL_PAGE_SIZE;
-	int fd = stream_into(&p, scratch, start, flush);
+	wr_lsn flush;
+	int fd = streaming_primary(&p, scratch, &flush);
+	wr_lsn start = flush - flush % WAL_PAGE_SIZE;
 	/* written = start - 1, below anything the stream reported, marks this
 	 * message in the stats once it is read. */
 	repl_msg m = {.type = REPL_MSG_FEEDBACK};
@@ -507,11 +516,8 @@ START_TEST(test_kill_sender)
 {
 	primary p;
 	char scratch[PATH_MAX];
-	start_primary(&p, false, "");
-	put_keys(p.db, 0, 10);
-	ck_assert_ptr_nonnull(realpath(tu_tmpdir("repl-standby"), scratch));
-	wr_lsn flush = wal_flushed_lsn();
-	int fd = stream_into(&p, scratch, flush - flush % WAL_PAGE_SIZE, flush);
+	wr_lsn flush;
+	int fd = streaming_primary(&p, scratch, &flush);
 	pid_t pid = sender_pid(&p);
 	ck_assert_int_gt(pid, 0);
 	ck_assert_int_eq(kill(pid, SIGKILL), 0);
