@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stddef.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -431,6 +432,73 @@ START_TEST(test_unauthenticated_bounded)
 }
 END_TEST
 
+/* An AUTH recorded from one handshake is refused in another: the MAC
+ * covers the primary's fresh nonce. */
+START_TEST(test_replayed_auth)
+{
+	primary p;
+	repl_msg m, auth = {.type = REPL_MSG_AUTH};
+	uint8_t *buf = malloc(REPL_MAX_PAYLOAD);
+	ck_assert_ptr_nonnull(buf);
+	start_primary(&p, false, "");
+	int fd;
+	ck_assert_int_eq(repl_connect(p.addr, &fd), WALRUS_OK);
+	ck_assert_int_eq(repl_recv(fd, buf, &m), WALRUS_OK);
+	ck_assert_int_eq(m.type, REPL_MSG_CHALLENGE);
+	ck_assert_int_eq(repl_random(auth.u.auth.nonce, REPL_NONCE_LEN), WALRUS_OK);
+	ck_assert_int_eq(repl_mac(PASSWORD, "walrus-standby", m.u.challenge.nonce,
+	                          auth.u.auth.nonce, auth.u.auth.mac),
+	                 WALRUS_OK);
+	ck_assert_int_eq(repl_send(fd, &auth), WALRUS_OK);
+	ck_assert_int_eq(repl_recv(fd, buf, &m), WALRUS_OK);
+	ck_assert_int_eq(m.type, REPL_MSG_AUTH_OK); /* the recorded AUTH was good */
+	close(fd);
+	ck_assert_int_eq(repl_connect(p.addr, &fd), WALRUS_OK);
+	ck_assert_int_eq(repl_recv(fd, buf, &m), WALRUS_OK);
+	ck_assert_int_eq(m.type, REPL_MSG_CHALLENGE);
+	ck_assert_int_eq(repl_send(fd, &auth), WALRUS_OK); /* replayed */
+	ck_assert_int_eq(repl_recv(fd, buf, &m), WALRUS_OK);
+	ck_assert_int_eq(m.type, REPL_MSG_ERROR);
+	ck_assert_str_eq(m.u.error.text, "authentication failed");
+	close(fd);
+	free(buf);
+	stop_primary(&p);
+}
+END_TEST
+
+/* A primary that does not know the password (it answers AUTH_OK with a MAC
+ * it cannot compute) is refused by the standby's side. */
+START_TEST(test_fake_primary)
+{
+	char dir[PATH_MAX], addr[PATH_MAX + 16];
+	ck_assert_ptr_nonnull(realpath(tu_tmpdir("repl-fake"), dir));
+	snprintf(addr, sizeof(addr), "%s/fake.sock", dir);
+	int lfd, fd;
+	ck_assert_int_eq(repl_listen(addr, &lfd), WALRUS_OK);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		/* The fake: a CHALLENGE, then AUTH_OK whatever the AUTH says. */
+		uint8_t *buf = malloc(REPL_MAX_PAYLOAD);
+		struct pollfd pl = {.fd = lfd, .events = POLLIN};
+		char peer[64];
+		repl_msg m = {.type = REPL_MSG_CHALLENGE};
+		m.u.challenge.magic = REPL_MAGIC;
+		m.u.challenge.version = REPL_VERSION;
+		if (buf == NULL || poll(&pl, 1, 60000) != 1 ||
+		    repl_accept(lfd, &fd, peer, sizeof(peer)) != WALRUS_OK ||
+		    repl_send(fd, &m) != WALRUS_OK || repl_recv(fd, buf, &m) != WALRUS_OK)
+			_exit(1);
+		m = (repl_msg){.type = REPL_MSG_AUTH_OK};
+		_exit(repl_send(fd, &m) == WALRUS_OK && wr_read_full(fd, buf, 1) >= 0 ? 0 : 1);
+	}
+	close(lfd);
+	ck_assert_int_eq(repl_client_connect(addr, PASSWORD, &fd), WALRUS_EPERM);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "failed to prove it knows the password"));
+	ck_assert_int_eq(tu_wait(pid), 0); /* the fake got as far as its AUTH_OK */
+}
+END_TEST
+
 START_TEST(test_silent_peer)
 {
 	primary p;
@@ -682,6 +750,8 @@ int main(void)
 	tcase_add_test(tc, test_too_many_standbys);
 	tcase_add_test(tc, test_unauthenticated_take_no_slot);
 	tcase_add_test(tc, test_unauthenticated_bounded);
+	tcase_add_test(tc, test_replayed_auth);
+	tcase_add_test(tc, test_fake_primary);
 	tcase_add_test(tc, test_silent_peer);
 	tcase_add_test(tc, test_kill_sender);
 	tcase_add_test(tc, test_feedback_bounded_by_sent);
