@@ -196,7 +196,11 @@ static wr_lsn check_start(sender *w, const repl_msg *m)
 		             : "");
 		refuse(w, WR_LOG, WALRUS_EINVAL, text);
 	}
-	if (start == 0 || start > flush) {
+	if (start == 0)
+		refuse(w, WR_LOG, WALRUS_EINVAL,
+		       "requested start 0/00000000 is no WAL position: a standby streams from "
+		       "where its own WAL ends");
+	if (start > flush) {
 		snprintf(text, sizeof(text),
 		         "requested start " WAL_LSN_FMT
 		         " is ahead of the primary's flush position " WAL_LSN_FMT,

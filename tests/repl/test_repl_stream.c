@@ -310,6 +310,8 @@ START_TEST(test_start_refused)
 	expect_start_refused(&p, p.ctl.sysid, tli + 1, flush, text);
 	expect_start_refused(&p, p.ctl.sysid, tli, flush + 4096,
 	                     "is ahead of the primary's flush position");
+	expect_start_refused(&p, p.ctl.sysid, tli, 0,
+	                     "requested start 0/00000000 is no WAL position");
 	/* Segment 0 never existed here: the first one starts at wal_segment_size. */
 	expect_start_refused(&p, p.ctl.sysid, tli, 100,
 	                     "requested WAL segment 0000000000000000 has already been removed");
