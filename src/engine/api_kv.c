@@ -135,6 +135,12 @@ static int iter_open(walrus_iter *w, const void *lo, size_t lolen, const void *h
 	return rc;
 }
 
+static int iter_open_call(walrus *db, walrus_iter *w, const void *lo, size_t lolen, const void *hi,
+                          size_t hilen)
+{
+	API_CALL(db, "walrus_iter_open", iter_open(w, lo, lolen, hi, hilen));
+}
+
 int walrus_iter_open(walrus *db, const void *lo, size_t lolen, const void *hi, size_t hilen,
                      walrus_iter **it)
 {
@@ -147,7 +153,13 @@ int walrus_iter_open(walrus *db, const void *lo, size_t lolen, const void *hi, s
 	w->db = db;
 	*it = w;
 	/* On failure the caller still owns *it: walrus_iter_close frees it. */
-	API_CALL(db, "walrus_iter_open", iter_open(w, lo, lolen, hi, hilen));
+	int rc = iter_open_call(db, w, lo, lolen, hi, hilen);
+	if (rc != WALRUS_OK && w->it != NULL) {
+		/* Left by a PANIC that unwound kv_iter_open: half built. */
+		kv_iter_close(w->it);
+		w->it = NULL;
+	}
+	return rc;
 }
 
 /* A view iterator's moves: its entry may be its own or its tree iterator's. */

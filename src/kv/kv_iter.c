@@ -297,8 +297,9 @@ static int set_bound(char *dst, uint16_t *len, bool *has, const void *k, size_t 
 
 int kv_iter_open(const void *lo, size_t lol, const void *hi, size_t hil, kv_iter **out)
 {
-	*out = NULL;
-	kv_iter *it = calloc(1, sizeof(*it));
+	/* *out holds it from the start: a PANIC in the seek unwinds past this
+	 * frame (longjmp), and the caller's cleanup must still find it. */
+	kv_iter *it = *out = calloc(1, sizeof(*it));
 	if (it == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory for an iterator");
 	int rc = set_bound(it->lo, &it->lol, &it->has_lo, lo, lol);
@@ -308,10 +309,9 @@ int kv_iter_open(const void *lo, size_t lol, const void *hi, size_t hil, kv_iter
 		rc = kv_iter_seek(it, NULL, 0);
 	if (rc != WALRUS_OK) {
 		kv_iter_close(it);
-		return rc;
+		*out = NULL;
 	}
-	*out = it;
-	return WALRUS_OK;
+	return rc;
 }
 
 int kv_iter_seek(kv_iter *it, const void *k, size_t kl)

@@ -411,7 +411,10 @@ int kv_viter_open(const kv_snap *s, const kv_overlay_ent *ov, size_t nov, const 
 	if ((lo != NULL && lol > KV_MAX_KEY) || (hi != NULL && hil > KV_MAX_KEY))
 		return wr_error(WALRUS_ETOOBIG, "a bound of an iterator is over %u bytes",
 		                KV_MAX_KEY);
-	kv_viter *v = calloc(1, sizeof(*v));
+	/* *out holds it from the start: a PANIC unwinds past this frame
+	 * (longjmp), and the caller's cleanup must still find it (and its
+	 * tree iterator, which kv_iter_open publishes in v->it as early). */
+	kv_viter *v = *out = calloc(1, sizeof(*v));
 	if (v == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory for a view iterator");
 	v->s = s;
@@ -438,10 +441,9 @@ int kv_viter_open(const kv_snap *s, const kv_overlay_ent *ov, size_t nov, const 
 		rc = settle(v, NULL, 0, true, false, FWD);
 	if (rc != WALRUS_OK) {
 		kv_viter_close(v);
-		return rc;
+		*out = NULL;
 	}
-	*out = v;
-	return WALRUS_OK;
+	return rc;
 }
 
 int kv_viter_seek(kv_viter *v, const void *k, size_t kl)
