@@ -345,8 +345,8 @@ WALRUS_API int walrus_iter_open_at(walrus *db, const walrus_snapshot *snap, cons
  * changed by a commit after its snapshot; the caller runs it again.  A
  * transaction that wrote nothing needs no check (its snapshot is one serial
  * point); a durable commit of it returns once what it read is durable (a
- * write is visible to others before its own flush returns).  WALRUS_TXN_SNAPSHOT asks for snapshot isolation instead:
- * only a key it wrote conflicts (write skew is then possible).
+ * write is visible to others before its own flush returns).  WALRUS_TXN_SNAPSHOT asks for snapshot
+ * isolation instead: only a key it wrote conflicts (write skew is then possible).
  *
  * A transaction is used through the handle that began it, one call at a
  * time.  walrus_txn_commit and walrus_txn_abort end it, whatever they
@@ -458,6 +458,22 @@ WALRUS_API void walrus_interrupt(void);
  */
 WALRUS_API int walrus_restore(const char *backup, const char *wal_archive, const char *target_kind,
                               const char *target_value, const char *newdir);
+/*
+ * walrus_restore following a chosen timeline (PostgreSQL's
+ * recovery_target_timeline): @target_timeline NULL or "latest" (what
+ * walrus_restore does) follows the highest timeline in @wal_archive whose
+ * history passes through the backup (a backup taken before a failover
+ * recovers the writes of the promoted standby); "current" stays on the
+ * backup's timeline; a number follows that timeline (WALRUS_EINVAL when it
+ * did not descend from the backup's timeline after the backup's end).
+ * Segments are taken from the archive by the followed history; the new
+ * timeline is one above every timeline the archive and the backup hold.
+ * The archive's copy of the backup's last segment must match the backup's
+ * up to its end (WALRUS_ECORRUPT otherwise: another history).
+ */
+WALRUS_API int walrus_restore_timeline(const char *backup, const char *wal_archive,
+                                       const char *target_kind, const char *target_value,
+                                       const char *target_timeline, const char *newdir);
 /* An immediate checkpoint; returns when it is complete (EIO if it failed). */
 WALRUS_API int walrus_checkpoint(walrus *db);
 /*

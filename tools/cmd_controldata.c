@@ -55,6 +55,7 @@ static void print_control(const wal_control *c)
 	       (unsigned long long)c->data_seg_size);
 	printf("Next relation id:                     %llu\n", (unsigned long long)c->next_relid);
 	printf("Latest checkpoint's TimeLineID:       %u\n", wal_control_timeline(c));
+	printf("Promotion decided:                    %s\n", c->promoted ? "yes" : "no");
 	printf("Backup start location:                " WAL_LSN_FMT "\n",
 	       WAL_LSN_ARGS(c->backup_start_lsn));
 	printf("Backup end location:                  " WAL_LSN_FMT "\n",

@@ -10,18 +10,23 @@
 
 static const char usage[] =
     "usage: walrus restore --from BACKUP [--wal-archive DIR]\n"
-    "                      [--target-lsn X/Y | --target-time T | --target-name NAME] NEWDIR\n\n"
+    "                      [--target-lsn X/Y | --target-time T | --target-name NAME]\n"
+    "                      [--target-timeline latest|current|N] NEWDIR\n\n"
     "Copies the base backup BACKUP (walrus backup) into NEWDIR (new or empty),\n"
     "adds the WAL archived after it (DIR, as archive_dir writes it) up to the\n"
     "first missing segment, and recovers: to the end of that WAL, or up to the\n"
     "target, where recovery ends on a new timeline.  NEWDIR is then a stopped\n"
     "data directory.  T: \"YYYY-MM-DD HH:MM:SS[.fff]\" (local time, or with Z or\n"
-    "+HH:MM) or \"@SECONDS[.fff]\" since the epoch.  A failed restore leaves\n"
-    "NEWDIR holding walrus.restore-incomplete; remove it and try again.\n"
+    "+HH:MM) or \"@SECONDS[.fff]\" since the epoch.  --target-timeline: the\n"
+    "history to follow: latest (default: the highest timeline in DIR that\n"
+    "descends from the backup, so a backup taken before a failover recovers\n"
+    "the promoted standby's writes), current (the backup's), or a number.\n"
+    "A failed restore leaves NEWDIR holding walrus.restore-incomplete; remove\n"
+    "it and try again.\n"
     "Exit codes: 0 done, 2 usage, a bad backup or damage, 3 engine error.\n";
 
 typedef struct restore_args {
-	const char *from, *archive, *kind, *value, *newdir;
+	const char *from, *archive, *kind, *value, *newdir, *timeline;
 } restore_args;
 
 static int set_target(restore_args *a, const char *kind, const char *value)
@@ -51,6 +56,8 @@ static int parse(int argc, char **argv, restore_args *a)
 			a->from = v;
 		else if (strcmp(o, "--wal-archive") == 0)
 			a->archive = v;
+		else if (strcmp(o, "--target-timeline") == 0)
+			a->timeline = v;
 		else if (!takes && a->newdir == NULL)
 			a->newdir = o;
 		else {
@@ -86,7 +93,7 @@ int cmd_restore(tool_ctx *ctx, int argc, char **argv)
 	int rc = parse(argc, argv, &a);
 	if (rc != 0)
 		return rc;
-	int e = walrus_restore(a.from, a.archive, a.kind, a.value, a.newdir);
+	int e = walrus_restore_timeline(a.from, a.archive, a.kind, a.value, a.timeline, a.newdir);
 	if (e != WALRUS_OK) {
 		fprintf(stderr, "walrus: restore: %s\n",
 		        walrus_errmsg()[0] ? walrus_errmsg() : walrus_strerror(e));

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "buffer/buffer.h"
+#include "fdcache/fdcache.h"
 #include "ipc/ipc.h"
 
 static _Atomic uint32_t *ckpt_shutdown; /* set by ckpt_main: a shutdown hurries the writes */
@@ -45,6 +46,36 @@ static wr_lsn write_record(wr_lsn redo, uint64_t next_relid, int flags, wr_lsn *
 	return end;
 }
 
+static void (*promote_hook)(void);
+
+void ckpt_set_promote_hook(void (*fn)(void))
+{
+	promote_hook = fn;
+}
+
+/*
+ * The first checkpoint after a standby's promotion, before its record (the
+ * first WAL of the new timeline that a restart would replay): the control
+ * file names the new timeline and says the promotion is decided, then the
+ * standby's settings go.  A crash before the control file is written
+ * restarts a standby on the old timeline with nothing of the new one in its
+ * WAL; after it, a start completes the promotion.
+ */
+static bool promote_decide(const char *datadir, wal_control *c)
+{
+	if (wal_timeline() == 0 || wal_timeline() == wal_control_timeline(c))
+		return false;
+	c->timeline = wal_timeline();
+	c->promoted = 1;
+	c->backup_start_lsn = c->backup_end_lsn = 0;
+	if (wal_control_write(datadir, c) != WALRUS_OK)
+		wr_panic("could not write the control file: %s", walrus_errmsg());
+	(void)fdc_step("promotion-decided", datadir);
+	if (promote_hook != NULL)
+		promote_hook();
+	return true;
+}
+
 static void update_control(const char *datadir, wal_control *c, wr_lsn start, wr_lsn redo,
                            uint64_t next_relid, int flags)
 {
@@ -54,11 +85,8 @@ static void update_control(const char *datadir, wal_control *c, wr_lsn start, wr
 	c->checkpoint_time_us = wr_wall_us();
 	c->next_relid = next_relid;
 	c->state = flags & CKPT_SHUTDOWN ? WAL_DB_SHUTDOWN : WAL_DB_IN_PRODUCTION;
-	/* The first checkpoint after a standby's promotion: the new timeline. */
-	if (wal_timeline() != 0 && wal_timeline() != wal_control_timeline(c)) {
-		c->timeline = wal_timeline();
-		c->backup_start_lsn = c->backup_end_lsn = 0;
-	}
+	/* promote_decide ran before the record: the standby's settings are gone. */
+	c->promoted = 0;
 	/* The record is durable; a control file still naming the previous
 	 * checkpoint would be safe, but one half-written is not, and we cannot
 	 * tell which we got: stop here. */
@@ -248,7 +276,10 @@ int ckpt_perform(const char *datadir, const wr_options *o, int flags, const char
 	wr_lsn replayed_lsn;
 	if (wal_replayed_checkpoint(&replayed_lsn, &replayed))
 		next_relid = WR_MAX(next_relid, replayed.next_relid);
+	bool promotion = promote_decide(datadir, &c);
 	write_record(r->redo, next_relid, flags, &r->lsn);
+	if (promotion)
+		(void)fdc_step("promotion-record-written", datadir);
 	update_control(datadir, &c, r->lsn, r->redo, next_relid, flags);
 	/* Nothing writes WAL after a shutdown checkpoint: the WAL directory
 	 * can shrink to min_wal_size, future segments included. */
@@ -279,6 +310,13 @@ static int restartpoint(const char *datadir, const wr_options *o, int flags, con
 	uint64_t t0 = wr_now_ns();
 	read_control(datadir, &c);
 	*r = (ckpt_result){0};
+	/* The WAL receiver follows a new timeline: recorded before its WAL arrives. */
+	if (wal_follow_timeline() != 0 && wal_follow_timeline() != wal_control_timeline(&c)) {
+		c.timeline = wal_follow_timeline();
+		if (wal_control_write(datadir, &c) != WALRUS_OK)
+			wr_panic("could not write the control file: %s", walrus_errmsg());
+		wr_log(WR_LOG, "the standby follows timeline %u", c.timeline);
+	}
 	if (!wal_replayed_checkpoint(&lsn, &ck) || lsn <= c.checkpoint_lsn) {
 		wr_log(WR_DEBUG, "restartpoint (%s) skipped: no checkpoint replayed since the last",
 		       reason);
@@ -311,9 +349,19 @@ static int restartpoint(const char *datadir, const wr_options *o, int flags, con
 		c.backup_start_lsn = c.backup_end_lsn = 0;
 	if (wal_control_write(datadir, &c) != WALRUS_OK)
 		wr_panic("could not write the control file: %s", walrus_errmsg());
-	/* A standby archives nothing: its segments are the primary's. */
+	/* A standby archives nothing while it is one: its segments are the
+	 * primary's.  With archive_dir it keeps those its primary has not
+	 * archived yet, to archive them if it is promoted; with archive_command
+	 * it cannot tell, and recycles as without archiving. */
 	wr_options keep = *o;
-	keep.archive_mode = 0;
+	char waldir[PATH_MAX];
+	if (o->archive_mode && o->archive_dir[0] != '\0' &&
+	    wr_snprintf(waldir, sizeof(waldir), "%s/wal", datadir) &&
+	    wal_archive_mark_present(waldir, o->archive_dir, wal_control_timeline(&c),
+	                             c.wal_seg_size) != WALRUS_OK)
+		wr_log(WR_WARNING, "restartpoint: %s", walrus_errmsg());
+	if (o->archive_dir[0] == '\0')
+		keep.archive_mode = 0;
 	recycle_wal(datadir, &keep, false, r);
 	r->total_s = (double)(wr_now_ns() - t0) / 1e9;
 	update_estimate(r);

@@ -108,6 +108,14 @@ void ckpt_note_started(void);
 void ckpt_note_done(bool ok, const ckpt_result *r);
 /* A requested checkpoint found nothing to do since the last one: waiters are released. */
 void ckpt_note_skipped(void);
+/*
+ * A standby's promotion: the first checkpoint on the new timeline writes the
+ * control file with the timeline and `promoted` set before its record, then
+ * calls @fn (which removes the standby's settings, durably): from then on a
+ * crash restarts the directory as the new primary, never as a standby
+ * following the old timeline past the cut.
+ */
+void ckpt_set_promote_hook(void (*fn)(void));
 /* Test hook: called in the checkpointer before each page it writes, in write order. */
 typedef void (*ckpt_write_observer)(const buf_ckpt_item *it);
 void ckpt_set_write_observer(ckpt_write_observer fn);

@@ -9,7 +9,9 @@
  *
  * Order: history files first (a restore follows them to pick each
  * segment's timeline), then completed segments (end <= the flushed LSN) by
- * LSN, each under wal_archive_name(timeline, start).  The first failure
+ * LSN, each under wal_archive_name(timeline, start) with the timeline that
+ * holds it: after a promotion, the segments of the old timeline that its
+ * primary did not archive go under the old timeline's number.  The first failure
  * ends the round: a later segment is never archived before an earlier one,
  * so the archive has no gap.  Retries back off from 100 ms to 5 s.
  *
@@ -54,6 +56,7 @@ typedef struct arch_state {
 	const wr_options *o;
 	uint64_t seg;
 	uint32_t tli;
+	wal_history h; /* the timeline's history: each segment is archived under its own */
 	char waldir[PATH_MAX];
 	char statusdir[PATH_MAX];
 	wr_lsn done_upto;         /* every completed segment before this is archived */
@@ -547,7 +550,8 @@ static bool archive_list(arch_state *st, char **v, size_t n, bool history, pid_t
 		if (history)
 			wr_snprintf(name, sizeof(name), "%s", v[i]);
 		else if (wal_segment_parse_name(v[i], st->seg, &start))
-			wal_archive_name(st->tli, start, name, sizeof(name));
+			wal_archive_name(wal_history_tli_for(&st->h, start, st->seg), start, name,
+			                 sizeof(name));
 		ok = archive_one(st, v[i], name, supervisor, deadline_ns);
 		if (!ok)
 			break;
@@ -650,6 +654,15 @@ static void arch_init(arch_state *st)
 		if (fdc_mkdir(st->statusdir, 0700) != WALRUS_OK ||
 		    fdc_fsync_path(st->waldir) != WALRUS_OK)
 			wr_panic("archiver: %s", walrus_errmsg());
+	}
+	char name[32], hist[PATH_MAX];
+	wal_history_name(st->tli, name, sizeof(name));
+	if (!wr_snprintf(hist, sizeof(hist), "%s/%s", st->waldir, name) ||
+	    wal_history_read(hist, st->tli, &st->h) != WALRUS_OK) {
+		wr_log(WR_WARNING, "archiver: %s; every segment is archived under timeline %u",
+		       walrus_errmsg(), st->tli);
+		memset(&st->h, 0, sizeof(st->h));
+		st->h.tli = st->tli;
 	}
 	st->scan_needed = true;
 	wr_log(WR_LOG, "archiver started: timeline %u, %s \"%s\"", st->tli,

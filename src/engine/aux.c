@@ -320,8 +320,10 @@ _Noreturn void aux_main(int kind, int keep_fd)
 		                                   .source = &e->sb.source});
 		repl_receiver_main();
 	}
-	if (kind == WR_AUX_CKPT)
+	if (kind == WR_AUX_CKPT) {
+		ckpt_set_promote_hook(standby_settings_remove);
 		ckpt_main(engine_sh()->datadir, &engine_sh()->opts,
 		          &engine_sh()->shutdown_requested, supervisor);
+	}
 	wr_panic("unknown auxiliary process kind %d", kind);
 }

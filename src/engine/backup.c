@@ -235,6 +235,7 @@ int backup_write_label(const char *dest, const wal_control *ctl, wr_lsn start, w
 	c.state = WAL_DB_IN_PRODUCTION;
 	c.backup_start_lsn = start;
 	c.backup_end_lsn = end;
+	c.promoted = 0; /* a copy is never the promotion of its source */
 	rc = wal_control_write(dest, &c);
 	if (rc != WALRUS_OK)
 		return rc;

@@ -352,6 +352,11 @@ struct wal_recovery_result *startup_begin(void);
 int standby_refuse(const char *fn);
 /* Whether DIR/walrus.standby makes this start a standby's. */
 bool standby_configured(const char *abs);
+/* The checkpointer's promotion hook: DIR/walrus.standby goes, durably (PANIC otherwise). */
+void standby_settings_remove(void);
+/* At a start: a promotion decided before a crash (the control file says so)
+ * is completed, the standby's settings removed.  True if it was. */
+bool standby_promotion_decided(const char *abs);
 
 /*
  * A standby's base backup from its primary (basebackup.c), for `walrus

@@ -25,8 +25,10 @@
  * Promotion (`walrus promote`): the supervisor stops the sources and sets
  * `promote`; what they made durable is replayed, the WAL after the last
  * record is cut off and a new timeline begins (redo.c); insertion starts,
- * the checkpointer's end-of-recovery checkpoint records the timeline in the
- * control file, then DIR/walrus.standby is removed.  Until this process
+ * the checkpointer's end-of-recovery checkpoint records the timeline (and
+ * that the promotion is decided) in the control file before its record,
+ * then removes DIR/walrus.standby; a start that finds both completes the
+ * promotion (standby_promotion_decided).  Until this process
  * exits the instance refuses writes; the supervisor then starts the WAL
  * writer and accepts them.
  */
@@ -102,6 +104,23 @@ static void check_consistent(wr_lsn end)
 
 /* ---------------------------------------------------------------- the archive */
 
+/* The timeline whose archived copy of the segment at @start follows the
+ * history of the timeline streamed now (the receiver may have moved on). */
+static uint32_t archive_timeline(wr_lsn start)
+{
+	uint32_t tli =
+	    wal_follow_timeline() != 0 ? wal_follow_timeline() : wal_control_timeline(&hs.c);
+	char name[32], path[PATH_MAX];
+	wal_history h;
+	wal_history_name(tli, name, sizeof(name));
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", hs.waldir, name) ||
+	    wal_history_read(path, tli, &h) != WALRUS_OK) {
+		wr_error_clear();
+		return tli;
+	}
+	return wal_history_tli_for(&h, start, hs.c.wal_seg_size);
+}
+
 /* Copies the archived segment holding @need into DIR/wal; false when the
  * archive does not have it (or the receiver writes DIR/wal now). */
 static bool restore_segment(wr_lsn need)
@@ -109,7 +128,7 @@ static bool restore_segment(wr_lsn need)
 	uint64_t seg = hs.c.wal_seg_size;
 	wr_lsn start = need - need % seg;
 	char name[WAL_ARCHIVE_NAME_LEN + 1], from[PATH_MAX], to[PATH_MAX], tmp[PATH_MAX + 32];
-	wal_archive_name(wal_control_timeline(&hs.c), start, name, sizeof(name));
+	wal_archive_name(archive_timeline(start), start, name, sizeof(name));
 	if (!wr_snprintf(from, sizeof(from), "%s/%s", hs.archive, name) || access(from, R_OK) != 0)
 		return false;
 	uint32_t none = SB_SOURCE_NONE;
@@ -221,7 +240,7 @@ static void hs_replayed(const wal_decoded *rec, wr_lsn end)
 	check_consistent(end);
 }
 
-static const wal_standby_hooks hs_hooks = {
+static wal_standby_hooks hs_hooks = {
     .local_end = hs_local_end,
     .wait = hs_wait,
     .replayed = hs_replayed,
@@ -237,15 +256,34 @@ static _Noreturn void fail(const char *what)
 	_exit(1);
 }
 
-static void remove_standby_file(void)
+static void remove_settings(const char *dir)
 {
 	char path[PATH_MAX];
-	if (!wr_snprintf(path, sizeof(path), "%s/%s", hs.e->datadir, WR_STANDBY_FILE))
-		return;
+	if (!wr_snprintf(path, sizeof(path), "%s/%s", dir, WR_STANDBY_FILE))
+		wr_panic("data directory path too long");
 	if (fdc_unlink(path) != WALRUS_OK && errno != ENOENT)
-		fail("could not remove the standby's settings: ");
-	if (fdc_fsync_path(hs.e->datadir) != WALRUS_OK)
-		wr_panic("could not fsync \"%s\": %s", hs.e->datadir, walrus_errmsg());
+		wr_panic("could not remove the standby's settings \"%s\": %s", path,
+		         walrus_errmsg());
+	if (fdc_fsync_path(dir) != WALRUS_OK)
+		wr_panic("could not fsync \"%s\": %s", dir, walrus_errmsg());
+}
+
+void standby_settings_remove(void)
+{
+	remove_settings(engine_sh()->datadir);
+}
+
+bool standby_promotion_decided(const char *abs)
+{
+	wal_control c;
+	if (!standby_configured(abs) || wal_control_read(abs, &c) != WALRUS_OK || c.promoted == 0)
+		return false;
+	wr_log(WR_LOG,
+	       "the promotion to timeline %u was decided before the instance stopped: "
+	       "completing it (%s goes, the instance starts as a primary)",
+	       wal_control_timeline(&c), WR_STANDBY_FILE);
+	remove_settings(abs);
+	return true;
 }
 
 static _Noreturn void promoted(const wal_recovery_result *res)
@@ -254,11 +292,11 @@ static _Noreturn void promoted(const wal_recovery_result *res)
 	wal_set_timeline(res->new_timeline);
 	wal_start_insert_at(res->end, res->last_lsn, res->last_redo, hs.c.sysid, res->last_page);
 	wal_set_in_recovery(false);
-	/* The checkpointer writes the pages replay dirtied and records the new
-	 * timeline: from then on a crash recovers on it. */
+	/* The checkpointer writes the pages replay dirtied, records the new
+	 * timeline and removes the standby's settings (ckpt_set_promote_hook):
+	 * from then on a crash recovers on the new timeline. */
 	if (ckpt_request(CKPT_IMMEDIATE | CKPT_FORCE, true) != WALRUS_OK)
 		fail("the end-of-recovery checkpoint failed: ");
-	remove_standby_file();
 	wr_log(WR_LOG, "promotion complete: timeline %u", res->new_timeline);
 	_exit(0);
 }
@@ -278,6 +316,7 @@ _Noreturn void standby_startup_main(void)
 	startup_prepare(hs.e->datadir, &hs.c);
 	wr_log(WR_LOG, "starting as a standby on timeline %u%s%s", wal_control_timeline(&hs.c),
 	       hs.archive[0] ? "; WAL archive " : "", hs.archive);
+	hs_hooks.archive = hs.archive;
 	if (wal_recover_standby(hs.e->datadir, &hs.e->opts, &hs_hooks, res) != WALRUS_OK)
 		fail("recovery failed: ");
 	promoted(res);

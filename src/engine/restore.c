@@ -17,6 +17,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,10 @@ typedef struct restore_target {
 	wr_lsn lsn;
 	uint64_t time_us;
 	const char *name;
+	/* The timeline to follow: 0 the latest that descends from the backup's,
+	 * else this one (current: the backup's own). */
+	uint32_t tli;
+	bool current;
 } restore_target;
 
 /* ---------------------------------------------------------------- target times */
@@ -132,6 +137,26 @@ static bool restore_parse_time(const char *s, uint64_t *out)
 		return false;
 	*out = (uint64_t)t * 1000000 + us;
 	return true;
+}
+
+static int check_timeline(const char *tl, restore_target *t)
+{
+	if (tl == NULL || strcmp(tl, "latest") == 0)
+		return WALRUS_OK;
+	if (strcmp(tl, "current") == 0) {
+		t->current = true;
+		return WALRUS_OK;
+	}
+	char *end;
+	errno = 0;
+	unsigned long long n = strtoull(tl, &end, 10);
+	if (errno != 0 || end == tl || *end != '\0' || n == 0 || n > UINT32_MAX || tl[0] == '-')
+		return wr_error(WALRUS_EINVAL,
+		                "walrus_restore: bad target timeline \"%s\" (latest, current, or a "
+		                "number from 1)",
+		                tl);
+	t->tli = (uint32_t)n;
+	return WALRUS_OK;
 }
 
 static int check_target(const char *kind, const char *value, restore_target *t)
@@ -268,10 +293,134 @@ static int read_history(const char *newdir, const char *archive, uint32_t tli, w
 	wal_history_name(tli, name, sizeof(name));
 	if (!wr_snprintf(path, sizeof(path), "%s/wal/%s", newdir, name))
 		return wr_error(WALRUS_EINVAL, "path too long");
-	if (tli > 1 && access(path, F_OK) != 0 &&
+	if (tli > 1 && access(path, F_OK) != 0 && archive != NULL &&
 	    !wr_snprintf(path, sizeof(path), "%s/%s", archive, name))
 		return wr_error(WALRUS_EINVAL, "path too long");
 	return wal_history_read(path, tli, h);
+}
+
+/* Why timeline @h cannot be followed from the backup (NULL: it can). */
+static const char *unfollowable(const backup_label *l, const wal_history *h)
+{
+	if (wal_history_contains(h, l->tli, l->end))
+		return NULL;
+	for (int i = 0; i < h->n; i++)
+		if (h->e[i].tli == l->tli)
+			return "it branched off the backup's timeline before the backup's end";
+	return "the backup's timeline is not in its history";
+}
+
+/*
+ * The timeline the restore follows (PostgreSQL's recovery_target_timeline):
+ * the backup's own (current), a given one, or the highest the archive
+ * holds whose history passes through the backup (latest, the default):
+ * a backup taken before a failover recovers the writes made after it.
+ */
+static int pick_timeline(const char *newdir, const char *archive, const backup_label *l,
+                         const restore_target *t, wal_history *h)
+{
+	if (t->current || (t->tli == 0 && archive == NULL))
+		return read_history(newdir, archive, l->tli, h);
+	if (t->tli != 0) {
+		int rc = read_history(newdir, archive, t->tli, h);
+		const char *why = rc == WALRUS_OK ? unfollowable(l, h) : NULL;
+		if (rc != WALRUS_OK || why == NULL)
+			return rc;
+		return wr_error(
+		    WALRUS_EINVAL,
+		    "cannot restore the backup (timeline %u, consistent from " WAL_LSN_FMT
+		    ") onto timeline %u: %s",
+		    l->tli, WAL_LSN_ARGS(l->end), t->tli, why);
+	}
+	for (uint32_t tli = wal_history_highest(archive, l->tli); tli > l->tli; tli--) {
+		char name[32], path[PATH_MAX];
+		wal_history_name(tli, name, sizeof(name));
+		if (!wr_snprintf(path, sizeof(path), "%s/%s", archive, name))
+			return wr_error(WALRUS_EINVAL, "path too long");
+		if (access(path, F_OK) != 0 || wal_history_read(path, tli, h) != WALRUS_OK)
+			continue;
+		const char *why = unfollowable(l, h);
+		if (why == NULL) {
+			wr_log(WR_LOG,
+			       "restore: following timeline %u, the latest in the archive that "
+			       "descends from the backup's timeline %u",
+			       tli, l->tli);
+			return WALRUS_OK;
+		}
+		wr_log(WR_LOG, "restore: timeline %u in the archive is not followed: %s", tli, why);
+	}
+	return read_history(newdir, archive, l->tli, h);
+}
+
+/* NEWDIR/wal gets the followed timeline's history file: the new one branches off it. */
+static int copy_history(const char *newdir, const char *archive, uint32_t tli)
+{
+	char name[32], from[PATH_MAX], to[PATH_MAX];
+	wal_history_name(tli, name, sizeof(name));
+	if (tli <= 1 || !wr_snprintf(to, sizeof(to), "%s/wal/%s", newdir, name) ||
+	    access(to, F_OK) == 0 || archive == NULL ||
+	    !wr_snprintf(from, sizeof(from), "%s/%s", archive, name))
+		return WALRUS_OK;
+	return fc_copy_file(from, to, UINT64_MAX, 0, NULL, NULL);
+}
+
+/* 1: the same bytes in [off, off + len) of both files, 0: not, else an error code (set). */
+static int same_range(int a, int b, const char *an, const char *bn, uint64_t off, uint64_t len,
+                      char *buf)
+{
+	while (len > 0) {
+		size_t n = (size_t)WR_MIN(len, (uint64_t)1 << 20);
+		ssize_t ga = pread(a, buf, n, (off_t)off),
+		        gb = pread(b, buf + (1 << 20), n, (off_t)off);
+		if (ga < 0 || gb < 0)
+			return wr_error(WALRUS_EIO, "could not read \"%s\": %m", ga < 0 ? an : bn);
+		if ((size_t)ga != n || (size_t)gb != n || memcmp(buf, buf + (1 << 20), n) != 0)
+			return 0;
+		off += n;
+		len -= n;
+	}
+	return 1;
+}
+
+/*
+ * The archive's copy of the backup's last segment replaces the backup's,
+ * which stops at the backup's end: up to there both must hold the same WAL,
+ * or the archive's belongs to another history.  The page holding the end
+ * was written again since (its header says how much WAL was durable then):
+ * there only the WAL after the header counts.
+ */
+static int same_prefix(const char *archived, const char *local, uint64_t seg_size, wr_lsn seg_start,
+                       wr_lsn end)
+{
+	int a = open(archived, O_RDONLY | O_CLOEXEC), b = open(local, O_RDONLY | O_CLOEXEC);
+	char *buf = malloc(2 << 20);
+	int rc = WALRUS_OK, same = 1;
+	uint64_t last = (end - seg_start) - (end - seg_start) % WAL_PAGE_SIZE;
+	uint64_t hdr = wal_page_header_size(seg_start + last, seg_size);
+	if (a < 0 || b < 0 || buf == NULL)
+		rc = buf == NULL ? wr_error(WALRUS_ENOMEM, "out of memory")
+		                 : wr_error(wr_errno_code(errno), "could not open \"%s\": %m",
+		                            a < 0 ? archived : local);
+	if (rc == WALRUS_OK)
+		same = same_range(a, b, archived, local, 0, last, buf);
+	if (rc == WALRUS_OK && same == 1 && end - seg_start > last + hdr)
+		same = same_range(a, b, archived, local, last + hdr, end - seg_start - last - hdr,
+		                  buf);
+	if (same < 0)
+		rc = same;
+	else if (rc == WALRUS_OK && same == 0)
+		rc = wr_error(
+		    WALRUS_ECORRUPT,
+		    "archived WAL segment \"%s\" differs from the backup's copy \"%s\" "
+		    "before the backup's end: it belongs to another history (another "
+		    "instance, or a timeline that reused this number); nothing was replaced",
+		    archived, local);
+	free(buf);
+	if (a >= 0)
+		close(a);
+	if (b >= 0)
+		close(b);
+	return rc;
 }
 
 /* Copies ARCHIVE/NAME over NEWDIR/wal/<segment> (a temporary name first). */
@@ -291,14 +440,12 @@ static int fetch_segment(const char *src, const char *newdir, const backup_label
 	return rc;
 }
 
-/*
- * Consecutive archived segments from the backup's last one (the archive's
- * copy of it is whole; the backup's stops at its end) until one is missing,
- * whose name goes into g->missing.
- */
-static int gather_wal(const char *newdir, const char *archive, const backup_label *l, gathered *g)
+static int gather_wal(const char *newdir, const char *archive, const backup_label *l,
+                      const restore_target *t, gathered *g)
 {
-	int rc = read_history(newdir, archive, l->tli, &g->h);
+	int rc = pick_timeline(newdir, archive, l, t, &g->h);
+	if (rc == WALRUS_OK)
+		rc = copy_history(newdir, archive, g->h.tli);
 	if (rc != WALRUS_OK)
 		return rc;
 	uint64_t n = 0;
@@ -324,6 +471,14 @@ static int gather_wal(const char *newdir, const char *archive, const backup_labe
 			    "archived WAL segment \"%s\" has %llu bytes, not the segment "
 			    "size %llu",
 			    src, (unsigned long long)st.st_size, (unsigned long long)l->seg_size);
+		if (s == g->first) {
+			char local[PATH_MAX], waldir[PATH_MAX];
+			if (!wr_snprintf(waldir, sizeof(waldir), "%s/wal", newdir))
+				return wr_error(WALRUS_EINVAL, "path too long");
+			wal_segment_path(waldir, l->seg_size, s, local, sizeof(local));
+			if ((rc = same_prefix(src, local, l->seg_size, s, l->end)) != WALRUS_OK)
+				return rc;
+		}
 		if ((rc = fetch_segment(src, newdir, l, s)) != WALRUS_OK)
 			return rc;
 		g->last = s;
@@ -334,29 +489,8 @@ static int gather_wal(const char *newdir, const char *archive, const backup_labe
 	return WALRUS_OK;
 }
 
-/* The highest timeline named by history files or archived segments in @dir. */
-static uint32_t highest_tli(const char *dir, uint32_t tli)
-{
-	DIR *d = dir == NULL ? NULL : opendir(dir);
-	if (d == NULL)
-		return tli;
-	struct dirent *de;
-	while ((de = readdir(d)) != NULL) {
-		uint32_t t = 0;
-		unsigned h = 0;
-		wr_lsn s;
-		char rest[16];
-		if (wal_archive_parse_name(de->d_name, &t, &s) ||
-		    (sscanf(de->d_name, "%8x.%15s", &h, rest) == 2 &&
-		     strcmp(rest, "history") == 0 && (t = h) != 0))
-			tli = t > tli ? t : tli;
-	}
-	closedir(d);
-	return tli;
-}
-
 static int write_recovery(const char *newdir, const backup_label *l, const restore_target *t,
-                          uint32_t new_tli)
+                          uint32_t follow_tli, uint32_t new_tli)
 {
 	char text[512], extra[160] = "", path[PATH_MAX];
 	if (strcmp(t->kind, "lsn") == 0)
@@ -369,8 +503,8 @@ static int write_recovery(const char *newdir, const backup_label *l, const resto
 		wr_snprintf(extra, sizeof(extra), "target_name = %s\n", t->name);
 	if (!wr_snprintf(text, sizeof(text),
 	                 "# written by walrus restore\nbackup_end_lsn = " WAL_LSN_FMT
-	                 "\ntarget = %s\n%snew_timeline = %u\n",
-	                 WAL_LSN_ARGS(l->end), t->kind, extra, new_tli) ||
+	                 "\ntarget = %s\n%snew_timeline = %u\ntimeline = %u\n",
+	                 WAL_LSN_ARGS(l->end), t->kind, extra, new_tli, follow_tli) ||
 	    !wr_snprintf(path, sizeof(path), "%s/%s", newdir, WAL_RECOVERY_FILE))
 		return wr_error(WALRUS_EINVAL, "path too long");
 	return fc_write_text(path, text, true);
@@ -405,7 +539,9 @@ static int prepare(const char *backup, const char *archive, const restore_target
 	if (rc == WALRUS_OK)
 		rc = check_backup_wal(newdir, &l);
 	if (rc == WALRUS_OK && archive != NULL)
-		rc = gather_wal(newdir, archive, &l, g);
+		rc = gather_wal(newdir, archive, &l, t, g);
+	else if (rc == WALRUS_OK)
+		rc = read_history(newdir, NULL, l.tli, &g->h);
 	if (rc == WALRUS_OK)
 		rc = fc_failpoint("restore-gathered", newdir);
 	if (rc != WALRUS_OK)
@@ -413,8 +549,8 @@ static int prepare(const char *backup, const char *archive, const restore_target
 	char waldir[PATH_MAX];
 	if (!wr_snprintf(waldir, sizeof(waldir), "%s/wal", newdir))
 		return wr_error(WALRUS_EINVAL, "path too long");
-	uint32_t tli = highest_tli(archive, highest_tli(waldir, l.tli)) + 1;
-	rc = write_recovery(newdir, &l, t, tli);
+	uint32_t tli = wal_history_highest(archive, wal_history_highest(waldir, l.tli)) + 1;
+	rc = write_recovery(newdir, &l, t, g->h.tli, tli);
 	if (rc == WALRUS_OK)
 		rc = fc_sync_tree(newdir);
 	if (rc == WALRUS_OK)
@@ -474,11 +610,21 @@ static int recover(const char *newdir, const gathered *g)
 int walrus_restore(const char *backup, const char *wal_archive, const char *target_kind,
                    const char *target_value, const char *newdir)
 {
+	return walrus_restore_timeline(backup, wal_archive, target_kind, target_value, NULL,
+	                               newdir);
+}
+
+int walrus_restore_timeline(const char *backup, const char *wal_archive, const char *target_kind,
+                            const char *target_value, const char *target_timeline,
+                            const char *newdir)
+{
 	wr_error_clear();
 	if (backup == NULL || newdir == NULL || newdir[0] == '\0')
 		return wr_error(WALRUS_EINVAL, "walrus_restore: backup and newdir are required");
 	restore_target t;
 	int rc = check_target(target_kind, target_value, &t);
+	if (rc == WALRUS_OK)
+		rc = check_timeline(target_timeline, &t);
 	if (rc != WALRUS_OK)
 		return rc;
 	gathered *g = calloc(1, sizeof(*g));

@@ -516,12 +516,31 @@ static void standby_progress(void)
 		instance_running(false);
 }
 
+static void answer_promote_waiters(int type, int status, const char *text);
+
+/* A promotion a crash interrupted once it was decided is over: its waiters learn it. */
+static void promotion_completed_at_start(void)
+{
+	bool waiting = false;
+	for (int i = 0; i < S.nconns; i++)
+		waiting = waiting || S.conns[i].promote;
+	if (!waiting)
+		return;
+	wal_control c;
+	char text[128];
+	snprintf(text, sizeof(text), "promoted: timeline %u (completed by a restart after a crash)",
+	         wal_control_read(S.abs, &c) == WALRUS_OK ? wal_control_timeline(&c) : 0);
+	wr_log(WR_LOG, "%s: the instance accepts writes", text);
+	answer_promote_waiters(WR_MSG_PROMOTE_OK, WALRUS_OK, text);
+}
+
 static int instance_start(void)
 {
 	S.phase = SUP_STARTING;
 	bool again = false;
 	int rc = create_shared_memory();
-	S.standby = rc == WALRUS_OK && standby_configured(S.abs);
+	S.standby =
+	    rc == WALRUS_OK && standby_configured(S.abs) && !standby_promotion_decided(S.abs);
 	if (S.standby)
 		return standby_start();
 	if (rc == WALRUS_OK)
@@ -537,6 +556,7 @@ static int instance_start(void)
 	if (rc != WALRUS_OK)
 		return rc;
 	instance_running(read_only);
+	promotion_completed_at_start();
 	return WALRUS_OK;
 }
 
@@ -608,13 +628,14 @@ static _Noreturn void sup_exit(int code)
 	_exit(code);
 }
 
-static void answer_promote_waiters(int type, int status, const char *text);
-
 static void crash_restart(const char *why)
 {
-	answer_promote_waiters(WR_MSG_ERROR, WALRUS_ERESTART,
-	                       "the standby crashed during the promotion: it restarts as a "
-	                       "standby; promote it again");
+	/* A decided promotion completes at the restart: its waiters are answered then. */
+	wal_control c;
+	if (wal_control_read(S.abs, &c) != WALRUS_OK || c.promoted == 0)
+		answer_promote_waiters(WR_MSG_ERROR, WALRUS_ERESTART,
+		                       "the standby crashed during the promotion: it restarts as a "
+		                       "standby; promote it again");
 	wr_log(WR_LOG, "%s", why);
 	wr_log(WR_LOG, "terminating every other process of the instance");
 	shm_header *h = shm_hdr();

@@ -1239,6 +1239,16 @@ void fdc_io_end(void)
 	fdc_exit();
 }
 
+int fdc_step(const char *point, const char *path)
+{
+	char what[PATH_MAX + 64];
+	if (!wr_snprintf(what, sizeof(what), "%s %s", point, path != NULL ? path : ""))
+		return 0;
+	FDC_LOCKED();
+	int e = ts_fp_check("step", what, NULL);
+	return e > 0 ? e : 0;
+}
+
 /* Without the journal (every build but the tests') these take no lock: the
  * WAL's io_uring path calls them for each batch. */
 uint64_t fdc_io_write_intent(fdc_file f, off_t off, size_t len)

@@ -183,6 +183,12 @@ void fdc_set_write_observer(fdc_write_observer_fn fn);
 int fdc_io_begin(fdc_file f, const char *op, int *injected);
 void fdc_io_end(void);
 /*
+ * A named step of a multi-step change (test builds: the failpoint op "step",
+ * matched against "POINT PATH"): 0 to go on, or the errno a failpoint
+ * injects (KILL and STOP act here).  Always 0 in other builds.
+ */
+int fdc_step(const char *point, const char *path);
+/*
  * The power-loss journal's view of I/O submitted outside the seam: an intent
  * before a write is submitted (TS_PL_NONE when the journal is off), done once it
  * completed, and synced once a flush of @f submitted after every write it

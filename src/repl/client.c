@@ -83,8 +83,56 @@ int repl_client_connect(const char *addr, const char *password, int *fd_out)
 	return WALRUS_OK;
 }
 
-int repl_client_start(int fd, uint64_t sysid, uint32_t timeline, wr_lsn start, const char *app,
-                      const char *slot, wr_lsn *primary_flush)
+/* A history file the primary sends before STREAMING: kept in @waldir, durably. */
+typedef struct follow_file {
+	char name[32];
+	char text[WAL_HISTORY_MAX * 96 + 256];
+	size_t len;
+	uint32_t tli;
+} follow_file;
+
+static int follow_msg(const repl_msg *m, const char *waldir, follow_file *f)
+{
+	if (waldir == NULL)
+		return wr_error(WALRUS_EPROTO, "the primary answered START with %s",
+		                repl_msg_name(m->type));
+	if (m->type == REPL_MSG_FILE) {
+		const char *name = m->u.file.path + 4;
+		if (strncmp(m->u.file.path, "wal/", 4) != 0 ||
+		    !wal_history_parse_name(name, &f->tli))
+			return wr_error(WALRUS_EPROTO,
+			                "the primary sent \"%s\" before streaming, not a timeline "
+			                "history",
+			                m->u.file.path);
+		wr_snprintf(f->name, sizeof(f->name), "%s", name);
+		f->len = 0;
+		return WALRUS_OK;
+	}
+	if (f->name[0] == '\0')
+		return wr_error(WALRUS_EPROTO, "the primary sent %s outside a file",
+		                repl_msg_name(m->type));
+	if (m->type == REPL_MSG_DATA) {
+		if (f->len + m->u.data.len >= sizeof(f->text))
+			return wr_error(WALRUS_EPROTO,
+			                "the primary's timeline history is too long");
+		memcpy(f->text + f->len, m->u.data.data, m->u.data.len);
+		f->len += m->u.data.len;
+		return WALRUS_OK;
+	}
+	if (m->u.file_end.bytes != f->len || m->u.file_end.crc != crc32c(0, f->text, f->len))
+		return wr_error(WALRUS_EPROTO,
+		                "the primary's timeline history \"%s\" arrived damaged", f->name);
+	f->text[f->len] = '\0';
+	if (strlen(f->text) != f->len)
+		return wr_error(WALRUS_EPROTO, "the primary's timeline history \"%s\" is not text",
+		                f->name);
+	/* Durable before any WAL of that timeline is written here. */
+	return wal_write_file(waldir, f->name, f->text);
+}
+
+int repl_client_follow(int fd, uint64_t sysid, uint32_t timeline, wr_lsn start, const char *app,
+                       const char *slot, const char *waldir, wr_lsn *primary_flush,
+                       uint32_t *stream_tli)
 {
 	repl_msg m = {.type = REPL_MSG_START};
 	m.u.start.sysid = sysid;
@@ -93,23 +141,46 @@ int repl_client_start(int fd, uint64_t sysid, uint32_t timeline, wr_lsn start, c
 	wr_snprintf(m.u.start.app, sizeof(m.u.start.app), "%s", app);
 	wr_snprintf(m.u.start.slot, sizeof(m.u.start.slot), "%s", slot);
 	uint8_t *buf = malloc(REPL_MAX_PAYLOAD);
-	if (buf == NULL)
+	follow_file *f = calloc(1, sizeof(*f));
+	if (buf == NULL || f == NULL) {
+		free(buf);
+		free(f);
 		return wr_error(WALRUS_ENOMEM, "out of memory");
+	}
 	int rc = repl_send(fd, &m);
-	if (rc == WALRUS_OK)
+	uint32_t want = timeline;
+	while (rc == WALRUS_OK) {
 		rc = repl_recv(fd, buf, &m);
+		if (rc != WALRUS_OK || m.type == REPL_MSG_ERROR || m.type == REPL_MSG_STREAMING)
+			break;
+		if (m.type != REPL_MSG_FILE && m.type != REPL_MSG_DATA &&
+		    m.type != REPL_MSG_FILE_END)
+			rc = wr_error(WALRUS_EPROTO, "the primary answered START with %s",
+			              repl_msg_name(m.type));
+		else
+			rc = follow_msg(&m, waldir, f);
+		if (rc == WALRUS_OK && m.type == REPL_MSG_FILE_END)
+			want = f->tli;
+	}
 	free(buf);
+	free(f);
 	if (rc == WALRUS_OK && m.type == REPL_MSG_ERROR)
 		return repl_error_from(&m);
-	if (rc == WALRUS_OK && m.type != REPL_MSG_STREAMING)
-		return wr_error(WALRUS_EPROTO, "the primary answered START with %s",
-		                repl_msg_name(m.type));
-	if (rc == WALRUS_OK && m.u.streaming.timeline != timeline)
+	if (rc == WALRUS_OK && m.u.streaming.timeline != want)
 		return wr_error(WALRUS_EPROTO, "the primary streams timeline %u, not %u",
-		                m.u.streaming.timeline, timeline);
-	if (rc == WALRUS_OK)
+		                m.u.streaming.timeline, want);
+	if (rc == WALRUS_OK) {
 		*primary_flush = m.u.streaming.flush_lsn;
+		*stream_tli = want;
+	}
 	return rc;
+}
+
+int repl_client_start(int fd, uint64_t sysid, uint32_t timeline, wr_lsn start, const char *app,
+                      const char *slot, wr_lsn *primary_flush)
+{
+	uint32_t tli;
+	return repl_client_follow(fd, sysid, timeline, start, app, slot, NULL, primary_flush, &tli);
 }
 
 /* ---------------------------------------------------------------- receiving */

@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include "checkpointer/checkpointer.h"
 #include "ipc/ipc.h"
 
 #define RETRY_INTERVAL_NS (1000ULL * 1000 * 1000) /* wal_retrieve_retry_interval */
@@ -24,6 +25,7 @@ typedef struct receiver {
 	const repl_instance *e;
 	repl_standby_conf conf;
 	wal_control ctl;
+	uint32_t tli; /* the timeline streamed: the control file's, until one is followed */
 	char waldir[PATH_MAX];
 	char last_error[256];
 } receiver;
@@ -106,6 +108,26 @@ static bool progress(repl_stream *st, void *arg)
 	return !shutting_down(w);
 }
 
+/*
+ * The primary streams a newer timeline (its history file is in DIR/wal
+ * already): the control file names it before any of its WAL is written
+ * here (a restartpoint with the new timeline, asked of the checkpointer,
+ * the control file's only writer), so that a restart asks for it again
+ * instead of the old one, and a promotion branches off it.
+ */
+static int switch_timeline(receiver *w, uint32_t tli, wr_lsn at)
+{
+	wr_log(WR_LOG, "following the primary's timeline %u from " WAL_LSN_FMT " (was timeline %u)",
+	       tli, WAL_LSN_ARGS(at), w->tli);
+	wal_set_follow_timeline(tli);
+	int rc = ckpt_request(CKPT_IMMEDIATE | CKPT_FORCE, true);
+	if (rc != WALRUS_OK)
+		return wr_error(rc, "could not record timeline %u in the control file: %s", tli,
+		                walrus_errmsg());
+	w->tli = tli;
+	return WALRUS_OK;
+}
+
 /* One connection: until it breaks (its error is returned) or shutdown (WALRUS_OK). */
 static int follow(receiver *w, repl_stream *st)
 {
@@ -126,12 +148,15 @@ static int follow(receiver *w, repl_stream *st)
 		st->progress = progress;
 		st->arg = w;
 	}
-	rc = repl_client_start(fd, w->ctl.sysid, wal_control_timeline(&w->ctl), st->flushed,
-	                       w->conf.application_name, w->conf.slot, &pflush);
+	uint32_t tli;
+	rc = repl_client_follow(fd, w->ctl.sysid, w->tli, st->flushed, w->conf.application_name,
+	                        w->conf.slot, w->waldir, &pflush, &tli);
+	if (rc == WALRUS_OK && tli != w->tli)
+		rc = switch_timeline(w, tli, st->flushed);
 	if (rc == WALRUS_OK) {
 		set_error(w, "");
 		atomic_store(&w->rcv->state, REPL_RCV_STREAMING);
-		atomic_store(&w->rcv->timeline, wal_control_timeline(&w->ctl));
+		atomic_store(&w->rcv->timeline, w->tli);
 		wr_log(WR_LOG,
 		       "streaming WAL from %s at " WAL_LSN_FMT " (primary flushed to " WAL_LSN_FMT
 		       ")",
@@ -158,6 +183,7 @@ _Noreturn void repl_receiver_main(void)
 		wr_log(WR_FATAL, "WAL receiver cannot start: %s", walrus_errmsg());
 		_exit(1);
 	}
+	w.tli = wal_control_timeline(&w.ctl);
 	wr_snprintf(w.rcv->primary, sizeof(w.rcv->primary), "%s", w.conf.primary);
 	if (!wr_snprintf(w.waldir, sizeof(w.waldir), "%s/wal", w.e->datadir))
 		wr_panic("path too long: \"%s\"", w.e->datadir);

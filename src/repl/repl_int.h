@@ -190,6 +190,15 @@ int repl_client_connect(const char *addr, const char *password, int *fd_out);
 /* Sends START and waits for STREAMING: the primary's timeline and flush LSN. */
 int repl_client_start(int fd, uint64_t sysid, uint32_t timeline, wr_lsn start, const char *app,
                       const char *slot, wr_lsn *primary_flush);
+/*
+ * START as a standby that can follow a new timeline: the primary may send
+ * its timeline's history file first (a standby of its parent timeline whose
+ * WAL ends before the branch), kept in @waldir durably before this returns;
+ * *stream_tli is the timeline then streamed.
+ */
+int repl_client_follow(int fd, uint64_t sysid, uint32_t timeline, wr_lsn start, const char *app,
+                       const char *slot, const char *waldir, wr_lsn *primary_flush,
+                       uint32_t *stream_tli);
 
 /* Receiving into a WAL directory: everything but the socket. */
 typedef struct repl_stream {

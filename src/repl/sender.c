@@ -55,6 +55,7 @@ typedef struct sender {
 	uint8_t *buf;
 	sigset_t wake_mask;            /* the mask ppoll sleeps with: SIGUSR1 unblocked */
 	char slot_name[REPL_NAME_LEN]; /* the replication slot it moves, or "" */
+	char history[PATH_MAX];        /* a following standby's new timeline history, or "" */
 	bool sync;                     /* its standby is the synchronous_standby */
 	bool sync_apply;               /* ... confirming what it replayed, not flushed */
 	const wr_options *opts;
@@ -175,6 +176,83 @@ static void authenticate(sender *w, int (*attach)(int slot))
 
 /* ---------------------------------------------------------------- START */
 
+/*
+ * A standby on another timeline follows this one when its timeline is an
+ * ancestor of ours and its WAL ends at or before the point where ours
+ * branched off it (a sibling of a promoted standby, say): what it has is
+ * then WAL of our history too.  One whose WAL goes past that point holds
+ * WAL of another history (the former primary, or a standby that received
+ * more than the promoted one did) and can never follow: refused, naming
+ * both positions.  The history file goes to it first (history_to_send).
+ */
+static void check_follow(sender *w, uint32_t theirs, wr_lsn start)
+{
+	char text[REPL_ERROR_TEXT_MAX], name[32], path[PATH_MAX];
+	uint32_t tli = wal_control_timeline(&w->ctl);
+	wal_history h;
+	wal_history_name(tli, name, sizeof(name));
+	if (!wr_snprintf(path, sizeof(path), "%s/wal/%s", w->datadir, name) ||
+	    wal_history_read(path, tli, &h) != WALRUS_OK) {
+		snprintf(text, sizeof(text), "cannot read this primary's timeline history: %s",
+		         walrus_errmsg());
+		refuse(w, WR_WARNING, WALRUS_EIO, text);
+	}
+	int i = 0;
+	while (i < h.n && h.e[i].tli != theirs)
+		i++;
+	if (i == h.n) {
+		snprintf(text, sizeof(text),
+		         "cannot follow timeline %u: the standby's timeline %u is not in its "
+		         "history; make it anew from a base backup of this primary",
+		         tli, theirs);
+		refuse(w, WR_LOG, WALRUS_EINVAL, text);
+	}
+	if (start > h.e[i].end) {
+		snprintf(text, sizeof(text),
+		         "cannot follow timeline %u: the standby's WAL reaches " WAL_LSN_FMT
+		         ", past " WAL_LSN_FMT " where it branched off timeline %u (WAL of another "
+		         "history: a former primary, or a standby that received more than the "
+		         "promoted one); make it anew from a base backup of this primary",
+		         tli, WAL_LSN_ARGS(start), WAL_LSN_ARGS(h.e[i].end), theirs);
+		refuse(w, WR_LOG, WALRUS_EINVAL, text);
+	}
+	wr_snprintf(w->history, sizeof(w->history), "%s", path);
+	wr_log(WR_LOG,
+	       "standby on timeline %u at " WAL_LSN_FMT
+	       " follows timeline %u (branched off at " WAL_LSN_FMT ")",
+	       theirs, WAL_LSN_ARGS(start), tli, WAL_LSN_ARGS(h.e[i].end));
+}
+
+/* The history file of the timeline a following standby switches to: FILE, DATA, FILE_END. */
+static void send_history(sender *w)
+{
+	char text[WAL_HISTORY_MAX * 96 + 256];
+	const char *base = strrchr(w->history, '/') + 1;
+	FILE *f = fopen(w->history, "re");
+	size_t n = f != NULL ? fread(text, 1, sizeof(text), f) : 0;
+	if (f == NULL || ferror(f) || n == 0 || n == sizeof(text)) {
+		if (f != NULL)
+			fclose(f);
+		drop(w, "could not read the timeline history to send");
+	}
+	fclose(f);
+	repl_msg m = {.type = REPL_MSG_FILE};
+	wr_snprintf(m.u.file.path, sizeof(m.u.file.path), "wal/%s", base);
+	int rc = repl_send(w->fd, &m);
+	m = (repl_msg){.type = REPL_MSG_DATA};
+	m.u.data.data = (const uint8_t *)text;
+	m.u.data.len = (uint32_t)n;
+	if (rc == WALRUS_OK)
+		rc = repl_send(w->fd, &m);
+	m = (repl_msg){.type = REPL_MSG_FILE_END};
+	m.u.file_end.bytes = n;
+	m.u.file_end.crc = crc32c(0, text, n);
+	if (rc == WALRUS_OK)
+		rc = repl_send(w->fd, &m);
+	if (rc != WALRUS_OK)
+		drop(w, walrus_errmsg());
+}
+
 static wr_lsn check_start(sender *w, const repl_msg *m)
 {
 	char text[REPL_ERROR_TEXT_MAX];
@@ -186,20 +264,12 @@ static wr_lsn check_start(sender *w, const repl_msg *m)
 		         (unsigned long long)m->u.start.sysid, (unsigned long long)w->ctl.sysid);
 		refuse(w, WR_LOG, WALRUS_EINVAL, text);
 	}
-	if (m->u.start.timeline != tli) {
-		snprintf(text, sizeof(text),
-		         "the standby's timeline %u differs from the primary's %u%s",
-		         m->u.start.timeline, tli,
-		         m->u.start.timeline < tli
-		             ? ": a former primary cannot follow on its old timeline; make it anew "
-		               "from a base backup of this primary"
-		             : "");
-		refuse(w, WR_LOG, WALRUS_EINVAL, text);
-	}
 	if (start == 0)
 		refuse(w, WR_LOG, WALRUS_EINVAL,
 		       "requested start 0/00000000 is no WAL position: a standby streams from "
 		       "where its own WAL ends");
+	if (m->u.start.timeline != tli)
+		check_follow(w, m->u.start.timeline, start);
 	if (start > flush) {
 		snprintf(text, sizeof(text),
 		         "requested start " WAL_LSN_FMT
@@ -270,6 +340,8 @@ static void receive_start(sender *w)
 	          strcmp(w->opts->synchronous_standby, w->slot->name) == 0;
 	w->sync_apply = w->opts->synchronous_standby_level == WR_SYNC_LEVEL_APPLY;
 	atomic_store(&w->slot->sent, w->sent);
+	if (w->history[0] != '\0')
+		send_history(w);
 	m = (repl_msg){.type = REPL_MSG_STREAMING};
 	m.u.streaming.timeline = wal_control_timeline(&w->ctl);
 	m.u.streaming.flush_lsn = wal_flushed_lsn();

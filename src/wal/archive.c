@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -67,6 +68,61 @@ int wal_archive_mark_done_before(const char *waldir, uint64_t seg_size, wr_lsn u
 	if (d != NULL)
 		closedir(d);
 	if (rc == WALRUS_OK)
+		rc = fdc_fsync_path(dir);
+	return rc;
+}
+
+/* WALDIR/archive_status/NAME.done, durably made by the caller's directory fsync. */
+static int touch_done(const char *waldir, const char *name)
+{
+	char path[PATH_MAX];
+	if (!wal_archive_status_path(waldir, name, WAL_ARCHIVE_DONE, path, sizeof(path)))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", waldir);
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return wr_error(wr_errno_code(errno), "could not create \"%s\": %m", path);
+	if (close(fd) != 0)
+		return wr_error(wr_errno_code(errno), "could not close \"%s\": %m", path);
+	return WALRUS_OK;
+}
+
+int wal_archive_mark_present(const char *waldir, const char *archive_dir, uint32_t tli,
+                             uint64_t seg_size)
+{
+	char dir[PATH_MAX], hist[PATH_MAX], name[WAL_SEGMENT_NAME_LEN + 1];
+	wal_history h;
+	wal_history_name(tli, name, sizeof(name));
+	if (!wr_snprintf(dir, sizeof(dir), "%s/%s", waldir, WAL_ARCHIVE_STATUS_DIR) ||
+	    !wr_snprintf(hist, sizeof(hist), "%s/%s", waldir, name))
+		return wr_error(WALRUS_EINVAL, "path too long: \"%s\"", waldir);
+	int rc = wal_history_read(hist, tli, &h);
+	if (rc == WALRUS_OK)
+		rc = fdc_mkdir(dir, 0700);
+	DIR *d = rc == WALRUS_OK ? opendir(waldir) : NULL;
+	if (rc == WALRUS_OK && d == NULL)
+		rc = wr_error(wr_errno_code(errno), "could not open directory \"%s\": %m", waldir);
+	struct dirent *e;
+	int marked = 0;
+	while (rc == WALRUS_OK && (e = readdir(d)) != NULL) {
+		wr_lsn start;
+		char aname[WAL_ARCHIVE_NAME_LEN + 1], apath[PATH_MAX], done[PATH_MAX];
+		struct stat st;
+		if (!wal_segment_parse_name(e->d_name, seg_size, &start))
+			continue;
+		wal_segment_name(seg_size, start, name, sizeof(name));
+		wal_archive_name(wal_history_tli_for(&h, start, seg_size), start, aname,
+		                 sizeof(aname));
+		if (!wal_archive_status_path(waldir, name, WAL_ARCHIVE_DONE, done, sizeof(done)) ||
+		    access(done, F_OK) == 0 ||
+		    !wr_snprintf(apath, sizeof(apath), "%s/%s", archive_dir, aname) ||
+		    stat(apath, &st) != 0 || (uint64_t)st.st_size != seg_size)
+			continue;
+		rc = touch_done(waldir, name);
+		marked++;
+	}
+	if (d != NULL)
+		closedir(d);
+	if (rc == WALRUS_OK && marked > 0)
 		rc = fdc_fsync_path(dir);
 	return rc;
 }

@@ -10,6 +10,7 @@
  * written once (temp file, fsync, rename, fsync the directory) and never
  * changed.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -55,6 +56,33 @@ bool wal_archive_parse_name(const char *name, uint32_t *tli, wr_lsn *seg_start)
 void wal_history_name(uint32_t tli, char *buf, size_t len)
 {
 	wr_snprintf(buf, len, "%08" PRIX32 ".history", tli);
+}
+
+bool wal_history_parse_name(const char *name, uint32_t *tli)
+{
+	uint64_t t;
+	if (strlen(name) != 16 || strcmp(name + 8, ".history") != 0 || !parse_hex(name, 8, &t) ||
+	    t == 0)
+		return false;
+	*tli = (uint32_t)t;
+	return true;
+}
+
+uint32_t wal_history_highest(const char *dir, uint32_t tli)
+{
+	DIR *d = dir == NULL || dir[0] == '\0' ? NULL : opendir(dir);
+	if (d == NULL)
+		return tli;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		uint32_t t = 0;
+		wr_lsn s;
+		if (wal_archive_parse_name(de->d_name, &t, &s) ||
+		    wal_history_parse_name(de->d_name, &t))
+			tli = t > tli ? t : tli;
+	}
+	closedir(d);
+	return tli;
 }
 
 bool wal_parse_lsn(const char *s, wr_lsn *out)
@@ -134,6 +162,26 @@ uint32_t wal_history_tli_for(const wal_history *h, wr_lsn seg_start, uint64_t se
 		if (seg_start + seg_size <= h->e[i].end)
 			return h->e[i].tli;
 	return h->tli;
+}
+
+void wal_history_at(wal_history *h, wr_lsn lsn)
+{
+	/* WAL before e[i].end is e[i].tli's (or an older ancestor's): a point at
+	 * or before the last branch lies on the parent. */
+	while (h->n > 0 && lsn <= h->e[h->n - 1].end) {
+		h->tli = h->e[h->n - 1].tli;
+		h->n--;
+	}
+}
+
+bool wal_history_contains(const wal_history *h, uint32_t tli, wr_lsn upto)
+{
+	if (h->tli == tli)
+		return true;
+	for (int i = 0; i < h->n; i++)
+		if (h->e[i].tli == tli)
+			return upto <= h->e[i].end;
+	return false;
 }
 
 int wal_write_file(const char *dir, const char *name, const char *text)

@@ -447,6 +447,7 @@ typedef struct recovery {
 	wal_recovery_result *res;
 	wal_target t;                /* archive recovery: where to stop */
 	const wal_standby_hooks *sb; /* a standby: replay goes on as WAL arrives */
+	const wr_options *o;
 } recovery;
 
 static int bad_checkpoint(const recovery *rv, const char *why)
@@ -745,10 +746,13 @@ static int target_reached(recovery *rv)
 		                desc, WAL_LSN_ARGS(rv->t.backup_end));
 	wal_history parent;
 	char hist[4096], name[32];
-	uint32_t tli = wal_control_timeline(&rv->c);
+	uint32_t tli = rv->t.follow_tli != 0 ? rv->t.follow_tli : wal_control_timeline(&rv->c);
 	wal_history_name(tli, name, sizeof(name));
 	wr_snprintf(hist, sizeof(hist), "%s/%s", rv->waldir, name);
 	int rc = wal_history_read(hist, tli, &parent);
+	/* Stopped before the followed timeline branched: the new one branches
+	 * off the ancestor that holds the cut. */
+	wal_history_at(&parent, cut);
 	if (rc == 0)
 		rc = wal_target_cut(rv->datadir, &rv->t, cut, rv->c.wal_seg_size);
 	wr_snprintf(why, sizeof(why), "recovery to %s", desc);
@@ -832,27 +836,34 @@ static int redo_loop(recovery *rv)
 static int standby_promoted(recovery *rv)
 {
 	wr_lsn cut = rv->res->end;
-	uint32_t tli = wal_control_timeline(&rv->c), child = tli + 1;
+	/* The timeline followed now: the WAL receiver may have moved to a newer one. */
+	uint32_t tli =
+	    wal_follow_timeline() != 0 ? wal_follow_timeline() : wal_control_timeline(&rv->c);
+	uint32_t seen = wal_history_highest(rv->waldir, tli);
+	seen = wal_history_highest(rv->sb->archive, seen);
+	seen = wal_history_highest(rv->o->archive_dir, seen);
+	uint32_t child = seen + 1;
 	wal_history parent;
 	char hist[4096], name[32];
 	int removed = 0;
 	wal_history_name(tli, name, sizeof(name));
 	wr_snprintf(hist, sizeof(hist), "%s/%s", rv->waldir, name);
 	int rc = wal_history_read(hist, tli, &parent);
+	wal_history_at(&parent, cut); /* promoted before reaching the followed branch */
 	if (rc == 0)
 		rc = wal_cut_after(rv->waldir, cut, rv->c.wal_seg_size, &removed);
+	/* The old timeline's segments stay as they are: those not archived
+	 * (.done) yet, the new primary archives under that timeline. */
 	if (rc == 0)
 		rc = wal_history_write(rv->waldir, &parent, child, cut, "promotion of a standby");
-	if (rc == 0)
-		rc = wal_archive_mark_done_before(rv->waldir, rv->c.wal_seg_size,
-		                                  cut - cut % rv->c.wal_seg_size);
 	if (rc == 0)
 		rc = read_last_page(rv, cut, rv->res->last_page);
 	if (rc == 0) {
 		wr_log(WR_LOG,
 		       "standby promoted at " WAL_LSN_FMT " (%llu records replayed): timeline %u "
-		       "begins",
-		       WAL_LSN_ARGS(cut), (unsigned long long)rv->res->records, child);
+		       "begins (after timeline %u%s)",
+		       WAL_LSN_ARGS(cut), (unsigned long long)rv->res->records, child, tli,
+		       child > tli + 1 ? "; the timelines between are in use elsewhere" : "");
 		rv->res->new_timeline = child;
 	}
 	return rc;
@@ -967,7 +978,7 @@ int wal_recover(const char *datadir, const wr_options *o, wal_recovery_result *r
 int wal_recover_standby(const char *datadir, const wr_options *o, const wal_standby_hooks *sb,
                         wal_recovery_result *res)
 {
-	recovery rv = {.datadir = datadir, .res = res, .sb = sb};
+	recovery rv = {.datadir = datadir, .res = res, .sb = sb, .o = o};
 
 	memset(res, 0, sizeof(*res));
 	ntouched = 0;

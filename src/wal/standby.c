@@ -77,3 +77,13 @@ uint32_t wal_timeline(void)
 {
 	return wal_sh == NULL ? 0 : atomic_load(&wal_sh->timeline);
 }
+
+void wal_set_follow_timeline(uint32_t tli)
+{
+	atomic_store(&wal_sh->follow_timeline, tli);
+}
+
+uint32_t wal_follow_timeline(void)
+{
+	return wal_sh == NULL ? 0 : atomic_load(&wal_sh->follow_timeline);
+}

@@ -88,6 +88,10 @@ static int target_line(wal_target *t, const char *path, int lineno, char *name, 
 		t->new_tli = (uint32_t)n;
 		return 0;
 	}
+	if (strcmp(name, "timeline") == 0 && parse_u64(value, &n) && n >= 1 && n <= UINT32_MAX) {
+		t->follow_tli = (uint32_t)n;
+		return 0;
+	}
 	char why[256];
 	wr_snprintf(why, sizeof(why), "bad setting \"%s\" = \"%s\"", name, value);
 	return target_bad(path, lineno, why);
@@ -199,8 +203,10 @@ static int target_save_cut(const char *datadir, const wal_target *t, wr_lsn cut)
 	wr_snprintf(text, sizeof(text),
 	            "# the point where archive recovery stopped: recovery stops here again\n"
 	            "backup_end_lsn = " WAL_LSN_FMT "\ntarget = lsn\ntarget_lsn = " WAL_LSN_FMT
-	            "\ncut_lsn = " WAL_LSN_FMT "\nnew_timeline = %" PRIu32 "\n",
-	            WAL_LSN_ARGS(t->backup_end), WAL_LSN_ARGS(cut), WAL_LSN_ARGS(cut), t->new_tli);
+	            "\ncut_lsn = " WAL_LSN_FMT "\nnew_timeline = %" PRIu32 "\ntimeline = %" PRIu32
+	            "\n",
+	            WAL_LSN_ARGS(t->backup_end), WAL_LSN_ARGS(cut), WAL_LSN_ARGS(cut), t->new_tli,
+	            t->follow_tli != 0 ? t->follow_tli : 1);
 	return wal_write_file(datadir, WAL_RECOVERY_FILE, text);
 }
 

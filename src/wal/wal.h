@@ -310,6 +310,11 @@ bool wal_replayed_checkpoint(wr_lsn *lsn, struct wal_checkpoint_rec *ck);
 /* The timeline the next checkpoint records in the control file (0: keep). */
 void wal_set_timeline(uint32_t tli);
 uint32_t wal_timeline(void);
+/* A standby's WAL receiver follows the primary onto a newer timeline (0:
+ * none): the next restartpoint records it in the control file, and a
+ * promotion branches off it. */
+void wal_set_follow_timeline(uint32_t tli);
+uint32_t wal_follow_timeline(void);
 
 /* ---------------------------------------------------------------- a synchronous standby */
 
@@ -446,7 +451,12 @@ typedef struct wal_control {
 	/* The history this WAL belongs to: 1 at creation, a new one at the end of
 	 * each point-in-time recovery (0 in older files means 1). */
 	uint32_t timeline;
-	uint32_t pad;
+	/* Nonzero once a standby's promotion to @timeline is decided (written
+	 * before anything of that timeline is in the WAL): a start that finds
+	 * the standby's settings still there completes the promotion instead of
+	 * following the old timeline past the cut.  Cleared by the first
+	 * checkpoint after it.  (Older files hold 0 here.) */
+	uint32_t promoted;
 	/* A base backup's copy: its start (redo) and end LSNs; replay must reach
 	 * the end before the copy is consistent.  0 elsewhere. */
 	uint64_t backup_start_lsn, backup_end_lsn;
@@ -510,12 +520,28 @@ typedef struct wal_history {
 	uint32_t tli;         /* the timeline the file describes */
 } wal_history;
 void wal_history_name(uint32_t tli, char *buf, size_t len); /* "TTTTTTTT.history" */
+bool wal_history_parse_name(const char *name, uint32_t *tli);
+/*
+ * The highest of @tli and every timeline that a history file or an archived
+ * segment's name in @dir mentions (NULL, "" or a directory that cannot be
+ * read: @tli).  A new timeline is one above this over every place that
+ * holds WAL (the local WAL, the archive), as PostgreSQL picks it: two
+ * promotions, or a promotion after a point-in-time recovery, never reuse a
+ * number.
+ */
+uint32_t wal_history_highest(const char *dir, uint32_t tli);
 /* Replaces DIR/NAME with @text durably: temp file, fsync, rename, fsync DIR. */
 int wal_write_file(const char *dir, const char *name, const char *text);
 /* "X/Y" (hex, as printed by WAL_LSN_FMT) into *out. */
 bool wal_parse_lsn(const char *s, wr_lsn *out);
 /* Reads @path (the file of timeline @tli); timeline 1 needs no file (empty history). */
 int wal_history_read(const char *path, uint32_t tli, wal_history *h);
+/* @h becomes the history of the timeline that holds @lsn when following @h
+ * (a point at or before a branch lies on the parent). */
+void wal_history_at(wal_history *h, wr_lsn lsn);
+/* Following @h, the WAL before @upto is timeline @tli's: @tli is @h's own
+ * timeline, or an ancestor it branched off at @upto or later. */
+bool wal_history_contains(const wal_history *h, uint32_t tli, wr_lsn upto);
 /* The timeline whose WAL holds the segment starting at @seg_start when following @h. */
 uint32_t wal_history_tli_for(const wal_history *h, wr_lsn seg_start, uint64_t seg_size);
 /* Writes WALDIR/<child>.history durably: @parent's lines, then "parent<TAB>X/Y<TAB>reason". */
@@ -578,6 +604,15 @@ void wal_segment_name(uint64_t seg_size, wr_lsn seg_start, char *buf, size_t len
  * its timeline (or in the backup); the new timeline's begin at the branch. */
 int wal_archive_mark_done_before(const char *waldir, uint64_t seg_size, wr_lsn upto);
 void wal_archive_forget(const char *waldir, uint64_t seg_size, wr_lsn seg_start);
+/*
+ * A standby with archive_mode and archive_dir: marks archived (.done) each
+ * segment of WALDIR whose copy its primary put in @archive_dir (named by
+ * timeline @tli's history).  The others stay until the standby, once
+ * promoted, archives them itself: WAL its primary never archived is not
+ * recycled and lost to point-in-time recovery.
+ */
+int wal_archive_mark_present(const char *waldir, const char *archive_dir, uint32_t tli,
+                             uint64_t seg_size);
 
 /* ---------------------------------------------------------------- reader */
 
@@ -724,6 +759,9 @@ void wal_redo_release_block(const wal_decoded *rec, int id, void *page, bool cha
  *   target_time = N        microseconds since the epoch: replay records inserted no later
  *   target_name = NAME     replay up to and including this restore point
  *   new_timeline = N       the timeline that starts where replay stops
+ *   timeline = N           the timeline whose history replay follows (the
+ *                          restore copied its segments; default: the
+ *                          control file's): the new one branches off it
  * Replay stops at the target (an error when the WAL ends first, or before
  * backup_end_lsn, naming where it ended); the WAL after that point is cut
  * off (the rest of its segment zeroed, later segments removed), the new
@@ -750,7 +788,8 @@ int wal_recover(const char *datadir, const wr_options *o, wal_recovery_result *r
  * replayed to its end, then only WAL the standby's sources made durable,
  * as they make more of it, until a promotion.  Then the WAL after the last
  * record replayed is cut off, a history file names the new timeline
- * (res->new_timeline, one past the control file's) and the result is as
+ * (res->new_timeline, one above every timeline of the local WAL, the
+ * standby's archive and archive_dir) and the result is as
  * at the end of crash recovery.  The hooks run in the startup process:
  *   local_end(end)   the local WAL ends at @end: sources continue there;
  *   wait(limit, &promote, &replaced)  blocks until WAL past @limit is
@@ -763,6 +802,10 @@ typedef struct wal_standby_hooks {
 	void (*local_end)(wr_lsn end);
 	wr_lsn (*wait)(wr_lsn limit, bool *promote, bool *replaced);
 	void (*replayed)(const wal_decoded *rec, wr_lsn end);
+	/* The directory the standby restores archived WAL from ("": none):
+	 * with the local WAL and archive_dir, where promotion looks for the
+	 * timelines in use (wal_history_highest). */
+	const char *archive;
 } wal_standby_hooks;
 int wal_recover_standby(const char *datadir, const wr_options *o, const wal_standby_hooks *sb,
                         wal_recovery_result *res);

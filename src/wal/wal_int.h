@@ -156,7 +156,8 @@ typedef struct wal_shared {
 
 	/* a standby's recovery (standby.c): written by the startup process */
 	_Atomic uint32_t in_recovery;
-	_Atomic uint32_t timeline; /* after a promotion: the control file's next (0: keep) */
+	_Atomic uint32_t timeline;        /* after a promotion: the control file's next (0: keep) */
+	_Atomic uint32_t follow_timeline; /* a standby's: the newer timeline it streams (0: none) */
 	_Atomic uint64_t replayed_end;
 	_Atomic uint64_t replayed_time_ms; /* the last replayed record's insertion time */
 	_Atomic uint32_t rp_seq;           /* odd while the startup writes rp_* */
@@ -230,6 +231,7 @@ typedef struct wal_target {
 	uint64_t time_us;
 	char name[WAL_RESTORE_POINT_NAME];
 	uint32_t new_tli;
+	uint32_t follow_tli; /* the timeline whose history replay follows (0: the control file's) */
 } wal_target;
 
 /* Reads DIR/walrus.recovery (t->active false when there is none). */

@@ -68,8 +68,9 @@ def timeline_two(a, root, cleanup, c, want_a):
     """A restored copy (timeline 2) archiving to the same archive, backed up,
     written to and restored again: the restore follows timeline 2's history
     (segments before the branch under timeline 1's names, after it under
-    2's) and starts timeline 3; the first backup restored again still
-    follows timeline 1 beside them."""
+    2's) and starts timeline 3; the first backup restored again follows
+    timeline 2 too (the latest, by default), or with --target-timeline
+    current timeline 1 beside them."""
     _, r = c.restore("tl2", "--target-name", "rp1")
     bk.must(r, "restore for timeline 2")
     tl2 = wtest.Walrus(a.walrus, os.path.join(root, "tl2"),
@@ -99,7 +100,14 @@ def timeline_two(a, root, cleanup, c, want_a):
           f"extra {sorted(k - want)[:3]}")
     check(w.controldata().get("Latest checkpoint's TimeLineID") == "3", "timeline 3 expected")
     w.verify()
-    w, r = c.restore("tl1-again")
+    # By default a restore follows the latest timeline that descends from
+    # the backup: the first backup ends on timeline 2 like the second.
+    w, r = c.restore("tl1-latest")
+    bk.must(r, "the first backup restored again, following the latest timeline")
+    k = keys(w)
+    check(k == want, f"the first backup, latest timeline: {len(k)} keys, missing "
+          f"{sorted(want - k)[:3]}, extra {sorted(k - want)[:3]}")
+    w, r = c.restore("tl1-again", "--target-timeline", "current")
     bk.must(r, "the first backup restored again, to the end of timeline 1")
     k = keys(w)
     check(len(k) == 601 and not any(x.startswith("tl2-") for x in k),

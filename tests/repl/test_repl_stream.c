@@ -306,7 +306,9 @@ START_TEST(test_start_refused)
 	snprintf(text, sizeof(text), "system identifier %llu differs from the primary's %llu",
 	         (unsigned long long)(p.ctl.sysid + 1), (unsigned long long)p.ctl.sysid);
 	expect_start_refused(&p, p.ctl.sysid + 1, tli, flush, text);
-	snprintf(text, sizeof(text), "timeline %u differs from the primary's %u", tli + 1, tli);
+	snprintf(text, sizeof(text),
+	         "cannot follow timeline %u: the standby's timeline %u is not in its history", tli,
+	         tli + 1);
 	expect_start_refused(&p, p.ctl.sysid, tli + 1, flush, text);
 	expect_start_refused(&p, p.ctl.sysid, tli, flush + 4096,
 	                     "is ahead of the primary's flush position");

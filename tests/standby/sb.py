@@ -69,9 +69,10 @@ def stats(w):
 class Standby:
     """`walrus -D DIR standby ARGS` in the foreground, as Walrus.serve runs serve."""
 
-    def __init__(self, w, args=()):
+    def __init__(self, w, args=(), failpoints=None):
         self.w = w
         self.args = list(args)
+        self.failpoints = failpoints
         self.proc = None
 
     def start(self):
@@ -79,7 +80,8 @@ class Standby:
         check(not wtest.instance_pids(w.dir), "an instance already serves " + w.dir)
         err = open(os.path.join(os.path.dirname(w.dir), "standby.stderr"), "ab")
         self.proc = subprocess.Popen(w.argv("standby", *self.args), stdin=subprocess.DEVNULL,
-                                     stdout=err, stderr=err, env=w.env())
+                                     stdout=err, stderr=err,
+                                     env=w.env(self.failpoints))
         err.close()
         w.serve_proc = self.proc  # killed by Walrus.kill_instance at cleanup
         deadline = time.time() + 60

@@ -12,8 +12,8 @@ over a Unix socket:
   catches up from there and streams again;
 - with a replication slot the primary keeps what the stopped standby needs
   and it catches up by streaming alone;
-- after the standby's promotion, the former primary cannot follow it on
-  its old timeline: refused, naming both timelines."""
+- after the standby's promotion, the former primary, whose WAL goes past
+  the branch, cannot follow it: refused, naming both positions."""
 import argparse, os, signal
 
 import sb
@@ -150,6 +150,7 @@ def main(cleanup):
     st.start()
     caught_up(p, s)
     sb.must(s.run("promote"), "promote")
+    write(p, "z")  # the former primary's WAL goes past the branch
     p.kill_instance()
     sock2 = os.path.join(root, "repl2.sock")
     st.stop()
@@ -161,7 +162,8 @@ def main(cleanup):
     os.chmod(os.path.join(pdir, "walrus.standby"), 0o600)
     old = sb.Standby(p)
     old.start()
-    check(wtest.wait_for(lambda: "timeline" in receiver(p)["error"], 60),
+    check(wtest.wait_for(lambda: "past" in receiver(p)["error"] and
+                         "cannot follow" in receiver(p)["error"], 60),
           f"the former primary was not refused: {receiver(p)}")
     log(f"  {receiver(p)['error']}")
     old.stop()
