@@ -86,7 +86,8 @@ enum walrus_error {
 	WALRUS_ERESTART = -9,     /* instance crashed and restarted: reopen */
 	WALRUS_EPANIC = -10,      /* this call hit a PANIC; the instance restarts */
 	WALRUS_ENOMEM = -11,      /* out of memory */
-	WALRUS_EVERSION = -12,    /* data directory of an incompatible version */
+	WALRUS_EVERSION = -12,    /* data directory, WAL or primary of an incompatible
+	                           * version: the message names the walrus it needs */
 	WALRUS_ETOOBIG = -13,     /* key or value over its limit */
 	WALRUS_ESHUTDOWN = -14,   /* instance shutting down */
 	WALRUS_EPROTO = -15,      /* unexpected message from the supervisor */
@@ -134,9 +135,11 @@ typedef struct walrus walrus;
  * @opts may be NULL for defaults; option create_if_missing=on creates the
  * directory (mode 0700) and initialises it.
  * Errors: ENOENT (missing and not created), EPERM (not ours, not writable,
- * or group/world permissions), ENOTWALRUS, EVERSION, EBUSY (another instance
- * owns it, or another directory is open in this process), EINVAL (also a bad
- * DIR/walrus.conf, named with its line, and strict_options=on conflicts), EIO.
+ * or group/world permissions), ENOTWALRUS, EVERSION (the directory, or WAL
+ * that recovery must replay, was written by a walrus this one cannot read),
+ * EBUSY (another instance owns it, or another directory is open in this
+ * process), EINVAL (also a bad DIR/walrus.conf, named with its line, and
+ * strict_options=on conflicts), EIO.
  */
 WALRUS_API int walrus_open(const char *dir, const walrus_opts *opts, walrus **db);
 

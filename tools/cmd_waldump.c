@@ -118,7 +118,7 @@ static uint64_t waldump_seg_size(const char *waldir, wr_lsn start, uint64_t fall
 	ssize_t n = fdc_pread(f, &lh, sizeof(lh), 0);
 	(void)fdc_close(f); /* read-only */
 	uint64_t s = lh.seg_size;
-	if (n != (ssize_t)sizeof(lh) || lh.std.magic != WAL_PAGE_MAGIC ||
+	if (n != (ssize_t)sizeof(lh) || !wal_format_readable(wal_magic_format(lh.std.magic)) ||
 	    !(lh.std.info & WAL_PAGE_LONG) || s < WAL_PAGE_SIZE || (s & (s - 1)) != 0 ||
 	    start % s != 0)
 		return fallback;

@@ -40,6 +40,11 @@
  */
 #define WR_TLS _Thread_local __attribute__((tls_model("initial-exec")))
 
+/* This walrus's version ("0.1.0"): meson.build defines it from the project's. */
+#ifndef WR_WALRUS_VERSION
+#error "WR_WALRUS_VERSION is not defined: build with meson (meson.build sets it)"
+#endif
+
 /* ---------------------------------------------------------------- CRC32C */
 
 /* CRC32C (Castagnoli), as in iSCSI/ext4: crc32c(0, "123456789", 9) == 0xE3069283. */

@@ -48,7 +48,7 @@ const char *walrus_strerror(int code)
 	case WALRUS_ENOMEM:
 		return "out of memory";
 	case WALRUS_EVERSION:
-		return "incompatible data directory version";
+		return "incompatible version (data directory, WAL or primary)";
 	case WALRUS_ETOOBIG:
 		return "key or value too large";
 	case WALRUS_ESHUTDOWN:

@@ -214,6 +214,7 @@ static _Noreturn void startup_main(void)
 		rc = wal_recover(e->datadir, &e->opts, res);
 	if (rc != WALRUS_OK) {
 		wr_snprintf(e->startup_error, sizeof(e->startup_error), "%s", walrus_errmsg());
+		e->startup_code = rc;
 		wr_log(WR_FATAL, "recovery failed: %s", walrus_errmsg());
 		_exit(1);
 	}

@@ -247,6 +247,7 @@ typedef struct engine_shared {
 	_Atomic uint32_t stop_mode;          /* WALRUS_STOP_* requested, 0 when none */
 	_Atomic uint32_t aux_wakeup[8];      /* one latch per auxiliary process kind */
 	char startup_error[512];             /* why recovery failed, for the clients */
+	int32_t startup_code;                /* and its code when it is WALRUS_EVERSION */
 	/* Set by the startup process (reserve.c) before the instance runs:
 	 * writes are refused with WALRUS_ENOSPC and read_only_why. */
 	_Atomic uint32_t read_only;

@@ -363,8 +363,11 @@ static int run_startup(bool *again)
 		return wr_error(WALRUS_ENOSPC,
 		                "the end-of-recovery checkpoint failed on a full disk");
 	}
+	/* WAL of a newer walrus is no damage: the caller is told to upgrade. */
 	if (e->startup_error[0])
-		return wr_error(WALRUS_ECORRUPT, "recovery failed: %s", e->startup_error);
+		return wr_error(e->startup_code == WALRUS_EVERSION ? WALRUS_EVERSION
+		                                                   : WALRUS_ECORRUPT,
+		                "recovery failed: %s", e->startup_error);
 	return wr_error(WALRUS_EIO, "startup process %s (see %s/%s)", why, S.abs, WR_LOG_FILE);
 }
 

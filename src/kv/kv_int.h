@@ -442,11 +442,15 @@ enum kv_op_code {
 	KVOP_META,     /* kv_meta */
 	KVOP_NKEYS,    /* u64: the meta page's key count, the rest unchanged */
 	KVOP_PREFIX,   /* a leaf's prefix becomes slot bytes long: every entry re-encoded */
+	KVOP_NCODES    /* a new op is a new WAL format (wal.h, "WAL formats") */
 };
 #define KVOP_HDR 5u
 /* Appends to @out the compact image op of @page; returns its size. */
 size_t kvop_image_size(const char *page);
 void kvop_image(const char *page, char *out);
+/* The first op code in @ops this walrus does not know (-1: none; a malformed
+ * sequence is kvop_apply's to report). */
+int kvop_unknown(const char *ops, size_t len);
 /* Applies a sequence of ops; false (page unspecified) when malformed or an item does not fit. */
 bool kvop_apply(char *page, const char *ops, size_t len, char *why, size_t whylen);
 /* "insert slot 3 (40 B); ..." */

@@ -555,6 +555,21 @@ static bool apply_one(char *page, uint8_t code, uint16_t slot, const char *p, ui
 	}
 }
 
+int kvop_unknown(const char *ops, size_t len)
+{
+	for (size_t pos = 0; len - pos >= KVOP_HDR;) {
+		uint8_t code = (uint8_t)ops[pos];
+		uint16_t l;
+		memcpy(&l, ops + pos + 3, 2);
+		if (code == 0 || code >= KVOP_NCODES)
+			return code;
+		if (len - pos - KVOP_HDR < l)
+			break;
+		pos += KVOP_HDR + l;
+	}
+	return -1;
+}
+
 bool kvop_apply(char *page, const char *ops, size_t len, char *why, size_t whylen)
 {
 	size_t pos = 0;

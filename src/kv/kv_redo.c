@@ -204,9 +204,35 @@ static void versions_begin(const wal_decoded *last)
 	free(blks);
 }
 
+/*
+ * A page op this walrus does not know, in a record that passed its CRC: a
+ * newer walrus wrote it (a new op is a new WAL format).  Found before any
+ * record of the batch is applied, so no page holds part of it.
+ */
+static bool ops_known(const wal_decoded *rec)
+{
+	for (int i = 0; i < rec->nblocks; i++) {
+		const wal_decoded_block *b = &rec->blocks[i];
+		int code = kvop_unknown(b->data, b->data_len);
+		if (code < 0)
+			continue;
+		wal_redo_fail(wr_error(
+		    WALRUS_EVERSION,
+		    "key-value record at " WAL_LSN_FMT
+		    " has page op %d (block %u of relation %u), which walrus %s "
+		    "does not know: a newer walrus wrote it (this one writes WAL "
+		    "format %u)",
+		    WAL_LSN_ARGS(rec->lsn), code, b->blkno, b->rel, WR_WALRUS_VERSION, WAL_FORMAT));
+		return false;
+	}
+	return true;
+}
+
 static void kv_redo(const wal_decoded *rec)
 {
 	uint8_t info = rec->hdr.info;
+	if (!ops_known(rec))
+		return;
 	if ((info & KV_FIRST) || rec->lsn <= stash.last)
 		stash_clear(true);
 	stash.last = rec->lsn;

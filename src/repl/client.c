@@ -25,6 +25,39 @@
 #define APPLY_POLL_MS 2 /* replay behind the flushed WAL: report it this often */
 #define FEEDBACK_NS   (1000ULL * 1000 * 1000) /* FEEDBACK at least this often */
 
+/*
+ * After AUTH_OK proved the primary: the WAL format it writes must be one
+ * this standby reads (checked before the protocol's version, so that the
+ * refusal names the walrus to run), then the version of what follows.
+ */
+static int check_primary(const char *addr, const repl_msg *auth_ok, uint32_t version)
+{
+	uint32_t f = auth_ok->u.auth_ok.wal_format;
+	const char *needs = auth_ok->u.auth_ok.needs_walrus;
+	if (f == 0)
+		return wr_error(WALRUS_EPROTO, "the primary at \"%s\" names no WAL format", addr);
+	char walrus[WAL_NEEDS_LEN + 16] = "a newer walrus";
+	if (needs[0] != '\0')
+		snprintf(walrus, sizeof(walrus), "walrus >= %s", needs);
+	if (f > WAL_FORMAT)
+		return wr_error(WALRUS_EVERSION,
+		                "the primary at \"%s\" writes WAL format %u, which needs %s; this "
+		                "standby runs walrus %s: upgrade the standby first",
+		                addr, f, walrus, WR_WALRUS_VERSION);
+	if (!wal_format_readable(f))
+		return wr_error(WALRUS_EVERSION,
+		                "the primary at \"%s\" writes WAL format %u, which this standby's "
+		                "walrus %s no longer reads (formats %u to %u)",
+		                addr, f, WR_WALRUS_VERSION, WAL_FORMAT_OLDEST, WAL_FORMAT);
+	if (version != REPL_VERSION)
+		return wr_error(
+		    WALRUS_EPROTO,
+		    "the primary at \"%s\" speaks replication protocol %u, this standby "
+		    "%u",
+		    addr, version, REPL_VERSION);
+	return WALRUS_OK;
+}
+
 int repl_client_connect(const char *addr, const char *password, int *fd_out)
 {
 	int fd;
@@ -43,11 +76,13 @@ int repl_client_connect(const char *addr, const char *password, int *fd_out)
 	if (rc == WALRUS_OK && m.type == REPL_MSG_ERROR)
 		rc = repl_error_from(&m);
 	else if (rc == WALRUS_OK &&
-	         (m.type != REPL_MSG_CHALLENGE || m.u.challenge.version != REPL_VERSION))
+	         (m.type != REPL_MSG_CHALLENGE || m.u.challenge.version < REPL_VERSION_FORMATS))
 		rc =
 		    wr_error(WALRUS_EPROTO, "\"%s\" is not a walrus primary of this version", addr);
 	uint8_t nonce_p[REPL_NONCE_LEN], nonce_s[REPL_NONCE_LEN], want[WR_SHA256_LEN];
+	uint32_t version = 0;
 	if (rc == WALRUS_OK) {
+		version = m.u.challenge.version;
 		memcpy(nonce_p, m.u.challenge.nonce, sizeof(nonce_p));
 		rc = repl_random(nonce_s, sizeof(nonce_s));
 	}
@@ -73,6 +108,15 @@ int repl_client_connect(const char *addr, const char *password, int *fd_out)
 			              "the primary at \"%s\" failed to prove it knows the "
 			              "password",
 			              addr);
+	}
+	if (rc == WALRUS_OK)
+		rc = check_primary(addr, &m, version);
+	if (rc == WALRUS_EVERSION) { /* the primary's log says why too (best effort) */
+		m = (repl_msg){.type = REPL_MSG_ERROR};
+		m.u.error.code = rc;
+		wr_snprintf(m.u.error.text, sizeof(m.u.error.text), "%s", walrus_errmsg());
+		if (repl_send(fd, &m) != WALRUS_OK)
+			rc = wr_error(WALRUS_EVERSION, "%s", m.u.error.text);
 	}
 	free(buf);
 	if (rc != WALRUS_OK) {

@@ -25,7 +25,7 @@
 static const uint32_t fixed_len[REPL_MSG_NTYPES] = {
     [REPL_MSG_CHALLENGE] = 8 + REPL_NONCE_LEN,
     [REPL_MSG_AUTH] = REPL_NONCE_LEN + WR_SHA256_LEN,
-    [REPL_MSG_AUTH_OK] = WR_SHA256_LEN,
+    [REPL_MSG_AUTH_OK] = WR_SHA256_LEN + 4 + WAL_NEEDS_LEN,
     [REPL_MSG_START] = 8 + 4 + 8 + 2 * REPL_NAME_LEN,
     [REPL_MSG_STREAMING] = 4 + 8,
     [REPL_MSG_KEEPALIVE] = 8 + 8 + 1,
@@ -293,6 +293,11 @@ int repl_decode(uint8_t type, const uint8_t *p, uint32_t len, repl_msg *m)
 		return WALRUS_OK;
 	case REPL_MSG_AUTH_OK:
 		get_bytes(&r, m->u.auth_ok.mac, WR_SHA256_LEN);
+		m->u.auth_ok.wal_format = (uint32_t)get_le(&r, 4);
+		get_bytes(&r, m->u.auth_ok.needs_walrus, WAL_NEEDS_LEN);
+		if (!wal_walrus_version_ok(m->u.auth_ok.needs_walrus)) /* it goes into our log */
+			return wr_error(WALRUS_EPROTO,
+			                "replication message AUTH_OK has a bad walrus version");
 		return WALRUS_OK;
 	case REPL_MSG_START:
 		m->u.start.sysid = get_le(&r, 8);
@@ -420,9 +425,15 @@ static void encode_payload(const repl_msg *m, uint8_t *p)
 		p = put_bytes(p, m->u.auth.nonce, REPL_NONCE_LEN);
 		put_bytes(p, m->u.auth.mac, WR_SHA256_LEN);
 		break;
-	case REPL_MSG_AUTH_OK:
-		put_bytes(p, m->u.auth_ok.mac, WR_SHA256_LEN);
+	case REPL_MSG_AUTH_OK: {
+		char needs[WAL_NEEDS_LEN] = {0};
+		memcpy(needs, m->u.auth_ok.needs_walrus,
+		       strnlen(m->u.auth_ok.needs_walrus, WAL_NEEDS_LEN - 1));
+		p = put_bytes(p, m->u.auth_ok.mac, WR_SHA256_LEN);
+		p = put_le(p, m->u.auth_ok.wal_format, 4);
+		put_bytes(p, needs, WAL_NEEDS_LEN);
 		break;
+	}
 	case REPL_MSG_START: {
 		char app[REPL_NAME_LEN] = {0}, slot[REPL_NAME_LEN] = {0};
 		memcpy(app, m->u.start.app, strnlen(m->u.start.app, REPL_NAME_LEN - 1));
@@ -795,6 +806,20 @@ uint64_t repl_auth_timeout_ms(void)
 		return (uint64_t)atoi(s);
 #endif
 	return REPL_AUTH_TIMEOUT_MS;
+}
+
+void repl_announced_format(uint32_t *format, char needs[WAL_NEEDS_LEN])
+{
+	*format = WAL_FORMAT;
+	wr_snprintf(needs, WAL_NEEDS_LEN, "%s", wal_format_walrus(WAL_FORMAT));
+#ifdef WALRUS_TEST_HOOKS
+	const char *s = getenv("WALRUS_TEST_ANNOUNCE_WAL_FORMAT");
+	const char *colon = s != NULL ? strchr(s, ':') : NULL;
+	if (colon != NULL && atoi(s) > 0) {
+		*format = (uint32_t)atoi(s);
+		wr_snprintf(needs, WAL_NEEDS_LEN, "%s", colon + 1);
+	}
+#endif
 }
 
 void repl_refuse(int fd, int code, const char *text)

@@ -128,6 +128,22 @@ static int switch_timeline(receiver *w, uint32_t tli, wr_lsn at)
 	return WALRUS_OK;
 }
 
+/*
+ * The primary writes WAL this binary cannot read: no retry can help (the
+ * standby must be upgraded, which restarts it).  The receiver stops, saying
+ * so in the log and in its stats; the supervisor does not start it again,
+ * and the standby keeps serving what it replayed.
+ */
+static _Noreturn void stop_for_good(receiver *w, const char *why)
+{
+	wr_log(WR_FATAL, "WAL receiver stops: %s", why);
+	wr_snprintf(w->last_error, sizeof(w->last_error), "%s", why); /* logged: once */
+	set_error(w, why);
+	atomic_store(&w->rcv->state, REPL_RCV_STOPPED);
+	atomic_store(&w->rcv->pid, 0);
+	_exit(1);
+}
+
 /* One connection: until it breaks (its error is returned) or shutdown (WALRUS_OK). */
 static int follow(receiver *w, repl_stream *st)
 {
@@ -197,6 +213,8 @@ _Noreturn void repl_receiver_main(void)
 		int rc = follow(&w, &st);
 		if (shutting_down(&w))
 			_exit(0);
+		if (rc == WALRUS_EVERSION)
+			stop_for_good(&w, walrus_errmsg());
 		char why[1024];
 		snprintf(why, sizeof(why), "replication from %s stopped: %s", w.conf.primary,
 		         rc == WALRUS_OK ? "the primary ended the stream" : walrus_errmsg());

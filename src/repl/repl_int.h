@@ -15,8 +15,16 @@
 
 #include "wal/wal.h"
 
-#define REPL_MAGIC           0x50525257u /* "WRRP" as bytes W R R P, read LE */
-#define REPL_VERSION         1
+#define REPL_MAGIC 0x50525257u /* "WRRP" as bytes W R R P, read LE */
+/*
+ * The protocol's version.  From version 2 on, the handshake (CHALLENGE,
+ * AUTH, AUTH_OK) keeps its layout in every version, so that a standby
+ * learns which WAL format the primary writes (AUTH_OK) and refuses one its
+ * binary does not read with the walrus version it needs, before it looks
+ * at the version of the messages after the handshake.
+ */
+#define REPL_VERSION         2
+#define REPL_VERSION_FORMATS 2 /* the first whose AUTH_OK names the WAL format */
 #define REPL_NONCE_LEN       32
 #define REPL_HEADER_LEN      5 /* u8 type, u32 length */
 #define REPL_MAX_PAYLOAD     ((1u << 20) + 64)
@@ -69,6 +77,8 @@ typedef struct repl_msg {
 		} auth;
 		struct {
 			uint8_t mac[WR_SHA256_LEN];
+			uint32_t wal_format;              /* the WAL format the primary writes */
+			char needs_walrus[WAL_NEEDS_LEN]; /* the first walrus that reads it */
 		} auth_ok;
 		struct {
 			uint64_t sysid;
@@ -231,5 +241,9 @@ void repl_stream_close(repl_stream *st);
 /* REPL_AUTH_TIMEOUT_MS; with the test hooks, WALRUS_REPL_AUTH_TIMEOUT_MS in the
  * environment shortens it (the auth timeout test need not wait 10 s). */
 uint64_t repl_auth_timeout_ms(void);
+/* The WAL format a sender announces in AUTH_OK: WAL_FORMAT and its first
+ * walrus; with the test hooks, WALRUS_TEST_ANNOUNCE_WAL_FORMAT=N:VERSION in
+ * the environment announces another (a primary newer than its standby). */
+void repl_announced_format(uint32_t *format, char needs[WAL_NEEDS_LEN]);
 
 #endif /* WALRUS_REPL_INT_H */

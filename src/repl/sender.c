@@ -167,6 +167,7 @@ static void authenticate(sender *w, int (*attach)(int slot))
 	uint8_t nonce_s[REPL_NONCE_LEN];
 	memcpy(nonce_s, m.u.auth.nonce, sizeof(nonce_s));
 	m = (repl_msg){.type = REPL_MSG_AUTH_OK};
+	repl_announced_format(&m.u.auth_ok.wal_format, m.u.auth_ok.needs_walrus);
 	if (repl_mac(repl_password, "walrus-primary", nonce_s, nonce_p, m.u.auth_ok.mac) !=
 	    WALRUS_OK)
 		drop(w, walrus_errmsg());
@@ -331,6 +332,10 @@ static void receive_start(sender *w)
 		drop(w, walrus_errmsg());
 	if (m.type == REPL_MSG_BASE_BACKUP)
 		base_backup(w, m.u.base_backup.flags);
+	if (m.type == REPL_MSG_ERROR) { /* it cannot follow this primary: why, in our log too */
+		log_end(w, WR_WARNING, "ended by the standby", m.u.error.text);
+		_exit(0);
+	}
 	if (m.type != REPL_MSG_START)
 		drop(w, "it sent something else than START or BASE_BACKUP");
 	wr_snprintf(w->slot->name, sizeof(w->slot->name), "%s", m.u.start.app);
@@ -384,7 +389,7 @@ static void check_pages(sender *w, const uint8_t *data, wr_lsn start, uint32_t l
 	for (; page + WAL_SHORT_PHD <= start + len; page += WAL_PAGE_SIZE) {
 		wal_page_header ph;
 		memcpy(&ph, data + (page - start), sizeof(ph));
-		if (ph.magic != WAL_PAGE_MAGIC || ph.pageaddr != page) {
+		if (!wal_format_readable(wal_magic_format(ph.magic)) || ph.pageaddr != page) {
 			char name[64], text[256];
 			wal_segment_name(w->seg_size, w->seg_start, name, sizeof(name));
 			snprintf(text, sizeof(text),

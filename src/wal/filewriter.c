@@ -148,8 +148,14 @@ static int wal_fw_load_page(wal_file_writer *w, wr_lsn pos)
 		return (int)n;
 	wal_page_header h;
 	memcpy(&h, old, sizeof(h));
-	if (n == WAL_PAGE_SIZE && h.magic == WAL_PAGE_MAGIC && h.pageaddr == page_start)
+	if (n == WAL_PAGE_SIZE && wal_format_readable(wal_magic_format(h.magic)) &&
+	    h.pageaddr == page_start) {
 		memcpy(w->page, old, pos - page_start);
+		/* What follows is in this walrus's format: the page says so (wal.h). */
+		memcpy(&h, w->page, sizeof(h));
+		h.magic = WAL_PAGE_MAGIC;
+		memcpy(w->page, &h, sizeof(h));
+	}
 	return WALRUS_OK;
 }
 

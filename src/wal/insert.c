@@ -273,6 +273,10 @@ int wal_start_insert_at(wr_lsn end, wr_lsn prev, wr_lsn redo, uint64_t sysid, co
 		char *page = wal_buf_page(page_start);
 		memcpy(page, last_page, WAL_PAGE_SIZE);
 		memset(page + end % WAL_PAGE_SIZE, 0, WAL_PAGE_SIZE - end % WAL_PAGE_SIZE);
+		/* What follows is in this walrus's format, and the page says so: a
+		 * walrus that does not read it refuses the page instead of reading
+		 * those records as its own (wal.h, "WAL formats"). */
+		((wal_page_header *)page)->magic = WAL_PAGE_MAGIC;
 		atomic_store(&wal_page_end[wal_buf_index(page_start)], page_start + WAL_PAGE_SIZE);
 		wal_sh->init_upto = page_start + WAL_PAGE_SIZE;
 	}

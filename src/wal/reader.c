@@ -23,6 +23,12 @@
  * X's end was already durable, X was flushed and is damaged:
  * WALRUS_ECORRUPT.  Otherwise the WAL ends at X, a torn tail.
  *
+ * A page at its own address whose magic names a WAL format this walrus
+ * does not read (wal.h, "WAL formats") is neither end nor damage: the
+ * stream goes on in a format a newer walrus wrote.  The reader says so
+ * (WALRUS_EVERSION, naming the segment, the format and the walrus it
+ * needs); ending the WAL there would let new WAL overwrite it.
+ *
  * An empty segment file (0 bytes) reads like a zero-filled one: the WAL
  * ends where the stream enters it.  Whether it may end there is for the
  * caller to say (recovery: not before the checkpoint record).  A segment of
@@ -186,6 +192,42 @@ static int wal_rd_check_long(wal_reader *r, const char *page)
 	return WALRUS_OK;
 }
 
+/*
+ * The first walrus version that reads a later format, from the first page
+ * of the segment (every format from 2 on keeps it there): into @needs, or
+ * "" when that page does not say.
+ */
+static void wal_rd_needs(wal_reader *r, const char *page, wr_lsn page_start,
+                         char needs[WAL_NEEDS_LEN])
+{
+	char first[WAL_NEEDS_OFF + WAL_NEEDS_LEN];
+	wr_lsn seg = page_start - page_start % r->seg_size;
+	needs[0] = '\0';
+	if (page_start == seg)
+		memcpy(first, page, sizeof(first));
+	else if (fdc_pread(r->fd, first, sizeof(first), 0) != (ssize_t)sizeof(first))
+		return;
+	wal_page_header h;
+	memcpy(&h, first, sizeof(h));
+	if (wal_magic_format(h.magic) <= WAL_FORMAT || h.pageaddr != seg)
+		return;
+	/* Not a version: say nothing rather than garbage. */
+	if (wal_walrus_version_ok(first + WAL_NEEDS_OFF))
+		memcpy(needs, first + WAL_NEEDS_OFF, WAL_NEEDS_LEN);
+}
+
+/* A page of this stream in a format this walrus does not read: not the end of WAL. */
+static int wal_rd_format(wal_reader *r, const char *page, wr_lsn page_start, uint32_t format)
+{
+	char path[PATH_MAX], needs[WAL_NEEDS_LEN], why[160];
+	wal_segment_path(r->waldir, r->seg_size, page_start, path, sizeof(path));
+	wal_rd_needs(r, page, page_start, needs);
+	wal_format_why(format, needs, why, sizeof(why));
+	return wr_error(WALRUS_EVERSION,
+	                "WAL segment \"%s\" at " WAL_LSN_FMT " has WAL format %u, which %s", path,
+	                WAL_LSN_ARGS(page_start), format, why);
+}
+
 static int wal_rd_check_page(wal_reader *r, const char *page, wr_lsn page_start)
 {
 	wal_page_header h;
@@ -195,11 +237,21 @@ static int wal_rd_check_page(wal_reader *r, const char *page, wr_lsn page_start)
 	         (unsigned long long)(page_start - page_start % r->seg_size));
 	unsigned off = (unsigned)(page_start % r->seg_size);
 	bool first = off == 0;
-	if (h.magic != WAL_PAGE_MAGIC)
+	uint32_t format = wal_magic_format(h.magic);
+	if (format == 0)
 		return wal_rd_bad(r,
 		                  "invalid magic number %04X in WAL segment %s, LSN " WAL_LSN_FMT
 		                  ", offset %u",
 		                  h.magic, seg, WAL_LSN_ARGS(page_start), off);
+	/* At another address it is stale, whatever wrote it (a recycled segment). */
+	if (!wal_format_readable(format) && h.pageaddr == page_start)
+		return wal_rd_format(r, page, page_start, format);
+	if (!wal_format_readable(format))
+		return wal_rd_bad(r,
+		                  "WAL format %u of a page at unexpected pageaddr " WAL_LSN_FMT
+		                  " in WAL segment %s, LSN " WAL_LSN_FMT ", offset %u",
+		                  format, WAL_LSN_ARGS(h.pageaddr), seg, WAL_LSN_ARGS(page_start),
+		                  off);
 	if ((h.info & ~(WAL_PAGE_CONT | WAL_PAGE_LONG)) != 0 ||
 	    first != ((h.info & WAL_PAGE_LONG) != 0))
 		return wal_rd_bad(
@@ -402,15 +454,16 @@ static bool wal_rd_valid_start(wr_lsn lsn, uint64_t seg_size)
  * The valid records that follow a bad one ending at @bad_end, from @next
  * (the first one's prev-link must be @prev): how many there are, and the
  * start of the first one written when @bad_end was durable (0: none).
+ * *@stop: why the chain ended.
  */
 static uint64_t wal_rd_follow(wal_reader *r, wr_lsn next, wr_lsn prev, wr_lsn bad_end,
-                              wr_lsn *proof)
+                              wr_lsn *proof, int *stop)
 {
 	uint64_t n = 0;
 	uint32_t len;
 	wr_lsn end = 0;
 	*proof = 0;
-	while (wal_rd_fetch(r, next, true, prev, &len, &end) == WALRUS_OK) {
+	while ((*stop = wal_rd_fetch(r, next, true, prev, &len, &end)) == WALRUS_OK) {
 		n++;
 		if (r->rec_durable >= bad_end) {
 			*proof = next;
@@ -431,8 +484,15 @@ static int wal_rd_failed(wal_reader *r, wr_lsn lsn, uint32_t tot_len)
 	if (tot_len != 0) {
 		wr_lsn bad_end = wal_lsn_advance(lsn, tot_len, r->seg_size);
 		wr_lsn proof;
-		uint64_t n =
-		    wal_rd_follow(r, wal_rd_next_start(bad_end, r->seg_size), lsn, bad_end, &proof);
+		int stop;
+		uint64_t n = wal_rd_follow(r, wal_rd_next_start(bad_end, r->seg_size), lsn, bad_end,
+		                           &proof, &stop);
+		/* The stream goes on in a format this walrus does not read: whatever
+		 * the bad record is, ending the WAL here would drop that WAL. */
+		if (stop == WALRUS_EVERSION) {
+			r->page_start = 0;
+			return stop;
+		}
 		if (proof != 0) {
 			char path[PATH_MAX];
 			wal_segment_path(r->waldir, r->seg_size, lsn - lsn % r->seg_size, path,

@@ -465,6 +465,8 @@ static int read_checkpoint(recovery *rv)
 	char why[1024];
 
 	int rc = wal_read_record(rv->r, rv->c.checkpoint_lsn, &rec);
+	if (rc == WALRUS_EVERSION)
+		return rc; /* a newer walrus wrote it: not damage */
 	if (rc != 0) {
 		wr_snprintf(why, sizeof(why), "%s", walrus_errmsg());
 		return bad_checkpoint(rv, why);
@@ -486,14 +488,31 @@ static int read_checkpoint(recovery *rv)
 	return 0;
 }
 
+/*
+ * A record this walrus cannot replay passed its CRC: a newer walrus wrote
+ * it.  Replay stops there, before any of it is applied (wal.h, "WAL formats").
+ */
+static int unknown_record(const wal_decoded *rec, const wal_rmgr *rm)
+{
+	char what[64];
+	if (rm == NULL)
+		snprintf(what, sizeof(what), "resource manager id %u", rec->hdr.rmid);
+	else
+		snprintf(what, sizeof(what), "%s record type 0x%02X", rm->name, rec->hdr.info);
+	return wr_error(WALRUS_EVERSION,
+	                "record at " WAL_LSN_FMT " has %s, which walrus %s does not know: a newer "
+	                "walrus wrote it (this one writes WAL format %u)",
+	                WAL_LSN_ARGS(rec->lsn), what, WR_WALRUS_VERSION, WAL_FORMAT);
+}
+
 /* Replays one record; checkpoint records also carry the state recovery reports. */
 static int replay(recovery *rv, const wal_decoded *rec)
 {
 	const wal_rmgr *rm = wal_rmgr_get(rec->hdr.rmid);
 	if (rm == NULL || rm->redo == NULL)
-		return wr_error(WALRUS_ECORRUPT,
-		                "record at " WAL_LSN_FMT " has an unknown resource manager id %u",
-		                WAL_LSN_ARGS(rec->lsn), rec->hdr.rmid);
+		return unknown_record(rec, NULL);
+	if (rm->info_name != NULL && rm->info_name(rec->hdr.info) == NULL)
+		return unknown_record(rec, rm);
 	redo_err = 0;
 	rm->redo(rec);
 	if (redo_err != 0)
@@ -575,7 +594,8 @@ static int probe_segment(const recovery *rv, wr_lsn start, enum seg_kind *kind)
 		return wr_error(WALRUS_ECORRUPT,
 		                "WAL segment \"%s\" has size %lld, expected %llu bytes", path,
 		                (long long)size, (unsigned long long)rv->c.wal_seg_size);
-	bool written = got == (ssize_t)sizeof(h) && h.std.magic == WAL_PAGE_MAGIC &&
+	/* Any format: WAL this walrus cannot read is still this system's WAL. */
+	bool written = got == (ssize_t)sizeof(h) && wal_magic_format(h.std.magic) != 0 &&
 	               (h.std.info & WAL_PAGE_LONG) && h.std.pageaddr == start &&
 	               h.sysid == rv->c.sysid;
 	*kind = written ? SEG_WRITTEN : SEG_UNUSED;

@@ -32,7 +32,9 @@
  * LSN.  Order: insert_lock and buf_lock are leaf locks; write_lock may be
  * taken while a process has an insertion in progress.
  * Returns: WALRUS_* codes.  The reader reports end of WAL as WALRUS_ENOTFOUND
- * with a message naming the LSN and the reason.
+ * with a message naming the LSN and the reason; WAL of a format this walrus
+ * does not read (see "WAL formats" below), and in replay a resource manager,
+ * record type or page op it does not know, as WALRUS_EVERSION.
  * PANICs: on any error writing or flushing the WAL (the commit contract
  * cannot be kept), and on a bad record inside a critical section.
  */
@@ -49,8 +51,60 @@
 
 /* ---------------------------------------------------------------- format */
 
+/*
+ * WAL formats.  The magic that starts every page header names the format of
+ * the WAL on the page: format N has magic WAL_MAGIC_BASE + N - 1.  Any
+ * change that a walrus writing format WAL_FORMAT could not read or replay
+ * (a page or record layout, a resource manager, a record type, a key-value
+ * page op) is a new format: WAL_FORMAT + 1, and its entry in wal_formats[]
+ * (format.c) naming the first walrus version that writes it.
+ *
+ * So that an older walrus names a later format instead of taking its pages
+ * for the end of WAL or for damage, every format keeps the magic (offset 0)
+ * and pageaddr (offset 8) of every page header where they are, and from
+ * format 2 on, a segment's first page holds at WAL_NEEDS_OFF the first
+ * walrus version that reads the format, NUL-terminated in WAL_NEEDS_LEN
+ * bytes.  A walrus that continues a page of an older format restamps the
+ * page's magic with its own: a page names the newest format on it.  A
+ * reader meeting a page of a format it does not read, at its own address,
+ * returns WALRUS_EVERSION naming the format and that version (not the end
+ * of WAL, nor damage); the replication handshake carries the same pair
+ * (src/repl).
+ */
+#define WAL_FORMAT          1       /* the format this walrus writes */
+#define WAL_FORMAT_OLDEST   1       /* the oldest format it reads */
+#define WAL_MAGIC_BASE      0xD17Eu /* format 1's magic */
+#define WAL_MAGIC_FORMATS   256     /* magics BASE .. BASE + 255 are walrus WAL pages */
+#define WAL_FORMAT_MAGIC(n) ((uint16_t)(WAL_MAGIC_BASE + (n)-1))
+#define WAL_NEEDS_OFF       40
+#define WAL_NEEDS_LEN       16
+
+/* The format of a page whose header starts with @magic; 0: not a walrus WAL page. */
+static inline uint32_t wal_magic_format(uint16_t magic)
+{
+	return magic >= WAL_MAGIC_BASE && magic < WAL_MAGIC_BASE + WAL_MAGIC_FORMATS
+	           ? (uint32_t)(magic - WAL_MAGIC_BASE) + 1
+	           : 0;
+}
+static inline bool wal_format_readable(uint32_t format)
+{
+	return format >= WAL_FORMAT_OLDEST && format <= WAL_FORMAT;
+}
+/* The first walrus version that writes @format; NULL for a format this walrus does not know. */
+const char *wal_format_walrus(uint32_t format);
+/* Whether @v (a field of WAL_NEEDS_LEN bytes, from the WAL or a peer) holds a
+ * version fit for a message: terminated inside, printable, no space or quote. */
+bool wal_walrus_version_ok(const char *v);
+/*
+ * Why this walrus does not read @format, as the end of a sentence: "needs
+ * walrus >= V" (@needs: V as the WAL or the primary said, or NULL or "" when
+ * unknown: "needs a walrus newer than this one"), or "is no longer read by
+ * walrus W (it reads WAL formats A to B ...)".
+ */
+void wal_format_why(uint32_t format, const char *needs, char *buf, size_t len);
+
 #define WAL_PAGE_SIZE    8192
-#define WAL_PAGE_MAGIC   0xD17Eu
+#define WAL_PAGE_MAGIC   WAL_FORMAT_MAGIC(WAL_FORMAT)
 #define WAL_PAGE_CONT    0x0001u /* the page starts with the rest of a record */
 #define WAL_PAGE_LONG    0x0002u /* first page of a segment: wal_long_page_header */
 #define WAL_ALIGN        8
@@ -646,7 +700,8 @@ void wal_reader_close(wal_reader *r);
  * WALRUS_OK with *rec valid until the next call; WALRUS_ENOTFOUND at the
  * end of WAL (a zeroed or torn tail, a missing or empty next segment), with the
  * reason in walrus_errmsg(); WALRUS_ECORRUPT when a bad record is followed
- * by valid WAL (damage, not a tail), naming the LSN.
+ * by valid WAL (damage, not a tail), naming the LSN; WALRUS_EVERSION when
+ * the stream reaches a page of a WAL format this walrus does not read.
  */
 int wal_read_record(wal_reader *r, wr_lsn lsn, wal_decoded **rec);
 /*

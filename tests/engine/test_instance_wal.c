@@ -3,11 +3,13 @@
  * requested by WAL volume recycle segments (and a shutdown gives back all
  * but min_wal_size), a clean shutdown leaves a
  * shutdown checkpoint, records flushed before a kill -9 survive it, and a
- * damaged control file or WAL stops the start with a clear error.
+ * damaged control file or WAL, or WAL a newer walrus wrote, stops the start
+ * with a clear error.
  */
 #include "testutil.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 
 #include "checkpointer/checkpointer.h"
 #include "engine/engine.h"
+#include "kv/kv_int.h"
 #include "wal/wal.h"
 
 /* 64 kB segments, min_wal_size two of them. */
@@ -238,6 +241,109 @@ START_TEST(missing_wal_segment_stops_start)
 }
 END_TEST
 
+/* The end of the WAL of a cleanly stopped instance: after its shutdown checkpoint. */
+static wr_lsn wal_end_after_shutdown(const char *dir, wal_control *c)
+{
+	char waldir[4200];
+	wal_reader *r;
+	wal_decoded *rec;
+	ck_assert_int_eq(wal_control_read(dir, c), WALRUS_OK);
+	snprintf(waldir, sizeof(waldir), "%s/wal", dir);
+	ck_assert_int_eq(wal_reader_open(waldir, c->wal_seg_size, c->sysid, &r), WALRUS_OK);
+	ck_assert_int_eq(wal_read_record(r, c->checkpoint_lsn, &rec), WALRUS_OK);
+	wr_lsn end = rec->end;
+	wal_reader_close(r);
+	return end;
+}
+
+/* Sets the magic of the WAL page holding @lsn; returns the one it had. */
+static uint16_t set_page_magic(const char *dir, uint64_t seg, wr_lsn lsn, uint16_t magic)
+{
+	char path[4200];
+	wr_lsn page = lsn - lsn % WAL_PAGE_SIZE;
+	snprintf(path, sizeof(path), "%s/wal/%016llX", dir,
+	         (unsigned long long)(page - page % seg));
+	int fd = open(path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	uint16_t old;
+	ck_assert_int_eq(pread(fd, &old, 2, (off_t)(page % seg)), 2);
+	ck_assert_int_eq(pwrite(fd, &magic, 2, (off_t)(page % seg)), 2);
+	ck_assert_int_eq(close(fd), 0);
+	return old;
+}
+
+/*
+ * WAL that a later walrus wrote (its pages say a later WAL format) stops
+ * the start with WALRUS_EVERSION and the format in the message and the
+ * log, and changes nothing: with the page as it was, the instance starts.
+ */
+START_TEST(wal_of_later_format_stops_start)
+{
+	const char *dir = tu_tmpdir("walrus-iwal");
+	walrus *db = open_small(dir);
+	ck_assert_int_eq(walrus_put(db, "k", 1, "v", 1, WALRUS_SYNC), WALRUS_OK);
+	tu_close_and_wait(db);
+	wal_control c;
+	wal_end_after_shutdown(dir, &c);
+	uint16_t was =
+	    set_page_magic(dir, c.wal_seg_size, c.checkpoint_lsn, WAL_FORMAT_MAGIC(WAL_FORMAT + 1));
+	char what[64];
+	snprintf(what, sizeof(what), "has WAL format %u, which needs", WAL_FORMAT + 1);
+	tu_open_fails(dir, NULL, WALRUS_EVERSION, what);
+	ck_assert(log_has(dir, what));
+	ck_assert(!log_has(dir, "PANIC"));
+	set_page_magic(dir, c.wal_seg_size, c.checkpoint_lsn, was);
+	db = open_small(dir);
+	void *v = NULL;
+	size_t vlen = 0;
+	ck_assert_int_eq(walrus_get(db, "k", 1, &v, &vlen), WALRUS_OK);
+	ck_assert_int_eq(vlen, 1);
+	walrus_free(v);
+	tu_close_and_wait(db);
+}
+END_TEST
+
+/*
+ * A key-value record with a page op this walrus does not know (as a newer
+ * walrus would write): recovery refuses to start with WALRUS_EVERSION
+ * naming the op and the record's LSN, without a PANIC.
+ */
+START_TEST(unknown_kv_page_op_stops_start)
+{
+	const char *dir = tu_tmpdir("walrus-iwal");
+	walrus *db = open_small(dir);
+	ck_assert_int_eq(walrus_put(db, "k", 1, "v", 1, WALRUS_SYNC), WALRUS_OK);
+	tu_close_and_wait(db);
+	wal_control c;
+	wr_lsn end = wal_end_after_shutdown(dir, &c);
+	char waldir[4200];
+	snprintf(waldir, sizeof(waldir), "%s/wal", dir);
+	wal_file_writer *fw;
+	ck_assert_int_eq(wal_fw_open(waldir, c.wal_seg_size, c.sysid, end, c.checkpoint_lsn, &fw),
+	                 WALRUS_OK);
+	static char page[WR_PAGE_SIZE];
+	const uint8_t op[KVOP_HDR] = {99, 0, 0, 0, 0}; /* code 99, slot 0, no data */
+	wal_assembled a = {0};
+	wal_begin();
+	wal_register_block(0, KV_REL, 0, page, 0);
+	wal_register_block_data(0, op, sizeof(op));
+	ck_assert_int_eq(wal_assemble(&a, RM_KV, KV_INFO_CHANGE | KV_FIRST, 0, false, 0),
+	                 WALRUS_OK);
+	wr_lsn start, rec_end;
+	ck_assert_int_eq(wal_fw_append(fw, &a, &start, &rec_end), WALRUS_OK);
+	ck_assert_int_eq(wal_fw_flush(fw, true), WALRUS_OK);
+	wal_fw_close(fw);
+	free(a.buf);
+	char what[128];
+	snprintf(what, sizeof(what), "key-value record at " WAL_LSN_FMT " has page op 99",
+	         WAL_LSN_ARGS(start));
+	tu_open_fails(dir, NULL, WALRUS_EVERSION, what);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "a newer walrus wrote it"));
+	ck_assert(log_has(dir, what));
+	ck_assert(!log_has(dir, "PANIC"));
+}
+END_TEST
+
 static bool segment_exists(const char *dir, uint64_t start)
 {
 	char path[4200];
@@ -308,6 +414,8 @@ static Suite *suite(void)
 	tcase_add_test(t, flushed_records_survive_kill9);
 	tcase_add_test(t, damaged_control_file_stops_start);
 	tcase_add_test(t, missing_wal_segment_stops_start);
+	tcase_add_test(t, wal_of_later_format_stops_start);
+	tcase_add_test(t, unknown_kv_page_op_stops_start);
 	suite_add_tcase(s, t);
 	return s;
 }

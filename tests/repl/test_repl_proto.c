@@ -32,6 +32,8 @@ static repl_msg sample(int type)
 		break;
 	case REPL_MSG_AUTH_OK:
 		memset(m.u.auth_ok.mac, 3, WR_SHA256_LEN);
+		m.u.auth_ok.wal_format = WAL_FORMAT + 1;
+		snprintf(m.u.auth_ok.needs_walrus, sizeof(m.u.auth_ok.needs_walrus), "10.20.30");
 		break;
 	case REPL_MSG_START:
 		m.u.start.sysid = 0x1122334455667788ULL;
@@ -191,6 +193,16 @@ START_TEST(test_bad_fields)
 	n = repl_encode(&m, buf, sizeof(buf));
 	ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_OK);
 	ck_assert_str_eq(back.u.error.text, "a?b");
+	/* AUTH_OK's walrus version: terminated, nothing unprintable (it goes
+	 * into the standby's log). */
+	m = sample(REPL_MSG_AUTH_OK);
+	n = repl_encode(&m, buf, sizeof(buf));
+	uint8_t *needs = buf + REPL_HEADER_LEN + WR_SHA256_LEN + 4;
+	ck_assert_mem_eq(needs, "10.20.30", 9);
+	memset(needs, '1', WAL_NEEDS_LEN);
+	ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_EPROTO);
+	memcpy(needs, "1.0\n", 5);
+	ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_EPROTO);
 }
 END_TEST
 

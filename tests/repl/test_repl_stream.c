@@ -6,8 +6,9 @@
  * slot reports the client's feedback in the statistics.  Then bad peers:
  * a wrong password, another system, another timeline, a start ahead of the
  * flush, a removed segment, garbage, an oversized length, one connection
- * too many, a silent peer; and a WAL sender killed with SIGKILL: the
- * primary keeps serving writes in the same generation every time.
+ * too many, a silent peer, a primary writing a later WAL format; and a WAL
+ * sender killed with SIGKILL: the primary keeps serving writes in the same
+ * generation every time.
  */
 #include "engine/engine.h"
 #include "fdcache/fdcache.h"
@@ -503,6 +504,85 @@ START_TEST(test_fake_primary)
 }
 END_TEST
 
+/*
+ * A fake primary that knows the password and answers AUTH_OK announcing
+ * @format (and @needs), CHALLENGE in protocol @version.  It exits 0 once it
+ * got as far as sending AUTH_OK.
+ */
+static pid_t announcing_primary(const char *addr, uint32_t version, uint32_t format,
+                                const char *needs)
+{
+	int lfd, fd;
+	ck_assert_int_eq(repl_listen(addr, &lfd), WALRUS_OK);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid > 0) {
+		close(lfd);
+		return pid;
+	}
+	uint8_t *buf = malloc(REPL_MAX_PAYLOAD);
+	struct pollfd pl = {.fd = lfd, .events = POLLIN};
+	char peer[64];
+	repl_msg m = {.type = REPL_MSG_CHALLENGE};
+	m.u.challenge.magic = REPL_MAGIC;
+	m.u.challenge.version = version;
+	if (buf == NULL || repl_random(m.u.challenge.nonce, REPL_NONCE_LEN) != WALRUS_OK ||
+	    poll(&pl, 1, 60000) != 1 || repl_accept(lfd, &fd, peer, sizeof(peer)) != WALRUS_OK)
+		_exit(1);
+	uint8_t nonce_p[REPL_NONCE_LEN];
+	memcpy(nonce_p, m.u.challenge.nonce, sizeof(nonce_p));
+	if (repl_send(fd, &m) != WALRUS_OK)
+		_exit(1);
+	if (version < REPL_VERSION_FORMATS)
+		_exit(wr_read_full(fd, buf, 1) >= 0 ? 0 : 1); /* refused at the CHALLENGE */
+	if (repl_recv(fd, buf, &m) != WALRUS_OK || m.type != REPL_MSG_AUTH)
+		_exit(1);
+	uint8_t nonce_s[REPL_NONCE_LEN];
+	memcpy(nonce_s, m.u.auth.nonce, sizeof(nonce_s));
+	m = (repl_msg){.type = REPL_MSG_AUTH_OK};
+	m.u.auth_ok.wal_format = format;
+	snprintf(m.u.auth_ok.needs_walrus, sizeof(m.u.auth_ok.needs_walrus), "%s", needs);
+	if (repl_mac(PASSWORD, "walrus-primary", nonce_s, nonce_p, m.u.auth_ok.mac) != WALRUS_OK)
+		_exit(1);
+	_exit(repl_send(fd, &m) == WALRUS_OK && wr_read_full(fd, buf, 1) >= 0 ? 0 : 1);
+}
+
+/*
+ * A primary that writes a later WAL format than this walrus reads is
+ * refused once it proved the password, with WALRUS_EVERSION and a message
+ * naming the format, the walrus it needs and ours; one of an older
+ * protocol (no WAL format in its handshake) is refused at its CHALLENGE.
+ */
+START_TEST(test_primary_of_later_wal_format)
+{
+	char dir[PATH_MAX], addr[PATH_MAX + 16], want[PATH_MAX + 256];
+	ck_assert_ptr_nonnull(realpath(tu_tmpdir("repl-later"), dir));
+	snprintf(addr, sizeof(addr), "%s/later.sock", dir);
+	pid_t pid = announcing_primary(addr, REPL_VERSION, WAL_FORMAT + 1, "9.9.9");
+	int fd;
+	ck_assert_int_eq(repl_client_connect(addr, PASSWORD, &fd), WALRUS_EVERSION);
+	snprintf(want, sizeof(want),
+	         "the primary at \"%s\" writes WAL format %u, which needs walrus >= 9.9.9; this "
+	         "standby runs walrus %s: upgrade the standby first",
+	         addr, WAL_FORMAT + 1, WR_WALRUS_VERSION);
+	ck_assert_str_eq(walrus_errmsg(), want);
+	ck_assert_int_eq(tu_wait(pid), 0);
+	ck_assert_int_eq(unlink(addr), 0);
+
+	/* Its own format is accepted: the handshake goes on to its end. */
+	pid = announcing_primary(addr, REPL_VERSION, WAL_FORMAT, WR_WALRUS_VERSION);
+	ck_assert_int_eq(repl_client_connect(addr, PASSWORD, &fd), WALRUS_OK);
+	close(fd);
+	ck_assert_int_eq(tu_wait(pid), 0);
+	ck_assert_int_eq(unlink(addr), 0);
+
+	pid = announcing_primary(addr, REPL_VERSION_FORMATS - 1, WAL_FORMAT, "");
+	ck_assert_int_eq(repl_client_connect(addr, PASSWORD, &fd), WALRUS_EPROTO);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "not a walrus primary of this version"));
+	ck_assert_int_eq(tu_wait(pid), 0);
+}
+END_TEST
+
 START_TEST(test_silent_peer)
 {
 	primary p;
@@ -756,6 +836,7 @@ int main(void)
 	tcase_add_test(tc, test_unauthenticated_bounded);
 	tcase_add_test(tc, test_replayed_auth);
 	tcase_add_test(tc, test_fake_primary);
+	tcase_add_test(tc, test_primary_of_later_wal_format);
 	tcase_add_test(tc, test_silent_peer);
 	tcase_add_test(tc, test_kill_sender);
 	tcase_add_test(tc, test_feedback_bounded_by_sent);

@@ -389,6 +389,7 @@ START_TEST(torn_record_before_unflushed_wal)
 }
 END_TEST
 
+/* A record this walrus cannot replay, whose CRC is right: a newer walrus wrote it. */
 START_TEST(unknown_rmgr)
 {
 	wal_recovery_result *res = malloc(sizeof(*res));
@@ -400,10 +401,122 @@ START_TEST(unknown_rmgr)
 	append(RM_MAX - 1, 0x10, false);
 	wr_lsn bad = last_start;
 	end_stream();
-	ck_assert_int_eq(wal_recover(dir, &o, res), WALRUS_ECORRUPT);
-	assert_msg_has("resource manager");
+	ck_assert_int_eq(wal_recover(dir, &o, res), WALRUS_EVERSION);
+	assert_msg_has("resource manager id 15, which walrus " WR_WALRUS_VERSION " does not know");
+	assert_msg_has("a newer walrus wrote it");
 	assert_msg_has(lsn_str(bad));
 	free(res);
+}
+END_TEST
+
+START_TEST(unknown_record_type)
+{
+	wal_recovery_result *res = malloc(sizeof(*res));
+	start_stream();
+	write_workload(3);
+	wal_begin();
+	append(RM_XLOG, 0xE0, false);
+	wr_lsn bad = last_start;
+	end_stream();
+	ck_assert_int_eq(wal_recover(dir, &o, res), WALRUS_EVERSION);
+	assert_msg_has("XLOG record type 0xE0");
+	assert_msg_has("a newer walrus wrote it");
+	assert_msg_has(lsn_str(bad));
+	free(res);
+}
+END_TEST
+
+/*
+ * Rewrites the header of the WAL page at @page: its magic and address.  No
+ * checksum covers a page header (a record's CRC covers its own bytes only).
+ */
+static void rewrite_page_header(wr_lsn page, uint16_t magic, wr_lsn pageaddr)
+{
+	int fd = open(seg_path(page), O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	wal_page_header h;
+	ck_assert_int_eq(pread(fd, &h, sizeof(h), (off_t)(page % SEG)), (ssize_t)sizeof(h));
+	h.magic = magic;
+	h.pageaddr = pageaddr;
+	ck_assert_int_eq(pwrite(fd, &h, sizeof(h), (off_t)(page % SEG)), (ssize_t)sizeof(h));
+	ck_assert_int_eq(close(fd), 0);
+}
+
+static void assert_msg_has_format(uint32_t format)
+{
+	char what[64];
+	snprintf(what, sizeof(what), "has WAL format %u, which ", format);
+	assert_msg_has(what);
+}
+
+/*
+ * A page of the stream in a later WAL format (its magic) is refused with
+ * WALRUS_EVERSION naming the segment, the position and the format: not
+ * taken for the end of WAL (replay would stop early and new WAL overwrite
+ * it) nor for damage.  A segment's first page of that format names the
+ * walrus that reads it, and the message repeats it.
+ */
+START_TEST(later_wal_format_refused)
+{
+	const uint16_t later = WAL_FORMAT_MAGIC(WAL_FORMAT + 1);
+	wal_recovery_result *res = malloc(sizeof(*res));
+	start_stream();
+	write_workload(200);
+	end_stream();
+	wr_lsn page = 2 * SEG + 3 * WAL_PAGE_SIZE;
+	ck_assert_uint_gt(last_end, page + WAL_PAGE_SIZE);
+	rewrite_page_header(page, later, page);
+	ck_assert_int_eq(wal_recover(dir, &o, res), WALRUS_EVERSION);
+	assert_msg_has(seg_path(page));
+	assert_msg_has(lsn_str(page));
+	assert_msg_has_format(WAL_FORMAT + 1);
+	assert_msg_has("needs a walrus newer than this one (walrus " WR_WALRUS_VERSION);
+
+	/* The segment's first page says which walrus reads the format. */
+	rewrite_page_header(2 * SEG, later, 2 * SEG);
+	int fd = open(seg_path(2 * SEG), O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "9.9.9", 6, WAL_NEEDS_OFF), 6);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(wal_recover(dir, &o, res), WALRUS_EVERSION);
+	assert_msg_has(lsn_str(2 * SEG));
+	assert_msg_has_format(WAL_FORMAT + 1);
+	assert_msg_has("needs walrus >= 9.9.9 (this is walrus " WR_WALRUS_VERSION ")");
+
+	/* Read from the later page itself (a standby's or a tool's start), the
+	 * reader finds the version on the segment's first page too. */
+	wal_reader *r;
+	wal_decoded *rec;
+	ck_assert_int_eq(wal_reader_open(waldir, SEG, control().sysid, &r), 0);
+	ck_assert_int_eq(wal_read_record(r, page + WAL_SHORT_PHD, &rec), WALRUS_EVERSION);
+	assert_msg_has(lsn_str(page));
+	assert_msg_has("needs walrus >= 9.9.9");
+	wal_reader_close(r);
+	free(res);
+}
+END_TEST
+
+/* A later format's page at another address is stale (a recycled segment): it
+ * ends the WAL as any stale page does. */
+START_TEST(stale_page_of_later_format_ends_wal)
+{
+	const uint16_t later = WAL_FORMAT_MAGIC(WAL_FORMAT + 1);
+	start_stream();
+	write_workload(5);
+	end_stream();
+	wr_lsn page = last_end - last_end % WAL_PAGE_SIZE + WAL_PAGE_SIZE;
+	ck_assert_uint_eq(page / SEG,
+	                  last_end / SEG); /* a page of the last segment, past its end */
+	wal_reader *r;
+	wal_decoded *rec;
+	ck_assert_int_eq(wal_reader_open(waldir, SEG, control().sysid, &r), 0);
+	rewrite_page_header(page, later, page + SEG);
+	ck_assert_int_eq(wal_read_record(r, page + WAL_SHORT_PHD, &rec), WALRUS_ENOTFOUND);
+	assert_msg_has("unexpected pageaddr");
+	rewrite_page_header(page, later, page);
+	ck_assert_int_eq(wal_read_record(r, page + WAL_SHORT_PHD, &rec), WALRUS_EVERSION);
+	assert_msg_has_format(WAL_FORMAT + 1);
+	wal_reader_close(r);
 }
 END_TEST
 
@@ -532,6 +645,9 @@ int main(void)
 	tcase_add_test(tc, damage_in_the_middle);
 	tcase_add_test(tc, torn_record_before_unflushed_wal);
 	tcase_add_test(tc, unknown_rmgr);
+	tcase_add_test(tc, unknown_record_type);
+	tcase_add_test(tc, later_wal_format_refused);
+	tcase_add_test(tc, stale_page_of_later_format_ends_wal);
 	tcase_add_test(tc, missing_checkpoint);
 	tcase_add_test(tc, checkpoint_after_redo_point);
 	tcase_add_test(tc, missing_segment_after_checkpoint);
