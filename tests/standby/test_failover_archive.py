@@ -12,12 +12,13 @@ the standby promoted.  Checked:
   the default) brings back every key, from both timelines;
 - `--target-timeline current` stays on the backup's timeline: nothing
   written after the failover;
-- a restore point made on the new primary is reached from the old backup;
+- a restore point made on the new primary, and a time after the failover,
+  are reached from the old backup;
 - the restored copy starts timeline 3 (one above every timeline in the
   archive), its history file names both branch points; the next restore
   starts timeline 4;
 - bad --target-timeline values are refused with a clear message."""
-import os, signal
+import os, signal, time
 
 import sb
 import wtest
@@ -87,6 +88,7 @@ def main(cleanup):
     sb.must(s.run("promote", timeout=120), "promote")
     write(s, "d")
     sb.must(s.run("restore-point", "after-failover"), "restore point")
+    after_d = time.time()  # between the commits of d and those of e
     write(s, "e")
     sb.must(s.run("switch-wal"), "switch-wal on the new primary")
     check(wtest.wait_for(lambda: sb.stats(s)["archiver"]["archive_pending_bytes"] == 0, 60),
@@ -122,6 +124,11 @@ def main(cleanup):
     r = restore(exe, root, backup, archive, "named", "--target-name", "after-failover",
                 "--target-timeline", "2")
     check(tags(sb.scan(r)) == ["a", "b", "c", "d"], f"named: key groups {tags(sb.scan(r))}")
+
+    log("a time after the failover")
+    r = restore(exe, root, backup, archive, "timed", "--target-time", f"@{after_d:.6f}",
+                "--target-timeline", "2")
+    check(tags(sb.scan(r)) == ["a", "b", "c", "d"], f"timed: key groups {tags(sb.scan(r))}")
 
     log("bad --target-timeline values")
     top = wtest.Walrus(exe, root, OPTS)
