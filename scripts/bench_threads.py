@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""scripts/bench_threads.py - issue 14's measurements of walrus's client threads
-(docs/performance.md, "Clients as threads (issue 14)"), with walrus-peers.
+"""scripts/bench_threads.py - the measurements of walrus's client threads
+(docs/performance.md, "Clients as threads"), with walrus-peers.
 
 Three parts, each repeated --rounds times, the orders alternated from round to
 round so that no mode or build always runs first (the machine is shared: only

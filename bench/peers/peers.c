@@ -99,7 +99,7 @@ static void usage(FILE *f)
 	    "  --num N            N: keys, and the operations of readrandom,\n"
 	    "                     readwhilewriting, updaterandom (default 1000000)\n"
 	    "  --sync-ops M       durable writes per client in fillsync (default 2000)\n"
-	    "  --sync-seconds S   fillsync by issue 18's definition instead: N keys loaded\n"
+	    "  --sync-seconds S   fillsync by time instead: N keys loaded\n"
 	    "                     (untimed), then each client upserts random keys, each\n"
 	    "                     put durable, for S seconds (1..%d)\n"
 	    "  --engines LIST     among walrus,sqlite,lmdb,rocksdb,rocksdb-otxn,rocksdb-ptxn\n"

@@ -189,7 +189,7 @@ static int copy_child_slot(const node_copy *c, const kv_key *k, bool before)
  * tried first: a sequential load allocates a level-1 node every fanout + 1
  * blocks, and at a stride such as 340 four or five of them shared a two-way
  * set, so a 10M-key tree (406 internal nodes for 512 places) retook copies
- * on most gets (docs/performance.md).  Here any internal nodes up to
+ * on most gets.  Here any internal nodes up to
  * KV_NODE_COPIES keep their copies, whatever their block numbers.
  */
 #define COPY_INDEX_SIZE (1u << KV_COPY_INDEX_BITS)
