@@ -940,19 +940,37 @@ static void park_one(client_backend *b)
 	atomic_store(&b->parked, true);
 }
 
+static void park_all(uintptr_t me)
+{
+	for (client_backend *b = C.backends; b != NULL; b = b->next) {
+		uintptr_t none = 0;
+		if (atomic_load(&b->last) != me || atomic_load(&b->parked) ||
+		    !atomic_compare_exchange_strong(&b->user, &none, me))
+			continue;
+		park_one(b);
+		atomic_store(&b->user, 0);
+	}
+}
+
+/*
+ * Run by the C library as the thread ends, outside any public call: a PANIC
+ * while giving slots back (releasing pins may meet a crashed instance) has
+ * a boundary here, as in the exit hook, so that it ends the parking (the
+ * instance restarts) instead of aborting the application.
+ */
 static void park_thread_exit(void *token)
 {
 	client_backend_use(NULL);
 	client_lock();
 	if (C.attached && C.owner == client_self_pid() && !process_exiting()) {
-		for (client_backend *b = C.backends; b != NULL; b = b->next) {
-			uintptr_t none = 0, me = (uintptr_t)token;
-			if (atomic_load(&b->last) != me || atomic_load(&b->parked) ||
-			    !atomic_compare_exchange_strong(&b->user, &none, me))
-				continue;
-			park_one(b);
-			atomic_store(&b->user, 0);
+		jmp_buf jb;
+		if (setjmp(jb) == 0) {
+			client_enter(&jb);
+			park_all((uintptr_t)token);
+		} else {
+			wr_panic_rearm();
 		}
+		client_leave();
 	}
 	client_unlock();
 }
