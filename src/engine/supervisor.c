@@ -35,6 +35,7 @@
 #include "fdcache/fdcache.h"
 #include "kv/kv.h"
 #include "repl/repl.h"
+#include "testsupport/testsupport.h"
 #include "wal/wal.h"
 
 /*
@@ -461,15 +462,28 @@ static void receiver_ended(int st, const char *how)
 
 static void answer_pending(void);
 
-/* The status line of walrus.pid, for `walrus status`. */
+/*
+ * The status line of walrus.pid, for `walrus status`.  Its first word is
+ * the contract: "ready" and "read-only" once every listener the
+ * configuration asks for is open and the instance serves; anything else
+ * ("starting", "promoting", "restarting", "stopping") while it does not yet,
+ * or no longer.
+ */
+static void publish_state(const char *text)
+{
+	if (datadir_set_pid_status(S.lock_fd, S.abs, text) != WALRUS_OK)
+		wr_log(WR_WARNING, "could not write the status for walrus status: %s",
+		       walrus_errmsg());
+}
+
 static void publish_status(bool read_only)
 {
 	char text[1024];
 	snprintf(text, sizeof(text), "%s%s", read_only ? "read-only: " : "ready",
-	         read_only ? engine_sh()->read_only_why : "");
-	if (datadir_set_pid_status(S.lock_fd, S.abs, text) != WALRUS_OK)
-		wr_log(WR_WARNING, "could not write the status for walrus status: %s",
-		       walrus_errmsg());
+	         read_only   ? engine_sh()->read_only_why
+	         : S.standby ? ": a standby, serving reads"
+	                     : "");
+	publish_state(text);
 }
 
 /*
@@ -493,6 +507,7 @@ static int standby_start(void)
 	}
 	wr_log(WR_LOG, "standby starting (generation %llu): reads wait for a consistent state",
 	       (unsigned long long)S.generation);
+	publish_state("starting: a standby, replaying up to a consistent state");
 	return WALRUS_OK;
 }
 
@@ -625,6 +640,7 @@ static void crash_restart(const char *why)
 	drop_shared_memory();
 	S.generation++;
 	S.crash_restarts++;
+	publish_state("restarting after a crash");
 	wr_log(WR_LOG, "all processes of the instance stopped; reinitialising");
 	int rc = instance_start();
 	if (rc != WALRUS_OK) {
@@ -790,6 +806,7 @@ static void answer_promote(sup_conn *c)
 	if (atomic_exchange(&e->sb.promote, 1) != 0)
 		return; /* under way: this one waits with the others */
 	wr_log(WR_LOG, "promotion requested by process %d", (int)c->pid);
+	publish_state("promoting");
 	standby_stop_sources();
 	atomic_store(&e->sb.no_stream, 1);
 	atomic_fetch_add(&e->sb.wal_seq, 1);
@@ -877,6 +894,7 @@ static void close_listener(void)
 static void begin_drain(const char *why)
 {
 	wr_log(WR_LOG, "shutting down: %s", why);
+	publish_state("stopping");
 	S.phase = SUP_DRAINING;
 	S.drain_note_ns = wr_now_ns() + 5000000000ULL;
 	answer_pending();
@@ -954,6 +972,7 @@ static void begin_shutdown(const char *why)
 static _Noreturn void stop_immediately(const char *why)
 {
 	wr_log(WR_LOG, "immediate shutdown: %s", why);
+	publish_state("stopping");
 	shm_header *h = shm_hdr();
 	if (h != NULL) {
 		atomic_store(&engine_sh()->stop_mode, WALRUS_STOP_IMMEDIATE);
@@ -980,6 +999,7 @@ static void request_stop(int mode, const char *by)
 	if (mode == WALRUS_STOP_IMMEDIATE)
 		stop_immediately(why);
 	wr_log(WR_LOG, "%s", why);
+	publish_state("stopping");
 	if (shm_hdr() != NULL)
 		atomic_store(&engine_sh()->stop_mode, (uint32_t)mode);
 	answer_pending(); /* refused from now on */
@@ -1463,6 +1483,14 @@ static void detach_from_caller(int ready_fd)
 		signal(sig, SIG_DFL);
 }
 
+/* Test builds: failpoint "step:STOP:supervisor listen" holds the supervisor
+ * after it wrote its pid, before its sockets, where status must say starting. */
+static void test_step(const char *step)
+{
+	FDC_LOCKED();
+	(void)ts_fp_check("step", step, NULL);
+}
+
 /*
  * The instance settings with their sources into @buf: as one log line
  * ("name=value (source), ...") of those not at their defaults, or as a table
@@ -1543,10 +1571,12 @@ _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int read
 	S.reserve_released = reserve_release_if_full(abs, &S.opts);
 	if ((rc = datadir_write_pid(S.lock_fd, abs)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
+	publish_state("starting");
 	if (chdir(abs) != 0)
 		wr_log(WR_WARNING, "could not change directory to \"%s\": %m", abs);
 	if ((rc = setup_signals()) != WALRUS_OK)
 		fail_start(ready_fd, rc);
+	test_step("supervisor listen");
 	if ((rc = ipc_listen(abs, WR_SOCKET_NAME, &S.listen_fd)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
 	if ((rc = replication_setup()) != WALRUS_OK)

@@ -46,7 +46,7 @@ static uint64_t fp_hits;
 static const char *const fp_ops[] = {
     "open",      "pread",       "pwrite", "fsync", "fdatasync", "sync_range", "truncate",
     "fallocate", "rename",      "unlink", "close", "fsync_dir", "mkdir",      "any",
-    "backup",    "open_direct", "stat",   "punch", "mmap",
+    "backup",    "open_direct", "stat",   "punch", "mmap",      "step",
 };
 
 static const struct {

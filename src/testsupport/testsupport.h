@@ -19,7 +19,10 @@
  * fsync_dir, mkdir, any, or backup (no
  * syscall: the steps of a base backup, whose path is "start DEST",
  * "copy-data FILE", "copy-wal SEGMENT", "before-label DEST" or
- * "before-done DEST": "backup:KILL:copy-wal"); ERRNO is a name
+ * "before-done DEST": "backup:KILL:copy-wal"), step (no syscall: a
+ * process's steps, "serve listen" before the RESP server opens its
+ * listeners, "supervisor listen" before the supervisor opens its sockets);
+ * ERRNO is a name
  * (EIO, ENOSPC, EACCES, EMFILE, ...); the entry matches calls whose path
  * contains PATH_SUBSTRING, lets SKIP matching calls pass, then fails COUNT of
  * them (default 1; 0 = forever).  Example: "fsync:EIO:/base/@2*1".  A pwrite
