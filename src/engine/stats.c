@@ -285,6 +285,7 @@ static void stats_receiver(jbuf *j, repl_receiver *v)
 	jb_u64(j, "pid", atomic_load(&v->pid));
 	jb_str(j, "state", receiver_state_name(atomic_load(&v->state)));
 	jb_str(j, "primary", primary);
+	jb_u64(j, "failed_attempts", atomic_load(&v->failed_attempts));
 	jb_lsn(j, "received_lsn", atomic_load(&v->written));
 	jb_lsn(j, "flushed_lsn", flushed);
 	jb_lsn(j, "replayed_lsn", atomic_load(&v->applied));

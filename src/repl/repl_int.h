@@ -185,6 +185,18 @@ int repl_random(uint8_t *buf, size_t len);
 
 /* ---------------------------------------------------------------- the standby's client steps */
 
+/*
+ * Whether an error of the standby's client steps (connect, authenticate,
+ * START or BASE_BACKUP, stream) is one that retrying cannot cure: the
+ * primary refused this standby for good (a wrong password, another system,
+ * a timeline or a start it cannot serve, a replication slot missing or
+ * invalidated, WAL it removed, a primary that is a standby itself) or it
+ * does not speak this protocol.  The network, a primary starting or
+ * stopping, and its limits (too many standbys, a slot still held) are
+ * transient.  The primary's refusals choose their codes for this.
+ */
+bool repl_error_permanent(int code);
+
 /* Connects to @addr and authenticates with @password (checks the primary's proof too). */
 int repl_client_connect(const char *addr, const char *password, int *fd_out);
 /* Sends START and waits for STREAMING: the primary's timeline and flush LSN. */

@@ -65,10 +65,15 @@ static void on_usr1(int sig)
 	(void)sig; /* only ends ppoll */
 }
 
+/* Lines about peers that have not authenticated share a budget a second; a
+ * standby's refusal is logged once per REPL_REFUSAL_LOG_US (it retries). */
 static void log_end(sender *w, int level, const char *how, const char *why)
 {
 	uint32_t suppressed = 0;
 	if (w->slot == &unclaimed && !repl_auth_warn_ok(&suppressed))
+		return;
+	if (w->slot != &unclaimed && strcmp(how, "refused") == 0 &&
+	    !repl_refusal_log_ok(w->slot->name, why, &suppressed))
 		return;
 	char more[96] = "";
 	if (suppressed > 0)
@@ -207,10 +212,13 @@ static wr_lsn check_start(sender *w, const repl_msg *m)
 		         WAL_LSN_ARGS(start), WAL_LSN_ARGS(flush));
 		refuse(w, WR_LOG, WALRUS_EINVAL, text);
 	}
+	/* At the flush position on a segment's start, that segment may not be
+	 * made yet: nothing to send, and not a removed segment (which is a
+	 * refusal for good: repl_error_permanent). */
 	char name[64], path[PATH_MAX];
 	wal_segment_name(w->seg_size, start - start % w->seg_size, name, sizeof(name));
-	if (!wr_snprintf(path, sizeof(path), "%s/wal/%s", w->datadir, name) ||
-	    access(path, F_OK) != 0) {
+	if (start < flush && (!wr_snprintf(path, sizeof(path), "%s/wal/%s", w->datadir, name) ||
+	                      access(path, F_OK) != 0)) {
 		snprintf(text, sizeof(text), "requested WAL segment %s has already been removed",
 		         name);
 		refuse(w, WR_LOG, WALRUS_ENOENT, text);
@@ -226,10 +234,13 @@ static void take_slot(sender *w, const char *name)
 	wr_lsn restart;
 	if (name[0] == '\0')
 		return;
-	if (wal_slot_acquire(name, (uint32_t)getpid(), &restart) != WALRUS_OK) {
+	int rc = wal_slot_acquire(name, (uint32_t)getpid(), &restart);
+	if (rc != WALRUS_OK) {
+		/* Its code tells the standby whether to retry (a slot still held by
+		 * its previous connection) or to stop (missing, invalidated). */
 		char text[REPL_ERROR_TEXT_MAX];
 		wr_snprintf(text, sizeof(text), "%s", walrus_errmsg());
-		refuse(w, WR_LOG, WALRUS_EINVAL, text);
+		refuse(w, WR_LOG, rc, text);
 	}
 	wr_snprintf(w->slot_name, sizeof(w->slot_name), "%s", name);
 }
