@@ -6,7 +6,8 @@ missing or empty DIR takes a base backup over the replication connection
 - a missing DIR, while a writer keeps committing on the primary: the
   standby comes up consistent, every key acknowledged before then is on
   it, a later write arrives by streaming; promoted, it verifies clean;
-- an empty existing DIR works the same;
+- an empty existing DIR works the same; the progress lines on stderr
+  advance and end at 100%;
 - refused, with DIR untouched or removed/emptied again and an error naming
   the cause: a non-empty directory that is not walrus's, a missing DIR
   without --primary (usage), a wrong password, a standby given as the
@@ -16,7 +17,7 @@ missing or empty DIR takes a base backup over the replication connection
   sender held);
 - a primary that does not listen yet: the base backup says it retries, and
   completes once the primary is up."""
-import argparse, os, signal, subprocess, threading
+import argparse, os, re, signal, subprocess, threading
 
 import sb
 import wtest
@@ -92,6 +93,20 @@ def caught_up(p, s):
     sb.wait_replayed(s, sb.lsn(sb.stats(p)["wal"]["flush_lsn"]))
 
 
+def check_progress(err, sdir):
+    """The progress lines of SDIR's base backup advance and end at 100%, the
+    whole received (a backup shorter than the first interval used to show
+    one line only, "0.0 of N MiB received (0%)")."""
+    end = err.find(f'base backup from the primary complete in "{sdir}"')
+    begin = err.rfind("standby: taking a base backup from", 0, end)
+    stop = err.find("standby: base backup complete", end)
+    lines = re.findall(r"standby: base backup: ([\d.]+) of ([\d.]+) MiB received \((\d+)%\)",
+                       err[begin:stop])
+    done = [float(d) for d, _, _ in lines]
+    check(lines and done == sorted(done) and lines[-1][2] == "100" and done[-1] > 0
+          and lines[-1][0] == lines[-1][1], f"progress of {sdir}: {lines}")
+
+
 def one_command_standby(cleanup, a, p, sock, sdir, writer_tag=None):
     """walrus standby --primary on SDIR: ready, same data, streaming; (Walrus, Standby)."""
     s = wtest.Walrus(a.walrus, sdir, OPTS)
@@ -113,8 +128,10 @@ def one_command_standby(cleanup, a, p, sock, sdir, writer_tag=None):
         log(f"  {len(acked)} keys acknowledged during the backup are on the standby")
     # Before the supervisor starts its log file, messages go to stderr.
     with open(os.path.join(os.path.dirname(sdir), "standby.stderr"), errors="replace") as f:
-        check(f'base backup from the primary complete in "{sdir}"' in f.read(),
-              "walrus standby's output does not show the base backup")
+        err = f.read()
+    check(f'base backup from the primary complete in "{sdir}"' in err,
+          "walrus standby's output does not show the base backup")
+    check_progress(err, sdir)
     write(p, "after-" + os.path.basename(sdir) + "-")
     caught_up(p, s)
     check(sb.scan(s) == sb.scan(p), "the standby's data differ from the primary's")
