@@ -3,6 +3,8 @@
 over a Unix socket:
 
 - the standby streams, replays and serves what the primary wrote;
+- `walrus backup` of the standby is refused, the reason printed once (the
+  library's log line about it reached the tool's stderr too);
 - the standby killed (every process) and restarted mid-stream catches up;
 - a network cut (its walrus-wrcv killed): the receiver starts again and the
   stream resumes from what is durable;
@@ -82,6 +84,12 @@ def main(cleanup):
     write(p, "b")
     caught_up(p, s)
     check(receiver(s)["state"] == "streaming", f"receiver: {receiver(s)}")
+
+    log("walrus backup on the standby: refused, said once")
+    r = s.run("backup", os.path.join(root, "from-standby"))
+    err = r.stderr.decode(errors="replace")
+    check(r.returncode == 3 and err.count("is a standby in recovery") == 1,
+          f"backup on a standby: exit {r.returncode}: {err}")
 
     log("the standby killed and restarted mid-stream")
     s.kill_instance()
