@@ -84,6 +84,9 @@ typedef struct repl_sender_slot { /* one per max_wal_senders */
 	char peer[REPL_NAME_LEN]; /* its address (set when the sender claims the slot) */
 	_Atomic uint64_t sent, written, flushed, applied; /* LSNs */
 	_Atomic uint64_t reply_time_us;                   /* last FEEDBACK, wall clock */
+	/* How long the standby took to write, flush and replay what was sent,
+	 * as of its last FEEDBACK (lag.c); 0 when it has confirmed all of it. */
+	_Atomic uint64_t write_lag_us, flush_lag_us, replay_lag_us;
 	/* Non-zero while the sender inserts WAL for a base backup: dying then
 	 * (but by exit 0) may leave its WAL insertion slot busy, so the
 	 * supervisor makes that a crash restart. */

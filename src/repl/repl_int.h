@@ -183,6 +183,27 @@ int repl_mac(const char *password, const char *label, const uint8_t *n1, const u
 /* Fills @buf with random bytes (getrandom). */
 int repl_random(uint8_t *buf, size_t len);
 
+/* ---------------------------------------------------------------- lag in time (lag.c) */
+
+enum { REPL_LAG_WRITE, REPL_LAG_FLUSH, REPL_LAG_APPLY, REPL_LAG_KINDS };
+#define REPL_LAG_SAMPLES 128
+
+/* A sender's (end LSN, time sent) samples and the lags they gave; zeroed to start. */
+typedef struct repl_lag {
+	struct repl_lag_sample {
+		wr_lsn lsn;
+		uint64_t ns; /* wr_now_ns() */
+	} samples[REPL_LAG_SAMPLES];
+	uint64_t recorded;               /* samples taken, ever (the ring's write count) */
+	uint64_t passed[REPL_LAG_KINDS]; /* samples each kind of position has passed */
+	uint64_t lag_ns[REPL_LAG_KINDS];
+} repl_lag;
+/* WAL up to @end was sent at @now_ns. */
+void repl_lag_sent(repl_lag *l, wr_lsn end, uint64_t now_ns);
+/* The standby confirmed @pos for @kind (REPL_LAG_*) at @now_ns, of the @sent
+ * sent so far: updates l->lag_ns[kind]. */
+void repl_lag_confirmed(repl_lag *l, int kind, wr_lsn pos, wr_lsn sent, uint64_t now_ns);
+
 /* ---------------------------------------------------------------- the standby's client steps */
 
 /*

@@ -58,6 +58,7 @@ typedef struct sender {
 	bool sync;                     /* its standby is the synchronous_standby */
 	bool sync_apply;               /* ... confirming what it replayed, not flushed */
 	const wr_options *opts;
+	repl_lag lag; /* lag.c */
 } sender;
 
 static void on_usr1(int sig)
@@ -365,6 +366,7 @@ static void send_wal(sender *w, wr_lsn flush)
 	w->sent += n;
 	atomic_store(&w->slot->sent, w->sent);
 	w->last_send_ns = wr_now_ns();
+	repl_lag_sent(&w->lag, w->sent, w->last_send_ns);
 }
 
 static void send_keepalive(sender *w, bool reply)
@@ -376,6 +378,18 @@ static void send_keepalive(sender *w, bool reply)
 	if (repl_send(w->fd, &m) != WALRUS_OK)
 		drop(w, walrus_errmsg());
 	w->last_send_ns = wr_now_ns();
+}
+
+/* The lags as of this FEEDBACK, for stats (lag.c). */
+static void publish_lag(sender *w, wr_lsn written, wr_lsn flushed, wr_lsn applied)
+{
+	uint64_t now = wr_now_ns();
+	repl_lag_confirmed(&w->lag, REPL_LAG_WRITE, written, w->sent, now);
+	repl_lag_confirmed(&w->lag, REPL_LAG_FLUSH, flushed, w->sent, now);
+	repl_lag_confirmed(&w->lag, REPL_LAG_APPLY, applied, w->sent, now);
+	atomic_store(&w->slot->write_lag_us, w->lag.lag_ns[REPL_LAG_WRITE] / 1000);
+	atomic_store(&w->slot->flush_lag_us, w->lag.lag_ns[REPL_LAG_FLUSH] / 1000);
+	atomic_store(&w->slot->replay_lag_us, w->lag.lag_ns[REPL_LAG_APPLY] / 1000);
 }
 
 /* What the standby sent: FEEDBACK, or an ERROR that ends the stream. */
@@ -404,6 +418,7 @@ static void read_reply(sender *w)
 	atomic_store(&w->slot->flushed, flushed);
 	atomic_store(&w->slot->applied, applied);
 	atomic_store(&w->slot->reply_time_us, wr_wall_us());
+	publish_lag(w, written, flushed, applied);
 	if (w->slot_name[0] != '\0')
 		wal_slot_advance(w->slot_name, flushed);
 	if (w->sync) /* commits waiting for this standby (wal/syncrep.c) */

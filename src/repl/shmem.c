@@ -84,6 +84,9 @@ static void sender_reset(repl_sender_slot *s)
 	atomic_store(&s->flushed, 0);
 	atomic_store(&s->applied, 0);
 	atomic_store(&s->reply_time_us, 0);
+	atomic_store(&s->write_lag_us, 0);
+	atomic_store(&s->flush_lag_us, 0);
+	atomic_store(&s->replay_lag_us, 0);
 	atomic_store(&s->inserting, 0);
 }
 

@@ -3,6 +3,9 @@
 over a Unix socket:
 
 - the standby streams, replays and serves what the primary wrote;
+- lag in time in the primary's stats (write/flush/replay_lag_ms): with the
+  standby's replay stopped (SIGSTOP) the replay lag grows past a second
+  while write and flush are idle (0); caught up, all three are 0;
 - `walrus backup` of the standby is refused, the reason printed once (the
   library's log line about it reached the tool's stderr too);
 - the standby killed (every process) and restarted mid-stream catches up;
@@ -90,6 +93,25 @@ def main(cleanup):
     err = r.stderr.decode(errors="replace")
     check(r.returncode == 3 and err.count("is a standby in recovery") == 1,
           f"backup on a standby: exit {r.returncode}: {err}")
+
+    log("lag in time: replay stopped, then idle")
+    sender = lambda: sb.stats(p)["replication"]["senders"][0]  # noqa: E731
+    lags = ("write_lag_ms", "flush_lag_ms", "replay_lag_ms")
+    check(all(sender()[k] >= 0 for k in lags), f"lag fields: {sender()}")
+    startup = wtest.named(wtest.instance_pids(s.dir), "walrus-startup")
+    check(len(startup) == 1, f"the standby's startup process: {startup}")
+    os.kill(startup[0], signal.SIGSTOP)
+    cleanup.add(lambda: wtest.kill_pids(startup, signal.SIGCONT))
+    write(p, "lag")
+    # Written and flushed there, not replayed: the replay lag grows with
+    # each FEEDBACK (one a second at least), the others are idle (0).
+    check(wtest.wait_for(lambda: sender()["replay_lag_ms"] >= 1000 and
+                         sender()["write_lag_ms"] == 0 and sender()["flush_lag_ms"] == 0, 60),
+          f"replay stopped: {sender()}")
+    os.kill(startup[0], signal.SIGCONT)
+    caught_up(p, s)
+    check(wtest.wait_for(lambda: all(sender()[k] == 0 for k in lags), 60),
+          f"caught up and idle, the lags are not 0: {sender()}")
 
     log("the standby killed and restarted mid-stream")
     s.kill_instance()
