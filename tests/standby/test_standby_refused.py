@@ -103,6 +103,9 @@ def main(cleanup):
     st = sb.Standby(s)
     st.start()
     caught_up(p, s)
+    r = s.run("status")
+    check(r.returncode == 0 and b"status: ready: a standby, serving reads" in r.stdout,
+          f"status of a standby serving reads: {r.returncode} {r.stdout[:200]}")
 
     log("a standby given another standby as its primary: stops")
     sock2 = os.path.join(root, "repl-standby.sock")
