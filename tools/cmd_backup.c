@@ -63,6 +63,9 @@ static void catch_stop_signals(bool on)
 	}
 }
 
+/* A line every 250 ms, the first one 250 ms after the first bytes (not at
+ * them: "0.0 of N MiB", alone for a short backup); the summary at the end
+ * says what was copied. */
 typedef struct progress_state {
 	uint64_t t0_ns, last_ns, done;
 } progress_state;
@@ -72,11 +75,14 @@ static void on_progress(uint64_t done, uint64_t total, void *arg)
 	progress_state *p = arg;
 	uint64_t now = wr_now_ns();
 	p->done = done;
+	if (p->last_ns == 0)
+		p->last_ns = now; /* the first bytes: the interval counts from here */
 	if (now - p->last_ns < 250000000u)
 		return;
 	p->last_ns = now;
 	fprintf(stderr, "backup: %.1f of %.1f MiB copied (%.0f%%)\n", (double)done / 1048576.0,
-	        (double)total / 1048576.0, total ? 100.0 * (double)done / (double)total : 100.0);
+	        (double)total / 1048576.0,
+	        total ? WR_MIN(99.0, 100.0 * (double)done / (double)total) : 0.0);
 }
 
 static void label_line(const char *dest, const char *key, char *buf, size_t len)

@@ -98,20 +98,38 @@ static int write_settings(const char *abs, const standby_args *a)
 	return rc == WALRUS_OK ? 0 : tool_fail(rc, WR_STANDBY_FILE);
 }
 
+/*
+ * A line every PROGRESS_NS, the first one PROGRESS_NS after the first bytes
+ * (not at them: "0.0 of N MiB", which was the only line of a backup shorter
+ * than that), and the last one at the end.
+ * The total is the primary's estimate: the percentage stays below 100 until
+ * the end.
+ */
+#define PROGRESS_NS 250000000ULL
+
 typedef struct progress_state {
-	uint64_t last_ns;
+	uint64_t last_ns, done, total;
 } progress_state;
+
+static void print_progress(uint64_t done, uint64_t total, bool end)
+{
+	double pct = end ? 100.0 : total ? WR_MIN(99.0, 100.0 * (double)done / (double)total) : 0;
+	fprintf(stderr, "standby: base backup: %.1f of %.1f MiB received (%.0f%%)\n",
+	        (double)done / 1048576.0, (double)(end ? done : total) / 1048576.0, pct);
+}
 
 static void on_progress(uint64_t done, uint64_t total, void *arg)
 {
 	progress_state *p = arg;
 	uint64_t now = wr_now_ns();
-	if (now - p->last_ns < 250000000u)
+	p->done = done;
+	p->total = total;
+	if (p->last_ns == 0)
+		p->last_ns = now; /* the first bytes: the interval counts from here */
+	if (now - p->last_ns < PROGRESS_NS)
 		return;
 	p->last_ns = now;
-	fprintf(stderr, "standby: base backup: %.1f of %.1f MiB received (%.0f%%)\n",
-	        (double)done / 1048576.0, (double)total / 1048576.0,
-	        total ? 100.0 * (double)done / (double)total : 100.0);
+	print_progress(done, total, false);
 }
 
 /* Missing, or an empty directory: what a base backup from the primary may fill. */
@@ -170,6 +188,7 @@ static int take_base_backup(tool_ctx *ctx, const standby_args *a)
 		fprintf(stderr, "walrus standby: %s\n", walrus_errmsg());
 		return TOOL_EXIT_ENGINE;
 	}
+	print_progress(p.done, p.total, true);
 	fprintf(stderr, "standby: base backup complete\n");
 	return 0;
 }

@@ -332,8 +332,11 @@ int walrus_backup(walrus *db, const char *dest, int flags, walrus_progress_fn pr
 		if (rc != WALRUS_OK && msg[0] != '\0')
 			wr_error(rc, "%s", msg);
 	}
+	/* For the instance's log: the caller has the error (a WARNING would also
+	 * reach the stderr of a program that shows warnings, which then prints
+	 * the error it got: the same line twice). */
 	if (rc != WALRUS_OK && rc != WALRUS_EINVAL)
-		wr_log(WR_WARNING, "base backup into \"%s\" failed: %s", dest, walrus_errmsg());
+		wr_log(WR_LOG, "base backup into \"%s\" failed: %s", dest, walrus_errmsg());
 	free(b);
 	return rc;
 }

@@ -27,6 +27,10 @@
 
 #include "repl/repl_int.h"
 
+#define BB_RETRY_MIN_NS (100ULL * 1000 * 1000)
+#define BB_RETRY_MAX_NS (5ULL * 1000 * 1000 * 1000)
+#define BB_RETRY_FOR_NS (60ULL * 1000 * 1000 * 1000)
+
 typedef struct bb_recv {
 	const char *dir;
 	int sock;
@@ -293,16 +297,44 @@ static int receive(bb_recv *r)
 	}
 }
 
+/*
+ * A primary started a moment ago may not listen yet: a failure retrying can
+ * cure (repl_error_permanent) is retried after a back-off that doubles from
+ * BB_RETRY_MIN_NS to BB_RETRY_MAX_NS, for BB_RETRY_FOR_NS at most, each
+ * retry said in the log; a refusal for good (a wrong password, a standby
+ * as the primary) ends the backup at once.
+ */
+static int connect_primary(bb_recv *r, const standby_backup_args *a)
+{
+	uint64_t start = wr_now_ns(), delay = BB_RETRY_MIN_NS;
+	for (unsigned attempt = 1;; attempt++) {
+		int rc = repl_client_connect(a->primary, a->password, &r->sock);
+		if (rc == WALRUS_OK || repl_error_permanent(rc))
+			return rc;
+		uint64_t spent = wr_now_ns() - start;
+		char why[1024];
+		wr_snprintf(why, sizeof(why), "%s", walrus_errmsg()); /* wr_error writes there */
+		if (spent + delay > BB_RETRY_FOR_NS)
+			return wr_error(rc, "%s (gave up after %u attempts in %.0f s)", why,
+			                attempt, (double)spent / 1e9);
+		wr_log(WR_LOG, "base backup: %s; retrying in %.1f s (attempt %u)", why,
+		       (double)delay / 1e9, attempt);
+		wr_sleep_us(delay / 1000);
+		delay = WR_MIN(delay * 2, BB_RETRY_MAX_NS);
+	}
+}
+
 static int run(bb_recv *r, const standby_backup_args *a)
 {
 	uint64_t start_us = wr_wall_us();
-	int rc = fc_prepare_dest(r->dir, BACKUP_INCOMPLETE, "standby directory");
+	/* Connected first: a directory given missing stays missing when the primary refuses. */
+	int rc = connect_primary(r, a);
+	if (rc != WALRUS_OK)
+		return rc;
+	rc = fc_prepare_dest(r->dir, BACKUP_INCOMPLETE, "standby directory");
 	if (rc != WALRUS_OK)
 		return rc;
 	r->prepared = true;
-	rc = repl_client_connect(a->primary, a->password, &r->sock);
-	if (rc != WALRUS_OK)
-		return rc;
 	uint64_t timeout_ms = (uint64_t)a->opts->wal_sender_timeout_us / 1000;
 	rc = begin(r, a->fast, timeout_ms); /* the primary's keepalives cover its checkpoint */
 	if (rc == WALRUS_OK)

@@ -161,7 +161,8 @@ static int first_entry(const char *path, const char *const *skip, size_t nskip, 
 static int find_foreign(const char *abs, bool resuming, char *extra, size_t len)
 {
 	static const char *const allowed[] = {
-	    "wal", "log", "lost+found", WR_PID_FILE, WR_CONF_FILE, WR_BOOTSTRAP_FILE, "base"};
+	    "wal",         "log",        "lost+found",      WR_PID_FILE,
+	    WR_SERVE_FILE, WR_CONF_FILE, WR_BOOTSTRAP_FILE, "base"};
 	char path[PATH_MAX], name[NAME_MAX + 1];
 	size_t nallowed = WR_ARRAY_LEN(allowed) - (resuming ? 0 : 2);
 	int rc = first_entry(abs, allowed, nallowed, name, sizeof(name));

@@ -68,7 +68,8 @@
 #define WR_VERSION_FILE   "WALRUS_VERSION"
 #define WR_PID_FILE       "walrus.pid"
 #define WR_SOCKET_NAME    "walrus.sock"
-#define WR_SETTINGS_FILE  "walrus.settings" /* the running instance's settings, for status */
+#define WR_SETTINGS_FILE  "walrus.settings"  /* the running instance's settings, for status */
+#define WR_SERVE_FILE     "walrus-serve.pid" /* a RESP server's state, for status */
 #define WR_LOG_DIR        "log"
 #define WR_LOG_FILE       "log/walrus.log"
 #define WR_CONF_FILE      "walrus.conf"
@@ -112,6 +113,19 @@ int datadir_write_file(const char *abs, const char *name, const char *text);
 int datadir_set_pid_status(int lock_fd, const char *abs, const char *status);
 /* The status line of the running instance's pid file into buf ("" when none). */
 void datadir_pid_status(const char *abs, char *buf, size_t len);
+
+/*
+ * DIR/walrus-serve.pid (serve_status.c): the state of `walrus serve`'s RESP
+ * server for `walrus status`.  claim: takes the file (an OFD lock held until
+ * release); WALRUS_EBUSY, with no message, when another live server holds
+ * it (then @fd_out is -1 and set/release do nothing).  set: "starting" or
+ * "ready: ..." (the first word counts).  read: false when no live server
+ * holds the file; else its pid and state.
+ */
+int serve_status_claim(const char *abs, int *fd_out);
+int serve_status_set(int fd, const char *abs, const char *state);
+void serve_status_release(int fd, const char *abs);
+bool serve_status_read(const char *abs, long *pid, char *state, size_t len);
 
 /* ---------------------------------------------------------------- a full disk (reserve.c) */
 

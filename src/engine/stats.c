@@ -261,6 +261,9 @@ static void stats_senders(jbuf *j, repl_state *r)
 		jb_lsn(j, "flush_lsn", flushed);
 		jb_lsn(j, "replay_lsn", atomic_load(&s->applied));
 		jb_u64(j, "lag_bytes", flush > flushed ? flush - flushed : 0);
+		jb_dbl(j, "write_lag_ms", (double)atomic_load(&s->write_lag_us) / 1000.0);
+		jb_dbl(j, "flush_lag_ms", (double)atomic_load(&s->flush_lag_us) / 1000.0);
+		jb_dbl(j, "replay_lag_ms", (double)atomic_load(&s->replay_lag_us) / 1000.0);
 		jb_dbl(j, "reply_age_s", age_s(atomic_load(&s->reply_time_us)));
 		jb_add(j, "}");
 	}
@@ -286,6 +289,7 @@ static void stats_receiver(jbuf *j, repl_receiver *v)
 	jb_str(j, "state", receiver_state_name(atomic_load(&v->state)));
 	jb_str(j, "primary", primary);
 	jb_u64(j, "timeline", atomic_load(&v->timeline));
+	jb_u64(j, "failed_attempts", atomic_load(&v->failed_attempts));
 	jb_lsn(j, "received_lsn", atomic_load(&v->written));
 	jb_lsn(j, "flushed_lsn", flushed);
 	jb_lsn(j, "replayed_lsn", atomic_load(&v->applied));

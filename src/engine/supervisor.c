@@ -35,6 +35,7 @@
 #include "fdcache/fdcache.h"
 #include "kv/kv.h"
 #include "repl/repl.h"
+#include "testsupport/testsupport.h"
 #include "wal/wal.h"
 
 /*
@@ -80,19 +81,20 @@ static struct {
 	uint64_t linger_deadline_ns; /* 0: no backend has left yet, or someone is attached */
 	bool foreground;
 	bool ever_attached;
-	bool shutdown_failed;     /* an auxiliary process failed its last duty */
-	bool reserve_released;    /* on a full disk, for this start (reserve.c) */
-	bool read_only;           /* the instance started read-only (reserve.c) */
-	bool standby;             /* a standby in recovery (hotstandby.c) */
-	char standby_failed[768]; /* its startup process failed: stop, saying why */
-	int stop_mode;            /* WALRUS_STOP_* asked for (walrus_stop, a signal), 0 if none */
-	uint64_t drain_note_ns;   /* when a drain that waits says so again */
+	bool shutdown_failed;      /* an auxiliary process failed its last duty */
+	bool reserve_released;     /* on a full disk, for this start (reserve.c) */
+	bool read_only;            /* the instance started read-only (reserve.c) */
+	bool standby;              /* a standby in recovery (hotstandby.c) */
+	char standby_failed[1280]; /* its startup process failed: stop, saying why */
+	int stop_mode;             /* WALRUS_STOP_* asked for (walrus_stop, a signal), 0 if none */
+	uint64_t drain_note_ns;    /* when a drain that waits says so again */
 	/* Streaming replication's primary side: the listener (listen_replication)
 	 * and the walrus-wsnd processes (0: free entry), authenticated (holding
 	 * a sender slot, repl_sender_slot_of) or not yet. */
 	int repl_fd;
 	pid_t senders[SUP_SENDER_PROCS];
-	/* "too many connections authenticating": REPL_AUTH_WARN_PER_S a second */
+	/* connections refused here (too many authenticating, a standby): REPL_AUTH_WARN_PER_S a
+	 * second */
 	uint64_t unauth_warn_ns;
 	uint32_t unauth_warn_n, unauth_suppressed;
 	bool senders_finishing;       /* clean shutdown: asked to send the rest and exit */
@@ -441,14 +443,27 @@ static bool standby_streams(void)
 	return repl_standby_read(S.abs, &c) == WALRUS_OK && c.primary[0] != '\0';
 }
 
+static void answer_promote_waiters(int type, int status, const char *text);
+
 /*
  * The WAL receiver ended on its own: killed (a test's network cut, an
- * operator), it starts again and resumes from what is durable here; an
- * error exit (its settings) is logged and not retried in a loop.
+ * operator), it starts again and resumes from what is durable here.  It
+ * exits REPL_RCV_EXIT_STOP when it cannot start or its primary refused the
+ * standby for good: the standby stops, saying why (standby_failed), as
+ * when its startup process fails.  Any other error exit is logged and not
+ * retried in a loop.
  */
 static void receiver_ended(int st, const char *how)
 {
 	atomic_store(&engine_sh()->sb.source, SB_SOURCE_NONE);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == REPL_RCV_EXIT_STOP) {
+		char why[sizeof(repl_shared()->receiver.error)];
+		wr_snprintf(why, sizeof(why), "%s", repl_shared()->receiver.error);
+		wr_snprintf(S.standby_failed, sizeof(S.standby_failed),
+		            "the standby cannot follow its primary: %s", why);
+		answer_promote_waiters(WR_MSG_ERROR, WALRUS_EIO, S.standby_failed);
+		return;
+	}
 	if (WIFEXITED(st) && WEXITSTATUS(st) != 0) {
 		wr_log(WR_WARNING, "the WAL receiver %s: not started again (see the lines above)",
 		       how);
@@ -464,15 +479,28 @@ static void receiver_ended(int st, const char *how)
 
 static void answer_pending(void);
 
-/* The status line of walrus.pid, for `walrus status`. */
+/*
+ * The status line of walrus.pid, for `walrus status`.  Its first word is
+ * the contract: "ready" and "read-only" once every listener the
+ * configuration asks for is open and the instance serves; anything else
+ * ("starting", "promoting", "restarting", "stopping") while it does not yet,
+ * or no longer.
+ */
+static void publish_state(const char *text)
+{
+	if (datadir_set_pid_status(S.lock_fd, S.abs, text) != WALRUS_OK)
+		wr_log(WR_WARNING, "could not write the status for walrus status: %s",
+		       walrus_errmsg());
+}
+
 static void publish_status(bool read_only)
 {
 	char text[1024];
 	snprintf(text, sizeof(text), "%s%s", read_only ? "read-only: " : "ready",
-	         read_only ? engine_sh()->read_only_why : "");
-	if (datadir_set_pid_status(S.lock_fd, S.abs, text) != WALRUS_OK)
-		wr_log(WR_WARNING, "could not write the status for walrus status: %s",
-		       walrus_errmsg());
+	         read_only   ? engine_sh()->read_only_why
+	         : S.standby ? ": a standby, serving reads"
+	                     : "");
+	publish_state(text);
 }
 
 /*
@@ -496,6 +524,7 @@ static int standby_start(void)
 	}
 	wr_log(WR_LOG, "standby starting (generation %llu): reads wait for a consistent state",
 	       (unsigned long long)S.generation);
+	publish_state("starting: a standby, replaying up to a consistent state");
 	return WALRUS_OK;
 }
 
@@ -649,6 +678,7 @@ static void crash_restart(const char *why)
 	drop_shared_memory();
 	S.generation++;
 	S.crash_restarts++;
+	publish_state("restarting after a crash");
 	wr_log(WR_LOG, "all processes of the instance stopped; reinitialising");
 	int rc = instance_start();
 	if (rc != WALRUS_OK) {
@@ -814,6 +844,7 @@ static void answer_promote(sup_conn *c)
 	if (atomic_exchange(&e->sb.promote, 1) != 0)
 		return; /* under way: this one waits with the others */
 	wr_log(WR_LOG, "promotion requested by process %d", (int)c->pid);
+	publish_state("promoting");
 	standby_stop_sources();
 	atomic_store(&e->sb.no_stream, 1);
 	atomic_fetch_add(&e->sb.wal_seq, 1);
@@ -901,6 +932,7 @@ static void close_listener(void)
 static void begin_drain(const char *why)
 {
 	wr_log(WR_LOG, "shutting down: %s", why);
+	publish_state("stopping");
 	S.phase = SUP_DRAINING;
 	S.drain_note_ns = wr_now_ns() + 5000000000ULL;
 	answer_pending();
@@ -978,6 +1010,7 @@ static void begin_shutdown(const char *why)
 static _Noreturn void stop_immediately(const char *why)
 {
 	wr_log(WR_LOG, "immediate shutdown: %s", why);
+	publish_state("stopping");
 	shm_header *h = shm_hdr();
 	if (h != NULL) {
 		atomic_store(&engine_sh()->stop_mode, WALRUS_STOP_IMMEDIATE);
@@ -1004,6 +1037,7 @@ static void request_stop(int mode, const char *by)
 	if (mode == WALRUS_STOP_IMMEDIATE)
 		stop_immediately(why);
 	wr_log(WR_LOG, "%s", why);
+	publish_state("stopping");
 	if (shm_hdr() != NULL)
 		atomic_store(&engine_sh()->stop_mode, (uint32_t)mode);
 	answer_pending(); /* refused from now on */
@@ -1063,34 +1097,98 @@ static bool aux_all_gone(void)
  * peer has authenticated.  A sender
  * holds no lock and changes nothing shared but its slot, so its death
  * (but a PANIC) frees the slot without a crash restart.
+ *
+ * A standby serves no WAL (no cascading), but it listens all the same and
+ * refuses each connection saying it is a standby (refuse_as_standby): a
+ * standby pointed at it by mistake then stops with that reason instead of
+ * retrying "connection refused" for ever.  Once promoted it serves.
  */
 static int replication_setup(void)
 {
 	char pw[256];
-	bool found;
-	if (S.opts.listen_replication[0] == '\0' || S.repl_fd >= 0)
+	bool found, standby = standby_configured(S.abs);
+	if (S.opts.listen_replication[0] == '\0')
 		return WALRUS_OK;
-	/* A standby serves no WAL (no cascading): it listens once promoted.  A
-	 * base backup's copy of walrus.conf names its primary's address. */
-	if (standby_configured(S.abs)) {
-		wr_log(WR_LOG, "a standby: listen_replication (%s) waits for the promotion",
-		       S.opts.listen_replication);
-		return WALRUS_OK;
+	if (!standby) {
+		int rc = conf_secret(S.abs, "replication_password", pw, sizeof(pw), &found);
+		if (rc == WALRUS_OK && (!found || pw[0] == '\0'))
+			rc = wr_error(WALRUS_EINVAL,
+			              "option \"listen_replication\" is set but %s/%s sets no "
+			              "replication_password: standbys must authenticate",
+			              S.abs, WR_CONF_FILE);
+		if (rc != WALRUS_OK && S.repl_fd >= 0) { /* promoted: no replication */
+			close(S.repl_fd);
+			S.repl_fd = -1;
+		}
+		if (rc != WALRUS_OK)
+			return rc;
+		repl_set_password(pw);
+		explicit_bzero(pw, sizeof(pw));
 	}
-	int rc = conf_secret(S.abs, "replication_password", pw, sizeof(pw), &found);
-	if (rc != WALRUS_OK)
-		return rc;
-	if (!found || pw[0] == '\0')
-		return wr_error(WALRUS_EINVAL,
-		                "option \"listen_replication\" is set but %s/%s sets no "
-		                "replication_password: standbys must authenticate",
-		                S.abs, WR_CONF_FILE);
-	repl_set_password(pw);
-	explicit_bzero(pw, sizeof(pw));
-	rc = repl_listen(S.opts.listen_replication, &S.repl_fd);
-	if (rc == WALRUS_OK)
+	if (S.repl_fd < 0) {
+		int rc = repl_listen(S.opts.listen_replication, &S.repl_fd);
+		if (rc != WALRUS_OK)
+			return rc;
+	}
+	if (standby)
+		wr_log(WR_LOG,
+		       "a standby: refusing replication connections on %s until promoted "
+		       "(a standby serves no WAL)",
+		       S.opts.listen_replication);
+	else
 		wr_log(WR_LOG, "listening for standbys on %s", S.opts.listen_replication);
-	return rc;
+	return WALRUS_OK;
+}
+
+/*
+ * Whether accepting now makes sense: a primary once it runs, a standby at
+ * any time (it only refuses) but during its promotion, whose end serves
+ * the connections waiting in the backlog.
+ */
+static bool replication_accepting(void)
+{
+	if (S.repl_fd < 0)
+		return false;
+	if (!S.standby)
+		return S.phase == SUP_RUNNING;
+	bool promoting = shm_hdr() != NULL && atomic_load(&engine_sh()->sb.promote) != 0;
+	return (S.phase == SUP_RUNNING || S.phase == SUP_STARTING) && !promoting;
+}
+
+/*
+ * REPL_AUTH_WARN_PER_S lines a second about refused replication
+ * connections; @more gets the count of those left out before.
+ */
+static bool refusal_log_ok(char *more, size_t len)
+{
+	uint64_t now = wr_now_ns();
+	if (S.unauth_warn_ns == 0 || now - S.unauth_warn_ns >= 1000000000ULL) {
+		S.unauth_warn_ns = now;
+		S.unauth_warn_n = 0;
+	}
+	more[0] = '\0';
+	if (S.unauth_warn_n++ >= REPL_AUTH_WARN_PER_S) {
+		S.unauth_suppressed++;
+		return false;
+	}
+	if (S.unauth_suppressed > 0)
+		snprintf(more, len, " (%u such messages suppressed before)", S.unauth_suppressed);
+	S.unauth_suppressed = 0;
+	return true;
+}
+
+/* A standby's answer to a replication connection: a reason the peer cannot retry away. */
+static void refuse_as_standby(int fd, const char *peer)
+{
+	char text[PATH_MAX + 96], more[80];
+	snprintf(text, sizeof(text), "\"%s\" is a standby: point the standby at its primary",
+	         S.abs);
+	if (refusal_log_ok(more, sizeof(more)))
+		wr_log(WR_LOG,
+		       "replication connection from %s refused: this instance is a standby%s", peer,
+		       more);
+	repl_refuse(fd, WALRUS_EREADONLY, text);
+	close(fd);
 }
 
 static uint32_t sender_procs(int *free_entry)
@@ -1116,26 +1214,12 @@ static void start_sender(int fd, const char *peer)
 	int entry;
 	uint32_t procs = sender_procs(&entry), claimed = repl_senders_claimed();
 	if (procs - claimed >= SUP_MAX_UNAUTH || entry < 0) {
-		char text[128];
+		char text[128], more[80];
 		snprintf(text, sizeof(text), "too many connections authenticating (%d)",
 		         SUP_MAX_UNAUTH);
-		uint64_t now = wr_now_ns();
-		if (S.unauth_warn_ns == 0 || now - S.unauth_warn_ns >= 1000000000ULL) {
-			S.unauth_warn_ns = now;
-			S.unauth_warn_n = 0;
-		}
-		if (S.unauth_warn_n++ < REPL_AUTH_WARN_PER_S) {
-			char more[80] = "";
-			if (S.unauth_suppressed > 0)
-				snprintf(more, sizeof(more),
-				         " (%u such messages suppressed before)",
-				         S.unauth_suppressed);
+		if (refusal_log_ok(more, sizeof(more)))
 			wr_log(WR_WARNING, "replication connection from %s refused: %s%s", peer,
 			       text, more);
-			S.unauth_suppressed = 0;
-		} else {
-			S.unauth_suppressed++;
-		}
 		repl_refuse(fd, WALRUS_ELIMIT, text);
 		close(fd);
 		return;
@@ -1157,8 +1241,12 @@ static void accept_replication(void)
 {
 	int fd;
 	char peer[64];
-	while (S.repl_fd >= 0 && repl_accept(S.repl_fd, &fd, peer, sizeof(peer)) == WALRUS_OK)
-		start_sender(fd, peer);
+	while (S.repl_fd >= 0 && repl_accept(S.repl_fd, &fd, peer, sizeof(peer)) == WALRUS_OK) {
+		if (S.standby)
+			refuse_as_standby(fd, peer);
+		else
+			start_sender(fd, peer);
+	}
 }
 
 static int sender_index(pid_t pid)
@@ -1422,7 +1510,7 @@ static void event_loop(void)
 		int listen_idx = S.listen_fd >= 0 ? first_conn : -1;
 		/* Standbys are served once the instance runs; until then they wait in the backlog.
 		 */
-		int repl_idx = S.repl_fd >= 0 && S.phase == SUP_RUNNING ? n : -1;
+		int repl_idx = replication_accepting() ? n : -1;
 		if (repl_idx >= 0)
 			pfds[n++] = (struct pollfd){.fd = S.repl_fd, .events = POLLIN};
 		int conn_base = n;
@@ -1485,6 +1573,14 @@ static void detach_from_caller(int ready_fd)
 	sigprocmask(SIG_SETMASK, &all, NULL);
 	for (int sig = 1; sig < NSIG; sig++)
 		signal(sig, SIG_DFL);
+}
+
+/* Test builds: failpoint "step:STOP:supervisor listen" holds the supervisor
+ * after it wrote its pid, before its sockets, where status must say starting. */
+static void test_step(const char *step)
+{
+	FDC_LOCKED();
+	(void)ts_fp_check("step", step, NULL);
 }
 
 /*
@@ -1567,10 +1663,12 @@ _Noreturn void supervisor_main(const char *abs, const wr_options *opts, int read
 	S.reserve_released = reserve_release_if_full(abs, &S.opts);
 	if ((rc = datadir_write_pid(S.lock_fd, abs)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
+	publish_state("starting");
 	if (chdir(abs) != 0)
 		wr_log(WR_WARNING, "could not change directory to \"%s\": %m", abs);
 	if ((rc = setup_signals()) != WALRUS_OK)
 		fail_start(ready_fd, rc);
+	test_step("supervisor listen");
 	if ((rc = ipc_listen(abs, WR_SOCKET_NAME, &S.listen_fd)) != WALRUS_OK)
 		fail_start(ready_fd, rc);
 	if ((rc = replication_setup()) != WALRUS_OK)

@@ -58,6 +58,22 @@ static int check_primary(const char *addr, const repl_msg *auth_ok, uint32_t ver
 	return WALRUS_OK;
 }
 
+bool repl_error_permanent(int code)
+{
+	switch (code) {
+	case WALRUS_EPERM:     /* authentication, either way */
+	case WALRUS_EINVAL:    /* system, timeline, start position, an invalidated slot */
+	case WALRUS_ENOTFOUND: /* no such replication slot */
+	case WALRUS_ENOENT:    /* the WAL asked for was removed */
+	case WALRUS_EREADONLY: /* the "primary" is a standby */
+	case WALRUS_EVERSION:  /* a protocol or WAL format this side cannot read */
+	case WALRUS_EPROTO:    /* not a walrus primary, or one that breaks the protocol */
+		return true;
+	default: /* EIO (network), ELIMIT, EBUSY, ESHUTDOWN, ENOMEM */
+		return false;
+	}
+}
+
 int repl_client_connect(const char *addr, const char *password, int *fd_out)
 {
 	int fd;

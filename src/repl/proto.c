@@ -628,9 +628,11 @@ static int resolve(const char *addr, bool passive, struct addrinfo **res)
 	                         .ai_flags = passive ? AI_PASSIVE : 0,
 	                         .ai_family = AF_UNSPEC};
 	int g = getaddrinfo(host, port, &hints, res);
+	/* Connecting, a name that does not resolve now may later (DNS): EIO, transient. */
 	if (g != 0)
-		return wr_error(WALRUS_EINVAL, "could not resolve replication address \"%s\": %s",
-		                addr, gai_strerror(g));
+		return wr_error(passive ? WALRUS_EINVAL : WALRUS_EIO,
+		                "could not resolve replication address \"%s\": %s", addr,
+		                gai_strerror(g));
 	return WALRUS_OK;
 }
 
@@ -742,9 +744,10 @@ int repl_connect(const char *addr, int *fd_out)
 		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0)
 			return wr_error(WALRUS_EIO, "could not create a socket: %m");
+		/* EIO whatever errno says: a socket file not there yet (ENOENT) is a
+		 * primary not started yet, not a refusal (repl_error_permanent). */
 		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-			rc =
-			    wr_error(wr_errno_code(errno), "could not connect to \"%s\": %m", addr);
+			rc = wr_error(WALRUS_EIO, "could not connect to \"%s\": %m", addr);
 			close(fd);
 			return rc;
 		}
@@ -767,7 +770,7 @@ int repl_connect(const char *addr, int *fd_out)
 			freeaddrinfo(res);
 			return WALRUS_OK;
 		}
-		rc = wr_error(wr_errno_code(errno), "could not connect to \"%s\": %m", addr);
+		rc = wr_error(WALRUS_EIO, "could not connect to \"%s\": %m", addr);
 		close(fd);
 	}
 	freeaddrinfo(res);

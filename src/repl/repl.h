@@ -56,8 +56,10 @@
 #include "common/common.h"
 #include "wal/wal.h"
 
-#define REPL_STANDBY_FILE "walrus.standby"
-#define REPL_NAME_LEN     64
+#define REPL_STANDBY_FILE   "walrus.standby"
+#define REPL_NAME_LEN       64
+#define REPL_REFUSAL_KINDS  16
+#define REPL_REFUSAL_LOG_US (60ULL * 1000 * 1000)
 
 enum repl_sender_state {
 	REPL_SND_FREE = 0,
@@ -82,6 +84,9 @@ typedef struct repl_sender_slot { /* one per max_wal_senders */
 	char peer[REPL_NAME_LEN]; /* its address (set when the sender claims the slot) */
 	_Atomic uint64_t sent, written, flushed, applied; /* LSNs */
 	_Atomic uint64_t reply_time_us;                   /* last FEEDBACK, wall clock */
+	/* How long the standby took to write, flush and replay what was sent,
+	 * as of its last FEEDBACK (lag.c); 0 when it has confirmed all of it. */
+	_Atomic uint64_t write_lag_us, flush_lag_us, replay_lag_us;
 	/* Non-zero while the sender inserts WAL for a base backup: dying then
 	 * (but by exit 0) may leave its WAL insertion slot busy, so the
 	 * supervisor makes that a crash restart. */
@@ -102,9 +107,10 @@ typedef struct repl_receiver { /* the standby's receiver */
 	_Atomic uint64_t applied; /* written by the STARTUP process after each record */
 	_Atomic uint64_t primary_flush, last_msg_us;
 	_Atomic uint32_t timeline;
-	_Atomic uint32_t error_seq; /* odd while error is written */
-	char primary[256];          /* from walrus.standby, for stats */
-	char error[256];            /* last connection error, for stats/logs */
+	_Atomic uint32_t failed_attempts; /* since it last streamed: the back-off's count */
+	_Atomic uint32_t error_seq;       /* odd while error is written */
+	char primary[256];                /* from walrus.standby, for stats */
+	char error[1024];                 /* last connection error, for stats/logs */
 } repl_receiver;
 
 typedef struct repl_state {         /* region "repl" */
@@ -116,6 +122,13 @@ typedef struct repl_state {         /* region "repl" */
 	 * flood the log.  The second began at auth_warn_us. */
 	_Atomic uint64_t auth_warn_us;
 	_Atomic uint32_t auth_warn_n, auth_warn_suppressed;
+	/* The refusals of authenticated standbys, one line per kind (the
+	 * standby's name and the reason) every REPL_REFUSAL_LOG_US:
+	 * repl_refusal_log_ok.  Races between senders cost a line at most. */
+	struct repl_refusal {
+		_Atomic uint64_t hash, last_us;
+		_Atomic uint32_t suppressed;
+	} refusals[REPL_REFUSAL_KINDS];
 	repl_receiver receiver;
 	repl_sender_slot senders[]; /* nsenders */
 } repl_state;
@@ -207,6 +220,10 @@ void repl_sender_free(int slot);
 /* True when a WARNING about an unauthenticated peer may go to the log now;
  * *@suppressed gets how many were left out since the last one. */
 bool repl_auth_warn_ok(uint32_t *suppressed);
+/* True when the refusal of standby @who for @why may go to the log now: the
+ * same one at most every REPL_REFUSAL_LOG_US (a standby that retries must
+ * not fill the primary's log); *@suppressed as above. */
+bool repl_refusal_log_ok(const char *who, const char *why, uint32_t *suppressed);
 /* Asks the senders to send what is flushed and exit (clean shutdown, after the checkpointer). */
 void repl_senders_finish(void);
 /* Sends an ERROR without blocking (a refused connection), best effort. */
@@ -241,7 +258,10 @@ int repl_standby_parse(const char *abs, const char *path, char *text, repl_stand
 /* Writes it durably (temp file, fsync, rename, fsync DIR), mode 0600. */
 int repl_standby_write(const char *abs, const repl_standby_conf *c);
 
-/* The receiver; in the forked walrus-wrcv.  Never returns. */
+/* The receiver; in the forked walrus-wrcv.  Never returns.  It exits with
+ * REPL_RCV_EXIT_STOP, the reason in receiver.error, when it cannot start or
+ * the primary refused the standby for good: the standby must stop. */
+#define REPL_RCV_EXIT_STOP 3
 _Noreturn void repl_receiver_main(void);
 
 #endif /* WALRUS_REPL_H */

@@ -193,7 +193,40 @@ int repl_mac(const char *password, const char *label, const uint8_t *n1, const u
 /* Fills @buf with random bytes (getrandom). */
 int repl_random(uint8_t *buf, size_t len);
 
+/* ---------------------------------------------------------------- lag in time (lag.c) */
+
+enum { REPL_LAG_WRITE, REPL_LAG_FLUSH, REPL_LAG_APPLY, REPL_LAG_KINDS };
+#define REPL_LAG_SAMPLES 128
+
+/* A sender's (end LSN, time sent) samples and the lags they gave; zeroed to start. */
+typedef struct repl_lag {
+	struct repl_lag_sample {
+		wr_lsn lsn;
+		uint64_t ns; /* wr_now_ns() */
+	} samples[REPL_LAG_SAMPLES];
+	uint64_t recorded;               /* samples taken, ever (the ring's write count) */
+	uint64_t passed[REPL_LAG_KINDS]; /* samples each kind of position has passed */
+	uint64_t lag_ns[REPL_LAG_KINDS];
+} repl_lag;
+/* WAL up to @end was sent at @now_ns. */
+void repl_lag_sent(repl_lag *l, wr_lsn end, uint64_t now_ns);
+/* The standby confirmed @pos for @kind (REPL_LAG_*) at @now_ns, of the @sent
+ * sent so far: updates l->lag_ns[kind]. */
+void repl_lag_confirmed(repl_lag *l, int kind, wr_lsn pos, wr_lsn sent, uint64_t now_ns);
+
 /* ---------------------------------------------------------------- the standby's client steps */
+
+/*
+ * Whether an error of the standby's client steps (connect, authenticate,
+ * START or BASE_BACKUP, stream) is one that retrying cannot cure: the
+ * primary refused this standby for good (a wrong password, another system,
+ * a timeline or a start it cannot serve, a replication slot missing or
+ * invalidated, WAL it removed, a primary that is a standby itself) or it
+ * does not speak this protocol.  The network, a primary starting or
+ * stopping, and its limits (too many standbys, a slot still held) are
+ * transient.  The primary's refusals choose their codes for this.
+ */
+bool repl_error_permanent(int code);
 
 /* Connects to @addr and authenticates with @password (checks the primary's proof too). */
 int repl_client_connect(const char *addr, const char *password, int *fd_out);

@@ -59,6 +59,7 @@ typedef struct sender {
 	bool sync;                     /* its standby is the synchronous_standby */
 	bool sync_apply;               /* ... confirming what it replayed, not flushed */
 	const wr_options *opts;
+	repl_lag lag; /* lag.c */
 } sender;
 
 static void on_usr1(int sig)
@@ -66,10 +67,15 @@ static void on_usr1(int sig)
 	(void)sig; /* only ends ppoll */
 }
 
+/* Lines about peers that have not authenticated share a budget a second; a
+ * standby's refusal is logged once per REPL_REFUSAL_LOG_US (it retries). */
 static void log_end(sender *w, int level, const char *how, const char *why)
 {
 	uint32_t suppressed = 0;
 	if (w->slot == &unclaimed && !repl_auth_warn_ok(&suppressed))
+		return;
+	if (w->slot != &unclaimed && strcmp(how, "refused") == 0 &&
+	    !repl_refusal_log_ok(w->slot->name, why, &suppressed))
 		return;
 	char more[96] = "";
 	if (suppressed > 0)
@@ -278,10 +284,13 @@ static wr_lsn check_start(sender *w, const repl_msg *m)
 		         WAL_LSN_ARGS(start), WAL_LSN_ARGS(flush));
 		refuse(w, WR_LOG, WALRUS_EINVAL, text);
 	}
+	/* At the flush position on a segment's start, that segment may not be
+	 * made yet: nothing to send, and not a removed segment (which is a
+	 * refusal for good: repl_error_permanent). */
 	char name[64], path[PATH_MAX];
 	wal_segment_name(w->seg_size, start - start % w->seg_size, name, sizeof(name));
-	if (!wr_snprintf(path, sizeof(path), "%s/wal/%s", w->datadir, name) ||
-	    access(path, F_OK) != 0) {
+	if (start < flush && (!wr_snprintf(path, sizeof(path), "%s/wal/%s", w->datadir, name) ||
+	                      access(path, F_OK) != 0)) {
 		snprintf(text, sizeof(text), "requested WAL segment %s has already been removed",
 		         name);
 		refuse(w, WR_LOG, WALRUS_ENOENT, text);
@@ -297,10 +306,13 @@ static void take_slot(sender *w, const char *name)
 	wr_lsn restart;
 	if (name[0] == '\0')
 		return;
-	if (wal_slot_acquire(name, (uint32_t)getpid(), &restart) != WALRUS_OK) {
+	int rc = wal_slot_acquire(name, (uint32_t)getpid(), &restart);
+	if (rc != WALRUS_OK) {
+		/* Its code tells the standby whether to retry (a slot still held by
+		 * its previous connection) or to stop (missing, invalidated). */
 		char text[REPL_ERROR_TEXT_MAX];
 		wr_snprintf(text, sizeof(text), "%s", walrus_errmsg());
-		refuse(w, WR_LOG, WALRUS_EINVAL, text);
+		refuse(w, WR_LOG, rc, text);
 	}
 	wr_snprintf(w->slot_name, sizeof(w->slot_name), "%s", name);
 }
@@ -431,6 +443,7 @@ static void send_wal(sender *w, wr_lsn flush)
 	w->sent += n;
 	atomic_store(&w->slot->sent, w->sent);
 	w->last_send_ns = wr_now_ns();
+	repl_lag_sent(&w->lag, w->sent, w->last_send_ns);
 }
 
 static void send_keepalive(sender *w, bool reply)
@@ -442,6 +455,18 @@ static void send_keepalive(sender *w, bool reply)
 	if (repl_send(w->fd, &m) != WALRUS_OK)
 		drop(w, walrus_errmsg());
 	w->last_send_ns = wr_now_ns();
+}
+
+/* The lags as of this FEEDBACK, for stats (lag.c). */
+static void publish_lag(sender *w, wr_lsn written, wr_lsn flushed, wr_lsn applied)
+{
+	uint64_t now = wr_now_ns();
+	repl_lag_confirmed(&w->lag, REPL_LAG_WRITE, written, w->sent, now);
+	repl_lag_confirmed(&w->lag, REPL_LAG_FLUSH, flushed, w->sent, now);
+	repl_lag_confirmed(&w->lag, REPL_LAG_APPLY, applied, w->sent, now);
+	atomic_store(&w->slot->write_lag_us, w->lag.lag_ns[REPL_LAG_WRITE] / 1000);
+	atomic_store(&w->slot->flush_lag_us, w->lag.lag_ns[REPL_LAG_FLUSH] / 1000);
+	atomic_store(&w->slot->replay_lag_us, w->lag.lag_ns[REPL_LAG_APPLY] / 1000);
 }
 
 /* What the standby sent: FEEDBACK, or an ERROR that ends the stream. */
@@ -470,6 +495,7 @@ static void read_reply(sender *w)
 	atomic_store(&w->slot->flushed, flushed);
 	atomic_store(&w->slot->applied, applied);
 	atomic_store(&w->slot->reply_time_us, wr_wall_us());
+	publish_lag(w, written, flushed, applied);
 	if (w->slot_name[0] != '\0')
 		wal_slot_advance(w->slot_name, flushed);
 	if (w->sync) /* commits waiting for this standby (wal/syncrep.c) */

@@ -84,6 +84,9 @@ static void sender_reset(repl_sender_slot *s)
 	atomic_store(&s->flushed, 0);
 	atomic_store(&s->applied, 0);
 	atomic_store(&s->reply_time_us, 0);
+	atomic_store(&s->write_lag_us, 0);
+	atomic_store(&s->flush_lag_us, 0);
+	atomic_store(&s->replay_lag_us, 0);
 	atomic_store(&s->inserting, 0);
 }
 
@@ -149,6 +152,50 @@ bool repl_auth_warn_ok(uint32_t *suppressed)
 	if (atomic_fetch_add(&R->auth_warn_n, 1) < REPL_AUTH_WARN_PER_S)
 		return true;
 	atomic_fetch_add(&R->auth_warn_suppressed, 1);
+	return false;
+}
+
+static uint64_t refusal_hash(const char *who, const char *why)
+{
+	uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+	for (const char *p = who; *p; p++)
+		h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+	h = (h ^ 0xff) * 1099511628211ULL;
+	for (const char *p = why; *p; p++)
+		h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+	return h | 1; /* 0: a free entry */
+}
+
+/* The entry of @h, or the one least recently used, taken over for it. */
+static struct repl_refusal *refusal_entry(uint64_t h)
+{
+	struct repl_refusal *oldest = &R->refusals[0];
+	for (int i = 0; i < REPL_REFUSAL_KINDS; i++) {
+		struct repl_refusal *e = &R->refusals[i];
+		if (atomic_load(&e->hash) == h)
+			return e;
+		if (atomic_load(&e->last_us) < atomic_load(&oldest->last_us))
+			oldest = e;
+	}
+	atomic_store(&oldest->last_us, 0);
+	atomic_store(&oldest->suppressed, 0);
+	atomic_store(&oldest->hash, h);
+	return oldest;
+}
+
+bool repl_refusal_log_ok(const char *who, const char *why, uint32_t *suppressed)
+{
+	*suppressed = 0;
+	if (R == NULL)
+		return true;
+	struct repl_refusal *e = refusal_entry(refusal_hash(who, why));
+	uint64_t now = wr_wall_us(), last = atomic_load(&e->last_us);
+	if ((last == 0 || now - last >= REPL_REFUSAL_LOG_US) &&
+	    atomic_compare_exchange_strong(&e->last_us, &last, now)) {
+		*suppressed = atomic_exchange(&e->suppressed, 0);
+		return true;
+	}
+	atomic_fetch_add(&e->suppressed, 1);
 	return false;
 }
 

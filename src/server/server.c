@@ -53,7 +53,9 @@
 
 #include "common/common.h"
 #include "engine/engine.h"
+#include "fdcache/fdcache.h"
 #include "ipc/ipc.h"
+#include "testsupport/testsupport.h"
 
 #define SRV_BACKLOG       511
 #define SRV_TICK_MS       1000
@@ -75,7 +77,8 @@ typedef struct srv_state {
 	srv_config *cfg;
 	walrus *db;
 	int tcp_fd, unix_fd;
-	pid_t *kids; /* every backend, pool or per connection */
+	int status_fd; /* DIR/walrus-serve.pid (engine.h, serve_status_*), or -1 */
+	pid_t *kids;   /* every backend, pool or per connection */
 	long nkids;
 	sigset_t waitmask;
 	struct pool_slot {
@@ -161,10 +164,27 @@ static int listen_tcp(srv_state *st)
 	return 0;
 }
 
+/* `walrus status` calls the instance ready once this is written: every listener is open. */
+static void publish_ready(srv_state *st)
+{
+	const srv_config *cfg = st->cfg;
+	char text[PATH_MAX + 128] = "ready: RESP on", *p = text + strlen(text);
+	size_t room = sizeof(text) - strlen(text);
+	int n = 0;
+	if (st->tcp_fd >= 0)
+		n = snprintf(p, room, " %s port %d%s", cfg->bind, cfg->sh->tcp_port,
+		             st->unix_fd >= 0 ? " and" : "");
+	if (n >= 0 && (size_t)n < room && st->unix_fd >= 0)
+		snprintf(p + n, room - (size_t)n, " unix socket %s", cfg->unix_path);
+	if (serve_status_set(st->status_fd, cfg->dir, text) != WALRUS_OK)
+		fprintf(stderr, "walrus serve: %s\n", walrus_errmsg());
+}
+
 /* Once every listener is up (not before: a server that fails next is not serving). */
 static void announce(srv_state *st)
 {
 	const srv_config *cfg = st->cfg;
+	publish_ready(st);
 	if (st->tcp_fd >= 0) {
 		printf("walrus serve: RESP on %s port %d\n", cfg->bind, cfg->sh->tcp_port);
 		if (cfg->requirepass == NULL && strcmp(cfg->bind, "127.0.0.1") != 0 &&
@@ -337,6 +357,8 @@ static void close_server_fds(srv_state *st)
 		close(st->tcp_fd);
 	if (st->unix_fd >= 0)
 		close(st->unix_fd);
+	if (st->status_fd >= 0)
+		close(st->status_fd); /* its lock must go with the server, not with a backend */
 	for (int i = 0; i < st->cfg->backends; i++)
 		if (st->pool[i].chan >= 0)
 			close(st->pool[i].chan);
@@ -640,6 +662,7 @@ static void shut_down(srv_state *st)
 {
 	printf("walrus serve: %s shutdown\n", sig_int ? "fast" : "clean");
 	fflush(stdout);
+	(void)serve_status_set(st->status_fd, st->cfg->dir, "stopping");
 	close_listeners(st);
 	stop_backends(st);
 	if (st->db == NULL)
@@ -679,9 +702,17 @@ static void read_settings(srv_config *cfg)
 	cfg->backends = (int)WR_MIN(WR_MIN(cfg->backends, SRV_MAX_POOL), cfg->max_clients);
 }
 
+/* Test builds: failpoint "step:STOP:serve listen" holds the server after its
+ * open, before its listeners, where a status probe must not call it ready. */
+static void test_step(const char *step)
+{
+	FDC_LOCKED();
+	(void)ts_fp_check("step", step, NULL);
+}
+
 int srv_run(srv_config *cfg)
 {
-	srv_state st = {.cfg = cfg, .tcp_fd = -1, .unix_fd = -1};
+	srv_state st = {.cfg = cfg, .tcp_fd = -1, .unix_fd = -1, .status_fd = -1};
 	for (int i = 0; i < SRV_MAX_POOL; i++)
 		st.pool[i].chan = -1;
 	cfg->sh = map_shared();
@@ -689,11 +720,21 @@ int srv_run(srv_config *cfg)
 		return fail("could not map shared memory: %s", strerror(errno));
 	if (setup_signals(&st) != 0)
 		return 2;
-	if (open_db(&st) != WALRUS_OK)
+	/* "starting" before the instance (which this open may launch) says "ready". */
+	int src = serve_status_claim(cfg->dir, &st.status_fd);
+	if (src == WALRUS_OK)
+		src = serve_status_set(st.status_fd, cfg->dir, "starting");
+	if (src != WALRUS_OK && src != WALRUS_EBUSY)
+		fprintf(stderr, "walrus serve: %s (walrus status will not see this server)\n",
+		        walrus_errmsg());
+	if (open_db(&st) != WALRUS_OK) {
+		serve_status_release(st.status_fd, cfg->dir);
 		return 3;
+	}
 	read_settings(cfg);
 	st.kids = calloc((size_t)WR_MAX(cfg->max_clients, 1), sizeof(*st.kids));
 	int rc = st.kids == NULL ? fail("out of memory") : 0;
+	test_step("serve listen");
 	if (rc == 0 && cfg->tcp)
 		rc = listen_tcp(&st);
 	if (rc == 0 && cfg->unix_path[0] != '\0')
@@ -707,6 +748,7 @@ int srv_run(srv_config *cfg)
 		close_listeners(&st);
 		(void)walrus_close(st.db);
 	}
+	serve_status_release(st.status_fd, cfg->dir);
 	free(st.kids);
 	munmap(cfg->sh, sizeof(*cfg->sh));
 	cfg->sh = NULL;

@@ -20,9 +20,10 @@
  * syscall: the steps of a base backup, whose path is "start DEST",
  * "copy-data FILE", "copy-wal SEGMENT", "before-label DEST" or
  * "before-done DEST": "backup:KILL:copy-wal"), or step (no syscall: the
- * named steps of other multi-step changes, fdc_step's "POINT PATH": the
- * checkpointer's "promotion-decided DIR" and "promotion-record-written
- * DIR"); ERRNO is a name
+ * named steps of multi-step changes, fdc_step's "POINT PATH": "serve
+ * listen" before the RESP server opens its listeners, "supervisor listen"
+ * before the supervisor opens its sockets, the checkpointer's
+ * "promotion-decided DIR" and "promotion-record-written DIR"); ERRNO is a name
  * (EIO, ENOSPC, EACCES, EMFILE, ...); the entry matches calls whose path
  * contains PATH_SUBSTRING, lets SKIP matching calls pass, then fails COUNT of
  * them (default 1; 0 = forever).  Example: "fsync:EIO:/base/@2*1".  A pwrite

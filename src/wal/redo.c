@@ -798,9 +798,8 @@ static int target_reached(recovery *rv)
 /* The WAL ended (the reader said why) during archive recovery. */
 static int target_end_of_wal(recovery *rv, wr_lsn at)
 {
-	char desc[160], why[1024], seg[4096];
+	char why[1024], seg[4096];
 	wr_snprintf(why, sizeof(why), "%s", walrus_errmsg());
-	wal_target_describe(&rv->t, desc, sizeof(desc));
 	segment_named(rv, at, seg, sizeof(seg));
 	if (rv->res->end < rv->t.backup_end)
 		return wr_error(WALRUS_ENOTFOUND,
@@ -808,10 +807,7 @@ static int target_end_of_wal(recovery *rv, wr_lsn at)
 		                "base backup at " WAL_LSN_FMT ": %s",
 		                WAL_LSN_ARGS(at), seg, WAL_LSN_ARGS(rv->t.backup_end), why);
 	if (!wal_target_reached_at_end(&rv->t, rv->res->end))
-		return wr_error(WALRUS_ENOTFOUND,
-		                "recovery ended at " WAL_LSN_FMT " in \"%s\" before reaching the "
-		                "recovery target (%s): %s",
-		                WAL_LSN_ARGS(at), seg, desc, why);
+		return wal_target_missed(&rv->t, rv->c.redo_lsn, at, why);
 	wr_error_clear();
 	return target_reached(rv);
 }
@@ -845,6 +841,8 @@ static int redo_loop(recovery *rv)
 			return rc;
 		if (rv->t.active && wal_target_stop_after(&rv->t, rec))
 			return target_reached(rv);
+		if (rv->t.active)
+			wal_target_note(&rv->t, rec);
 		next = 0;
 	}
 }

@@ -177,14 +177,52 @@ bool wal_target_stop_before(const wal_target *t, const wal_decoded *rec)
 	return false;
 }
 
+/* Whether @rec is a restore point; its name into @rp. */
+static bool restore_point(const wal_decoded *rec, wal_restore_point_rec *rp)
+{
+	if (rec->hdr.rmid != RM_XLOG || rec->hdr.info != XLOG_RESTORE_POINT ||
+	    rec->main_len != sizeof(wal_restore_point_rec))
+		return false;
+	memcpy(rp, rec->main_data, sizeof(*rp));
+	rp->name[sizeof(rp->name) - 1] = '\0';
+	return true;
+}
+
 bool wal_target_stop_after(const wal_target *t, const wal_decoded *rec)
 {
-	if (t->cut != 0 || t->kind != WAL_TARGET_NAME || rec->hdr.rmid != RM_XLOG ||
-	    rec->hdr.info != XLOG_RESTORE_POINT || rec->main_len != sizeof(wal_restore_point_rec))
-		return false;
 	wal_restore_point_rec rp;
-	memcpy(&rp, rec->main_data, sizeof(rp));
+	if (t->cut != 0 || t->kind != WAL_TARGET_NAME || !restore_point(rec, &rp))
+		return false;
 	return strncmp(rp.name, t->name, sizeof(rp.name)) == 0;
+}
+
+void wal_target_note(wal_target *t, const wal_decoded *rec)
+{
+	wal_restore_point_rec rp;
+	size_t used = strlen(t->passed);
+	if (t->kind != WAL_TARGET_NAME || !restore_point(rec, &rp) ||
+	    used + strlen(rp.name) + 8 >= sizeof(t->passed))
+		return; /* the first ones are enough to show what names look like */
+	wr_snprintf(t->passed + used, sizeof(t->passed) - used, "%s\"%s\"", used ? ", " : "",
+	            rp.name);
+}
+
+int wal_target_missed(const wal_target *t, wr_lsn from, wr_lsn end, const char *why)
+{
+	char desc[160];
+	wal_target_describe(t, desc, sizeof(desc));
+	if (t->kind == WAL_TARGET_NAME)
+		return wr_error(WALRUS_ENOTFOUND,
+		                "restore point \"%s\" not found in the WAL from " WAL_LSN_FMT
+		                " to " WAL_LSN_FMT " (restore points there: %s); the WAL ends "
+		                "there: %s",
+		                t->name, WAL_LSN_ARGS(from), WAL_LSN_ARGS(end),
+		                t->passed[0] ? t->passed : "none", why);
+	return wr_error(
+	    WALRUS_ENOTFOUND,
+	    "the recovery target (%s) lies past the end of the WAL, which goes from " WAL_LSN_FMT
+	    " to " WAL_LSN_FMT ": %s",
+	    desc, WAL_LSN_ARGS(from), WAL_LSN_ARGS(end), why);
 }
 
 bool wal_target_reached_at_end(const wal_target *t, wr_lsn end)

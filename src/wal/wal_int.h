@@ -232,6 +232,7 @@ typedef struct wal_target {
 	char name[WAL_RESTORE_POINT_NAME];
 	uint32_t new_tli;
 	uint32_t follow_tli; /* the timeline whose history replay follows (0: the control file's) */
+	char passed[256]; /* restore points replay passed ("\"a\", \"b\""), for wal_target_missed */
 } wal_target;
 
 /* Reads DIR/walrus.recovery (t->active false when there is none). */
@@ -240,8 +241,14 @@ void wal_target_describe(const wal_target *t, char *buf, size_t len);
 /* Whether replay stops before @rec, or right after it. */
 bool wal_target_stop_before(const wal_target *t, const wal_decoded *rec);
 bool wal_target_stop_after(const wal_target *t, const wal_decoded *rec);
+/* After replaying @rec: a restore point is remembered (t->passed). */
+void wal_target_note(wal_target *t, const wal_decoded *rec);
 /* At the end of the WAL (@end): whether the target counts as reached. */
 bool wal_target_reached_at_end(const wal_target *t, wr_lsn end);
+/* WALRUS_ENOTFOUND naming the target first: it is not in the WAL replayed from
+ * @from to @end (@why: the reader's reason for the end); a restore point's
+ * message lists those that are there. */
+int wal_target_missed(const wal_target *t, wr_lsn from, wr_lsn end, const char *why);
 /* Records @cut in the recovery file, then zeroes the WAL after it and removes later segments. */
 int wal_target_cut(const char *datadir, const wal_target *t, wr_lsn cut, uint64_t seg_size);
 /* Zeroes the WAL after @cut in its segment and removes every later segment

@@ -5,7 +5,8 @@ point rp1, batch B, archived by walrus-arch (archive_mode=on, archive_dir).
 Restoring to rp1, to its LSN and to a
 time between the batches gives exactly the base and batch A, on timeline 2;
 to the end, both batches; a target past the archive's end is refused naming
-the first segment the archive lacks; a damaged archived segment stops the
+the first segment the archive lacks, an unknown restore point naming it and
+the ones there are; a damaged archived segment stops the
 restore, naming where; NEWDIR stays marked incomplete after a failure.
 Then timelines: the copy restored to rp1 (timeline 2) archives to the same
 archive, is backed up and written to; that backup restored follows
@@ -13,7 +14,7 @@ timeline 2's history and starts timeline 3, and the first backup restored
 again still follows timeline 1.
 
 usage: test_backup_pitr.py --walrus PATH"""
-import argparse, json, os, shutil, sys, time
+import argparse, json, os, re, shutil, sys, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -170,6 +171,15 @@ def main(cleanup):
     refused = w.run("get", "a1")
     check(refused.returncode != 0 and b"interrupted restore" in refused.stderr,
           f"a failed restore opens: {refused.stderr.decode(errors='replace')}")
+
+    # An unknown restore point: the error names it first (it used to begin
+    # with the missing segment that ended the replay), and the ones there are.
+    w, r = c.restore("no-name", "--target-name", "nope")
+    err = r.stderr.decode(errors="replace")
+    check(r.returncode != 0 and re.search(
+        r'restore: recovery failed: restore point "nope" not found in the WAL from '
+        r'[0-9A-F]+/[0-9A-F]{8} to [0-9A-F]+/[0-9A-F]{8} \(restore points there: "rp1"\)',
+        err), f"unknown restore point: {err.strip()}")
 
     # damage inside the archived segment that holds rp1 (after the backup's end)
     damaged = os.path.join(root, "archive-damaged")

@@ -190,10 +190,12 @@ def main():
         stop(new)
         check_refused("beyond the end", src.restore(root, "beyond", "target = lsn\n"
                                                     "target_lsn = 7/0\n"),
-                      r"before reaching the recovery target \(LSN 7/00000000\)")
+                      r"the recovery target \(LSN 7/00000000\) lies past the end of the "
+                      r"WAL, which goes from \S+ to \S+: ")
         check_refused("unknown name", src.restore(root, "noname", "target = name\n"
                                                   "target_name = nope\n"),
-                      r"before reaching the recovery target \(restore point \"nope\"\)")
+                      r'restore point "nope" not found in the WAL from \S+ to \S+ '
+                      r'\(restore points there: "rp1"\)')
         check_refused("before the backup end", src.restore(root, "early", "target = lsn\n"
                                                            "target_lsn = 0/100\n"),
                       r"lies before the end of the base backup")

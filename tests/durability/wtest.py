@@ -222,8 +222,9 @@ class Walrus:
         self.wait_stopped()
 
     def running(self):
+        """An instance is there, ready (status exit 0) or not yet or no longer (1)."""
         r = self.run("status", timeout=30)
-        return r.returncode == 0
+        return r.returncode in (0, 1)
 
     def wait_stopped(self, timeout=30.0):
         """Waits until no instance serves DIR (the linger after the last detach)."""

@@ -2,7 +2,8 @@
  * test_repl_proto.c - the replication protocol's framing (every message
  * type round trip; truncated, oversized, unknown and mis-sized messages
  * refused; a base backup's paths checked) and DIR/walrus.standby's parsing (a readable file, a
- * missing primary, an unknown key, quoting, the default application name).
+ * missing primary, an unknown key, quoting, the default application name),
+ * and the senders' lag in time (lag.c) on made-up samples.
  */
 #include "fdcache/fdcache.h"
 #include "repl/repl_int.h"
@@ -337,6 +338,46 @@ START_TEST(test_standby_file)
 }
 END_TEST
 
+/* lag.c: a FEEDBACK's lag is the time since the last sample it passes; a
+ * kind behind what was sent is at least the age of its next sample, so a
+ * stalled replay's lag grows; a kind that confirmed everything and passes
+ * nothing new is idle (0); a full ring stretches its newest sample. */
+START_TEST(test_lag)
+{
+	repl_lag l;
+	memset(&l, 0, sizeof(l));
+	repl_lag_sent(&l, 100, 1000);
+	repl_lag_sent(&l, 200, 2000);
+	repl_lag_confirmed(&l, REPL_LAG_WRITE, 200, 200, 2500);
+	repl_lag_confirmed(&l, REPL_LAG_FLUSH, 100, 200, 2500);
+	repl_lag_confirmed(&l, REPL_LAG_APPLY, 50, 200, 2500);
+	ck_assert_uint_eq(l.lag_ns[REPL_LAG_WRITE], 500);  /* 2500 - 2000 */
+	ck_assert_uint_eq(l.lag_ns[REPL_LAG_FLUSH], 1500); /* 2500 - 1000 */
+	ck_assert_uint_eq(l.lag_ns[REPL_LAG_APPLY], 1500); /* waits for the 1000 one */
+	/* Idle: everything written, nothing new passed. */
+	repl_lag_confirmed(&l, REPL_LAG_WRITE, 200, 200, 3000);
+	ck_assert_uint_eq(l.lag_ns[REPL_LAG_WRITE], 0);
+	/* Replay stalled: its lag grows with each FEEDBACK. */
+	repl_lag_confirmed(&l, REPL_LAG_APPLY, 50, 200, 5000);
+	ck_assert_uint_eq(l.lag_ns[REPL_LAG_APPLY], 4000);
+	/* It replays all: the time since the last sample, then idle. */
+	repl_lag_confirmed(&l, REPL_LAG_APPLY, 200, 200, 6000);
+	ck_assert_uint_eq(l.lag_ns[REPL_LAG_APPLY], 4000); /* 6000 - 2000 */
+	repl_lag_confirmed(&l, REPL_LAG_APPLY, 200, 200, 7000);
+	ck_assert_uint_eq(l.lag_ns[REPL_LAG_APPLY], 0);
+	/* A full ring: the newest sample takes the new ends, keeping its time. */
+	memset(&l, 0, sizeof(l));
+	for (uint64_t i = 1; i <= 2 * REPL_LAG_SAMPLES; i++)
+		repl_lag_sent(&l, i * 10, i * 100);
+	ck_assert_uint_eq(l.recorded, REPL_LAG_SAMPLES);
+	ck_assert_uint_eq(l.samples[REPL_LAG_SAMPLES - 1].lsn, 2 * REPL_LAG_SAMPLES * 10);
+	ck_assert_uint_eq(l.samples[REPL_LAG_SAMPLES - 1].ns, REPL_LAG_SAMPLES * 100);
+	uint64_t end = 2 * REPL_LAG_SAMPLES * 10, now = 2 * REPL_LAG_SAMPLES * 100;
+	repl_lag_confirmed(&l, REPL_LAG_FLUSH, end, end, now);
+	ck_assert_uint_eq(l.lag_ns[REPL_LAG_FLUSH], now - REPL_LAG_SAMPLES * 100);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("repl-proto");
@@ -348,6 +389,7 @@ int main(void)
 	tcase_add_test(tc, test_backup_paths);
 	tcase_add_test(tc, test_standby_parse);
 	tcase_add_test(tc, test_standby_file);
+	tcase_add_test(tc, test_lag);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

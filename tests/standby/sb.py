@@ -98,6 +98,31 @@ class Standby:
         must(self.w.run("stop", "--wait"), "stop the standby")
         check(self.proc.wait(30) == 0, f"walrus standby exited with {self.proc.returncode}")
 
+    def refused(self, pattern, timeout=60):
+        """Starts it where its primary refuses it for good: it must stop by
+        itself (exit 2) with a FATAL line matching @pattern in its log, and
+        its instance gone.  Returns that line."""
+        w = self.w
+        check(not wtest.instance_pids(w.dir), "an instance already serves " + w.dir)
+        since = os.path.getsize(w.log_path) if os.path.exists(w.log_path) else 0
+        self.proc = subprocess.Popen(w.argv("standby", *self.args), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env=w.env())
+        w.serve_proc = self.proc
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check(rc == 2, f"walrus standby did not stop by itself with exit 2 ({rc}):\n"
+              f"{w.log_tail(since)}")
+        line = re.search(r"FATAL:  the standby cannot follow its primary: .*", w.log_text(since))
+        check(line and re.search(pattern, line.group(0)),
+              f"no FATAL line matching {pattern!r}:\n{w.log_tail(since)}")
+        check(wtest.wait_for(lambda: not wtest.instance_pids(w.dir), 30),
+              "the standby's processes outlived it")
+        w.serve_proc = None
+        return line.group(0) if line else ""
+
 
 def wait_replayed(s, target, timeout=60):
     """Until the standby's replay reaches @target (an LSN): its stats say so."""

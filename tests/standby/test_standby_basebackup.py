@@ -6,14 +6,18 @@ missing or empty DIR takes a base backup over the replication connection
 - a missing DIR, while a writer keeps committing on the primary: the
   standby comes up consistent, every key acknowledged before then is on
   it, a later write arrives by streaming; promoted, it verifies clean;
-- an empty existing DIR works the same;
+- an empty existing DIR works the same; the progress lines on stderr
+  advance and end at 100%;
 - refused, with DIR untouched or removed/emptied again and an error naming
   the cause: a non-empty directory that is not walrus's, a missing DIR
-  without --primary (usage), a wrong password, an address where a standby
-  (which serves no WAL) would be, and a WAL sender killed in the middle of
-  the transfer, after which a local `walrus backup` of the primary works
-  (the supervisor ended the forced full-page writes the sender held)."""
-import argparse, os, signal, subprocess, threading
+  without --primary (usage), a wrong password, a standby given as the
+  primary (it refuses, saying it is a standby), and a WAL sender killed in
+  the middle of the transfer, after which a local `walrus backup` of the
+  primary works (the supervisor ended the forced full-page writes the
+  sender held);
+- a primary that does not listen yet: the base backup says it retries, and
+  completes once the primary is up."""
+import argparse, os, re, signal, subprocess, threading
 
 import sb
 import wtest
@@ -89,6 +93,20 @@ def caught_up(p, s):
     sb.wait_replayed(s, sb.lsn(sb.stats(p)["wal"]["flush_lsn"]))
 
 
+def check_progress(err, sdir):
+    """The progress lines of SDIR's base backup advance and end at 100%, the
+    whole received (a backup shorter than the first interval used to show
+    one line only, "0.0 of N MiB received (0%)")."""
+    end = err.find(f'base backup from the primary complete in "{sdir}"')
+    begin = err.rfind("standby: taking a base backup from", 0, end)
+    stop = err.find("standby: base backup complete", end)
+    lines = re.findall(r"standby: base backup: ([\d.]+) of ([\d.]+) MiB received \((\d+)%\)",
+                       err[begin:stop])
+    done = [float(d) for d, _, _ in lines]
+    check(lines and done == sorted(done) and lines[-1][2] == "100" and done[-1] > 0
+          and lines[-1][0] == lines[-1][1], f"progress of {sdir}: {lines}")
+
+
 def one_command_standby(cleanup, a, p, sock, sdir, writer_tag=None):
     """walrus standby --primary on SDIR: ready, same data, streaming; (Walrus, Standby)."""
     s = wtest.Walrus(a.walrus, sdir, OPTS)
@@ -110,8 +128,10 @@ def one_command_standby(cleanup, a, p, sock, sdir, writer_tag=None):
         log(f"  {len(acked)} keys acknowledged during the backup are on the standby")
     # Before the supervisor starts its log file, messages go to stderr.
     with open(os.path.join(os.path.dirname(sdir), "standby.stderr"), errors="replace") as f:
-        check(f'base backup from the primary complete in "{sdir}"' in f.read(),
-              "walrus standby's output does not show the base backup")
+        err = f.read()
+    check(f'base backup from the primary complete in "{sdir}"' in err,
+          "walrus standby's output does not show the base backup")
+    check_progress(err, sdir)
     write(p, "after-" + os.path.basename(sdir) + "-")
     caught_up(p, s)
     check(sb.scan(s) == sb.scan(p), "the standby's data differ from the primary's")
@@ -158,6 +178,41 @@ def slow_checkpoint(cleanup, a, p, sock, sdir):
     sb.must(s.run("stop", "--wait"), "stop the standby")
     check(proc.wait(60) == 0, f"walrus standby exited with {proc.returncode}")
     log("  the standby waited through the primary's stopped checkpoint")
+
+
+def primary_not_up_yet(cleanup, a, p, sock, sdir):
+    """`walrus standby --primary` started before its primary: the connection
+    is refused, the base backup retries with a back-off and says so, and it
+    completes once the primary listens (it used to fail at once)."""
+    p.kill_instance()
+    s = wtest.Walrus(a.walrus, sdir, OPTS)
+    s.register(cleanup)
+    err_path = sdir + ".stderr"
+    err = open(err_path, "wb")
+    env = s.env()
+    env["WALRUS_REPLICATION_PASSWORD"] = "secret"
+    proc = subprocess.Popen(s.argv("standby", "--primary", sock), stdin=subprocess.DEVNULL,
+                            stdout=err, stderr=err, env=env)
+    err.close()
+    s.serve_proc = proc
+
+    def said(text):
+        with open(err_path, errors="replace") as f:
+            return text in f.read()
+
+    def retrying():
+        check(proc.poll() is None, f"walrus standby gave up on a primary not up yet: exit "
+              f"{proc.poll()}: {open(err_path, errors='replace').read()[-600:]}")
+        return said("retrying in") and said("(attempt 2)")
+    check(wtest.wait_for(retrying, 60), "walrus standby does not say it retries")
+    p.serve()
+    check(wtest.wait_for(lambda: said("base backup from the primary complete"), 90),
+          f"the backup did not complete: {open(err_path, errors='replace').read()[-600:]}")
+    check(wtest.wait_for(lambda: s.log_has(r"instance is ready"), 60), "the standby is not ready")
+    caught_up(p, s)
+    check(sb.scan(s) == sb.scan(p), "the standby's data differ from the primary's")
+    sb.must(s.run("stop", "--wait"), "stop the standby")
+    check(proc.wait(60) == 0, f"walrus standby exited with {proc.returncode}")
 
 
 def main(cleanup):
@@ -240,7 +295,7 @@ def main(cleanup):
     st2 = sb.Standby(s2)
     st2.start()
     refused(standby_cmd(wtest.Walrus(a.walrus, gone), "--primary", sock2), 3,
-            "a standby as the primary", "could not connect")
+            "a standby as the primary", "is a standby: point the standby at its primary")
     check(not os.path.exists(gone), "the directory is left after a refused connection")
     st2.stop()
 
@@ -266,6 +321,9 @@ def main(cleanup):
         conf = f.read()
     check("secret" not in conf and "# replication_password: not copied" in conf,
           f"a local backup's walrus.conf:\n{conf}")
+
+    log("a primary that does not listen yet")
+    primary_not_up_yet(cleanup, a, p, sock, os.path.join(root, "s4"))
     return 0
 
 

@@ -103,6 +103,10 @@ def setup(cleanup, exe, root, sync, jdir):
     p.register(cleanup)
     cleanup.add(srvtest.kill_all, pdir)  # the RESP server and its backends
     p.create()
+    # A slot: an asynchronous standby on a busy machine may fall more than
+    # max_wal_size behind, and a standby the primary's WAL has left behind
+    # stops (it can never catch up by streaming).
+    sb.must(p.run("slot", "create", "standby"), "slot create")
     sdir = os.path.join(root, "standby")
     sb.must(p.run("backup", sdir, "--checkpoint", "fast"), "backup")
     sb.must(p.run("stop", "--wait"), "stop the primary")
@@ -114,7 +118,7 @@ def setup(cleanup, exe, root, sync, jdir):
     s.register(cleanup)
     os.environ["WALRUS_REPLICATION_PASSWORD"] = "secret"
     p.serve()
-    st = sb.Standby(s, ["--primary", sock])
+    st = sb.Standby(s, ["--primary", sock, "--slot", "standby"])
     st.start()
     check(wtest.wait_for(lambda: sb.stats(s)["replication"]["receiver"]["state"] == "streaming",
                          60), "the standby does not stream")
