@@ -6,17 +6,19 @@ archive_dir.  The primary's archiver is frozen (SIGSTOP), so the last
 segments it writes are never archived by it; then the primary is killed and
 the standby promoted.  Checked:
 
+- a point-in-time recovery made before the promotion took timeline 2 in the
+  archive: the promotion takes 3, and nothing clashes there;
 - the promoted standby archives the old timeline's segments its primary did
-  not (under timeline 1's names), then its own under timeline 2: a restore of
+  not (under timeline 1's names), then its own under timeline 3: a restore of
   a base backup taken before the failover (recovery_target_timeline latest,
   the default) brings back every key, from both timelines;
 - `--target-timeline current` stays on the backup's timeline: nothing
   written after the failover;
 - a restore point made on the new primary, and a time after the failover,
   are reached from the old backup;
-- the restored copy starts timeline 3 (one above every timeline in the
+- the restored copy starts timeline 4 (one above every timeline in the
   archive), its history file names both branch points; the next restore
-  starts timeline 4;
+  starts timeline 5;
 - bad --target-timeline values are refused with a clear message."""
 import os, signal, time
 
@@ -84,8 +86,15 @@ def main(cleanup):
     expected_c = sorted(k for k, _ in sb.scan(p) if k.startswith("c"))
     p.kill_instance(extra=arch)
 
-    log("promotion; writes on timeline 2 and a restore point")
+    log("a point-in-time recovery before the promotion takes timeline 2")
+    restore(exe, root, backup, archive, "pitr-first", "--target-timeline", "current")
+    check(os.path.exists(os.path.join(archive, "00000002.history")),
+          f"the restore did not archive its history: {sorted(os.listdir(archive))}")
+
+    log("promotion: timeline 3, one above the archive's; writes and a restore point")
     sb.must(s.run("promote", timeout=120), "promote")
+    check(s.controldata().get("Latest checkpoint's TimeLineID") == "3",
+          f"the promotion's timeline: {s.controldata()}")
     write(s, "d")
     sb.must(s.run("restore-point", "after-failover"), "restore point")
     after_d = time.time()  # between the commits of d and those of e
@@ -103,31 +112,31 @@ def main(cleanup):
     check(tags(rows) == ["a", "b", "c", "d", "e"], f"latest: key groups {tags(rows)}")
     check(sorted(k for k, _ in rows if k.startswith("c")) == expected_c,
           "latest: the keys written while the primary's archiver was frozen differ")
-    check(r.controldata().get("Latest checkpoint's TimeLineID") == "3",
+    check(r.controldata().get("Latest checkpoint's TimeLineID") == "4",
           f"the restored copy's timeline: {r.controldata()}")
-    with open(os.path.join(r.dir, "wal", "00000003.history")) as f:
+    with open(os.path.join(r.dir, "wal", "00000004.history")) as f:
         hist = [line.split("\t")[0] for line in f.read().splitlines() if line]
-    check(hist == ["1", "2"], f"timeline 3's history: {hist}")
+    check(hist == ["1", "3"], f"timeline 4's history: {hist}")
     sb.must(r.run("verify"), "verify the restored copy")
 
     log("--target-timeline current stays on timeline 1")
     r = restore(exe, root, backup, archive, "current", "--target-timeline", "current")
-    check(r.controldata().get("Latest checkpoint's TimeLineID") == "4",
+    check(r.controldata().get("Latest checkpoint's TimeLineID") == "5",
           f"the second restored copy's timeline: {r.controldata()}")
     got = tags(sb.scan(r))
     check("d" not in got and "e" not in got and got[:2] == ["a", "b"],
           f"current: key groups {got}")
 
-    # Each restore started a timeline of its own (3 and 4) in the archive,
-    # which "latest" would follow now: timeline 2 is named.
+    # Each restore started a timeline of its own (4 and 5) in the archive,
+    # which "latest" would follow now: the promotion's, 3, is named.
     log("a restore point made after the failover")
     r = restore(exe, root, backup, archive, "named", "--target-name", "after-failover",
-                "--target-timeline", "2")
+                "--target-timeline", "3")
     check(tags(sb.scan(r)) == ["a", "b", "c", "d"], f"named: key groups {tags(sb.scan(r))}")
 
     log("a time after the failover")
     r = restore(exe, root, backup, archive, "timed", "--target-time", f"@{after_d:.6f}",
-                "--target-timeline", "2")
+                "--target-timeline", "3")
     check(tags(sb.scan(r)) == ["a", "b", "c", "d"], f"timed: key groups {tags(sb.scan(r))}")
 
     log("bad --target-timeline values")
