@@ -482,7 +482,7 @@ static void stray(arch_state *st, const char *n)
 	char shown[48];
 	size_t i = 0;
 	for (; n[i] != '\0' && i < sizeof(shown) - 1; i++)
-		shown[i] = n[i] >= 0x20 && n[i] < 0x7f ? n[i] : '?';
+		shown[i] = (char)(n[i] >= 0x20 && n[i] < 0x7f ? n[i] : '?');
 	shown[i] = '\0';
 	wr_log(WR_WARNING,
 	       "archiver: ignoring \"%s\" in the WAL directory: not a history file's name "
