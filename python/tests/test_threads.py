@@ -82,6 +82,8 @@ def test_counter_in_transactions_from_threads(data_dir):
     assert sum(runs) >= n * per
 
 
+@pytest.mark.skipif(os.environ.get("WALRUS_TEST_HOOKS") != "1",
+                    reason="needs a build with -Dtest_hooks=true (failpoints)")
 def test_threads_run_during_a_blocked_call(cleanup, data_dir):
     """Thread A waits inside walrus_checkpoint for a checkpointer held
     stopped (a failpoint stops it before it fsyncs a data file); meanwhile
