@@ -143,7 +143,14 @@ typedef struct walrus walrus;
  */
 WALRUS_API int walrus_open(const char *dir, const walrus_opts *opts, walrus **db);
 
-/* Detaches cleanly; always frees @db.  Returns the first error met, if any. */
+/*
+ * Detaches cleanly and frees @db; returns the first error met, if any.
+ * The one exception: while another thread is inside a call on @db it is
+ * left alone (freeing it would pull it from under that call) and the
+ * result is WALRUS_EMISUSE.  Its iterators, snapshots and transactions
+ * stay to be closed, released and freed; their calls fail with
+ * WALRUS_EMISUSE from then on.
+ */
 WALRUS_API int walrus_close(walrus *db);
 
 /* Pid of the supervisor serving @db. */
@@ -286,7 +293,10 @@ WALRUS_API int walrus_batch_commit(walrus *db, walrus_batch *b, int flags);
  * Ordered iteration over [lo, hi) (NULL = unbounded; hi exclusive), positioned
  * on the first key >= lo.  Under concurrent writes a key present for the whole
  * scan is returned exactly once, and values are never torn.  Key and value
- * pointers stay valid until the iterator moves or closes.
+ * pointers stay valid until the iterator moves or closes.  An iterator is
+ * used through its handle (the handle rules above apply); after
+ * walrus_close of that handle its moves fail with WALRUS_EMISUSE and
+ * walrus_iter_valid says 0: close it still, to free it.
  */
 typedef struct walrus_iter walrus_iter;
 WALRUS_API int walrus_iter_open(walrus *db, const void *lo, size_t lolen, const void *hi,

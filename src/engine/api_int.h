@@ -78,9 +78,12 @@ void api_txn_orphan_all(walrus *db, bool attached);
 typedef struct api_owned {
 	struct walrus_snapshot *snaps;
 	struct walrus_txn *txns;
+	walrus_iter *iters; /* the iterators over the tree itself */
 } api_owned;
 api_owned *api_handle_owned(walrus *db);
 /* Unlinks an iterator from its owner's list (walrus_iter_close). */
 void api_iter_unlink(walrus_iter *it);
+/* An iterator over the tree joins its handle's list: walrus_close ends it. */
+void api_iter_own(walrus *db, walrus_iter *it);
 
 #endif /* WALRUS_API_INT_H */

@@ -154,6 +154,8 @@ int walrus_iter_open(walrus *db, const void *lo, size_t lolen, const void *hi, s
 	*it = w;
 	/* On failure the caller still owns *it: walrus_iter_close frees it. */
 	int rc = iter_open_call(db, w, lo, lolen, hi, hilen);
+	if (rc == WALRUS_OK)
+		api_iter_own(db, w);
 	if (rc != WALRUS_OK && w->it != NULL) {
 		/* Left by a PANIC that unwound kv_iter_open: half built. */
 		kv_iter_close(w->it);
@@ -175,8 +177,8 @@ static int iter_ready(const walrus_iter *it, const char *fn)
 		return wr_error(WALRUS_EINVAL, "%s: not an open iterator", fn);
 	if (it->dead)
 		return wr_error(WALRUS_EMISUSE,
-		                "%s: the snapshot or transaction this iterator reads through has "
-		                "ended",
+		                "%s: the handle, snapshot or transaction this iterator reads "
+		                "through has ended",
 		                fn);
 	return WALRUS_OK;
 }

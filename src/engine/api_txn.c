@@ -148,6 +148,11 @@ static void own_iter(walrus_iter **head, walrus_iter *it, void *owner)
 	*head = it;
 }
 
+void api_iter_own(walrus *db, walrus_iter *it)
+{
+	own_iter(&api_handle_owned(db)->iters, it, db);
+}
+
 void api_iter_unlink(walrus_iter *it)
 {
 	if (it->prev_owned == NULL)
@@ -182,6 +187,7 @@ void api_iter_unlink(walrus_iter *it)
 void api_txn_orphan_all(walrus *db, bool attached)
 {
 	api_owned *o = api_handle_owned(db);
+	kill_iters(&o->iters);
 	while (o->snaps != NULL) {
 		walrus_snapshot *s = o->snaps;
 		if (attached)

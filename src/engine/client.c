@@ -51,10 +51,11 @@
 static struct {
 	pthread_mutex_t mu;
 	bool attached;
-	_Atomic bool poisoned; /* a PANIC in this process: nothing more until it reattaches */
-	_Atomic bool stale;    /* being dropped: calls on its handles are refused */
-	_Atomic pid_t exiting; /* this pid's exit() began: no call or open from now on */
-	pid_t owner;           /* the process that attached; a forked child is not it */
+	_Atomic bool poisoned;    /* a PANIC in this process: nothing more until it reattaches */
+	_Atomic bool stale;       /* being dropped: calls on its handles are refused */
+	_Atomic pid_t exiting;    /* this pid's exit() began: no call or open from now on */
+	_Atomic uint32_t parking; /* threads whose end is giving their handles' slots back */
+	pid_t owner;              /* the process that attached; a forked child is not it */
 	char abs[PATH_MAX];
 	int sock;
 	int attach_fd;
@@ -963,6 +964,7 @@ static void park_thread_exit(void *token)
 	client_backend_use(NULL);
 	client_lock();
 	if (C.attached && C.owner == client_self_pid() && !process_exiting()) {
+		atomic_fetch_add(&C.parking, 1);
 		jmp_buf jb;
 		if (setjmp(jb) == 0) {
 			client_enter(&jb);
@@ -971,10 +973,31 @@ static void park_thread_exit(void *token)
 			wr_panic_rearm();
 		}
 		client_leave();
+		atomic_fetch_sub(&C.parking, 1);
 	}
 	client_unlock();
 }
 
+/*
+ * A thread that made the last call on a handle has ended, as far as its
+ * joiner knows (a language runtime may say so before the C library's
+ * thread-exit destructors ran), and its parking holds the handle for a
+ * moment: the next call waits for that instead of failing with EMISUSE.
+ */
+static bool wait_parking(client_backend *b, uintptr_t holder)
+{
+	/* The parking count is read before the user word: a parking that let
+	 * the handle go between the two reads is seen as let go. */
+	for (int tries = 0; tries < 1000; tries++) {
+		uint32_t parking = atomic_load(&C.parking);
+		if (atomic_load(&b->user) != holder)
+			return true; /* let go meanwhile: try again */
+		if (parking == 0)
+			return false; /* a thread inside a call: misuse */
+		sched_yield();
+	}
+	return false;
+}
 /*
  * A parked handle's next call: a slot again, on the attachment it was made
  * on.  Not with its user word held: a holder of C.mu may be waiting for
@@ -1009,7 +1032,10 @@ int client_call_begin(client_backend *b)
 		                "open its own",
 		                (int)b->pid);
 	uintptr_t none = 0, me = (uintptr_t)&thread_token;
-	if (!atomic_compare_exchange_strong(&b->user, &none, me))
+	while (!atomic_compare_exchange_strong(&b->user, &none, me) && none != me &&
+	       wait_parking(b, none))
+		none = 0;
+	if (none != 0)
 		return wr_error(WALRUS_EMISUSE,
 		                none == me ? "this handle is already inside a call of this thread"
 		                           : "this handle is in use by another thread: a handle "

@@ -11,6 +11,7 @@
  */
 #include "testutil.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -844,6 +845,49 @@ START_TEST(ended_threads_give_their_slots_back)
 }
 END_TEST
 
+/*
+ * A runtime such as Python's says a thread has ended (its join returns)
+ * when the thread signals it, before the C library runs the thread's exit
+ * destructors, where the handles it used give their slots back.  A call on
+ * such a handle from the joiner, at that moment, waits for the parking
+ * instead of failing with EMISUSE.  Here the thread sets a flag as its last
+ * act, the way those runtimes do, and the joiner spins on it.
+ */
+typedef struct {
+	walrus *db;
+	_Atomic int done;
+	int rc;
+} last_call;
+
+static void *call_then_signal(void *arg)
+{
+	last_call *l = arg;
+	l->rc = walrus_put(l->db, "last", 4, "v", 1, WALRUS_ASYNC);
+	atomic_store(&l->done, 1);
+	return NULL;
+}
+
+START_TEST(call_right_after_a_thread_signals_its_end)
+{
+	walrus *db = tu_open(dir, test_opts());
+	last_call l = {.db = db};
+	char v[8];
+	size_t vlen;
+	for (int i = 0; i < 2000; i++) {
+		pthread_t t;
+		atomic_store(&l.done, 0);
+		ck_assert_int_eq(pthread_create(&t, NULL, call_then_signal, &l), 0);
+		while (atomic_load(&l.done) == 0)
+			; /* the joiner reacts at once, as a spinning runtime may */
+		ck_assert_int_eq(l.rc, WALRUS_OK);
+		int rc = walrus_get_into(db, "last", 4, v, sizeof(v), &vlen);
+		ck_assert_msg(rc == WALRUS_OK, "round %d: %d %s", i, rc, walrus_errmsg());
+		ck_assert_int_eq(pthread_join(t, NULL), 0);
+	}
+	tu_close_and_wait(db);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- durable by default */
 
 START_TEST(flags_zero_is_durable_by_default)
@@ -885,6 +929,7 @@ static Suite *threads_suite(void)
 	tcase_add_test(tc, exit_with_threads_inside_calls);
 	tcase_add_test(tc, exit_while_another_thread_opens);
 	tcase_add_test(tc, ended_threads_give_their_slots_back);
+	tcase_add_test(tc, call_right_after_a_thread_signals_its_end);
 	tcase_add_test(tc, flags_zero_is_durable_by_default);
 	tcase_add_test(tc, compaction_beside_worker_threads);
 	tcase_add_test(tc, mapped_reads_beside_worker_threads);
