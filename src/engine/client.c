@@ -988,15 +988,14 @@ static bool wait_parking(client_backend *b, uintptr_t holder)
 {
 	/* The parking count is read before the user word: a parking that let
 	 * the handle go between the two reads is seen as let go. */
-	for (int tries = 0; tries < 1000; tries++) {
+	for (;;) {
 		uint32_t parking = atomic_load(&C.parking);
 		if (atomic_load(&b->user) != holder)
 			return true; /* let go meanwhile: try again */
 		if (parking == 0)
 			return false; /* a thread inside a call: misuse */
-		sched_yield();
+		sched_yield();        /* a parking ends: it waits for nothing this caller holds */
 	}
-	return false;
 }
 /*
  * A parked handle's next call: a slot again, on the attachment it was made
