@@ -312,6 +312,10 @@ int wr_grow(void *bufp, size_t *cap, size_t need, size_t elem, size_t first);
 
 /* snprintf that always terminates and reports truncation as false. */
 bool wr_snprintf(char *buf, size_t len, const char *fmt, ...) WR_PRINTF(3, 4);
+/* Up to @cap - 1 bytes of @src (@len long) into @buf, terminated, each byte
+ * outside printable ASCII shown as @other: bytes that go into messages and
+ * logs.  Returns how many of @src it took. */
+size_t wr_shown(char *buf, size_t cap, const char *src, size_t len, char other);
 /* read(2) until @len bytes or the end of the file, retrying EINTR: the bytes
  * read, or -1 with errno. */
 ssize_t wr_read_full(int fd, void *buf, size_t len);

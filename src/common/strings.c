@@ -42,6 +42,18 @@ ssize_t wr_read_full(int fd, void *buf, size_t len)
 	return (ssize_t)got;
 }
 
+size_t wr_shown(char *buf, size_t cap, const char *src, size_t len, char other)
+{
+	size_t n = 0;
+	for (; n < len && n + 1 < cap; n++) {
+		unsigned char c = (unsigned char)src[n];
+		buf[n] = c >= 0x20 && c < 0x7f ? (char)c : other;
+	}
+	if (cap > 0)
+		buf[n] = '\0';
+	return n;
+}
+
 int wr_write_full(int fd, const void *buf, size_t len)
 {
 	size_t done = 0;

@@ -595,10 +595,7 @@ static bool in_ranges(const walrus_txn *t, const char *k, uint16_t kl)
 static int conflict(const char *what, const char *k, uint16_t kl)
 {
 	char shown[41];
-	size_t n = 0;
-	for (; n < kl && n < sizeof(shown) - 1; n++)
-		shown[n] = k[n] >= 0x20 && k[n] < 0x7f ? k[n] : '.';
-	shown[n] = '\0';
+	size_t n = wr_shown(shown, sizeof(shown), k, kl, '.');
 	return wr_error(WALRUS_ECONFLICT,
 	                "transaction conflict: a commit after this transaction's snapshot changed "
 	                "a key it %s (\"%s%s\"); nothing was applied: run it again",

@@ -480,10 +480,7 @@ static void stray(arch_state *st, const char *n)
 		return;
 	st->warned_stray = true;
 	char shown[48];
-	size_t i = 0;
-	for (; n[i] != '\0' && i < sizeof(shown) - 1; i++)
-		shown[i] = (char)(n[i] >= 0x20 && n[i] < 0x7f ? n[i] : '?');
-	shown[i] = '\0';
+	(void)wr_shown(shown, sizeof(shown), n, strlen(n), '?');
 	wr_log(WR_WARNING,
 	       "archiver: ignoring \"%s\" in the WAL directory: not a history file's name "
 	       "(8 hexadecimal digits, then .history); remove it",
