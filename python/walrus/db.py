@@ -698,7 +698,51 @@ class Batch:
         return False
 
 
-class Iterator:
+class _Child:
+    """What an iterator, a snapshot and a transaction share: a token among
+    its handle's children, freed by the garbage collector if not before."""
+
+    def __del__(self):
+        token = getattr(self, "_token", None)
+        if token is not None:
+            self._owner._forget_child(token)
+
+    def __enter__(self):
+        return self
+
+    def _close_token(self):
+        token, self._token = self._token, None
+        if token is not None:
+            self._owner._close_child(token)
+
+
+class _Reads:
+    """The mapping-style reads and the iterators of a snapshot or a
+    transaction, over its get() and _iter()."""
+
+    def __getitem__(self, key):
+        v = self.get(key, _ABSENT)
+        if v is _ABSENT:
+            raise NotFound(_ENOTFOUND, f"key {key!r} not found")
+        return v
+
+    def __contains__(self, key):
+        return self.get(key, _ABSENT) is not _ABSENT
+
+    def items(self, lo=None, hi=None, reverse=False):
+        return self._iter(lo, hi, reverse, "items")
+
+    def keys(self, lo=None, hi=None, reverse=False):
+        return self._iter(lo, hi, reverse, "keys")
+
+    def values(self, lo=None, hi=None, reverse=False):
+        return self._iter(lo, hi, reverse, "values")
+
+    def __iter__(self):
+        return self.keys()
+
+
+class Iterator(_Child):
     """A Python iterator over a key range of a handle, a snapshot or a
     transaction.  Closed when exhausted, by close(), at the end of a
     with-block, or when the garbage collector finds it."""
@@ -755,24 +799,14 @@ class Iterator:
             db._leave()
 
     def close(self):
-        token, self._token = self._token, None
-        if token is not None:
-            self._owner._close_child(token)
-
-    def __del__(self):
-        token = getattr(self, "_token", None)
-        if token is not None:
-            self._owner._forget_child(token)
-
-    def __enter__(self):
-        return self
+        self._close_token()
 
     def __exit__(self, *exc):
         self.close()
         return False
 
 
-class Snapshot:
+class Snapshot(_Child, _Reads):
     """Reads as of one commit: with db.snapshot() as s: s.get(k), s.items()."""
 
     def __init__(self, db, token):
@@ -788,15 +822,6 @@ class Snapshot:
         finally:
             db._leave()
 
-    def __getitem__(self, key):
-        v = self.get(key, _ABSENT)
-        if v is _ABSENT:
-            raise NotFound(_ENOTFOUND, f"key {key!r} not found")
-        return v
-
-    def __contains__(self, key):
-        return self.get(key, _ABSENT) is not _ABSENT
-
     def _iter(self, lo, hi, reverse, what):
         return self._owner._iterator(lib.walrus_iter_open_at, self._live(), lo, hi, reverse,
                                      what)
@@ -806,40 +831,18 @@ class Snapshot:
             raise misuse("this snapshot has been released")
         return self._token
 
-    def items(self, lo=None, hi=None, reverse=False):
-        return self._iter(lo, hi, reverse, "items")
-
-    def keys(self, lo=None, hi=None, reverse=False):
-        return self._iter(lo, hi, reverse, "keys")
-
-    def values(self, lo=None, hi=None, reverse=False):
-        return self._iter(lo, hi, reverse, "values")
-
-    def __iter__(self):
-        return self.keys()
-
     def release(self):
         """Ends the snapshot (its iterators end with it)."""
-        token, self._token = self._token, None
-        if token is not None:
-            self._owner._close_child(token)
+        self._close_token()
 
     close = release
-
-    def __del__(self):
-        token = getattr(self, "_token", None)
-        if token is not None:
-            self._owner._forget_child(token)
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, *exc):
         self.release()
         return False
 
 
-class Transaction:
+class Transaction(_Child, _Reads):
     """An optimistic transaction: reads as of its start plus its own
     writes; commit() applies the writes atomically or raises
     walrus.Conflict (nothing applied)."""
@@ -869,15 +872,6 @@ class Transaction:
         finally:
             db._leave()
 
-    def __getitem__(self, key):
-        v = self.get(key, _ABSENT)
-        if v is _ABSENT:
-            raise NotFound(_ENOTFOUND, f"key {key!r} not found")
-        return v
-
-    def __contains__(self, key):
-        return self.get(key, _ABSENT) is not _ABSENT
-
     def put(self, key, value):
         k, v = _bytes(key), _bytes(value, "value")
         self._call(lib.walrus_txn_put, k, len(k), v, len(v))
@@ -895,18 +889,6 @@ class Transaction:
             raise misuse("this transaction has ended")
         return self._owner._iterator(lib.walrus_txn_iter_open, self._token, lo, hi, reverse,
                                      what)
-
-    def items(self, lo=None, hi=None, reverse=False):
-        return self._iter(lo, hi, reverse, "items")
-
-    def keys(self, lo=None, hi=None, reverse=False):
-        return self._iter(lo, hi, reverse, "keys")
-
-    def values(self, lo=None, hi=None, reverse=False):
-        return self._iter(lo, hi, reverse, "values")
-
-    def __iter__(self):
-        return self.keys()
 
     def _end(self, fn, *args):
         """commit or abort: the transaction ends whatever they return."""
@@ -937,14 +919,6 @@ class Transaction:
     def abort(self):
         """Drops the writes; ends the transaction."""
         self._end(lib.walrus_txn_abort)
-
-    def __del__(self):
-        token = getattr(self, "_token", None)
-        if token is not None:
-            self._owner._forget_child(token)
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, exc_type, exc, tb):
         if not self.open:
