@@ -68,3 +68,13 @@ def wait_stopped(d, timeout=60):
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
         os.close(fd)
+
+
+def wait_for(cond, timeout=60.0):
+    """Waits on a state, not a time: the bound only ends a broken run."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True

@@ -11,23 +11,13 @@ import os, re, shutil, signal, socket, subprocess, sys, tempfile, time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import WALRUS, check, summary, wait_stopped  # noqa: E402
+from clitest import WALRUS, check, summary, wait_for, wait_stopped  # noqa: E402
 
 
 def run(d, *args, env=None):
     argv = [WALRUS] + (["-D", d] if d else []) + list(args)
     r = subprocess.run(argv, capture_output=True, timeout=120, env=env)
     return r.returncode, r.stdout.decode(), r.stderr.decode()
-
-
-def wait_for(cond, timeout=60.0):
-    """Waits on a state, not a time: the bound only ends a broken run."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def stopped(pid):

@@ -10,7 +10,7 @@ import os, re, shutil, signal, subprocess, sys, tempfile, time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import WALRUS, check, summary  # noqa: E402
+from clitest import WALRUS, check, summary, wait_for  # noqa: E402
 
 LINGER = ["-o", "supervisor_linger=60s"]  # so that what ends an instance is the stop
 
@@ -34,16 +34,6 @@ def gone(pid):
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
-
-
-def wait_for(cond, timeout=30.0):
-    """Waits on a state, not a time: the bound only ends a broken run."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def kill_instance(d):
