@@ -34,7 +34,11 @@ import wtest  # noqa: E402
 from wtest import check, log  # noqa: E402
 
 TOOLS = ["mount", "umount", "losetup", "mkfs.ext4", "e2fsck", "sync", "truncate"]
-SYNC_PANIC = re.compile(r'could not (fsync|sync_file_range|close) file "[^"]*/base/[^"]*": '
+# The data files' write-back fails first, or, when the tmpfs ran out just
+# after they were synced, the control file's (on the same broken file system):
+# either fsync error must PANIC.
+SYNC_PANIC = re.compile(r'could not (fsync|sync_file_range|close) file '
+                        r'"[^"]*/(base/[^"]*|walrus\.control\.tmp)": '
                         r'(Input/output error|No space left on device)')
 # --mode wal: a WAL write or flush, the creation or recycling of a segment,
 # or the WAL directory's fsync fails (ext4 may then turn itself read-only).
@@ -292,7 +296,8 @@ def main(cleanup):
               + w.log_tail(panic_at, 30))
     else:
         check(any(SYNC_PANIC.search(m) for _, _, m in panics),
-              "no PANIC on a data file's fsync/sync_file_range/close with EIO/ENOSPC:\n"
+              "no PANIC on a data or control file's fsync/sync_file_range/close with "
+              "EIO/ENOSPC:\n"
               + w.log_tail(panic_at, 30))
     first = next(i for i, e in enumerate(entries) if e[2] == "PANIC")
     done_after = [m for _, _, _, m in entries[first:] if m.startswith("checkpoint complete")]
