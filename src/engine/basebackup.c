@@ -300,7 +300,7 @@ static int run(bb_recv *r, const standby_backup_args *a)
 	if (rc != WALRUS_OK)
 		return rc;
 	r->prepared = true;
-	rc = repl_client_connect(a->primary, a->password, &r->sock);
+	rc = repl_client_connect_tls(a->primary, a->password, a->ssl, &r->sock);
 	if (rc != WALRUS_OK)
 		return rc;
 	uint64_t timeout_ms = (uint64_t)a->opts->wal_sender_timeout_us / 1000;
@@ -334,7 +334,7 @@ int standby_base_backup(const standby_backup_args *a)
 	if (r.out >= 0)
 		close(r.out); /* failing anyway: removed below */
 	if (r.sock >= 0)
-		close(r.sock);
+		repl_close(r.sock);
 	free(r.buf);
 	free(r.segs);
 	if (rc == WALRUS_OK || !r.prepared)

@@ -1085,11 +1085,13 @@ static int replication_setup(void)
 		                "option \"listen_replication\" is set but %s/%s sets no "
 		                "replication_password: standbys must authenticate",
 		                S.abs, WR_CONF_FILE);
-	repl_set_password(pw);
+	rc = repl_server_setup(pw, &S.opts, S.abs);
 	explicit_bzero(pw, sizeof(pw));
-	rc = repl_listen(S.opts.listen_replication, &S.repl_fd);
 	if (rc == WALRUS_OK)
-		wr_log(WR_LOG, "listening for standbys on %s", S.opts.listen_replication);
+		rc = repl_listen(S.opts.listen_replication, &S.repl_fd);
+	if (rc == WALRUS_OK)
+		wr_log(WR_LOG, "listening for standbys on %s%s", S.opts.listen_replication,
+		       S.opts.ssl ? " (TLS)" : "");
 	return rc;
 }
 
