@@ -105,10 +105,13 @@ static int load_pair(SSL_CTX *ctx, const char *cert, const char *key)
 	}
 	if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1)
 		return ctx_fail(ctx, "TLS certificate file", cert);
-	if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1)
-		return ctx_fail(ctx, "TLS key file", key);
-	if (SSL_CTX_check_private_key(ctx) != 1)
+	bool loaded = SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) == 1;
+	bool mismatch =
+	    !loaded && ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH;
+	if (mismatch || (loaded && SSL_CTX_check_private_key(ctx) != 1))
 		return ctx_fail(ctx, "TLS key file (it does not match the certificate)", key);
+	if (!loaded)
+		return ctx_fail(ctx, "TLS key file", key);
 	return WALRUS_OK;
 }
 
