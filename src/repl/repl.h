@@ -14,12 +14,13 @@
  * says why the binding); then START names the standby's system, timeline and
  * start LSN, and the primary streams the raw bytes of its flushed WAL,
  * exactly as in its segment files.  Nothing is read from an
- * unauthenticated peer but its AUTH, and nothing but the challenge and an
- * ERROR is sent to it.
+ * unauthenticated peer but its TLS handshake and its AUTH, and nothing but
+ * the challenge, TLS's handshake and an ERROR is sent to it.
  *
  * Owns: region "repl" (a slot per max_wal_senders, the receiver's state),
  * the replication listening socket's address format ("HOST:PORT", or an
- * absolute Unix socket path), DIR/walrus.standby.
+ * absolute Unix socket path), DIR/walrus.standby, the TLS state of each
+ * replication connection of the process (tls.c, under its own mutex).
  * Locks: none.  A sender slot is claimed and freed by the supervisor only
  * (it forks the sender for the slot and reaps it); its LSNs and state are
  * written by its sender only.  The receiver's fields are written by the
