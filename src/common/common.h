@@ -392,7 +392,5 @@ ssize_t wr_tls_write(wr_tls *s, const void *buf, size_t len);
 size_t wr_tls_pending(wr_tls *s);
 /* Sends close_notify without waiting for the peer's (wr_tls_free follows). */
 void wr_tls_close(wr_tls *s);
-/* The oldest queued libssl error as text, the queue emptied. */
-void wr_tls_error_text(char *buf, size_t len);
 
 #endif /* WALRUS_COMMON_H */

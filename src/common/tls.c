@@ -47,11 +47,6 @@ static void queued_error(char *buf, size_t len)
 		ERR_error_string_n(e, buf, len);
 }
 
-void wr_tls_error_text(char *buf, size_t len)
-{
-	queued_error(buf, len);
-}
-
 /* A private key that others may read is as good as published. */
 static int check_key_mode(const char *path)
 {
