@@ -14,7 +14,7 @@ standby), certificates made by the test with the openssl command:
   sender drops the connection with a TLS error and the primary's
   synchronous standby position (sync_standby_lsn) does not move;
 - a relay that terminates TLS itself with its own certificate is refused
-  by verify-full (the certificate) and, with sslmode = require (no
+  by verify-full and verify-ca (the certificate) and, with sslmode = require (no
   certificate check), by the handshake's channel binding: the primary
   answers "authentication failed", as the proofs cover each side's own
   TLS session;
@@ -103,9 +103,11 @@ def through_relay(p, s, st, port, ca):
         caught_up(p, s)
 
         log("a FEEDBACK injected on its way to the primary")
-        before = sb.stats(p)["wal"]
-        check(sb.lsn(before["sync_standby_lsn"]) == sb.lsn(before["flush_lsn"]),
-              f"the synchronous standby is not caught up: {before}")
+        def confirmed():
+            w = sb.stats(p)["wal"]
+            return w if sb.lsn(w["sync_standby_lsn"]) == sb.lsn(w["flush_lsn"]) else None
+        before = wtest.wait_for(confirmed, 30)
+        check(before, f"the synchronous standby did not confirm: {sb.stats(p)['wal']}")
         feedback = struct.pack("<BIQQQQ", 8, 32, 1 << 62, 1 << 62, 1 << 62, 0)
         with relay.lock:
             relay.inject_up = feedback
@@ -132,6 +134,10 @@ def terminating_relay(exe, root, port, ca, rogue):
         err = base_backup(exe, root, "mitm-full", addr, "--sslmode", "verify-full",
                           "--sslrootcert", ca[0])
         check("certificate verify failed" in err, "verify-full took the relay's certificate: "
+              + err)
+        err = base_backup(exe, root, "mitm-ca", addr, "--sslmode", "verify-ca",
+                          "--sslrootcert", ca[0])
+        check("certificate verify failed" in err, "verify-ca took the relay's certificate: "
               + err)
         err = base_backup(exe, root, "mitm-require", addr, "--sslmode", "require")
         check(relay.sessions >= 1, f"the relay did not get TLS on both sides: {relay.errors}")
