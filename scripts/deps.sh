@@ -7,7 +7,7 @@ set -eu
 # nutcracker (twemproxy) is for the shard suite and docs/scale-out.md; the tests run
 # their own, so its packaged service (port 22121) is not needed.
 PKGS="build-essential meson ninja-build pkg-config liburing-dev libzstd-dev libssl-dev check \
-python3 python3-pytest python3-setuptools python3-wheel python3-pip python3-venv fio e2fsprogs util-linux procps libsqlite3-dev liblmdb-dev librocksdb-dev redis-tools redis-server nutcracker clang libclang-rt-14-dev"
+python3 openssl python3-pytest python3-setuptools python3-wheel python3-pip python3-venv fio e2fsprogs util-linux procps libsqlite3-dev liblmdb-dev librocksdb-dev redis-tools redis-server nutcracker clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -2,7 +2,8 @@
  * cmd_serve.c - `walrus serve`: the RESP server, or the supervisor alone.
  *
  * With any server option (--port, --bind, --unix, --no-tcp, --requirepass,
- * --requirepass-file, --idle-timeout, --backends, --resp) it runs the RESP server of src/server
+ * --requirepass-file, --idle-timeout, --backends, --resp, --tls-*) it runs
+ * the RESP server of src/server
  * (server.h): one process that accepts connections and hands them to a pool
  * of backend processes (or forks a backend per connection: --backends 0).
  * Without, it runs the instance's supervisor in the foreground, as
@@ -37,6 +38,8 @@ static const char usage[] =
     "usage: walrus -D DIR serve [--port P] [--bind ADDR] [--unix PATH|none] [--no-tcp]\n"
     "                           [--requirepass-file FILE] [--idle-timeout S]\n"
     "                           [--backends N] [--resp]\n"
+    "                           [--tls-port P --tls-cert-file F --tls-key-file F\n"
+    "                            [--tls-ca-cert-file F] [--tls-auth-clients yes|no|optional]]\n"
     "       walrus -D DIR serve          (no option: the supervisor alone)\n\n"
     "RESP server (Redis protocol; redis-cli and Redis client libraries work):\n"
     "  --port P          TCP port (default 6379; 0 picks a free port, printed)\n"
@@ -54,7 +57,15 @@ static const char usage[] =
     "  --backends N      N backend processes, each serving many connections with\n"
     "                    epoll (default: 2 per online CPU, at most 64); 0: one\n"
     "                    backend process per connection\n"
-    "  --resp            the RESP server with every default\n\n"
+    "  --resp            the RESP server with every default\n"
+    "  --tls-port P      also listen on port P of --bind for TLS connections (TLS 1.2\n"
+    "                    or later; 0 picks a free port, printed): redis-cli --tls\n"
+    "  --tls-cert-file F, --tls-key-file F  the server's certificate chain and its\n"
+    "                    key (PEM; the key file mode 0600)\n"
+    "  --tls-ca-cert-file F  CA certificates that sign clients' certificates\n"
+    "  --tls-auth-clients yes|no|optional  ask clients for a certificate the CA\n"
+    "                    signed: required (default with --tls-ca-cert-file), not\n"
+    "                    asked (default without), or checked when one is sent\n\n"
     "At most max_connections - 1 clients (-o max_connections=N); the pool\n"
     "backends hold one attachment each.  A connection's unparsed input is at most\n"
     "client_query_buffer_limit (-o or walrus.conf, default 1GB).  Writes are acknowledged once "
@@ -85,6 +96,54 @@ static bool parse_int(const char *s, long lo, long hi, long *out)
 		return false;
 	*out = v;
 	return true;
+}
+
+/* --tls-*: Redis 6's names.  --tls-auth-clients stays -1 until check_tls
+ * decides its default. */
+static bool tls_option(srv_config *cfg, const char *o, const char *v)
+{
+	long n;
+	if (strcmp(o, "--tls-port") == 0 && parse_int(v, 0, 65535, &n))
+		cfg->tls_port = (int)n;
+	else if (strcmp(o, "--tls-cert-file") == 0)
+		cfg->tls_cert = v;
+	else if (strcmp(o, "--tls-key-file") == 0)
+		cfg->tls_key = v;
+	else if (strcmp(o, "--tls-ca-cert-file") == 0)
+		cfg->tls_ca = v;
+	else if (strcmp(o, "--tls-auth-clients") == 0 && strcmp(v, "yes") == 0)
+		cfg->tls_auth_clients = WR_TLS_VERIFY_REQUIRED;
+	else if (strcmp(o, "--tls-auth-clients") == 0 && strcmp(v, "no") == 0)
+		cfg->tls_auth_clients = WR_TLS_VERIFY_NONE;
+	else if (strcmp(o, "--tls-auth-clients") == 0 && strcmp(v, "optional") == 0)
+		cfg->tls_auth_clients = WR_TLS_VERIFY_OPTIONAL;
+	else
+		return false;
+	return true;
+}
+
+/* The --tls-* options agree: a port needs the certificate and key, client
+ * certificates need the CA.  0, or the usage exit code said on stderr. */
+static int check_tls(srv_config *cfg)
+{
+	const char *why = NULL;
+	bool files = cfg->tls_cert != NULL || cfg->tls_key != NULL || cfg->tls_ca != NULL;
+	if (cfg->tls_port < 0 && (files || cfg->tls_auth_clients >= 0))
+		why = "--tls-cert-file, --tls-key-file, --tls-ca-cert-file and --tls-auth-clients "
+		      "need --tls-port";
+	else if (cfg->tls_port >= 0 && (cfg->tls_cert == NULL || cfg->tls_key == NULL))
+		why = "--tls-port needs --tls-cert-file and --tls-key-file";
+	else if (cfg->tls_auth_clients > WR_TLS_VERIFY_NONE && cfg->tls_ca == NULL)
+		why = "--tls-auth-clients yes or optional needs --tls-ca-cert-file (the CA that "
+		      "signs clients' certificates)";
+	if (why != NULL) {
+		fprintf(stderr, "walrus serve: %s\n", why);
+		return TOOL_EXIT_USAGE;
+	}
+	if (cfg->tls_auth_clients < 0)
+		cfg->tls_auth_clients =
+		    cfg->tls_ca != NULL ? WR_TLS_VERIFY_REQUIRED : WR_TLS_VERIFY_NONE;
+	return 0;
 }
 
 /* One option of the RESP server at argv[*i]; false when it is not one or is bad. */
@@ -118,7 +177,7 @@ static bool server_option(srv_config *cfg, pass_src *pw, int argc, char **argv, 
 	else if (strcmp(o, "--backends") == 0 && parse_int(v, 0, SRV_MAX_POOL, &n))
 		cfg->backends = (int)n;
 	else
-		return false;
+		return tls_option(cfg, o, v);
 	return true;
 }
 
@@ -249,7 +308,9 @@ static int run_server(tool_ctx *ctx, srv_config *cfg, pass_src *pw, bool default
 		rc = server_conf(abs, &ctx->opts->o);
 	if (rc != WALRUS_OK)
 		return tool_fail(rc, ctx->datadir);
-	int code = find_password(abs, pw, &cfg->requirepass);
+	int code = check_tls(cfg);
+	if (code == 0)
+		code = find_password(abs, pw, &cfg->requirepass);
 	if (code != 0)
 		return code;
 	cfg->dir = abs;
@@ -257,7 +318,7 @@ static int run_server(tool_ctx *ctx, srv_config *cfg, pass_src *pw, bool default
 	if (default_unix &&
 	    !wr_snprintf(cfg->unix_path, sizeof(cfg->unix_path), "%s/walrus-resp.sock", abs))
 		return tool_fail(wr_error(WALRUS_EINVAL, "data directory path too long"), abs);
-	if (!cfg->tcp && cfg->unix_path[0] == '\0') {
+	if (!cfg->tcp && cfg->unix_path[0] == '\0' && cfg->tls_port < 0) {
 		fprintf(stderr, "walrus serve: --no-tcp and --unix none: nothing to listen on\n");
 		return TOOL_EXIT_USAGE;
 	}
@@ -266,7 +327,12 @@ static int run_server(tool_ctx *ctx, srv_config *cfg, pass_src *pw, bool default
 
 int cmd_serve(tool_ctx *ctx, int argc, char **argv)
 {
-	srv_config cfg = {.tcp = true, .bind = "127.0.0.1", .port = 6379, .backends = -1};
+	srv_config cfg = {.tcp = true,
+	                  .bind = "127.0.0.1",
+	                  .port = 6379,
+	                  .backends = -1,
+	                  .tls_port = -1,
+	                  .tls_auth_clients = -1};
 	static pass_src pw; /* lives while the server runs */
 	bool default_unix = true;
 	if (tool_wants_help(argc, argv)) {

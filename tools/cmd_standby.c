@@ -24,7 +24,8 @@
 static const char standby_usage[] =
     "usage: walrus -D DIR standby [--primary HOST:PORT|SOCKET] [--slot NAME]\n"
     "                             [--application-name NAME] [--wal-archive ARCHIVE]\n"
-    "                             [--checkpoint fast|spread]\n\n"
+    "                             [--checkpoint fast|spread] [--sslmode MODE]\n"
+    "                             [--sslrootcert FILE] [--sslcert FILE --sslkey FILE]\n\n"
     "Runs DIR as a hot standby in the foreground: it replays the primary's WAL\n"
     "as it arrives and serves reads (gets, scans); writes get WALRUS_EREADONLY.\n"
     "DIR is a standby already, a base backup of the primary (walrus -D PRIMARY\n"
@@ -40,6 +41,13 @@ static const char standby_usage[] =
     "  --application-name N the standby's name (default: DIR's base name)\n"
     "  --wal-archive DIR    replay segments from this archive (the primary's\n"
     "                       archive_dir) when streaming does not bring them\n"
+    "  --sslmode MODE       TLS to the primary: disable, prefer (the default: when\n"
+    "                       the primary has ssl = on), require, verify-ca (its\n"
+    "                       certificate signed by --sslrootcert's CA) or verify-full\n"
+    "                       (... and naming the host of --primary HOST:PORT)\n"
+    "  --sslrootcert FILE   CA certificates (PEM) for verify-ca and verify-full\n"
+    "  --sslcert FILE, --sslkey FILE  the standby's certificate and key, for a\n"
+    "                       primary with ssl_ca_file\n"
     "Stops on SIGINT/SIGTERM or `walrus stop`, as `walrus serve`.\n";
 
 static const char promote_usage[] =
@@ -51,6 +59,7 @@ static const char promote_usage[] =
 
 typedef struct standby_args {
 	const char *primary, *slot, *name, *archive, *checkpoint;
+	const char *sslmode, *sslrootcert, *sslcert, *sslkey;
 } standby_args;
 
 static int parse_standby(int argc, char **argv, standby_args *a)
@@ -62,9 +71,14 @@ static int parse_standby(int argc, char **argv, standby_args *a)
 		                   : strcmp(o, "--application-name") == 0 ? &a->name
 		                   : strcmp(o, "--wal-archive") == 0      ? &a->archive
 		                   : strcmp(o, "--checkpoint") == 0       ? &a->checkpoint
+		                   : strcmp(o, "--sslmode") == 0          ? &a->sslmode
+		                   : strcmp(o, "--sslrootcert") == 0      ? &a->sslrootcert
+		                   : strcmp(o, "--sslcert") == 0          ? &a->sslcert
+		                   : strcmp(o, "--sslkey") == 0           ? &a->sslkey
 		                                                          : NULL;
 		if (dst == NULL || v == NULL || *v == '\0' || strpbrk(v, "\n\r'") != NULL ||
-		    (dst == &a->checkpoint && strcmp(v, "fast") != 0 && strcmp(v, "spread") != 0)) {
+		    (dst == &a->checkpoint && strcmp(v, "fast") != 0 && strcmp(v, "spread") != 0) ||
+		    (dst == &a->sslmode && repl_sslmode_parse(v) < 0)) {
 			fprintf(stderr, "walrus standby: bad argument \"%s\"\n%s", o,
 			        standby_usage);
 			return TOOL_EXIT_USAGE;
@@ -72,6 +86,35 @@ static int parse_standby(int argc, char **argv, standby_args *a)
 		*dst = v;
 	}
 	return 0;
+}
+
+/* A TLS file given on the command line, made absolute (the standby may run elsewhere). */
+static int tls_file(const char *flag, const char *path, char *out, size_t len)
+{
+	char abs[PATH_MAX];
+	if (path == NULL)
+		return 0;
+	if (realpath(path, abs) == NULL || !wr_snprintf(out, len, "%s", abs)) {
+		fprintf(stderr, "walrus standby: %s \"%s\": %s\n", flag, path,
+		        errno == 0 ? "path too long" : strerror(errno));
+		return TOOL_EXIT_USAGE;
+	}
+	return 0;
+}
+
+/* The TLS settings of the command line: sslmode (as given) and absolute files. */
+static int tls_settings(const standby_args *a, repl_standby_conf *c)
+{
+	wr_snprintf(c->sslmode, sizeof(c->sslmode), "%s", a->sslmode ? a->sslmode : "");
+	c->ssl.mode = a->sslmode ? repl_sslmode_parse(a->sslmode) : REPL_SSL_PREFER;
+	errno = 0;
+	int rc =
+	    tls_file("--sslrootcert", a->sslrootcert, c->ssl.rootcert, sizeof(c->ssl.rootcert));
+	if (rc == 0)
+		rc = tls_file("--sslcert", a->sslcert, c->ssl.cert, sizeof(c->ssl.cert));
+	if (rc == 0)
+		rc = tls_file("--sslkey", a->sslkey, c->ssl.key, sizeof(c->ssl.key));
+	return rc;
 }
 
 /* DIR/walrus.standby (repl/standby_conf.c): mode 0600, written durably. */
@@ -85,6 +128,9 @@ static int write_settings(const char *abs, const standby_args *a)
 		fprintf(stderr, "walrus standby: --wal-archive must be an absolute path\n");
 		return TOOL_EXIT_USAGE;
 	}
+	int code = tls_settings(a, &c);
+	if (code != 0)
+		return code;
 	wr_snprintf(c.primary, sizeof(c.primary), "%s", a->primary ? a->primary : "");
 	wr_snprintf(c.slot, sizeof(c.slot), "%s", a->slot ? a->slot : "");
 	wr_snprintf(c.application_name, sizeof(c.application_name), "%s",
@@ -172,9 +218,14 @@ static int take_base_backup(tool_ctx *ctx, const standby_args *a)
 		return tool_fail(rc, ctx->datadir);
 	const char *pw = getenv("WALRUS_REPLICATION_PASSWORD");
 	progress_state p = {0};
+	repl_standby_conf tls;
+	memset(&tls, 0, sizeof(tls));
+	if ((rc = tls_settings(a, &tls)) != 0)
+		return rc;
 	standby_backup_args b = {.dir = ctx->datadir,
 	                         .primary = a->primary,
 	                         .password = pw ? pw : "",
+	                         .ssl = &tls.ssl,
 	                         .fast =
 	                             a->checkpoint == NULL || strcmp(a->checkpoint, "fast") == 0,
 	                         .opts = &ctx->opts->o,

@@ -231,7 +231,11 @@ typedef struct wr_options {
 	/* streaming replication, the primary's side (src/repl) */
 	char listen_replication[WR_OPT_STR_MAX]; /* "HOST:PORT", a socket path, or "" (off) */
 	int64_t max_wal_senders;
-	int64_t wal_sender_timeout_us; /* a standby silent this long is dropped */
+	int64_t wal_sender_timeout_us;      /* a standby silent this long is dropped */
+	bool ssl;                           /* TLS on listen_replication (src/repl/tls.c) */
+	char ssl_cert_file[WR_OPT_STR_MAX]; /* relative paths: to the data directory */
+	char ssl_key_file[WR_OPT_STR_MAX];
+	char ssl_ca_file[WR_OPT_STR_MAX]; /* "": no client certificates asked for */
 	/* Bit i: option i of the table was set explicitly (wr_opts_set), so it
 	 * outranks walrus.conf and is compared with a running instance's value. */
 	uint64_t set_mask;
@@ -337,5 +341,60 @@ int wr_hmac_sha256(const void *key, size_t klen, const struct wr_iovec_c *parts,
                    uint8_t out[WR_SHA256_LEN]);
 /* Compares two MACs in time independent of where they differ. */
 bool wr_mac_equal(const uint8_t *a, const uint8_t *b, size_t len);
+/* PBKDF2-HMAC-SHA256 (RFC 8018) of @password: @outlen bytes into @out.
+ * WALRUS_OK, or WALRUS_EINTERNAL when libcrypto fails. */
+int wr_pbkdf2_sha256(const char *password, const uint8_t *salt, size_t saltlen, uint32_t iterations,
+                     uint8_t *out, size_t outlen);
+
+/* ---------------------------------------------------------------- TLS (tls.c) */
+
+/*
+ * OpenSSL's libssl for the replication connection and the RESP server:
+ * contexts (TLS 1.2 and later, no session resumption, no renegotiation),
+ * and one libssl call per function, whose result says what the socket must
+ * become before the call is repeated.  The types are libssl's SSL_CTX and
+ * SSL, named here without its headers.
+ */
+typedef struct ssl_ctx_st wr_tls_ctx;
+typedef struct ssl_st wr_tls;
+
+enum wr_tls_verify {
+	WR_TLS_VERIFY_NONE,     /* no client certificate asked for */
+	WR_TLS_VERIFY_OPTIONAL, /* checked against the CA when the client sends one */
+	WR_TLS_VERIFY_REQUIRED, /* a client without a valid one is refused */
+};
+/*
+ * A server's context: the certificate chain in @cert and its key in @key
+ * (refused when others may read it, or when it does not match); @ca (NULL
+ * or "": none) the CAs client certificates are checked against, as
+ * @verify says.  WALRUS_EINVAL naming the file and libssl's reason.
+ */
+int wr_tls_server_ctx(const char *cert, const char *key, const char *ca, int verify,
+                      wr_tls_ctx **out);
+/* A client's: the server's certificate checked against @ca when given (not
+ * at all otherwise); @cert and @key (NULL or "": none) its own. */
+int wr_tls_client_ctx(const char *ca, const char *cert, const char *key, wr_tls_ctx **out);
+void wr_tls_ctx_free(wr_tls_ctx *ctx);
+/* A connection on socket @fd (the caller sets it to connect or accept). */
+int wr_tls_new(wr_tls_ctx *ctx, int fd, wr_tls **out);
+void wr_tls_free(wr_tls *s);
+
+/* Results besides a byte count (> 0). */
+enum {
+	WR_TLS_DONE = 1,        /* wr_tls_handshake: finished */
+	WR_TLS_EOF = 0,         /* the peer ended the connection */
+	WR_TLS_ERROR = -1,      /* recorded with wr_error (WALRUS_EIO), errno set */
+	WR_TLS_WANT_READ = -2,  /* call again once the socket is readable (a blocking
+	                           socket: its receive timeout expired) */
+	WR_TLS_WANT_WRITE = -3, /* ... writable */
+};
+int wr_tls_handshake(wr_tls *s);
+ssize_t wr_tls_read(wr_tls *s, void *buf, size_t len);
+/* A short write is possible; the next call passes the rest (the buffer may have moved). */
+ssize_t wr_tls_write(wr_tls *s, const void *buf, size_t len);
+/* Bytes decrypted and not yet read: readable although the socket may not be. */
+size_t wr_tls_pending(wr_tls *s);
+/* Sends close_notify without waiting for the peer's (wr_tls_free follows). */
+void wr_tls_close(wr_tls *s);
 
 #endif /* WALRUS_COMMON_H */

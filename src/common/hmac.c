@@ -1,6 +1,7 @@
 /*
- * hmac.c - HMAC-SHA256 for the replication handshake, through OpenSSL's
- * libcrypto: the hash and the MAC are the library's, never our own.
+ * hmac.c - HMAC-SHA256 and PBKDF2 for the replication handshake, through
+ * OpenSSL's libcrypto: the hash, the MAC and the key derivation are the
+ * library's, never our own.
  */
 #include "common/common.h"
 
@@ -8,6 +9,8 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
+
+#include <string.h>
 
 int wr_hmac_sha256(const void *key, size_t klen, const struct wr_iovec_c *parts, int nparts,
                    uint8_t out[WR_SHA256_LEN])
@@ -28,6 +31,15 @@ int wr_hmac_sha256(const void *key, size_t klen, const struct wr_iovec_c *parts,
 	EVP_MAC_free(mac);
 	if (!ok)
 		return wr_error(WALRUS_EINTERNAL, "HMAC-SHA256 failed in libcrypto");
+	return WALRUS_OK;
+}
+
+int wr_pbkdf2_sha256(const char *password, const uint8_t *salt, size_t saltlen, uint32_t iterations,
+                     uint8_t *out, size_t outlen)
+{
+	if (PKCS5_PBKDF2_HMAC(password, (int)strlen(password), salt, (int)saltlen, (int)iterations,
+	                      EVP_sha256(), (int)outlen, out) != 1)
+		return wr_error(WALRUS_EINTERNAL, "PBKDF2-HMAC-SHA256 failed in libcrypto");
 	return WALRUS_OK;
 }
 

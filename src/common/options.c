@@ -72,7 +72,8 @@ static const wr_opt_desc opt_table[] = {
         "shared memory for the old versions live snapshots and transactions need; when "
         "full, the oldest snapshots are invalidated"),
     OPT("old_snapshot_threshold", WR_OPT_TIME, INST, old_snapshot_threshold_us, "0", 0, 30 * DAY,
-        NULL, "reads through a snapshot older than this fail, and its versions may go "
+        NULL,
+        "reads through a snapshot older than this fail, and its versions may go "
         "(0: no limit)"),
     OPT("max_open_files", WR_OPT_INT, INST, max_open_files, "1000", 8, 1000000, NULL,
         "file descriptors each process keeps open in its fd cache"),
@@ -155,6 +156,16 @@ static const wr_opt_desc opt_table[] = {
         "standbys served at once (a WAL sender process each)"),
     OPT("wal_sender_timeout", WR_OPT_TIME, INST, wal_sender_timeout_us, "1min", 1 * SEC, 1 * DAY,
         NULL, "a standby that does not answer for this long is disconnected"),
+    OPT("ssl", WR_OPT_BOOL, INST, ssl, "off", 0, 0, NULL,
+        "TLS on listen_replication: every standby connects with TLS (needs ssl_cert_file "
+        "and ssl_key_file)"),
+    OPT("ssl_cert_file", WR_OPT_STRING, INST, ssl_cert_file, "", 0, 0, NULL,
+        "ssl: the primary's certificate chain (PEM; relative to the data directory)"),
+    OPT("ssl_key_file", WR_OPT_STRING, INST, ssl_key_file, "", 0, 0, NULL,
+        "ssl: the certificate's private key (PEM, mode 0600; relative to the data directory)"),
+    OPT("ssl_ca_file", WR_OPT_STRING, INST, ssl_ca_file, "", 0, 0, NULL,
+        "ssl: CA certificates (PEM): standbys must present a certificate they signed (\"\": "
+        "no client certificate asked for)"),
     OPT("synchronous_standby", WR_OPT_STRING, INST, synchronous_standby, "", 0, 0, NULL,
         "durable commits wait until the standby of this application_name confirms them"),
     OPT("synchronous_standby_level", WR_OPT_ENUM, INST, synchronous_standby_level, "flush", 0, 0,

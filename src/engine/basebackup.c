@@ -308,7 +308,7 @@ static int connect_primary(bb_recv *r, const standby_backup_args *a)
 {
 	uint64_t start = wr_now_ns(), delay = BB_RETRY_MIN_NS;
 	for (unsigned attempt = 1;; attempt++) {
-		int rc = repl_client_connect(a->primary, a->password, &r->sock);
+		int rc = repl_client_connect_tls(a->primary, a->password, a->ssl, &r->sock);
 		if (rc == WALRUS_OK || repl_error_permanent(rc))
 			return rc;
 		uint64_t spent = wr_now_ns() - start;
@@ -366,7 +366,7 @@ int standby_base_backup(const standby_backup_args *a)
 	if (r.out >= 0)
 		close(r.out); /* failing anyway: removed below */
 	if (r.sock >= 0)
-		close(r.sock);
+		repl_close(r.sock);
 	free(r.buf);
 	free(r.segs);
 	if (rc == WALRUS_OK || !r.prepared)

@@ -385,6 +385,7 @@ bool standby_promotion_decided(const char *abs);
  */
 typedef struct standby_backup_args {
 	const char *dir, *primary, *password;
+	const struct repl_ssl_conf *ssl; /* NULL: sslmode prefer, no certificates */
 	bool fast;
 	const wr_options *opts;
 	walrus_progress_fn progress; /* may be NULL */

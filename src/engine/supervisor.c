@@ -1116,14 +1116,15 @@ static int replication_setup(void)
 			              "option \"listen_replication\" is set but %s/%s sets no "
 			              "replication_password: standbys must authenticate",
 			              S.abs, WR_CONF_FILE);
+		if (rc == WALRUS_OK)
+			rc = repl_server_setup(pw, &S.opts, S.abs);
+		explicit_bzero(pw, sizeof(pw));
 		if (rc != WALRUS_OK && S.repl_fd >= 0) { /* promoted: no replication */
 			close(S.repl_fd);
 			S.repl_fd = -1;
 		}
 		if (rc != WALRUS_OK)
 			return rc;
-		repl_set_password(pw);
-		explicit_bzero(pw, sizeof(pw));
 	}
 	if (S.repl_fd < 0) {
 		int rc = repl_listen(S.opts.listen_replication, &S.repl_fd);
@@ -1136,7 +1137,8 @@ static int replication_setup(void)
 		       "(a standby serves no WAL)",
 		       S.opts.listen_replication);
 	else
-		wr_log(WR_LOG, "listening for standbys on %s", S.opts.listen_replication);
+		wr_log(WR_LOG, "listening for standbys on %s%s", S.opts.listen_replication,
+		       S.opts.ssl ? " (TLS)" : "");
 	return WALRUS_OK;
 }
 

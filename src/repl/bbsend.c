@@ -53,7 +53,7 @@ static int send_contents(bb_send *s, int in, const char *abs, uint64_t limit, ui
 			break; /* shorter than the limit: a data file being written, or the WAL's
 			          last */
 		repl_encode_data_header(s->buf, (uint32_t)n);
-		if (wr_write_full(s->fd, s->buf, REPL_HEADER_LEN + (size_t)n) != 0) {
+		if (repl_io_write_full(s->fd, s->buf, REPL_HEADER_LEN + (size_t)n) != 0) {
 			s->peer_gone = true;
 			return wr_error(WALRUS_EIO, "could not send \"%s\" to the standby: %s", abs,
 			                errno == EAGAIN ? "timed out" : strerror(errno));

@@ -49,7 +49,7 @@ static int check_primary(const char *addr, const repl_msg *auth_ok, uint32_t ver
 		                "the primary at \"%s\" writes WAL format %u, which this standby's "
 		                "walrus %s no longer reads (formats %u to %u)",
 		                addr, f, WR_WALRUS_VERSION, WAL_FORMAT_OLDEST, WAL_FORMAT);
-	if (version != REPL_VERSION)
+	if (version < REPL_VERSION_FORMATS || version > REPL_VERSION)
 		return wr_error(
 		    WALRUS_EPROTO,
 		    "the primary at \"%s\" speaks replication protocol %u, this standby "
@@ -74,10 +74,118 @@ bool repl_error_permanent(int code)
 	}
 }
 
-int repl_client_connect(const char *addr, const char *password, int *fd_out)
+/* The CHALLENGE (or the ERROR a primary sends instead: too many connections). */
+static int receive_challenge(int fd, const char *addr, uint8_t *buf, repl_msg *m)
 {
+	int rc = repl_set_timeout(fd, REPL_AUTH_TIMEOUT_MS);
+	if (rc == WALRUS_OK)
+		rc = repl_recv(fd, buf, m);
+	if (rc == WALRUS_OK && m->type == REPL_MSG_ERROR)
+		return repl_error_from(m);
+	if (rc == WALRUS_OK &&
+	    (m->type != REPL_MSG_CHALLENGE || m->u.challenge.version < REPL_VERSION_FORMATS))
+		return wr_error(WALRUS_EPROTO, "\"%s\" is not a walrus primary of this version",
+		                addr);
+	if (rc == WALRUS_OK && m->u.challenge.version >= REPL_VERSION_KDF &&
+	    (m->u.challenge.iterations < REPL_KDF_MIN_ITERATIONS ||
+	     m->u.challenge.iterations > REPL_KDF_MAX_ITERATIONS))
+		return wr_error(WALRUS_EPROTO,
+		                "the primary at \"%s\" asks for %u key derivation iterations "
+		                "(%u to %u are accepted)",
+		                addr, m->u.challenge.iterations, REPL_KDF_MIN_ITERATIONS,
+		                REPL_KDF_MAX_ITERATIONS);
+	return rc;
+}
+
+/* TLS when the CHALLENGE says it begins, if sslmode allows; none otherwise, if sslmode allows. */
+static int start_tls(int fd, const char *addr, const repl_msg *ch, const repl_ssl_conf *ssl)
+{
+	bool offered = ch->u.challenge.version >= REPL_VERSION_KDF &&
+	               (ch->u.challenge.flags & REPL_CH_TLS) != 0;
+	if (offered && ssl->mode == REPL_SSL_DISABLE)
+		return wr_error(WALRUS_EPERM,
+		                "the primary at \"%s\" requires TLS (ssl = on there) and this "
+		                "standby's sslmode is disable: set sslmode (require, verify-ca or "
+		                "verify-full) in %s",
+		                addr, REPL_STANDBY_FILE);
+	if (!offered && ssl->mode >= REPL_SSL_REQUIRE)
+		return wr_error(WALRUS_EPERM,
+		                "the primary at \"%s\" does not use TLS (%s) and this standby's "
+		                "sslmode is %s",
+		                addr,
+		                ch->u.challenge.version < REPL_VERSION_KDF
+		                    ? "its walrus is too old for it"
+		                    : "ssl = off there",
+		                repl_sslmode_name(ssl->mode));
+	return offered ? repl_tls_connect(fd, addr, ssl) : WALRUS_OK;
+}
+
+/*
+ * The standby's proof (@mine) and the one it expects of the primary: keyed
+ * by PBKDF2 of the password and bound to the challenge and the TLS
+ * session, or, for a primary of version 2, keyed by the password itself.
+ */
+static int proofs(int fd, const char *addr, const char *password, const repl_msg *ch,
+                  const uint8_t nonce_s[REPL_NONCE_LEN], uint8_t mine[WR_SHA256_LEN],
+                  uint8_t theirs[WR_SHA256_LEN])
+{
+	if (ch->u.challenge.version < REPL_VERSION_KDF) {
+		wr_log(WR_WARNING,
+		       "the primary at \"%s\" speaks replication protocol %u: no TLS, and its "
+		       "handshake's MACs are keyed by the password itself (upgrade it)",
+		       addr, ch->u.challenge.version);
+		int rc = repl_mac(password, "walrus-standby", ch->u.challenge.nonce, nonce_s, mine);
+		return rc == WALRUS_OK ? repl_mac(password, "walrus-primary", nonce_s,
+		                                  ch->u.challenge.nonce, theirs)
+		                       : rc;
+	}
+	uint8_t key[WR_SHA256_LEN], binding[REPL_BINDING_LEN], *bound = NULL;
+	int rc = repl_auth_key(password, ch->u.challenge.salt, ch->u.challenge.iterations, key);
+	if (rc == WALRUS_OK && repl_is_tls(fd)) {
+		rc = repl_tls_binding(fd, binding);
+		bound = binding;
+	}
+	if (rc == WALRUS_OK)
+		rc = repl_proof(key, "walrus-standby", ch, nonce_s, bound, mine);
+	if (rc == WALRUS_OK)
+		rc = repl_proof(key, "walrus-primary", ch, nonce_s, bound, theirs);
+	explicit_bzero(key, sizeof(key));
+	return rc;
+}
+
+/* AUTH, then AUTH_OK checked: the primary proved the password too. */
+static int authenticate(int fd, const char *addr, const char *password, const repl_msg *ch,
+                        uint8_t *buf, repl_msg *m)
+{
+	uint8_t nonce_s[REPL_NONCE_LEN], want[WR_SHA256_LEN];
+	*m = (repl_msg){.type = REPL_MSG_AUTH};
+	int rc = repl_random(nonce_s, sizeof(nonce_s));
+	if (rc == WALRUS_OK)
+		rc = proofs(fd, addr, password, ch, nonce_s, m->u.auth.mac, want);
+	memcpy(m->u.auth.nonce, nonce_s, sizeof(nonce_s));
+	if (rc == WALRUS_OK)
+		rc = repl_send(fd, m);
+	if (rc == WALRUS_OK)
+		rc = repl_recv(fd, buf, m);
+	if (rc == WALRUS_OK && m->type == REPL_MSG_ERROR)
+		return repl_error_from(m);
+	if (rc == WALRUS_OK && m->type != REPL_MSG_AUTH_OK)
+		return wr_error(WALRUS_EPROTO, "the primary at \"%s\" answered AUTH with %s", addr,
+		                repl_msg_name(m->type));
+	/* A fake primary does not know the password either. */
+	if (rc == WALRUS_OK && !wr_mac_equal(want, m->u.auth_ok.mac, sizeof(want)))
+		return wr_error(WALRUS_EPERM,
+		                "the primary at \"%s\" failed to prove it knows the password",
+		                addr);
+	return rc;
+}
+
+int repl_client_connect_tls(const char *addr, const char *password, const repl_ssl_conf *ssl,
+                            int *fd_out)
+{
+	static const repl_ssl_conf prefer = {.mode = REPL_SSL_PREFER};
 	int fd;
-	repl_msg m;
+	repl_msg ch, m;
 	uint8_t *buf = malloc(REPL_MAX_PAYLOAD);
 	if (buf == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory");
@@ -86,47 +194,13 @@ int repl_client_connect(const char *addr, const char *password, int *fd_out)
 		free(buf);
 		return rc;
 	}
-	rc = repl_set_timeout(fd, REPL_AUTH_TIMEOUT_MS);
+	rc = receive_challenge(fd, addr, buf, &ch);
 	if (rc == WALRUS_OK)
-		rc = repl_recv(fd, buf, &m);
-	if (rc == WALRUS_OK && m.type == REPL_MSG_ERROR)
-		rc = repl_error_from(&m);
-	else if (rc == WALRUS_OK &&
-	         (m.type != REPL_MSG_CHALLENGE || m.u.challenge.version < REPL_VERSION_FORMATS))
-		rc =
-		    wr_error(WALRUS_EPROTO, "\"%s\" is not a walrus primary of this version", addr);
-	uint8_t nonce_p[REPL_NONCE_LEN], nonce_s[REPL_NONCE_LEN], want[WR_SHA256_LEN];
-	uint32_t version = 0;
-	if (rc == WALRUS_OK) {
-		version = m.u.challenge.version;
-		memcpy(nonce_p, m.u.challenge.nonce, sizeof(nonce_p));
-		rc = repl_random(nonce_s, sizeof(nonce_s));
-	}
-	if (rc == WALRUS_OK) {
-		m = (repl_msg){.type = REPL_MSG_AUTH};
-		memcpy(m.u.auth.nonce, nonce_s, sizeof(nonce_s));
-		rc = repl_mac(password, "walrus-standby", nonce_p, nonce_s, m.u.auth.mac);
-		if (rc == WALRUS_OK)
-			rc = repl_send(fd, &m);
-	}
+		rc = start_tls(fd, addr, &ch, ssl != NULL ? ssl : &prefer);
 	if (rc == WALRUS_OK)
-		rc = repl_recv(fd, buf, &m);
-	if (rc == WALRUS_OK && m.type == REPL_MSG_ERROR)
-		rc = repl_error_from(&m);
-	else if (rc == WALRUS_OK && m.type != REPL_MSG_AUTH_OK)
-		rc = wr_error(WALRUS_EPROTO, "the primary at \"%s\" answered AUTH with %s", addr,
-		              repl_msg_name(m.type));
-	if (rc == WALRUS_OK) {
-		/* A fake primary does not know the password either. */
-		rc = repl_mac(password, "walrus-primary", nonce_s, nonce_p, want);
-		if (rc == WALRUS_OK && !wr_mac_equal(want, m.u.auth_ok.mac, sizeof(want)))
-			rc = wr_error(WALRUS_EPERM,
-			              "the primary at \"%s\" failed to prove it knows the "
-			              "password",
-			              addr);
-	}
+		rc = authenticate(fd, addr, password, &ch, buf, &m);
 	if (rc == WALRUS_OK)
-		rc = check_primary(addr, &m, version);
+		rc = check_primary(addr, &m, ch.u.challenge.version);
 	if (rc == WALRUS_EVERSION) { /* the primary's log says why too (best effort) */
 		m = (repl_msg){.type = REPL_MSG_ERROR};
 		m.u.error.code = rc;
@@ -136,11 +210,16 @@ int repl_client_connect(const char *addr, const char *password, int *fd_out)
 	}
 	free(buf);
 	if (rc != WALRUS_OK) {
-		close(fd);
+		repl_close(fd);
 		return rc;
 	}
 	*fd_out = fd;
 	return WALRUS_OK;
+}
+
+int repl_client_connect(const char *addr, const char *password, int *fd_out)
+{
+	return repl_client_connect_tls(addr, password, NULL, fd_out);
 }
 
 /* A history file the primary sends before STREAMING: kept in @waldir, durably. */
@@ -345,16 +424,6 @@ static int send_feedback(int fd, repl_stream *st)
 	return repl_send(fd, &m);
 }
 
-static bool readable(int fd, int ms)
-{
-	struct pollfd p = {.fd = fd, .events = POLLIN};
-	int r;
-	do
-		r = poll(&p, 1, ms);
-	while (r < 0 && errno == EINTR);
-	return r > 0;
-}
-
 /* One message; *reply when the primary asked for FEEDBACK now. */
 static int handle(int fd, repl_stream *st, bool *reply)
 {
@@ -392,10 +461,10 @@ int repl_client_stream(int fd, repl_stream *st)
 		 * primary with synchronous_standby_level = apply waits for it. */
 		int wait_ms = st->applied < st->flushed ? APPLY_POLL_MS : 1000;
 		/* Everything already here first: one sync covers it all. */
-		if (readable(fd, wait_ms)) {
+		if (repl_readable(fd, wait_ms)) {
 			do
 				rc = handle(fd, st, &reply);
-			while (rc == WALRUS_OK && readable(fd, 0) &&
+			while (rc == WALRUS_OK && repl_readable(fd, 0) &&
 			       st->written - st->flushed < (16u << 20));
 		}
 		bool advanced = st->flushed < st->written;

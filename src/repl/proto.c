@@ -2,7 +2,8 @@
  * proto.c - the replication protocol's messages on the wire: strict
  * encoding and decoding (every length checked before a byte is used: the
  * decoder faces unauthenticated peers and is fuzzed, tests/fuzz/fuzz_repl.c),
- * socket I/O with timeouts, addresses, and the handshake's MACs.
+ * socket I/O with timeouts (through TLS when the connection has it,
+ * tls.c), addresses, and the handshake's MACs.
  */
 #include "repl/repl_int.h"
 
@@ -21,9 +22,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* Fixed payload sizes; 0 for the variable ones (WAL, ERROR, FILE, DATA). */
+/* Fixed payload sizes; 0 for the variable ones (CHALLENGE, WAL, ERROR, FILE, DATA). */
 static const uint32_t fixed_len[REPL_MSG_NTYPES] = {
-    [REPL_MSG_CHALLENGE] = 8 + REPL_NONCE_LEN,
     [REPL_MSG_AUTH] = REPL_NONCE_LEN + WR_SHA256_LEN,
     [REPL_MSG_AUTH_OK] = WR_SHA256_LEN + 4 + WAL_NEEDS_LEN,
     [REPL_MSG_START] = 8 + 4 + 8 + 2 * REPL_NAME_LEN,
@@ -253,6 +253,32 @@ static int decode_variable(uint8_t type, rd *r, repl_msg *m)
 	return WALRUS_OK;
 }
 
+/* Version 2's 40 bytes, or version 3's 64 (a salt, iterations, flags more). */
+static int decode_challenge(rd *r, repl_msg *m)
+{
+	uint32_t len = r->left;
+	if (len != REPL_CHALLENGE_V2 && len != REPL_CHALLENGE_LEN)
+		return wr_error(WALRUS_EPROTO, "replication message CHALLENGE has %u bytes", len);
+	m->u.challenge.magic = (uint32_t)get_le(r, 4);
+	m->u.challenge.version = (uint32_t)get_le(r, 4);
+	get_bytes(r, m->u.challenge.nonce, REPL_NONCE_LEN);
+	if (m->u.challenge.magic != REPL_MAGIC)
+		return wr_error(WALRUS_EPROTO, "the peer does not speak walrus replication "
+		                               "(bad magic)");
+	if ((len == REPL_CHALLENGE_LEN) != (m->u.challenge.version >= REPL_VERSION_KDF))
+		return wr_error(WALRUS_EPROTO,
+		                "replication message CHALLENGE of version %u has %u bytes",
+		                m->u.challenge.version, len);
+	if (len == REPL_CHALLENGE_V2)
+		return WALRUS_OK;
+	get_bytes(r, m->u.challenge.salt, REPL_SALT_LEN);
+	m->u.challenge.iterations = (uint32_t)get_le(r, 4);
+	m->u.challenge.flags = (uint32_t)get_le(r, 4);
+	if (m->u.challenge.flags & ~REPL_CH_TLS)
+		return wr_error(WALRUS_EPROTO, "replication message CHALLENGE has unknown flags");
+	return WALRUS_OK;
+}
+
 static int decode_backup_begin(rd *r, repl_msg *m)
 {
 	m->u.backup_begin.sysid = get_le(r, 8);
@@ -280,13 +306,7 @@ int repl_decode(uint8_t type, const uint8_t *p, uint32_t len, repl_msg *m)
 	rd r = {p, len};
 	switch (type) {
 	case REPL_MSG_CHALLENGE:
-		m->u.challenge.magic = (uint32_t)get_le(&r, 4);
-		m->u.challenge.version = (uint32_t)get_le(&r, 4);
-		get_bytes(&r, m->u.challenge.nonce, REPL_NONCE_LEN);
-		if (m->u.challenge.magic != REPL_MAGIC)
-			return wr_error(WALRUS_EPROTO, "the peer does not speak walrus replication "
-			                               "(bad magic)");
-		return WALRUS_OK;
+		return decode_challenge(&r, m);
 	case REPL_MSG_AUTH:
 		get_bytes(&r, m->u.auth.nonce, REPL_NONCE_LEN);
 		get_bytes(&r, m->u.auth.mac, WR_SHA256_LEN);
@@ -371,6 +391,9 @@ static size_t payload_len(const repl_msg *m)
 		return SIZE_MAX;
 	if (m->type == REPL_MSG_WAL)
 		return REPL_WAL_HEADER + (size_t)m->u.wal.len;
+	if (m->type == REPL_MSG_CHALLENGE)
+		return m->u.challenge.version >= REPL_VERSION_KDF ? REPL_CHALLENGE_LEN
+		                                                  : REPL_CHALLENGE_V2;
 	if (m->type == REPL_MSG_ERROR)
 		return 4 + strnlen(m->u.error.text, REPL_ERROR_TEXT_MAX - 1);
 	if (m->type == REPL_MSG_FILE)
@@ -419,7 +442,12 @@ static void encode_payload(const repl_msg *m, uint8_t *p)
 	case REPL_MSG_CHALLENGE:
 		p = put_le(p, m->u.challenge.magic, 4);
 		p = put_le(p, m->u.challenge.version, 4);
-		put_bytes(p, m->u.challenge.nonce, REPL_NONCE_LEN);
+		p = put_bytes(p, m->u.challenge.nonce, REPL_NONCE_LEN);
+		if (m->u.challenge.version < REPL_VERSION_KDF)
+			break;
+		p = put_bytes(p, m->u.challenge.salt, REPL_SALT_LEN);
+		p = put_le(p, m->u.challenge.iterations, 4);
+		put_le(p, m->u.challenge.flags, 4);
 		break;
 	case REPL_MSG_AUTH:
 		p = put_bytes(p, m->u.auth.nonce, REPL_NONCE_LEN);
@@ -516,6 +544,16 @@ int repl_set_timeout(int fd, uint64_t ms)
 	return WALRUS_OK;
 }
 
+/* Why a read or write failed: timed out, the system's errno, or TLS's reason. */
+static const char *io_failure(int fd)
+{
+	if (errno == EAGAIN)
+		return "timed out";
+	if (repl_is_tls(fd) && errno == EPROTO)
+		return walrus_errmsg(); /* wr_tls_* recorded libssl's reason */
+	return strerror(errno);
+}
+
 int repl_send(int fd, const repl_msg *m)
 {
 	size_t cap = REPL_HEADER_LEN + payload_len(m);
@@ -527,10 +565,13 @@ int repl_send(int fd, const repl_msg *m)
 		return wr_error(WALRUS_ENOMEM, "out of memory sending a replication message");
 	size_t n = repl_encode(m, buf, cap);
 	int rc = WALRUS_OK;
-	if (wr_write_full(fd, buf, n) != 0)
+	if (repl_io_write_full(fd, buf, n) != 0) {
+		char why[512];
+		if (!repl_tls_alert(fd, why, sizeof(why)))
+			wr_snprintf(why, sizeof(why), "%s", io_failure(fd));
 		rc = wr_error(WALRUS_EIO, "could not send replication message %s: %s",
-		              repl_msg_name(m->type),
-		              errno == EAGAIN ? "timed out" : strerror(errno));
+		              repl_msg_name(m->type), why);
+	}
 	if (buf != small)
 		free(buf);
 	return rc;
@@ -538,15 +579,16 @@ int repl_send(int fd, const repl_msg *m)
 
 static int recv_exact(int fd, void *buf, size_t len, const char *what)
 {
-	ssize_t n = wr_read_full(fd, buf, len);
+	ssize_t n = repl_io_read_full(fd, buf, len);
 	if (n == (ssize_t)len)
 		return WALRUS_OK;
 	if (n >= 0)
 		return wr_error(WALRUS_EIO, "the peer closed the replication connection%s%s",
 		                n > 0 || what[0] ? " in the middle of " : "", what);
+	char why[512];
+	wr_snprintf(why, sizeof(why), "%s", io_failure(fd));
 	return wr_error(WALRUS_EIO, "could not receive %s on the replication connection: %s",
-	                what[0] ? what : "a message",
-	                errno == EAGAIN ? "timed out" : strerror(errno));
+	                what[0] ? what : "a message", why);
 }
 
 int repl_recv(int fd, uint8_t *buf, repl_msg *m)
@@ -722,6 +764,7 @@ int repl_accept(int lfd, int *fd_out, char *peer, size_t len)
 			if (ss.ss_family != AF_UNIX)
 				(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 			describe_peer(&ss, peer, len);
+			repl_forget(fd);
 			*fd_out = fd;
 			return WALRUS_OK;
 		}
@@ -751,6 +794,7 @@ int repl_connect(const char *addr, int *fd_out)
 			close(fd);
 			return rc;
 		}
+		repl_forget(fd);
 		*fd_out = fd;
 		return WALRUS_OK;
 	}
@@ -766,6 +810,7 @@ int repl_connect(const char *addr, int *fd_out)
 		if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
 			int one = 1;
 			(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			repl_forget(fd);
 			*fd_out = fd;
 			freeaddrinfo(res);
 			return WALRUS_OK;
@@ -785,6 +830,30 @@ int repl_mac(const char *password, const char *label, const uint8_t *n1, const u
 	struct wr_iovec_c parts[3] = {
 	    {label, strlen(label)}, {n1, REPL_NONCE_LEN}, {n2, REPL_NONCE_LEN}};
 	return wr_hmac_sha256(password, strlen(password), parts, 3, out);
+}
+
+int repl_auth_key(const char *password, const uint8_t salt[REPL_SALT_LEN], uint32_t iterations,
+                  uint8_t key[WR_SHA256_LEN])
+{
+	return wr_pbkdf2_sha256(password, salt, REPL_SALT_LEN, iterations, key, WR_SHA256_LEN);
+}
+
+int repl_proof(const uint8_t key[WR_SHA256_LEN], const char *label, const repl_msg *challenge,
+               const uint8_t nonce_s[REPL_NONCE_LEN], const uint8_t *binding,
+               uint8_t out[WR_SHA256_LEN])
+{
+	uint8_t ch[REPL_HEADER_LEN + REPL_CHALLENGE_LEN];
+	uint8_t tls = binding != NULL;
+	size_t n = repl_encode(challenge, ch, sizeof(ch));
+	if (n != sizeof(ch))
+		return wr_error(WALRUS_EINTERNAL, "a CHALLENGE of version %u has no proof",
+		                challenge->u.challenge.version);
+	struct wr_iovec_c parts[5] = {{label, strlen(label)},
+	                              {ch + REPL_HEADER_LEN, REPL_CHALLENGE_LEN},
+	                              {nonce_s, REPL_NONCE_LEN},
+	                              {&tls, 1},
+	                              {binding, tls ? REPL_BINDING_LEN : 0}};
+	return wr_hmac_sha256(key, WR_SHA256_LEN, parts, tls ? 5 : 4, out);
 }
 
 int repl_random(uint8_t *buf, size_t len)

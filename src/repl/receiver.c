@@ -220,11 +220,11 @@ static int follow(receiver *w, repl_stream *st, bool *streamed)
 	int fd;
 	wr_lsn pflush;
 	atomic_store(&w->rcv->state, REPL_RCV_CONNECTING);
-	int rc = repl_client_connect(w->conf.primary, w->conf.password, &fd);
+	int rc = repl_client_connect_tls(w->conf.primary, w->conf.password, &w->conf.ssl, &fd);
 	if (rc != WALRUS_OK)
 		return rc;
 	if (!take_source(w)) {
-		close(fd);
+		repl_close(fd);
 		return wr_error(WALRUS_EBUSY, "WAL is being restored from the archive");
 	}
 	/* From what is durable here, whoever wrote it (the archive may have). */
@@ -258,7 +258,7 @@ static int follow(receiver *w, repl_stream *st, bool *streamed)
 	repl_stream_close(st);
 	progress(st, w);
 	give_source(w);
-	close(fd);
+	repl_close(fd);
 	return rc;
 }
 

@@ -6,17 +6,21 @@
  * Protocol (docs/architecture.md, "Streaming replication: the transport"):
  * over TCP or a Unix socket, messages `u8 type, u32 length, payload`, all
  * integers little-endian, payloads of at most REPL_MAX_PAYLOAD bytes.  The
- * primary challenges, the standby proves it knows replication_password
- * with an HMAC-SHA256 over both sides' nonces and checks the primary's
- * proof in turn; then START names the standby's system, timeline and
+ * primary challenges (in clear: its nonce, the key derivation's salt and
+ * iterations, and whether TLS follows, then TLS when ssl is on); the
+ * standby proves it knows replication_password with an HMAC-SHA256 keyed
+ * by PBKDF2 of it, over the challenge, both nonces and the TLS session's
+ * channel binding, and checks the primary's proof in turn (repl/tls.c
+ * says why the binding); then START names the standby's system, timeline and
  * start LSN, and the primary streams the raw bytes of its flushed WAL,
  * exactly as in its segment files.  Nothing is read from an
- * unauthenticated peer but its AUTH, and nothing but the challenge and an
- * ERROR is sent to it.
+ * unauthenticated peer but its TLS handshake and its AUTH, and nothing but
+ * the challenge, TLS's handshake and an ERROR is sent to it.
  *
  * Owns: region "repl" (a slot per max_wal_senders, the receiver's state),
  * the replication listening socket's address format ("HOST:PORT", or an
- * absolute Unix socket path), DIR/walrus.standby.
+ * absolute Unix socket path), DIR/walrus.standby, the TLS state of each
+ * replication connection of the process (tls.c, under its own mutex).
  * Locks: none.  A sender slot is claimed and freed by the supervisor only
  * (it forks the sender for the slot and reaps it); its LSNs and state are
  * written by its sender only.  The receiver's fields are written by the
@@ -198,8 +202,13 @@ void repl_set_instance(const repl_instance *inst);
 
 /* ---------------------------------------------------------------- the primary's side */
 
-/* Keeps replication_password for the senders this process forks (never in shared memory). */
-void repl_set_password(const char *password);
+/*
+ * The primary's side of the handshake, for the senders this process forks
+ * (never in shared memory): the MAC key derived from replication_password
+ * with a salt drawn now, and the TLS context when option ssl is on (files
+ * relative to @datadir).  WALRUS_EINVAL naming a bad TLS file.
+ */
+int repl_server_setup(const char *password, const wr_options *o, const char *datadir);
 /* Listens on @addr ("HOST:PORT" or an absolute socket path), non-blocking, close-on-exec. */
 int repl_listen(const char *addr, int *fd_out);
 /* Checks the form of listen_replication / primary without using it. */
@@ -235,13 +244,32 @@ _Noreturn void repl_sender_main(int sock_fd, const char *peer, int (*attach)(int
 
 /* ---------------------------------------------------------------- the standby's side */
 
+/* How a standby uses TLS (libpq's sslmode). */
+enum repl_sslmode {
+	REPL_SSL_DISABLE,     /* never: a primary that asks for TLS is refused */
+	REPL_SSL_PREFER,      /* when the primary asks for it; the certificate is not checked */
+	REPL_SSL_REQUIRE,     /* always: a primary without TLS is refused */
+	REPL_SSL_VERIFY_CA,   /* ... and its certificate signed by rootcert's CA */
+	REPL_SSL_VERIFY_FULL, /* ... and naming the host of primary = HOST:PORT */
+};
+typedef struct repl_ssl_conf {
+	int mode;            /* enum repl_sslmode */
+	char rootcert[1024]; /* CA certificates (PEM) for verify-ca and verify-full */
+	char cert[1024];     /* the standby's certificate, or "" */
+	char key[1024];      /* its key, or "" */
+} repl_ssl_conf;
+/* "disable", ...; and back (-1 for an unknown name). */
+const char *repl_sslmode_name(int mode);
+int repl_sslmode_parse(const char *text);
+
 /*
  * DIR/walrus.standby, in walrus.conf's format ("name = value", '#'
  * comments, values optionally single-quoted), mode 0600 (refused when its
  * group or others may read it: it holds the password).  Keys: primary
  * (required), slot, application_name (default: DIR's base name), password,
  * wal_archive (the standby's archive, read by the engine; kept here so
- * that a file with both round-trips).
+ * that a file with both round-trips), sslmode (default prefer),
+ * sslrootcert, sslcert, sslkey (paths relative to DIR when not absolute).
  * Its presence makes every start of DIR a standby start.
  */
 typedef struct repl_standby_conf {
@@ -250,6 +278,8 @@ typedef struct repl_standby_conf {
 	char application_name[REPL_NAME_LEN];
 	char password[256];
 	char wal_archive[1024]; /* the standby's archive fall-back (hotstandby.c reads it) */
+	char sslmode[16];       /* as written ("" for the default); ssl.mode is what it means */
+	repl_ssl_conf ssl;      /* its paths made absolute by repl_standby_parse */
 } repl_standby_conf;
 /* WALRUS_ENOENT when absent; WALRUS_EINVAL naming the line for a bad one. */
 int repl_standby_read(const char *abs, repl_standby_conf *c);

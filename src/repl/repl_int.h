@@ -17,23 +17,37 @@
 
 #define REPL_MAGIC 0x50525257u /* "WRRP" as bytes W R R P, read LE */
 /*
- * The protocol's version.  From version 2 on, the handshake (CHALLENGE,
+ * The protocol's version.  From version 3 on, the handshake (CHALLENGE,
  * AUTH, AUTH_OK) keeps its layout in every version, so that a standby
  * learns which WAL format the primary writes (AUTH_OK) and refuses one its
  * binary does not read with the walrus version it needs, before it looks
- * at the version of the messages after the handshake.
+ * at the version of the messages after the handshake.  Version 3 added the
+ * key derivation and TLS to the CHALLENGE; a standby of version 3 still
+ * authenticates to a primary of version 2 (the upgrade goes standbys
+ * first), without TLS and with the MAC keyed by the password itself.
  */
-#define REPL_VERSION         2
+#define REPL_VERSION         3
 #define REPL_VERSION_FORMATS 2 /* the first whose AUTH_OK names the WAL format */
+#define REPL_VERSION_KDF     3 /* the first with the key derivation and TLS */
 #define REPL_NONCE_LEN       32
-#define REPL_HEADER_LEN      5 /* u8 type, u32 length */
-#define REPL_MAX_PAYLOAD     ((1u << 20) + 64)
-#define REPL_WAL_HEADER      24      /* start_lsn, primary_flush, send_time_us */
-#define REPL_WAL_CHUNK       131072u /* bytes of WAL per message at most (128 KiB) */
-#define REPL_ERROR_TEXT_MAX  512
-#define REPL_AUTH_TIMEOUT_MS 10000 /* a peer must authenticate within this */
-#define REPL_PATH_MAX        255   /* a base backup's relative path, in bytes */
-#define REPL_BB_FAST         0x1   /* BASE_BACKUP: an immediate checkpoint */
+#define REPL_SALT_LEN        16
+#define REPL_CHALLENGE_V2    40   /* version 2's CHALLENGE: magic, version, nonce */
+#define REPL_CHALLENGE_LEN   64   /* ... then salt, iterations, flags */
+#define REPL_CH_TLS          0x1u /* CHALLENGE flag: TLS starts after this message */
+/* PBKDF2 iterations the primary asks for, and what a standby accepts (an
+ * impostor must not make offline guessing cheap, nor a standby spin). */
+#define REPL_KDF_ITERATIONS     100000u
+#define REPL_KDF_MIN_ITERATIONS 4096u
+#define REPL_KDF_MAX_ITERATIONS 2000000u
+#define REPL_BINDING_LEN        32 /* TLS exporter bytes the MACs cover */
+#define REPL_HEADER_LEN         5  /* u8 type, u32 length */
+#define REPL_MAX_PAYLOAD        ((1u << 20) + 64)
+#define REPL_WAL_HEADER         24      /* start_lsn, primary_flush, send_time_us */
+#define REPL_WAL_CHUNK          131072u /* bytes of WAL per message at most (128 KiB) */
+#define REPL_ERROR_TEXT_MAX     512
+#define REPL_AUTH_TIMEOUT_MS    10000 /* a peer must authenticate within this */
+#define REPL_PATH_MAX           255   /* a base backup's relative path, in bytes */
+#define REPL_BB_FAST            0x1   /* BASE_BACKUP: an immediate checkpoint */
 
 /*
  * The top-level files a base backup carries besides base/ and wal/: the
@@ -71,6 +85,9 @@ typedef struct repl_msg {
 		struct {
 			uint32_t magic, version;
 			uint8_t nonce[REPL_NONCE_LEN];
+			/* version >= REPL_VERSION_KDF: */
+			uint8_t salt[REPL_SALT_LEN];
+			uint32_t iterations, flags; /* flags: REPL_CH_TLS */
 		} challenge;
 		struct {
 			uint8_t nonce[REPL_NONCE_LEN], mac[WR_SHA256_LEN];
@@ -187,9 +204,63 @@ int repl_error_from(const repl_msg *m);
 /* Connects to "HOST:PORT" or a socket path (blocking, close-on-exec). */
 int repl_connect(const char *addr, int *fd_out);
 
-/* The MACs of the handshake (label "walrus-standby" or "walrus-primary"). */
+/* ---------------------------------------------------------------- TLS (tls.c) */
+
+/*
+ * A connection's bytes, through TLS when it has it: read(2)-like (one
+ * call: bytes, 0 at the end, -1 with errno, EAGAIN for a timeout or, on a
+ * non-blocking socket, a wait for *@wait_for, POLLIN or POLLOUT), and whole
+ * reads and writes (wr_read_full, wr_write_full).
+ */
+ssize_t repl_io_read(int fd, void *buf, size_t len, short *wait_for);
+ssize_t repl_io_read_full(int fd, void *buf, size_t len);
+int repl_io_write_full(int fd, const void *buf, size_t len);
+/*
+ * After a write that failed because the peer closed (errno ECONNRESET or
+ * EPIPE): the alert it sent before closing, if one is there to read, into
+ * @why.  A primary checks a standby's certificate after the standby's
+ * side of the TLS 1.3 handshake has ended, and says why it refuses it so.
+ */
+bool repl_tls_alert(int fd, char *why, size_t len);
+/* Bytes TLS decrypted that the socket's readiness no longer shows. */
+bool repl_io_pending(int fd);
+/* Something to read within @ms (pending bytes, or the socket readable). */
+bool repl_readable(int fd, int ms);
+bool repl_is_tls(int fd);
+/* Ends a connection: TLS's close_notify if it has TLS, then close(2). */
+void repl_close(int fd);
+/* A new socket got @fd's number: any TLS state left under it goes. */
+void repl_forget(int fd);
+int repl_set_blocking(int fd, bool blocking);
+/* The primary's context from ssl, ssl_cert_file, ssl_key_file, ssl_ca_file
+ * (relative to @datadir); none when ssl is off.  In the supervisor. */
+int repl_tls_server_setup(const wr_options *o, const char *datadir);
+/* Whether this primary's connections use TLS (its CHALLENGE says so). */
+bool repl_tls_serving(void);
+/* The sender's TLS handshake, its socket made non-blocking, before @deadline_ns. */
+int repl_tls_accept(int fd, uint64_t deadline_ns);
+/* The standby's TLS handshake with @addr, checking the certificate as @c's mode says. */
+int repl_tls_connect(int fd, const char *addr, const repl_ssl_conf *c);
+/* The session's channel binding (RFC 5705 exporter): the same at both ends of one session. */
+int repl_tls_binding(int fd, uint8_t out[REPL_BINDING_LEN]);
+
+/* ---------------------------------------------------------------- the handshake's MACs */
+
+/* Version 2's MACs (label "walrus-standby" or "walrus-primary"), keyed by the password. */
 int repl_mac(const char *password, const char *label, const uint8_t *n1, const uint8_t *n2,
              uint8_t out[WR_SHA256_LEN]);
+/* The key of version 3's MACs: PBKDF2-HMAC-SHA256(password, salt, iterations). */
+int repl_auth_key(const char *password, const uint8_t salt[REPL_SALT_LEN], uint32_t iterations,
+                  uint8_t key[WR_SHA256_LEN]);
+/*
+ * Version 3's MACs: HMAC(key, label || the CHALLENGE's payload || the
+ * standby's nonce || TLS or not (one byte) || the channel binding), so a
+ * proof is good for one challenge, one standby nonce and one TLS session.
+ * @binding is NULL without TLS.
+ */
+int repl_proof(const uint8_t key[WR_SHA256_LEN], const char *label, const repl_msg *challenge,
+               const uint8_t nonce_s[REPL_NONCE_LEN], const uint8_t *binding,
+               uint8_t out[WR_SHA256_LEN]);
 /* Fills @buf with random bytes (getrandom). */
 int repl_random(uint8_t *buf, size_t len);
 
@@ -228,7 +299,13 @@ void repl_lag_confirmed(repl_lag *l, int kind, wr_lsn pos, wr_lsn sent, uint64_t
  */
 bool repl_error_permanent(int code);
 
-/* Connects to @addr and authenticates with @password (checks the primary's proof too). */
+/*
+ * Connects to @addr and authenticates with @password (checks the primary's
+ * proof too), with TLS as @ssl says and the primary asks; NULL: sslmode
+ * prefer without certificates.  Close the connection with repl_close.
+ */
+int repl_client_connect_tls(const char *addr, const char *password, const repl_ssl_conf *ssl,
+                            int *fd_out);
 int repl_client_connect(const char *addr, const char *password, int *fd_out);
 /* Sends START and waits for STREAMING: the primary's timeline and flush LSN. */
 int repl_client_start(int fd, uint64_t sysid, uint32_t timeline, wr_lsn start, const char *app,

@@ -30,14 +30,28 @@
 
 #define KEEPALIVE_NS (1000ULL * 1000 * 1000) /* an idle sender says it is alive this often */
 
-static char repl_password[256];
+/* The handshake's secret, set by the supervisor before it forks senders:
+ * the MAC key PBKDF2 made of replication_password with this salt. */
+static struct {
+	uint8_t salt[REPL_SALT_LEN];
+	uint32_t iterations;
+	uint8_t key[WR_SHA256_LEN];
+} auth;
 
 /* The slot of a sender that has not authenticated yet: its peer, for log lines. */
 static repl_sender_slot unclaimed;
 
-void repl_set_password(const char *password)
+int repl_server_setup(const char *password, const wr_options *o, const char *datadir)
 {
-	wr_snprintf(repl_password, sizeof(repl_password), "%s", password);
+	/* A new salt at each start: a recorded handshake is no help against
+	 * the next start's, and nothing about the key is kept on disk. */
+	auth.iterations = REPL_KDF_ITERATIONS;
+	int rc = repl_random(auth.salt, sizeof(auth.salt));
+	if (rc == WALRUS_OK)
+		rc = repl_auth_key(password, auth.salt, auth.iterations, auth.key);
+	if (rc == WALRUS_OK)
+		rc = repl_tls_server_setup(o, datadir);
+	return rc;
 }
 
 typedef struct sender {
@@ -124,38 +138,53 @@ static void claim_slot(sender *w, int (*attach)(int slot))
 static void read_by(sender *w, uint8_t *buf, size_t len, uint64_t deadline_ns)
 {
 	size_t got = 0;
+	short wait_for = POLLIN;
 	while (got < len) {
 		uint64_t now = wr_now_ns();
 		if (now >= deadline_ns)
 			drop(w, "it did not authenticate in time");
-		struct pollfd p = {.fd = w->fd, .events = POLLIN};
-		int r = poll(&p, 1, (int)((deadline_ns - now) / 1000000 + 1));
-		if (r < 0 && errno != EINTR)
-			drop(w, "poll failed");
-		if (r <= 0)
-			continue;
-		ssize_t n = read(w->fd, buf + got, len - got);
+		if (!repl_io_pending(w->fd)) {
+			struct pollfd p = {.fd = w->fd, .events = wait_for};
+			int r = poll(&p, 1, (int)((deadline_ns - now) / 1000000 + 1));
+			if (r < 0 && errno != EINTR)
+				drop(w, "poll failed");
+			if (r <= 0)
+				continue;
+		}
+		ssize_t n = repl_io_read(w->fd, buf + got, len - got, &wait_for);
 		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
+		if (n < 0 && repl_is_tls(w->fd))
+			drop(w, walrus_errmsg()); /* TLS's reason: a damaged or forged record */
 		if (n <= 0)
 			_exit(0); /* gone before authenticating: nothing to say */
 		got += (size_t)n;
 	}
 }
 
-static void authenticate(sender *w, int (*attach)(int slot))
+/* The CHALLENGE, in clear: this primary's nonce, the key's salt and
+ * iterations, and whether TLS begins after it. */
+static repl_msg challenge(sender *w)
 {
-	repl_msg m = {.type = REPL_MSG_CHALLENGE};
-	m.u.challenge.magic = REPL_MAGIC;
-	m.u.challenge.version = REPL_VERSION;
-	uint8_t nonce_p[REPL_NONCE_LEN], h[REPL_HEADER_LEN], type;
-	uint32_t len;
-	if (repl_random(nonce_p, sizeof(nonce_p)) != WALRUS_OK)
+	repl_msg ch = {.type = REPL_MSG_CHALLENGE};
+	ch.u.challenge.magic = REPL_MAGIC;
+	ch.u.challenge.version = REPL_VERSION;
+	if (repl_random(ch.u.challenge.nonce, REPL_NONCE_LEN) != WALRUS_OK)
 		drop(w, walrus_errmsg());
-	memcpy(m.u.challenge.nonce, nonce_p, sizeof(nonce_p));
-	if (repl_send(w->fd, &m) != WALRUS_OK)
+	memcpy(ch.u.challenge.salt, auth.salt, REPL_SALT_LEN);
+	ch.u.challenge.iterations = auth.iterations;
+	ch.u.challenge.flags = repl_tls_serving() ? REPL_CH_TLS : 0;
+	if (repl_send(w->fd, &ch) != WALRUS_OK)
 		_exit(0);
-	uint64_t deadline = wr_now_ns() + repl_auth_timeout_ms() * 1000000ULL;
+	return ch;
+}
+
+/* AUTH, before @deadline (nothing else is read from a peer not yet authenticated). */
+static repl_msg receive_auth(sender *w, uint64_t deadline)
+{
+	repl_msg m;
+	uint8_t h[REPL_HEADER_LEN], type;
+	uint32_t len;
 	read_by(w, h, sizeof(h), deadline);
 	if (repl_decode_header(h, &type, &len) != WALRUS_OK)
 		drop(w, walrus_errmsg());
@@ -164,17 +193,38 @@ static void authenticate(sender *w, int (*attach)(int slot))
 	read_by(w, w->buf, len, deadline);
 	if (repl_decode(type, w->buf, len, &m) != WALRUS_OK)
 		drop(w, walrus_errmsg());
-	uint8_t want[WR_SHA256_LEN];
-	if (repl_mac(repl_password, "walrus-standby", nonce_p, m.u.auth.nonce, want) != WALRUS_OK)
+	return m;
+}
+
+static void authenticate(sender *w, int (*attach)(int slot))
+{
+	repl_msg ch = challenge(w), m;
+	uint64_t deadline = wr_now_ns() + repl_auth_timeout_ms() * 1000000ULL;
+	uint8_t binding[REPL_BINDING_LEN], *bound = NULL;
+	char why[REPL_ERROR_TEXT_MAX];
+	if (repl_tls_serving()) {
+		if (repl_tls_accept(w->fd, deadline) != WALRUS_OK) {
+			wr_snprintf(why, sizeof(why), "%s", walrus_errmsg());
+			drop(w, why);
+		}
+		if (repl_tls_binding(w->fd, binding) != WALRUS_OK)
+			drop(w, walrus_errmsg());
+		bound = binding;
+	}
+	m = receive_auth(w, deadline);
+	/* What follows is sent with the blocking socket's timeouts. */
+	if (repl_set_blocking(w->fd, true) != WALRUS_OK)
+		drop(w, walrus_errmsg());
+	uint8_t want[WR_SHA256_LEN], nonce_s[REPL_NONCE_LEN];
+	memcpy(nonce_s, m.u.auth.nonce, sizeof(nonce_s));
+	if (repl_proof(auth.key, "walrus-standby", &ch, nonce_s, bound, want) != WALRUS_OK)
 		drop(w, walrus_errmsg());
 	if (!wr_mac_equal(want, m.u.auth.mac, sizeof(want)))
 		refuse(w, WR_WARNING, WALRUS_EPERM, "authentication failed");
 	claim_slot(w, attach);
-	uint8_t nonce_s[REPL_NONCE_LEN];
-	memcpy(nonce_s, m.u.auth.nonce, sizeof(nonce_s));
 	m = (repl_msg){.type = REPL_MSG_AUTH_OK};
 	repl_announced_format(&m.u.auth_ok.wal_format, m.u.auth_ok.needs_walrus);
-	if (repl_mac(repl_password, "walrus-primary", nonce_s, nonce_p, m.u.auth_ok.mac) !=
+	if (repl_proof(auth.key, "walrus-primary", &ch, nonce_s, bound, m.u.auth_ok.mac) !=
 	    WALRUS_OK)
 		drop(w, walrus_errmsg());
 	if (repl_send(w->fd, &m) != WALRUS_OK)
@@ -437,7 +487,7 @@ static void send_wal(sender *w, wr_lsn flush)
 	}
 	check_pages(w, data, w->sent, (uint32_t)n);
 	repl_encode_wal_header(w->buf, w->sent, flush, wr_wall_us(), (uint32_t)n);
-	if (wr_write_full(w->fd, w->buf, REPL_HEADER_LEN + REPL_WAL_HEADER + n) != 0)
+	if (repl_io_write_full(w->fd, w->buf, REPL_HEADER_LEN + REPL_WAL_HEADER + n) != 0)
 		drop(w, errno == EAGAIN ? "the standby stopped reading (wal_sender_timeout)"
 		                        : "the connection broke");
 	w->sent += n;
@@ -514,16 +564,11 @@ static void sleep_for_wal(sender *w)
 		struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ULL),
 		                      .tv_nsec = (long)(ns % 1000000000ULL)};
 		struct pollfd p = {.fd = w->fd, .events = POLLIN};
-		(void)ppoll(&p, 1, &ts, &w->wake_mask);
+		if (!repl_io_pending(w->fd)) /* bytes TLS holds already: no sleep */
+			(void)ppoll(&p, 1, &ts, &w->wake_mask);
 	}
 	atomic_store(&w->slot->waiting, 0);
 	atomic_fetch_sub(&w->r->nwaiting, 1);
-}
-
-static bool readable(int fd)
-{
-	struct pollfd p = {.fd = fd, .events = POLLIN};
-	return poll(&p, 1, 0) > 0;
 }
 
 static _Noreturn void stream(sender *w)
@@ -540,7 +585,7 @@ static _Noreturn void stream(sender *w)
 			       w->slot->name, w->slot->peer, WAL_LSN_ARGS(w->sent));
 			_exit(0);
 		}
-		if (readable(w->fd))
+		if (repl_readable(w->fd, 0))
 			read_reply(w);
 		uint64_t now = wr_now_ns();
 		if (now - w->last_reply_ns > w->timeout_ns)

@@ -76,7 +76,11 @@ static int set_key(repl_standby_conf *c, const char *name, char *value, const ch
 	            {"slot", c->slot, sizeof(c->slot)},
 	            {"application_name", c->application_name, sizeof(c->application_name)},
 	            {"password", c->password, sizeof(c->password)},
-	            {"wal_archive", c->wal_archive, sizeof(c->wal_archive)}};
+	            {"wal_archive", c->wal_archive, sizeof(c->wal_archive)},
+	            {"sslmode", c->sslmode, sizeof(c->sslmode)},
+	            {"sslrootcert", c->ssl.rootcert, sizeof(c->ssl.rootcert)},
+	            {"sslcert", c->ssl.cert, sizeof(c->ssl.cert)},
+	            {"sslkey", c->ssl.key, sizeof(c->ssl.key)}};
 	for (size_t i = 0; i < WR_ARRAY_LEN(keys); i++) {
 		if (strcmp(name, keys[i].name) != 0)
 			continue;
@@ -88,10 +92,10 @@ static int set_key(repl_standby_conf *c, const char *name, char *value, const ch
 		}
 		return WALRUS_OK;
 	}
-	char what[200];
+	char what[256];
 	snprintf(what, sizeof(what),
 	         "unknown setting \"%.60s\" (known: primary, slot, application_name, password, "
-	         "wal_archive)",
+	         "wal_archive, sslmode, sslrootcert, sslcert, sslkey)",
 	         name);
 	return bad_line(path, lineno, what);
 }
@@ -101,6 +105,48 @@ static void default_name(const char *abs, char *out, size_t len)
 	const char *base = strrchr(abs, '/');
 	base = base != NULL && base[1] != '\0' ? base + 1 : abs;
 	wr_snprintf(out, len, "%s", base);
+}
+
+/* A TLS file: absolute as given, or relative to the data directory. */
+static int absolute(const char *abs, const char *path, const char *key, char *file, size_t len)
+{
+	char tmp[1024];
+	if (file[0] == '\0' || file[0] == '/')
+		return WALRUS_OK;
+	if (!wr_snprintf(tmp, sizeof(tmp), "%s/%s", abs, file) || strlen(tmp) >= len)
+		return wr_error(WALRUS_EINVAL, "\"%s\": %s is too long", path, key);
+	memcpy(file, tmp, strlen(tmp) + 1);
+	return WALRUS_OK;
+}
+
+/* sslmode and its files: what the mode needs is there. */
+static int check_ssl(const char *abs, const char *path, repl_standby_conf *c)
+{
+	repl_ssl_conf *t = &c->ssl;
+	t->mode = c->sslmode[0] == '\0' ? REPL_SSL_PREFER : repl_sslmode_parse(c->sslmode);
+	if (t->mode < 0)
+		return wr_error(WALRUS_EINVAL,
+		                "\"%s\": bad sslmode \"%s\" (disable, prefer, require, verify-ca "
+		                "or verify-full)",
+		                path, c->sslmode);
+	if (t->mode >= REPL_SSL_VERIFY_CA && t->rootcert[0] == '\0')
+		return wr_error(WALRUS_EINVAL,
+		                "\"%s\": sslmode = %s needs sslrootcert (the CA certificates that "
+		                "signed the primary's)",
+		                path, c->sslmode);
+	if (t->mode == REPL_SSL_VERIFY_FULL && c->primary[0] == '/')
+		return wr_error(WALRUS_EINVAL,
+		                "\"%s\": sslmode = verify-full needs primary = HOST:PORT (a host "
+		                "name to check the certificate against), not a socket path",
+		                path);
+	if ((t->cert[0] == '\0') != (t->key[0] == '\0'))
+		return wr_error(WALRUS_EINVAL, "\"%s\": sslcert and sslkey go together", path);
+	int rc = absolute(abs, path, "sslrootcert", t->rootcert, sizeof(t->rootcert));
+	if (rc == WALRUS_OK)
+		rc = absolute(abs, path, "sslcert", t->cert, sizeof(t->cert));
+	if (rc == WALRUS_OK)
+		rc = absolute(abs, path, "sslkey", t->key, sizeof(t->key));
+	return rc;
 }
 
 int repl_standby_parse(const char *abs, const char *path, char *text, repl_standby_conf *c)
@@ -144,7 +190,7 @@ int repl_standby_parse(const char *abs, const char *path, char *text, repl_stand
 	}
 	if (c->application_name[0] == '\0')
 		default_name(abs, c->application_name, sizeof(c->application_name));
-	return WALRUS_OK;
+	return check_ssl(abs, path, c);
 }
 
 /* The file holds a password: ours alone. */
@@ -222,6 +268,19 @@ static bool add_key(char *text, size_t len, const char *name, const char *v)
 	return wr_snprintf(text + used, len - used, "%s = %s\n", name, q);
 }
 
+/* What would be written reads back (sslmode and its files agree): no file a start refuses. */
+static int check_text(const char *abs, const char *text)
+{
+	char path[PATH_MAX], copy[8192];
+	repl_standby_conf back;
+	wr_snprintf(path, sizeof(path), "%s/%s", abs, REPL_STANDBY_FILE);
+	wr_snprintf(copy, sizeof(copy), "%s", text);
+	int rc = repl_standby_parse(abs, path, copy, &back);
+	explicit_bzero(copy, sizeof(copy));
+	explicit_bzero(&back, sizeof(back));
+	return rc;
+}
+
 int repl_standby_write(const char *abs, const repl_standby_conf *c)
 {
 	char text[8192] = "# This directory is a standby (walrus promote removes this file).\n";
@@ -231,10 +290,16 @@ int repl_standby_write(const char *abs, const repl_standby_conf *c)
 	          add_key(text, sizeof(text), "slot", c->slot) &&
 	          add_key(text, sizeof(text), "application_name", c->application_name) &&
 	          add_key(text, sizeof(text), "password", c->password) &&
-	          add_key(text, sizeof(text), "wal_archive", c->wal_archive);
+	          add_key(text, sizeof(text), "wal_archive", c->wal_archive) &&
+	          add_key(text, sizeof(text), "sslmode", c->sslmode) &&
+	          add_key(text, sizeof(text), "sslrootcert", c->ssl.rootcert) &&
+	          add_key(text, sizeof(text), "sslcert", c->ssl.cert) &&
+	          add_key(text, sizeof(text), "sslkey", c->ssl.key);
 	int rc =
-	    ok ? wal_write_file(abs, REPL_STANDBY_FILE, text)
+	    ok ? check_text(abs, text)
 	       : wr_error(WALRUS_EINVAL, "a standby setting holds a line break or is too long");
+	if (rc == WALRUS_OK)
+		rc = wal_write_file(abs, REPL_STANDBY_FILE, text);
 	explicit_bzero(text, sizeof(text));
 	return rc;
 }

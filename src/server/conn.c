@@ -38,7 +38,7 @@
 #define SRV_TERM_SEND_MS 5000 /* replies' grace during a clean shutdown */
 
 typedef struct conn {
-	int fd;
+	srv_io io;
 	srv_input in;
 	resp_buf out;
 	size_t sent;
@@ -64,7 +64,7 @@ enum { WAIT_ERROR = -1, WAIT_TIMEOUT = 0, WAIT_READY = 1, WAIT_SIGNAL = 2 };
 /* Waits for @events on the client's socket, signals open; timeout_ms < 0: no limit. */
 static int wait_fd(conn *c, short events, int timeout_ms)
 {
-	struct pollfd p = {.fd = c->fd, .events = events};
+	struct pollfd p = {.fd = c->io.fd, .events = events};
 	struct timespec ts, *tsp = NULL;
 	if (timeout_ms >= 0) {
 		ts.tv_sec = timeout_ms / 1000;
@@ -95,20 +95,18 @@ static int wait_limit_ms(const conn *c)
 static bool send_all(conn *c)
 {
 	while (c->sent < c->out.len) {
-		ssize_t n = send(c->fd, c->out.p + c->sent, c->out.len - c->sent,
-		                 MSG_NOSIGNAL | MSG_DONTWAIT);
+		short want;
+		ssize_t n = srv_io_send(&c->io, c->out.p + c->sent, c->out.len - c->sent, &want);
 		if (n > 0) {
 			c->sent += (size_t)n;
 			continue;
 		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+		if (n != SRV_IO_AGAIN)
 			return false;
 		/* A client that does not read: the idle or authentication timeout,
 		 * or the shutdown's grace. */
 		int timeout = srv_got_term ? SRV_TERM_SEND_MS : wait_limit_ms(c);
-		int r = wait_fd(c, POLLOUT, timeout);
+		int r = wait_fd(c, want, timeout);
 		if (srv_got_int || r == WAIT_ERROR || r == WAIT_TIMEOUT)
 			return false;
 	}
@@ -132,29 +130,33 @@ static bool flush_replies(conn *c)
 /* Waits for input and appends it; false to close (EOF, error, idle, signal). */
 static bool read_input(conn *c)
 {
+	short want = POLLIN;
 	for (;;) {
 		if (srv_got_term || srv_got_int)
 			return false;
 		int limit = wait_limit_ms(c);
 		if (limit == 0)
-			return false; /* not authenticated in time */
-		int r = wait_fd(c, POLLIN, limit);
-		if (r == WAIT_SIGNAL)
-			continue;
-		if (r != WAIT_READY)
-			return false; /* an error, the idle or the authentication timeout */
+			return false;          /* not authenticated in time */
+		if (!srv_io_pending(&c->io)) { /* bytes TLS holds already: no wait */
+			int r = wait_fd(c, want, limit);
+			if (r == WAIT_SIGNAL)
+				continue;
+			if (r != WAIT_READY)
+				return false; /* an error, the idle or the authentication timeout */
+		}
 		const char *full = srv_input_reserve(&c->in);
 		if (full != NULL) {
 			resp_add_error(&c->out, "%s", full);
 			c->closing = true;
 			return true;
 		}
-		ssize_t n = recv(c->fd, c->in.buf + c->in.len, c->in.cap - c->in.len, MSG_DONTWAIT);
+		ssize_t n =
+		    srv_io_recv(&c->io, c->in.buf + c->in.len, c->in.cap - c->in.len, &want);
 		if (n > 0) {
 			c->in.len += (size_t)n;
 			return true;
 		}
-		if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK))
+		if (n != SRV_IO_AGAIN)
 			return false;
 	}
 }
@@ -199,12 +201,18 @@ static bool open_database(conn *c)
 	return false;
 }
 
-int srv_backend(const srv_config *cfg, int fd)
+int srv_backend(const srv_config *cfg, int fd, bool tls)
 {
-	conn c = {.fd = fd, .idle_ms = cfg->idle_ms};
+	conn c = {.idle_ms = cfg->idle_ms};
 	(void)prctl(PR_SET_NAME, "walrus-backend", 0, 0, 0);
-	if (srv_backend_signals(&c.waitmask) != 0)
+	if (srv_io_open(&c.io, cfg, fd, tls) != 0) {
+		close(fd);
 		return 1;
+	}
+	if (srv_backend_signals(&c.waitmask) != 0) {
+		srv_io_close(&c.io);
+		return 1;
+	}
 	watch_parent(getppid());
 	srv_socket_nodelay(fd);
 	srv_input_init(&c.in, cfg->query_limit);
@@ -219,6 +227,6 @@ int srv_backend(const srv_config *cfg, int fd)
 	srv_session_free(&c.sess); /* closes the handle: a clean detach */
 	srv_input_free(&c.in);
 	resp_buf_free(&c.out);
-	close(fd);
+	srv_io_close(&c.io);
 	return 0;
 }

@@ -48,6 +48,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,7 +69,7 @@
 #define POOL_EVENTS       256
 
 typedef struct pconn {
-	int fd;
+	srv_io io;
 	size_t idx; /* in pool.conns */
 	srv_input in;
 	resp_buf out;
@@ -76,10 +77,13 @@ typedef struct pconn {
 	srv_session sess;
 	uint64_t last_ns; /* last progress (input or output): the idle timeout */
 	uint32_t events;  /* registered with epoll */
-	bool ready;       /* has input whose requests are to run this iteration */
-	bool ran;         /* ran requests this iteration: replies to send */
-	bool paused;      /* stopped running requests: too many replies buffered */
-	bool closing;     /* close once the replies are out */
+	/* TLS's wants: a read that waits for the socket to be writable (the
+	 * handshake's replies), a send that waits for it to be readable. */
+	bool read_wants_out, send_wants_in;
+	bool ready;   /* has input whose requests are to run this iteration */
+	bool ran;     /* ran requests this iteration: replies to send */
+	bool paused;  /* stopped running requests: too many replies buffered */
+	bool closing; /* close once the replies are out */
 } pconn;
 
 typedef struct pool {
@@ -128,43 +132,54 @@ static void conn_close(pool *p, pconn *c)
 	 * for a moment after sending it to us; a hung-up socket would then
 	 * report events carrying this freed connection.
 	 */
-	if (epoll_ctl(p->ep, EPOLL_CTL_DEL, c->fd, NULL) != 0 && errno != ENOENT)
+	if (epoll_ctl(p->ep, EPOLL_CTL_DEL, c->io.fd, NULL) != 0 && errno != ENOENT)
 		fprintf(stderr, "walrus serve: pool backend %d: epoll_ctl: %s\n", p->slot,
 		        strerror(errno));
 	srv_session_free(&c->sess);
 	srv_input_free(&c->in);
 	resp_buf_free(&c->out);
-	close(c->fd);
+	srv_io_close(&c->io);
 	p->conns[c->idx] = p->conns[--p->n];
 	p->conns[c->idx]->idx = c->idx;
 	free(c);
 	atomic_fetch_sub(&p->cfg->sh->pool_conns[p->slot], 1);
 }
 
-/* The interest of @c: input unless replies wait (or it is closing), output while they do. */
+/* Whether @c is sending replies (and reads nothing until they are out). */
+static bool sending(const pconn *c)
+{
+	return c->sent < c->out.len;
+}
+
+/* The interest of @c: input unless replies wait (or it is closing), output
+ * while they do; each the other way round when TLS asked for it. */
 static bool conn_watch(pool *p, pconn *c)
 {
-	uint32_t want = c->sent < c->out.len ? EPOLLOUT : srv_got_term || c->closing ? 0 : EPOLLIN;
+	uint32_t want = sending(c)                   ? (c->send_wants_in ? EPOLLIN : EPOLLOUT)
+	                : srv_got_term || c->closing ? 0
+	                : c->read_wants_out          ? EPOLLOUT
+	                                             : EPOLLIN;
 	if (want == c->events)
 		return true;
 	c->events = want;
-	return epoll_set(p, EPOLL_CTL_MOD, c->fd, want, c) == 0;
+	return epoll_set(p, EPOLL_CTL_MOD, c->io.fd, want, c) == 0;
 }
 
-static void conn_add(pool *p, int fd, uint64_t id)
+static void conn_add(pool *p, int fd, uint64_t id, bool tls)
 {
 	static const char oom[] = "-ERR out of memory\r\n";
 	pconn *c = NULL;
 	if (wr_grow(&p->conns, &p->cap, p->n + 1, sizeof(pconn *), 64) == WALRUS_OK)
 		c = calloc(1, sizeof(*c));
-	if (c == NULL) {
-		(void)send(fd, oom, sizeof(oom) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (c == NULL || srv_io_open(&c->io, p->cfg, fd, tls) != 0) {
+		if (!tls)
+			(void)send(fd, oom, sizeof(oom) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+		free(c);
 		close(fd);
 		atomic_fetch_sub(&p->cfg->sh->pool_conns[p->slot], 1);
 		return;
 	}
 	srv_socket_nodelay(fd);
-	c->fd = fd;
 	c->idx = p->n;
 	p->conns[p->n++] = c;
 	c->last_ns = wr_now_ns();
@@ -181,10 +196,10 @@ static void conn_add(pool *p, int fd, uint64_t id)
 static void take_connections(pool *p)
 {
 	for (;;) {
-		uint64_t id;
+		srv_handoff msg;
 		size_t len;
 		int fds[IPC_MAX_FDS], nfds = 0;
-		int rc = ipc_recv_nowait(p->chan, &id, sizeof(id), &len, fds, &nfds);
+		int rc = ipc_recv_nowait(p->chan, &msg, sizeof(msg), &len, fds, &nfds);
 		if (rc != WALRUS_OK) {
 			/* a message that did not fit (no fd left to receive it into,
 			 * say): that connection is lost, and no longer counted */
@@ -201,20 +216,20 @@ static void take_connections(pool *p)
 		}
 		for (int i = 1; i < nfds; i++)
 			close(fds[i]);
-		if (len != sizeof(id) || nfds != 1) {
+		if (len != sizeof(msg) || nfds != 1) {
 			if (nfds > 0)
 				close(fds[0]);
 			atomic_fetch_sub(&p->cfg->sh->pool_conns[p->slot], 1);
 			continue;
 		}
-		conn_add(p, fds[0], id);
+		conn_add(p, fds[0], msg.id, msg.tls != 0);
 	}
 }
 
 /* ---------------------------------------------------------------- input */
 
 /* One recv(); false when the connection is gone (EOF or an error). */
-static bool read_some(pconn *c)
+static bool read_some(pool *p, pconn *c)
 {
 	const char *full = srv_input_reserve(&c->in);
 	if (full != NULL) {
@@ -223,17 +238,31 @@ static bool read_some(pconn *c)
 		c->ran = true; /* the error goes out */
 		return true;
 	}
-	ssize_t n;
-	do
-		n = recv(c->fd, c->in.buf + c->in.len, c->in.cap - c->in.len, MSG_DONTWAIT);
-	while (n < 0 && errno == EINTR);
+	short want;
+	ssize_t n = srv_io_recv(&c->io, c->in.buf + c->in.len, c->in.cap - c->in.len, &want);
+	c->read_wants_out = n == SRV_IO_AGAIN && want == POLLOUT;
 	if (n > 0) {
 		c->in.len += (size_t)n;
 		c->last_ns = wr_now_ns();
 		c->ready = true;
-		return true;
 	}
-	return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+	return (n > 0 || n == SRV_IO_AGAIN) && conn_watch(p, c);
+}
+
+/* Whether @c has input TLS decrypted and nothing else will make it read. */
+static bool input_pending(const pconn *c)
+{
+	return !sending(c) && c->events != 0 && !c->closing && srv_io_pending(&c->io);
+}
+
+/* Reads what TLS holds already: epoll would not say it is there. */
+static void read_pending(pool *p)
+{
+	for (size_t i = p->n; i-- > 0;) {
+		pconn *c = p->conns[i];
+		if (input_pending(c) && !read_some(p, c))
+			conn_close(p, c);
+	}
 }
 
 /* After each request: false to stop running this connection's requests. */
@@ -272,17 +301,16 @@ static bool send_some(pool *p, pconn *c)
 	if (c->out.oom)
 		return false;
 	while (c->sent < c->out.len) {
-		ssize_t n = send(c->fd, c->out.p + c->sent, c->out.len - c->sent,
-		                 MSG_NOSIGNAL | MSG_DONTWAIT);
+		short want;
+		ssize_t n = srv_io_send(&c->io, c->out.p + c->sent, c->out.len - c->sent, &want);
+		c->send_wants_in = n == SRV_IO_AGAIN && want == POLLIN;
 		if (n > 0) {
 			c->sent += (size_t)n;
 			c->last_ns = wr_now_ns();
 			continue;
 		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return conn_watch(p, c); /* the rest on EPOLLOUT */
+		if (n == SRV_IO_AGAIN)
+			return conn_watch(p, c); /* the rest when the socket is ready */
 		return false;
 	}
 	c->out.len = 0;
@@ -389,7 +417,7 @@ static void check_auth(pool *p, uint64_t now)
 /* Whether @c has requests to run now (not while its replies wait for EPOLLOUT). */
 static bool runnable(const pconn *c)
 {
-	return c->ready && !c->closing && c->sent == c->out.len;
+	return c->ready && !c->closing && !sending(c);
 }
 
 /* How long epoll may sleep: not at all when requests wait to run. */
@@ -397,6 +425,9 @@ static int wait_ms(pool *p, uint64_t now)
 {
 	for (size_t i = 0; i < p->n; i++)
 		if (runnable(p->conns[i]))
+			return 0;
+	for (size_t i = 0; i < p->n; i++)
+		if (input_pending(p->conns[i]))
 			return 0;
 	int ms = POOL_TICK_MS;
 	if (p->cfg->idle_ms > 0 && p->cfg->idle_ms < ms)
@@ -420,12 +451,13 @@ static void handle_event(pool *p, const struct epoll_event *ev)
 		take_connections(p);
 		return;
 	}
-	bool alive = true;
-	if ((ev->events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && (c->events & EPOLLIN))
-		alive = read_some(c);
-	else if ((ev->events & (EPOLLHUP | EPOLLERR)) && !(c->events & EPOLLOUT))
+	bool alive = true, out = sending(c);
+	uint32_t got = ev->events & (c->events | EPOLLHUP | EPOLLERR);
+	if (!out && c->events != 0 && got != 0)
+		alive = read_some(p, c);
+	else if (!out && (got & (EPOLLHUP | EPOLLERR)))
 		alive = false; /* hung up while we do not read: nothing to wait for */
-	if (alive && (ev->events & (EPOLLOUT | EPOLLERR)) && (c->events & EPOLLOUT))
+	if (alive && out && got != 0)
 		alive = send_some(p, c);
 	if (alive && c->closing && c->sent == c->out.len)
 		alive = false; /* its last reply (an error, QUIT's +OK) is out */
@@ -445,6 +477,7 @@ static void iteration(pool *p)
 	}
 	for (int i = 0; i < n; i++)
 		handle_event(p, &evs[i]);
+	read_pending(p);
 	if (srv_got_int)
 		return;
 	check_handle(p);

@@ -1,7 +1,7 @@
 /*
- * server.c - the server process: listening sockets, the accept loop, the
- * backends (a pool, or one forked per connection), signals, reaping,
- * shutdown.
+ * server.c - the server process: listening sockets (TCP, TLS, a Unix
+ * socket), the accept loop, the backends (a pool, or one forked per
+ * connection), signals, reaping, shutdown.
  *
  * Interface: srv_run().
  *
@@ -76,7 +76,7 @@ static void on_signal(int sig)
 typedef struct srv_state {
 	srv_config *cfg;
 	walrus *db;
-	int tcp_fd, unix_fd;
+	int tcp_fd, unix_fd, tls_fd;
 	int status_fd; /* DIR/walrus-serve.pid (engine.h, serve_status_*), or -1 */
 	pid_t *kids;   /* every backend, pool or per connection */
 	long nkids;
@@ -126,7 +126,8 @@ static srv_shared *map_shared(void)
 	return sh;
 }
 
-static int listen_tcp(srv_state *st)
+/* A TCP listener on cfg->bind, port @want (0: any): its fd in *@fd_out, the port in *@bound. */
+static int listen_tcp(srv_state *st, int want, int *fd_out, int *bound)
 {
 	srv_config *cfg = st->cfg;
 	struct addrinfo hints = {.ai_family = AF_UNSPEC,
@@ -134,7 +135,7 @@ static int listen_tcp(srv_state *st)
 	                         .ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV};
 	struct addrinfo *ai;
 	char port[16];
-	snprintf(port, sizeof(port), "%d", cfg->port);
+	snprintf(port, sizeof(port), "%d", want);
 	int e = getaddrinfo(cfg->bind, port, &hints, &ai);
 	if (e != 0)
 		return fail("bad address \"%s\": %s (an IPv4 or IPv6 literal is expected)",
@@ -151,16 +152,14 @@ static int listen_tcp(srv_state *st)
 		int err = errno;
 		if (fd >= 0)
 			close(fd);
-		return fail("could not listen on %s port %d: %s", cfg->bind, cfg->port,
-		            strerror(err));
+		return fail("could not listen on %s port %d: %s", cfg->bind, want, strerror(err));
 	}
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 	if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
-		cfg->sh->tcp_port =
-		    ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-		                                   : ((struct sockaddr_in *)&ss)->sin_port);
-	st->tcp_fd = fd;
+		*bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+		                                        : ((struct sockaddr_in *)&ss)->sin_port);
+	*fd_out = fd;
 	return 0;
 }
 
@@ -170,10 +169,14 @@ static void publish_ready(srv_state *st)
 	const srv_config *cfg = st->cfg;
 	char text[PATH_MAX + 128] = "ready: RESP on", *p = text + strlen(text);
 	size_t room = sizeof(text) - strlen(text);
-	int n = 0;
+	int n = 0, m = 0;
 	if (st->tcp_fd >= 0)
 		n = snprintf(p, room, " %s port %d%s", cfg->bind, cfg->sh->tcp_port,
-		             st->unix_fd >= 0 ? " and" : "");
+		             st->tls_fd >= 0 || st->unix_fd >= 0 ? " and" : "");
+	if (n >= 0 && (size_t)n < room && st->tls_fd >= 0)
+		m = snprintf(p + n, room - (size_t)n, " %s TLS port %d%s", cfg->bind,
+		             cfg->sh->tls_port, st->unix_fd >= 0 ? " and" : "");
+	n = n >= 0 && m >= 0 ? n + m : -1;
 	if (n >= 0 && (size_t)n < room && st->unix_fd >= 0)
 		snprintf(p + n, room - (size_t)n, " unix socket %s", cfg->unix_path);
 	if (serve_status_set(st->status_fd, cfg->dir, text) != WALRUS_OK)
@@ -185,8 +188,18 @@ static void announce(srv_state *st)
 {
 	const srv_config *cfg = st->cfg;
 	publish_ready(st);
-	if (st->tcp_fd >= 0) {
+	if (st->tcp_fd >= 0)
 		printf("walrus serve: RESP on %s port %d\n", cfg->bind, cfg->sh->tcp_port);
+	if (st->tls_fd >= 0)
+		printf("walrus serve: RESP over TLS on %s port %d%s\n", cfg->bind,
+		       cfg->sh->tls_port,
+		       cfg->tls_auth_clients == WR_TLS_VERIFY_REQUIRED   ? " (client certificates)"
+		       : cfg->tls_auth_clients == WR_TLS_VERIFY_OPTIONAL ? " (optional client "
+		                                                           "certificates)"
+		                                                         : "");
+	/* Client certificates are a credential too; a plain TCP port has none. */
+	if (st->tcp_fd >= 0 ||
+	    (st->tls_fd >= 0 && cfg->tls_auth_clients != WR_TLS_VERIFY_REQUIRED)) {
 		if (cfg->requirepass == NULL && strcmp(cfg->bind, "127.0.0.1") != 0 &&
 		    strcmp(cfg->bind, "::1") != 0)
 			fprintf(
@@ -327,7 +340,8 @@ static void reap(srv_state *st)
 		atomic_store(&st->cfg->sh->clients, (uint32_t)st->nkids);
 }
 
-static void refuse(srv_state *st, int fd, const char *why)
+/* The error in clear; a TLS client is just closed (the server runs no handshake). */
+static void refuse(srv_state *st, int fd, bool tls, const char *why)
 {
 	static const char full[] = "-ERR max number of clients reached\r\n";
 	char msg[128];
@@ -336,7 +350,8 @@ static void refuse(srv_state *st, int fd, const char *why)
 		snprintf(msg, sizeof(msg), "-ERR %s\r\n", why);
 		m = msg;
 	}
-	(void)send(fd, m, strlen(m), MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (!tls)
+		(void)send(fd, m, strlen(m), MSG_NOSIGNAL | MSG_DONTWAIT);
 	atomic_fetch_add(&st->cfg->sh->rejected, 1);
 }
 
@@ -359,21 +374,23 @@ static void close_server_fds(srv_state *st)
 		close(st->unix_fd);
 	if (st->status_fd >= 0)
 		close(st->status_fd); /* its lock must go with the server, not with a backend */
+	if (st->tls_fd >= 0)
+		close(st->tls_fd);
 	for (int i = 0; i < st->cfg->backends; i++)
 		if (st->pool[i].chan >= 0)
 			close(st->pool[i].chan);
 }
 
-static void spawn(srv_state *st, int fd)
+static void spawn(srv_state *st, int fd, bool tls)
 {
 	fflush(NULL); /* nothing buffered may be written twice */
 	pid_t pid = fork();
 	if (pid == 0) {
 		close_server_fds(st);
-		backend_exit(srv_backend(st->cfg, fd));
+		backend_exit(srv_backend(st->cfg, fd, tls));
 	}
 	if (pid < 0) {
-		refuse(st, fd, "could not fork a backend process");
+		refuse(st, fd, tls, "could not fork a backend process");
 		return;
 	}
 	st->kids[st->nkids++] = pid;
@@ -426,8 +443,9 @@ static void spawn_pool_due(srv_state *st)
 }
 
 /* Gives @fd to the pool backend with the fewest connections (trying the others if it fails). */
-static void hand_off(srv_state *st, int fd, uint64_t id)
+static void hand_off(srv_state *st, int fd, uint64_t id, bool tls)
 {
+	srv_handoff msg = {.id = id, .tls = tls};
 	srv_shared *sh = st->cfg->sh;
 	bool tried[SRV_MAX_POOL] = {false};
 	for (;;) {
@@ -441,13 +459,13 @@ static void hand_off(srv_state *st, int fd, uint64_t id)
 			}
 		}
 		if (best < 0) {
-			refuse(st, fd, "no backend process could take the connection");
+			refuse(st, fd, tls, "no backend process could take the connection");
 			return;
 		}
 		tried[best] = true;
 		/* counted before it is sent: the backend subtracts when it closes */
 		atomic_fetch_add(&sh->pool_conns[best], 1);
-		if (ipc_send(st->pool[best].chan, &id, sizeof(id), &fd, 1) == WALRUS_OK)
+		if (ipc_send(st->pool[best].chan, &msg, sizeof(msg), &fd, 1) == WALRUS_OK)
 			return;
 		atomic_fetch_sub(&sh->pool_conns[best], 1);
 		fprintf(stderr, "walrus serve: pool backend %d: %s\n", best, walrus_errmsg());
@@ -456,7 +474,7 @@ static void hand_off(srv_state *st, int fd, uint64_t id)
 
 static void accept_all(srv_state *st, int lfd)
 {
-	bool pool = st->cfg->backends > 0;
+	bool pool = st->cfg->backends > 0, tls = lfd == st->tls_fd;
 	for (;;) {
 		/* non-blocking for the pool's event loops (the flag travels with the fd) */
 		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | (pool ? SOCK_NONBLOCK : 0));
@@ -474,11 +492,11 @@ static void accept_all(srv_state *st, int lfd)
 		uint64_t id = atomic_fetch_add(&st->cfg->sh->connections, 1) + 1;
 		if (pool ? srv_clients(st->cfg) >= (uint32_t)st->cfg->max_clients
 		         : st->nkids >= st->cfg->max_clients)
-			refuse(st, fd, NULL);
+			refuse(st, fd, tls, NULL);
 		else if (pool)
-			hand_off(st, fd, id);
+			hand_off(st, fd, id, tls);
 		else
-			spawn(st, fd);
+			spawn(st, fd, tls);
 		close(fd);
 	}
 }
@@ -586,12 +604,14 @@ static void loop(srv_state *st)
 {
 	uint64_t checked = wr_now_ns();
 	while (!sig_term && !sig_int) {
-		struct pollfd p[2];
+		struct pollfd p[3];
 		nfds_t n = 0;
 		if (st->tcp_fd >= 0)
 			p[n++] = (struct pollfd){.fd = st->tcp_fd, .events = POLLIN};
 		if (st->unix_fd >= 0)
 			p[n++] = (struct pollfd){.fd = st->unix_fd, .events = POLLIN};
+		if (st->tls_fd >= 0)
+			p[n++] = (struct pollfd){.fd = st->tls_fd, .events = POLLIN};
 		struct timespec tick = {.tv_sec = SRV_TICK_MS / 1000};
 		int r = ppoll(p, n, &tick, &st->waitmask);
 		int err = errno;
@@ -624,7 +644,9 @@ static void close_listeners(srv_state *st)
 		close(st->unix_fd);
 		(void)unlink(st->cfg->unix_path);
 	}
-	st->tcp_fd = st->unix_fd = -1;
+	if (st->tls_fd >= 0)
+		close(st->tls_fd);
+	st->tcp_fd = st->unix_fd = st->tls_fd = -1;
 }
 
 static void signal_backends(srv_state *st, int sig)
@@ -712,7 +734,7 @@ static void test_step(const char *step)
 
 int srv_run(srv_config *cfg)
 {
-	srv_state st = {.cfg = cfg, .tcp_fd = -1, .unix_fd = -1, .status_fd = -1};
+	srv_state st = {.cfg = cfg, .tcp_fd = -1, .unix_fd = -1, .tls_fd = -1, .status_fd = -1};
 	for (int i = 0; i < SRV_MAX_POOL; i++)
 		st.pool[i].chan = -1;
 	cfg->sh = map_shared();
@@ -734,9 +756,13 @@ int srv_run(srv_config *cfg)
 	read_settings(cfg);
 	st.kids = calloc((size_t)WR_MAX(cfg->max_clients, 1), sizeof(*st.kids));
 	int rc = st.kids == NULL ? fail("out of memory") : 0;
+	if (rc == 0)
+		rc = srv_tls_setup(cfg);
 	test_step("serve listen");
 	if (rc == 0 && cfg->tcp)
-		rc = listen_tcp(&st);
+		rc = listen_tcp(&st, cfg->port, &st.tcp_fd, &cfg->sh->tcp_port);
+	if (rc == 0 && cfg->tls_port >= 0)
+		rc = listen_tcp(&st, cfg->tls_port, &st.tls_fd, &cfg->sh->tls_port);
 	if (rc == 0 && cfg->unix_path[0] != '\0')
 		rc = listen_unix(&st);
 	if (rc == 0) {
@@ -750,6 +776,8 @@ int srv_run(srv_config *cfg)
 	}
 	serve_status_release(st.status_fd, cfg->dir);
 	free(st.kids);
+	wr_tls_ctx_free(cfg->tls_ctx);
+	cfg->tls_ctx = NULL;
 	munmap(cfg->sh, sizeof(*cfg->sh));
 	cfg->sh = NULL;
 	return rc;

@@ -39,6 +39,10 @@
  * the server dies.  A pool backend that dies is forked again (its
  * connections are lost; the instance crash-restarts as for any backend).
  *
+ * TLS (--tls-port): a second TCP listener whose connections speak TLS
+ * (tls.c: the same loops, libssl under them); the context is made once,
+ * before any backend is forked.
+ *
  * Clients: with a password (cfg->requirepass), a connection that has not
  * authenticated may send only small requests (resp.h, strict) and is closed
  * after authentication_timeout; without one, a connection that sent no
@@ -88,6 +92,7 @@ typedef struct srv_shared {
 	_Atomic uint64_t commands;    /* requests run */
 	uint64_t start_us;
 	int tcp_port; /* the bound port, 0 without TCP */
+	int tls_port; /* the bound TLS port, 0 without TLS */
 } srv_shared;
 
 typedef struct srv_config {
@@ -100,6 +105,13 @@ typedef struct srv_config {
 	const char *requirepass;  /* NULL: no AUTH needed; never empty */
 	int64_t idle_ms;          /* close a connection idle this long; 0: never */
 	int backends;             /* pool backends; 0: one backend process per connection */
+	/* TLS (--tls-*, Redis 6's names): a second TCP listener on bind */
+	int tls_port;               /* -1: none; 0: any free port */
+	const char *tls_cert;       /* certificate chain (PEM) */
+	const char *tls_key;        /* its key (PEM, mode 0600) */
+	const char *tls_ca;         /* CA certificates for clients' certificates, or NULL */
+	int tls_auth_clients;       /* enum wr_tls_verify */
+	struct ssl_ctx_st *tls_ctx; /* made by srv_run before any backend is forked */
 	/* filled by srv_run */
 	bool sync;               /* synchronous_commit */
 	int64_t auth_timeout_ms; /* authentication_timeout: to authenticate, or to send a first
@@ -118,15 +130,22 @@ int srv_run(srv_config *cfg);
 
 /* ---------------------------------------------------------------- backends (conn.c) */
 
-/* The life of one connection in a freshly forked backend; returns its exit code. */
-int srv_backend(const srv_config *cfg, int fd);
+/* The life of one connection (@tls: accepted on the TLS port) in a freshly
+ * forked backend; returns its exit code. */
+int srv_backend(const srv_config *cfg, int fd, bool tls);
 
 /* ---------------------------------------------------------------- pool backends (pool.c) */
 
+/* A connection handed to a pool backend: its id, and whether it came on the TLS port. */
+typedef struct srv_handoff {
+	uint64_t id;
+	uint64_t tls; /* 0 or 1 (a whole word: no padding in the message) */
+} srv_handoff;
+
 /*
  * A pool backend (slot @slot of the pool) until shutdown: connections
- * arrive on @chan, one message each (a uint64_t connection id, the fd
- * attached); returns the exit code.
+ * arrive on @chan, one message each (a srv_handoff, the fd attached);
+ * returns the exit code.
  */
 int srv_pool_backend(const srv_config *cfg, int slot, int chan);
 

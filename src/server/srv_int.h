@@ -15,6 +15,7 @@
 
 #include <signal.h>
 
+#include "common/common.h"
 #include "server/server.h"
 
 typedef struct srv_txop srv_txop;
@@ -220,6 +221,31 @@ void srv_input_run(srv_input *in, srv_session *sess, resp_buf *out, bool *closin
 /* TCP_NODELAY on a TCP connection (replies are whole; nothing to gain from
  * Nagle); nothing on a Unix socket.  Best effort. */
 void srv_socket_nodelay(int fd);
+
+/* ---------------------------------------------------------------- tls.c */
+
+/* A client connection's socket, and its TLS when it came on the TLS port. */
+typedef struct srv_io {
+	int fd;
+	wr_tls *tls; /* NULL: in clear */
+} srv_io;
+enum { SRV_IO_AGAIN = -2, SRV_IO_ERROR = -1 };
+/* The server's TLS context from cfg's files (none without --tls-port): 0,
+ * or 2 (the usage exit code) with the reason on stderr. */
+int srv_tls_setup(srv_config *cfg);
+/* @fd as a connection, TLS when @tls (made non-blocking): 0, or -1 said on stderr. */
+int srv_io_open(srv_io *io, const srv_config *cfg, int fd, bool tls);
+/*
+ * One recv or send without blocking: bytes (> 0), 0 at the end of the
+ * input, SRV_IO_AGAIN (call again once the socket has the readiness in
+ * *@want, POLLIN or POLLOUT), or SRV_IO_ERROR (close it).
+ */
+ssize_t srv_io_recv(srv_io *io, void *buf, size_t len, short *want);
+ssize_t srv_io_send(srv_io *io, const void *buf, size_t len, short *want);
+/* Input TLS has decrypted that the socket's readiness does not show. */
+bool srv_io_pending(const srv_io *io);
+/* TLS's close_notify (best effort), then close(2). */
+void srv_io_close(srv_io *io);
 
 /* ---------------------------------------------------------------- signals.c */
 

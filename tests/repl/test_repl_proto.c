@@ -1,9 +1,11 @@
 /*
  * test_repl_proto.c - the replication protocol's framing (every message
  * type round trip; truncated, oversized, unknown and mis-sized messages
- * refused; a base backup's paths checked) and DIR/walrus.standby's parsing (a readable file, a
- * missing primary, an unknown key, quoting, the default application name),
- * and the senders' lag in time (lag.c) on made-up samples.
+ * refused; a base backup's paths checked; both CHALLENGE versions; what
+ * the handshake's proofs cover) and DIR/walrus.standby's parsing (a
+ * readable file, a missing primary, an unknown key, quoting, the default
+ * application name, sslmode and its files), and the senders' lag in time
+ * (lag.c) on made-up samples.
  */
 #include "fdcache/fdcache.h"
 #include "repl/repl_int.h"
@@ -26,6 +28,9 @@ static repl_msg sample(int type)
 		m.u.challenge.magic = REPL_MAGIC;
 		m.u.challenge.version = REPL_VERSION;
 		memset(m.u.challenge.nonce, 7, REPL_NONCE_LEN);
+		memset(m.u.challenge.salt, 8, REPL_SALT_LEN);
+		m.u.challenge.iterations = REPL_KDF_ITERATIONS;
+		m.u.challenge.flags = REPL_CH_TLS;
 		break;
 	case REPL_MSG_AUTH:
 		memset(m.u.auth.nonce, 1, REPL_NONCE_LEN);
@@ -173,6 +178,67 @@ START_TEST(test_oversized_and_unknown)
 }
 END_TEST
 
+/* Protocol 2's CHALLENGE (40 bytes) still decodes; each length goes with its version. */
+START_TEST(test_challenge_versions)
+{
+	repl_msg m = sample(REPL_MSG_CHALLENGE), back;
+	size_t used, n = repl_encode(&m, buf, sizeof(buf));
+	ck_assert_uint_eq(n, REPL_HEADER_LEN + REPL_CHALLENGE_LEN);
+	m.u.challenge.version = REPL_VERSION_FORMATS;
+	memset(m.u.challenge.salt, 0, REPL_SALT_LEN);
+	m.u.challenge.iterations = m.u.challenge.flags = 0;
+	n = repl_encode(&m, buf, sizeof(buf));
+	ck_assert_uint_eq(n, REPL_HEADER_LEN + REPL_CHALLENGE_V2);
+	memset(&back, 0, sizeof(back));
+	ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_OK);
+	ck_assert_mem_eq(&back.u.challenge, &m.u.challenge, sizeof(m.u.challenge));
+	/* Version 3 in 40 bytes, version 2 in 64: refused. */
+	buf[REPL_HEADER_LEN + 4] = REPL_VERSION_KDF;
+	ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_EPROTO);
+	m = sample(REPL_MSG_CHALLENGE);
+	n = repl_encode(&m, buf, sizeof(buf));
+	buf[REPL_HEADER_LEN + 4] = REPL_VERSION_FORMATS;
+	ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_EPROTO);
+	/* An unknown flag. */
+	m.u.challenge.flags = 2;
+	n = repl_encode(&m, buf, sizeof(buf));
+	ck_assert_int_eq(repl_decode_buf(buf, n, &back, &used), WALRUS_EPROTO);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "unknown flags"));
+}
+END_TEST
+
+/* A proof is good for one key, one challenge, one standby nonce and one
+ * TLS session (or none): change any of them and it changes. */
+START_TEST(test_proofs)
+{
+	repl_msg ch = sample(REPL_MSG_CHALLENGE), other;
+	uint8_t key[WR_SHA256_LEN], key2[WR_SHA256_LEN], nonce[REPL_NONCE_LEN] = {9};
+	uint8_t bind[REPL_BINDING_LEN] = {1}, bind2[REPL_BINDING_LEN] = {2};
+	uint8_t a[WR_SHA256_LEN], b[WR_SHA256_LEN];
+	ck_assert_int_eq(repl_auth_key("pw", ch.u.challenge.salt, 4096, key), WALRUS_OK);
+	ck_assert_int_eq(repl_auth_key("pw", ch.u.challenge.salt, 4097, key2), WALRUS_OK);
+	ck_assert(memcmp(key, key2, sizeof(key)) != 0);
+	ck_assert_int_eq(repl_proof(key, "walrus-standby", &ch, nonce, bind, a), WALRUS_OK);
+	ck_assert_int_eq(repl_proof(key, "walrus-standby", &ch, nonce, bind, b), WALRUS_OK);
+	ck_assert_mem_eq(a, b, sizeof(a));
+	ck_assert_int_eq(repl_proof(key, "walrus-standby", &ch, nonce, bind2, b), WALRUS_OK);
+	ck_assert(memcmp(a, b, sizeof(a)) != 0);
+	ck_assert_int_eq(repl_proof(key, "walrus-standby", &ch, nonce, NULL, b), WALRUS_OK);
+	ck_assert(memcmp(a, b, sizeof(a)) != 0);
+	ck_assert_int_eq(repl_proof(key, "walrus-primary", &ch, nonce, bind, b), WALRUS_OK);
+	ck_assert(memcmp(a, b, sizeof(a)) != 0);
+	ck_assert_int_eq(repl_proof(key2, "walrus-standby", &ch, nonce, bind, b), WALRUS_OK);
+	ck_assert(memcmp(a, b, sizeof(a)) != 0);
+	other = ch;
+	other.u.challenge.flags = 0; /* a relay telling the standby there is no TLS */
+	ck_assert_int_eq(repl_proof(key, "walrus-standby", &other, nonce, bind, b), WALRUS_OK);
+	ck_assert(memcmp(a, b, sizeof(a)) != 0);
+	nonce[0]++;
+	ck_assert_int_eq(repl_proof(key, "walrus-standby", &ch, nonce, bind, b), WALRUS_OK);
+	ck_assert(memcmp(a, b, sizeof(a)) != 0);
+}
+END_TEST
+
 START_TEST(test_bad_fields)
 {
 	repl_msg m = sample(REPL_MSG_START), back;
@@ -315,6 +381,36 @@ START_TEST(test_standby_parse)
 }
 END_TEST
 
+/* sslmode (default prefer) and its files: relative ones are the data directory's. */
+START_TEST(test_standby_parse_ssl)
+{
+	repl_standby_conf c;
+	ck_assert_int_eq(parse("primary = db1:5433\n", &c), WALRUS_OK);
+	ck_assert_int_eq(c.ssl.mode, REPL_SSL_PREFER);
+	ck_assert_int_eq(parse("primary = db1:5433\nsslmode = verify-full\nsslrootcert = ca.crt\n"
+	                       "sslcert = /etc/sb.crt\nsslkey = sb.key\n",
+	                       &c),
+	                 WALRUS_OK);
+	ck_assert_int_eq(c.ssl.mode, REPL_SSL_VERIFY_FULL);
+	ck_assert_str_eq(c.ssl.rootcert, "/data/standby1/ca.crt");
+	ck_assert_str_eq(c.ssl.cert, "/etc/sb.crt");
+	ck_assert_str_eq(c.ssl.key, "/data/standby1/sb.key");
+	ck_assert_int_eq(parse("primary = db1:5433\nsslmode = disable\n", &c), WALRUS_OK);
+	ck_assert_int_eq(c.ssl.mode, REPL_SSL_DISABLE);
+
+	ck_assert_int_eq(parse("primary = db1:5433\nsslmode = on\n", &c), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "bad sslmode \"on\""));
+	ck_assert_int_eq(parse("primary = db1:5433\nsslmode = verify-ca\n", &c), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "needs sslrootcert"));
+	ck_assert_int_eq(
+	    parse("primary = /run/r.sock\nsslmode = verify-full\nsslrootcert = /ca\n", &c),
+	    WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "needs primary = HOST:PORT"));
+	ck_assert_int_eq(parse("primary = db1:5433\nsslcert = /c\n", &c), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "sslcert and sslkey go together"));
+}
+END_TEST
+
 START_TEST(test_standby_file)
 {
 	char abs[PATH_MAX], path[PATH_MAX + 32];
@@ -325,11 +421,15 @@ START_TEST(test_standby_file)
 	snprintf(c.primary, sizeof(c.primary), "127.0.0.1:5433");
 	snprintf(c.application_name, sizeof(c.application_name), "b");
 	snprintf(c.password, sizeof(c.password), "p'w #x");
+	snprintf(c.sslmode, sizeof(c.sslmode), "verify-ca");
+	snprintf(c.ssl.rootcert, sizeof(c.ssl.rootcert), "/etc/walrus/ca.crt");
 	ck_assert_int_eq(repl_standby_write(abs, &c), WALRUS_OK);
 	ck_assert_int_eq(repl_standby_read(abs, &back), WALRUS_OK);
 	ck_assert_str_eq(back.primary, c.primary);
 	ck_assert_str_eq(back.password, c.password);
 	ck_assert_str_eq(back.application_name, "b");
+	ck_assert_int_eq(back.ssl.mode, REPL_SSL_VERIFY_CA);
+	ck_assert_str_eq(back.ssl.rootcert, c.ssl.rootcert);
 	/* Readable by the group: refused, naming the mode. */
 	snprintf(path, sizeof(path), "%s/%s", abs, REPL_STANDBY_FILE);
 	ck_assert_int_eq(chmod(path, 0640), 0);
@@ -385,9 +485,12 @@ int main(void)
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_truncated);
 	tcase_add_test(tc, test_oversized_and_unknown);
+	tcase_add_test(tc, test_challenge_versions);
+	tcase_add_test(tc, test_proofs);
 	tcase_add_test(tc, test_bad_fields);
 	tcase_add_test(tc, test_backup_paths);
 	tcase_add_test(tc, test_standby_parse);
+	tcase_add_test(tc, test_standby_parse_ssl);
 	tcase_add_test(tc, test_standby_file);
 	tcase_add_test(tc, test_lag);
 	suite_add_tcase(s, tc);

@@ -328,7 +328,8 @@ static void send_raw_expect_drop(primary *p, const void *bytes, size_t n)
 	int fd;
 	uint8_t buf[256];
 	ck_assert_int_eq(repl_connect(p->addr, &fd), WALRUS_OK);
-	ck_assert_int_eq(wr_read_full(fd, buf, REPL_HEADER_LEN + 40), REPL_HEADER_LEN + 40);
+	ck_assert_int_eq(wr_read_full(fd, buf, REPL_HEADER_LEN + REPL_CHALLENGE_LEN),
+	                 REPL_HEADER_LEN + REPL_CHALLENGE_LEN);
 	ck_assert_int_eq(buf[0], REPL_MSG_CHALLENGE);
 	ck_assert_int_eq(wr_write_full(fd, bytes, n), 0);
 	ssize_t r;
@@ -382,8 +383,8 @@ START_TEST(test_unauthenticated_take_no_slot)
 	for (int i = 0; i < 3; i++) {
 		ck_assert_int_eq(repl_connect(p.addr, &idle[i]), WALRUS_OK);
 		/* Its CHALLENGE: a sender process is running for it. */
-		ck_assert_int_eq(wr_read_full(idle[i], buf, REPL_HEADER_LEN + 40),
-		                 REPL_HEADER_LEN + 40);
+		ck_assert_int_eq(wr_read_full(idle[i], buf, REPL_HEADER_LEN + REPL_CHALLENGE_LEN),
+		                 REPL_HEADER_LEN + REPL_CHALLENGE_LEN);
 	}
 	ck_assert_int_eq(repl_client_connect(p.addr, PASSWORD, &fd), WALRUS_OK);
 	close(fd);
@@ -417,8 +418,8 @@ START_TEST(test_unauthenticated_bounded)
 	start_primary(&p, false, "");
 	for (int i = 0; i < BOUND; i++) {
 		ck_assert_int_eq(repl_connect(p.addr, &idle[i]), WALRUS_OK);
-		ck_assert_int_eq(wr_read_full(idle[i], buf, REPL_HEADER_LEN + 40),
-		                 REPL_HEADER_LEN + 40);
+		ck_assert_int_eq(wr_read_full(idle[i], buf, REPL_HEADER_LEN + REPL_CHALLENGE_LEN),
+		                 REPL_HEADER_LEN + REPL_CHALLENGE_LEN);
 	}
 	uint64_t t0 = wr_now_ns();
 	for (int i = 0; i < EXTRA; i++) {
@@ -438,7 +439,8 @@ START_TEST(test_unauthenticated_bounded)
 END_TEST
 
 /* An AUTH recorded from one handshake is refused in another: the MAC
- * covers the primary's fresh nonce. */
+ * covers the primary's fresh nonce.  A MAC keyed by the password itself
+ * (no key derivation) is refused too. */
 START_TEST(test_replayed_auth)
 {
 	primary p;
@@ -450,10 +452,15 @@ START_TEST(test_replayed_auth)
 	ck_assert_int_eq(repl_connect(p.addr, &fd), WALRUS_OK);
 	ck_assert_int_eq(repl_recv(fd, buf, &m), WALRUS_OK);
 	ck_assert_int_eq(m.type, REPL_MSG_CHALLENGE);
-	ck_assert_int_eq(repl_random(auth.u.auth.nonce, REPL_NONCE_LEN), WALRUS_OK);
-	ck_assert_int_eq(repl_mac(PASSWORD, "walrus-standby", m.u.challenge.nonce,
-	                          auth.u.auth.nonce, auth.u.auth.mac),
+	ck_assert_uint_eq(m.u.challenge.version, REPL_VERSION);
+	ck_assert_uint_eq(m.u.challenge.flags, 0); /* no TLS */
+	uint8_t key[WR_SHA256_LEN];
+	ck_assert_int_eq(repl_auth_key(PASSWORD, m.u.challenge.salt, m.u.challenge.iterations, key),
 	                 WALRUS_OK);
+	ck_assert_int_eq(repl_random(auth.u.auth.nonce, REPL_NONCE_LEN), WALRUS_OK);
+	ck_assert_int_eq(
+	    repl_proof(key, "walrus-standby", &m, auth.u.auth.nonce, NULL, auth.u.auth.mac),
+	    WALRUS_OK);
 	ck_assert_int_eq(repl_send(fd, &auth), WALRUS_OK);
 	ck_assert_int_eq(repl_recv(fd, buf, &m), WALRUS_OK);
 	ck_assert_int_eq(m.type, REPL_MSG_AUTH_OK); /* the recorded AUTH was good */
@@ -466,10 +473,36 @@ START_TEST(test_replayed_auth)
 	ck_assert_int_eq(m.type, REPL_MSG_ERROR);
 	ck_assert_str_eq(m.u.error.text, "authentication failed");
 	close(fd);
+	/* Nor does a proof made without the key derivation (the password as
+	 * the key, as protocol 2 had it) pass. */
+	ck_assert_int_eq(repl_connect(p.addr, &fd), WALRUS_OK);
+	ck_assert_int_eq(repl_recv(fd, buf, &m), WALRUS_OK);
+	ck_assert_int_eq(m.type, REPL_MSG_CHALLENGE);
+	ck_assert_int_eq(repl_mac(PASSWORD, "walrus-standby", m.u.challenge.nonce,
+	                          auth.u.auth.nonce, auth.u.auth.mac),
+	                 WALRUS_OK);
+	ck_assert_int_eq(repl_send(fd, &auth), WALRUS_OK);
+	ck_assert_int_eq(repl_recv(fd, buf, &m), WALRUS_OK);
+	ck_assert_int_eq(m.type, REPL_MSG_ERROR);
+	ck_assert_str_eq(m.u.error.text, "authentication failed");
+	close(fd);
 	free(buf);
 	stop_primary(&p);
 }
 END_TEST
+
+/* A CHALLENGE of protocol @version as a primary sends it (a fresh nonce and salt). */
+static repl_msg fake_challenge(uint32_t version)
+{
+	repl_msg m = {.type = REPL_MSG_CHALLENGE};
+	m.u.challenge.magic = REPL_MAGIC;
+	m.u.challenge.version = version;
+	m.u.challenge.iterations = REPL_KDF_MIN_ITERATIONS;
+	if (repl_random(m.u.challenge.nonce, REPL_NONCE_LEN) != WALRUS_OK ||
+	    repl_random(m.u.challenge.salt, REPL_SALT_LEN) != WALRUS_OK)
+		_exit(1);
+	return m;
+}
 
 /* A primary that does not know the password (it answers AUTH_OK with a MAC
  * it cannot compute) is refused by the standby's side. */
@@ -487,9 +520,7 @@ START_TEST(test_fake_primary)
 		uint8_t *buf = malloc(REPL_MAX_PAYLOAD);
 		struct pollfd pl = {.fd = lfd, .events = POLLIN};
 		char peer[64];
-		repl_msg m = {.type = REPL_MSG_CHALLENGE};
-		m.u.challenge.magic = REPL_MAGIC;
-		m.u.challenge.version = REPL_VERSION;
+		repl_msg m = fake_challenge(REPL_VERSION);
 		if (buf == NULL || poll(&pl, 1, 60000) != 1 ||
 		    repl_accept(lfd, &fd, peer, sizeof(peer)) != WALRUS_OK ||
 		    repl_send(fd, &m) != WALRUS_OK || repl_recv(fd, buf, &m) != WALRUS_OK)
@@ -523,26 +554,30 @@ static pid_t announcing_primary(const char *addr, uint32_t version, uint32_t for
 	uint8_t *buf = malloc(REPL_MAX_PAYLOAD);
 	struct pollfd pl = {.fd = lfd, .events = POLLIN};
 	char peer[64];
-	repl_msg m = {.type = REPL_MSG_CHALLENGE};
-	m.u.challenge.magic = REPL_MAGIC;
-	m.u.challenge.version = version;
-	if (buf == NULL || repl_random(m.u.challenge.nonce, REPL_NONCE_LEN) != WALRUS_OK ||
-	    poll(&pl, 1, 60000) != 1 || repl_accept(lfd, &fd, peer, sizeof(peer)) != WALRUS_OK)
+	repl_msg ch = fake_challenge(version), m;
+	if (buf == NULL || poll(&pl, 1, 60000) != 1 ||
+	    repl_accept(lfd, &fd, peer, sizeof(peer)) != WALRUS_OK)
 		_exit(1);
-	uint8_t nonce_p[REPL_NONCE_LEN];
-	memcpy(nonce_p, m.u.challenge.nonce, sizeof(nonce_p));
-	if (repl_send(fd, &m) != WALRUS_OK)
+	if (repl_send(fd, &ch) != WALRUS_OK)
 		_exit(1);
 	if (version < REPL_VERSION_FORMATS)
 		_exit(wr_read_full(fd, buf, 1) >= 0 ? 0 : 1); /* refused at the CHALLENGE */
-	if (repl_recv(fd, buf, &m) != WALRUS_OK || m.type != REPL_MSG_AUTH)
+	if (repl_recv(fd, buf, &m) != WALRUS_OK)
+		_exit(wr_read_full(fd, buf, 1) >= 0 ? 0 : 1); /* refused before AUTH */
+	if (m.type != REPL_MSG_AUTH)
 		_exit(1);
-	uint8_t nonce_s[REPL_NONCE_LEN];
+	uint8_t nonce_s[REPL_NONCE_LEN], key[WR_SHA256_LEN];
 	memcpy(nonce_s, m.u.auth.nonce, sizeof(nonce_s));
 	m = (repl_msg){.type = REPL_MSG_AUTH_OK};
 	m.u.auth_ok.wal_format = format;
 	snprintf(m.u.auth_ok.needs_walrus, sizeof(m.u.auth_ok.needs_walrus), "%s", needs);
-	if (repl_mac(PASSWORD, "walrus-primary", nonce_s, nonce_p, m.u.auth_ok.mac) != WALRUS_OK)
+	int rc = version < REPL_VERSION_KDF
+	             ? repl_mac(PASSWORD, "walrus-primary", nonce_s, ch.u.challenge.nonce,
+	                        m.u.auth_ok.mac)
+	             : repl_auth_key(PASSWORD, ch.u.challenge.salt, ch.u.challenge.iterations, key);
+	if (rc == WALRUS_OK && version >= REPL_VERSION_KDF)
+		rc = repl_proof(key, "walrus-primary", &ch, nonce_s, NULL, m.u.auth_ok.mac);
+	if (rc != WALRUS_OK)
 		_exit(1);
 	_exit(repl_send(fd, &m) == WALRUS_OK && wr_read_full(fd, buf, 1) >= 0 ? 0 : 1);
 }
@@ -583,6 +618,47 @@ START_TEST(test_primary_of_later_wal_format)
 }
 END_TEST
 
+/*
+ * A primary of protocol 2 (no key derivation, no TLS) during an upgrade
+ * that goes standbys first: a standby that does not insist on TLS still
+ * authenticates to it (both proofs keyed by the password, as protocol 2
+ * has them); one whose sslmode requires TLS refuses it, saying why.
+ */
+START_TEST(test_primary_of_protocol_2)
+{
+	char dir[PATH_MAX], addr[PATH_MAX + 16];
+	ck_assert_ptr_nonnull(realpath(tu_tmpdir("repl-v2"), dir));
+	snprintf(addr, sizeof(addr), "%s/v2.sock", dir);
+	pid_t pid = announcing_primary(addr, REPL_VERSION_FORMATS, WAL_FORMAT, WR_WALRUS_VERSION);
+	int fd;
+	ck_assert_msg(repl_client_connect(addr, PASSWORD, &fd) == WALRUS_OK, "%s", walrus_errmsg());
+	repl_close(fd);
+	ck_assert_int_eq(tu_wait(pid), 0);
+	ck_assert_int_eq(unlink(addr), 0);
+
+	repl_ssl_conf require = {.mode = REPL_SSL_REQUIRE};
+	pid = announcing_primary(addr, REPL_VERSION_FORMATS, WAL_FORMAT, WR_WALRUS_VERSION);
+	ck_assert_int_eq(repl_client_connect_tls(addr, PASSWORD, &require, &fd), WALRUS_EPERM);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "does not use TLS"));
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "sslmode is require"));
+	ck_assert_int_eq(tu_wait(pid), 0);
+}
+END_TEST
+
+/* sslmode = require against a primary without TLS (ssl = off): refused,
+ * saying so, before anything about the password leaves. */
+START_TEST(test_require_tls_of_plain_primary)
+{
+	primary p;
+	int fd;
+	start_primary(&p, false, "");
+	repl_ssl_conf require = {.mode = REPL_SSL_REQUIRE};
+	ck_assert_int_eq(repl_client_connect_tls(p.addr, PASSWORD, &require, &fd), WALRUS_EPERM);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "does not use TLS (ssl = off there)"));
+	stop_primary(&p);
+}
+END_TEST
+
 START_TEST(test_silent_peer)
 {
 	primary p;
@@ -592,7 +668,8 @@ START_TEST(test_silent_peer)
 	setenv("WALRUS_REPL_AUTH_TIMEOUT_MS", "300", 1);
 	start_primary(&p, false, "");
 	ck_assert_int_eq(repl_connect(p.addr, &fd), WALRUS_OK);
-	ck_assert_int_eq(wr_read_full(fd, buf, REPL_HEADER_LEN + 40), REPL_HEADER_LEN + 40);
+	ck_assert_int_eq(wr_read_full(fd, buf, REPL_HEADER_LEN + REPL_CHALLENGE_LEN),
+	                 REPL_HEADER_LEN + REPL_CHALLENGE_LEN);
 	/* Say nothing: the next read sees the end of the connection. */
 	ck_assert_int_eq(wr_read_full(fd, buf, 1), 0);
 	close(fd);
@@ -837,6 +914,8 @@ int main(void)
 	tcase_add_test(tc, test_replayed_auth);
 	tcase_add_test(tc, test_fake_primary);
 	tcase_add_test(tc, test_primary_of_later_wal_format);
+	tcase_add_test(tc, test_primary_of_protocol_2);
+	tcase_add_test(tc, test_require_tls_of_plain_primary);
 	tcase_add_test(tc, test_silent_peer);
 	tcase_add_test(tc, test_kill_sender);
 	tcase_add_test(tc, test_feedback_bounded_by_sent);
