@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -266,6 +267,10 @@ int cmd_standby(tool_ctx *ctx, int argc, char **argv)
 		rc = dir_missing_or_empty(ctx->datadir, &fresh);
 	if (rc != WALRUS_OK)
 		return tool_fail(rc, ctx->datadir);
+	/* A primary that drops a TLS connection mid-transfer makes libssl's
+	 * write() raise SIGPIPE: an error to report, not a reason to die. */
+	if (fresh && signal(SIGPIPE, SIG_IGN) == SIG_ERR)
+		return tool_fail(wr_error(WALRUS_EIO, "could not ignore SIGPIPE: %m"), ctx->datadir);
 	if (fresh && (rc = take_base_backup(ctx, &a)) != 0)
 		return rc;
 	rc = datadir_resolve(ctx->datadir, false, abs);
