@@ -11,14 +11,20 @@
  */
 #include "peers.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "walrus.h"
@@ -28,6 +34,12 @@
 #define DROP_CACHES_FILE "/proc/sys/vm/drop_caches"
 #define MAX_SYNC_SECONDS 86400
 #define MAX_TXN_OPS      1000000000u
+
+/* --memory-limit: cgroup v1's memory controller, and the smallest limit
+ * taken (below it not even the program's own pages fit). */
+#define MEMCG_ROOT      "/sys/fs/cgroup/memory"
+#define MIN_MEMORY_MB   4
+#define MAX_MEMORY_SIZE (1ull << 50)
 
 /* walrus's buffer pool in walrus-peers: the 256 MiB that SQLite's page cache
  * and RocksDB's block cache get (--cache-mb sets all three; -o
@@ -61,8 +73,10 @@ typedef struct config {
 	bool keep;
 	const char *opts[MAX_OPTS]; /* -o name=value, for walrus */
 	int nopts;
-	uint64_t sync_seconds; /* --sync-seconds, 0: fillsync by --sync-ops */
-	uint64_t txn_seconds;  /* --txn-seconds, 0: txn_transfer by --txn-ops */
+	uint64_t sync_seconds;  /* --sync-seconds, 0: fillsync by --sync-ops */
+	uint64_t txn_seconds;   /* --txn-seconds, 0: txn_transfer by --txn-ops */
+	uint64_t memory_limit;  /* --memory-limit in bytes, 0: none */
+	const char *memcg_root; /* --memory-cgroup-root, else MEMCG_ROOT */
 } config;
 
 static char g_base[PATH_MAX];
@@ -130,6 +144,13 @@ static void usage(FILE *f)
 	    "                     then write 3 to " DROP_CACHES_FILE " (needs root)\n"
 	    "  --drop-caches-file FILE\n"
 	    "                     --drop-caches, writing FILE instead (to test the option)\n"
+	    "  --memory-limit SIZE\n"
+	    "                     run each engine in a memory cgroup (v1) of SIZE bytes (kB,\n"
+	    "                     MB, GB: units of 1024; at least %dMB), page cache included;\n"
+	    "                     --cache-mb defaults to a quarter of it and must be smaller;\n"
+	    "                     every row reports the cgroup's usage (needs root)\n"
+	    "  --memory-cgroup-root DIR\n"
+	    "                     the memory controller's directory (default " MEMCG_ROOT ")\n"
 	    "  --walrus-clients LIST\n"
 	    "                     how walrus's clients of those workloads run, each in turn:\n"
 	    "                     threads (of this process, a handle each) and/or processes\n"
@@ -147,7 +168,7 @@ static void usage(FILE *f)
 	    ", the peers' cache size\n"
 	    "exit: 0 ok, 2 usage or wrong result, 3 engine or system error\n",
 	    PEERS_TXN_ACCOUNTS, PEERS_TXN_BALANCE, MAX_SYNC_SECONDS, PEERS_TXN_CLIENTS,
-	    PEERS_TXN_OPS, MAX_SYNC_SECONDS, PEERS_MAX_BATCH, PEERS_CACHE_MB);
+	    PEERS_TXN_OPS, MAX_SYNC_SECONDS, PEERS_MAX_BATCH, PEERS_CACHE_MB, MIN_MEMORY_MB);
 }
 
 /* PEERS_ALL_WORKLOADS, which the help shows, names every workload. */
@@ -300,6 +321,65 @@ static void check_drop_caches(const char *path)
 	}
 }
 
+/* A size: digits, then nothing (bytes) or kB, MB, GB, TB (units of 1024,
+ * as walrus's options; case ignored). */
+static uint64_t parse_size(const char *opt, const char *s)
+{
+	static const char *const units[] = {"", "kB", "MB", "GB", "TB"};
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0 || end == s || !isdigit((unsigned char)s[0]))
+		bad_usage("bad value for %s (a size: 1GB, 512MB, ...)", opt);
+	for (int i = 0; i < (int)(sizeof(units) / sizeof(units[0])); i++) {
+		if (strcasecmp(end, units[i]) != 0)
+			continue;
+		if (v > (MAX_MEMORY_SIZE >> (10 * i)))
+			bad_usage("%s is too large", opt);
+		return (uint64_t)v << (10 * i);
+	}
+	bad_usage("bad value for %s (a size: 1GB, 512MB, ...)", opt);
+}
+
+/* --memory-limit is refused at once, as --drop-caches: it needs root and
+ * the memory controller of cgroup v1. The cache must fit inside the limit. */
+static void check_memory_limit(config *cfg)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	if (cfg->memory_limit < (uint64_t)MIN_MEMORY_MB << 20) {
+		fprintf(stderr, "walrus-peers: --memory-limit: at least %dMB\n", MIN_MEMORY_MB);
+		exit(PEERS_EXIT_DAMAGE);
+	}
+	if (cfg->run.cache_mb == 0)
+		cfg->run.cache_mb = cfg->memory_limit >> 22 ? cfg->memory_limit >> 22 : 1;
+	if (cfg->run.cache_mb >= cfg->memory_limit >> 20) {
+		fprintf(stderr,
+		        "walrus-peers: --cache-mb %" PRIu64 " does not fit in --memory-limit of "
+		        "%" PRIu64 " MiB\n",
+		        cfg->run.cache_mb, cfg->memory_limit >> 20);
+		exit(PEERS_EXIT_DAMAGE);
+	}
+	if (geteuid() != 0) {
+		fprintf(stderr,
+		        "walrus-peers: --memory-limit: making a memory cgroup needs root\n");
+		exit(PEERS_EXIT_DAMAGE);
+	}
+	errno = 0;
+	if ((size_t)snprintf(path, sizeof(path), "%s/memory.limit_in_bytes", cfg->memcg_root) >=
+	        sizeof(path) - 64 ||
+	    stat(path, &st) != 0) {
+		fprintf(stderr,
+		        "walrus-peers: --memory-limit: no memory controller of cgroup v1 at \"%s\" "
+		        "(%s)\n",
+		        cfg->memcg_root, errno ? strerror(errno) : "path too long");
+		exit(PEERS_EXIT_DAMAGE);
+	}
+}
+
 static void parse_args(int argc, char **argv, config *cfg)
 {
 	*cfg = (config){
@@ -353,6 +433,10 @@ static void parse_args(int argc, char **argv, config *cfg)
 			parse_list(k, v, cfg, add_txn_commit);
 		else if (strcmp(k, "--drop-caches-file") == 0)
 			cfg->run.drop_caches = v;
+		else if (strcmp(k, "--memory-limit") == 0)
+			cfg->memory_limit = parse_size(k, v);
+		else if (strcmp(k, "--memory-cgroup-root") == 0)
+			cfg->memcg_root = v;
 		else if (strcmp(k, "--batch") == 0)
 			cfg->run.batch = parse_u64(k, v, PEERS_MAX_BATCH);
 		else if (strcmp(k, "--cache-mb") == 0)
@@ -394,6 +478,10 @@ static void parse_args(int argc, char **argv, config *cfg)
 	cfg->run.txn_duration_ns = cfg->txn_seconds * 1000000000u;
 	if (cfg->run.drop_caches != NULL)
 		check_drop_caches(cfg->run.drop_caches);
+	if (cfg->memcg_root == NULL)
+		cfg->memcg_root = MEMCG_ROOT;
+	if (cfg->memory_limit != 0)
+		check_memory_limit(cfg);
 }
 
 /* The walrus engine's options: the peers' cache size, then every -o. */
@@ -431,6 +519,276 @@ static walrus_opts *make_walrus_opts(const config *cfg)
 	return o;
 }
 
+/* ------------------------------------------------------ memory cgroups */
+
+/*
+ * --memory-limit: each engine runs in a child process of its own, which
+ * joins a new memory cgroup (MEMCG_ROOT/walrus-peers-PID-ENGINE) before it
+ * opens the engine, so that everything it forks joins too: the clients,
+ * and walrus's supervisor and auxiliaries, which walrus_open forks. The
+ * parent waits for it, kills whatever is left in the cgroup, reports a
+ * failed row when the child did not succeed (the OOM killer's SIGKILL
+ * among others), and removes the cgroup on every path.
+ */
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_stop_signal(int sig)
+{
+	g_stop_signal = sig;
+}
+
+static void cg_file(char *out, size_t n, const char *cg, const char *file)
+{
+	if ((size_t)snprintf(out, n, "%s/%s", cg, file) >= n)
+		peers_fatal(NULL, "memory cgroup", "path too long: \"%s\"", cg);
+}
+
+/* Writes @text to the cgroup's @file: 0 or an errno value. */
+static int cg_write(const char *cg, const char *file, const char *text)
+{
+	char path[PATH_MAX];
+	size_t n = strlen(text);
+	int fd, err = 0;
+
+	cg_file(path, sizeof(path), cg, file);
+	do
+		fd = open(path, O_WRONLY | O_CLOEXEC);
+	while (fd < 0 && errno == EINTR);
+	if (fd < 0)
+		return errno;
+	if (write(fd, text, n) != (ssize_t)n)
+		err = errno ? errno : EIO;
+	if (close(fd) != 0 && err == 0)
+		err = errno;
+	return err;
+}
+
+/* The number after @key in the cgroup's @file ("KEY VALUE" lines; NULL:
+ * the file is one number); 0 when absent or unreadable. */
+static uint64_t cg_read(const char *cg, const char *file, const char *key)
+{
+	char path[PATH_MAX], name[64];
+	unsigned long long v = 0, got = 0;
+	FILE *f;
+
+	cg_file(path, sizeof(path), cg, file);
+	f = fopen(path, "re");
+	if (f == NULL)
+		return 0;
+	if (key == NULL) {
+		if (fscanf(f, "%llu", &got) != 1)
+			got = 0;
+	} else {
+		while (fscanf(f, "%63s %llu", name, &v) == 2)
+			if (strcmp(name, key) == 0)
+				got = v;
+	}
+	if (fclose(f) != 0)
+		return 0;
+	return got;
+}
+
+/* Kills every process in the cgroup and waits until each has exited. They
+ * need not be ours (walrus's supervisor is not), hence pidfds: one taken
+ * before the signal cannot name a reused pid. Returns 0 or an errno value. */
+static int cg_empty(const char *cg)
+{
+	char path[PATH_MAX];
+
+	cg_file(path, sizeof(path), cg, "cgroup.procs");
+	for (;;) {
+		FILE *f = fopen(path, "re");
+		long long pid;
+		int n = 0;
+
+		if (f == NULL)
+			return errno;
+		while (fscanf(f, "%lld", &pid) == 1) {
+			int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+			struct pollfd p = {.fd = fd, .events = POLLIN};
+
+			n++;
+			if (fd < 0) {
+				if (errno == ESRCH)
+					continue;
+				(void)fclose(f);
+				return errno;
+			}
+			if (syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0) != 0 &&
+			    errno != ESRCH)
+				fprintf(stderr, "walrus-peers: kill(%lld) failed: %s\n", pid,
+				        strerror(errno));
+			while (poll(&p, 1, -1) < 0 && errno == EINTR)
+				;
+			if (close(fd) != 0)
+				fprintf(stderr, "walrus-peers: close(pidfd) failed: %s\n",
+				        strerror(errno));
+		}
+		if (fclose(f) != 0)
+			return errno;
+		if (n == 0)
+			return 0;
+	}
+}
+
+/* Empties and removes the cgroup; says so on stderr when it cannot. */
+static void cg_remove(const char *cg)
+{
+	int err = cg_empty(cg);
+
+	if (err != 0)
+		fprintf(stderr, "walrus-peers: emptying memory cgroup \"%s\" failed: %s\n", cg,
+		        strerror(err));
+	if (rmdir(cg) != 0 && errno != ENOENT)
+		fprintf(stderr, "walrus-peers: rmdir(\"%s\") failed: %s\n", cg, strerror(errno));
+}
+
+static void default_stop_signals(void)
+{
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+
+	for (int i = 0; i < 3; i++)
+		if (sigaction(sigs[i], &(struct sigaction){.sa_handler = SIG_DFL}, NULL) != 0)
+			peers_fatal(NULL, "sigaction", "%s", strerror(errno));
+}
+
+/* A signal that would stop the program stops the engine's child instead,
+ * so that the parent removes the cgroup before it exits. */
+static void catch_stop_signals(void)
+{
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+
+	for (int i = 0; i < 3; i++)
+		if (sigaction(sigs[i], &(struct sigaction){.sa_handler = on_stop_signal}, NULL) !=
+		    0)
+			peers_fatal(NULL, "sigaction", "%s", strerror(errno));
+}
+
+/* The child: joins the cgroup, then runs the engine as without a limit. */
+static _Noreturn void engine_child(config *cfg, const peers_engine *e, const char *sub,
+                                   const char *cg)
+{
+	char pid[32];
+	int err;
+
+	default_stop_signals();
+	/* The scratch base is the parent's to remove, after every engine. */
+	peers_set_scratch(g_base, false, cfg->keep);
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	err = cg_write(cg, "cgroup.procs", pid);
+	if (err != 0)
+		peers_fatal(e->name, "memory cgroup", "writing %s to \"%s/cgroup.procs\": %s", pid,
+		            cg, strerror(err));
+	cfg->run.memcg = cg;
+	peers_run_engine(&cfg->run, e, sub);
+	if (!cfg->keep)
+		peers_remove_dir(e, sub);
+	peers_flush(stdout);
+	exit(0);
+}
+
+/* The row of an engine whose child failed: how, and what the cgroup saw. */
+static void failed_row(const config *cfg, const peers_engine *e, const char *cg, int st)
+{
+	FILE *human = cfg->run.json ? stderr : stdout;
+	uint64_t max = cg_read(cg, "memory.max_usage_in_bytes", NULL);
+	uint64_t failcnt = cg_read(cg, "memory.failcnt", NULL);
+	uint64_t ooms = cg_read(cg, "memory.oom_control", "oom_kill");
+	char how[64];
+
+	if (WIFSIGNALED(st))
+		snprintf(how, sizeof(how), "killed by signal %d", WTERMSIG(st));
+	else
+		snprintf(how, sizeof(how), "exit %d", WEXITSTATUS(st));
+	fprintf(human,
+	        "%-12s failed under --memory-limit: %s  memcg max %.1f of %.1f MiB failcnt %" PRIu64
+	        " oom_kill %" PRIu64 "\n",
+	        e->name, how, (double)max / 1048576.0, (double)cfg->memory_limit / 1048576.0,
+	        failcnt, ooms);
+	peers_flush(human);
+	if (!cfg->run.json)
+		return;
+	printf("{\"engine\":\"%s\",\"workload\":null,\"failed\":true,\"exit_code\":", e->name);
+	if (WIFSIGNALED(st))
+		printf("null,\"signal\":%d", WTERMSIG(st));
+	else
+		printf("%d,\"signal\":null", WEXITSTATUS(st));
+	printf(",\"memory_limit_bytes\":%" PRIu64 ",\"memory_max_usage_bytes\":%" PRIu64
+	       ",\"memory_failcnt\":%" PRIu64 ",\"memory_oom_kills\":%" PRIu64 "}\n",
+	       cfg->memory_limit, max, failcnt, ooms);
+	peers_flush(stdout);
+}
+
+/* Removes what a failed or stopped child left: its processes are gone. */
+static void remove_leftovers(const config *cfg, const char *sub)
+{
+	int err;
+
+	if (cfg->keep)
+		return;
+	err = peers_rm_tree(sub);
+	if (err != 0)
+		fprintf(stderr, "walrus-peers: could not remove \"%s\": %s\n", sub, strerror(err));
+}
+
+/* Runs engine @e in its cgroup; returns 0, or the failed child's exit code
+ * (PEERS_EXIT_ERROR when a signal ended it). */
+static int run_in_cgroup(config *cfg, const peers_engine *e, const char *sub)
+{
+	char cg[PATH_MAX], lim[32];
+	pid_t pid;
+	int st = 0, err;
+
+	if ((size_t)snprintf(cg, sizeof(cg), "%s/walrus-peers-%d-%s", cfg->memcg_root,
+	                     (int)getpid(), e->name) >= sizeof(cg) - 64)
+		peers_fatal(e->name, "memory cgroup", "path too long under \"%s\"",
+		            cfg->memcg_root);
+	if (mkdir(cg, 0755) != 0)
+		peers_fatal(e->name, "mkdir", "\"%s\": %s", cg, strerror(errno));
+	snprintf(lim, sizeof(lim), "%" PRIu64, cfg->memory_limit);
+	err = cg_write(cg, "memory.limit_in_bytes", lim);
+	if (err != 0) {
+		cg_remove(cg);
+		peers_fatal(e->name, "memory cgroup",
+		            "writing %s to \"%s/memory.limit_in_bytes\": %s", lim, cg,
+		            strerror(err));
+	}
+	peers_flush(stdout);
+	peers_flush(stderr);
+	pid = fork();
+	if (pid < 0) {
+		err = errno;
+		cg_remove(cg);
+		peers_fatal(e->name, "fork", "%s", strerror(err));
+	}
+	if (pid == 0)
+		engine_child(cfg, e, sub, cg);
+	while (waitpid(pid, &st, 0) < 0) {
+		if (errno != EINTR) {
+			err = errno;
+			(void)kill(pid, SIGKILL);
+			cg_remove(cg);
+			peers_fatal(e->name, "waitpid", "%s", strerror(err));
+		}
+		if (g_stop_signal != 0 && kill(pid, SIGKILL) != 0 && errno != ESRCH)
+			fprintf(stderr, "walrus-peers: kill(%d) failed: %s\n", (int)pid,
+			        strerror(errno));
+	}
+	if (g_stop_signal != 0) {
+		cg_remove(cg);
+		remove_leftovers(cfg, sub);
+		peers_fatal(e->name, "run", "stopped by signal %d", (int)g_stop_signal);
+	}
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+		cg_remove(cg);
+		return 0;
+	}
+	failed_row(cfg, e, cg, st);
+	cg_remove(cg);
+	remove_leftovers(cfg, sub);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : PEERS_EXIT_ERROR;
+}
+
 static void make_base(const config *cfg)
 {
 	if (cfg->dir != NULL) {
@@ -464,6 +822,7 @@ int main(int argc, char **argv)
 {
 	config cfg;
 	walrus_opts *wopts;
+	int failed = 0; /* --memory-limit: the first failed engine's exit code */
 
 	check_workload_list();
 	parse_args(argc, argv, &cfg);
@@ -490,6 +849,9 @@ int main(int argc, char **argv)
 		fprintf(human, " snapshot");
 	if (cfg.run.drop_caches != NULL)
 		fprintf(human, " drop-caches=%s", cfg.run.drop_caches);
+	if (cfg.memory_limit != 0)
+		fprintf(human, " memory-limit=%" PRIu64 " memory-cgroup-root=%s", cfg.memory_limit,
+		        cfg.memcg_root);
 	fprintf(human, " walrus-clients=");
 	for (int i = 0; i < cfg.run.nclient_modes; i++)
 		fprintf(human, "%s%s", i ? "," : "",
@@ -499,12 +861,20 @@ int main(int argc, char **argv)
 	fputc('\n', human);
 	peers_flush(human);
 
+	if (cfg.memory_limit != 0)
+		catch_stop_signals();
 	for (int i = 0; i < cfg.nengines; i++) {
 		const peers_engine *e = cfg.engines[i];
 		char sub[PATH_MAX];
 
 		if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", g_base, e->name) >= sizeof(sub))
 			peers_fatal(e->name, "--dir", "path too long");
+		if (cfg.memory_limit != 0) {
+			int code = run_in_cgroup(&cfg, e, sub);
+
+			failed = failed ? failed : code;
+			continue;
+		}
 		peers_run_engine(&cfg.run, e, sub);
 		if (!cfg.keep)
 			peers_remove_dir(e, sub);
@@ -521,5 +891,5 @@ int main(int argc, char **argv)
 	peers_flush(stdout);
 	peers_walrus_use_opts(NULL);
 	walrus_opts_free(wopts);
-	return 0;
+	return failed;
 }

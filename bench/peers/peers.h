@@ -299,6 +299,13 @@ typedef struct peers_config {
 	 * sync() and write "3" to this file (/proc/sys/vm/drop_caches) once
 	 * every client has prepared, just before the timed run. */
 	const char *drop_caches;
+	/* Non-NULL: the memory cgroup (v1) directory this process runs in
+	 * (walrus-peers --memory-limit). Every row then reports the cgroup's
+	 * limit, its most usage since the previous row (memory.max_usage_in_bytes,
+	 * reset after each row), its failcnt, what memory.stat says of its
+	 * resident and cached bytes at the row's end, and how many processes it
+	 * holds (the walrus instance's supervisor and auxiliaries included). */
+	const char *memcg;
 	/* readrandom and scan on an engine with snapshots (walrus) read through
 	 * one snapshot per client, taken after the load and the warm pass;
 	 * with snapshot_and_plain, each such row follows the same row read

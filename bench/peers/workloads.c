@@ -1238,8 +1238,111 @@ static void emit_size_json(const peers_sizes *z)
 		       z->data, z->wal, z->total - z->data - z->wal);
 }
 
+/* ------------------------------------------------------- memory cgroup */
+
+/* What a row says of the memory cgroup it ran in (peers_config.memcg). */
+typedef struct memcg_figures {
+	uint64_t limit, max_usage, failcnt, rss, cache;
+	unsigned procs;
+} memcg_figures;
+
+static FILE *memcg_open(const char *dir, const char *file, const char *mode)
+{
+	char path[PATH_MAX];
+	FILE *f;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, file) >= sizeof(path))
+		peers_fatal(g_engine, "memory cgroup", "path too long: \"%s\"", dir);
+	f = fopen(path, mode);
+	if (f == NULL)
+		peers_fatal(g_engine, "fopen", "\"%s\": %s", path, strerror(errno));
+	return f;
+}
+
+static void memcg_close(FILE *f, const char *dir, const char *file)
+{
+	bool bad = ferror(f) != 0;
+
+	if (fclose(f) != 0 || bad)
+		peers_fatal(g_engine, "memory cgroup", "\"%s/%s\": %s", dir, file,
+		            bad ? "read error" : strerror(errno));
+}
+
+static uint64_t memcg_u64(const char *dir, const char *file)
+{
+	FILE *f = memcg_open(dir, file, "r");
+	unsigned long long v;
+
+	if (fscanf(f, "%llu", &v) != 1)
+		peers_fatal(g_engine, "memory cgroup", "\"%s/%s\" holds no number", dir, file);
+	memcg_close(f, dir, file);
+	return v;
+}
+
+/* memory.stat's "total_rss" (anonymous memory) and "total_cache" (page
+ * cache and shared memory: walrus's pool is there). */
+static void memcg_stat(const char *dir, memcg_figures *m)
+{
+	FILE *f = memcg_open(dir, "memory.stat", "r");
+	char name[64];
+	unsigned long long v;
+
+	while (fscanf(f, "%63s %llu", name, &v) == 2) {
+		if (strcmp(name, "total_rss") == 0)
+			m->rss = v;
+		else if (strcmp(name, "total_cache") == 0)
+			m->cache = v;
+	}
+	memcg_close(f, dir, "memory.stat");
+}
+
+static unsigned memcg_procs(const char *dir)
+{
+	FILE *f = memcg_open(dir, "cgroup.procs", "r");
+	unsigned long long pid;
+	unsigned n = 0;
+
+	while (fscanf(f, "%llu", &pid) == 1)
+		n++;
+	memcg_close(f, dir, "cgroup.procs");
+	return n;
+}
+
+/* The cgroup's figures for a row; the maximum is then reset (to the usage
+ * now), so that each row's covers its own load, warm pass and timed run. */
+static void memcg_read(const char *dir, memcg_figures *m)
+{
+	FILE *f;
+
+	*m = (memcg_figures){.limit = memcg_u64(dir, "memory.limit_in_bytes"),
+	                     .max_usage = memcg_u64(dir, "memory.max_usage_in_bytes"),
+	                     .failcnt = memcg_u64(dir, "memory.failcnt")};
+	memcg_stat(dir, m);
+	m->procs = memcg_procs(dir);
+	f = memcg_open(dir, "memory.max_usage_in_bytes", "w");
+	if (fputs("0", f) == EOF)
+		peers_fatal(g_engine, "memory cgroup", "\"%s/memory.max_usage_in_bytes\": %s", dir,
+		            strerror(errno));
+	memcg_close(f, dir, "memory.max_usage_in_bytes");
+}
+
+static void emit_memcg_human(FILE *f, const memcg_figures *m)
+{
+	fprintf(f, "  memcg max %.1f of %.1f MiB failcnt %" PRIu64 " rss %.1f cache %.1f procs %u",
+	        MIB(m->max_usage), MIB(m->limit), m->failcnt, MIB(m->rss), MIB(m->cache), m->procs);
+}
+
+/* The JSON fields, each after a comma: the caller closes the object. */
+static void emit_memcg_json(const memcg_figures *m)
+{
+	printf(",\"memory_limit_bytes\":%" PRIu64 ",\"memory_max_usage_bytes\":%" PRIu64
+	       ",\"memory_failcnt\":%" PRIu64 ",\"memory_rss_bytes\":%" PRIu64
+	       ",\"memory_cache_bytes\":%" PRIu64 ",\"memory_procs\":%u",
+	       m->limit, m->max_usage, m->failcnt, m->rss, m->cache, m->procs);
+}
+
 /* txn_transfer's row: commits, not pairs (no MB/s), its durability and aborts. */
-static void emit_txn(const peers_config *cfg, const peers_result *r)
+static void emit_txn(const peers_config *cfg, const peers_result *r, const memcg_figures *m)
 {
 	double secs = (double)r->ns / 1e9;
 	double ops_s = secs > 0 ? (double)r->ops / secs : 0.0;
@@ -1249,18 +1352,24 @@ static void emit_txn(const peers_config *cfg, const peers_result *r)
 
 	fprintf(human,
 	        "%-12s %-16s procs=%-2d %-9s %10" PRIu64 " commits %8.3f s %11.0f commits/s  %-7s"
-	        "  aborts %" PRIu64 " (%.2f%%)  p50 %9.2f us  p99 %9.2f us\n",
+	        "  aborts %" PRIu64 " (%.2f%%)  p50 %9.2f us  p99 %9.2f us",
 	        r->engine, r->workload, r->procs, r->mode, r->ops, secs, ops_s,
 	        r->sync ? "durable" : "async", r->aborts, 100.0 * rate, r->p50_us, r->p99_us);
+	if (m != NULL)
+		emit_memcg_human(human, m);
+	fputc('\n', human);
 	peers_flush(human);
 	if (!cfg->json)
 		return;
 	printf("{\"engine\":\"%s\",\"workload\":\"%s\",\"procs\":%d,\"mode\":\"%s\","
 	       "\"batch\":1,\"sync\":%s,\"ops\":%" PRIu64
 	       ",\"seconds\":%.6f,\"ops_per_s\":%.1f,\"mb_per_s\":null,\"commits\":%" PRIu64
-	       ",\"aborts\":%" PRIu64 ",\"abort_rate\":%.6f,\"p50_us\":%.3f,\"p99_us\":%.3f}\n",
+	       ",\"aborts\":%" PRIu64 ",\"abort_rate\":%.6f,\"p50_us\":%.3f,\"p99_us\":%.3f",
 	       r->engine, r->workload, r->procs, r->mode, r->sync ? "true" : "false", r->ops, secs,
 	       ops_s, r->ops, r->aborts, rate, r->p50_us, r->p99_us);
+	if (m != NULL)
+		emit_memcg_json(m);
+	printf("}\n");
 	peers_flush(stdout);
 }
 
@@ -1274,9 +1383,14 @@ static void emit(const peers_config *cfg, const peers_result *r)
 	FILE *human = cfg->json ? stderr : stdout;
 	bool keys = strcmp(r->workload, "scan") == 0;
 	bool writer = strcmp(r->workload, "readwhilewriting") == 0;
+	memcg_figures mf, *m = NULL;
 
+	if (cfg->memcg != NULL) {
+		memcg_read(cfg->memcg, &mf);
+		m = &mf;
+	}
 	if (r->has_sync) {
-		emit_txn(cfg, r);
+		emit_txn(cfg, r, m);
 		return;
 	}
 	fprintf(human,
@@ -1300,6 +1414,8 @@ static void emit(const peers_config *cfg, const peers_result *r)
 		fprintf(human, "  compacted in %.3f s:", r->compact_s);
 		emit_size_human(human, &r->compacted);
 	}
+	if (m != NULL)
+		emit_memcg_human(human, m);
 	fputc('\n', human);
 	peers_flush(human);
 	if (!cfg->json)
@@ -1324,9 +1440,12 @@ static void emit(const peers_config *cfg, const peers_result *r)
 		printf("\"seconds\":%.6f},", r->compact_s);
 	}
 	if (r->has_lat)
-		printf("\"p50_us\":%.3f,\"p99_us\":%.3f}\n", r->p50_us, r->p99_us);
+		printf("\"p50_us\":%.3f,\"p99_us\":%.3f", r->p50_us, r->p99_us);
 	else
-		printf("\"p50_us\":null,\"p99_us\":null}\n");
+		printf("\"p50_us\":null,\"p99_us\":null");
+	if (m != NULL)
+		emit_memcg_json(m);
+	printf("}\n");
 	peers_flush(stdout);
 }
 
