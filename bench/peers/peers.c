@@ -331,7 +331,7 @@ static uint64_t parse_size(const char *opt, const char *s)
 
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (errno != 0 || end == s || !isdigit((unsigned char)s[0]))
+	if (errno != 0 || end == s || !isdigit((unsigned char)s[0]) || v == 0)
 		bad_usage("bad value for %s (a size: 1GB, 512MB, ...)", opt);
 	for (int i = 0; i < (int)(sizeof(units) / sizeof(units[0])); i++) {
 		if (strcasecmp(end, units[i]) != 0)

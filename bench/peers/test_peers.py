@@ -78,6 +78,7 @@ MODES = {"walrus": ["threads", "processes"], "sqlite": ["processes"], "lmdb": ["
 TXN_ENGINES = ["walrus", "sqlite", "lmdb", "rocksdb-otxn", "rocksdb-ptxn"]
 TXN_OPS = 50
 TXN_PROCS = [1, 4]
+MEMCG_ROOT = "/sys/fs/cgroup/memory"
 
 
 def fail(msg):
@@ -447,8 +448,155 @@ def check_txn(peers, walrus):
     print("ok: walrus bench txn_transfer and --snapshot")
 
 
+def run_pid(argv):
+    """Runs walrus-peers; returns its exit code, stdout, stderr and pid (the
+    cgroups it makes are named after the pid)."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as p:
+        try:
+            out, err = p.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            fail("%s: did not end in 600 s" % " ".join(argv))
+    sys.stderr.write(err)
+    return p.returncode, out, err, p.pid
+
+
+def cgroups_left(pid):
+    prefix = "walrus-peers-%d-" % pid
+    return [d for d in os.listdir(MEMCG_ROOT) if d.startswith(prefix)]
+
+
+def check_memory_limit(peers):
+    """--memory-limit on every engine: each row carries the cgroup's figures,
+    its most usage within the limit, walrus's supervisor inside the cgroup;
+    the cgroups and the scratch directory are gone afterwards; a limit the
+    engine cannot run in is a failed row per engine (killed by the OOM
+    killer), not a hang; the usage errors."""
+    for args, msg in ((["--memory-limit", "1XB"], "bad value for --memory-limit"),
+                      (["--memory-limit", "0"], "bad value for --memory-limit"),
+                      (["--memory-limit", "-5MB"], "bad value for --memory-limit"),
+                      (["--memory-limit", "1MB"], "--memory-limit: at least 4MB"),
+                      (["--memory-limit", "256MB", "--cache-mb", "256"],
+                       "--cache-mb 256 does not fit in --memory-limit of 256 MiB")):
+        p = subprocess.run([peers, "--engines", "lmdb", "--num", str(NUM)] + args,
+                           capture_output=True, text=True, timeout=60)
+        if p.returncode != 2 or msg not in p.stderr:
+            fail("%s: exit %d, %r" % (args, p.returncode, p.stderr[:300]))
+    root = os.geteuid() == 0
+    if not root or not os.path.exists(os.path.join(MEMCG_ROOT, "memory.limit_in_bytes")):
+        p = subprocess.run([peers, "--engines", "lmdb", "--num", str(NUM),
+                            "--memory-limit", "256MB"], capture_output=True, text=True,
+                           timeout=60)
+        want = "needs root" if not root else "no memory controller"
+        if p.returncode != 2 or want not in p.stderr:
+            fail("--memory-limit without root or controller: exit %d, %r"
+                 % (p.returncode, p.stderr[:300]))
+        print("ok: --memory-limit refused here (%s); the cgroup runs need root and %s"
+              % (want, MEMCG_ROOT))
+        return
+    with tempfile.TemporaryDirectory(prefix="peers-memcg.") as tmp:
+        p = subprocess.run([peers, "--engines", "lmdb", "--num", str(NUM), "--memory-limit",
+                            "256MB", "--memory-cgroup-root", os.path.join(tmp, "none")],
+                           capture_output=True, text=True, timeout=60)
+        if p.returncode != 2 or "no memory controller of cgroup v1" not in p.stderr:
+            fail("missing controller: exit %d, %r" % (p.returncode, p.stderr[:300]))
+        scratch = os.path.join(tmp, "scratch")
+        limit = 256 << 20
+        rc, out, err, pid = run_pid(
+            [peers, "--engines", ",".join(ENGINES), "--num", "20000", "--memory-limit",
+             "256MB", "--workloads", "fillrandom,readrandom,scan,readwhilewriting",
+             "--read-procs", "1", "--walrus-clients", "threads", "--dir", scratch, "--json"])
+        if rc != 0:
+            fail("--memory-limit run: exit %d" % rc)
+        if "cache-mb=64 " not in err:
+            fail("--memory-limit 256MB: the caches are not a quarter of it: %r" % err[:300])
+        rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+        want = [(e, w) for e in ENGINES
+                for w in ("fillrandom", "readrandom", "scan", "readwhilewriting")]
+        got = [(r["engine"], r["workload"]) for r in rows]
+        if got != want:
+            fail("--memory-limit rows %s, expected %s" % (got, want))
+        for r in rows:
+            if not (r.get("memory_limit_bytes") == limit
+                    and 0 < r["memory_max_usage_bytes"] <= limit
+                    and r["memory_failcnt"] >= 0 and r["memory_procs"] >= 1
+                    and r["memory_rss_bytes"] > 0):
+                fail("--memory-limit row without the cgroup's figures: %s" % r)
+        # walrus_open forked the supervisor from the engine's process, inside
+        # the cgroup: the read rows, taken while the instance is up, count it.
+        for r in rows:
+            if r["engine"] == "walrus" and r["workload"] != "fillrandom" \
+                    and r["memory_procs"] < 2:
+                fail("walrus's supervisor is not in the cgroup: %s" % r)
+        if cgroups_left(pid) or os.path.exists(scratch):
+            fail("--memory-limit left %s, %s" % (cgroups_left(pid), os.listdir(tmp)))
+        # 4MB cannot hold fillrandom's order of 10^6 keys (8 MB): the OOM
+        # killer ends each engine's process, a failed row each, exit 3.
+        rc, out, err, pid = run_pid(
+            [peers, "--engines", "lmdb,walrus", "--num", "1000000", "--memory-limit", "4MB",
+             "--workloads", "fillrandom", "--dir", scratch, "--json"])
+        rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+        if rc != 3 or [r["engine"] for r in rows] != ["lmdb", "walrus"]:
+            fail("--memory-limit 4MB: exit %d, rows %s" % (rc, rows))
+        for r in rows:
+            if not (r.get("failed") is True and r["signal"] == 9
+                    and r["memory_oom_kills"] >= 1 and r["memory_limit_bytes"] == 4 << 20):
+                fail("--memory-limit 4MB: not an OOM kill: %s" % r)
+        if "failed under --memory-limit: killed by signal 9" not in err:
+            fail("--memory-limit 4MB: no human line for the failed row: %r" % err[:500])
+        if cgroups_left(pid) or os.path.exists(scratch):
+            fail("--memory-limit 4MB left %s, %s" % (cgroups_left(pid), os.listdir(tmp)))
+    print("ok: --memory-limit")
+
+
+def check_fio(peers):
+    """scripts/bench_fio.py on a 64 MiB file, 1 s per job: the random reads at
+    each depth and the sequential read, its file removed; --compare on a
+    walrus-peers row."""
+    del peers
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                          "scripts", "bench_fio.py")
+    if shutil.which("fio") is None:
+        print("skipped: fio is not installed")
+        sys.exit(77)
+    with tempfile.TemporaryDirectory(prefix="peers-fio.") as tmp:
+        p = subprocess.run([sys.executable, script, "--dir", tmp, "--size", "64MB",
+                            "--runtime", "1", "--depths", "1,8,32", "--json"],
+                           capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            fail("bench_fio.py: exit %d, %r" % (p.returncode, p.stderr[:500]))
+        res = json.loads(p.stdout)
+        if sorted(res["randread_8k"]) != ["1", "32", "8"] \
+                or not all(v > 0 for v in res["randread_8k"].values()) \
+                or not res["seqread_1m"]["mb_per_s"] > 0 or res["size_bytes"] != 64 << 20:
+            fail("bench_fio.py: %s" % res)
+        if os.listdir(tmp):
+            fail("bench_fio.py left %s" % os.listdir(tmp))
+        fio_json = os.path.join(tmp, "fio.json")
+        rows_json = os.path.join(tmp, "rows.jsonl")
+        with open(fio_json, "w") as f:
+            f.write(p.stdout)
+        with open(rows_json, "w") as f:
+            f.write(json.dumps({"engine": "lmdb", "workload": "readrandom", "procs": 8,
+                                "mode": "processes", "ops_per_s": 1000.0}) + "\n")
+        p = subprocess.run([sys.executable, script, "--compare", fio_json, rows_json,
+                            "--json"], capture_output=True, text=True, timeout=60)
+        got = json.loads(p.stdout)
+        if p.returncode != 0 or abs(got["fraction_of_fio"]
+                                    - 1000.0 / res["randread_8k"]["8"]) > 1e-9:
+            fail("bench_fio.py --compare: exit %d, %r" % (p.returncode, p.stdout))
+        p = subprocess.run([sys.executable, script, "--dir", tmp, "--size", "0"],
+                           capture_output=True, text=True, timeout=60)
+        if p.returncode != 2 or "bad size" not in p.stderr:
+            fail("bench_fio.py --size 0: exit %d, %r" % (p.returncode, p.stderr))
+    print("ok: bench_fio.py")
+
+
 CHECKS = {"fillsync-seconds": check_fillsync_seconds, "sizes": check_sizes,
-          "drop-caches": check_drop_caches, "txn": check_txn}
+          "drop-caches": check_drop_caches, "txn": check_txn,
+          "memory-limit": check_memory_limit, "fio": check_fio}
 
 
 def main():
