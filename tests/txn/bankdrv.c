@@ -65,6 +65,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "drvutil.h"
 #include "walrus.h"
 
 #define MAX_ACCOUNTS 1000
@@ -128,11 +129,7 @@ static _Noreturn void fail(int code, const char *what)
 
 static uint64_t rnd(void)
 {
-	/* splitmix64 */
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	return drv_rnd(&rng_state);
 }
 
 static unsigned below(unsigned n)
@@ -514,10 +511,8 @@ static _Noreturn void usage(void)
 
 static unsigned long long num(const char *v)
 {
-	char *end;
-	errno = 0;
-	unsigned long long n = strtoull(v, &end, 10);
-	if (errno != 0 || *v == '\0' || *end != '\0')
+	unsigned long long n;
+	if (!drv_num(v, &n))
 		usage();
 	return n;
 }
@@ -554,15 +549,11 @@ int main(int argc, char **argv)
 		if (strcmp(a, "-D") == 0) {
 			dir = v;
 		} else if (strcmp(a, "-o") == 0) {
-			const char *eq = strchr(v, '=');
-			if (eq == NULL)
+			int orc = drv_opt(opts, v, "bankdrv");
+			if (orc == 1)
 				usage();
-			char key[128];
-			snprintf(key, sizeof(key), "%.*s", (int)(eq - v), v);
-			if (walrus_opts_set(opts, key, eq + 1) != WALRUS_OK) {
-				fprintf(stderr, "bankdrv: -o %s: %s\n", v, walrus_errmsg());
-				return 2;
-			}
+			if (orc != 0)
+				return orc;
 		} else if (strcmp(a, "--prefix") == 0) {
 			prefix = v;
 		} else if (strcmp(a, "--client") == 0) {

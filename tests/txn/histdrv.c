@@ -68,6 +68,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "drvutil.h"
 #include "walrus.h"
 
 #define MAX_THREADS  64
@@ -197,11 +198,7 @@ static _Noreturn void fail(const client *c, int code, const char *what)
 
 static uint64_t rnd(client *c)
 {
-	/* splitmix64 */
-	uint64_t z = (c->rng += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	return drv_rnd(&c->rng);
 }
 
 static unsigned below(client *c, unsigned n)
@@ -495,10 +492,8 @@ static _Noreturn void usage(void)
 
 static unsigned long long num(const char *v)
 {
-	char *end;
-	errno = 0;
-	unsigned long long n = strtoull(v, &end, 10);
-	if (errno != 0 || *v == '\0' || *end != '\0')
+	unsigned long long n;
+	if (!drv_num(v, &n))
 		usage();
 	return n;
 }
@@ -528,15 +523,11 @@ int main(int argc, char **argv)
 		if (strcmp(a, "-D") == 0) {
 			dir = v;
 		} else if (strcmp(a, "-o") == 0) {
-			const char *eq = strchr(v, '=');
-			if (eq == NULL)
+			int orc = drv_opt(opts, v, "histdrv");
+			if (orc == 1)
 				usage();
-			char key[128];
-			snprintf(key, sizeof(key), "%.*s", (int)(eq - v), v);
-			if (walrus_opts_set(opts, key, eq + 1) != WALRUS_OK) {
-				fprintf(stderr, "histdrv: -o %s: %s\n", v, walrus_errmsg());
-				return 2;
-			}
+			if (orc != 0)
+				return orc;
 		} else if (strcmp(a, "--client") == 0) {
 			name = v;
 		} else if (strcmp(a, "--id") == 0) {
