@@ -100,6 +100,7 @@ enum walrus_error {
 	WALRUS_EINTR = -22,       /* stopped by walrus_interrupt(); nothing half done kept */
 	WALRUS_ECONFLICT = -23,   /* a transaction's commit met a concurrent change: retry */
 	WALRUS_ESNAPSHOT = -24,   /* snapshot too old: versions it needs are gone */
+	WALRUS_EEXIST = -25,      /* a key space of that name exists */
 };
 
 /* A short description of an error code; never NULL. */
@@ -382,6 +383,66 @@ WALRUS_API int walrus_txn_iter_open(walrus_txn *txn, const void *lo, size_t lole
 WALRUS_API int walrus_txn_commit(walrus_txn *txn, int flags);
 WALRUS_API int walrus_txn_abort(walrus_txn *txn);
 WALRUS_API void walrus_txn_free(walrus_txn *txn);
+
+/*
+ * Named key spaces (LMDB's named databases, RocksDB's column families): each
+ * an ordered key space of its own, stored as its own relation (its own data
+ * files, DIR/base/<n>), apart from the default space that the calls above
+ * read and write.  Names are 1 to 64 bytes of letters, digits, '_', '-'
+ * and '.' (WALRUS_EINVAL otherwise).
+ *
+ * walrus_space_create and walrus_space_drop are durable when they return
+ * (WALRUS_EEXIST, WALRUS_ENOTFOUND); a drop gives the space's files back to
+ * the file system once every call reading the space has finished, and a
+ * call on the space after the drop fails with WALRUS_ENOTFOUND ("key space
+ * "NAME" was dropped"), in every handle and process.  walrus_space_open
+ * returns the handle's handle of the space (the same one each time, until
+ * the space is dropped), or creates the space first with
+ * WALRUS_SPACE_CREATE; a space handle belongs to its walrus handle and is
+ * freed by walrus_close (using it with another: WALRUS_EMISUSE).
+ *
+ * The _in calls are the calls above on space @sp (NULL: the default
+ * space).  A batch or a transaction may hold writes to several spaces: its
+ * commit is atomic across all of them.  Backups, restores, standbys,
+ * walrus_compact, walrus_verify and walrus_stats cover every space.
+ * walrus_space_list gives the names in order in one allocation (free it
+ * with walrus_free).
+ */
+typedef struct walrus_space walrus_space;
+#define WALRUS_SPACE_CREATE 0x1 /* walrus_space_open: create it if missing */
+WALRUS_API int walrus_space_create(walrus *db, const char *name);
+WALRUS_API int walrus_space_open(walrus *db, const char *name, int flags, walrus_space **sp);
+WALRUS_API int walrus_space_drop(walrus *db, const char *name);
+WALRUS_API int walrus_space_list(walrus *db, char ***names, size_t *n);
+WALRUS_API const char *walrus_space_name(const walrus_space *sp);
+WALRUS_API int walrus_put_in(walrus *db, walrus_space *sp, const void *key, size_t klen,
+                             const void *val, size_t vlen, int flags);
+WALRUS_API int walrus_get_in(walrus *db, walrus_space *sp, const void *key, size_t klen, void **val,
+                             size_t *vlen);
+WALRUS_API int walrus_get_into_in(walrus *db, walrus_space *sp, const void *key, size_t klen,
+                                  void *buf, size_t cap, size_t *vlen);
+WALRUS_API int walrus_delete_in(walrus *db, walrus_space *sp, const void *key, size_t klen,
+                                int flags);
+WALRUS_API int walrus_batch_put_in(walrus_batch *b, walrus_space *sp, const void *key, size_t klen,
+                                   const void *val, size_t vlen);
+WALRUS_API int walrus_batch_delete_in(walrus_batch *b, walrus_space *sp, const void *key,
+                                      size_t klen);
+WALRUS_API int walrus_iter_open_in(walrus *db, walrus_space *sp, const void *lo, size_t lolen,
+                                   const void *hi, size_t hilen, walrus_iter **it);
+WALRUS_API int walrus_get_at_in(walrus *db, const walrus_snapshot *snap, walrus_space *sp,
+                                const void *key, size_t klen, void **val, size_t *vlen);
+WALRUS_API int walrus_iter_open_at_in(walrus *db, const walrus_snapshot *snap, walrus_space *sp,
+                                      const void *lo, size_t lolen, const void *hi, size_t hilen,
+                                      walrus_iter **it);
+WALRUS_API int walrus_txn_get_in(walrus_txn *txn, walrus_space *sp, const void *key, size_t klen,
+                                 void **val, size_t *vlen);
+WALRUS_API int walrus_txn_put_in(walrus_txn *txn, walrus_space *sp, const void *key, size_t klen,
+                                 const void *val, size_t vlen);
+WALRUS_API int walrus_txn_delete_in(walrus_txn *txn, walrus_space *sp, const void *key,
+                                    size_t klen);
+WALRUS_API int walrus_txn_iter_open_in(walrus_txn *txn, walrus_space *sp, const void *lo,
+                                       size_t lolen, const void *hi, size_t hilen,
+                                       walrus_iter **it);
 
 /*
  * Returns once every write acknowledged so far, by any process of the

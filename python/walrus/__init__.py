@@ -19,7 +19,7 @@ from .errors import (  # noqa: F401
     NotWalrus, OutOfMemory, Panic, PermissionDenied, ProtocolError, ReadOnly, Restart,
     Shutdown, SnapshotTooOld, TooBig, VersionMismatch, strerror)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 library_path = _lib.path
 MAX_KEY = _lib.MAX_KEY
 MAX_VALUE = _lib.MAX_VALUE

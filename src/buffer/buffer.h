@@ -74,6 +74,13 @@ void buf_backend_set(buf_backend *b); /* NULL: the process's default */
 int buf_backend_close(buf_backend *b);
 /* Frees it without touching shared memory: after fork() or a crash restart. */
 void buf_backend_forget(buf_backend *b);
+/*
+ * Forgets every buffer of relation @rel without writing it, dirty or not:
+ * the relation is being removed (a dropped key space, an orphan file).
+ * The caller guarantees nobody reads or changes @rel any more; pins still
+ * held (a write or a read finishing) are waited for.
+ */
+void buf_drop_rel(wr_relid rel);
 /* In every process after shm attach: finds the region, allocates private state. */
 int buf_attach(void);
 /*

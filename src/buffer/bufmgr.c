@@ -22,6 +22,7 @@
  * reads the version again: unchanged and even means no exclusive holder or
  * retag overlapped the read, which then saw the page as a share lock would.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -460,6 +461,59 @@ static _Atomic uint32_t *buf_tag_seq(uint32_t hash)
 static void buf_tag_changed(uint32_t hash)
 {
 	atomic_fetch_add(buf_tag_seq(hash), 1);
+}
+
+/* One buffer of @rel untagged (true), or left as it is: tagged otherwise
+ * (true), or pinned / in I/O now (false: try again). */
+static bool drop_one(int buf, wr_relid rel)
+{
+	buf_desc *d = buf_get_desc(buf);
+	uint32_t s = buf_hdr_lock(d);
+	wr_blkno blk = d->blk;
+	bool mine = (s & BM_TAG_VALID) && d->rel == rel;
+	buf_hdr_unlock(d, s);
+	if (!mine)
+		return true;
+	uint32_t hash = buf_tag_hash(rel, blk);
+	wr_rwlock *p = buf_partition_lock(hash);
+	rw_lock_excl(p);
+	s = buf_hdr_lock(d);
+	if (!(s & BM_TAG_VALID) || d->rel != rel || d->blk != blk) {
+		buf_hdr_unlock(d, s);
+		rw_unlock(p);
+		return true;
+	}
+	if (BUF_REFCOUNT(s) != 0 || (s & BM_IO_IN_PROGRESS)) {
+		buf_hdr_unlock(d, s);
+		rw_unlock(p);
+		return false;
+	}
+	buf_table_delete(hash, buf);
+	buf_tag_changed(hash);
+	buf_version_open(d);
+	s &= ~(BM_TAG_VALID | BM_VALID | BM_DIRTY | BM_IO_ERROR | BM_CHECKPOINT_NEEDED |
+	       BM_CHECKED | BUF_USAGE_MASK);
+	buf_hdr_unlock(d, s);
+	buf_version_close(d);
+	rw_unlock(p);
+	return true;
+}
+
+void buf_drop_rel(wr_relid rel)
+{
+	uint32_t n = buf_nbuffers();
+	for (uint32_t b = 1; b <= n; b++) {
+		const buf_desc *d = buf_get_desc((int)b);
+		if (d->rel != rel) /* a racy look: a buffer retagged to @rel is not possible now */
+			continue;
+		/* A pin now is a write in progress (checkpointer, bgwriter, an
+		 * eviction) or a reader finishing a step: short. */
+		for (int tries = 0; !drop_one((int)b, rel); tries++)
+			if (tries > 100)
+				wr_sleep_us(100);
+			else
+				sched_yield();
+	}
 }
 
 bool buf_absent(wr_relid rel, wr_blkno blk, uint32_t *ticket)

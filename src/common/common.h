@@ -40,7 +40,7 @@
  */
 #define WR_TLS _Thread_local __attribute__((tls_model("initial-exec")))
 
-/* This walrus's version ("0.1.0"): meson.build defines it from the project's. */
+/* This walrus's version ("0.2.0"): meson.build defines it from the project's. */
 #ifndef WR_WALRUS_VERSION
 #error "WR_WALRUS_VERSION is not defined: build with meson (meson.build sets it)"
 #endif

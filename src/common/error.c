@@ -73,6 +73,8 @@ const char *walrus_strerror(int code)
 		return "transaction conflict: nothing applied, retry";
 	case WALRUS_ESNAPSHOT:
 		return "snapshot too old";
+	case WALRUS_EEXIST:
+		return "already exists";
 	}
 	return "unknown error";
 }

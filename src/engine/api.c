@@ -83,6 +83,7 @@ int walrus_close(walrus *db)
 		api_txn_orphan_all(db, false);
 	if (rc == WALRUS_OK)
 		client_call_end(be);
+	api_space_free_all(db);
 	wr_error_clear();
 	db->magic = 0;
 	free(db);

@@ -19,6 +19,7 @@
  */
 struct walrus_iter {
 	walrus *db;
+	walrus_space *sp; /* the key space it reads, NULL: the default one */
 	kv_iter *it;
 	kv_viter *vit;
 	const kv_iter_cur *cur; /* the entry it is on, read without a call per key */
@@ -76,6 +77,7 @@ int api_check_flags(int flags, const char *fn);
 void api_txn_orphan_all(walrus *db, bool attached);
 /* The heads of the handle's lists (api.c keeps them in the handle). */
 typedef struct api_owned {
+	struct walrus_space *spaces; /* opened by name, freed with the handle */
 	struct walrus_snapshot *snaps;
 	struct walrus_txn *txns;
 	walrus_iter *iters; /* the iterators over the tree itself */
@@ -85,5 +87,25 @@ api_owned *api_handle_owned(walrus *db);
 void api_iter_unlink(walrus_iter *it);
 /* An iterator over the tree joins its handle's list: walrus_close ends it. */
 void api_iter_own(walrus *db, walrus_iter *it);
+
+/*
+ * Key spaces (api_space.c).  api_space_rel: @sp's relation (NULL: KV_REL),
+ * EMISUSE for another handle's space.  Inside a call, a read or write of a
+ * space is wrapped as IN_SPACE(sp, call): the backend's slot says which
+ * space it is in (a drop waits for it to leave) and a space dropped since
+ * it was opened fails with ENOTFOUND naming it.
+ */
+int api_space_rel(walrus *db, const walrus_space *sp, const char *fn, wr_relid *rel);
+int api_space_enter(walrus_space *sp);
+int api_space_failed(void);
+int api_space_leave(int rc);
+#define IN_SPACE(sp, call)                                                                         \
+	((sp) == NULL                                                                              \
+	     ? (call)                                                                              \
+	     : api_space_leave(api_space_enter(sp) != WALRUS_OK ? api_space_failed() : (call)))
+/* A batch has no handle: only @sp's own is checked (NULL: KV_REL); a space
+ * dropped before the commit fails it (kv checks, under the tree lock). */
+int api_space_batch_rel(const walrus_space *sp, const char *fn, wr_relid *rel);
+void api_space_free_all(walrus *db);
 
 #endif /* WALRUS_API_INT_H */

@@ -7,6 +7,7 @@
 #include "engine/api_int.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,6 +67,62 @@ void walrus_free(void *p)
 	free(p);
 }
 
+/* ---------------------------------------------------------------- in a key space */
+
+int walrus_put_in(walrus *db, walrus_space *sp, const void *key, size_t klen, const void *val,
+                  size_t vlen, int flags)
+{
+	wr_relid rel;
+	int rc = api_check_flags(flags, "walrus_put_in");
+	if (rc == WALRUS_OK)
+		rc = api_space_rel(db, sp, "walrus_put_in", &rel);
+	if (rc != WALRUS_OK)
+		return rc;
+	API_CALL(db, "walrus_put_in",
+	         IN_SPACE(sp, WRITABLE("walrus_put_in", kv_put_in(rel, key, klen, val, vlen,
+	                                                          DURABILITY(db, flags)))));
+}
+
+int walrus_get_in(walrus *db, walrus_space *sp, const void *key, size_t klen, void **val,
+                  size_t *vlen)
+{
+	wr_relid rel;
+	if (val == NULL || vlen == NULL)
+		return wr_error(WALRUS_EINVAL, "walrus_get_in: val and vlen must not be NULL");
+	*val = NULL;
+	*vlen = 0;
+	int rc = api_space_rel(db, sp, "walrus_get_in", &rel);
+	if (rc != WALRUS_OK)
+		return rc;
+	API_CALL(db, "walrus_get_in", IN_SPACE(sp, kv_get_in(rel, key, klen, val, vlen)));
+}
+
+int walrus_get_into_in(walrus *db, walrus_space *sp, const void *key, size_t klen, void *buf,
+                       size_t cap, size_t *vlen)
+{
+	wr_relid rel;
+	if (vlen == NULL || (buf == NULL && cap > 0))
+		return wr_error(WALRUS_EINVAL, "walrus_get_into_in: vlen must not be NULL");
+	int rc = api_space_rel(db, sp, "walrus_get_into_in", &rel);
+	if (rc != WALRUS_OK)
+		return rc;
+	API_CALL(db, "walrus_get_into_in",
+	         IN_SPACE(sp, kv_get_into_in(rel, key, klen, buf, cap, vlen)));
+}
+
+int walrus_delete_in(walrus *db, walrus_space *sp, const void *key, size_t klen, int flags)
+{
+	wr_relid rel;
+	int rc = api_check_flags(flags, "walrus_delete_in");
+	if (rc == WALRUS_OK)
+		rc = api_space_rel(db, sp, "walrus_delete_in", &rel);
+	if (rc != WALRUS_OK)
+		return rc;
+	API_CALL(db, "walrus_delete_in",
+	         IN_SPACE(sp, WRITABLE("walrus_delete_in",
+	                               kv_delete_in(rel, key, klen, DURABILITY(db, flags)))));
+}
+
 /* ---------------------------------------------------------------- batches */
 
 walrus_batch *walrus_batch_new(void)
@@ -92,6 +149,25 @@ int walrus_batch_delete(walrus_batch *b, const void *key, size_t klen)
 	if (b == NULL)
 		return wr_error(WALRUS_EINVAL, "walrus_batch_delete: batch is NULL");
 	return kv_batch_delete(b->kb, key, klen);
+}
+
+int walrus_batch_put_in(walrus_batch *b, walrus_space *sp, const void *key, size_t klen,
+                        const void *val, size_t vlen)
+{
+	wr_relid rel;
+	if (b == NULL)
+		return wr_error(WALRUS_EINVAL, "walrus_batch_put_in: batch is NULL");
+	int rc = api_space_batch_rel(sp, "walrus_batch_put_in", &rel);
+	return rc == WALRUS_OK ? kv_batch_put_in(b->kb, rel, key, klen, val, vlen) : rc;
+}
+
+int walrus_batch_delete_in(walrus_batch *b, walrus_space *sp, const void *key, size_t klen)
+{
+	wr_relid rel;
+	if (b == NULL)
+		return wr_error(WALRUS_EINVAL, "walrus_batch_delete_in: batch is NULL");
+	int rc = api_space_batch_rel(sp, "walrus_batch_delete_in", &rel);
+	return rc == WALRUS_OK ? kv_batch_delete_in(b->kb, rel, key, klen) : rc;
 }
 
 size_t walrus_batch_count(const walrus_batch *b)
@@ -127,33 +203,45 @@ int walrus_batch_commit(walrus *db, walrus_batch *b, int flags)
 
 /* ---------------------------------------------------------------- iterators */
 
-static int iter_open(walrus_iter *w, const void *lo, size_t lolen, const void *hi, size_t hilen)
+static int iter_open(walrus_iter *w, wr_relid rel, const void *lo, size_t lolen, const void *hi,
+                     size_t hilen)
 {
-	int rc = kv_iter_open(lo, lolen, hi, hilen, &w->it);
+	int rc = kv_iter_open_in(rel, lo, lolen, hi, hilen, &w->it);
 	if (rc == WALRUS_OK)
 		w->cur = kv_iter_current(w->it);
 	return rc;
 }
 
-static int iter_open_call(walrus *db, walrus_iter *w, const void *lo, size_t lolen, const void *hi,
-                          size_t hilen)
+static int iter_open_call(walrus *db, walrus_iter *w, wr_relid rel, const void *lo, size_t lolen,
+                          const void *hi, size_t hilen)
 {
-	API_CALL(db, "walrus_iter_open", iter_open(w, lo, lolen, hi, hilen));
+	API_CALL(db, "walrus_iter_open", IN_SPACE(w->sp, iter_open(w, rel, lo, lolen, hi, hilen)));
 }
 
 int walrus_iter_open(walrus *db, const void *lo, size_t lolen, const void *hi, size_t hilen,
                      walrus_iter **it)
 {
+	return walrus_iter_open_in(db, NULL, lo, lolen, hi, hilen, it);
+}
+
+int walrus_iter_open_in(walrus *db, walrus_space *sp, const void *lo, size_t lolen, const void *hi,
+                        size_t hilen, walrus_iter **it)
+{
+	wr_relid rel;
 	if (it == NULL)
 		return wr_error(WALRUS_EINVAL, "walrus_iter_open: it must not be NULL");
 	*it = NULL;
+	int rc = api_space_rel(db, sp, "walrus_iter_open", &rel);
+	if (rc != WALRUS_OK)
+		return rc;
 	walrus_iter *w = calloc(1, sizeof(*w));
 	if (w == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory for an iterator");
 	w->db = db;
+	w->sp = sp;
 	*it = w;
 	/* On failure the caller still owns *it: walrus_iter_close frees it. */
-	int rc = iter_open_call(db, w, lo, lolen, hi, hilen);
+	rc = iter_open_call(db, w, rel, lo, lolen, hi, hilen);
 	if (rc == WALRUS_OK)
 		api_iter_own(db, w);
 	if (rc != WALRUS_OK && w->it != NULL) {
@@ -189,8 +277,8 @@ int walrus_iter_seek(walrus_iter *it, const void *key, size_t klen)
 	if (rc != WALRUS_OK)
 		return rc;
 	API_CALL(it->db, "walrus_iter_seek",
-	         it->vit ? view_moved(it, kv_viter_seek(it->vit, key, klen))
-	                 : kv_iter_seek(it->it, key, klen));
+	         IN_SPACE(it->sp, it->vit ? view_moved(it, kv_viter_seek(it->vit, key, klen))
+	                                  : kv_iter_seek(it->it, key, klen)));
 }
 
 int walrus_iter_seek_last(walrus_iter *it)
@@ -199,7 +287,8 @@ int walrus_iter_seek_last(walrus_iter *it)
 	if (rc != WALRUS_OK)
 		return rc;
 	API_CALL(it->db, "walrus_iter_seek_last",
-	         it->vit ? view_moved(it, kv_viter_seek_last(it->vit)) : kv_iter_seek_last(it->it));
+	         IN_SPACE(it->sp, it->vit ? view_moved(it, kv_viter_seek_last(it->vit))
+	                                  : kv_iter_seek_last(it->it)));
 }
 
 /*
@@ -220,11 +309,12 @@ int walrus_iter_next(walrus_iter *it)
 			it->cur = kv_viter_current(it->vit);
 			return WALRUS_OK;
 		}
-		API_CALL(it->db, "walrus_iter_next", view_moved(it, kv_viter_next(it->vit)));
+		API_CALL(it->db, "walrus_iter_next",
+		         IN_SPACE(it->sp, view_moved(it, kv_viter_next(it->vit))));
 	}
 	if (kv_iter_next_local(it->it))
 		return WALRUS_OK;
-	API_CALL(it->db, "walrus_iter_next", kv_iter_next(it->it));
+	API_CALL(it->db, "walrus_iter_next", IN_SPACE(it->sp, kv_iter_next(it->it)));
 }
 
 int walrus_iter_prev(walrus_iter *it)
@@ -233,7 +323,8 @@ int walrus_iter_prev(walrus_iter *it)
 	if (rc != WALRUS_OK)
 		return rc;
 	API_CALL(it->db, "walrus_iter_prev",
-	         it->vit ? view_moved(it, kv_viter_prev(it->vit)) : kv_iter_prev(it->it));
+	         IN_SPACE(it->sp,
+	                  it->vit ? view_moved(it, kv_viter_prev(it->vit)) : kv_iter_prev(it->it)));
 }
 
 /*
@@ -307,22 +398,97 @@ int walrus_checkpoint(walrus *db)
  * the tail punched out, or a later write-back of those pages would take
  * the space again.
  */
+static void compact_add(kv_compact_result *sum, const kv_compact_result *r)
+{
+	sum->leaves_merged += r->leaves_merged;
+	sum->leaves_poured += r->leaves_poured;
+	sum->pages_moved += r->pages_moved;
+	sum->blocks_before += r->blocks_before;
+	sum->blocks_after += r->blocks_after;
+}
+
+/*
+ * Each key space's tree too, in name order, marked as inside the space so a
+ * drop waits for it; one dropped meanwhile is skipped.
+ */
+static int compact_spaces(kv_space_ent *sp, size_t n, kv_compact_result *sum)
+{
+	wr_proc *me = engine_my_proc();
+	int rc = WALRUS_OK;
+	for (size_t i = 0; rc == WALRUS_OK && i < n; i++) {
+		kv_compact_result r;
+		if (me != NULL)
+			atomic_store(&me->space_rel, sp[i].rel);
+		rc = kv_space_live(sp[i].rel);
+		if (rc == WALRUS_OK)
+			rc = kv_compact_in(sp[i].rel, &r);
+		if (me != NULL)
+			atomic_store(&me->space_rel, 0);
+		if (rc == WALRUS_ENOTFOUND) {
+			wr_error_clear();
+			rc = WALRUS_OK;
+			sp[i].rel = 0; /* dropped: nothing to give back */
+		} else if (rc == WALRUS_OK) {
+			compact_add(sum, &r);
+		}
+	}
+	return rc;
+}
+
+static int give_back_spaces(const kv_space_ent *sp, size_t n, uint64_t *back)
+{
+	wr_proc *me = engine_my_proc();
+	int rc = WALRUS_OK;
+	for (size_t i = 0; rc == WALRUS_OK && i < n; i++) {
+		uint64_t b = 0;
+		if (sp[i].rel == 0)
+			continue;
+		if (me != NULL)
+			atomic_store(&me->space_rel, sp[i].rel);
+		rc = kv_compact_give_back_in(sp[i].rel, &b);
+		if (me != NULL)
+			atomic_store(&me->space_rel, 0);
+		if (rc == WALRUS_ENOTFOUND) {
+			wr_error_clear();
+			rc = WALRUS_OK;
+		}
+		*back += b;
+	}
+	return rc;
+}
+
+/*
+ * Compaction: every tree's batches (kv_compact), then a checkpoint, which
+ * writes the pages the batches freed at the ends of the files: only then
+ * are the tails punched out, or a later write-back of those pages would
+ * take the space again.
+ */
 static int compact_all(walrus_compact_stats *out)
 {
 	kv_compact_result r;
+	kv_space_ent *sp = NULL;
+	size_t n = 0;
 	uint64_t back = 0, t0 = wr_now_ns();
 	int rc = kv_compact(&r);
+	if (rc == WALRUS_OK)
+		rc = kv_space_all(&sp, &n);
+	if (rc == WALRUS_OK)
+		rc = compact_spaces(sp, n, &r);
 	if (rc == WALRUS_OK)
 		rc = ckpt_request(CKPT_IMMEDIATE | CKPT_FORCE, true);
 	if (rc == WALRUS_OK)
 		rc = kv_compact_give_back(&back);
+	if (rc == WALRUS_OK)
+		rc = give_back_spaces(sp, n, &back);
+	free(sp);
 	if (rc != WALRUS_OK)
 		return rc;
 	wr_log(WR_LOG,
-	       "compaction: %llu leaves merged, %llu poured, %llu pages moved; the tree's end "
-	       "from block %u to %u; %llu blocks (%.1f MiB) given back; %.3f s",
+	       "compaction: %llu leaves merged, %llu poured, %llu pages moved; the trees' ends "
+	       "from %u blocks to %u (%zu key spaces besides the default one); %llu blocks "
+	       "(%.1f MiB) given back; %.3f s",
 	       (unsigned long long)r.leaves_merged, (unsigned long long)r.leaves_poured,
-	       (unsigned long long)r.pages_moved, r.blocks_before, r.blocks_after,
+	       (unsigned long long)r.pages_moved, r.blocks_before, r.blocks_after, n,
 	       (unsigned long long)back, (double)back * WR_PAGE_SIZE / 1048576.0,
 	       (double)(wr_now_ns() - t0) / 1e9);
 	if (out != NULL)
@@ -419,13 +585,63 @@ int walrus_stats(walrus *db, char **json)
 typedef struct verify_ctx {
 	walrus_report_fn fn;
 	void *arg;
+	const char *space; /* the key space being checked, NULL: the default one */
 } verify_ctx;
 
 static void verify_report(void *arg, wr_blkno blk, const char *msg)
 {
 	verify_ctx *v = arg;
-	if (v->fn != NULL)
+	if (v->fn == NULL)
+		return;
+	if (v->space == NULL) {
 		v->fn(v->arg, blk, msg);
+		return;
+	}
+	char m[640];
+	snprintf(m, sizeof(m), "key space \"%s\": %s", v->space, msg);
+	v->fn(v->arg, blk, m);
+}
+
+/* One key space's tree; a space dropped meanwhile is skipped. */
+static int verify_space(verify_ctx *v, const kv_space_ent *e)
+{
+	wr_proc *me = engine_my_proc();
+	if (me != NULL)
+		atomic_store(&me->space_rel, e->rel);
+	int rc = kv_space_live(e->rel);
+	v->space = e->name;
+	if (rc == WALRUS_OK)
+		rc = kv_verify_in(e->rel, verify_report, v, NULL);
+	v->space = NULL;
+	if (me != NULL)
+		atomic_store(&me->space_rel, 0);
+	if (rc == WALRUS_ENOTFOUND) {
+		wr_error_clear();
+		rc = WALRUS_OK;
+	}
+	return rc;
+}
+
+/* The default tree, the catalog's and every key space's: the first damage
+ * found decides the code, and every tree is checked. */
+static int verify_all(verify_ctx *v)
+{
+	int rc = kv_verify(verify_report, v, NULL);
+	kv_space_ent *sp = NULL;
+	size_t n = 0;
+	int lrc = kv_space_all(&sp, &n);
+	if (lrc == WALRUS_OK && n > 0) {
+		v->space = "(catalog)";
+		lrc = kv_verify_in(KV_CATALOG_REL, verify_report, v, NULL);
+		v->space = NULL;
+	}
+	for (size_t i = 0; lrc == WALRUS_OK && i < n; i++)
+		lrc = verify_space(v, &sp[i]);
+	free(sp);
+	if (rc == WALRUS_OK ||
+	    (rc == WALRUS_ECORRUPT && lrc != WALRUS_OK && lrc != WALRUS_ECORRUPT))
+		rc = lrc;
+	return rc;
 }
 
 int walrus_verify(walrus *db, walrus_report_fn report, void *arg)
@@ -433,6 +649,6 @@ int walrus_verify(walrus *db, walrus_report_fn report, void *arg)
 	/* Set before the setjmp and never changed after it, so its value is
 	 * determinate after a longjmp (C11 7.13.2.1), and this frame outlives
 	 * kv_verify, the only user of its address. */
-	verify_ctx v = {report, arg};
-	API_CALL(db, "walrus_verify", kv_verify(verify_report, &v, NULL));
+	verify_ctx v = {report, arg, NULL};
+	API_CALL(db, "walrus_verify", verify_all(&v));
 }

@@ -43,6 +43,7 @@ typedef struct keyvec {
 } keyvec;
 
 typedef struct range {
+	wr_relid rel;
 	char *lo, *hi;
 	uint16_t lol, hil;
 } range;
@@ -67,12 +68,20 @@ struct walrus_txn {
 
 /* ---------------------------------------------------------------- sorted keys */
 
-static size_t kv_lower(const keyvec *v, const void *k, size_t kl)
+/* Entries are ordered by tree (key space), then key. */
+static int ent_order(const kv_overlay_ent *e, wr_relid rel, const void *k, size_t kl)
+{
+	if (e->rel != rel)
+		return e->rel < rel ? -1 : 1;
+	return kv_key_order(e->k, e->kl, k, (uint16_t)kl);
+}
+
+static size_t kv_lower(const keyvec *v, wr_relid rel, const void *k, size_t kl)
 {
 	size_t a = 0, b = v->n;
 	while (a < b) {
 		size_t m = (a + b) / 2;
-		if (kv_key_order(v->e[m].k, v->e[m].kl, k, (uint16_t)kl) < 0)
+		if (ent_order(&v->e[m], rel, k, kl) < 0)
 			a = m + 1;
 		else
 			b = m;
@@ -80,26 +89,40 @@ static size_t kv_lower(const keyvec *v, const void *k, size_t kl)
 	return a;
 }
 
-static const kv_overlay_ent *kv_find(const keyvec *v, const void *k, size_t kl)
+static const kv_overlay_ent *kv_find(const keyvec *v, wr_relid rel, const void *k, size_t kl)
 {
-	size_t i = kv_lower(v, k, kl);
-	return i < v->n && kv_key_order(v->e[i].k, v->e[i].kl, k, (uint16_t)kl) == 0 ? &v->e[i]
-	                                                                             : NULL;
+	size_t i = kv_lower(v, rel, k, kl);
+	return i < v->n && ent_order(&v->e[i], rel, k, kl) == 0 ? &v->e[i] : NULL;
+}
+
+/* The entries of tree @rel: [*from, *from + return). */
+static size_t tree_part(const keyvec *v, wr_relid rel, size_t *from)
+{
+	size_t i = kv_lower(v, rel, "", 0), j = i;
+	while (j < v->n && v->e[j].rel == rel)
+		j++;
+	*from = i;
+	return j - i;
 }
 
 /* Sets @k's entry (a copy of k and v), replacing one there. */
-static int kv_set(keyvec *v, const void *k, size_t kl, const void *val, size_t vl, bool deleted)
+static int kv_set(keyvec *v, wr_relid rel, const void *k, size_t kl, const void *val, size_t vl,
+                  bool deleted)
 {
-	size_t i = kv_lower(v, k, kl);
-	bool there = i < v->n && kv_key_order(v->e[i].k, v->e[i].kl, k, (uint16_t)kl) == 0;
+	size_t i = kv_lower(v, rel, k, kl);
+	bool there = i < v->n && ent_order(&v->e[i], rel, k, kl) == 0;
 	char *mem = malloc(kl + vl + 1);
 	if (mem == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory for a transaction's write");
 	memcpy(mem, k, kl);
 	if (vl > 0)
 		memcpy(mem + kl, val, vl);
-	kv_overlay_ent e = {
-	    .k = mem, .v = mem + kl, .kl = (uint16_t)kl, .vl = (uint32_t)vl, .deleted = deleted};
+	kv_overlay_ent e = {.rel = rel,
+	                    .k = mem,
+	                    .v = mem + kl,
+	                    .kl = (uint16_t)kl,
+	                    .vl = (uint32_t)vl,
+	                    .deleted = deleted};
 	if (there) {
 		free((char *)v->e[i].k);
 		v->e[i] = e;
@@ -295,14 +318,24 @@ static int snap_usable(walrus *db, const walrus_snapshot *s, const char *fn)
 int walrus_get_at(walrus *db, const walrus_snapshot *snap, const void *key, size_t klen, void **val,
                   size_t *vlen)
 {
+	return walrus_get_at_in(db, snap, NULL, key, klen, val, vlen);
+}
+
+int walrus_get_at_in(walrus *db, const walrus_snapshot *snap, walrus_space *sp, const void *key,
+                     size_t klen, void **val, size_t *vlen)
+{
+	wr_relid rel;
 	if (val == NULL || vlen == NULL)
 		return wr_error(WALRUS_EINVAL, "walrus_get_at: val and vlen must not be NULL");
 	*val = NULL;
 	*vlen = 0;
 	int rc = snap_usable(db, snap, "walrus_get_at");
+	if (rc == WALRUS_OK)
+		rc = api_space_rel(db, sp, "walrus_get_at", &rel);
 	if (rc != WALRUS_OK)
 		return rc;
-	API_CALL(db, "walrus_get_at", kv_snap_get(&snap->snap, key, klen, val, vlen));
+	API_CALL(db, "walrus_get_at",
+	         IN_SPACE(sp, kv_snap_get(&snap->snap, rel, key, klen, val, vlen)));
 }
 
 int walrus_get_into_at(walrus *db, const walrus_snapshot *snap, const void *key, size_t klen,
@@ -314,11 +347,13 @@ int walrus_get_into_at(walrus *db, const walrus_snapshot *snap, const void *key,
 	if (rc != WALRUS_OK)
 		return rc;
 	API_CALL(db, "walrus_get_into_at",
-	         kv_snap_get_into(&snap->snap, key, klen, buf, cap, vlen));
+	         kv_snap_get_into(&snap->snap, KV_REL, key, klen, buf, cap, vlen));
 }
 
 typedef struct view_args {
 	walrus_iter *w;
+	walrus_space *sp;
+	wr_relid rel;
 	const kv_snap *s;
 	const kv_overlay_ent *ov;
 	size_t nov;
@@ -329,10 +364,17 @@ typedef struct view_args {
 static int view_body(void *arg)
 {
 	view_args *a = arg;
-	int rc = kv_viter_open(a->s, a->ov, a->nov, a->lo, a->lolen, a->hi, a->hilen, &a->w->vit);
+	int rc = kv_viter_open(a->s, a->rel, a->ov, a->nov, a->lo, a->lolen, a->hi, a->hilen,
+	                       &a->w->vit);
 	if (rc == WALRUS_OK)
 		a->w->cur = kv_viter_current(a->w->vit);
 	return rc;
+}
+
+static int view_body_in(void *arg)
+{
+	view_args *a = arg;
+	return IN_SPACE(a->sp, view_body(a));
 }
 
 /* A view iterator owned by @head's owner; on failure *it stays NULL. */
@@ -343,8 +385,9 @@ static int view_open(walrus *db, const char *fn, view_args *a, walrus_iter **hea
 	if (w == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory for an iterator");
 	w->db = db;
+	w->sp = a->sp;
 	a->w = w;
-	int rc = in_call(db, fn, view_body, a);
+	int rc = in_call(db, fn, view_body_in, a);
 	if (rc != WALRUS_OK) {
 		kv_viter_close(w->vit);
 		free(w);
@@ -358,14 +401,30 @@ static int view_open(walrus *db, const char *fn, view_args *a, walrus_iter **hea
 int walrus_iter_open_at(walrus *db, const walrus_snapshot *snap, const void *lo, size_t lolen,
                         const void *hi, size_t hilen, walrus_iter **it)
 {
+	return walrus_iter_open_at_in(db, snap, NULL, lo, lolen, hi, hilen, it);
+}
+
+int walrus_iter_open_at_in(walrus *db, const walrus_snapshot *snap, walrus_space *sp,
+                           const void *lo, size_t lolen, const void *hi, size_t hilen,
+                           walrus_iter **it)
+{
+	wr_relid rel;
 	if (it == NULL)
 		return wr_error(WALRUS_EINVAL, "walrus_iter_open_at: it must not be NULL");
 	*it = NULL;
 	int rc = snap_usable(db, snap, "walrus_iter_open_at");
+	if (rc == WALRUS_OK)
+		rc = api_space_rel(db, sp, "walrus_iter_open_at", &rel);
 	if (rc != WALRUS_OK)
 		return rc;
 	walrus_snapshot *s = (walrus_snapshot *)snap; /* its iterator list is ours to change */
-	view_args a = {.s = &s->snap, .lo = lo, .lolen = lolen, .hi = hi, .hilen = hilen};
+	view_args a = {.sp = sp,
+	               .rel = rel,
+	               .s = &s->snap,
+	               .lo = lo,
+	               .lolen = lolen,
+	               .hi = hi,
+	               .hilen = hilen};
 	return view_open(db, "walrus_iter_open_at", &a, &s->iters, s, it);
 }
 
@@ -419,15 +478,17 @@ static int txn_usable(const walrus_txn *t, const char *fn)
 }
 
 /* A key read (serializable): a later change to it is a conflict. */
-static int note_read(walrus_txn *t, const void *k, size_t kl)
+static int note_read(walrus_txn *t, wr_relid rel, const void *k, size_t kl)
 {
-	if (!serializable(t) || kv_find(&t->reads, k, kl) != NULL)
+	if (!serializable(t) || kv_find(&t->reads, rel, k, kl) != NULL)
 		return WALRUS_OK;
-	return kv_set(&t->reads, k, kl, NULL, 0, false);
+	return kv_set(&t->reads, rel, k, kl, NULL, 0, false);
 }
 
 typedef struct get_args {
 	walrus_txn *t;
+	walrus_space *sp;
+	wr_relid rel;
 	const void *k;
 	size_t kl;
 	void **v;
@@ -457,21 +518,20 @@ static int own_write(const kv_overlay_ent *w, get_args *a)
 	return WALRUS_OK;
 }
 
-static int get_body(void *arg)
+static int get_read(get_args *a)
 {
-	get_args *a = arg;
 	walrus_txn *t = a->t;
 	int rc = kv_check_key(a->kl);
 	if (rc != WALRUS_OK)
 		return rc;
-	const kv_overlay_ent *w = kv_find(&t->writes, a->k, a->kl);
+	const kv_overlay_ent *w = kv_find(&t->writes, a->rel, a->k, a->kl);
 	if (w != NULL)
 		return own_write(w, a);
-	rc = a->v != NULL ? kv_snap_get(&t->snap, a->k, a->kl, a->v, a->vl)
-	                  : kv_snap_get_into(&t->snap, a->k, a->kl, a->buf, a->cap, a->vl);
+	rc = a->v != NULL ? kv_snap_get(&t->snap, a->rel, a->k, a->kl, a->v, a->vl)
+	                  : kv_snap_get_into(&t->snap, a->rel, a->k, a->kl, a->buf, a->cap, a->vl);
 	if (rc != WALRUS_OK && rc != WALRUS_ENOTFOUND && rc != WALRUS_ETOOBIG)
 		return rc;
-	int nrc = note_read(t, a->k, a->kl);
+	int nrc = note_read(t, a->rel, a->k, a->kl);
 	if (nrc != WALRUS_OK && a->v != NULL) {
 		free(*a->v);
 		*a->v = NULL;
@@ -479,16 +539,31 @@ static int get_body(void *arg)
 	return nrc != WALRUS_OK ? nrc : rc;
 }
 
+static int get_body(void *arg)
+{
+	get_args *a = arg;
+	return IN_SPACE(a->sp, get_read(a));
+}
+
 int walrus_txn_get(walrus_txn *txn, const void *key, size_t klen, void **val, size_t *vlen)
+{
+	return walrus_txn_get_in(txn, NULL, key, klen, val, vlen);
+}
+
+int walrus_txn_get_in(walrus_txn *txn, walrus_space *sp, const void *key, size_t klen, void **val,
+                      size_t *vlen)
 {
 	if (val == NULL || vlen == NULL)
 		return wr_error(WALRUS_EINVAL, "walrus_txn_get: val and vlen must not be NULL");
 	*val = NULL;
 	*vlen = 0;
+	wr_relid rel;
 	int rc = txn_usable(txn, "walrus_txn_get");
+	if (rc == WALRUS_OK)
+		rc = api_space_rel(txn->db, sp, "walrus_txn_get", &rel);
 	if (rc != WALRUS_OK)
 		return rc;
-	get_args a = {.t = txn, .k = key, .kl = klen, .v = val, .vl = vlen};
+	get_args a = {.t = txn, .sp = sp, .rel = rel, .k = key, .kl = klen, .v = val, .vl = vlen};
 	return in_call(txn->db, "walrus_txn_get", get_body, &a);
 }
 
@@ -501,13 +576,23 @@ int walrus_txn_get_into(walrus_txn *txn, const void *key, size_t klen, void *buf
 	int rc = txn_usable(txn, "walrus_txn_get_into");
 	if (rc != WALRUS_OK)
 		return rc;
-	get_args a = {.t = txn, .k = key, .kl = klen, .buf = buf, .cap = cap, .vl = vlen};
+	get_args a = {
+	    .t = txn, .rel = KV_REL, .k = key, .kl = klen, .buf = buf, .cap = cap, .vl = vlen};
 	return in_call(txn->db, "walrus_txn_get_into", get_body, &a);
 }
 
 int walrus_txn_put(walrus_txn *txn, const void *key, size_t klen, const void *val, size_t vlen)
 {
+	return walrus_txn_put_in(txn, NULL, key, klen, val, vlen);
+}
+
+int walrus_txn_put_in(walrus_txn *txn, walrus_space *sp, const void *key, size_t klen,
+                      const void *val, size_t vlen)
+{
+	wr_relid rel = KV_REL;
 	int rc = txn_usable(txn, "walrus_txn_put");
+	if (rc == WALRUS_OK)
+		rc = api_space_rel(txn->db, sp, "walrus_txn_put", &rel);
 	if (rc == WALRUS_OK)
 		rc = kv_check_key(klen);
 	if (rc == WALRUS_OK && vlen > KV_MAX_VALUE)
@@ -517,27 +602,36 @@ int walrus_txn_put(walrus_txn *txn, const void *key, size_t klen, const void *va
 		rc = wr_error(WALRUS_EINVAL, "walrus_txn_put: key is NULL");
 	if (rc == WALRUS_OK && val == NULL && vlen > 0)
 		rc = wr_error(WALRUS_EINVAL, "walrus_txn_put: val is NULL");
-	return rc == WALRUS_OK ? kv_set(&txn->writes, key, klen, val, vlen, false) : rc;
+	return rc == WALRUS_OK ? kv_set(&txn->writes, rel, key, klen, val, vlen, false) : rc;
 }
 
 int walrus_txn_delete(walrus_txn *txn, const void *key, size_t klen)
 {
+	return walrus_txn_delete_in(txn, NULL, key, klen);
+}
+
+int walrus_txn_delete_in(walrus_txn *txn, walrus_space *sp, const void *key, size_t klen)
+{
+	wr_relid rel = KV_REL;
 	int rc = txn_usable(txn, "walrus_txn_delete");
+	if (rc == WALRUS_OK)
+		rc = api_space_rel(txn->db, sp, "walrus_txn_delete", &rel);
 	if (rc == WALRUS_OK)
 		rc = kv_check_key(klen);
 	if (rc == WALRUS_OK && key == NULL)
 		rc = wr_error(WALRUS_EINVAL, "walrus_txn_delete: key is NULL");
-	return rc == WALRUS_OK ? kv_set(&txn->writes, key, klen, NULL, 0, true) : rc;
+	return rc == WALRUS_OK ? kv_set(&txn->writes, rel, key, klen, NULL, 0, true) : rc;
 }
 
 /* A range iterated (serializable): a later change inside it is a conflict. */
-static int note_range(walrus_txn *t, const void *lo, size_t lol, const void *hi, size_t hil)
+static int note_range(walrus_txn *t, wr_relid rel, const void *lo, size_t lol, const void *hi,
+                      size_t hil)
 {
 	if (!serializable(t))
 		return WALRUS_OK;
 	if (wr_grow(&t->ranges, &t->rcap, t->nranges + 1, sizeof(range), 4) != WALRUS_OK)
 		return wr_error(WALRUS_ENOMEM, "out of memory for a transaction");
-	range r = {0};
+	range r = {.rel = rel};
 	if (lo != NULL && lol > 0 && (r.lo = malloc(lol)) == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory for a transaction");
 	if (hi != NULL && hil > 0 && (r.hi = malloc(hil)) == NULL) {
@@ -557,21 +651,33 @@ static int note_range(walrus_txn *t, const void *lo, size_t lol, const void *hi,
 int walrus_txn_iter_open(walrus_txn *txn, const void *lo, size_t lolen, const void *hi,
                          size_t hilen, walrus_iter **it)
 {
+	return walrus_txn_iter_open_in(txn, NULL, lo, lolen, hi, hilen, it);
+}
+
+int walrus_txn_iter_open_in(walrus_txn *txn, walrus_space *sp, const void *lo, size_t lolen,
+                            const void *hi, size_t hilen, walrus_iter **it)
+{
+	wr_relid rel = KV_REL;
 	if (it == NULL)
 		return wr_error(WALRUS_EINVAL, "walrus_txn_iter_open: it must not be NULL");
 	*it = NULL;
 	int rc = txn_usable(txn, "walrus_txn_iter_open");
+	if (rc == WALRUS_OK)
+		rc = api_space_rel(txn->db, sp, "walrus_txn_iter_open", &rel);
 	if (rc == WALRUS_OK &&
 	    ((lo != NULL && lolen > KV_MAX_KEY) || (hi != NULL && hilen > KV_MAX_KEY)))
 		rc =
 		    wr_error(WALRUS_ETOOBIG, "a bound of an iterator is over %u bytes", KV_MAX_KEY);
 	if (rc == WALRUS_OK)
-		rc = note_range(txn, lo, lolen, hi, hilen);
+		rc = note_range(txn, rel, lo, lolen, hi, hilen);
 	if (rc != WALRUS_OK)
 		return rc;
-	view_args a = {.s = &txn->snap,
-	               .ov = txn->writes.e,
-	               .nov = txn->writes.n,
+	size_t from, n = tree_part(&txn->writes, rel, &from);
+	view_args a = {.sp = sp,
+	               .rel = rel,
+	               .s = &txn->snap,
+	               .ov = txn->writes.e + from,
+	               .nov = n,
 	               .lo = lo,
 	               .lolen = lolen,
 	               .hi = hi,
@@ -581,11 +687,11 @@ int walrus_txn_iter_open(walrus_txn *txn, const void *lo, size_t lolen, const vo
 
 /* ---------------------------------------------------------------- commit */
 
-static bool in_ranges(const walrus_txn *t, const char *k, uint16_t kl)
+static bool in_ranges(const walrus_txn *t, wr_relid rel, const char *k, uint16_t kl)
 {
 	for (size_t i = 0; i < t->nranges; i++) {
 		const range *r = &t->ranges[i];
-		if ((r->lo == NULL || kv_key_order(k, kl, r->lo, r->lol) >= 0) &&
+		if (r->rel == rel && (r->lo == NULL || kv_key_order(k, kl, r->lo, r->lol) >= 0) &&
 		    (r->hi == NULL || kv_key_order(k, kl, r->hi, r->hil) < 0))
 			return true;
 	}
@@ -602,17 +708,17 @@ static int conflict(const char *what, const char *k, uint16_t kl)
 	                what, shown, kl > n ? "..." : "");
 }
 
-static int check_one(void *arg, const char *k, uint16_t kl, const kv_version *v)
+static int check_one(void *arg, wr_relid rel, const char *k, uint16_t kl, const kv_version *v)
 {
 	(void)v;
 	walrus_txn *t = arg;
-	if (kv_find(&t->writes, k, kl) != NULL)
+	if (kv_find(&t->writes, rel, k, kl) != NULL)
 		return conflict("wrote", k, kl);
 	if (!serializable(t))
 		return WALRUS_OK;
-	if (kv_find(&t->reads, k, kl) != NULL)
+	if (kv_find(&t->reads, rel, k, kl) != NULL)
 		return conflict("read", k, kl);
-	if (in_ranges(t, k, kl))
+	if (in_ranges(t, rel, k, kl))
 		return conflict("iterated over", k, kl);
 	return WALRUS_OK;
 }
@@ -644,8 +750,8 @@ static int apply_writes(walrus_txn *t, int durability)
 	int rc = WALRUS_OK;
 	for (size_t i = 0; rc == WALRUS_OK && i < t->writes.n; i++) {
 		const kv_overlay_ent *w = &t->writes.e[i];
-		rc = w->deleted ? kv_batch_delete(b, w->k, w->kl)
-		                : kv_batch_put(b, w->k, w->kl, w->v, w->vl);
+		rc = w->deleted ? kv_batch_delete_in(b, w->rel, w->k, w->kl)
+		                : kv_batch_put_in(b, w->rel, w->k, w->kl, w->v, w->vl);
 	}
 	if (rc == WALRUS_OK)
 		rc = kv_batch_commit_checked(b, durability, check_conflicts, t, NULL);

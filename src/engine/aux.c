@@ -189,6 +189,7 @@ wal_recovery_result *startup_begin(void)
 		wr_panic("out of memory in the startup process");
 	wal_register_builtin_rmgrs();
 	kv_register_rmgr();
+	kv_set_drop_wait(engine_space_drop_wait); /* redo of a dropped key space */
 	wal_redo_set_pages(&buf_redo_pages);
 	return res;
 }
@@ -226,6 +227,12 @@ static _Noreturn void startup_main(void)
 		wr_snprintf(
 		    e->startup_error, sizeof(e->startup_error), "%s%s",
 		    tree_created ? "" : "could not create the key-value tree: ", walrus_errmsg());
+		wr_log(WR_FATAL, "%s", e->startup_error);
+		_exit(1);
+	}
+	if (kv_space_cleanup() != WALRUS_OK) {
+		wr_snprintf(e->startup_error, sizeof(e->startup_error),
+		            "could not remove the files no key space uses: %s", walrus_errmsg());
 		wr_log(WR_FATAL, "%s", e->startup_error);
 		_exit(1);
 	}

@@ -203,7 +203,10 @@ typedef struct wr_proc {
 	uint32_t kind;          /* enum wr_proc_kind */
 	uint32_t index;
 	_Atomic uint32_t in_call; /* 1 while a public call runs on the backend (owner writes) */
-	char _pad[44];
+	/* The key space's relation a call reads or writes (0: none): a drop
+	 * waits until no backend has it (api_space.c). */
+	_Atomic uint32_t space_rel;
+	char _pad[40];
 } wr_proc;
 
 /*
@@ -277,6 +280,9 @@ typedef struct engine_shared {
 
 engine_shared *engine_sh(void);
 wr_proc *engine_procs(void);
+/* Returns once no other process's call is inside key space relation @rel
+ * (api_space.c; kv_set_drop_wait's hook, on a primary and in redo). */
+void engine_space_drop_wait(uint32_t rel);
 wr_proc *engine_my_proc(void);     /* NULL outside an attached process */
 void engine_my_proc_set(int slot); /* -1: none */
 /* Whether shared memory says the instance is usable (RUNNING). */

@@ -313,6 +313,39 @@ static void stats_replication(jbuf *j, engine_shared *e)
 	jb_close(j);
 }
 
+/* The key spaces besides the default one: how many, and what they hold. */
+static void stats_spaces(jbuf *j)
+{
+	kv_space_ent *sp = NULL;
+	size_t n = 0;
+	uint64_t keys = 0, pages = 0;
+	if (kv_space_all(&sp, &n) != WALRUS_OK)
+		wr_error_clear();
+	wr_proc *me = engine_my_proc();
+	for (size_t i = 0; i < n; i++) {
+		kv_shape sh;
+		if (me != NULL) /* a drop waits while we read the tree's meta page */
+			atomic_store(&me->space_rel, sp[i].rel);
+		int rc = kv_space_live(sp[i].rel);
+		if (rc == WALRUS_OK)
+			rc = kv_tree_shape(sp[i].rel, &sh);
+		if (me != NULL)
+			atomic_store(&me->space_rel, 0);
+		if (rc == WALRUS_OK) {
+			keys += sh.keys;
+			pages += sh.pages;
+		} else {
+			wr_error_clear(); /* dropped meanwhile */
+		}
+	}
+	free(sp);
+	jb_open(j, "spaces");
+	jb_u64(j, "count", n);
+	jb_u64(j, "keys", keys);
+	jb_u64(j, "pages", pages);
+	jb_close(j);
+}
+
 static void stats_kv(jbuf *j)
 {
 	kv_stats k;
@@ -438,6 +471,7 @@ int engine_stats_json(char **out)
 	stats_standby(&j, e);
 	stats_slots(&j);
 	stats_kv(&j);
+	stats_spaces(&j);
 	stats_snapshots(&j);
 	stats_settings(&j, e);
 	jb_add(&j, "}");

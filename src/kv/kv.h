@@ -204,6 +204,75 @@ void kv_iter_key(const kv_iter *it, const void **k, size_t *kl);
 void kv_iter_value(const kv_iter *it, const void **v, size_t *vl);
 void kv_iter_close(kv_iter *it);
 
+/* ---------------------------------------------------------------- other trees */
+
+/*
+ * The same calls on the tree of relation @rel: a key space's (kv_space.h
+ * below), or KV_CATALOG_REL.  A batch may hold operations on several trees;
+ * its commit is atomic across all of them.  Writes to a tree whose key
+ * space was dropped fail with WALRUS_ENOTFOUND (checked under the tree
+ * lock); reads of a dropped space are the caller's to prevent (the engine
+ * keeps a drop waiting while a call reads the space: kv_space_drop).
+ */
+int kv_get_in(wr_relid rel, const void *k, size_t kl, void **v, size_t *vl);
+int kv_get_into_in(wr_relid rel, const void *k, size_t kl, void *buf, size_t cap, size_t *vl);
+int kv_put_in(wr_relid rel, const void *k, size_t kl, const void *v, size_t vl, int durability);
+int kv_delete_in(wr_relid rel, const void *k, size_t kl, int durability);
+int kv_batch_put_in(kv_batch *b, wr_relid rel, const void *k, size_t kl, const void *v, size_t vl);
+int kv_batch_delete_in(kv_batch *b, wr_relid rel, const void *k, size_t kl);
+/* A new tree in relation @rel, whose file exists and is empty (kv_space.c). */
+int kv_batch_create_tree(kv_batch *b, wr_relid rel);
+int kv_iter_open_in(wr_relid rel, const void *lo, size_t lol, const void *hi, size_t hil,
+                    kv_iter **it);
+/* ---------------------------------------------------------------- key spaces */
+
+/*
+ * Named key spaces (kv_space.c): each an ordered key space of its own, a
+ * tree in its own relation (KV_FIRST_SPACE_REL and up), named in the
+ * catalog's tree (KV_CATALOG_REL).  Names are 1..KV_SPACE_NAME_MAX bytes of
+ * letters, digits, '_', '-' and '.' (EINVAL otherwise).  Create and drop
+ * are durable batches (KV_SYNC); a drop's file goes once every call
+ * reading the space has finished (the engine's kv_set_drop_wait).
+ */
+#define KV_CATALOG_REL     2u
+#define KV_FIRST_SPACE_REL 16u
+#define KV_SPACE_NAME_MAX  64u
+int kv_space_check_name(const char *name);
+/* The space's relation; ENOTFOUND "no key space "NAME"". */
+int kv_space_lookup(const char *name, wr_relid *rel);
+/* EEXIST when it exists. */
+int kv_space_create(const char *name, wr_relid *rel);
+/* ENOTFOUND when it does not exist. */
+int kv_space_drop(const char *name);
+/* WALRUS_OK while relation @rel is a space's, ENOTFOUND once dropped. */
+int kv_space_live(wr_relid rel);
+/* The name of the space of relation @rel into @name (ENOTFOUND, ETOOBIG). */
+int kv_space_name(wr_relid rel, char *name, size_t cap);
+typedef int (*kv_space_fn)(void *arg, const char *name, wr_relid rel);
+/* Calls @fn for each space, in name order; stops at its first error. */
+int kv_space_list(kv_space_fn fn, void *arg);
+/* Every space, in name order, in one malloc'd array (*n of them; free it). */
+typedef struct kv_space_ent {
+	wr_relid rel;
+	char name[KV_SPACE_NAME_MAX + 1];
+} kv_space_ent;
+int kv_space_all(kv_space_ent **out, size_t *n);
+/* A tree's size, from its meta page. */
+typedef struct kv_shape {
+	uint64_t keys;
+	uint32_t pages, free_pages;
+} kv_shape;
+int kv_tree_shape(wr_relid rel, kv_shape *out);
+/* At start, after recovery, on a primary: removes the files of relations
+ * no space names (a create that never committed, a drop cut by a crash). */
+int kv_space_cleanup(void);
+/* Bumped by every drop: a caller that saw another value checks its space again. */
+uint64_t kv_drop_gen(void);
+/* Called before a dropped space's files go (on a primary and in redo):
+ * returns once no call reads relation @rel. */
+typedef void (*kv_drop_wait_fn)(wr_relid rel);
+void kv_set_drop_wait(kv_drop_wait_fn fn);
+
 /* ---------------------------------------------------------------- verify and stats */
 
 /* Called for each problem found, with the block it concerns. */
@@ -230,6 +299,7 @@ typedef struct kv_verify_result {
  * could not run.  @fn may be NULL; @r may be NULL.
  */
 int kv_verify(kv_verify_report_fn fn, void *arg, kv_verify_result *r);
+int kv_verify_in(wr_relid rel, kv_verify_report_fn fn, void *arg, kv_verify_result *r);
 
 /*
  * Compaction (kv_compact.c): packs the leaves, moves the tree to the front of
@@ -247,6 +317,8 @@ typedef struct kv_compact_result {
 } kv_compact_result;
 int kv_compact(kv_compact_result *r);
 int kv_compact_give_back(uint64_t *blocks);
+int kv_compact_in(wr_relid rel, kv_compact_result *r);
+int kv_compact_give_back_in(wr_relid rel, uint64_t *blocks);
 
 typedef struct kv_stats {
 	uint64_t gets, puts, deletes, batches;
@@ -326,17 +398,18 @@ typedef struct kv_version {
 	uint32_t vlen;
 	uint64_t csn;
 } kv_version;
-/* The key's earliest version after @s, if any (found); then kv_snap_check. */
-int kv_mv_lookup(const kv_snap *s, const void *k, size_t kl, kv_version *out);
-typedef int (*kv_mv_fn)(void *arg, const char *k, uint16_t kl, const kv_version *v);
+/* The earliest version after @s of key @k of tree @rel, if any (found);
+ * then kv_snap_check. */
+int kv_mv_lookup(const kv_snap *s, wr_relid rel, const void *k, size_t kl, kv_version *out);
+typedef int (*kv_mv_fn)(void *arg, wr_relid rel, const char *k, uint16_t kl, const kv_version *v);
 /* Calls @fn for each version after @s from ring position *pos (s->from at
  * first) to the ring's head, in csn order, and moves *pos there. */
 int kv_mv_scan(const kv_snap *s, uint64_t *pos, kv_mv_fn fn, void *arg);
 
-/* Gets as of @s (kv_get / kv_get_into's contract). */
-int kv_snap_get(const kv_snap *s, const void *k, size_t kl, void **v, size_t *vl);
-int kv_snap_get_into(const kv_snap *s, const void *k, size_t kl, void *buf, size_t cap,
-                     size_t *vl);
+/* Gets as of @s of tree @rel (kv_get / kv_get_into's contract). */
+int kv_snap_get(const kv_snap *s, wr_relid rel, const void *k, size_t kl, void **v, size_t *vl);
+int kv_snap_get_into(const kv_snap *s, wr_relid rel, const void *k, size_t kl, void *buf,
+                     size_t cap, size_t *vl);
 
 /*
  * A view iterator: the keys of [lo, hi) as of @s, with @overlay over them
@@ -344,15 +417,16 @@ int kv_snap_get_into(const kv_snap *s, const void *k, size_t kl, void *buf, size
  * The overlay is copied at open.  Same moves as kv_iter; @s must stay live.
  */
 typedef struct kv_overlay_ent {
+	wr_relid rel; /* the tree (a transaction's entries are by tree, then key) */
 	const char *k, *v;
 	uint16_t kl;
 	uint32_t vl;
 	bool deleted;
 } kv_overlay_ent;
 typedef struct kv_viter kv_viter;
-/* @ov sorted by key, distinct. */
-int kv_viter_open(const kv_snap *s, const kv_overlay_ent *ov, size_t nov, const void *lo,
-                  size_t lol, const void *hi, size_t hil, kv_viter **it);
+/* @ov sorted by key, distinct; the keys of tree @rel. */
+int kv_viter_open(const kv_snap *s, wr_relid rel, const kv_overlay_ent *ov, size_t nov,
+                  const void *lo, size_t lol, const void *hi, size_t hil, kv_viter **it);
 int kv_viter_seek(kv_viter *it, const void *k, size_t kl);
 int kv_viter_seek_last(kv_viter *it);
 int kv_viter_next(kv_viter *it);

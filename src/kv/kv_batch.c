@@ -17,11 +17,12 @@
 #include "buffer/buffer.h"
 #include "kv/kv_int.h"
 
-enum { OP_PUT = 1, OP_DELETE = 2 };
+enum { OP_PUT = 1, OP_DELETE = 2, OP_CREATE = 3, OP_DROP = 4 };
 
 /* One operation; key and value point into the batch's arena or the caller's memory. */
 typedef struct kv_op {
 	uint8_t type;
+	wr_relid rel; /* the tree */
 	uint16_t kl;
 	uint32_t vl;
 	size_t koff, voff; /* in the arena */
@@ -62,11 +63,12 @@ static int arena_add(kv_batch *b, const void *p, size_t len, size_t *off)
 	return WALRUS_OK;
 }
 
-static int add_op(kv_batch *b, uint8_t type, const void *k, size_t kl, const void *v, size_t vl)
+static int add_op(kv_batch *b, uint8_t type, wr_relid rel, const void *k, size_t kl, const void *v,
+                  size_t vl)
 {
 	if (wr_grow(&b->ops, &b->cap, b->n + 1, sizeof(*b->ops), 16) != WALRUS_OK)
 		return wr_error(WALRUS_ENOMEM, "out of memory growing a batch");
-	kv_op op = {.type = type, .kl = (uint16_t)kl, .vl = (uint32_t)vl};
+	kv_op op = {.type = type, .rel = rel, .kl = (uint16_t)kl, .vl = (uint32_t)vl};
 	size_t mark = b->used;
 	int rc = arena_add(b, k, kl, &op.koff);
 	if (rc == WALRUS_OK)
@@ -81,16 +83,36 @@ static int add_op(kv_batch *b, uint8_t type, const void *k, size_t kl, const voi
 
 int kv_batch_put(kv_batch *b, const void *k, size_t kl, const void *v, size_t vl)
 {
-	int rc = kv_check_key(kl);
-	if (rc == WALRUS_OK)
-		rc = check_value(vl);
-	return rc == WALRUS_OK ? add_op(b, OP_PUT, k, kl, v, vl) : rc;
+	return kv_batch_put_in(b, KV_REL, k, kl, v, vl);
 }
 
 int kv_batch_delete(kv_batch *b, const void *k, size_t kl)
 {
+	return kv_batch_delete_in(b, KV_REL, k, kl);
+}
+
+int kv_batch_put_in(kv_batch *b, wr_relid rel, const void *k, size_t kl, const void *v, size_t vl)
+{
 	int rc = kv_check_key(kl);
-	return rc == WALRUS_OK ? add_op(b, OP_DELETE, k, kl, NULL, 0) : rc;
+	if (rc == WALRUS_OK)
+		rc = check_value(vl);
+	return rc == WALRUS_OK ? add_op(b, OP_PUT, rel, k, kl, v, vl) : rc;
+}
+
+int kv_batch_delete_in(kv_batch *b, wr_relid rel, const void *k, size_t kl)
+{
+	int rc = kv_check_key(kl);
+	return rc == WALRUS_OK ? add_op(b, OP_DELETE, rel, k, kl, NULL, 0) : rc;
+}
+
+int kv_batch_create_tree(kv_batch *b, wr_relid rel)
+{
+	return add_op(b, OP_CREATE, rel, NULL, 0, NULL, 0);
+}
+
+int kv_batch_drop_tree(kv_batch *b, wr_relid rel)
+{
+	return add_op(b, OP_DROP, rel, NULL, 0, NULL, 0);
 }
 
 size_t kv_batch_count(const kv_batch *b)
@@ -172,11 +194,57 @@ static int precheck(const kv_op *ops, size_t n)
 	                (unsigned long long)pages, limit, need, have);
 }
 
-/* Applies the operations; *notfound counts deletes of absent keys. */
-static int apply_ops(const kv_op *ops, size_t n, size_t *notfound)
+/*
+ * Every tree the operations name, other than KV_REL and the catalog's,
+ * must be a live key space's (kv_space.c) or one the batch creates, looked
+ * at under the tree lock: a space dropped since the caller opened it takes
+ * no write.  Each run of operations on one tree is looked up once.
+ */
+static bool created_here(const kv_op *ops, size_t n, wr_relid rel)
 {
-	int rc = kvw_batch_begin();
+	for (size_t i = 0; i < n; i++)
+		if (ops[i].type == OP_CREATE && ops[i].rel == rel)
+			return true;
+	return false;
+}
+
+static int check_trees(const kv_op *ops, size_t n)
+{
+	wr_relid last = KV_REL;
+	for (size_t i = 0; i < n; i++) {
+		wr_relid rel = ops[i].rel;
+		if (rel == KV_REL || rel == KV_CATALOG_REL || rel == last ||
+		    ops[i].type == OP_CREATE || ops[i].type == OP_DROP || created_here(ops, n, rel))
+			continue;
+		int rc = kv_space_live(rel);
+		if (rc != WALRUS_OK)
+			return rc;
+		last = rel;
+	}
+	return WALRUS_OK;
+}
+
+/* Applies the operations; *notfound counts deletes of absent keys, *begun
+ * says whether the batch began (then a failure is the caller's to undo). */
+static int apply_ops(const kv_op *ops, size_t n, size_t *notfound, bool *begun)
+{
+	int rc = check_trees(ops, n);
+	if (rc != WALRUS_OK)
+		return rc;
+	kvw_batch_reset();
+	*begun = true;
 	for (size_t i = 0; rc == WALRUS_OK && i < n; i++) {
+		if (ops[i].type == OP_CREATE) {
+			rc = kvw_tree_create(ops[i].rel);
+			continue;
+		}
+		if (ops[i].type == OP_DROP) {
+			rc = kvw_tree_drop(ops[i].rel);
+			continue;
+		}
+		rc = kvw_tree_use(ops[i].rel);
+		if (rc != WALRUS_OK)
+			break;
 		if (ops[i].type == OP_PUT) {
 			rc = kvm_put(ops[i].k, ops[i].kl, ops[i].v, ops[i].vl);
 		} else {
@@ -192,11 +260,13 @@ static int apply_ops(const kv_op *ops, size_t n, size_t *notfound)
 
 static void count_ops(const kv_op *ops, size_t n)
 {
-	uint64_t puts = 0;
-	for (size_t i = 0; i < n; i++)
+	uint64_t puts = 0, deletes = 0;
+	for (size_t i = 0; i < n; i++) {
 		puts += ops[i].type == OP_PUT;
+		deletes += ops[i].type == OP_DELETE;
+	}
 	atomic_fetch_add(&kv_sh->puts, puts);
-	atomic_fetch_add(&kv_sh->deletes, n - puts);
+	atomic_fetch_add(&kv_sh->deletes, deletes);
 	atomic_fetch_add(&kv_sh->batches, 1);
 }
 
@@ -206,8 +276,16 @@ static void count_ops(const kv_op *ops, size_t n)
  * leaves everything untouched.  The batch's csn is published once its
  * pages are committed (kv_mvcc.c).
  */
+static void resolve(kv_batch *b)
+{
+	for (size_t i = 0; i < b->n; i++) {
+		b->ops[i].k = b->arena + b->ops[i].koff;
+		b->ops[i].v = b->arena + b->ops[i].voff;
+	}
+}
+
 static int commit_ops(const kv_op *ops, size_t n, int durability, kv_commit_check_fn check,
-                      void *arg, wr_lsn *lsn_out, size_t *notfound)
+                      void *arg, wr_lsn *lsn_out, size_t *notfound, kv_batch *fill)
 {
 	wr_lsn lsn = 0;
 	*notfound = 0;
@@ -222,16 +300,22 @@ static int commit_ops(const kv_op *ops, size_t n, int durability, kv_commit_chec
 		rw_unlock(&kv_sh->tree_lock);
 		return rc;
 	}
+	if (fill != NULL) { /* the check built the batch */
+		resolve(fill);
+		ops = fill->ops;
+		n = fill->n;
+	}
 	if (n == 0) {
 		rw_unlock(&kv_sh->tree_lock);
 		count_ops(ops, 0);
 		return WALRUS_OK;
 	}
 	kv_mv_batch_begin();
-	rc = apply_ops(ops, n, notfound);
+	bool begun = false;
+	rc = apply_ops(ops, n, notfound, &begun);
 	if (rc == WALRUS_OK)
 		rc = kvw_commit(&lsn);
-	if (rc != WALRUS_OK)
+	if (rc != WALRUS_OK && begun)
 		kvw_abort();
 	kv_mv_batch_end(rc == WALRUS_OK, lsn);
 	rw_unlock(&kv_sh->tree_lock);
@@ -252,11 +336,8 @@ int kv_batch_commit(kv_batch *b, int durability, wr_lsn *commit_lsn)
 	size_t notfound;
 	if (commit_lsn != NULL)
 		*commit_lsn = 0;
-	for (size_t i = 0; i < b->n; i++) {
-		b->ops[i].k = b->arena + b->ops[i].koff;
-		b->ops[i].v = b->arena + b->ops[i].voff;
-	}
-	return commit_ops(b->ops, b->n, durability, NULL, NULL, commit_lsn, &notfound);
+	resolve(b);
+	return commit_ops(b->ops, b->n, durability, NULL, NULL, commit_lsn, &notfound, NULL);
 }
 
 int kv_batch_commit_checked(kv_batch *b, int durability, kv_commit_check_fn check, void *arg,
@@ -265,14 +346,30 @@ int kv_batch_commit_checked(kv_batch *b, int durability, kv_commit_check_fn chec
 	size_t notfound;
 	if (commit_lsn != NULL)
 		*commit_lsn = 0;
-	for (size_t i = 0; i < b->n; i++) {
-		b->ops[i].k = b->arena + b->ops[i].koff;
-		b->ops[i].v = b->arena + b->ops[i].voff;
-	}
-	return commit_ops(b->ops, b->n, durability, check, arg, commit_lsn, &notfound);
+	resolve(b);
+	return commit_ops(b->ops, b->n, durability, check, arg, commit_lsn, &notfound, NULL);
+}
+
+int kv_batch_commit_built(kv_batch *b, int durability, kv_commit_check_fn build, void *arg,
+                          wr_lsn *commit_lsn)
+{
+	size_t notfound;
+	if (commit_lsn != NULL)
+		*commit_lsn = 0;
+	return commit_ops(NULL, 0, durability, build, arg, commit_lsn, &notfound, b);
 }
 
 int kv_put(const void *k, size_t kl, const void *v, size_t vl, int durability)
+{
+	return kv_put_in(KV_REL, k, kl, v, vl, durability);
+}
+
+int kv_delete(const void *k, size_t kl, int durability)
+{
+	return kv_delete_in(KV_REL, k, kl, durability);
+}
+
+int kv_put_in(wr_relid rel, const void *k, size_t kl, const void *v, size_t vl, int durability)
 {
 	size_t notfound;
 	int rc = kv_check_key(kl);
@@ -280,18 +377,19 @@ int kv_put(const void *k, size_t kl, const void *v, size_t vl, int durability)
 		rc = check_value(vl);
 	if (rc != WALRUS_OK)
 		return rc;
-	kv_op op = {.type = OP_PUT, .kl = (uint16_t)kl, .vl = (uint32_t)vl, .k = k, .v = v};
-	return commit_ops(&op, 1, durability, NULL, NULL, NULL, &notfound);
+	kv_op op = {
+	    .type = OP_PUT, .rel = rel, .kl = (uint16_t)kl, .vl = (uint32_t)vl, .k = k, .v = v};
+	return commit_ops(&op, 1, durability, NULL, NULL, NULL, &notfound, NULL);
 }
 
-int kv_delete(const void *k, size_t kl, int durability)
+int kv_delete_in(wr_relid rel, const void *k, size_t kl, int durability)
 {
 	size_t notfound;
 	int rc = kv_check_key(kl);
 	if (rc != WALRUS_OK)
 		return rc;
-	kv_op op = {.type = OP_DELETE, .kl = (uint16_t)kl, .k = k};
-	rc = commit_ops(&op, 1, durability, NULL, NULL, NULL, &notfound);
+	kv_op op = {.type = OP_DELETE, .rel = rel, .kl = (uint16_t)kl, .k = k};
+	rc = commit_ops(&op, 1, durability, NULL, NULL, NULL, &notfound, NULL);
 	if (rc == WALRUS_OK && notfound > 0)
 		return wr_error(WALRUS_ENOTFOUND, "key not found");
 	return rc;

@@ -46,7 +46,7 @@
 static int read_copy(wr_blkno blk, char *out)
 {
 	int buf;
-	int rc = buf_read(KV_REL, blk, &buf);
+	int rc = buf_read(kv_cur_rel, blk, &buf);
 	if (rc != WALRUS_OK)
 		return rc;
 	buf_lock(buf, false);
@@ -60,7 +60,7 @@ static int read_copy(wr_blkno blk, char *out)
 static int read_link(wr_blkno blk, uint8_t *type, wr_blkno *right)
 {
 	int buf;
-	int rc = buf_read(KV_REL, blk, &buf);
+	int rc = buf_read(kv_cur_rel, blk, &buf);
 	if (rc != WALRUS_OK)
 		return rc;
 	buf_lock(buf, false);
@@ -94,8 +94,10 @@ void kv_test_compact_between(void (*fn)(void *), void *arg)
 /* Between two batches, outside the tree lock: what another writer may do there. */
 static void between_batches(void)
 {
+	wr_relid rel = kv_cur_rel; /* the hook's writes may move it */
 	if (between_fn != NULL)
 		between_fn(between_arg);
+	kv_cur_rel = rel;
 }
 
 /* After the batch ending at @lsn: stop here as a crash would, that batch durable. */
@@ -119,13 +121,19 @@ static inline void between_batches(void) {}
 static int run_batch(step_fn fn, void *arg, bool *done, kv_compact_result *r)
 {
 	wr_lsn lsn = 0;
+	wr_relid rel = kv_cur_rel;
 	rw_lock_excl(&kv_sh->tree_lock);
-	int rc = kvw_batch_begin();
+	/* A key space dropped between two batches: stop, nothing begun. */
+	int rc = rel == KV_REL ? WALRUS_OK : kv_space_live(rel);
+	kv_cur_rel = rel;
+	bool begun = rc == WALRUS_OK;
+	if (begun)
+		rc = kvw_batch_begin();
 	if (rc == WALRUS_OK)
 		rc = fn(arg, done);
 	if (rc == WALRUS_OK)
 		rc = kvw_commit(&lsn);
-	if (rc != WALRUS_OK)
+	if (rc != WALRUS_OK && begun)
 		kvw_abort();
 	rw_unlock(&kv_sh->tree_lock);
 	if (rc == WALRUS_OK && lsn != 0) {
@@ -211,7 +219,7 @@ static int free_list_read(free_list *fl)
 			rc = wr_error(WALRUS_ECORRUPT,
 			              "the free list of relation %u does not match its count of %u "
 			              "pages (block %u)",
-			              KV_REL, m->nfree, b);
+			              kv_cur_rel, m->nfree, b);
 			break;
 		}
 		uint8_t t;
@@ -219,7 +227,7 @@ static int free_list_read(free_list *fl)
 		if (rc == WALRUS_OK && t != KV_PT_FREE && t != KV_PT_OVF)
 			rc = wr_error(WALRUS_ECORRUPT,
 			              "block %u of relation %u is on the free list but is not free",
-			              b, KV_REL);
+			              b, kv_cur_rel);
 		wr_blkno next = fl->blk[fl->n];
 		fl->blk[fl->n++] = b;
 		b = next;
@@ -227,7 +235,7 @@ static int free_list_read(free_list *fl)
 	if (rc == WALRUS_OK && fl->n != m->nfree)
 		rc = wr_error(WALRUS_ECORRUPT,
 		              "the free list of relation %u has %u pages, the meta page counts %u",
-		              KV_REL, fl->n, m->nfree);
+		              kv_cur_rel, fl->n, m->nfree);
 	return rc;
 }
 
@@ -345,8 +353,8 @@ static int take_low_free(free_cache *fc, wr_blkno end, wr_blkno *dest, int n, kv
 	if (rc == WALRUS_OK && fc->nlow - fc->next < (uint32_t)n)
 		rc = wr_error(
 		    WALRUS_ECORRUPT,
-		    "relation %u has %u pages in use but only %u free pages below block %u", KV_REL,
-		    end, fc->nlow - fc->next, end);
+		    "relation %u has %u pages in use but only %u free pages below block %u",
+		    kv_cur_rel, end, fc->nlow - fc->next, end);
 	bool *gone = rc == WALRUS_OK ? calloc(fc->fl.n + 1, sizeof(bool)) : NULL;
 	if (rc == WALRUS_OK && gone == NULL)
 		rc = wr_error(WALRUS_ENOMEM, "out of memory moving pages");
@@ -415,7 +423,7 @@ static int leftmost(int level, wr_blkno *out, char *page)
 		    kvn_nentries(page) == 0)
 			return wr_error(WALRUS_ECORRUPT,
 			                "block %u of relation %u is not a node of level %d", b,
-			                KV_REL, l);
+			                kv_cur_rel, l);
 		b = kvn_child(page, KV_FIRST_SLOT);
 	}
 	*out = b;
@@ -441,7 +449,7 @@ static int move_candidates(int level, wr_blkno end, move_cand *c, int max, int *
 		if (hops >= m->nblocks) {
 			rc = wr_error(WALRUS_ECORRUPT,
 			              "the right links of level %d of relation %u loop", level + 1,
-			              KV_REL);
+			              kv_cur_rel);
 			break;
 		}
 		rc = read_copy(p, page);
@@ -449,7 +457,7 @@ static int move_candidates(int level, wr_blkno end, move_cand *c, int max, int *
 		                        kvp_special(page).level != (uint16_t)(level + 1)))
 			rc = wr_error(WALRUS_ECORRUPT,
 			              "block %u of relation %u is not a node of level %d", p,
-			              KV_REL, level + 1);
+			              kv_cur_rel, level + 1);
 		for (int s = KV_FIRST_SLOT; rc == WALRUS_OK && s < kvp_nslots(page) && *n < max;
 		     s++) {
 			wr_blkno child = kvn_child(page, s);
@@ -473,7 +481,7 @@ static int move_one(const move_cand *c, int level, wr_blkno dest)
 			rc = wr_error(
 			    WALRUS_ECORRUPT,
 			    "block %u of relation %u: downlink %d no longer names block %u",
-			    c->parent, KV_REL, c->slot, c->blk);
+			    c->parent, kv_cur_rel, c->slot, c->blk);
 	}
 	if (rc == WALRUS_OK)
 		rc = kvw_get(c->blk, &x);
@@ -545,7 +553,7 @@ typedef struct ovf_state {
 static int not_node(wr_blkno b, int level)
 {
 	return wr_error(WALRUS_ECORRUPT, "block %u of relation %u is not a node of level %d", b,
-	                KV_REL, level);
+	                kv_cur_rel, level);
 }
 
 /* A copy (in @page) of the leaf whose range holds @k, read down from the root. */
@@ -577,7 +585,7 @@ static int chain_tail(const kv_ovf_ref *ref, wr_blkno end, ovf_move *mv, int max
 		if (b == 0 || b >= kvw_meta()->nblocks)
 			return wr_error(WALRUS_ECORRUPT,
 			                "overflow value %llu of relation %u names block %u",
-			                (unsigned long long)ref->id, KV_REL, b);
+			                (unsigned long long)ref->id, kv_cur_rel, b);
 		if (b >= end)
 			mv[(*n)++] = (ovf_move){.prev = prev, .blk = b, .seq = seq};
 		if (seq + 1 == pieces)
@@ -590,7 +598,7 @@ static int chain_tail(const kv_ovf_ref *ref, wr_blkno end, ovf_move *mv, int max
 			return wr_error(
 			    WALRUS_ECORRUPT,
 			    "block %u of relation %u is not piece %u of overflow value %llu", b,
-			    KV_REL, seq, (unsigned long long)ref->id);
+			    kv_cur_rel, seq, (unsigned long long)ref->id);
 		prev = b;
 		b = kvp_special(page).right;
 	}
@@ -619,7 +627,8 @@ static int find_ovf_tail(ovf_state *st, wr_blkno end, ovf_move *mv, int max, int
 			kv_leaf_ent e;
 			if (!kvl_decode(it, len, &e))
 				rc = wr_error(WALRUS_ECORRUPT,
-				              "a leaf entry of relation %u is malformed", KV_REL);
+				              "a leaf entry of relation %u is malformed",
+				              kv_cur_rel);
 			else if (e.kind == KV_OVERFLOW)
 				rc = chain_tail(&e.ref, end, mv, max, n, page);
 			if (rc == WALRUS_OK && *n > 0) {
@@ -634,7 +643,7 @@ static int find_ovf_tail(ovf_state *st, wr_blkno end, ovf_move *mv, int max, int
 			break;
 		if (hops >= kvw_meta()->nblocks)
 			rc = wr_error(WALRUS_ECORRUPT, "the leaves of relation %u link in a loop",
-			              KV_REL);
+			              kv_cur_rel);
 		if (rc == WALRUS_OK)
 			rc = read_copy(right, leaf);
 		if (rc == WALRUS_OK &&
@@ -712,7 +721,7 @@ static int cut_step(void *arg, bool *done)
 		wr_log(WR_WARNING,
 		       "compaction: the end of relation %u stays at block %u: unlinking %u free "
 		       "pages needs more pins than a batch may hold (raise shared_buffers)",
-		       KV_REL, m->nblocks, m->nblocks - cut);
+		       kv_cur_rel, m->nblocks, m->nblocks - cut);
 	}
 	free(is_free);
 	free(gone);
@@ -723,6 +732,17 @@ static int cut_step(void *arg, bool *done)
 
 int kv_compact(kv_compact_result *r)
 {
+	return kv_compact_in(KV_REL, r);
+}
+
+int kv_compact_give_back(uint64_t *blocks)
+{
+	return kv_compact_give_back_in(KV_REL, blocks);
+}
+
+int kv_compact_in(wr_relid rel, kv_compact_result *r)
+{
+	kv_cur_rel = rel;
 	memset(r, 0, sizeof(*r));
 	bool done = false;
 	rw_lock_shared(&kv_sh->tree_lock);
@@ -783,16 +803,19 @@ int kv_compact(kv_compact_result *r)
 	return rc;
 }
 
-int kv_compact_give_back(uint64_t *blocks)
+int kv_compact_give_back_in(wr_relid tree, uint64_t *blocks)
 {
 	smgr_rel *rel;
 	wr_blkno nfile;
 	kv_meta m;
 	*blocks = 0;
 	rw_lock_excl(&kv_sh->tree_lock);
-	int rc = kv_read_meta(&m);
+	int rc = tree == KV_REL ? WALRUS_OK : kv_space_live(tree);
+	kv_cur_rel = tree;
 	if (rc == WALRUS_OK)
-		rc = smgr_open(KV_REL, &rel);
+		rc = kv_read_meta(&m);
+	if (rc == WALRUS_OK)
+		rc = smgr_open(kv_cur_rel, &rel);
 	if (rc == WALRUS_OK)
 		rc = smgr_nblocks(rel, &nfile);
 	if (rc == WALRUS_OK && nfile > m.nblocks) {
@@ -809,8 +832,9 @@ int kv_compact_give_back(uint64_t *blocks)
 		*blocks = nfile - m.nblocks;
 		atomic_fetch_add(&kv_sh->compact_given_back, *blocks);
 		/* The writer allocates these again before it uses them (ensure_block). */
-		kv_sh->file_blocks = m.nblocks;
-		kv_sh->holes_known = kv_sh->holes = true;
+		kv_tree_sh *t = kv_tree_claim();
+		t->file_blocks = m.nblocks;
+		t->holes_known = t->holes = true;
 	}
 	rw_unlock(&kv_sh->tree_lock);
 	return rc;

@@ -465,6 +465,53 @@ void kvop_describe(const char *ops, size_t len, char *buf, size_t buflen);
  * (kv_me->get_stripe; backends that share a stripe are still counted exactly).
  */
 #define KV_GET_STRIPES 16
+
+/*
+ * What the instance keeps in shared memory about one tree (a key space's
+ * relation): hints, all of them rebuilt from the tree when lost.  KV_REL's
+ * lives in slot 0 for good; other trees take a slot when a writer uses them
+ * (kv_tree_claim, under the tree lock) and give it up to a tree used more
+ * lately.  Readers only read root_hint, between two reads of seq: a slot
+ * that changed hands meanwhile (seq odd, or moved on, or another rel) is
+ * not used and the reader reads the meta page instead.
+ */
+#define KV_TREE_SLOTS 64
+typedef struct kv_tree_sh {
+	_Alignas(64) _Atomic uint64_t root_hint; /* root block | (level + 1) << 32; 0 = unknown */
+	_Atomic uint32_t rel;                    /* 0: free */
+	_Atomic uint32_t seq;                    /* odd while the slot changes hands */
+	/* The writer's, under the tree lock, on a line of their own: readers
+	 * of root_hint must not see it stolen by each put. */
+	/* Blocks of the data file allocated at least (0: not known yet).  The
+	 * file never shrinks while shared memory lives; compaction punches out
+	 * its tail and lowers this to the tree's end (kv_compact.c), so the
+	 * writer allocates that space again. */
+	_Alignas(64) wr_blkno file_blocks;
+	/* Whether the data file may have holes past file_blocks (a compaction's
+	 * punch, in this instance or an earlier one: smgr_sparse); known once
+	 * looked at. */
+	bool holes_known, holes;
+	bool used; /* the claim clock's reference bit */
+	/*
+	 * The leaf the last put found at the tree's right end (0: none known):
+	 * a hint for ascending loads, validated on the page before each use
+	 * (kv_modify.c, put_rightmost).
+	 */
+	uint32_t rightmost_leaf;
+} kv_tree_sh;
+
+/*
+ * The tree the calling thread works on: set by every kv.h entry point that
+ * takes a relation (the plain ones set KV_REL), by an iterator's moves, and
+ * by a batch at each operation (kvw_tree_use).
+ */
+extern WR_TLS wr_relid kv_cur_rel;
+/* The current tree's slot, claimed if it has none (tree lock held exclusive). */
+kv_tree_sh *kv_tree_claim(void);
+/* Readers: the current tree's root hint, 0 when none can be trusted. */
+uint64_t kv_tree_hint(void);
+/* The slot of KV_REL's tree (slot 0). */
+#define KV_TREE_MAIN (&kv_sh->trees[0])
 typedef struct kv_shared {
 	wr_rwlock tree_lock;
 	_Atomic uint64_t puts, deletes, batches, aborts;
@@ -475,26 +522,17 @@ typedef struct kv_shared {
 	_Atomic uint64_t size_checks;   /* times a writer asked the data file's size */
 	/* compactions finished, and what they did (kv_compact.c) */
 	_Atomic uint64_t compactions, compact_merged, compact_moved, compact_given_back;
-	/* Changes of the free list (kv_write.c, kv_compact.c), under the tree
-	 * lock: a compaction keeps its copy of the list while this stays. */
+	/* Changes of any tree's free list (kv_write.c, kv_compact.c), under
+	 * the tree lock: a compaction keeps its copy of the list while this
+	 * stays. */
 	uint64_t free_gen;
-	/* Blocks of the data file allocated at least (0: not known yet): the
-	 * writer's, under the tree lock.  The file never shrinks while shared
-	 * memory lives; compaction punches out its tail and lowers this to the
-	 * tree's end (kv_compact.c), so the writer allocates that space again. */
-	wr_blkno file_blocks;
-	/* Whether the data file may have holes past file_blocks (a compaction's
-	 * punch, in this instance or an earlier one: smgr_sparse); known once
-	 * looked at.  The writer's, under the tree lock. */
-	bool holes_known, holes;
-	/*
-	 * The leaf the last put found at the tree's right end (0: none known):
-	 * a hint for ascending loads, read and written by the writer under the
-	 * tree lock only, and validated on the page before each use
-	 * (kv_modify.c, put_rightmost).
-	 */
-	uint32_t rightmost_leaf;
-	_Alignas(64) _Atomic uint64_t root_hint; /* root block | (level + 1) << 32; 0 = unknown */
+	/* Bumped after a key space is dropped (kv_space.c): a handle that saw
+	 * another value looks its space up again before using it. */
+	_Atomic uint64_t drop_gen;
+	_Atomic uint32_t tree_clock;     /* the next slot kv_tree_claim looks at */
+	_Atomic bool catalog_ok;         /* the catalog's tree exists (kv_space.c) */
+	wr_relid next_relid;             /* for a new key space, 0: not known yet (tree lock) */
+	kv_tree_sh trees[KV_TREE_SLOTS]; /* trees[0]: KV_REL's, for good */
 	_Alignas(64) struct {
 		_Alignas(64) _Atomic uint64_t n;
 		_Atomic uint64_t optimistic;  /* of them answered by a peek at the leaf */
@@ -538,6 +576,7 @@ int kv_read_meta(kv_meta *m);
 /* The writer's view of a page in the current batch. */
 #define KVW_LAZY_MAX 8 /* inserts a lazy undo remembers */
 typedef struct kvw_page {
+	wr_relid rel; /* the tree's relation */
 	wr_blkno blk;
 	int buf;
 	char *page;
@@ -574,13 +613,26 @@ typedef struct rb_block {
  */
 #define KVW_SPARE 64
 
+/* A tree a batch changes: its meta page, kept in memory to the commit. */
+typedef struct kvw_tree {
+	wr_relid rel;
+	kv_meta meta, meta0; /* working copy, and as the batch found it */
+	bool created;        /* by this batch (kvw_tree_create) */
+} kvw_tree;
+
 /* A batch in progress (kv_write.c), one per backend. */
 typedef struct kv_write_state {
-	kvw_page **pages; /* every page this batch pinned */
+	kvw_page **pages; /* every page this batch pinned, of every tree */
 	uint32_t n, cap;
-	kvw_page **hash; /* open addressing by block number */
+	kvw_page **hash; /* open addressing by relation and block number */
 	uint32_t hcap;
-	kv_meta meta, meta0; /* working copy, and as the batch found it */
+	/* The current tree's (kvw_tree_use): trees[cur] while another is current */
+	wr_relid rel;
+	kv_meta meta, meta0;
+	kvw_tree *trees; /* the trees of the batch, in the order it reached them */
+	uint32_t ntrees, tcap, cur;
+	wr_relid *drops; /* relations the batch drops: its commit record says so */
+	size_t ndrops, dcap;
 	rb_block rb[WAL_MAX_BLOCKS];
 	int nrb;
 	int nrec;        /* records inserted by this batch */
@@ -611,8 +663,19 @@ extern WR_TLS kv_backend *kv_me;
 
 /* Frees a backend's batch state (kv_backend_free). */
 void kvw_state_free(kv_write_state *ws);
-/* Starts a batch (tree lock held): loads the meta page. */
+/* Starts a batch (tree lock held): loads the current tree's meta page. */
 int kvw_batch_begin(void);
+/* Starts a batch with no tree yet: kvw_tree_use or kvw_tree_create next. */
+void kvw_batch_reset(void);
+/* The batch's next changes go to the tree of relation @rel (loading its meta
+ * page the first time): kv_cur_rel becomes @rel. */
+int kvw_tree_use(wr_relid rel);
+/* The batch builds a new, empty tree in relation @rel (its file exists,
+ * empty: smgr_create): a meta page and a root leaf, then @rel is current. */
+int kvw_tree_create(wr_relid rel);
+/* The batch's commit record names @rel as dropped: redo removes its file
+ * (the caller removes it after the commit: kv_space.c). */
+int kvw_tree_drop(wr_relid rel);
 /* The page of @blk, pinned (for reading: the writer needs no content lock). */
 int kvw_get(wr_blkno blk, kvw_page **p);
 /* Before a change: exclusive lock, kept to the batch's end, and the image to undo it. */
@@ -659,12 +722,26 @@ void kv_mv_note_value(const void *k, uint16_t kl, bool absent, const char *val, 
 /* The open batch's versions cannot be kept: snapshots older than it lose. */
 void kv_mv_lose_open_batch(void);
 
+/* ---------------------------------------------------------------- kv_space.c */
+
+/* Removes relation @rel: the engine's wait for its readers, its buffers, its files. */
+void kv_drop_files(wr_relid rel);
+/* A tree whose relation's file this batch removes (kv_space_drop). */
+int kv_batch_drop_tree(kv_batch *b, wr_relid rel);
+/* kv_batch_commit whose operations @build(@arg) adds to @b under the tree lock. */
+int kv_batch_commit_built(kv_batch *b, int durability, kv_commit_check_fn build, void *arg,
+                          wr_lsn *commit_lsn);
+
 /* ---------------------------------------------------------------- kv_redo_mv.c */
 
 /* A replayed batch's versions (a standby with snapshots): its pages before
  * (kv_rv_begin, before redo touches them), after each record (kv_rv_after),
  * and the diff of their leaves noted (kv_rv_finish, pages still held). */
-void kv_rv_begin(const wr_blkno *blks, size_t n);
+typedef struct kv_rv_blk {
+	wr_relid rel;
+	wr_blkno blk;
+} kv_rv_blk;
+void kv_rv_begin(const kv_rv_blk *blks, size_t n);
 void kv_rv_after(wr_relid rel, wr_blkno blk, const char *page);
 void kv_rv_finish(void);
 
@@ -712,6 +789,7 @@ int kvm_collapse_root(void);
 #define KV_INFO_COMMIT 0x03 /* the last record of a batch (with the meta page if changed) */
 #define KV_INFO_ABORT  0x04 /* the batch's records so far are void */
 #define KV_INFO_OP     0x0f
+#define KV_DROPS       0x20 /* COMMIT: the main data lists relations dropped (u32 each) */
 #define KV_FIRST       0x40 /* the first record of a batch: forget unfinished ones */
 #define KV_MORE        0x80 /* more records of the batch follow */
 

@@ -29,6 +29,7 @@
 enum { FWD, BACK };
 
 struct kv_iter {
+	wr_relid rel; /* the tree: every move makes it current */
 	char lo[KV_MAX_KEY], hi[KV_MAX_KEY];
 	uint16_t lol, hil;
 	bool has_lo, has_hi;
@@ -111,7 +112,7 @@ static int try_right(kv_iter *it, const kv_key *high, bool *done)
 	wr_blkno right = kvp_special(it->leaf).right;
 	if (right == WR_INVALID_BLKNO)
 		return WALRUS_OK;
-	int rc = buf_read(KV_REL, right, &buf);
+	int rc = buf_read(kv_cur_rel, right, &buf);
 	if (rc != WALRUS_OK)
 		return rc;
 	buf_lock(buf, false);
@@ -198,7 +199,8 @@ static int load_value(kv_iter *it)
 	kv_leaf_ent e;
 	const char *item = kvp_item(it->leaf, it->pos, &len);
 	if (!kvl_decode(item, len, &e))
-		return wr_error(WALRUS_ECORRUPT, "bad leaf entry in a leaf of relation %u", KV_REL);
+		return wr_error(WALRUS_ECORRUPT, "bad leaf entry in a leaf of relation %u",
+		                kv_cur_rel);
 	if (e.kind == KV_INLINE) {
 		it->cur.val = e.val;
 		it->cur.vlen = e.vlen;
@@ -297,11 +299,18 @@ static int set_bound(char *dst, uint16_t *len, bool *has, const void *k, size_t 
 
 int kv_iter_open(const void *lo, size_t lol, const void *hi, size_t hil, kv_iter **out)
 {
+	return kv_iter_open_in(KV_REL, lo, lol, hi, hil, out);
+}
+
+int kv_iter_open_in(wr_relid rel, const void *lo, size_t lol, const void *hi, size_t hil,
+                    kv_iter **out)
+{
 	/* *out holds it from the start: a PANIC in the seek unwinds past this
 	 * frame (longjmp), and the caller's cleanup must still find it. */
 	kv_iter *it = *out = calloc(1, sizeof(*it));
 	if (it == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory for an iterator");
+	it->rel = rel;
 	int rc = set_bound(it->lo, &it->lol, &it->has_lo, lo, lol);
 	if (rc == WALRUS_OK)
 		rc = set_bound(it->hi, &it->hil, &it->has_hi, hi, hil);
@@ -320,6 +329,7 @@ int kv_iter_seek(kv_iter *it, const void *k, size_t kl)
 	if (k != NULL && kl > KV_MAX_KEY)
 		return wr_error(WALRUS_ETOOBIG, "seek key of %zu bytes is over the limit of %u", kl,
 		                KV_MAX_KEY);
+	kv_cur_rel = it->rel;
 	if (it->has_lo && (k == NULL || kv_cmp(k, kl, it->lo, it->lol) < 0)) {
 		k = it->lo;
 		kl = it->lol;
@@ -338,6 +348,7 @@ int kv_iter_seek(kv_iter *it, const void *k, size_t kl)
 int kv_iter_seek_last(kv_iter *it)
 {
 	kv_key key = {.inf = true};
+	kv_cur_rel = it->rel;
 	if (it->has_hi)
 		key = (kv_key){.p = it->hi, .len = it->hil};
 	it->cur.valid = false;
@@ -383,6 +394,7 @@ int kv_iter_next(kv_iter *it)
 		return WALRUS_OK;
 	if (kv_iter_next_local(it))
 		return WALRUS_OK;
+	kv_cur_rel = it->rel;
 	it->pos++;
 	return settle(it, FWD);
 }
@@ -391,6 +403,7 @@ int kv_iter_prev(kv_iter *it)
 {
 	if (!it->cur.valid)
 		return WALRUS_OK;
+	kv_cur_rel = it->rel;
 	it->pos--;
 	return settle(it, BACK);
 }

@@ -40,7 +40,7 @@ typedef struct wpath {
 
 static int bad_node(const kvw_page *p, const char *what)
 {
-	return wr_error(WALRUS_ECORRUPT, "block %u of relation %u: %s", p->blk, KV_REL, what);
+	return wr_error(WALRUS_ECORRUPT, "block %u of relation %u: %s", p->blk, kv_cur_rel, what);
 }
 
 /*
@@ -444,7 +444,7 @@ static int split_insert(wpath *path, int level, int slot, const char *item, uint
 		return rc;
 	kvw_count_split();
 	if (level == 0 && (s.flags & KVN_HIGH_INF))
-		kv_sh->rightmost_leaf = right->blk; /* the new end of the tree */
+		kv_tree_claim()->rightmost_leaf = right->blk; /* the new end of the tree */
 	if (level + 1 == path->height) {
 		kvw_page *root; /* allocated here: grow_root's page image is not on the stack yet */
 		rc = kvw_alloc(&root);
@@ -772,7 +772,7 @@ static int admit_key(wpath *path, const void *k, uint16_t kl, uint16_t len, bool
 /*
  * The fast path of ascending loads (nbtree's rightmost-leaf hint): a key
  * above every key in the tree belongs to the rightmost leaf, so the writer
- * remembers that leaf (kv_sh->rightmost_leaf) and, when the next key is past
+ * remembers that leaf (the tree slot's rightmost_leaf) and, when the next key is past
  * its last key and fits without a split, inserts there without descending.
  * A fillseq put then pins and checks one page of the tree instead of
  * height: the descent's pins and above all the sanity checks of the
@@ -796,7 +796,7 @@ static int admit_key(wpath *path, const void *k, uint16_t kl, uint16_t len, bool
  */
 static int put_rightmost(const void *k, uint16_t kl, const char *item, uint16_t len, bool *done)
 {
-	wr_blkno blk = kv_sh->rightmost_leaf;
+	wr_blkno blk = kv_tree_claim()->rightmost_leaf;
 	kvw_page *p;
 	*done = false;
 	/* The hint's leaf stays pinned to the batch's end even when the put goes
@@ -881,7 +881,7 @@ int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl)
 		return rc;
 	kv_special ls = kvp_special(path.node[0]->page);
 	if (ls.flags & KVN_HIGH_INF)
-		kv_sh->rightmost_leaf = path.node[0]->blk;
+		kv_tree_claim()->rightmost_leaf = path.node[0]->blk;
 	char local[KV_LEAF_ITEM_MAX];
 	const char *it = entry_for(item, &len, ls.prefix, local); /* admitted: it has the prefix */
 	bool eq;
@@ -1180,8 +1180,8 @@ static int merge_right(kvw_page *parent, int ps, kvw_page *left, kvw_page *right
 		rc = kvw_op(parent, KVOP_DELETE, (uint16_t)(ps + 1), NULL, 0);
 	if (rc == WALRUS_OK)
 		rc = kvw_free_page(right);
-	if (rc == WALRUS_OK && kv_sh->rightmost_leaf == right->blk)
-		kv_sh->rightmost_leaf = left->blk;
+	if (rc == WALRUS_OK && kv_tree_claim()->rightmost_leaf == right->blk)
+		kv_tree_claim()->rightmost_leaf = left->blk;
 	return rc;
 }
 
@@ -1262,8 +1262,8 @@ int kvm_relocate(kvw_page *parent, int ps, kvw_page *x, kvw_page *dest)
 	} else if (rc == WALRUS_OK) {
 		kvw_meta()->root = dest->blk;
 	}
-	if (rc == WALRUS_OK && s.level == 0 && kv_sh->rightmost_leaf == x->blk)
-		kv_sh->rightmost_leaf = dest->blk;
+	if (rc == WALRUS_OK && s.level == 0 && kv_tree_claim()->rightmost_leaf == x->blk)
+		kv_tree_claim()->rightmost_leaf = dest->blk;
 	return rc == WALRUS_OK ? kvw_free_page(x) : rc;
 }
 

@@ -56,8 +56,8 @@ typedef struct mv_ent {
 	uint8_t flags;
 	uint8_t pad;
 	uint32_t vlen;
-	uint32_t pad2;
-	/* key, then value */
+	uint32_t rel; /* the tree (its key space's relation) */
+	              /* key, then value */
 } mv_ent;
 _Static_assert(sizeof(mv_ent) == MV_ALIGN, "an entry header is one alignment unit");
 
@@ -287,7 +287,7 @@ static bool noted_in_batch(const void *k, uint16_t kl, uint64_t c)
 	uint64_t l = atomic_load(bucket_of(k, kl));
 	while (l != 0 && (uint32_t)l == (uint32_t)c) {
 		const mv_ent *e = ent_at(link_off(l));
-		if (e->klen == kl && memcmp(e + 1, k, kl) == 0)
+		if (e->klen == kl && e->rel == kv_cur_rel && memcmp(e + 1, k, kl) == 0)
 			return true;
 		l = e->next;
 	}
@@ -368,6 +368,7 @@ static void publish_entry(uint64_t pos, const void *k, uint16_t kl, bool absent,
 	e->klen = kl;
 	e->flags = absent ? MV_ABSENT : 0;
 	e->vlen = vlen;
+	e->rel = kv_cur_rel;
 	atomic_store(&mv->head, pos + e->size);
 	atomic_store(b, mv_link(off, c)); /* release: the entry before its link */
 	atomic_fetch_add(&mv->entries, 1);
@@ -523,7 +524,7 @@ int kv_snap_check(const kv_snap *s)
 
 /* ---------------------------------------------------------------- readers */
 
-int kv_mv_lookup(const kv_snap *s, const void *k, size_t kl, kv_version *out)
+int kv_mv_lookup(const kv_snap *s, wr_relid rel, const void *k, size_t kl, kv_version *out)
 {
 	out->found = false;
 	uint64_t l = atomic_load(bucket_of(k, kl));
@@ -537,7 +538,7 @@ int kv_mv_lookup(const kv_snap *s, const void *k, size_t kl, kv_version *out)
 		const mv_ent *e = ent_at(off);
 		if (!ent_sane(e, off))
 			break;
-		if (e->klen == kl && memcmp(e + 1, k, kl) == 0) {
+		if (e->klen == kl && e->rel == rel && memcmp(e + 1, k, kl) == 0) {
 			out->found = true; /* the earliest after s wins: keep looking */
 			out->absent = (e->flags & MV_ABSENT) != 0;
 			out->val = (const char *)(e + 1) + kl;
@@ -564,7 +565,7 @@ int kv_mv_scan(const kv_snap *s, uint64_t *pos, kv_mv_fn fn, void *arg)
 			                .val = (const char *)(e + 1) + e->klen,
 			                .vlen = e->vlen,
 			                .csn = e->csn};
-			int rc = fn(arg, (const char *)(e + 1), e->klen, &v);
+			int rc = fn(arg, e->rel, (const char *)(e + 1), e->klen, &v);
 			if (rc != WALRUS_OK)
 				return rc;
 		}

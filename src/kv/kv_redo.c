@@ -189,17 +189,15 @@ static void stash_apply(void)
 static void versions_begin(const wal_decoded *last)
 {
 	size_t n = 0;
-	wr_blkno *blks = malloc((stash.npages + (size_t)last->nblocks + 1) * sizeof(*blks));
+	kv_rv_blk *blks = malloc((stash.npages + (size_t)last->nblocks + 1) * sizeof(*blks));
 	if (blks == NULL) {
 		kv_mv_lose_open_batch();
 		return;
 	}
 	for (size_t i = 0; i < stash.npages; i++)
-		if (stash.pages[i].rel == KV_REL)
-			blks[n++] = stash.pages[i].blk;
+		blks[n++] = (kv_rv_blk){stash.pages[i].rel, stash.pages[i].blk};
 	for (int i = 0; i < last->nblocks; i++)
-		if (last->blocks[i].rel == KV_REL)
-			blks[n++] = last->blocks[i].blkno;
+		blks[n++] = (kv_rv_blk){last->blocks[i].rel, last->blocks[i].blkno};
 	kv_rv_begin(blks, n);
 	free(blks);
 }
@@ -226,6 +224,19 @@ static bool ops_known(const wal_decoded *rec)
 		return false;
 	}
 	return true;
+}
+
+/* The key spaces a committed batch dropped: their files go, as on the primary. */
+static void redo_drops(const wal_decoded *rec)
+{
+	if (rec->main_len % sizeof(wr_relid) != 0)
+		wr_panic("key-value commit record at " WAL_LSN_FMT " has a malformed drop list",
+		         WAL_LSN_ARGS(rec->lsn));
+	for (uint32_t i = 0; i < rec->main_len / sizeof(wr_relid); i++) {
+		wr_relid rel;
+		memcpy(&rel, rec->main_data + i * sizeof(rel), sizeof(rel));
+		kv_drop_files(rel);
+	}
 }
 
 static void kv_redo(const wal_decoded *rec)
@@ -261,6 +272,8 @@ static void kv_redo(const wal_decoded *rec)
 	kv_mv_batch_end(true, rec->end);
 	wal_redo_hold(false);
 	stash_clear(false);
+	if (info & KV_DROPS)
+		redo_drops(rec);
 }
 
 /* ---------------------------------------------------------------- describe */
@@ -298,8 +311,19 @@ static void kv_describe(const wal_decoded *rec, char *buf, size_t len)
 		const wal_decoded_block *b = &rec->blocks[i];
 		char ops[512];
 		kvop_describe(b->data, b->data_len, ops, sizeof(ops));
-		snprintf(buf + used, len - used, "; blk %u%s: %s", b->blkno,
+		char rel[24] = "";
+		if (b->rel != KV_REL) /* a key space's tree, or the catalog */
+			snprintf(rel, sizeof(rel), " rel %u", b->rel);
+		snprintf(buf + used, len - used, ";%s blk %u%s: %s", rel, b->blkno,
 		         (b->flags & WAL_BLK_HAS_IMAGE) ? " FPW" : "", ops);
+		used += strlen(buf + used);
+	}
+	if (!(rec->hdr.info & KV_DROPS))
+		return;
+	for (uint32_t i = 0; i + 1 <= rec->main_len / sizeof(wr_relid) && used + 1 < len; i++) {
+		wr_relid rel;
+		memcpy(&rel, rec->main_data + i * sizeof(rel), sizeof(rel));
+		snprintf(buf + used, len - used, "; drops relation %u", rel);
 		used += strlen(buf + used);
 	}
 }

@@ -28,6 +28,7 @@
 #include "kv/kv_int.h"
 
 typedef struct rv_page {
+	wr_relid rel;
 	wr_blkno blk;
 	char *before; /* NULL: no page before the batch */
 	char *after;  /* NULL: the batch left it alone (not reached) */
@@ -54,25 +55,28 @@ typedef struct rv_list {
 static int blk_cmp(const void *a, const void *b)
 {
 	const rv_page *x = a, *y = b;
+	if (x->rel != y->rel)
+		return x->rel < y->rel ? -1 : 1;
 	return x->blk < y->blk ? -1 : x->blk > y->blk;
 }
 
+/* The current tree's page @blk. */
 static rv_page *find_page(wr_blkno blk)
 {
-	rv_page key = {.blk = blk};
+	rv_page key = {.rel = kv_cur_rel, .blk = blk};
 	return rv.n == 0 ? NULL : bsearch(&key, rv.p, rv.n, sizeof(*rv.p), blk_cmp);
 }
 
-static char *copy_before(wr_blkno blk, wr_blkno nblocks)
+static char *copy_before(wr_relid rel, wr_blkno blk, wr_blkno nblocks)
 {
 	if (blk >= nblocks)
 		return NULL; /* a new page */
 	int buf;
-	if (buf_read(KV_REL, blk, &buf) != WALRUS_OK) {
+	if (buf_read(rel, blk, &buf) != WALRUS_OK) {
 		wr_log(WR_WARNING,
-		       "could not read block %u before replaying a batch: snapshots "
-		       "older than it lose their versions",
-		       blk);
+		       "could not read block %u of relation %u before replaying a batch: "
+		       "snapshots older than it lose their versions",
+		       blk, rel);
 		kv_mv_lose_open_batch();
 		return NULL;
 	}
@@ -88,7 +92,7 @@ static char *copy_before(wr_blkno blk, wr_blkno nblocks)
 	return copy;
 }
 
-void kv_rv_begin(const wr_blkno *blks, size_t n)
+void kv_rv_begin(const kv_rv_blk *blks, size_t n)
 {
 	rv.n = 0;
 	rv.on = true;
@@ -98,26 +102,32 @@ void kv_rv_begin(const wr_blkno *blks, size_t n)
 		return;
 	}
 	for (size_t i = 0; i < n; i++)
-		rv.p[rv.n++] = (rv_page){.blk = blks[i]};
+		rv.p[rv.n++] = (rv_page){.rel = blks[i].rel, .blk = blks[i].blk};
 	qsort(rv.p, rv.n, sizeof(*rv.p), blk_cmp);
 	size_t u = 0; /* distinct */
 	for (size_t i = 0; i < rv.n; i++)
-		if (u == 0 || rv.p[u - 1].blk != rv.p[i].blk)
+		if (u == 0 || blk_cmp(&rv.p[u - 1], &rv.p[i]) != 0)
 			rv.p[u++] = rv.p[i];
 	rv.n = u;
-	smgr_rel *r;
 	wr_blkno nblocks = 0;
-	if (smgr_open(KV_REL, &r) != WALRUS_OK || smgr_nblocks(r, &nblocks) != WALRUS_OK)
-		wr_error_clear(); /* no file yet: every page is new */
-	for (size_t i = 0; i < rv.n; i++)
-		rv.p[i].before = copy_before(rv.p[i].blk, nblocks);
+	for (size_t i = 0; i < rv.n; i++) {
+		if (i == 0 || rv.p[i].rel != rv.p[i - 1].rel) {
+			smgr_rel *r;
+			nblocks = 0;
+			if (!smgr_exists(rv.p[i].rel) || smgr_open(rv.p[i].rel, &r) != WALRUS_OK ||
+			    smgr_nblocks(r, &nblocks) != WALRUS_OK)
+				wr_error_clear(); /* no file yet: every page is new */
+		}
+		rv.p[i].before = copy_before(rv.p[i].rel, rv.p[i].blk, nblocks);
+	}
 }
 
 void kv_rv_after(wr_relid rel, wr_blkno blk, const char *page)
 {
-	if (!rv.on || rel != KV_REL)
+	if (!rv.on)
 		return;
-	rv_page *p = find_page(blk);
+	rv_page key = {.rel = rel, .blk = blk};
+	rv_page *p = rv.n == 0 ? NULL : bsearch(&key, rv.p, rv.n, sizeof(*rv.p), blk_cmp);
 	if (p == NULL)
 		return;
 	if (p->after == NULL && (p->after = malloc(WR_PAGE_SIZE)) == NULL) {
@@ -184,7 +194,7 @@ static bool chain_page(wr_blkno blk, char *out)
 		return true;
 	}
 	int buf;
-	if (buf_read(KV_REL, blk, &buf) != WALRUS_OK)
+	if (buf_read(kv_cur_rel, blk, &buf) != WALRUS_OK)
 		return false;
 	buf_lock(buf, false);
 	memcpy(out, buf_page(buf), WR_PAGE_SIZE);
@@ -243,13 +253,12 @@ static void list_free(rv_list *l)
 	free(l->e);
 }
 
-void kv_rv_finish(void)
+/* The diff of one tree's pages [from, to) of rv.p (kv_cur_rel). */
+static void diff_tree(size_t from, size_t to)
 {
-	if (!rv.on)
-		return;
 	rv_list b = {0}, a = {0};
 	bool ok = true;
-	for (size_t i = 0; ok && i < rv.n; i++) {
+	for (size_t i = from; ok && i < to; i++) {
 		/* A page the batch never reached is as it was. */
 		const char *after = rv.p[i].after != NULL ? rv.p[i].after : rv.p[i].before;
 		ok = collect(&b, rv.p[i].before) && collect(&a, after);
@@ -278,6 +287,20 @@ void kv_rv_finish(void)
 	}
 	list_free(&b);
 	list_free(&a);
+}
+
+void kv_rv_finish(void)
+{
+	if (!rv.on)
+		return;
+	wr_relid cur = kv_cur_rel;
+	for (size_t i = 0, j; i < rv.n; i = j) {
+		for (j = i + 1; j < rv.n && rv.p[j].rel == rv.p[i].rel;)
+			j++;
+		kv_cur_rel = rv.p[i].rel;
+		diff_tree(i, j);
+	}
+	kv_cur_rel = cur;
 	for (size_t i = 0; i < rv.n; i++) {
 		free(rv.p[i].before);
 		free(rv.p[i].after);

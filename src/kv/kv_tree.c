@@ -31,6 +31,7 @@
 #define KV_MAX_MOVES    100000 /* right-moves within one descent */
 
 kv_shared *kv_sh;
+WR_TLS wr_relid kv_cur_rel = KV_REL;
 static kv_backend kv_default;
 WR_TLS kv_backend *kv_me = &kv_default;
 static _Atomic unsigned kv_next_stripe;
@@ -68,6 +69,7 @@ size_t kv_shmem_size(void)
  * path.
  */
 struct kv_node_copy {
+	wr_relid rel; /* the tree's relation */
 	wr_blkno blk; /* WR_INVALID_BLKNO: empty */
 	int level;
 	/*
@@ -204,18 +206,23 @@ static void copies_reset(void)
 	memset(kv_me->copy_used, 0, sizeof(kv_me->copy_used));
 }
 
-/* Fibonacci hashing: blocks at any regular stride spread over the index. */
-static uint32_t copy_hash(wr_blkno blk)
+/* Fibonacci hashing: blocks at any regular stride spread over the index
+ * (a key space's tree: its relation shifts them). */
+static uint32_t copy_hash(wr_relid rel, wr_blkno blk)
 {
-	return (uint32_t)(blk * 2654435761u) >> (32 - KV_COPY_INDEX_BITS);
+	return (uint32_t)((blk + (rel - KV_REL) * 40503u) * 2654435761u) >>
+	       (32 - KV_COPY_INDEX_BITS);
 }
 
-/* The index position holding @blk's copy number + 1, or the empty one ending its probe. */
+/* The index position holding the current tree's @blk's copy number + 1, or
+ * the empty one ending its probe. */
 static uint32_t copy_probe(wr_blkno blk)
 {
 	const uint16_t *ix = kv_me->copy_index;
-	uint32_t h = copy_hash(blk);
-	while (ix[h] != 0 && node_copies[ix[h] - 1]->blk != blk)
+	wr_relid rel = kv_cur_rel;
+	uint32_t h = copy_hash(rel, blk);
+	while (ix[h] != 0 &&
+	       (node_copies[ix[h] - 1]->blk != blk || node_copies[ix[h] - 1]->rel != rel))
 		h = (h + 1) & (COPY_INDEX_SIZE - 1);
 	return h;
 }
@@ -229,19 +236,19 @@ static const node_copy *copy_find(wr_blkno blk, int level)
 	return node_copies[c - 1]->level == level ? node_copies[c - 1] : NULL;
 }
 
-/* Takes @blk out of the index and empties its place: the entries after it
- * in its probe run move back, so every probe still ends at an empty slot. */
-static void copy_drop(wr_blkno blk)
+/* Empties index position @hole (and the copy it names): the entries after
+ * it in its probe run move back, so every probe still ends at an empty slot. */
+static void copy_drop_at(uint32_t hole)
 {
 	uint16_t *ix = kv_me->copy_index;
-	uint32_t hole = copy_probe(blk);
 	if (ix[hole] == 0)
 		return;
 	node_copies[ix[hole] - 1]->blk = WR_INVALID_BLKNO;
 	ix[hole] = 0;
 	for (uint32_t i = (hole + 1) & (COPY_INDEX_SIZE - 1); ix[i] != 0;
 	     i = (i + 1) & (COPY_INDEX_SIZE - 1)) {
-		uint32_t home = copy_hash(node_copies[ix[i] - 1]->blk);
+		const node_copy *c = node_copies[ix[i] - 1];
+		uint32_t home = copy_hash(c->rel, c->blk);
 		/* Stays when its home lies cyclically in (hole, i]. */
 		if (((i - home) & (COPY_INDEX_SIZE - 1)) < ((i - hole) & (COPY_INDEX_SIZE - 1)))
 			continue;
@@ -249,6 +256,21 @@ static void copy_drop(wr_blkno blk)
 		ix[i] = 0;
 		hole = i;
 	}
+}
+
+static void copy_drop(wr_blkno blk)
+{
+	copy_drop_at(copy_probe(blk));
+}
+
+/* The index position of copy @i (in the index). */
+static uint32_t copy_pos(int i)
+{
+	const uint16_t *ix = kv_me->copy_index;
+	uint32_t h = copy_hash(node_copies[i]->rel, node_copies[i]->blk);
+	while (ix[h] != (uint16_t)(i + 1))
+		h = (h + 1) & (COPY_INDEX_SIZE - 1);
+	return h;
 }
 
 /* A place for a new copy: an empty one, else the first the clock finds not
@@ -262,7 +284,7 @@ static int copy_victim(void)
 		if (c == NULL || c->blk == WR_INVALID_BLKNO)
 			return i;
 		if (!kv_me->copy_used[i]) {
-			copy_drop(c->blk);
+			copy_drop_at(copy_pos(i));
 			return i;
 		}
 		kv_me->copy_used[i] = 0;
@@ -280,6 +302,7 @@ static void copy_take(wr_blkno blk, int level, const char *page)
 	if (kv_me->copy_index[pos] == 0) /* copy_victim may have moved entries */
 		kv_me->copy_index[copy_probe(blk)] = (uint16_t)(i + 1);
 	memcpy((*slot)->page, page, WR_PAGE_SIZE);
+	(*slot)->rel = kv_cur_rel;
 	(*slot)->blk = blk;
 	(*slot)->level = level;
 	kv_me->copy_used[i] = 1;
@@ -295,7 +318,79 @@ int kv_shmem_init(void)
 	if (kv_sh == NULL)
 		return wr_error(WALRUS_ENOMEM, "no room for region \"kv\" in shared memory");
 	rw_init(&kv_sh->tree_lock);
+	atomic_store(&KV_TREE_MAIN->rel, KV_REL);
 	return WALRUS_OK;
+}
+
+/* ---------------------------------------------------------------- trees' slots */
+
+static uint32_t tree_home(wr_relid rel)
+{
+	return 1 + (uint32_t)(rel * 2654435761u) % (KV_TREE_SLOTS - 1);
+}
+
+static kv_tree_sh *tree_find(wr_relid rel)
+{
+	if (rel == KV_REL)
+		return KV_TREE_MAIN;
+	for (uint32_t i = 0, h = tree_home(rel); i < KV_TREE_SLOTS - 1; i++) {
+		kv_tree_sh *t = &kv_sh->trees[1 + (h - 1 + i) % (KV_TREE_SLOTS - 1)];
+		if (atomic_load_explicit(&t->rel, memory_order_relaxed) == rel)
+			return t;
+	}
+	return NULL;
+}
+
+/* A slot for another tree: the home slot when free, else the first the
+ * clock finds not used since its last pass.  Tree lock held exclusive. */
+static kv_tree_sh *tree_victim(wr_relid rel)
+{
+	kv_tree_sh *t = &kv_sh->trees[tree_home(rel)];
+	while (atomic_load(&t->rel) != 0) {
+		uint32_t i = 1 + atomic_fetch_add(&kv_sh->tree_clock, 1) % (KV_TREE_SLOTS - 1);
+		t = &kv_sh->trees[i];
+		if (!t->used)
+			break;
+		t->used = false;
+	}
+	return t;
+}
+
+kv_tree_sh *kv_tree_claim(void)
+{
+	wr_relid rel = kv_cur_rel;
+	kv_tree_sh *t = tree_find(rel);
+	if (t != NULL) {
+		t->used = true;
+		return t;
+	}
+	t = tree_victim(rel);
+	/* Readers check seq around their read of root_hint: odd, or changed,
+	 * and they read the meta page instead. */
+	atomic_fetch_add(&t->seq, 1);
+	atomic_store(&t->rel, rel);
+	atomic_store(&t->root_hint, 0);
+	t->file_blocks = 0;
+	t->holes_known = t->holes = false;
+	t->rightmost_leaf = 0;
+	t->used = true;
+	atomic_fetch_add(&t->seq, 1);
+	return t;
+}
+
+uint64_t kv_tree_hint(void)
+{
+	wr_relid rel = kv_cur_rel;
+	if (rel == KV_REL)
+		return atomic_load(&KV_TREE_MAIN->root_hint);
+	kv_tree_sh *t = tree_find(rel);
+	if (t == NULL)
+		return 0;
+	uint32_t seq = atomic_load(&t->seq);
+	uint64_t h = atomic_load(&t->root_hint);
+	if ((seq & 1) || atomic_load(&t->rel) != rel || atomic_load(&t->seq) != seq)
+		return 0;
+	return h;
 }
 
 void kv_set_mapped_reads(bool on)
@@ -362,7 +457,7 @@ int kv_check_key(size_t kl)
 int kv_read_meta(kv_meta *m)
 {
 	int buf;
-	int rc = buf_read(KV_REL, 0, &buf);
+	int rc = buf_read(kv_cur_rel, 0, &buf);
 	if (rc != WALRUS_OK)
 		return rc;
 	buf_lock(buf, false);
@@ -373,7 +468,7 @@ int kv_read_meta(kv_meta *m)
 	buf_release(buf);
 	if (!ok || m->magic != KV_META_MAGIC || m->height == 0 || m->height > KV_MAX_HEIGHT)
 		return wr_error(WALRUS_ECORRUPT, "block 0 of relation %u is not a valid meta page",
-		                KV_REL);
+		                kv_cur_rel);
 	return WALRUS_OK;
 }
 
@@ -385,15 +480,18 @@ int kv_read_meta(kv_meta *m)
  */
 static int start_point(bool use_meta, wr_blkno *blk, int *level)
 {
-	uint64_t h = use_meta ? 0 : atomic_load(&kv_sh->root_hint);
+	uint64_t h = use_meta ? 0 : kv_tree_hint();
 	if (h == 0) {
 		kv_meta m;
 		int rc = kv_read_meta(&m);
 		if (rc != WALRUS_OK)
 			return rc;
 		h = kv_hint_make(m.root, m.height);
+		/* Only KV_REL's slot is never handed to another tree: the others'
+		 * hints are the writer's to set (kv_tree_claim's caller). */
 		uint64_t zero = 0;
-		atomic_compare_exchange_strong(&kv_sh->root_hint, &zero, h);
+		if (kv_cur_rel == KV_REL)
+			atomic_compare_exchange_strong(&KV_TREE_MAIN->root_hint, &zero, h);
 	}
 	*blk = (wr_blkno)h;
 	*level = (int)(h >> 32) - 1;
@@ -490,7 +588,7 @@ static int descend_once(const kv_key *k, int mode, bool use_meta, kv_rpage *out)
 			continue;
 		}
 		int buf;
-		rc = buf_read(KV_REL, blk, &buf);
+		rc = buf_read(kv_cur_rel, blk, &buf);
 		if (rc != WALRUS_OK)
 			break;
 		const char *page = buf_page(buf);
@@ -536,7 +634,7 @@ int kv_descend(const kv_key *k, int mode, kv_rpage *out)
 	return wr_error(WALRUS_ECORRUPT,
 	                "no stable path to a leaf of relation %u after %d restarts: the tree is "
 	                "damaged (run verify)",
-	                KV_REL, KV_MAX_RESTARTS);
+	                kv_cur_rel, KV_MAX_RESTARTS);
 }
 
 void kv_rpage_done(kv_rpage *p)
@@ -572,7 +670,7 @@ int kv_ovf_read(const kv_ovf_ref *ref, char *dst)
 		int buf;
 		if (blk == WR_INVALID_BLKNO)
 			return KV_RETRY;
-		int rc = buf_read(KV_REL, blk, &buf);
+		int rc = buf_read(kv_cur_rel, blk, &buf);
 		if (rc != WALRUS_OK)
 			return rc;
 		buf_lock(buf, false);
@@ -641,7 +739,7 @@ static int lookup_once(const void *k, size_t kl, get_dst *d)
 	else if (!kvl_decode(item, len, &e))
 		rc = wr_error(WALRUS_ECORRUPT,
 		              "bad leaf entry at slot %d of block %u of relation %u", slot, p.blk,
-		              KV_REL);
+		              kv_cur_rel);
 	else
 		rc = dst_prepare(d, e.vlen);
 	if (rc == WALRUS_OK && e.kind == KV_INLINE && e.vlen > 0)
@@ -666,7 +764,7 @@ static int lookup_once(const void *k, size_t kl, get_dst *d)
  */
 static wr_blkno leaf_from_copies(const kv_key *k, int32_t **guess)
 {
-	uint64_t h = atomic_load(&kv_sh->root_hint);
+	uint64_t h = kv_tree_hint();
 	*guess = NULL;
 	if (h == 0)
 		return WR_INVALID_BLKNO;
@@ -754,20 +852,22 @@ static void peek_mapped_page(const char *page, void *arg)
 static int peek_mapped(wr_blkno leaf, leaf_peek *p)
 {
 	uint32_t ticket;
-	if (!kv_sh->mapped_reads || !buf_absent(KV_REL, leaf, &ticket))
+	/* KV_REL's file only: mappings stay until the process ends, and key
+	 * spaces may be many. */
+	if (!kv_sh->mapped_reads || kv_cur_rel != KV_REL || !buf_absent(kv_cur_rel, leaf, &ticket))
 		return BUF_PEEK_NONE;
-	const char *page = smgr_map_block(KV_REL, leaf);
+	const char *page = smgr_map_block(kv_cur_rel, leaf);
 	if (page == NULL)
 		return BUF_PEEK_NONE;
 	mapped_peek m = {.p = p, .leaf = leaf};
-	if (!smgr_map_read(KV_REL, leaf, page, peek_mapped_page, &m))
+	if (!smgr_map_read(kv_cur_rel, leaf, page, peek_mapped_page, &m))
 		return BUF_PEEK_NONE; /* the locked path reads it and reports the error */
 	bool ok = m.ok;
 #ifdef WALRUS_TEST_HOOKS
 	if (mapped_between_fn != NULL)
 		mapped_between_fn(mapped_between_arg);
 #endif
-	if (!buf_absent_still(KV_REL, leaf, ticket)) {
+	if (!buf_absent_still(kv_cur_rel, leaf, ticket)) {
 		atomic_fetch_add_explicit(&kv_sh->gets[kv_me->get_stripe].mapped_retries, 1,
 		                          memory_order_relaxed);
 		return BUF_PEEK_CHANGED;
@@ -793,7 +893,7 @@ static int lookup_optimistic(const void *k, size_t kl, get_dst *d)
 		return KV_RETRY;
 	char scratch[KV_LEAF_ITEM_MAX];
 	leaf_peek p = {.key = &key, .out = scratch};
-	int rc = buf_peek_at(KV_REL, leaf, guess != NULL ? guess : &none, peek_leaf, &p);
+	int rc = buf_peek_at(kv_cur_rel, leaf, guess != NULL ? guess : &none, peek_leaf, &p);
 	if (rc == BUF_PEEK_NONE)
 		rc = peek_mapped(leaf, &p);
 	if (rc == BUF_PEEK_CHANGED)
@@ -834,6 +934,17 @@ static int lookup(const void *k, size_t kl, get_dst *d)
 
 int kv_get(const void *k, size_t kl, void **v, size_t *vl)
 {
+	return kv_get_in(KV_REL, k, kl, v, vl);
+}
+
+int kv_get_into(const void *k, size_t kl, void *buf, size_t cap, size_t *vl)
+{
+	return kv_get_into_in(KV_REL, k, kl, buf, cap, vl);
+}
+
+int kv_get_in(wr_relid rel, const void *k, size_t kl, void **v, size_t *vl)
+{
+	kv_cur_rel = rel;
 	get_dst d = {0};
 	*v = NULL;
 	*vl = 0;
@@ -845,8 +956,9 @@ int kv_get(const void *k, size_t kl, void **v, size_t *vl)
 	return rc;
 }
 
-int kv_get_into(const void *k, size_t kl, void *buf, size_t cap, size_t *vl)
+int kv_get_into_in(wr_relid rel, const void *k, size_t kl, void *buf, size_t cap, size_t *vl)
 {
+	kv_cur_rel = rel;
 	char dummy; /* cap 0: never written */
 	get_dst d = {.buf = buf != NULL ? buf : &dummy, .cap = buf != NULL ? cap : 0};
 	int rc = lookup(k, kl, &d);
@@ -928,7 +1040,7 @@ static int create_tree_with(wr_blkno n, create_scratch *cs)
 	buf_unlock(mbuf);
 	buf_release(mbuf);
 	wal_flush_to(lsn);
-	atomic_store(&kv_sh->root_hint, kv_hint_make(m.root, m.height));
+	atomic_store(&KV_TREE_MAIN->root_hint, kv_hint_make(m.root, m.height));
 	wr_log(WR_LOG, "created the key-value tree in relation %u", KV_REL);
 	return WALRUS_OK;
 }
@@ -985,6 +1097,7 @@ int kv_check_file(void)
 
 int kv_check_tree(void)
 {
+	kv_cur_rel = KV_REL;
 	smgr_rel *r;
 	wr_blkno n;
 	int rc = smgr_open(KV_REL, &r);
@@ -1005,6 +1118,7 @@ int kv_check_tree(void)
 
 int kv_create_if_missing(void)
 {
+	kv_cur_rel = KV_REL;
 	rw_lock_excl(&kv_sh->tree_lock);
 	int rc = create_locked();
 	rw_unlock(&kv_sh->tree_lock);
@@ -1042,6 +1156,7 @@ void kv_get_stats(kv_stats *s)
 	s->compact_pages_moved = atomic_load(&kv_sh->compact_moved);
 	s->compact_blocks_given_back = atomic_load(&kv_sh->compact_given_back);
 	kv_meta m;
+	kv_cur_rel = KV_REL;
 	if (smgr_exists(KV_REL) && kv_read_meta(&m) == WALRUS_OK) {
 		s->height = m.height;
 		s->pages = m.nblocks;

@@ -58,15 +58,17 @@ static void report(vstate *vs, wr_blkno blk, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	vs->r->errors++;
+	wr_relid rel = kv_cur_rel; /* the callback may read another tree */
 	if (vs->fn != NULL)
 		vs->fn(vs->arg, blk, msg);
+	kv_cur_rel = rel;
 }
 
 /* Copies block @blk into vs->page; false (reported) when it cannot be read. */
 static bool read_block(vstate *vs, wr_blkno blk, char *dst)
 {
 	int buf;
-	int rc = buf_read(KV_REL, blk, &buf);
+	int rc = buf_read(kv_cur_rel, blk, &buf);
 	if (rc != WALRUS_OK) {
 		report(vs, blk, "block %u could not be read: %s", blk, walrus_errmsg());
 		return false;
@@ -356,9 +358,9 @@ static int verify_locked(vstate *vs)
 {
 	smgr_rel *rel;
 	wr_blkno nfile;
-	int rc = smgr_exists(KV_REL)
-	             ? smgr_open(KV_REL, &rel)
-	             : wr_error(WALRUS_ENOENT, "relation %u does not exist", KV_REL);
+	int rc = smgr_exists(kv_cur_rel)
+	             ? smgr_open(kv_cur_rel, &rel)
+	             : wr_error(WALRUS_ENOENT, "relation %u does not exist", kv_cur_rel);
 	if (rc == WALRUS_OK)
 		rc = smgr_nblocks(rel, &nfile);
 	if (rc == WALRUS_OK)
@@ -381,6 +383,12 @@ static int verify_locked(vstate *vs)
 
 int kv_verify(kv_verify_report_fn fn, void *arg, kv_verify_result *r)
 {
+	return kv_verify_in(KV_REL, fn, arg, r);
+}
+
+int kv_verify_in(wr_relid tree, kv_verify_report_fn fn, void *arg, kv_verify_result *r)
+{
+	kv_cur_rel = tree;
 	kv_verify_result local;
 	vstate *vs = calloc(1, sizeof(*vs));
 	if (vs == NULL)
@@ -400,7 +408,7 @@ int kv_verify(kv_verify_report_fn fn, void *arg, kv_verify_result *r)
 	uint64_t errors = vs->r->errors;
 	free(vs);
 	if ((rc == WALRUS_OK || rc == WALRUS_ECORRUPT) && errors > 0)
-		rc = wr_error(WALRUS_ECORRUPT, "the tree of relation %u has %llu problem(s)",
-		              KV_REL, (unsigned long long)errors);
+		rc = wr_error(WALRUS_ECORRUPT, "the tree of relation %u has %llu problem(s)", tree,
+		              (unsigned long long)errors);
 	return rc;
 }

@@ -65,7 +65,7 @@ static int give_version(const kv_snap *s, const kv_version *ver, snap_dst *d)
 	return kv_snap_check(s);
 }
 
-static int snap_get(const kv_snap *s, const void *k, size_t kl, snap_dst *d)
+static int snap_get(const kv_snap *s, wr_relid rel, const void *k, size_t kl, snap_dst *d)
 {
 	int rc = kv_check_key(kl);
 	if (rc != WALRUS_OK)
@@ -73,8 +73,8 @@ static int snap_get(const kv_snap *s, const void *k, size_t kl, snap_dst *d)
 	/* Nothing noted since the snapshot, before and after the tree read: the
 	 * tree is what it sees, and no hash of the key is needed. */
 	if (kv_mv_none_after(s)) {
-		rc = d->v != NULL ? kv_get(k, kl, d->v, d->vl)
-		                  : kv_get_into(k, kl, d->buf, d->cap, d->vl);
+		rc = d->v != NULL ? kv_get_in(rel, k, kl, d->v, d->vl)
+		                  : kv_get_into_in(rel, k, kl, d->buf, d->cap, d->vl);
 		atomic_thread_fence(memory_order_seq_cst);
 		if (kv_mv_none_after(s)) {
 			int crc = kv_snap_check(s);
@@ -90,16 +90,17 @@ static int snap_get(const kv_snap *s, const void *k, size_t kl, snap_dst *d)
 		}
 	}
 	kv_version ver;
-	rc = kv_mv_lookup(s, k, kl, &ver);
+	rc = kv_mv_lookup(s, rel, k, kl, &ver);
 	if (rc != WALRUS_OK)
 		return rc;
 	if (ver.found)
 		return give_version(s, &ver, d);
-	rc = d->v != NULL ? kv_get(k, kl, d->v, d->vl) : kv_get_into(k, kl, d->buf, d->cap, d->vl);
+	rc = d->v != NULL ? kv_get_in(rel, k, kl, d->v, d->vl)
+	                  : kv_get_into_in(rel, k, kl, d->buf, d->cap, d->vl);
 	if (rc != WALRUS_OK && rc != WALRUS_ENOTFOUND)
 		return rc;
 	atomic_thread_fence(memory_order_seq_cst);
-	int vrc = kv_mv_lookup(s, k, kl, &ver);
+	int vrc = kv_mv_lookup(s, rel, k, kl, &ver);
 	if (vrc == WALRUS_OK && !ver.found)
 		return rc;
 	if (rc == WALRUS_OK && d->v != NULL) {
@@ -109,19 +110,20 @@ static int snap_get(const kv_snap *s, const void *k, size_t kl, snap_dst *d)
 	return vrc != WALRUS_OK ? vrc : give_version(s, &ver, d);
 }
 
-int kv_snap_get(const kv_snap *s, const void *k, size_t kl, void **v, size_t *vl)
+int kv_snap_get(const kv_snap *s, wr_relid rel, const void *k, size_t kl, void **v, size_t *vl)
 {
 	*v = NULL;
 	*vl = 0;
 	snap_dst d = {.v = v, .vl = vl};
-	return snap_get(s, k, kl, &d);
+	return snap_get(s, rel, k, kl, &d);
 }
 
-int kv_snap_get_into(const kv_snap *s, const void *k, size_t kl, void *buf, size_t cap, size_t *vl)
+int kv_snap_get_into(const kv_snap *s, wr_relid rel, const void *k, size_t kl, void *buf,
+                     size_t cap, size_t *vl)
 {
 	*vl = 0;
 	snap_dst d = {.buf = buf, .cap = cap, .vl = vl};
-	return snap_get(s, k, kl, &d);
+	return snap_get(s, rel, k, kl, &d);
 }
 
 /* ---------------------------------------------------------------- view iterators */
@@ -143,6 +145,7 @@ enum { FWD = 1, BACK = -1 };
 
 struct kv_viter {
 	const kv_snap *s;
+	wr_relid rel;
 	kv_iter *it;
 	const kv_iter_cur *tc; /* the tree iterator's entry */
 	char lo[KV_MAX_KEY], hi[KV_MAX_KEY];
@@ -217,10 +220,10 @@ static void vlist_free(vlist *l)
 	memset(l, 0, sizeof(*l));
 }
 
-static int add_version(void *arg, const char *k, uint16_t kl, const kv_version *ver)
+static int add_version(void *arg, wr_relid rel, const char *k, uint16_t kl, const kv_version *ver)
 {
 	kv_viter *v = arg;
-	if (!in_range(v, k, kl))
+	if (rel != v->rel || !in_range(v, k, kl))
 		return WALRUS_OK;
 	return vlist_add(&v->vers, k, kl, ver->val, ver->absent ? 0 : ver->vlen, ver->absent);
 }
@@ -404,8 +407,8 @@ static int copy_overlay(kv_viter *v, const kv_overlay_ent *ov, size_t n)
 	return WALRUS_OK;
 }
 
-int kv_viter_open(const kv_snap *s, const kv_overlay_ent *ov, size_t nov, const void *lo,
-                  size_t lol, const void *hi, size_t hil, kv_viter **out)
+int kv_viter_open(const kv_snap *s, wr_relid rel, const kv_overlay_ent *ov, size_t nov,
+                  const void *lo, size_t lol, const void *hi, size_t hil, kv_viter **out)
 {
 	*out = NULL;
 	if ((lo != NULL && lol > KV_MAX_KEY) || (hi != NULL && hil > KV_MAX_KEY))
@@ -418,6 +421,7 @@ int kv_viter_open(const kv_snap *s, const kv_overlay_ent *ov, size_t nov, const 
 	if (v == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory for a view iterator");
 	v->s = s;
+	v->rel = rel;
 	v->pos = s->from;
 	v->vnext = v->onext = SIZE_MAX;
 	if (lo != NULL && lol > 0) {
@@ -432,7 +436,7 @@ int kv_viter_open(const kv_snap *s, const kv_overlay_ent *ov, size_t nov, const 
 	}
 	int rc = copy_overlay(v, ov, nov);
 	if (rc == WALRUS_OK)
-		rc = kv_iter_open(lo, lol, hi, hil, &v->it);
+		rc = kv_iter_open_in(rel, lo, lol, hi, hil, &v->it);
 	if (rc == WALRUS_OK) {
 		v->tc = kv_iter_current(v->it);
 		rc = refresh(v);

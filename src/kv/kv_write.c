@@ -36,24 +36,26 @@
 #define W (kv_me->w)
 /* ---------------------------------------------------------------- the page set */
 
-static uint32_t hash_blk(wr_blkno blk)
+static uint32_t hash_blk(wr_relid rel, wr_blkno blk)
 {
-	return (blk * 2654435761u) & (W.hcap - 1);
+	return ((blk + (rel - KV_REL) * 40503u) * 2654435761u) & (W.hcap - 1);
 }
 
+/* The current tree's @blk, if the batch has it. */
 static kvw_page *set_find(wr_blkno blk)
 {
 	if (W.hcap == 0)
 		return NULL;
-	for (uint32_t i = hash_blk(blk);; i = (i + 1) & (W.hcap - 1)) {
-		if (W.hash[i] == NULL || W.hash[i]->blk == blk)
+	wr_relid rel = kv_cur_rel;
+	for (uint32_t i = hash_blk(rel, blk);; i = (i + 1) & (W.hcap - 1)) {
+		if (W.hash[i] == NULL || (W.hash[i]->blk == blk && W.hash[i]->rel == rel))
 			return W.hash[i];
 	}
 }
 
 static void hash_put(kvw_page *p)
 {
-	uint32_t i = hash_blk(p->blk);
+	uint32_t i = hash_blk(p->rel, p->blk);
 	while (W.hash[i] != NULL)
 		i = (i + 1) & (W.hcap - 1);
 	W.hash[i] = p;
@@ -137,6 +139,7 @@ static int set_add(wr_blkno blk, int buf, bool locked, bool fresh, kvw_page **ou
 		buf_release(buf);
 		return rc;
 	}
+	p->rel = kv_cur_rel;
 	p->blk = blk;
 	p->buf = buf;
 	p->page = buf_page(buf);
@@ -157,11 +160,11 @@ int kvw_get(wr_blkno blk, kvw_page **out)
 	if (blk >= W.meta.nblocks)
 		return wr_error(WALRUS_ECORRUPT,
 		                "block %u of relation %u is past the tree's end (%u blocks)", blk,
-		                KV_REL, W.meta.nblocks);
+		                kv_cur_rel, W.meta.nblocks);
 	int rc = check_pin_limit();
 	int buf;
 	if (rc == WALRUS_OK)
-		rc = buf_read(KV_REL, blk, &buf);
+		rc = buf_read(kv_cur_rel, blk, &buf);
 	if (rc == WALRUS_OK)
 		rc = set_add(blk, buf, false, false, out);
 	return rc;
@@ -317,7 +320,7 @@ static int alloc_from_free_list(kvw_page **out)
 	if (t != KV_PT_FREE && t != KV_PT_OVF)
 		return wr_error(WALRUS_ECORRUPT,
 		                "block %u of relation %u is on the free list but is not free",
-		                (*out)->blk, KV_REL);
+		                (*out)->blk, kv_cur_rel);
 	W.meta.free_head = kvp_special((*out)->page).right;
 	W.meta.nfree--;
 	W.reused++;
@@ -347,7 +350,7 @@ static int allocate_run(smgr_rel *r, wr_blkno from, wr_blkno need, wr_blkno *ste
 	if (rc == WALRUS_ENOSPC && *step > need) {
 		/* A full disk may still have room for the block needed now. */
 		wr_log(WR_WARNING, "%s; allocating %u block(s) of relation %u instead of %u",
-		       walrus_errmsg(), need, KV_REL, *step);
+		       walrus_errmsg(), need, kv_cur_rel, *step);
 		*step = need;
 		rc = smgr_grow(r, from, *step);
 	}
@@ -376,11 +379,12 @@ static int grow_file(smgr_rel *r, wr_blkno blk, wr_blkno *nfile)
  */
 static int ensure_block(wr_blkno blk)
 {
-	if (blk < kv_sh->file_blocks)
+	kv_tree_sh *t = kv_tree_claim();
+	if (blk < t->file_blocks)
 		return WALRUS_OK;
 	smgr_rel *r;
 	wr_blkno nfile;
-	int rc = smgr_open(KV_REL, &r);
+	int rc = smgr_open(kv_cur_rel, &r);
 	if (rc == WALRUS_OK)
 		rc = smgr_nblocks(r, &nfile);
 	if (rc != WALRUS_OK)
@@ -389,18 +393,18 @@ static int ensure_block(wr_blkno blk)
 	if (blk >= nfile) {
 		rc = grow_file(r, blk, &nfile);
 	} else {
-		if (!kv_sh->holes_known) {
-			rc = smgr_sparse(r, &kv_sh->holes);
-			kv_sh->holes_known = rc == WALRUS_OK;
+		if (!t->holes_known) {
+			rc = smgr_sparse(r, &t->holes);
+			t->holes_known = rc == WALRUS_OK;
 		}
-		if (rc == WALRUS_OK && kv_sh->holes) {
+		if (rc == WALRUS_OK && t->holes) {
 			wr_blkno n = WR_MIN(grow_step(blk), nfile - blk);
 			rc = allocate_run(r, blk, 1, &n);
 			nfile = blk + n;
 		}
 	}
 	if (rc == WALRUS_OK)
-		kv_sh->file_blocks = nfile;
+		t->file_blocks = nfile;
 	return rc;
 }
 
@@ -413,7 +417,7 @@ static int alloc_at_end(kvw_page **out)
 	if (rc == WALRUS_OK)
 		rc = ensure_block(blk);
 	if (rc == WALRUS_OK)
-		rc = buf_read_zero(KV_REL, blk, &buf);
+		rc = buf_read_zero(kv_cur_rel, blk, &buf);
 	if (rc != WALRUS_OK)
 		return rc;
 	W.meta.nblocks++;
@@ -528,7 +532,7 @@ static int append_op(kvw_page *p, uint8_t code, uint16_t slot, const void *paylo
 	char why[160];
 	if (!kvop_apply(p->page, op, KVOP_HDR + (size_t)len, why, sizeof(why)))
 		return wr_error(WALRUS_EINTERNAL, "page op on block %u of relation %u failed: %s",
-		                p->blk, KV_REL, why);
+		                p->blk, kv_cur_rel, why);
 	if (p->lazy)
 		p->ins[p->nins++] = slot;
 	if (code == KVOP_INIT && b->len == 0)
@@ -572,6 +576,10 @@ static wr_lsn insert_record(uint8_t info)
 	rb_register();
 	if (W.nrec == 0)
 		info |= KV_FIRST;
+	if ((info & KV_INFO_OP) == KV_INFO_COMMIT && W.ndrops > 0) {
+		buf_change_main(W.drops, W.ndrops * sizeof(*W.drops));
+		info |= KV_DROPS;
+	}
 	wr_lsn lsn = buf_change_insert(RM_KV, info);
 	buf_change_end();
 	W.nrb = 0;
@@ -601,18 +609,9 @@ void kv_test_crash_after_records(int n)
 
 /* ---------------------------------------------------------------- batch boundaries */
 
-int kvw_batch_begin(void)
+/* Loads the current tree's meta page into W.meta. */
+static int load_meta(void)
 {
-	/* Left over by a batch a PANIC interrupted: its buffers belonged to
-	 * the shared memory of an instance that is gone. */
-	for (uint32_t i = 0; i < W.n; i++)
-		page_free(W.pages[i]);
-	W.n = 0;
-	W.nrb = 0;
-	W.nrec = 0;
-	W.splits = W.freed = W.reused = W.fastpath = W.shifts = 0;
-	if (W.hcap)
-		memset(W.hash, 0, W.hcap * sizeof(kvw_page *));
 	W.meta.nblocks = 1; /* enough to read the meta page */
 	kvw_page *m;
 	int rc = kvw_get(0, &m);
@@ -622,9 +621,127 @@ int kvw_batch_begin(void)
 	if (kvp_type(m->page) != KV_PT_META || W.meta.magic != KV_META_MAGIC ||
 	    W.meta.height == 0 || W.meta.height > KV_MAX_HEIGHT)
 		return wr_error(WALRUS_ECORRUPT, "block 0 of relation %u is not a valid meta page",
-		                KV_REL);
+		                kv_cur_rel);
 	W.meta0 = W.meta;
+	/* A slot taken for the tree now starts with the root (kv_tree_claim). */
+	kv_tree_sh *t = kv_tree_claim();
+	if (atomic_load(&t->root_hint) == 0)
+		atomic_store(&t->root_hint, kv_hint_make(W.meta.root, W.meta.height));
 	return WALRUS_OK;
+}
+
+/* Makes room for one more tree in the batch and makes it current. */
+static int add_tree(wr_relid rel)
+{
+	if (W.ntrees == W.tcap) {
+		uint32_t cap = W.tcap ? W.tcap * 2 : 4;
+		kvw_tree *t = realloc(W.trees, cap * sizeof(*t));
+		if (t == NULL)
+			return wr_error(WALRUS_ENOMEM, "out of memory for a batch's trees");
+		W.trees = t;
+		W.tcap = cap;
+	}
+	W.cur = W.ntrees++;
+	W.trees[W.cur] = (kvw_tree){.rel = rel};
+	W.rel = kv_cur_rel = rel;
+	return WALRUS_OK;
+}
+
+void kvw_batch_reset(void)
+{
+	/* Left over by a batch a PANIC interrupted: its buffers belonged to
+	 * the shared memory of an instance that is gone. */
+	for (uint32_t i = 0; i < W.n; i++)
+		page_free(W.pages[i]);
+	W.n = 0;
+	W.nrb = 0;
+	W.nrec = 0;
+	W.ntrees = 0;
+	W.splits = W.freed = W.reused = W.fastpath = W.shifts = 0;
+	if (W.hcap)
+		memset(W.hash, 0, W.hcap * sizeof(kvw_page *));
+	W.rel = 0; /* no tree yet */
+	W.ndrops = 0;
+}
+
+int kvw_tree_drop(wr_relid rel)
+{
+	if (wr_grow(&W.drops, &W.dcap, W.ndrops + 1, sizeof(*W.drops), 4) != WALRUS_OK)
+		return wr_error(WALRUS_ENOMEM, "out of memory for a batch's drops");
+	W.drops[W.ndrops++] = rel;
+	return WALRUS_OK;
+}
+
+int kvw_batch_begin(void)
+{
+	wr_relid rel = kv_cur_rel;
+	kvw_batch_reset();
+	return kvw_tree_use(rel);
+}
+
+int kvw_tree_use(wr_relid rel)
+{
+	if (rel == W.rel) {
+		kv_cur_rel = rel; /* a read of another tree may have moved it */
+		return WALRUS_OK;
+	}
+	if (W.ntrees > 0) {
+		W.trees[W.cur].meta = W.meta;
+		W.trees[W.cur].meta0 = W.meta0;
+	}
+	for (uint32_t i = 0; i < W.ntrees; i++) {
+		if (W.trees[i].rel == rel) {
+			W.cur = i;
+			W.rel = kv_cur_rel = rel;
+			W.meta = W.trees[i].meta;
+			W.meta0 = W.trees[i].meta0;
+			return WALRUS_OK;
+		}
+	}
+	int rc = add_tree(rel);
+	return rc == WALRUS_OK ? load_meta() : rc;
+}
+
+int kvw_tree_create(wr_relid rel)
+{
+	if (W.ntrees > 0) {
+		W.trees[W.cur].meta = W.meta;
+		W.trees[W.cur].meta0 = W.meta0;
+	}
+	int rc = add_tree(rel);
+	if (rc != WALRUS_OK)
+		return rc;
+	W.trees[W.cur].created = true;
+	kv_tree_sh *t = kv_tree_claim();
+	t->file_blocks = 0; /* the file is new: nothing of an earlier one counts */
+	t->holes_known = false;
+	t->rightmost_leaf = 0;
+	atomic_store(&t->root_hint, 0); /* set at the commit: readers read the meta page */
+	W.meta = (kv_meta){.magic = KV_META_MAGIC,
+	                   .version = KV_META_VERSION,
+	                   .root = 1,
+	                   .height = 1,
+	                   .nblocks = 0,
+	                   .free_head = WR_INVALID_BLKNO,
+	                   .next_value_id = 1};
+	kvw_page *m, *root;
+	char img[WR_PAGE_SIZE];
+	kv_key inf = {.inf = true};
+	rc = kvw_alloc(&m);
+	if (rc == WALRUS_OK)
+		rc = kvw_alloc(&root);
+	if (rc == WALRUS_OK && (m->blk != 0 || root->blk != 1))
+		rc = wr_error(WALRUS_EINTERNAL,
+		              "a new tree in relation %u did not start at block 0", rel);
+	if (rc != WALRUS_OK)
+		return rc;
+	kvn_init(img, 0, 0, WR_INVALID_BLKNO, WR_INVALID_BLKNO, &inf, &inf);
+	rc = kvw_op_image(root, img);
+	kvm_init(img, &W.meta);
+	if (rc == WALRUS_OK)
+		rc = kvw_op_image(m, img);
+	W.meta0 = W.meta;
+	return rc;
 }
 
 /* A backend's batch state goes with its handle (pages left by a PANIC included). */
@@ -638,6 +755,8 @@ void kvw_state_free(kv_write_state *ws)
 		free(ws->rb[i].ops);
 	free(ws->pages);
 	free(ws->hash);
+	free(ws->trees);
+	free(ws->drops);
 	memset(ws, 0, sizeof(*ws));
 }
 
@@ -690,9 +809,9 @@ static void stamp_commit(wr_lsn end)
 }
 
 /*
- * The meta page's changes, if any.  Most batches (puts into leaves that do
- * not split) change only the key count: then 8 bytes say so instead of the
- * whole struct, a sixth of a small put's record.
+ * The current tree's meta page changes, if any.  Most batches (puts into
+ * leaves that do not split) change only the key count: then 8 bytes say so
+ * instead of the whole struct, a sixth of a small put's record.
  */
 static int log_meta(void)
 {
@@ -709,6 +828,41 @@ static int log_meta(void)
 	return kvw_op(m, KVOP_META, 0, &W.meta, sizeof(W.meta));
 }
 
+/* Every tree's meta page changes, the current tree's last (a batch of one
+ * tree: its own, as before). */
+static int log_metas(void)
+{
+	wr_relid last = W.rel;
+	for (uint32_t i = 0; i < W.ntrees; i++) {
+		if (W.trees[i].rel == last)
+			continue;
+		int rc = kvw_tree_use(W.trees[i].rel);
+		if (rc == WALRUS_OK)
+			rc = log_meta();
+		if (rc != WALRUS_OK)
+			return rc;
+	}
+	int rc = kvw_tree_use(last);
+	return rc == WALRUS_OK ? log_meta() : rc;
+}
+
+/* Readers must find a tree's new root before they can see the pages. */
+static void publish_roots(void)
+{
+	W.trees[W.cur].meta = W.meta;
+	W.trees[W.cur].meta0 = W.meta0;
+	for (uint32_t i = 0; i < W.ntrees; i++) {
+		const kvw_tree *t = &W.trees[i];
+		if (t->meta.root == t->meta0.root && t->meta.height == t->meta0.height &&
+		    !t->created)
+			continue;
+		kv_cur_rel = t->rel;
+		atomic_store(&kv_tree_claim()->root_hint,
+		             kv_hint_make(t->meta.root, t->meta.height));
+	}
+	kv_cur_rel = W.rel;
+}
+
 /*
  * The last record of the batch carries the changes still being built and
  * the meta page: a batch of one small operation is one record.
@@ -716,16 +870,16 @@ static int log_meta(void)
 int kvw_commit(wr_lsn *lsn)
 {
 	*lsn = 0;
-	int rc = log_meta();
+	int rc = W.ntrees > 1 ? log_metas() : log_meta();
 	if (rc != WALRUS_OK)
 		return rc; /* the caller aborts */
-	if (W.nrec > 0 || W.nrb > 0)
+	if (W.nrec > 0 || W.nrb > 0 || W.ndrops > 0)
 		*lsn = insert_record(KV_INFO_COMMIT);
 	if (W.nrec > 1)
 		stamp_commit(*lsn);
-	/* Readers must find the new root before they can see the pages. */
-	if (W.meta.root != W.meta0.root || W.meta.height != W.meta0.height)
-		atomic_store(&kv_sh->root_hint, kv_hint_make(W.meta.root, W.meta.height));
+	if (W.ntrees > 1 || W.trees[0].created || W.meta.root != W.meta0.root ||
+	    W.meta.height != W.meta0.height)
+		publish_roots();
 	add_counters();
 	release_all();
 	return WALRUS_OK;
@@ -742,9 +896,22 @@ void kvw_abort(void)
 			undo_inserts(p->page, p);
 		else if (p->pre != NULL)
 			restore_used(p);
+		else if (p->fresh)
+			memset(p->page, 0, WR_PAGE_SIZE); /* unused again: as on disk */
 	}
-	/* The hint may name a page of the undone batch (past the restored end). */
-	kv_sh->rightmost_leaf = 0;
+	/* The hints may name a page of the undone batch (past the restored end). */
+	wr_relid cur = kv_cur_rel;
+	for (uint32_t i = 0; i < W.ntrees; i++) {
+		kv_cur_rel = W.trees[i].rel;
+		kv_tree_sh *t = kv_tree_claim();
+		t->rightmost_leaf = 0;
+		if (W.trees[i].created) { /* its file is given up (kv_space.c) */
+			atomic_store(&t->root_hint, 0);
+			t->file_blocks = 0;
+			t->holes_known = false;
+		}
+	}
+	kv_cur_rel = cur;
 	atomic_fetch_add(&kv_sh->aborts, 1);
 	release_all();
 }

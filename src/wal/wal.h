@@ -71,7 +71,7 @@
  * of WAL, nor damage); the replication handshake carries the same pair
  * (src/repl).
  */
-#define WAL_FORMAT          1       /* the format this walrus writes */
+#define WAL_FORMAT          2       /* the format this walrus writes */
 #define WAL_FORMAT_OLDEST   1       /* the oldest format it reads */
 #define WAL_MAGIC_BASE      0xD17Eu /* format 1's magic */
 #define WAL_MAGIC_FORMATS   256     /* magics BASE .. BASE + 255 are walrus WAL pages */
