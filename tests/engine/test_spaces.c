@@ -369,6 +369,7 @@ END_TEST
 #define READERS 4
 
 typedef struct reader_arg {
+	_Atomic long mine; /* this reader's reads */
 	_Atomic long *reads;
 	_Atomic int *alive;
 	int last_rc;
@@ -400,8 +401,10 @@ static void *reader(void *p)
 				rc = walrus_iter_next(it);
 			walrus_iter_close(it);
 		}
-		if (rc == WALRUS_OK)
+		if (rc == WALRUS_OK) {
 			atomic_fetch_add(a->reads, 1);
+			atomic_fetch_add(&a->mine, 1);
+		}
 	}
 	a->last_rc = rc;
 	snprintf(a->msg, sizeof(a->msg), "%s", walrus_errmsg());
@@ -433,8 +436,12 @@ START_TEST(drop_under_concurrent_readers)
 		ra[i] = (reader_arg){.reads = &reads, .alive = &alive};
 		ck_assert_int_eq(pthread_create(&th[i], NULL, reader, &ra[i]), 0);
 	}
+	/* Every reader inside the space's pages, many times over. */
+	for (int i = 0; i < READERS && atomic_load(&alive) == READERS; i++)
+		while (atomic_load(&ra[i].mine) < 100 && atomic_load(&alive) == READERS)
+			sched_yield();
 	while (atomic_load(&reads) < 2000 && atomic_load(&alive) == READERS)
-		sched_yield(); /* every reader is in the space's pages by now */
+		sched_yield();
 	for (int i = 0; i < READERS && atomic_load(&alive) < READERS; i++)
 		ck_assert_msg(ra[i].last_rc == 0, "reader %d stopped early: %d %s", i,
 		              ra[i].last_rc, ra[i].msg);
