@@ -209,6 +209,17 @@ static void versions_begin(const wal_decoded *last)
  */
 static bool ops_known(const wal_decoded *rec)
 {
+	uint8_t info = rec->hdr.info;
+	if ((info & ~(KV_INFO_OP | KV_DROPS | KV_FIRST | KV_MORE)) != 0 ||
+	    (info & KV_INFO_OP) > KV_INFO_ABORT) {
+		wal_redo_fail(wr_error(WALRUS_EVERSION,
+		                       "key-value record at " WAL_LSN_FMT
+		                       " has info 0x%02x, which walrus %s does not know: a newer "
+		                       "walrus wrote it (this one writes WAL format %u)",
+		                       WAL_LSN_ARGS(rec->lsn), info, WR_WALRUS_VERSION,
+		                       WAL_FORMAT));
+		return false;
+	}
 	for (int i = 0; i < rec->nblocks; i++) {
 		const wal_decoded_block *b = &rec->blocks[i];
 		int code = kvop_unknown(b->data, b->data_len);

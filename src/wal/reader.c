@@ -194,8 +194,8 @@ static int wal_rd_check_long(wal_reader *r, const char *page)
 
 /*
  * The first walrus version that reads a later format, from the first page
- * of the segment (every format from 2 on keeps it there): into @needs, or
- * "" when that page does not say.
+ * of the segment (a format that changes the page layout keeps it there):
+ * into @needs, or "" when that page does not say.
  */
 static void wal_rd_needs(wal_reader *r, const char *page, wr_lsn page_start,
                          char needs[WAL_NEEDS_LEN])

@@ -61,15 +61,18 @@
  *
  * So that an older walrus names a later format instead of taking its pages
  * for the end of WAL or for damage, every format keeps the magic (offset 0)
- * and pageaddr (offset 8) of every page header where they are, and from
- * format 2 on, a segment's first page holds at WAL_NEEDS_OFF the first
- * walrus version that reads the format, NUL-terminated in WAL_NEEDS_LEN
- * bytes.  A walrus that continues a page of an older format restamps the
- * page's magic with its own: a page names the newest format on it.  A
- * reader meeting a page of a format it does not read, at its own address,
- * returns WALRUS_EVERSION naming the format and that version (not the end
- * of WAL, nor damage); the replication handshake carries the same pair
- * (src/repl).
+ * and pageaddr (offset 8) of every page header where they are.  A format
+ * that changes the page layout makes its segments' first page hold at
+ * WAL_NEEDS_OFF the first walrus version that reads it, NUL-terminated in
+ * WAL_NEEDS_LEN bytes; format 2 (key spaces: a commit record may name the
+ * relations it drops) keeps format 1's pages, so a record's bytes are
+ * there and an older walrus names the format without the version (it
+ * checks that the bytes are a version).  A walrus that continues a page of
+ * an older format restamps the page's magic with its own: a page names the
+ * newest format on it.  A reader meeting a page of a format it does not
+ * read, at its own address, returns WALRUS_EVERSION naming the format and,
+ * when the page says, that version (not the end of WAL, nor damage); the
+ * replication handshake carries the same pair (src/repl).
  */
 #define WAL_FORMAT          2       /* the format this walrus writes */
 #define WAL_FORMAT_OLDEST   1       /* the oldest format it reads */

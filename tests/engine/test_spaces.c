@@ -274,7 +274,10 @@ static int crash_writer(void *arg)
 {
 	int fd = *(int *)arg;
 	walrus *db;
-	if (walrus_open(dir, opts(), &db) != WALRUS_OK)
+	walrus_opts *o = opts();
+	int orc = walrus_open(dir, o, &db);
+	walrus_opts_free(o);
+	if (orc != WALRUS_OK)
 		return 2;
 	walrus_space *sp[3];
 	const char *names[3] = {"s0", "s1", "s2"};
@@ -381,7 +384,10 @@ static void *reader(void *p)
 {
 	reader_arg *a = p;
 	walrus *db;
-	if (walrus_open(dir, opts(), &db) != WALRUS_OK) {
+	walrus_opts *o = opts();
+	int orc = walrus_open(dir, o, &db);
+	walrus_opts_free(o);
+	if (orc != WALRUS_OK) {
 		a->last_rc = -1000;
 		atomic_fetch_sub(a->alive, 1);
 		return NULL;
