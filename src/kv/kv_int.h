@@ -506,12 +506,12 @@ typedef struct kv_tree_sh {
  * by a batch at each operation (kvw_tree_use).
  */
 extern WR_TLS wr_relid kv_cur_rel;
-/* The current tree's slot, claimed if it has none (tree lock held exclusive). */
-kv_tree_sh *kv_tree_claim(void);
-/* Readers: the current tree's root hint, 0 when none can be trusted. */
-uint64_t kv_tree_hint(void);
 /* The slot of KV_REL's tree (slot 0). */
 #define KV_TREE_MAIN (&kv_sh->trees[0])
+/* The slot of a tree other than KV_REL's, claimed if it has none (tree lock
+ * held exclusive); its root hint for readers (0: none to trust). */
+kv_tree_sh *kv_tree_claim_other(void);
+uint64_t kv_tree_hint_other(void);
 typedef struct kv_shared {
 	wr_rwlock tree_lock;
 	_Atomic uint64_t puts, deletes, batches, aborts;
@@ -544,6 +544,17 @@ typedef struct kv_shared {
 	bool mapped_reads; /* option mmap_reads, set at creation */
 } kv_shared;
 extern kv_shared *kv_sh;
+
+/* The current tree's slot, claimed if it has none (tree lock held exclusive). */
+static inline kv_tree_sh *kv_tree_claim(void)
+{
+	return kv_cur_rel == KV_REL ? KV_TREE_MAIN : kv_tree_claim_other();
+}
+/* Readers: the current tree's root hint, 0 when none can be trusted. */
+static inline uint64_t kv_tree_hint(void)
+{
+	return kv_cur_rel == KV_REL ? atomic_load(&KV_TREE_MAIN->root_hint) : kv_tree_hint_other();
+}
 
 static inline uint64_t kv_hint_make(wr_blkno root, uint32_t height)
 {

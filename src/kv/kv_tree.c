@@ -356,7 +356,7 @@ static kv_tree_sh *tree_victim(wr_relid rel)
 	return t;
 }
 
-kv_tree_sh *kv_tree_claim(void)
+kv_tree_sh *kv_tree_claim_other(void)
 {
 	wr_relid rel = kv_cur_rel;
 	kv_tree_sh *t = tree_find(rel);
@@ -378,11 +378,9 @@ kv_tree_sh *kv_tree_claim(void)
 	return t;
 }
 
-uint64_t kv_tree_hint(void)
+uint64_t kv_tree_hint_other(void)
 {
 	wr_relid rel = kv_cur_rel;
-	if (rel == KV_REL)
-		return atomic_load(&KV_TREE_MAIN->root_hint);
 	kv_tree_sh *t = tree_find(rel);
 	if (t == NULL)
 		return 0;

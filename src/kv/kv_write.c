@@ -642,7 +642,8 @@ static int add_tree(wr_relid rel)
 		W.tcap = cap;
 	}
 	W.cur = W.ntrees++;
-	W.trees[W.cur] = (kvw_tree){.rel = rel};
+	W.trees[W.cur].rel = rel; /* its metas are saved when another tree comes */
+	W.trees[W.cur].created = false;
 	W.rel = kv_cur_rel = rel;
 	return WALRUS_OK;
 }
