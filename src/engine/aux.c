@@ -230,11 +230,12 @@ static _Noreturn void startup_main(void)
 		wr_log(WR_FATAL, "%s", e->startup_error);
 		_exit(1);
 	}
+	/* Orphans only cost space: a catalog that cannot be read is verify's
+	 * to report, not a reason to refuse the start. */
 	if (kv_space_cleanup() != WALRUS_OK) {
-		wr_snprintf(e->startup_error, sizeof(e->startup_error),
-		            "could not remove the files no key space uses: %s", walrus_errmsg());
-		wr_log(WR_FATAL, "%s", e->startup_error);
-		_exit(1);
+		wr_log(WR_WARNING, "files no key space uses were not looked for: %s",
+		       walrus_errmsg());
+		wr_error_clear();
 	}
 	/* On a full disk: read-only, and perhaps no room for the checkpoint
 	 * (the pages stay dirty in the pool; the next start replays again). */

@@ -85,26 +85,55 @@ static size_t rel_key(wr_relid rel, char *key)
 	return 5;
 }
 
-/* Whether the catalog's tree exists (once seen, for good: it is never dropped). */
-static bool catalog_exists(void)
+/*
+ * Whether the catalog's tree exists (once seen, for good: it is never
+ * dropped): *exists false when there is no file, or an empty one, or one
+ * whose meta page was never written (a first creation that did not
+ * commit).  Any other state is an error: the catalog is never taken for
+ * absent because it could not be read.
+ */
+static int catalog_state(bool *exists)
 {
-	if (atomic_load(&kv_sh->catalog_ok))
-		return true;
+	*exists = atomic_load(&kv_sh->catalog_ok);
+	if (*exists || !smgr_exists(KV_CATALOG_REL))
+		return WALRUS_OK;
+	smgr_rel *r;
+	wr_blkno n;
+	int rc = smgr_open(KV_CATALOG_REL, &r);
+	if (rc == WALRUS_OK)
+		rc = smgr_nblocks(r, &n);
+	if (rc != WALRUS_OK || n == 0)
+		return rc;
+	int buf;
+	rc = buf_read(KV_CATALOG_REL, 0, &buf);
+	if (rc != WALRUS_OK)
+		return rc;
+	buf_lock(buf, false);
+	bool fresh = page_is_new(buf_page(buf));
+	buf_unlock(buf);
+	buf_release(buf);
+	if (fresh)
+		return WALRUS_OK;
 	wr_relid cur = kv_cur_rel;
 	kv_cur_rel = KV_CATALOG_REL;
 	kv_meta m;
-	bool ok = smgr_exists(KV_CATALOG_REL) && kv_read_meta(&m) == WALRUS_OK;
+	rc = kv_read_meta(&m); /* ECORRUPT naming the block when not a meta page */
 	kv_cur_rel = cur;
-	wr_error_clear();
-	if (ok)
+	if (rc == WALRUS_OK) {
 		atomic_store(&kv_sh->catalog_ok, true);
-	return ok;
+		*exists = true;
+	}
+	return rc;
 }
 
 /* The catalog's value of @key into @buf (ENOTFOUND when absent). */
 static int catalog_get(const char *key, size_t kl, void *buf, size_t cap, size_t *vl)
 {
-	if (!catalog_exists())
+	bool exists;
+	int rc = catalog_state(&exists);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (!exists)
 		return wr_error(WALRUS_ENOTFOUND, "no key space exists");
 	return kv_get_into_in(KV_CATALOG_REL, key, kl, buf, cap, vl);
 }
@@ -151,11 +180,13 @@ int kv_space_live(wr_relid rel)
 
 int kv_space_list(kv_space_fn fn, void *arg)
 {
-	if (!catalog_exists())
-		return WALRUS_OK;
+	bool exists;
+	int rc = catalog_state(&exists);
+	if (rc != WALRUS_OK || !exists)
+		return rc;
 	char lo[1] = {CAT_NAME}, hi[1] = {CAT_NAME + 1};
 	kv_iter *it;
-	int rc = kv_iter_open_in(KV_CATALOG_REL, lo, 1, hi, 1, &it);
+	rc = kv_iter_open_in(KV_CATALOG_REL, lo, 1, hi, 1, &it);
 	while (rc == WALRUS_OK && kv_iter_valid(it)) {
 		const kv_iter_cur *c = kv_iter_current(it);
 		wr_relid rel;
@@ -281,7 +312,11 @@ static int build_create(void *arg)
 	if (rc != WALRUS_ENOTFOUND)
 		return rc;
 	wr_error_clear();
-	if (!catalog_exists()) {
+	bool exists;
+	rc = catalog_state(&exists);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (!exists) {
 		rc = new_file(KV_CATALOG_REL);
 		if (rc == WALRUS_OK)
 			rc = kv_batch_create_tree(o->b, KV_CATALOG_REL);
@@ -326,7 +361,8 @@ int kv_space_create(const char *name, wr_relid *rel)
 	 * that the next start removes). */
 	if (o.made_file)
 		kv_drop_files(o.rel);
-	if (o.made_catalog && !catalog_exists())
+	bool exists;
+	if (o.made_catalog && catalog_state(&exists) == WALRUS_OK && !exists)
 		kv_drop_files(KV_CATALOG_REL);
 	return rc;
 }

@@ -6,6 +6,7 @@
  * snapshots, verify and compaction, orphan files removed at start.
  */
 #include "testutil.h"
+#include "testsupport/testsupport.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -598,6 +599,51 @@ START_TEST(orphan_files_removed_at_start)
 }
 END_TEST
 
+/* Creates space "cut" in this process with failpoints @arg (testsupport.h). */
+static int create_with_failpoint(void *arg)
+{
+	walrus_opts *o = opts();
+	walrus *db;
+	int rc = walrus_open(dir, o, &db);
+	walrus_opts_free(o);
+	if (rc != WALRUS_OK || ts_failpoint_set(arg) != WALRUS_OK)
+		return 2;
+	rc = walrus_space_create(db, "cut");
+	walrus_close(db);
+	return rc == WALRUS_ENOSPC ? 0 : 3;
+}
+
+START_TEST(failed_creations_leave_nothing)
+{
+	walrus *db = tu_open(dir, opts());
+	int files = space_files();
+	/* The space's file cannot be made (every open of it fails): nothing
+	 * named, nothing left. */
+	ck_assert_int_eq(tu_wait(tu_fork(create_with_failpoint, "open:ENOSPC:/base/16*0")), 0);
+	ck_assert_int_eq(space_files(), files);
+	walrus_space *sp;
+	ck_assert_int_eq(walrus_space_open(db, "cut", 0, &sp), WALRUS_ENOTFOUND);
+	char **names;
+	size_t n;
+	ck_assert_int_eq(walrus_space_list(db, &names, &n), WALRUS_OK);
+	ck_assert_uint_eq(n, 0);
+	walrus_free(names);
+	/* A process killed between the file and the commit: an orphan, gone at
+	 * the next start, and the name still free. */
+	pid_t child = tu_fork(create_with_failpoint, "fsync:KILL:/base/1");
+	ck_assert_int_eq(waitpid(child, NULL, 0), child);
+	ck_assert_int_gt(space_files(), files);
+	tu_close_and_wait(db);
+	db = tu_open(dir, opts());
+	ck_assert_int_eq(space_files(), files);
+	ck_assert_int_eq(walrus_space_open(db, "cut", 0, &sp), WALRUS_ENOTFOUND);
+	sp = space(db, "cut");
+	put_in(db, sp, "k", "v");
+	ck_assert_int_eq(walrus_verify(db, NULL, NULL), WALRUS_OK);
+	tu_close_and_wait(db);
+}
+END_TEST
+
 static Suite *spaces_suite(void)
 {
 	Suite *s = suite_create("spaces");
@@ -612,6 +658,7 @@ static Suite *spaces_suite(void)
 	tcase_add_test(tc, thousands_of_spaces_keep_fds_bounded);
 	tcase_add_test(tc, compaction_covers_spaces);
 	tcase_add_test(tc, orphan_files_removed_at_start);
+	tcase_add_test(tc, failed_creations_leave_nothing);
 	suite_add_tcase(s, tc);
 	return s;
 }
