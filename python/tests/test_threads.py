@@ -200,6 +200,56 @@ def test_collected_in_another_thread(db, tmp):
     assert len(db._children) == n - 2 and not db._pending
 
 
+def test_spaces_from_threads_with_a_handle_each(data_dir):
+    """Each thread opens its own handle and its own Space objects (a Space
+    is its handle's): they create the same space at once, write batches
+    across two spaces and count in a shared space with transactions."""
+    walrus.open(data_dir, create_if_missing=True).close()
+    n, per = 4, 50
+
+    def worker(i):
+        def body(txn, shared):
+            txn.put(b"n", b"%d" % (int(txn.get(b"n", b"0", space=shared)) + 1), space=shared)
+
+        def run():
+            with walrus.open(data_dir) as db:
+                shared, mine = db.space("shared"), db.space("t%d" % i)
+                for j in range(per):
+                    with db.batch() as b:
+                        b.put(b"%d-%04d" % (i, j), b"x", space=shared)
+                        b.put(b"%04d" % j, b"x", space=mine)
+                    db.run_transaction(lambda txn: body(txn, shared), retries=1000)
+        return run
+
+    run_threads([worker(i) for i in range(n)])
+    with walrus.open(data_dir) as db:
+        assert db.spaces() == ["shared"] + ["t%d" % i for i in range(n)]
+        shared = db.space("shared", create=False)
+        assert int(shared[b"n"]) == n * per  # no increment lost, none applied twice
+        assert len(list(shared.keys())) == n * per + 1
+        for i in range(n):
+            assert len(list(db.space("t%d" % i).keys())) == per
+        assert list(db.keys()) == []
+
+
+def test_space_of_a_handle_in_use_gets_misuse(db, tmp):
+    a = db.space("a")
+    a.put(b"k", b"v")
+    batch = walrus.Batch()
+
+    def attempt():
+        for call in (lambda: a.get(b"k"), lambda: a.put(b"k", b"w"), lambda: a.keys(),
+                     lambda: batch.put(b"k", b"w", space=a), lambda: db.space("b"),
+                     db.spaces):
+            with pytest.raises(walrus.Misuse) as e:
+                call()
+            assert "another thread" in e.value.message
+
+    hold_handle(db, tmp, attempt)
+    batch.close()
+    assert a[b"k"] == b"v" and db.spaces() == ["a"]
+
+
 def test_one_handle_many_threads_never_crashes(db):
     db.put(b"k", b"v")
     counts = {"ok": 0, "misuse": 0}

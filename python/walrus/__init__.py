@@ -7,14 +7,15 @@
 
 Keys and values are bytes.  A handle serves one thread at a time: open one
 per thread (a second thread entering a handle in use gets walrus.Misuse).
-Calls release the GIL.  docs/python.md is the reference.
+Calls release the GIL.  Named key spaces: db.space("users") has the same
+get/put/delete/items.  docs/python.md is the reference.
 """
 import os
 
 from . import _lib, errors
-from .db import DB, Batch, Iterator, Snapshot, Transaction
+from .db import DB, Batch, Iterator, Snapshot, Space, Transaction
 from .errors import (  # noqa: F401
-    CLASSES, CODES, Busy, Conflict, Corrupt, Error, InternalError, Interrupted,
+    CLASSES, CODES, Busy, Conflict, Corrupt, Error, Exists, InternalError, Interrupted,
     InvalidArgument, IOFailure, LimitReached, Missing, Misuse, NoSpace, NotFound, NotRunning,
     NotWalrus, OutOfMemory, Panic, PermissionDenied, ProtocolError, ReadOnly, Restart,
     Shutdown, SnapshotTooOld, TooBig, VersionMismatch, strerror)

@@ -111,6 +111,27 @@ _PROTOS = {
     "walrus_txn_commit": (c_int, [c_void_p, c_int]),
     "walrus_txn_abort": (c_int, [c_void_p]),
     "walrus_txn_free": (None, [c_void_p]),
+    "walrus_space_create": (c_int, [c_void_p, c_char_p]),
+    "walrus_space_open": (c_int, [c_void_p, c_char_p, c_int, _pp]),
+    "walrus_space_drop": (c_int, [c_void_p, c_char_p]),
+    "walrus_space_list": (c_int, [c_void_p, _pp, _psize]),
+    "walrus_put_in": (c_int, [c_void_p, c_void_p, _bytes, c_size_t, _bytes, c_size_t, c_int]),
+    "walrus_get_in": (c_int, [c_void_p, c_void_p, _bytes, c_size_t, _pp, _psize]),
+    "walrus_get_into_in": (c_int, [c_void_p, c_void_p, _bytes, c_size_t, c_void_p, c_size_t,
+                                   _psize]),
+    "walrus_delete_in": (c_int, [c_void_p, c_void_p, _bytes, c_size_t, c_int]),
+    "walrus_batch_put_in": (c_int, [c_void_p, c_void_p, _bytes, c_size_t, _bytes, c_size_t]),
+    "walrus_batch_delete_in": (c_int, [c_void_p, c_void_p, _bytes, c_size_t]),
+    "walrus_iter_open_in": (c_int, [c_void_p, c_void_p, _bytes, c_size_t, _bytes, c_size_t,
+                                    _pp]),
+    "walrus_get_at_in": (c_int, [c_void_p, c_void_p, c_void_p, _bytes, c_size_t, _pp, _psize]),
+    "walrus_iter_open_at_in": (c_int, [c_void_p, c_void_p, c_void_p, _bytes, c_size_t, _bytes,
+                                       c_size_t, _pp]),
+    "walrus_txn_get_in": (c_int, [c_void_p, c_void_p, _bytes, c_size_t, _pp, _psize]),
+    "walrus_txn_put_in": (c_int, [c_void_p, c_void_p, _bytes, c_size_t, _bytes, c_size_t]),
+    "walrus_txn_delete_in": (c_int, [c_void_p, c_void_p, _bytes, c_size_t]),
+    "walrus_txn_iter_open_in": (c_int, [c_void_p, c_void_p, _bytes, c_size_t, _bytes, c_size_t,
+                                        _pp]),
     "walrus_sync": (c_int, [c_void_p]),
     "walrus_switch_wal": (c_int, [c_void_p, POINTER(c_uint64)]),
     "walrus_restore_point": (c_int, [c_void_p, c_char_p, POINTER(c_uint64)]),
@@ -135,6 +156,7 @@ for _name, (_res, _args) in _PROTOS.items():
 SYNC = 0x1
 ASYNC = 0x2
 TXN_SNAPSHOT = 0x1
+SPACE_CREATE = 0x1
 BACKUP_FAST = 0x1
 STOP_MODES = {"smart": 1, "fast": 2, "immediate": 3}
 MAX_KEY = 1024

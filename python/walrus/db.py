@@ -13,6 +13,8 @@ lock; one that the garbage collector finds (possibly in another thread, or
 in the middle of a call of this one) is only queued, and freed at the
 handle's next call or close: a finalizer never calls into C, so it can
 neither race a call on the handle nor overwrite the thread's walrus_errmsg.
+
+Key spaces (Space, and DB's calls on them) are in space.py.
 """
 import ctypes
 import itertools
@@ -26,13 +28,13 @@ import weakref
 from ctypes import byref, c_size_t, c_uint64, c_void_p
 
 from . import _lib
-from .errors import Conflict, Interrupted, NotFound, last_error, misuse
+from .errors import Conflict, Interrupted, NotFound, check as _check, last_error, misuse
+from .space import _ABSENT, Space, _Mapping, _SpaceCalls
 
 lib = _lib.lib
 _OK, _ENOTFOUND, _ETOOBIG, _EMISUSE = 0, -1, -13, -19
 _QUIET_CLOSE = (-9, -10, -14)  # ERESTART, EPANIC, ESHUTDOWN: the handle was dead already
 _GET_BUF = 16384  # values up to this size are read with one call, into the handle's buffer
-_ABSENT = object()
 _EXIT_WAIT = 10.0  # s: a thread's exit hooks that take longer than this are not waited for
 
 
@@ -62,12 +64,6 @@ def _flags(sync):
     if sync is None:
         return 0
     return _lib.SYNC if sync else _lib.ASYNC
-
-
-def _check(rc):
-    if rc < 0:
-        raise last_error(rc)
-    return rc
 
 
 def _opt_text(value):
@@ -112,7 +108,7 @@ def _exit_close(ref):
         db._close_quietly()
 
 
-class DB:
+class DB(_Mapping, _SpaceCalls):
     """A handle on a walrus data directory: a backend of its instance.
 
     walrus.open(path, **options) is the same.  Options are the engine's
@@ -130,6 +126,7 @@ class DB:
         self._tokens = itertools.count()
         self._tid = threading.get_native_id()  # the thread of the last call
         self._prev_tid = None                  # and the one before it
+        self._spaces = weakref.WeakValueDictionary()  # library pointer -> Space
         self._buf = ctypes.create_string_buffer(_GET_BUF)
         self._vlen = c_size_t()
         opts = _make_opts(options)
@@ -307,20 +304,24 @@ class DB:
 
     # ------------------------------------------------------------ key-value
 
-    def _read(self, into, alloc, args, key, default):
+    def _read(self, into, alloc, args, key, default, space=None):
         """One read under the lock: into the handle's buffer, or (a value
-        larger than it) a buffer the library allocates."""
+        larger than it, or no @into call) a buffer the library allocates.
+        @space: the Space read, None for the default one."""
         k = _bytes(key)
-        rc = self._c(into, *args, k, len(k), self._buf, _GET_BUF, byref(self._vlen))
-        if rc == _OK:
-            return ctypes.string_at(self._buf, self._vlen.value)
-        if rc == _ENOTFOUND:
-            return default
-        if rc != _ETOOBIG or self._vlen.value <= _GET_BUF:
-            raise last_error(rc)
+        if into is not None:
+            rc = self._c(into, *args, k, len(k), self._buf, _GET_BUF, byref(self._vlen))
+            if rc == _OK:
+                return ctypes.string_at(self._buf, self._vlen.value)
+            if rc == _ENOTFOUND:
+                self._space_alive(space)
+                return default
+            if rc != _ETOOBIG or self._vlen.value <= _GET_BUF:
+                raise last_error(rc)
         p, n = c_void_p(), c_size_t()
         rc = self._c(alloc, *args, k, len(k), byref(p), byref(n))
         if rc == _ENOTFOUND:
+            self._space_alive(space)
             return default
         _check(rc)
         try:
@@ -330,54 +331,58 @@ class DB:
 
     def get(self, key, default=None):
         """The value of @key (bytes), or @default when it is absent."""
-        db = self._enter()
-        try:
-            return self._read(lib.walrus_get_into, lib.walrus_get, (db,), key, default)
-        finally:
-            self._leave()
+        return self._get(None, key, default)
 
     def put(self, key, value, sync=None):
         """Writes @key = @value.  @sync None: as the handle's
         synchronous_commit (on by default: durable when it returns); True:
         durable when it returns; False: durable within wal_writer_delay."""
-        k, v = _bytes(key), _bytes(value, "value")
-        db = self._enter()
-        try:
-            _check(self._c(lib.walrus_put, db, k, len(k), v, len(v), _flags(sync)))
-        finally:
-            self._leave()
+        self._put(None, key, value, sync)
 
     def delete(self, key, sync=None):
         """Deletes @key; returns whether it was there."""
-        k = _bytes(key)
+        return self._delete(None, key, sync)
+
+    def _get(self, space, key, default):
+        sp = self._space_ptr(space)
         db = self._enter()
         try:
-            rc = self._c(lib.walrus_delete, db, k, len(k), _flags(sync))
+            if space is None:
+                return self._read(lib.walrus_get_into, lib.walrus_get, (db,), key, default)
+            return self._read(lib.walrus_get_into_in, lib.walrus_get_in, (db, sp), key, default,
+                              space)
+        finally:
+            self._leave()
+
+    def _put(self, space, key, value, sync):
+        k, v = _bytes(key), _bytes(value, "value")
+        sp = self._space_ptr(space)
+        db = self._enter()
+        try:
+            if space is None:
+                rc = self._c(lib.walrus_put, db, k, len(k), v, len(v), _flags(sync))
+            else:
+                rc = self._c(lib.walrus_put_in, db, sp, k, len(k), v, len(v), _flags(sync))
+            _check(rc)
+        finally:
+            self._leave()
+
+    def _delete(self, space, key, sync):
+        k = _bytes(key)
+        sp = self._space_ptr(space)
+        db = self._enter()
+        try:
+            if space is None:
+                rc = self._c(lib.walrus_delete, db, k, len(k), _flags(sync))
+            else:
+                rc = self._c(lib.walrus_delete_in, db, sp, k, len(k), _flags(sync))
             if rc == _ENOTFOUND:
+                self._space_alive(space)
                 return False
             _check(rc)
             return True
         finally:
             self._leave()
-
-    def __getitem__(self, key):
-        v = self.get(key, _ABSENT)
-        if v is _ABSENT:
-            raise NotFound(_ENOTFOUND, f"key {key!r} not found")
-        return v
-
-    def __setitem__(self, key, value):
-        self.put(key, value)
-
-    def __delitem__(self, key):
-        if not self.delete(key):
-            raise NotFound(_ENOTFOUND, f"key {key!r} not found")
-
-    def __contains__(self, key):
-        return self.get(key, _ABSENT) is not _ABSENT
-
-    def __iter__(self):
-        return self.keys()
 
     # ------------------------------------------------------------ batches
 
@@ -386,6 +391,7 @@ class DB:
         The batch is left as it was: clear() it to reuse it."""
         b = batch._enter()
         try:
+            batch._check_writer(self)
             db = self._enter()
             try:
                 _check(self._c(lib.walrus_batch_commit, db, b, _flags(sync)))
@@ -401,19 +407,26 @@ class DB:
 
     # ------------------------------------------------------------ iteration
 
-    def _iterator(self, open_fn, parent, lo, hi, reverse, what):
-        """An iterator opened by @open_fn on the handle (@parent None), or on
-        the snapshot or transaction of token @parent."""
+    def _iterator(self, source, parent, lo, hi, reverse, what, space=None):
+        """An iterator over @space (None: the default space) of the handle
+        (@source "handle", @parent None), or of the snapshot or transaction
+        (@source "snapshot", "transaction") of token @parent."""
         lo, lol = _bound(lo)
         hi, hil = _bound(hi)
+        sp = self._space_ptr(space)
         db = self._enter()
         try:
-            if parent is None:
+            if source == "handle":
                 args = (db,)
-            elif open_fn is lib.walrus_iter_open_at:
+                open_fn = lib.walrus_iter_open if space is None else lib.walrus_iter_open_in
+            elif source == "snapshot":
                 args = (db, self._child_ptr(parent, "snapshot"))
+                open_fn = lib.walrus_iter_open_at if space is None else lib.walrus_iter_open_at_in
             else:
                 args = (self._child_ptr(parent, "transaction"),)
+                open_fn = lib.walrus_txn_iter_open if space is None else lib.walrus_txn_iter_open_in
+            if space is not None:
+                args += (sp,)
             it = c_void_p()
             rc = self._c(open_fn, *args, lo, lol, hi, hil, byref(it))
             if rc < 0:
@@ -430,15 +443,15 @@ class DB:
     def items(self, lo=None, hi=None, reverse=False):
         """(key, value) pairs of [lo, hi) in key order (bytewise), or in
         reverse order.  None: unbounded."""
-        return self._iterator(lib.walrus_iter_open, None, lo, hi, reverse, "items")
+        return self._iterator("handle", None, lo, hi, reverse, "items")
 
     def keys(self, lo=None, hi=None, reverse=False):
         """The keys of [lo, hi), as items()."""
-        return self._iterator(lib.walrus_iter_open, None, lo, hi, reverse, "keys")
+        return self._iterator("handle", None, lo, hi, reverse, "keys")
 
     def values(self, lo=None, hi=None, reverse=False):
         """The values of [lo, hi), as items()."""
-        return self._iterator(lib.walrus_iter_open, None, lo, hi, reverse, "values")
+        return self._iterator("handle", None, lo, hi, reverse, "values")
 
     # ------------------------------------------------------------ snapshots, transactions
 
@@ -625,10 +638,12 @@ class _BatchWriter:
 
 class Batch:
     """Writes to apply together with db.write(batch): all or nothing.  A
-    batch copies keys and values; it belongs to no handle."""
+    batch copies keys and values; it belongs to no handle, but once it holds
+    writes to a key space (space=) only that space's handle may write it."""
 
     def __init__(self):
         self._lock = threading.Lock()
+        self._writer = None  # weak reference to the DB of the spaces it writes to
         self._b = lib.walrus_batch_new()
         if not self._b:
             raise MemoryError("walrus_batch_new: out of memory")
@@ -644,26 +659,49 @@ class Batch:
     def _leave(self):
         self._lock.release()
 
-    def put(self, key, value):
+    def put(self, key, value, space=None):
+        """Writes @key = @value in key space @space (None: the default one)."""
         k, v = _bytes(key), _bytes(value, "value")
+        self._add(lib.walrus_batch_put, lib.walrus_batch_put_in, space, k, len(k), v, len(v))
+
+    def delete(self, key, space=None):
+        """Deletes @key (absent or not) in key space @space."""
+        k = _bytes(key)
+        self._add(lib.walrus_batch_delete, lib.walrus_batch_delete_in, space, k, len(k))
+
+    def _add(self, fn, fn_in, space, *args):
         b = self._enter()
         try:
-            _check(lib.walrus_batch_put(b, k, len(k), v, len(v)))
+            if space is None:
+                _check(fn(b, *args))
+                return
+            if not isinstance(space, Space):
+                raise TypeError("space must be a walrus.Space (db.space(name)), not "
+                                f"{type(space).__name__}")
+            db = space._owner
+            self._check_writer(db)
+            # Under the handle's lock: its close frees the space's pointer.
+            db._enter()
+            try:
+                _check(fn_in(b, space._sp, *args))
+            finally:
+                db._leave()
+            self._writer = weakref.ref(db)
         finally:
             self._leave()
 
-    def delete(self, key):
-        k = _bytes(key)
-        b = self._enter()
-        try:
-            _check(lib.walrus_batch_delete(b, k, len(k)))
-        finally:
-            self._leave()
+    def _check_writer(self, db):
+        writer = self._writer() if self._writer is not None else None
+        if self._writer is not None and writer is not db:
+            where = "a closed handle" if writer is None else writer.path
+            raise misuse(f"this batch holds writes to key spaces of another walrus handle "
+                         f"({where}): only that handle may write it")
 
     def clear(self):
         b = self._enter()
         try:
             lib.walrus_batch_clear(b)
+            self._writer = None
         finally:
             self._leave()
 
@@ -718,7 +756,7 @@ class _Child:
 
 class _Reads:
     """The mapping-style reads and the iterators of a snapshot or a
-    transaction, over its get() and _iter()."""
+    transaction, over its get() and _iter(); space= reads a key space."""
 
     def __getitem__(self, key):
         v = self.get(key, _ABSENT)
@@ -729,14 +767,14 @@ class _Reads:
     def __contains__(self, key):
         return self.get(key, _ABSENT) is not _ABSENT
 
-    def items(self, lo=None, hi=None, reverse=False):
-        return self._iter(lo, hi, reverse, "items")
+    def items(self, lo=None, hi=None, reverse=False, space=None):
+        return self._iter(lo, hi, reverse, "items", space)
 
-    def keys(self, lo=None, hi=None, reverse=False):
-        return self._iter(lo, hi, reverse, "keys")
+    def keys(self, lo=None, hi=None, reverse=False, space=None):
+        return self._iter(lo, hi, reverse, "keys", space)
 
-    def values(self, lo=None, hi=None, reverse=False):
-        return self._iter(lo, hi, reverse, "values")
+    def values(self, lo=None, hi=None, reverse=False, space=None):
+        return self._iter(lo, hi, reverse, "values", space)
 
     def __iter__(self):
         return self.keys()
@@ -813,18 +851,20 @@ class Snapshot(_Child, _Reads):
         self._owner = db
         self._token = token
 
-    def get(self, key, default=None):
+    def get(self, key, default=None, space=None):
         db = self._owner
+        sp = db._space_ptr(space)
         h = db._enter()
         try:
             s = db._child_ptr(self._token, "snapshot")
-            return db._read(lib.walrus_get_into_at, lib.walrus_get_at, (h, s), key, default)
+            if space is None:
+                return db._read(lib.walrus_get_into_at, lib.walrus_get_at, (h, s), key, default)
+            return db._read(None, lib.walrus_get_at_in, (h, s, sp), key, default, space)
         finally:
             db._leave()
 
-    def _iter(self, lo, hi, reverse, what):
-        return self._owner._iterator(lib.walrus_iter_open_at, self._live(), lo, hi, reverse,
-                                     what)
+    def _iter(self, lo, hi, reverse, what, space):
+        return self._owner._iterator("snapshot", self._live(), lo, hi, reverse, what, space)
 
     def _live(self):
         if self._token is None:
@@ -863,32 +903,45 @@ class Transaction(_Child, _Reads):
         finally:
             db._leave()
 
-    def get(self, key, default=None):
+    def get(self, key, default=None, space=None):
         db = self._owner
+        sp = db._space_ptr(space)
         db._enter()
         try:
             t = db._child_ptr(self._token, "transaction")
-            return db._read(lib.walrus_txn_get_into, lib.walrus_txn_get, (t,), key, default)
+            if space is None:
+                return db._read(lib.walrus_txn_get_into, lib.walrus_txn_get, (t,), key, default)
+            return db._read(None, lib.walrus_txn_get_in, (t, sp), key, default, space)
         finally:
             db._leave()
 
-    def put(self, key, value):
+    def put(self, key, value, space=None):
+        """Writes @key = @value in key space @space (None: the default
+        one) when the transaction commits."""
         k, v = _bytes(key), _bytes(value, "value")
-        self._call(lib.walrus_txn_put, k, len(k), v, len(v))
+        if space is None:
+            self._call(lib.walrus_txn_put, k, len(k), v, len(v))
+        else:
+            sp = self._owner._space_ptr(space)
+            self._call(lib.walrus_txn_put_in, sp, k, len(k), v, len(v))
 
     def __setitem__(self, key, value):
         self.put(key, value)
 
-    def delete(self, key):
-        """Deletes @key when the transaction commits (absent or not)."""
+    def delete(self, key, space=None):
+        """Deletes @key in key space @space when the transaction commits
+        (absent or not)."""
         k = _bytes(key)
-        self._call(lib.walrus_txn_delete, k, len(k))
+        if space is None:
+            self._call(lib.walrus_txn_delete, k, len(k))
+        else:
+            sp = self._owner._space_ptr(space)
+            self._call(lib.walrus_txn_delete_in, sp, k, len(k))
 
-    def _iter(self, lo, hi, reverse, what):
+    def _iter(self, lo, hi, reverse, what, space):
         if self._token is None:
             raise misuse("this transaction has ended")
-        return self._owner._iterator(lib.walrus_txn_iter_open, self._token, lo, hi, reverse,
-                                     what)
+        return self._owner._iterator("transaction", self._token, lo, hi, reverse, what, space)
 
     def _end(self, fn, *args):
         """commit or abort: the transaction ends whatever they return."""

@@ -105,7 +105,7 @@ class LimitReached(Error):
 
 class Misuse(Error):
     """WALRUS_EMISUSE: a handle used by two threads at once, by a child of
-    fork(), or after it was closed."""
+    fork(), or after it was closed; a key space used with another handle."""
 
 
 class NotRunning(Error):
@@ -130,13 +130,17 @@ class SnapshotTooOld(Error):
     """WALRUS_ESNAPSHOT: the versions this snapshot needs are gone."""
 
 
+class Exists(Error):
+    """WALRUS_EEXIST: a key space of that name exists (db.create_space)."""
+
+
 EMISUSE = -19
 CLASSES = {
     -1: NotFound, -2: InvalidArgument, -3: IOFailure, -4: NoSpace, -5: Corrupt, -6: Busy,
     -7: PermissionDenied, -8: Missing, -9: Restart, -10: Panic, -11: OutOfMemory,
     -12: VersionMismatch, -13: TooBig, -14: Shutdown, -15: ProtocolError, -16: NotWalrus,
     -17: InternalError, -18: LimitReached, -19: Misuse, -20: NotRunning, -21: ReadOnly,
-    -22: Interrupted, -23: Conflict, -24: SnapshotTooOld,
+    -22: Interrupted, -23: Conflict, -24: SnapshotTooOld, -25: Exists,
 }
 CODES = {cls.__name__: code for code, cls in CLASSES.items()}
 for _code, _cls in CLASSES.items():
@@ -154,6 +158,13 @@ def last_error(code):
     the C library's thread-local record of that call."""
     msg = _lib.lib.walrus_errmsg().decode(errors="replace")
     return CLASSES.get(code, Error)(code, msg)
+
+
+def check(rc):
+    """@rc when it is not an error; raises its exception otherwise."""
+    if rc < 0:
+        raise last_error(rc)
+    return rc
 
 
 def misuse(message):
