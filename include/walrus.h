@@ -431,11 +431,16 @@ WALRUS_API int walrus_iter_open_in(walrus *db, walrus_space *sp, const void *lo,
                                    const void *hi, size_t hilen, walrus_iter **it);
 WALRUS_API int walrus_get_at_in(walrus *db, const walrus_snapshot *snap, walrus_space *sp,
                                 const void *key, size_t klen, void **val, size_t *vlen);
+WALRUS_API int walrus_get_into_at_in(walrus *db, const walrus_snapshot *snap, walrus_space *sp,
+                                     const void *key, size_t klen, void *buf, size_t cap,
+                                     size_t *vlen);
 WALRUS_API int walrus_iter_open_at_in(walrus *db, const walrus_snapshot *snap, walrus_space *sp,
                                       const void *lo, size_t lolen, const void *hi, size_t hilen,
                                       walrus_iter **it);
 WALRUS_API int walrus_txn_get_in(walrus_txn *txn, walrus_space *sp, const void *key, size_t klen,
                                  void **val, size_t *vlen);
+WALRUS_API int walrus_txn_get_into_in(walrus_txn *txn, walrus_space *sp, const void *key,
+                                      size_t klen, void *buf, size_t cap, size_t *vlen);
 WALRUS_API int walrus_txn_put_in(walrus_txn *txn, walrus_space *sp, const void *key, size_t klen,
                                  const void *val, size_t vlen);
 WALRUS_API int walrus_txn_delete_in(walrus_txn *txn, walrus_space *sp, const void *key,

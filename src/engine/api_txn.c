@@ -341,13 +341,22 @@ int walrus_get_at_in(walrus *db, const walrus_snapshot *snap, walrus_space *sp, 
 int walrus_get_into_at(walrus *db, const walrus_snapshot *snap, const void *key, size_t klen,
                        void *buf, size_t cap, size_t *vlen)
 {
+	return walrus_get_into_at_in(db, snap, NULL, key, klen, buf, cap, vlen);
+}
+
+int walrus_get_into_at_in(walrus *db, const walrus_snapshot *snap, walrus_space *sp,
+                          const void *key, size_t klen, void *buf, size_t cap, size_t *vlen)
+{
+	wr_relid rel;
 	if (vlen == NULL || (buf == NULL && cap > 0))
 		return wr_error(WALRUS_EINVAL, "walrus_get_into_at: vlen must not be NULL");
 	int rc = snap_usable(db, snap, "walrus_get_into_at");
+	if (rc == WALRUS_OK)
+		rc = api_space_rel(db, sp, "walrus_get_into_at", &rel);
 	if (rc != WALRUS_OK)
 		return rc;
 	API_CALL(db, "walrus_get_into_at",
-	         kv_snap_get_into(&snap->snap, KV_REL, key, klen, buf, cap, vlen));
+	         IN_SPACE(sp, kv_snap_get_into(&snap->snap, rel, key, klen, buf, cap, vlen)));
 }
 
 typedef struct view_args {
@@ -570,14 +579,29 @@ int walrus_txn_get_in(walrus_txn *txn, walrus_space *sp, const void *key, size_t
 int walrus_txn_get_into(walrus_txn *txn, const void *key, size_t klen, void *buf, size_t cap,
                         size_t *vlen)
 {
+	return walrus_txn_get_into_in(txn, NULL, key, klen, buf, cap, vlen);
+}
+
+int walrus_txn_get_into_in(walrus_txn *txn, walrus_space *sp, const void *key, size_t klen,
+                           void *buf, size_t cap, size_t *vlen)
+{
 	if (vlen == NULL || (buf == NULL && cap > 0))
 		return wr_error(WALRUS_EINVAL, "walrus_txn_get_into: vlen must not be NULL");
 	*vlen = 0;
+	wr_relid rel;
 	int rc = txn_usable(txn, "walrus_txn_get_into");
+	if (rc == WALRUS_OK)
+		rc = api_space_rel(txn->db, sp, "walrus_txn_get_into", &rel);
 	if (rc != WALRUS_OK)
 		return rc;
-	get_args a = {
-	    .t = txn, .rel = KV_REL, .k = key, .kl = klen, .buf = buf, .cap = cap, .vl = vlen};
+	get_args a = {.t = txn,
+	              .sp = sp,
+	              .rel = rel,
+	              .k = key,
+	              .kl = klen,
+	              .buf = buf,
+	              .cap = cap,
+	              .vl = vlen};
 	return in_call(txn->db, "walrus_txn_get_into", get_body, &a);
 }
 

@@ -4,10 +4,10 @@
  *
  * The catalog is a tree too, in relation KV_CATALOG_REL, created with the
  * first space.  It holds, for each space, "n" + name -> relation (u32) and
- * "r" + relation (big-endian u32) -> name, and "#" -> the next relation
- * number.  Creating a space is one batch: the catalog's entries and the new
- * tree's meta page and root leaf (kvw_tree_create) in a relation whose file
- * was created just before.  Dropping one is one batch too: the catalog's
+ * "r" + relation (big-endian u32) -> name, "d" + relation -> the name of a
+ * dropped space (for messages), and "#" -> the next relation number.  Creating a space is one
+ * batch: the catalog's entries and the new tree's meta page and root leaf (kvw_tree_create) in a
+ * relation whose file was created just before.  Dropping one is one batch too: the catalog's
  * entries go and the commit record names the relation, so redo removes the
  * file wherever the batch is replayed (crash recovery, a standby, a
  * restore); here the file goes once the batch is durable and the engine
@@ -30,9 +30,10 @@
 #include "buffer/buffer.h"
 #include "kv/kv_int.h"
 
-#define CAT_NAME 'n'
-#define CAT_REL  'r'
-#define CAT_NEXT "#"
+#define CAT_NAME    'n'
+#define CAT_REL     'r'
+#define CAT_DROPPED 'd' /* + relation: the name a dropped space had */
+#define CAT_NEXT    "#"
 
 static kv_drop_wait_fn drop_wait;
 
@@ -77,12 +78,17 @@ static size_t name_key(const char *name, char *key)
 	return n + 1;
 }
 
-static size_t rel_key(wr_relid rel, char *key)
+static size_t rel_key_of(char kind, wr_relid rel, char *key)
 {
-	key[0] = CAT_REL;
+	key[0] = kind;
 	for (int i = 0; i < 4; i++)
 		key[1 + i] = (char)(rel >> (24 - 8 * i));
 	return 5;
+}
+
+static size_t rel_key(wr_relid rel, char *key)
+{
+	return rel_key_of(CAT_REL, rel, key);
 }
 
 /*
@@ -171,11 +177,18 @@ int kv_space_name(wr_relid rel, char *name, size_t cap)
 
 int kv_space_live(wr_relid rel)
 {
-	char name[KV_SPACE_NAME_MAX + 1];
+	char name[KV_SPACE_NAME_MAX + 1], key[8];
 	int rc = kv_space_name(rel, name, sizeof(name));
-	if (rc == WALRUS_ENOTFOUND)
-		return wr_error(WALRUS_ENOTFOUND, "the key space of relation %u was dropped", rel);
-	return rc;
+	if (rc != WALRUS_ENOTFOUND)
+		return rc;
+	size_t vl;
+	if (catalog_get(key, rel_key_of(CAT_DROPPED, rel, key), name, sizeof(name) - 1, &vl) ==
+	    WALRUS_OK) {
+		name[vl] = '\0';
+		return wr_error(WALRUS_ENOTFOUND, "key space \"%s\" (relation %u) was dropped",
+		                name, rel);
+	}
+	return wr_error(WALRUS_ENOTFOUND, "the key space of relation %u was dropped", rel);
 }
 
 int kv_space_list(kv_space_fn fn, void *arg)
@@ -374,10 +387,13 @@ static int build_drop(void *arg)
 	int rc = catalog_rel(o->name, &o->rel);
 	if (rc != WALRUS_OK)
 		return rc;
-	char nk[KV_SPACE_NAME_MAX + 1], rk[8];
+	char nk[KV_SPACE_NAME_MAX + 1], rk[8], dk[8];
 	rc = kv_batch_delete_in(o->b, KV_CATALOG_REL, nk, name_key(o->name, nk));
 	if (rc == WALRUS_OK)
 		rc = kv_batch_delete_in(o->b, KV_CATALOG_REL, rk, rel_key(o->rel, rk));
+	if (rc == WALRUS_OK)
+		rc = put_catalog(o->b, dk, rel_key_of(CAT_DROPPED, o->rel, dk), o->name,
+		                 strlen(o->name));
 	if (rc == WALRUS_OK)
 		rc = kv_batch_drop_tree(o->b, o->rel);
 	return rc;

@@ -219,13 +219,15 @@ START_TEST(batch_and_txn_span_spaces)
 	ck_assert_int_eq(walrus_get_at_in(db, s, b, "k", 1, &val, &vl), WALRUS_OK);
 	ck_assert_int_eq(memcmp(val, "B", 1), 0);
 	walrus_free(val);
+	ck_assert_int_eq(walrus_get_into_at_in(db, s, a, "k", 1, v, sizeof(v), &vl), WALRUS_OK);
+	ck_assert_int_eq(memcmp(v, "A", 1), 0);
 	walrus_snapshot_release(s);
 	/* A transaction writes both spaces; the same key in another space is
 	 * another key (no conflict), the same key in the same space is one. */
 	walrus_txn *t, *u;
 	ck_assert_int_eq(walrus_txn_begin(db, 0, &t), WALRUS_OK);
-	ck_assert_int_eq(walrus_txn_get_in(t, a, "k", 1, &val, &vl), WALRUS_OK);
-	walrus_free(val);
+	ck_assert_int_eq(walrus_txn_get_into_in(t, a, "k", 1, v, sizeof(v), &vl), WALRUS_OK);
+	ck_assert_int_eq((int)vl, 2);
 	ck_assert_int_eq(walrus_txn_put_in(t, b, "k", 1, "B3", 2), WALRUS_OK);
 	ck_assert_int_eq(walrus_txn_put_in(t, a, "n", 1, "N", 1), WALRUS_OK);
 	put_in(db, b, "other", "x"); /* not read by t */
@@ -478,6 +480,7 @@ START_TEST(drop_under_concurrent_readers)
 	ck_assert_int_eq(walrus_batch_put_in(bt, gone, "g", 1, "1", 1), WALRUS_OK);
 	ck_assert_int_eq(walrus_space_drop(db, "gone"), WALRUS_OK);
 	ck_assert_int_eq(walrus_batch_commit(db, bt, WALRUS_SYNC), WALRUS_ENOTFOUND);
+	ck_assert_msg(strstr(walrus_errmsg(), "key space \"gone\"") != NULL, "%s", walrus_errmsg());
 	walrus_batch_free(bt);
 	ck_assert_str_eq(get_in(db, NULL, "d", b, sizeof(b)), "-");
 	ck_assert_int_eq(walrus_verify(db, NULL, NULL), WALRUS_OK);
