@@ -139,7 +139,8 @@ START_TEST(test_table_covers_struct)
 		               strcmp(t[i].name, "create_if_missing") == 0 ||
 		               strcmp(t[i].name, "strict_options") == 0;
 		bool server = strcmp(t[i].name, "client_query_buffer_limit") == 0 ||
-		              strcmp(t[i].name, "authentication_timeout") == 0;
+		              strcmp(t[i].name, "authentication_timeout") == 0 ||
+		              strcmp(t[i].name, "databases") == 0;
 		ck_assert_int_eq(t[i].scope, session  ? WR_SCOPE_SESSION
 		                             : server ? WR_SCOPE_SERVER
 		                                      : WR_SCOPE_INSTANCE);
