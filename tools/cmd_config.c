@@ -31,9 +31,9 @@ static const char config_usage[] =
     "walrus.conf < options set by the process that starts the instance (-o).  Session\n"
     "options (synchronous_commit, create_if_missing, strict_options) are each opener's own\n"
     "and do not belong in the file.  Options of `walrus serve` (client_query_buffer_limit,\n"
-    "authentication_timeout) and its password (requirepass, which `config` neither sets\n"
-    "nor shows: write it into the file, mode 0600) may be in it too.  `walrus options`\n"
-    "lists every option.\n";
+    "authentication_timeout, databases) and its password (requirepass, which `config`\n"
+    "neither sets nor shows: write it into the file, mode 0600) may be in it too.\n"
+    "`walrus options` lists every option.\n";
 
 void tool_print_settings(FILE *out, const wr_options *o, const uint8_t *sources, bool instance_only)
 {

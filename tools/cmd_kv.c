@@ -23,12 +23,13 @@ typedef struct kv_args {
 	int npos;
 	const char *from, *to;
 	long long limit;
-	long long by; /* incr's --by */
+	long long by;     /* incr's --by */
+	walrus_space *sp; /* -s NAME's key space, NULL: the default one */
 } kv_args;
 
 static int parse(int argc, char **argv, int want_pos, kv_args *a, const char *usage)
 {
-	memset(a, 0, sizeof(*a));
+	*a = (kv_args){0};
 	a->limit = -1;
 	a->by = 1;
 	for (int i = 1; i < argc; i++) {
@@ -140,15 +141,17 @@ static void print_escaped(const void *p, size_t n)
 	}
 }
 
-/* Opens the database, runs @fn, closes; the first failure decides the exit code. */
-static int with_db(tool_ctx *ctx, bool create, int (*fn)(walrus *, const kv_args *),
-                   const kv_args *a)
+/* Opens the database (and -s's key space), runs @fn, closes; the first failure decides
+ * the exit code. */
+static int with_db(tool_ctx *ctx, bool create, int (*fn)(walrus *, const kv_args *), kv_args *a)
 {
 	walrus *db;
 	int rc = tool_open(ctx, create, &db);
 	if (rc != 0)
 		return rc;
-	rc = fn(db, a);
+	rc = tool_space(ctx, db, &a->sp);
+	if (rc == 0)
+		rc = fn(db, a);
 	int crc = walrus_close(db);
 	if (rc == 0 && crc != WALRUS_OK)
 		rc = tool_fail(crc, "close");
@@ -178,7 +181,7 @@ static int do_put(walrus *db, const kv_args *a)
 	if (rc == 0)
 		rc = decode(a->pos[1], a->hex, &v, &vl);
 	if (rc == 0) {
-		int e = walrus_put(db, k, kl, v, vl, WALRUS_SYNC);
+		int e = walrus_put_in(db, a->sp, k, kl, v, vl, WALRUS_SYNC);
 		rc = e == WALRUS_OK ? 0 : tool_fail(e, "put");
 	}
 	free(k);
@@ -194,7 +197,7 @@ static int do_get(walrus *db, const kv_args *a)
 	int rc = decode(a->pos[0], a->hex, &k, &kl);
 	if (rc != 0)
 		return rc;
-	int e = walrus_get(db, k, kl, &v, &vl);
+	int e = walrus_get_in(db, a->sp, k, kl, &v, &vl);
 	free(k);
 	if (e == WALRUS_ENOTFOUND)
 		return TOOL_EXIT_NOTFOUND; /* quiet, as grep: the exit code says it */
@@ -213,7 +216,7 @@ static int do_del(walrus *db, const kv_args *a)
 	int rc = decode(a->pos[0], a->hex, &k, &kl);
 	if (rc != 0)
 		return rc;
-	int e = walrus_delete(db, k, kl, WALRUS_SYNC);
+	int e = walrus_delete_in(db, a->sp, k, kl, WALRUS_SYNC);
 	free(k);
 	if (e == WALRUS_ENOTFOUND)
 		return TOOL_EXIT_NOTFOUND;
@@ -235,26 +238,30 @@ static bool parse_integer(const char *v, size_t vl, long long *n)
 }
 
 /* One try of incr: the new value in *n; WALRUS_ECONFLICT asks for another. */
-static int incr_once(walrus *db, const char *k, size_t kl, long long by, long long *n, bool *bad)
+static int incr_once(walrus *db, const kv_args *a, const char *k, size_t kl, long long *n,
+                     bool *bad)
 {
 	walrus_txn *t;
 	char buf[32];
+	void *v = NULL;
 	size_t vl;
 	int e = walrus_txn_begin(db, 0, &t);
 	if (e != WALRUS_OK)
 		return e;
 	*n = 0;
-	e = walrus_txn_get_into(t, k, kl, buf, sizeof(buf), &vl);
-	if (e == WALRUS_OK && !parse_integer(buf, vl, n))
+	e = walrus_txn_get_in(t, a->sp, k, kl, &v, &vl);
+	if (e == WALRUS_OK && !parse_integer(v, vl, n))
 		e = WALRUS_ETOOBIG;
+	walrus_free(v);
 	if (e == WALRUS_ENOTFOUND)
 		e = WALRUS_OK;
+	long long by = a->by;
 	*bad = e == WALRUS_ETOOBIG || (e == WALRUS_OK && ((by > 0 && *n > LLONG_MAX - by) ||
 	                                                  (by < 0 && *n < LLONG_MIN - by)));
 	if (e == WALRUS_OK && !*bad) {
 		*n += by;
 		int len = snprintf(buf, sizeof(buf), "%lld", *n);
-		e = walrus_txn_put(t, k, kl, buf, (size_t)len);
+		e = walrus_txn_put_in(t, a->sp, k, kl, buf, (size_t)len);
 	}
 	if (e == WALRUS_OK && !*bad)
 		e = walrus_txn_commit(t, WALRUS_SYNC);
@@ -272,7 +279,7 @@ static int do_incr(walrus *db, const kv_args *a)
 	long long n = 0;
 	bool bad = false;
 	int e;
-	while ((e = incr_once(db, k, kl, a->by, &n, &bad)) == WALRUS_ECONFLICT)
+	while ((e = incr_once(db, a, k, kl, &n, &bad)) == WALRUS_ECONFLICT)
 		; /* another writer changed it since our read: read it again */
 	free(k);
 	if (bad) {
@@ -354,7 +361,7 @@ static int do_scan(walrus *db, const kv_args *a)
 		rc = decode(a->to, a->hex, &hi, &hil);
 	walrus_iter *it = NULL;
 	if (rc == 0) {
-		int e = walrus_iter_open(db, lo, lol, hi, hil, &it);
+		int e = walrus_iter_open_in(db, a->sp, lo, lol, hi, hil, &it);
 		rc = e == WALRUS_OK ? scan_loop(it, a) : tool_fail(e, "scan");
 	}
 	walrus_iter_close(it);

@@ -17,6 +17,7 @@
 typedef struct load_args {
 	bool sync, ack, hex;
 	long batch;
+	walrus_space *sp; /* -s NAME's key space, NULL: the default one */
 } load_args;
 
 static int load_parse(int argc, char **argv, load_args *a)
@@ -102,7 +103,7 @@ static int add_line(walrus_batch *b, char *line, size_t len, long lineno, const 
 		fprintf(stderr, "walrus: load: line %ld is not hexadecimal (--hex)\n", lineno);
 		return TOOL_EXIT_USAGE;
 	}
-	int e = walrus_batch_put(b, line, kl, tab + 1, vl);
+	int e = walrus_batch_put_in(b, a->sp, line, kl, tab + 1, vl);
 	if (e != WALRUS_OK) {
 		free(typed);
 		char what[64];
@@ -163,7 +164,9 @@ int cmd_load(tool_ctx *ctx, int argc, char **argv)
 	rc = tool_open(ctx, true, &db);
 	if (rc != 0)
 		return rc;
-	rc = load_loop(db, &a);
+	rc = tool_space(ctx, db, &a.sp);
+	if (rc == 0)
+		rc = load_loop(db, &a);
 	int crc = walrus_close(db);
 	if (rc == 0 && crc != WALRUS_OK)
 		rc = tool_fail(crc, "close");

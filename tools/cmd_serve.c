@@ -2,7 +2,7 @@
  * cmd_serve.c - `walrus serve`: the RESP server, or the supervisor alone.
  *
  * With any server option (--port, --bind, --unix, --no-tcp, --requirepass,
- * --requirepass-file, --idle-timeout, --backends, --resp, --tls-*) it runs
+ * --requirepass-file, --idle-timeout, --backends, --databases, --resp, --tls-*) it runs
  * the RESP server of src/server
  * (server.h): one process that accepts connections and hands them to a pool
  * of backend processes (or forks a backend per connection: --backends 0).
@@ -37,7 +37,7 @@
 static const char usage[] =
     "usage: walrus -D DIR serve [--port P] [--bind ADDR] [--unix PATH|none] [--no-tcp]\n"
     "                           [--requirepass-file FILE] [--idle-timeout S]\n"
-    "                           [--backends N] [--resp]\n"
+    "                           [--backends N] [--databases N] [--resp]\n"
     "                           [--tls-port P --tls-cert-file F --tls-key-file F\n"
     "                            [--tls-ca-cert-file F] [--tls-auth-clients yes|no|optional]]\n"
     "       walrus -D DIR serve          (no option: the supervisor alone)\n\n"
@@ -57,6 +57,8 @@ static const char usage[] =
     "  --backends N      N backend processes, each serving many connections with\n"
     "                    epoll (default: 2 per online CPU, at most 64); 0: one\n"
     "                    backend process per connection\n"
+    "  --databases N     SELECT takes 0 to N-1 (default 16; -o databases=N, or\n"
+    "                    walrus.conf); database n > 0 is the key space \"dbN\"\n"
     "  --resp            the RESP server with every default\n"
     "  --tls-port P      also listen on port P of --bind for TLS connections (TLS 1.2\n"
     "                    or later; 0 picks a free port, printed): redis-cli --tls\n"
@@ -176,6 +178,8 @@ static bool server_option(srv_config *cfg, pass_src *pw, int argc, char **argv, 
 		cfg->idle_ms = (int64_t)n * 1000;
 	else if (strcmp(o, "--backends") == 0 && parse_int(v, 0, SRV_MAX_POOL, &n))
 		cfg->backends = (int)n;
+	else if (strcmp(o, "--databases") == 0 && parse_int(v, 1, 1000000, &n))
+		cfg->databases = (int)n;
 	else
 		return tls_option(cfg, o, v);
 	return true;
@@ -304,6 +308,11 @@ static int run_server(tool_ctx *ctx, srv_config *cfg, pass_src *pw, bool default
 	int rc = wr_opts_validate(o);
 	if (rc == WALRUS_OK)
 		rc = datadir_resolve(ctx->datadir, o->create_if_missing, abs);
+	if (rc == WALRUS_OK && cfg->databases > 0) { /* --databases: as -o databases=N */
+		char n[16];
+		snprintf(n, sizeof(n), "%d", cfg->databases);
+		rc = walrus_opts_set(ctx->opts, "databases", n);
+	}
 	if (rc == WALRUS_OK)
 		rc = server_conf(abs, &ctx->opts->o);
 	if (rc != WALRUS_OK)

@@ -25,6 +25,7 @@
 typedef struct tool_ctx {
 	const char *datadir;
 	walrus_opts *opts;
+	const char *space; /* -s NAME: the key space of put, get, del, incr, scan, load */
 } tool_ctx;
 
 typedef int (*tool_fn)(tool_ctx *ctx, int argc, char **argv);
@@ -38,6 +39,9 @@ typedef struct tool_cmd {
 int tool_fail(int code, const char *what);
 /* Opens ctx->datadir (creating it when @create); prints and returns an exit code on failure. */
 int tool_open(tool_ctx *ctx, bool create, walrus **db);
+/* The key space -s names (*sp NULL without -s: the default space); prints
+ * and returns an exit code when it does not exist (1) or is a bad name (2). */
+int tool_space(tool_ctx *ctx, walrus *db, walrus_space **sp);
 /* Decodes @n hex digits of @s into @out (n/2 bytes; may be @s itself); false if not hex. */
 bool tool_hex_decode(const char *s, size_t n, char *out);
 /* True when argv holds -h or --help. */
@@ -49,6 +53,7 @@ int cmd_stop(tool_ctx *ctx, int argc, char **argv);
 int cmd_standby(tool_ctx *ctx, int argc, char **argv);
 int cmd_promote(tool_ctx *ctx, int argc, char **argv);
 int cmd_slot(tool_ctx *ctx, int argc, char **argv);
+int cmd_space(tool_ctx *ctx, int argc, char **argv);
 int cmd_selftest(tool_ctx *ctx, int argc, char **argv);
 int cmd_doctor(tool_ctx *ctx, int argc, char **argv);
 int cmd_options(tool_ctx *ctx, int argc, char **argv);

@@ -1,10 +1,11 @@
 /*
  * walrus.c - the `walrus` command: global options and subcommand dispatch.
  *
- *   walrus [-D DIR] [-o name=value ...] SUBCOMMAND [args]
+ *   walrus [-D DIR] [-o name=value ...] [-s NAME] SUBCOMMAND [args]
  *
  * -D names the data directory (default: $WALRUS_DATA); -o sets any engine
- * option, repeatable.  Exit codes: 0 ok, 1 not found, 2 damage or usage,
+ * option, repeatable; -s (--space) names the key space that put, get, del,
+ * incr, scan and load work in.  Exit codes: 0 ok, 1 not found, 2 damage or usage,
  * 3 engine error.  Each subcommand lives in its own cmd_*.c file.
  */
 #include "tool.h"
@@ -37,6 +38,7 @@ static const tool_cmd commands[] = {
      "run DIR as a hot standby in the foreground (--primary, --wal-archive)"},
     {"promote", cmd_promote, "make the standby running on DIR a primary"},
     {"slot", cmd_slot, "create, drop or list replication slots"},
+    {"space", cmd_space, "create, drop or list named key spaces (-s NAME works in one)"},
     {"selftest", cmd_selftest, "write, sync, read back and damage pages: the I/O path at work"},
     {"doctor", cmd_doctor, "check DIR's file system for durable writes (O_DIRECT, fsync speed)"},
     {"options", cmd_options, "list every engine option with its default and range"},
@@ -48,12 +50,14 @@ static const tool_cmd commands[] = {
 
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: walrus [-D DIR] [-o name=value ...] COMMAND [ARGS]\n\n"
+	fprintf(out, "usage: walrus [-D DIR] [-o name=value ...] [-s NAME] COMMAND [ARGS]\n\n"
 	             "commands:\n");
 	for (size_t i = 0; i < WR_ARRAY_LEN(commands); i++)
 		fprintf(out, "  %-13s %s\n", commands[i].name, commands[i].help);
 	fprintf(out, "\n  -D DIR         data directory (or set WALRUS_DATA)\n"
 	             "  -o name=value  set an engine option (see `walrus options`)\n"
+	             "  -s NAME        (--space NAME) put, get, del, incr, scan and load work in\n"
+	             "                 key space NAME (`walrus space create NAME` makes it)\n"
 	             "  COMMAND --help for the command's own options\n\n"
 	             "exit codes: 0 ok, 1 not found, 2 damage or usage, 3 engine error\n");
 }
@@ -82,6 +86,22 @@ int tool_open(tool_ctx *ctx, bool create, walrus **db)
 	return 0;
 }
 
+int tool_space(tool_ctx *ctx, walrus *db, walrus_space **sp)
+{
+	*sp = NULL;
+	if (ctx->space == NULL)
+		return 0;
+	int rc = walrus_space_open(db, ctx->space, 0, sp);
+	if (rc == WALRUS_ENOTFOUND) {
+		fprintf(stderr,
+		        "walrus: key space \"%s\" does not exist: create it with "
+		        "`walrus -D %s space create %s`\n",
+		        ctx->space, ctx->datadir, ctx->space);
+		return TOOL_EXIT_NOTFOUND;
+	}
+	return rc == WALRUS_OK ? 0 : tool_fail(rc, ctx->space);
+}
+
 static int parse_globals(int argc, char **argv, tool_ctx *ctx, int *next)
 {
 	int i = 1;
@@ -91,12 +111,15 @@ static int parse_globals(int argc, char **argv, tool_ctx *ctx, int *next)
 			usage(stdout);
 			exit(0);
 		}
-		if ((strcmp(a, "-D") == 0 || strcmp(a, "-o") == 0) && i + 1 >= argc) {
+		bool space = strcmp(a, "-s") == 0 || strcmp(a, "--space") == 0;
+		if ((strcmp(a, "-D") == 0 || strcmp(a, "-o") == 0 || space) && i + 1 >= argc) {
 			fprintf(stderr, "walrus: %s needs a value\n", a);
 			return TOOL_EXIT_USAGE;
 		}
 		if (strcmp(a, "-D") == 0) {
 			ctx->datadir = argv[i + 1];
+		} else if (space) {
+			ctx->space = argv[i + 1];
 		} else if (strcmp(a, "-o") == 0) {
 			if (wr_opts_set_pair(&ctx->opts->o, argv[i + 1]) != WALRUS_OK) {
 				fprintf(stderr, "walrus: %s\n", walrus_errmsg());
@@ -110,6 +133,25 @@ static int parse_globals(int argc, char **argv, tool_ctx *ctx, int *next)
 	}
 	*next = i;
 	return 0;
+}
+
+/* The commands -s applies to. */
+static const char *const in_space[] = {"put", "get", "del", "incr", "scan", "load"};
+
+/* A command that does not work in a key space refuses -s rather than ignore it. */
+static int run_command(const tool_cmd *c, tool_ctx *ctx, int argc, char **argv)
+{
+	bool takes = false;
+	for (size_t i = 0; i < WR_ARRAY_LEN(in_space); i++)
+		takes = takes || strcmp(c->name, in_space[i]) == 0;
+	if (ctx->space != NULL && !takes) {
+		fprintf(stderr,
+		        "walrus: -s (a key space) applies to put, get, del, incr, scan and load, "
+		        "not to %s\n",
+		        c->name);
+		return TOOL_EXIT_USAGE;
+	}
+	return c->fn(ctx, argc, argv);
 }
 
 int main(int argc, char **argv)
@@ -136,7 +178,7 @@ int main(int argc, char **argv)
 	rc = -1;
 	for (size_t i = 0; i < WR_ARRAY_LEN(commands); i++)
 		if (strcmp(argv[next], commands[i].name) == 0)
-			rc = commands[i].fn(&ctx, argc - next, argv + next);
+			rc = run_command(&commands[i], &ctx, argc - next, argv + next);
 	if (rc == -1) {
 		fprintf(stderr, "walrus: unknown command \"%s\" (walrus --help lists them)\n",
 		        argv[next]);

@@ -219,6 +219,7 @@ typedef struct wr_options {
 	/* the RESP server */
 	int64_t client_query_buffer_limit; /* bytes of a connection's unparsed input */
 	int64_t authentication_timeout_us; /* a connection must AUTH within this */
+	int64_t databases;                 /* SELECT 0 .. databases - 1 */
 	/* WAL archiving (engine/archiver.c) */
 	bool archive_mode;
 	char synchronous_standby[WR_OPT_STR_MAX]; /* application_name, or "" */

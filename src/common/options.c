@@ -141,6 +141,8 @@ static const wr_opt_desc opt_table[] = {
     OPT("authentication_timeout", WR_OPT_TIME, SERV, authentication_timeout_us, "10s", 1 * SEC,
         10 * MIN, NULL,
         "RESP server with a password: connections not authenticated by then are closed"),
+    OPT("databases", WR_OPT_INT, SERV, databases, "16", 1, 1000000, NULL,
+        "RESP server: databases SELECT chooses from (n > 0 is key space \"dbN\")"),
     OPT("archive_mode", WR_OPT_BOOL, INST, archive_mode, "off", 0, 0, NULL,
         "archive each completed WAL segment (walrus-arch) before it may be recycled"),
     OPT("archive_dir", WR_OPT_STRING, INST, archive_dir, "", 0, 0, NULL,

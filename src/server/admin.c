@@ -206,12 +206,37 @@ void srv_cmd_info(srv_session *s, const resp_arg *argv, size_t argc)
 	resp_buf_free(&text);
 }
 
+/* The keys of a key space, counted (the statistics count the default space's). */
+static int count_keys(srv_session *s, long long *n)
+{
+	walrus_iter *it = NULL;
+	*n = 0;
+	if (s->sp_missing)
+		return WALRUS_OK;
+	int rc = walrus_iter_open_in(s->db, s->sp, NULL, 0, NULL, 0, &it);
+	while (rc == WALRUS_OK && walrus_iter_valid(it)) {
+		(*n)++;
+		rc = walrus_iter_next(it);
+	}
+	walrus_iter_close(it);
+	return rc;
+}
+
 void srv_cmd_dbsize(srv_session *s, const resp_arg *argv, size_t argc)
 {
 	char *json;
 	unsigned long long keys;
 	(void)argv;
 	(void)argc;
+	if (s->dbnum != 0) {
+		long long n;
+		int rc = count_keys(s, &n);
+		if (rc == WALRUS_OK)
+			resp_add_int(s->out, n);
+		else
+			srv_reply_engine_error(s, rc);
+		return;
+	}
 	int rc = walrus_stats(s->db, &json);
 	if (rc != WALRUS_OK) {
 		srv_reply_engine_error(s, rc);
@@ -260,7 +285,6 @@ static size_t config_server(srv_session *s, resp_buf *b, const resp_arg *pat)
 	    {"requirepass", cfg->requirepass ? "********" : ""}, /* never the password */
 	    {"maxclients", clients},
 	    {"timeout", idle},
-	    {"databases", "1"},
 	    {"save", ""},         /* walrus has no snapshots: its WAL is the persistence */
 	    {"appendonly", "no"}, /* nor an append-only file */
 	};

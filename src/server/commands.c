@@ -2,7 +2,9 @@
  * commands.c - a RESP request to walrus calls: sessions, the command
  * table, the checks every request goes through (arity, AUTH, MULTI), the
  * connection commands (PING ECHO QUIT AUTH SELECT CHECKPOINT) and the
- * durability barrier.  Key-value commands are in keys.c, MULTI/EXEC in
+ * durability barrier.  SELECT n picks the session's database: 0 is the
+ * default key space, n > 0 the key space "dbN" (srv_use_space resolves it
+ * for each request that works on keys).  Key-value commands are in keys.c, MULTI/EXEC in
  * tx.c, INFO/CONFIG/HELLO and friends in admin.c; what they share (error
  * replies, argument checks, the write path) in reply.c, below them all.
  *
@@ -36,6 +38,8 @@ enum {
 	CMD_TX = 4,     /* queued inside MULTI */
 	CMD_TXCTL = 8,  /* runs inside MULTI (MULTI, EXEC, DISCARD, QUIT) */
 	CMD_READ = 16,  /* reads keys: on a standby, only for READONLY connections */
+	CMD_KEYS = 32,  /* works on keys: in the key space of the session's database */
+	CMD_MAKE = 64,  /* may write a key: makes the database's key space if missing */
 };
 
 /* ---------------------------------------------------------------- sessions */
@@ -130,16 +134,29 @@ static void cmd_quit(srv_session *s, const resp_arg *argv, size_t argc)
 	resp_add_simple(s->out, "OK");
 }
 
+/* Database n > 0 is the key space "dbN", made by its first write (srv_use_space). */
 static void cmd_select(srv_session *s, const resp_arg *argv, size_t argc)
 {
 	long long n;
 	(void)argc;
-	if (!resp_arg_ll(&argv[1], &n))
+	if (!resp_arg_ll(&argv[1], &n)) {
 		resp_add_error(s->out, "ERR value is not an integer or out of range");
-	else if (n != 0)
+	} else if (n < 0 || n >= s->cfg->databases) {
 		resp_add_error(s->out, "ERR DB index is out of range");
-	else
+	} else {
+		s->dbnum = (int)n;
 		resp_add_simple(s->out, "OK");
+	}
+}
+
+/* MOVE and SWAPDB: each database is a key space of its own; neither is implemented. */
+static void cmd_refused(srv_session *s, const resp_arg *argv, size_t argc)
+{
+	(void)argc;
+	resp_add_error(s->out,
+	               "ERR %s is not supported by walrus: each database is a key space of its "
+	               "own (copy a key with GET and SET in the other database, then DEL it)",
+	               resp_arg_is(&argv[0], "move") ? "MOVE" : "SWAPDB");
 }
 
 static void cmd_checkpoint(srv_session *s, const resp_arg *argv, size_t argc)
@@ -195,14 +212,14 @@ static void cmd_readwrite(srv_session *s, const resp_arg *argv, size_t argc)
 }
 
 static const srv_cmd commands[] = {
-    {"get", 2, CMD_DB | CMD_READ | CMD_TX, srv_cmd_get},
-    {"set", -3, CMD_DB | CMD_TX, srv_cmd_set},
-    {"del", -2, CMD_DB | CMD_TX, srv_cmd_del},
-    {"exists", -2, CMD_DB | CMD_READ | CMD_TX, srv_cmd_exists},
-    {"mget", -2, CMD_DB | CMD_READ | CMD_TX, srv_cmd_mget},
-    {"mset", -3, CMD_DB | CMD_TX, srv_cmd_mset},
-    {"scan", -2, CMD_DB | CMD_READ, srv_cmd_scan},
-    {"dbsize", 1, CMD_DB | CMD_READ, srv_cmd_dbsize},
+    {"get", 2, CMD_DB | CMD_READ | CMD_KEYS | CMD_TX, srv_cmd_get},
+    {"set", -3, CMD_DB | CMD_KEYS | CMD_MAKE | CMD_TX, srv_cmd_set},
+    {"del", -2, CMD_DB | CMD_KEYS | CMD_TX, srv_cmd_del},
+    {"exists", -2, CMD_DB | CMD_READ | CMD_KEYS | CMD_TX, srv_cmd_exists},
+    {"mget", -2, CMD_DB | CMD_READ | CMD_KEYS | CMD_TX, srv_cmd_mget},
+    {"mset", -3, CMD_DB | CMD_KEYS | CMD_MAKE | CMD_TX, srv_cmd_mset},
+    {"scan", -2, CMD_DB | CMD_READ | CMD_KEYS, srv_cmd_scan},
+    {"dbsize", 1, CMD_DB | CMD_READ | CMD_KEYS, srv_cmd_dbsize},
     {"info", -1, CMD_DB, srv_cmd_info},
     {"config", -2, CMD_DB, srv_cmd_config},
     {"checkpoint", 1, CMD_DB, cmd_checkpoint},
@@ -211,14 +228,14 @@ static const srv_cmd commands[] = {
     {"discard", 1, CMD_TXCTL, srv_cmd_discard},
     {"watch", -2, CMD_DB | CMD_TXCTL, srv_cmd_watch},
     {"unwatch", 1, CMD_DB, srv_cmd_unwatch},
-    {"incr", 2, CMD_DB | CMD_TX, srv_cmd_rmw},
-    {"incrby", 3, CMD_DB | CMD_TX, srv_cmd_rmw},
-    {"decr", 2, CMD_DB | CMD_TX, srv_cmd_rmw},
-    {"decrby", 3, CMD_DB | CMD_TX, srv_cmd_rmw},
-    {"getset", 3, CMD_DB | CMD_TX, srv_cmd_rmw},
-    {"getdel", 2, CMD_DB | CMD_TX, srv_cmd_rmw},
-    {"setnx", 3, CMD_DB | CMD_TX, srv_cmd_rmw},
-    {"append", 3, CMD_DB | CMD_TX, srv_cmd_rmw},
+    {"incr", 2, CMD_DB | CMD_KEYS | CMD_MAKE | CMD_TX, srv_cmd_rmw},
+    {"incrby", 3, CMD_DB | CMD_KEYS | CMD_MAKE | CMD_TX, srv_cmd_rmw},
+    {"decr", 2, CMD_DB | CMD_KEYS | CMD_MAKE | CMD_TX, srv_cmd_rmw},
+    {"decrby", 3, CMD_DB | CMD_KEYS | CMD_MAKE | CMD_TX, srv_cmd_rmw},
+    {"getset", 3, CMD_DB | CMD_KEYS | CMD_MAKE | CMD_TX, srv_cmd_rmw},
+    {"getdel", 2, CMD_DB | CMD_KEYS | CMD_TX, srv_cmd_rmw},
+    {"setnx", 3, CMD_DB | CMD_KEYS | CMD_MAKE | CMD_TX, srv_cmd_rmw},
+    {"append", 3, CMD_DB | CMD_KEYS | CMD_MAKE | CMD_TX, srv_cmd_rmw},
     {"ping", -1, 0, cmd_ping},
     {"readonly", 1, 0, cmd_readonly},
     {"readwrite", 1, 0, cmd_readwrite},
@@ -227,6 +244,8 @@ static const srv_cmd commands[] = {
     {"auth", -2, CMD_NOAUTH, cmd_auth},
     {"hello", -1, CMD_NOAUTH, srv_cmd_hello},
     {"select", 2, 0, cmd_select},
+    {"move", -1, 0, cmd_refused},
+    {"swapdb", -1, 0, cmd_refused},
     {"command", -1, 0, srv_cmd_command},
     {"client", -2, 0, srv_cmd_client},
 };
@@ -302,7 +321,7 @@ static int group_commit(srv_session *s, struct srv_group *g)
 	if (g->batch == NULL && (g->batch = walrus_batch_new()) == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory");
 	walrus_batch_clear(g->batch);
-	int rc = srv_mset_into(g->batch, g->kv, 0, 2 * g->n);
+	int rc = srv_mset_into(s, g->batch, g->kv, 0, 2 * g->n);
 	if (rc != WALRUS_OK)
 		return rc;
 	srv_stripes_lock(s, &set);
@@ -316,11 +335,19 @@ void srv_group_flush(srv_session *s)
 	struct srv_group *g = &s->group;
 	if (g->n == 0)
 		return;
-	if (group_commit(s, g) != WALRUS_OK) {
+	/* a SELECT flushes the group before it runs: its SETs are all of this database */
+	int rc = srv_use_space(s, true);
+	bool space_ok = rc == WALRUS_OK;
+	if (space_ok)
+		rc = group_commit(s, g);
+	if (rc != WALRUS_OK) {
 		s->out->len = g->out_start; /* each SET on its own, with its own reply */
 		for (size_t i = 0; i < g->n; i++) {
 			resp_arg set[3] = {{"SET", 3}, g->kv[2 * i], g->kv[2 * i + 1]};
-			srv_cmd_set(s, set, 3);
+			if (space_ok)
+				srv_cmd_set(s, set, 3);
+			else
+				srv_reply_engine_error(s, rc);
 		}
 	}
 	g->n = 0;
@@ -389,6 +416,13 @@ static void run(srv_session *s, const resp_arg *argv, size_t argc)
 		resp_add_error(s->out, "READONLY this walrus instance is a standby: send READONLY "
 		                       "to read from it (its data may lag its primary's)");
 		return;
+	}
+	if (c->flags & CMD_KEYS) {
+		int rc = srv_use_space(s, c->flags & CMD_MAKE);
+		if (rc != WALRUS_OK) {
+			srv_reply_engine_error(s, rc);
+			return;
+		}
 	}
 	c->fn(s, argv, argc);
 }

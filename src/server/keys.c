@@ -28,7 +28,7 @@
 static int get_value(srv_session *s, const resp_arg *k, size_t *vlen)
 {
 	for (int tries = 0;; tries++) {
-		int rc = walrus_get_into(s->db, k->p, k->len, s->val, s->val_cap, vlen);
+		int rc = srv_get_into(s, k, s->val, s->val_cap, vlen);
 		if (rc != WALRUS_ETOOBIG || tries == 3)
 			return rc;
 		char *v = realloc(s->val, *vlen);
@@ -76,7 +76,8 @@ static int set_locked(srv_session *s, const resp_arg *argv, int flags, size_t *o
 	int answer = (flags & SET_GET) ? (exists ? 2 : 1) : 0;
 	if (((flags & SET_NX) && exists) || ((flags & SET_XX) && !exists))
 		return (flags & SET_GET) ? answer : 1;
-	*rc = walrus_put(s->db, argv[1].p, argv[1].len, argv[2].p, argv[2].len, WALRUS_ASYNC);
+	*rc = walrus_put_in(s->db, s->sp, argv[1].p, argv[1].len, argv[2].p, argv[2].len,
+	                    WALRUS_ASYNC);
 	if (*rc == WALRUS_OK)
 		srv_note_write(s);
 	return answer;
@@ -196,8 +197,8 @@ void srv_cmd_mset(srv_session *s, const resp_arg *argv, size_t argc)
 	if (!srv_check_keys(s, argv, 1, argc, 2))
 		return;
 	walrus_batch *b = walrus_batch_new();
-	int rc =
-	    b == NULL ? wr_error(WALRUS_ENOMEM, "out of memory") : srv_mset_into(b, argv, 1, argc);
+	int rc = b == NULL ? wr_error(WALRUS_ENOMEM, "out of memory")
+	                   : srv_mset_into(s, b, argv, 1, argc);
 	for (size_t i = 1; i < argc; i += 2)
 		srv_stripe_add(&set, &argv[i]);
 	if (rc == WALRUS_OK) {
@@ -330,9 +331,13 @@ static void scan_range(scan_args *a)
 /* Visits up to a->count keys; appends the matching ones to @keys; *more when keys remain. */
 static int scan_visit(srv_session *s, scan_args *a, resp_buf *keys, size_t *nkeys, resp_buf *cur)
 {
-	walrus_iter *it;
-	int rc = walrus_iter_open(s->db, a->lolen ? a->lo : NULL, a->lolen, a->hilen ? a->hi : NULL,
-	                          a->hilen, &it);
+	walrus_iter *it = NULL;
+	if (s->sp_missing) { /* a database never written: nothing to visit */
+		resp_add_bulk(cur, "0", 1);
+		return WALRUS_OK;
+	}
+	int rc = walrus_iter_open_in(s->db, s->sp, a->lolen ? a->lo : NULL, a->lolen,
+	                             a->hilen ? a->hi : NULL, a->hilen, &it);
 	for (long long seen = 0; rc == WALRUS_OK && walrus_iter_valid(it); seen++) {
 		const void *k;
 		size_t kl;

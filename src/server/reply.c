@@ -4,8 +4,9 @@
  * and the SET groups (stripe locks, key sets, batch building, commit).
  *
  * Interface: srv_reply_engine_error, srv_arity_error, srv_check_*,
- * srv_set_options, srv_password_ok, srv_note_write, srv_key_exists,
- * srv_stripe*, srv_keyset_*, srv_del_into, srv_mset_into, srv_commit.
+ * srv_set_options, srv_password_ok, srv_note_write, srv_use_space,
+ * srv_get_into, srv_txn_get_into, srv_key_exists, srv_stripe*,
+ * srv_keyset_*, srv_del_into, srv_mset_into, srv_commit.
  *
  * Notes: the command files (keys.c, tx.c, admin.c) call only this file and
  * the layers below (resp.c, the engine), never each other; commands.c
@@ -16,6 +17,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,11 +140,57 @@ void srv_note_write(srv_session *s)
 		s->unsynced = true;
 }
 
+/* ---------------------------------------------------------------- key spaces */
+
+int srv_use_space(srv_session *s, bool create)
+{
+	s->sp = NULL;
+	s->sp_missing = false;
+	if (s->dbnum == 0)
+		return WALRUS_OK;
+	char name[24];
+	snprintf(name, sizeof(name), "db%d", s->dbnum);
+	int rc = walrus_space_open(s->db, name, create ? WALRUS_SPACE_CREATE : 0, &s->sp);
+	if (rc == WALRUS_ENOTFOUND && !create) {
+		wr_error_clear();
+		s->sp_missing = true;
+		return WALRUS_OK;
+	}
+	return rc;
+}
+
+int srv_get_into(srv_session *s, const resp_arg *k, void *buf, size_t cap, size_t *vlen)
+{
+	if (s->sp_missing)
+		return WALRUS_ENOTFOUND;
+	return walrus_get_into_in(s->db, s->sp, k->p, k->len, buf, cap, vlen);
+}
+
+/* There is no walrus_txn_get_into_in: a key space's value is copied into @buf. */
+int srv_txn_get_into(srv_session *s, walrus_txn *t, const resp_arg *k, void *buf, size_t cap,
+                     size_t *vlen)
+{
+	if (s->sp_missing)
+		return WALRUS_ENOTFOUND;
+	if (s->sp == NULL)
+		return walrus_txn_get_into(t, k->p, k->len, buf, cap, vlen);
+	void *v;
+	int rc = walrus_txn_get_in(t, s->sp, k->p, k->len, &v, vlen);
+	if (rc != WALRUS_OK)
+		return rc;
+	if (*vlen > cap)
+		rc = WALRUS_ETOOBIG; /* *vlen says how much room it needs, as get_into's */
+	else if (*vlen > 0)
+		memcpy(buf, v, *vlen);
+	walrus_free(v);
+	return rc;
+}
+
 /* Whether @k exists: 1, 0, or a negative walrus error.  The key is valid. */
 int srv_key_exists(srv_session *s, const resp_arg *k)
 {
 	size_t vlen;
-	int rc = walrus_get_into(s->db, k->p, k->len, NULL, 0, &vlen);
+	int rc = srv_get_into(s, k, NULL, 0, &vlen);
 	if (rc == WALRUS_OK || rc == WALRUS_ETOOBIG)
 		return 1;
 	return rc == WALRUS_ENOTFOUND ? 0 : rc;
@@ -159,7 +207,7 @@ int srv_del_into(srv_session *s, keyset *ks, walrus_batch *b, const resp_arg *ar
 			return ex;
 		if (ex == 0)
 			continue;
-		int rc = walrus_batch_delete(b, argv[i].p, argv[i].len);
+		int rc = walrus_batch_delete_in(b, s->sp, argv[i].p, argv[i].len);
 		if (rc != WALRUS_OK)
 			return rc;
 		e->exists = 0;
@@ -168,12 +216,12 @@ int srv_del_into(srv_session *s, keyset *ks, walrus_batch *b, const resp_arg *ar
 	return WALRUS_OK;
 }
 
-/* Adds the pairs of argv[from..argc) to @b. */
-int srv_mset_into(walrus_batch *b, const resp_arg *argv, size_t from, size_t argc)
+/* Adds the pairs of argv[from..argc) to @b, in the request's key space. */
+int srv_mset_into(srv_session *s, walrus_batch *b, const resp_arg *argv, size_t from, size_t argc)
 {
 	for (size_t i = from; i + 1 < argc; i += 2) {
-		int rc =
-		    walrus_batch_put(b, argv[i].p, argv[i].len, argv[i + 1].p, argv[i + 1].len);
+		int rc = walrus_batch_put_in(b, s->sp, argv[i].p, argv[i].len, argv[i + 1].p,
+		                             argv[i + 1].len);
 		if (rc != WALRUS_OK)
 			return rc;
 	}

@@ -708,6 +708,7 @@ static void read_settings(srv_config *cfg)
 	            strcmp(v, "on") == 0;
 	cfg->auth_timeout_ms = cfg->opts->o.authentication_timeout_us / 1000;
 	cfg->query_limit = (size_t)cfg->opts->o.client_query_buffer_limit;
+	cfg->databases = (int)cfg->opts->o.databases;
 	/* The running instance's limit (it may predate our options); we hold one slot. */
 	cfg->max_clients = (long)engine_sh()->opts.max_connections - 1;
 	/*

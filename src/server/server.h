@@ -117,6 +117,7 @@ typedef struct srv_config {
 	int64_t auth_timeout_ms; /* authentication_timeout: to authenticate, or to send a first
 	                            command */
 	size_t query_limit;      /* client_query_buffer_limit */
+	int databases;           /* databases: SELECT 0 .. databases - 1 (--databases sets it) */
 	long max_clients;        /* max_connections minus the server's own attachment */
 	srv_shared *sh;
 } srv_config;

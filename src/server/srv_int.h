@@ -35,7 +35,11 @@ typedef struct srv_session {
 	uint64_t client_id; /* CLIENT ID */
 	int proto;          /* 2 or 3 (HELLO) */
 	bool authed;
-	bool readonly;    /* READONLY: reads a standby's data */
+	bool readonly; /* READONLY: reads a standby's data */
+	/* SELECT: database 0 is the default key space, n > 0 the key space "dbN" */
+	int dbnum;
+	walrus_space *sp; /* the request's key space (srv_use_space); NULL: the default one */
+	bool sp_missing;  /* "dbN" does not exist (yet): the request's reads find nothing */
 	bool spoke;       /* a first complete command arrived */
 	uint64_t born_ns; /* connected: authentication_timeout runs from here */
 	bool quit;        /* QUIT: close after the reply */
@@ -117,6 +121,20 @@ bool srv_check_keys(srv_session *s, const resp_arg *argv, size_t from, size_t ar
 bool srv_set_options(srv_session *s, const resp_arg *argv, size_t argc, int *flags);
 /* A write was applied WALRUS_ASYNC: a barrier is owed before its reply leaves. */
 void srv_note_write(srv_session *s);
+/*
+ * The key space of the session's database for the request under way, in
+ * s->sp (space handles belong to the handle and are kept by it: looking one
+ * up again is cheap, and finds a space dropped and made again since).  With
+ * @create a missing "dbN" is made first (a write's first use); without,
+ * s->sp_missing says that it does not exist and the request's reads find
+ * nothing (a request that would write only what exists writes nothing).
+ * WALRUS_OK or the error to reply.
+ */
+int srv_use_space(srv_session *s, bool create);
+/* walrus_get_into, and the same in transaction @t, in the request's key space. */
+int srv_get_into(srv_session *s, const resp_arg *k, void *buf, size_t cap, size_t *vlen);
+int srv_txn_get_into(srv_session *s, walrus_txn *t, const resp_arg *k, void *buf, size_t cap,
+                     size_t *vlen);
 /* 1 when the (valid) key exists, 0 when not, or a walrus error. */
 int srv_key_exists(srv_session *s, const resp_arg *k);
 
@@ -145,7 +163,7 @@ int srv_keyset_exists(srv_session *s, keyset *ks, const resp_arg *k, struct kent
 /* Batch building shared with EXEC. */
 int srv_del_into(srv_session *s, keyset *ks, walrus_batch *b, const resp_arg *argv, size_t from,
                  size_t argc, long long *count);
-int srv_mset_into(walrus_batch *b, const resp_arg *argv, size_t from, size_t argc);
+int srv_mset_into(srv_session *s, walrus_batch *b, const resp_arg *argv, size_t from, size_t argc);
 /* Commits @b (WALRUS_ASYNC, noting the write); an empty batch is a no-op. */
 int srv_commit(srv_session *s, walrus_batch *b);
 

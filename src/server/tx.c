@@ -97,6 +97,22 @@ void srv_cmd_discard(srv_session *s, const resp_arg *argv, size_t argc)
 
 /* ---------------------------------------------------------------- WATCH */
 
+/*
+ * The key space of a WATCH is made if missing, before its transaction
+ * begins: a key watched in a database nobody wrote yet must be read in the
+ * transaction for a later write of it to fail EXEC.  A standby makes none:
+ * the watched keys read as absent, and EXEC's writes are refused anyway.
+ */
+static int watch_space(srv_session *s)
+{
+	int rc = srv_use_space(s, true);
+	if (rc == WALRUS_EREADONLY) {
+		wr_error_clear();
+		rc = srv_use_space(s, false);
+	}
+	return rc;
+}
+
 void srv_cmd_watch(srv_session *s, const resp_arg *argv, size_t argc)
 {
 	if (s->in_multi) {
@@ -105,12 +121,12 @@ void srv_cmd_watch(srv_session *s, const resp_arg *argv, size_t argc)
 	}
 	if (!srv_check_keys(s, argv, 1, argc, 1))
 		return;
-	int rc = WALRUS_OK;
-	if (s->watch == NULL)
+	int rc = watch_space(s);
+	if (rc == WALRUS_OK && s->watch == NULL)
 		rc = walrus_txn_begin(s->db, 0, &s->watch);
 	for (size_t i = 1; rc == WALRUS_OK && i < argc; i++) {
 		size_t vl; /* read into nothing: the key joins what the transaction read */
-		rc = walrus_txn_get_into(s->watch, argv[i].p, argv[i].len, NULL, 0, &vl);
+		rc = srv_txn_get_into(s, s->watch, &argv[i], NULL, 0, &vl);
 		if (rc == WALRUS_ENOTFOUND || rc == WALRUS_ETOOBIG)
 			rc = WALRUS_OK;
 	}
@@ -272,7 +288,7 @@ static int txn_value(srv_session *s, walrus_txn *t, const resp_arg *k, size_t *v
 {
 	*found = false;
 	for (int tries = 0;; tries++) {
-		int rc = walrus_txn_get_into(t, k->p, k->len, s->val, s->val_cap, vlen);
+		int rc = srv_txn_get_into(s, t, k, s->val, s->val_cap, vlen);
 		if (rc == WALRUS_ENOTFOUND)
 			return WALRUS_OK;
 		if (rc == WALRUS_OK)
@@ -287,10 +303,10 @@ static int txn_value(srv_session *s, walrus_txn *t, const resp_arg *k, size_t *v
 	}
 }
 
-static int txn_exists(walrus_txn *t, const resp_arg *k, bool *found)
+static int txn_exists(srv_session *s, walrus_txn *t, const resp_arg *k, bool *found)
 {
 	size_t vl;
-	int rc = walrus_txn_get_into(t, k->p, k->len, NULL, 0, &vl);
+	int rc = srv_txn_get_into(s, t, k, NULL, 0, &vl);
 	*found = rc == WALRUS_OK || rc == WALRUS_ETOOBIG;
 	return rc == WALRUS_ENOTFOUND || *found ? WALRUS_OK : rc;
 }
@@ -317,7 +333,7 @@ static int run_incr(srv_session *s, walrus_txn *t, const srv_txop *op, resp_buf 
 	n += op->by;
 	char buf[32];
 	int len = snprintf(buf, sizeof(buf), "%lld", n);
-	rc = walrus_txn_put(t, op->argv[1].p, op->argv[1].len, buf, (size_t)len);
+	rc = walrus_txn_put_in(t, s->sp, op->argv[1].p, op->argv[1].len, buf, (size_t)len);
 	if (rc == WALRUS_OK)
 		resp_add_int(out, n);
 	return rc;
@@ -344,7 +360,7 @@ static int run_append(srv_session *s, walrus_txn *t, const srv_txop *op, resp_bu
 	}
 	if (add > 0)
 		memcpy(s->val + total - add, op->argv[2].p, add);
-	rc = walrus_txn_put(t, op->argv[1].p, op->argv[1].len, s->val, total);
+	rc = walrus_txn_put_in(t, s->sp, op->argv[1].p, op->argv[1].len, s->val, total);
 	if (rc == WALRUS_OK)
 		resp_add_int(out, (long long)total);
 	return rc;
@@ -363,29 +379,30 @@ static int run_get_then(srv_session *s, walrus_txn *t, const srv_txop *op, resp_
 	else
 		resp_add_null(out, s->proto);
 	if (op->kind == TX_GETSET)
-		return walrus_txn_put(t, op->argv[1].p, op->argv[1].len, op->argv[2].p,
-		                      op->argv[2].len);
+		return walrus_txn_put_in(t, s->sp, op->argv[1].p, op->argv[1].len, op->argv[2].p,
+		                         op->argv[2].len);
 	if (op->kind == TX_GETDEL && found)
-		return walrus_txn_delete(t, op->argv[1].p, op->argv[1].len);
+		return walrus_txn_delete_in(t, s->sp, op->argv[1].p, op->argv[1].len);
 	return WALRUS_OK;
 }
 
-static int run_set(walrus_txn *t, const srv_txop *op, int flags, resp_buf *out, int proto)
+static int run_set(srv_session *s, walrus_txn *t, const srv_txop *op, int flags, resp_buf *out)
 {
 	if (flags & (SET_NX | SET_XX)) {
 		bool found;
-		int rc = txn_exists(t, &op->argv[1], &found);
+		int rc = txn_exists(s, t, &op->argv[1], &found);
 		if (rc != WALRUS_OK)
 			return rc;
 		if (((flags & SET_NX) && found) || ((flags & SET_XX) && !found)) {
 			if (op->kind == TX_SETNX)
 				resp_add_int(out, 0);
 			else
-				resp_add_null(out, proto);
+				resp_add_null(out, s->proto);
 			return WALRUS_OK;
 		}
 	}
-	int rc = walrus_txn_put(t, op->argv[1].p, op->argv[1].len, op->argv[2].p, op->argv[2].len);
+	int rc = walrus_txn_put_in(t, s->sp, op->argv[1].p, op->argv[1].len, op->argv[2].p,
+	                           op->argv[2].len);
 	if (rc == WALRUS_OK && op->kind == TX_SETNX)
 		resp_add_int(out, 1);
 	else if (rc == WALRUS_OK)
@@ -404,7 +421,7 @@ static int run_keys(srv_session *s, walrus_txn *t, const srv_txop *op, resp_buf 
 		bool found;
 		size_t vl;
 		int rc = op->kind == TX_MGET ? txn_value(s, t, k, &vl, &found)
-		                             : txn_exists(t, k, &found);
+		                             : txn_exists(s, t, k, &found);
 		if (rc != WALRUS_OK)
 			return rc;
 		if (op->kind == TX_MGET && found)
@@ -413,7 +430,7 @@ static int run_keys(srv_session *s, walrus_txn *t, const srv_txop *op, resp_buf 
 			resp_add_null(out, s->proto);
 		n += found;
 		if (op->kind == TX_DEL && found &&
-		    (rc = walrus_txn_delete(t, k->p, k->len)) != WALRUS_OK)
+		    (rc = walrus_txn_delete_in(t, s->sp, k->p, k->len)) != WALRUS_OK)
 			return rc;
 	}
 	if (op->kind != TX_MGET)
@@ -426,13 +443,13 @@ static int run_op(srv_session *s, walrus_txn *t, const srv_txop *op, resp_buf *o
 {
 	switch (op->kind) {
 	case TX_SET:
-		return run_set(t, op, op->flags, out, s->proto);
+		return run_set(s, t, op, op->flags, out);
 	case TX_SETNX:
-		return run_set(t, op, SET_NX, out, s->proto);
+		return run_set(s, t, op, SET_NX, out);
 	case TX_MSET:
 		for (size_t i = 1; i + 1 < op->argc; i += 2) {
-			int rc = walrus_txn_put(t, op->argv[i].p, op->argv[i].len,
-			                        op->argv[i + 1].p, op->argv[i + 1].len);
+			int rc = walrus_txn_put_in(t, s->sp, op->argv[i].p, op->argv[i].len,
+			                           op->argv[i + 1].p, op->argv[i + 1].len);
 			if (rc != WALRUS_OK)
 				return rc;
 		}
@@ -454,6 +471,12 @@ static int run_op(srv_session *s, walrus_txn *t, const srv_txop *op, resp_buf *o
 static bool op_writes(const srv_txop *op)
 {
 	return op->kind != TX_GET && op->kind != TX_MGET && op->kind != TX_EXISTS;
+}
+
+/* DEL and GETDEL write only keys that exist: in a missing key space, nothing. */
+static bool op_creates(const srv_txop *op)
+{
+	return op_writes(op) && op->kind != TX_DEL && op->kind != TX_GETDEL;
 }
 
 /*
@@ -526,10 +549,20 @@ void srv_cmd_exec(srv_session *s, const resp_arg *argv, size_t argc)
 		               "EXECABORT Transaction discarded because of previous errors.");
 		return;
 	}
+	bool create = false;
+	for (size_t i = 0; i < s->ntx; i++)
+		create = create || op_creates(s->tx[i]);
+	int rc = srv_use_space(s, create);
+	if (rc != WALRUS_OK) {
+		srv_tx_clear(s);
+		srv_unwatch(s);
+		srv_reply_engine_error(s, rc);
+		return;
+	}
 	stripe_set set = {{0}};
 	ops_stripes(s->tx, s->ntx, &set);
 	srv_stripes_lock(s, &set);
-	int rc = run_ops(s, s->tx, s->ntx, true, s->watch);
+	rc = run_ops(s, s->tx, s->ntx, true, s->watch);
 	srv_stripes_unlock(s, &set);
 	if (rc == WALRUS_ECONFLICT) /* a watched key changed: Redis's null array */
 		resp_add_raw(s->out, s->proto == 3 ? "_\r\n" : "*-1\r\n", s->proto == 3 ? 3 : 5);

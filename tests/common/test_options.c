@@ -128,7 +128,7 @@ START_TEST(test_table_covers_struct)
 	const wr_opt_desc *t = wr_opts_table(&n);
 	bool covered[sizeof(wr_options)] = {false};
 
-	ck_assert_uint_eq(n, 52);
+	ck_assert_uint_eq(n, 53);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_lt(t[i].offset, sizeof(wr_options));
 		ck_assert_msg(!covered[t[i].offset], "%s shares a field", t[i].name);
@@ -139,7 +139,8 @@ START_TEST(test_table_covers_struct)
 		               strcmp(t[i].name, "create_if_missing") == 0 ||
 		               strcmp(t[i].name, "strict_options") == 0;
 		bool server = strcmp(t[i].name, "client_query_buffer_limit") == 0 ||
-		              strcmp(t[i].name, "authentication_timeout") == 0;
+		              strcmp(t[i].name, "authentication_timeout") == 0 ||
+		              strcmp(t[i].name, "databases") == 0;
 		ck_assert_int_eq(t[i].scope, session  ? WR_SCOPE_SESSION
 		                             : server ? WR_SCOPE_SERVER
 		                                      : WR_SCOPE_INSTANCE);

@@ -2,8 +2,8 @@
 """test_server.py - the RESP server (`walrus serve --port P`) driven by the
 real redis-cli and by a raw RESP client (exact bytes).
 
-Cases (all by default, or name them): commands, scan, cli, multi,
-pipeline, group, protocol, auth, limits, preauth, authtimeout, silenttimeout, querylimit,
+Cases (all by default, or name them): commands, scan, cli, multi, watch,
+databases, pipeline, group, protocol, auth, limits, preauth, authtimeout, silenttimeout, querylimit,
 password, readiness, shutdown, pool, mappedeio.  Each starts its
 own server on a free port and a private data directory; whatever happens,
 every process of that directory is gone at the end (srvtest.Server).
@@ -71,7 +71,7 @@ def case_commands(walrus):
         check(is_err(c.call("SET", "x" * 1025, "v"), "ERR key of 1025 bytes"), "long key")
         eq(c.call("SET", "x" * 1024, "v"), "OK", "1024-byte key")
         eq(c.call("SELECT", "0"), "OK", "SELECT 0")
-        check(is_err(c.call("SELECT", "1"), "ERR DB index"), "SELECT 1")
+        check(is_err(c.call("SELECT", "16"), "ERR DB index"), "SELECT 16")
         # binary-safe keys and values, empty and large values
         blob = bytes(range(256)) * 4 + b"\r\n$3\r\n*1\r\n\x00"
         eq(c.call("SET", b"\x00\xff\r\nkey", blob), "OK", "binary SET")
@@ -305,6 +305,116 @@ def case_watch(walrus):
                             "-c", "8", "-q"], capture_output=True, timeout=120)
         check(r.returncode == 0, f"redis-benchmark: {r.stderr.decode()}")
         eq(c.call("GET", "counter:__rand_int__"), b"8000", "8 clients x INCR")
+
+
+def spaces(s):
+    """The key spaces of the served directory (`walrus space list`, attached beside it)."""
+    r = subprocess.run([s.walrus, "-D", s.dir, "space", "list"], capture_output=True, timeout=60)
+    check(r.returncode == 0, f"walrus space list: {r.stderr.decode()}")
+    return r.stdout.decode().split()
+
+
+def case_databases(walrus):
+    """SELECT n: database n > 0 is the key space "dbN", made by its first write;
+    every key command, MULTI/EXEC and WATCH work in the session's database."""
+    with Server(walrus) as s, s.client() as c, s.client() as other:
+        eq(c.call("SET", "k", "zero"), "OK", "SET in db 0")
+        eq(c.call("SELECT", "1"), "OK", "SELECT 1")
+        eq(c.call("GET", "k"), None, "db 1 does not see db 0's key")
+        eq(spaces(s), [], "a read makes no key space")
+        eq(c.call("SET", "k", "one"), "OK", "SET in db 1")
+        eq(spaces(s), ["db1"], "the first write made db1")
+        eq(c.call("GET", "k"), b"one", "GET in db 1")
+        eq(other.call("GET", "k"), b"zero", "another session stays in db 0")
+        eq(s.cli("-n", "1", "GET", "k"), b"one\n", "redis-cli -n 1")
+        eq(s.cli("GET", "k"), b"zero\n", "redis-cli in db 0")
+        eq(c.call("MSET", "a", "1", "b", "2"), "OK", "MSET in db 1")
+        eq(c.call("MGET", "a", "b", "k", "z"), [b"1", b"2", b"one", None], "MGET in db 1")
+        eq(other.call("MGET", "a", "b"), [None, None], "db 0 has no a, b")
+        eq(c.call("EXISTS", "a", "k", "z"), 2, "EXISTS in db 1")
+        eq(c.call("DBSIZE"), 3, "DBSIZE of db 1")
+        eq(other.call("DBSIZE"), 1, "DBSIZE of db 0")
+        eq(c.call("SCAN", "0"), [b"0", [b"a", b"b", b"k"]], "SCAN in db 1")
+        eq(c.call("DEL", "a", "k"), 2, "DEL in db 1")
+        eq(other.call("GET", "k"), b"zero", "db 0's k stays")
+        eq(c.call("INCRBY", "n", "5"), 5, "INCRBY in db 1")
+        eq(c.call("APPEND", "b", "x"), 2, "APPEND in db 1")
+        eq(c.call("GETSET", "b", "y"), b"2x", "GETSET in db 1")
+        eq(c.call("SETNX", "b", "z"), 0, "SETNX in db 1")
+        eq(c.call("GETDEL", "b"), b"y", "GETDEL in db 1")
+        eq(other.call("EXISTS", "n", "b"), 0, "db 0 has none of them")
+        # a database nobody wrote reads empty, and reading it makes nothing
+        eq(c.call("SELECT", "7"), "OK", "SELECT 7")
+        eq([c.call("GET", "k"), c.call("EXISTS", "k"), c.call("MGET", "k", "a"),
+            c.call("DBSIZE"), c.call("SCAN", "0"), c.call("DEL", "k"), c.call("GETDEL", "k")],
+           [None, 0, [None, None], 0, [b"0", []], 0, None], "db 7 reads empty")
+        eq(spaces(s), ["db1"], "reads and deletes of nothing made no db7")
+        # out of range, and a failed SELECT keeps the database
+        for bad in ("16", "-1", "999999999999"):
+            r = c.call("SELECT", bad)
+            check(is_err(r, "ERR DB index is out of range"), f"SELECT {bad}: {r}")
+        check(is_err(c.call("SELECT", "x"), "ERR value is not an integer"), "SELECT x")
+        eq(c.call("SELECT", "15"), "OK", "SELECT 15: the last of 16")
+        eq(c.call("SELECT", "1"), "OK", "")
+        eq(c.call("GET", "n"), b"5", "back in db 1")
+        r = subprocess.run(["redis-cli", "-p", str(s.port), "-n", "16", "PING"],
+                           capture_output=True, timeout=60)
+        check(b"DB index is out of range" in r.stderr, f"redis-cli -n 16: {r.stderr!r}")
+        check(is_err(c.call("MOVE", "n", "0"), "ERR MOVE is not supported"), "MOVE")
+        check(is_err(c.call("SWAPDB", "0", "1"), "ERR SWAPDB is not supported"), "SWAPDB")
+        eq(c.call("CONFIG", "GET", "databases"), [b"databases", b"16"], "CONFIG GET databases")
+        # pipelined SETs (one group) around a SELECT: each in its database
+        c.send_raw(c.encode("SET", "p", "1") + c.encode("SET", "q", "1") + c.encode("SELECT", "0")
+                   + c.encode("SET", "p", "0") + c.encode("SELECT", "1"))
+        eq([c.read() for _ in range(5)], ["OK"] * 5, "pipelined SETs and SELECTs")
+        eq(c.call("MGET", "p", "q"), [b"1", b"1"], "the group went to db 1")
+        eq(other.call("MGET", "p", "q"), [b"0", None], "the SET after SELECT 0 went to db 0")
+        # MULTI/EXEC in db 1
+        eq(c.call("MULTI"), "OK", "")
+        for cmd in (("SET", "t", "1"), ("INCR", "t"), ("GET", "t"), ("DEL", "p"),
+                    ("MGET", "t", "p", "q")):
+            eq(c.call(*cmd), "QUEUED", f"queue {cmd}")
+        eq(c.call("EXEC"), ["OK", 2, b"2", 1, [b"2", None, b"1"]], "EXEC in db 1")
+        eq(other.call("MGET", "t", "p"), [None, b"0"], "EXEC wrote nothing in db 0")
+        # WATCH in a database nobody wrote yet (db 3): another client's write fails EXEC
+        eq(c.call("SELECT", "3"), "OK", "")
+        eq(other.call("SELECT", "3"), "OK", "")
+        eq(c.call("WATCH", "w"), "OK", "WATCH in db 3")
+        eq(other.call("SET", "w", "theirs"), "OK", "")
+        eq(c.call("MULTI"), "OK", "")
+        eq(c.call("SET", "w", "mine"), "QUEUED", "")
+        eq(c.call("EXEC"), None, "EXEC after the watched key changed in db 3")
+        eq(c.call("GET", "w"), b"theirs", "")
+        # ... and a write of the same key in another database does not
+        eq(c.call("WATCH", "w"), "OK", "")
+        eq(other.call("SELECT", "0"), "OK", "")
+        eq(other.call("SET", "w", "db0"), "OK", "")
+        eq(c.call("MULTI"), "OK", "")
+        eq(c.call("SET", "w", "mine"), "QUEUED", "")
+        eq(c.call("EXEC"), ["OK"], "a change of w in db 0 is not one of db 3's w")
+        eq(c.call("GET", "w"), b"mine", "")
+        eq(other.call("GET", "w"), b"db0", "")
+        # INCR from several clients at once in db 2: none lost
+        r = subprocess.run(["redis-benchmark", "-p", str(s.port), "-t", "incr", "-n", "4000",
+                            "-c", "8", "-q", "--dbnum", "2"], capture_output=True, timeout=120)
+        check(r.returncode == 0, f"redis-benchmark: {r.stderr.decode()}")
+        eq(s.cli("-n", "2", "GET", "counter:__rand_int__"), b"4000\n", "8 clients x INCR in db 2")
+        eq(other.call("EXISTS", "counter:__rand_int__"), 0, "no counter in db 0")
+        eq(spaces(s), ["db1", "db2", "db3"], "the databases written")
+        # a key space dropped under the server: reads find nothing, a write makes it again
+        r = subprocess.run([walrus, "-D", s.dir, "space", "drop", "db1"], capture_output=True,
+                           timeout=60)
+        check(r.returncode == 0, f"walrus space drop db1: {r.stderr.decode()}")
+        eq(c.call("SELECT", "1"), "OK", "")
+        eq(c.call("GET", "n"), None, "db 1 dropped: empty")
+        eq(c.call("SET", "n", "again"), "OK", "a write makes db1 again")
+        eq(c.call("DBSIZE"), 1, "the new db 1")
+        eq(s.stop(), 0, "exit code after SIGTERM")
+    # --databases N
+    with Server(walrus, args=["--databases", "4"]) as s, s.client() as c:
+        eq(c.call("SELECT", "3"), "OK", "SELECT 3 of 4")
+        check(is_err(c.call("SELECT", "4"), "ERR DB index is out of range"), "SELECT 4 of 4")
+        eq(c.call("CONFIG", "GET", "databases"), [b"databases", b"4"], "CONFIG GET databases")
 
 
 def case_pipeline(walrus):
@@ -925,6 +1035,7 @@ CASES = {
     "cli": case_cli,
     "multi": case_multi,
     "watch": case_watch,
+    "databases": case_databases,
     "pipeline": case_pipeline,
     "protocol": case_protocol,
     "group": case_group_fallback,

@@ -7,8 +7,12 @@ walrus.standby), as a Redis Cluster replica behaves:
 - a write is refused with Redis's "-READONLY You can't write against a read
   only replica.";
 - INFO standby shows the recovery (active, replay LSN);
-- after `walrus promote`, reads need nothing and writes work; INFO slots
-  lists a slot made then (an array of the statistics, flattened)."""
+- SELECT: database 1 is the key space db1 the primary wrote, database 2
+  (no such space) reads empty, and a write there is refused like any
+  other (the standby makes no key space);
+- after `walrus promote`, reads need nothing and writes work (database 2
+  is made by its first write); INFO slots lists a slot made then (an
+  array of the statistics, flattened)."""
 import os, subprocess, sys
 
 import sb
@@ -29,6 +33,8 @@ def main(cleanup):
     exe, root = sb.setup(cleanup, "resp")
     p, archive = sb.archiving_primary(cleanup, exe, root)
     sb.must(p.run("put", "k1", "v1"), "put")
+    sb.must(p.run("space", "create", "db1"), "space create db1")
+    sb.must(p.run("-s", "db1", "put", "k1", "one"), "put in db1")
     base = os.path.join(root, "srv")
     os.mkdir(base, 0o700)
     sdir = os.path.join(base, "data")
@@ -51,12 +57,24 @@ def main(cleanup):
         check(err(c, "MGET", "k1").startswith("READONLY"), "MGET after READWRITE")
         info = srv.cli("INFO", "standby").decode()
         check("standby_active:1" in info and "standby_replay_lsn:" in info, f"INFO: {info}")
+        check(c.call("READONLY") == "OK", "READONLY")
+        check(c.call("SELECT", "1") == "OK" and c.call("GET", "k1") == b"one",
+              "database 1 on the standby")
+        check(c.call("SELECT", "2") == "OK" and c.call("GET", "k1") is None and
+              c.call("DBSIZE") == 0, "database 2 on the standby: empty")
+        e = err(c, "SET", "x", "y")
+        check(e.startswith("READONLY You can't write against a read only replica"),
+              f"SET in database 2 on a standby: {e}")
+        check(c.call("SELECT", "0") == "OK" and c.call("READWRITE") == "OK", "")
 
         log("promoted: reads and writes for everyone")
         r = subprocess.run([exe, "-D", sdir, "promote"], capture_output=True, timeout=120)
         check(r.returncode == 0, f"promote: {r.stderr.decode()}")
         check(c.call("GET", "k1") == b"v1", "GET after the promotion")
         check(c.call("SET", "x", "y") == "OK", "SET after the promotion")
+        check(c.call("SELECT", "2") == "OK" and c.call("SET", "x", "two") == "OK" and
+              c.call("GET", "x") == b"two", "database 2 made after the promotion")
+        check(c.call("SELECT", "1") == "OK" and c.call("GET", "k1") == b"one", "database 1")
         r = subprocess.run([exe, "-D", sdir, "slot", "create", "s1"], capture_output=True,
                            timeout=60)
         check(r.returncode == 0, f"slot create: {r.stderr.decode()}")
