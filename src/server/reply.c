@@ -166,24 +166,12 @@ int srv_get_into(srv_session *s, const resp_arg *k, void *buf, size_t cap, size_
 	return walrus_get_into_in(s->db, s->sp, k->p, k->len, buf, cap, vlen);
 }
 
-/* There is no walrus_txn_get_into_in: a key space's value is copied into @buf. */
 int srv_txn_get_into(srv_session *s, walrus_txn *t, const resp_arg *k, void *buf, size_t cap,
                      size_t *vlen)
 {
 	if (s->sp_missing)
 		return WALRUS_ENOTFOUND;
-	if (s->sp == NULL)
-		return walrus_txn_get_into(t, k->p, k->len, buf, cap, vlen);
-	void *v;
-	int rc = walrus_txn_get_in(t, s->sp, k->p, k->len, &v, vlen);
-	if (rc != WALRUS_OK)
-		return rc;
-	if (*vlen > cap)
-		rc = WALRUS_ETOOBIG; /* *vlen says how much room it needs, as get_into's */
-	else if (*vlen > 0)
-		memcpy(buf, v, *vlen);
-	walrus_free(v);
-	return rc;
+	return walrus_txn_get_into_in(t, s->sp, k->p, k->len, buf, cap, vlen);
 }
 
 /* Whether @k exists: 1, 0, or a negative walrus error.  The key is valid. */
