@@ -639,10 +639,12 @@ int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 		fprintf(stderr, "walrus bench: loading %llu keys into %s first (untimed)\n",
 		        (unsigned long long)num, ctx->datadir);
 	peers_walrus_use_opts(ctx->opts);
+	peers_walrus_use_space(ctx->space);
 	peers_init("walrus bench");
 	peers_set_scratch(NULL, false, true); /* DIR is the user's: never removed */
 	peers_run_engine(&cfg, &peers_walrus, ctx->datadir);
 	peers_walrus_use_opts(NULL);
+	peers_walrus_use_space(NULL);
 	kv_run = NULL;
 
 	const bench_series *s;

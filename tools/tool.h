@@ -25,7 +25,7 @@
 typedef struct tool_ctx {
 	const char *datadir;
 	walrus_opts *opts;
-	const char *space; /* -s NAME: the key space of put, get, del, incr, scan, load */
+	const char *space; /* -s NAME: the key space of put, get, del, incr, scan, load, bench */
 } tool_ctx;
 
 typedef int (*tool_fn)(tool_ctx *ctx, int argc, char **argv);

@@ -56,8 +56,9 @@ static void usage(FILE *out)
 		fprintf(out, "  %-13s %s\n", commands[i].name, commands[i].help);
 	fprintf(out, "\n  -D DIR         data directory (or set WALRUS_DATA)\n"
 	             "  -o name=value  set an engine option (see `walrus options`)\n"
-	             "  -s NAME        (--space NAME) put, get, del, incr, scan and load work in\n"
-	             "                 key space NAME (`walrus space create NAME` makes it)\n"
+	             "  -s NAME        (--space NAME) put, get, del, incr, scan, load and the\n"
+	             "                 key-value benchmarks work in key space NAME (`walrus space\n"
+	             "                 create NAME` makes it; bench makes it itself)\n"
 	             "  COMMAND --help for the command's own options\n\n"
 	             "exit codes: 0 ok, 1 not found, 2 damage or usage, 3 engine error\n");
 }
@@ -136,7 +137,7 @@ static int parse_globals(int argc, char **argv, tool_ctx *ctx, int *next)
 }
 
 /* The commands -s applies to. */
-static const char *const in_space[] = {"put", "get", "del", "incr", "scan", "load"};
+static const char *const in_space[] = {"put", "get", "del", "incr", "scan", "load", "bench"};
 
 /* A command that does not work in a key space refuses -s rather than ignore it. */
 static int run_command(const tool_cmd *c, tool_ctx *ctx, int argc, char **argv)
@@ -146,8 +147,8 @@ static int run_command(const tool_cmd *c, tool_ctx *ctx, int argc, char **argv)
 		takes = takes || strcmp(c->name, in_space[i]) == 0;
 	if (ctx->space != NULL && !takes) {
 		fprintf(stderr,
-		        "walrus: -s (a key space) applies to put, get, del, incr, scan and load, "
-		        "not to %s\n",
+		        "walrus: -s (a key space) applies to put, get, del, incr, scan, load and "
+		        "bench, not to %s\n",
 		        c->name);
 		return TOOL_EXIT_USAGE;
 	}

@@ -12,7 +12,9 @@
  * are walrus batches: the puts go into one, walrus_batch_commit applies it
  * with the handle's flags, as a put would be. With a snapshot taken on the
  * handle (--snapshot), gets are walrus_get_into_at and the scan
- * walrus_iter_open_at through it. A transaction is a walrus_txn,
+ * walrus_iter_open_at through it. With a key space named
+ * (peers_walrus_use_space, `walrus -s NAME bench`), every call is its _in
+ * form on that space, which the first open creates. A transaction is a walrus_txn,
  * serializable (flags 0), begun on the client's handle and committed with
  * the handle's flags; WALRUS_ECONFLICT at its commit is the conflict the
  * caller runs it again for.
@@ -57,6 +59,7 @@ typedef struct wa_handle {
 	walrus_batch *batch;   /* made by the first batch_begin */
 	bool in_batch;         /* puts go into batch */
 	walrus_snapshot *snap; /* gets and the scan read through it, when set */
+	walrus_space *sp;      /* the key space of every call (NULL: the default one) */
 } wa_handle;
 
 /* A client's transactions on its handle: one at a time. */
@@ -68,7 +71,8 @@ typedef struct wa_txn {
 static pthread_mutex_t wa_mu = PTHREAD_MUTEX_INITIALIZER; /* guards the next three */
 static walrus_opts *wa_opts;                              /* the program's, or wa_own */
 static walrus_opts *wa_own;
-static bool wa_ready; /* wa_opts has create_if_missing: opens only read it now */
+static bool wa_ready;        /* wa_opts has create_if_missing: opens only read it now */
+static const char *wa_space; /* the key space, NULL: the default one */
 
 /* Report and end on a walrus error code. */
 static _Noreturn void wa_fail(const char *op, int rc)
@@ -90,6 +94,11 @@ void peers_walrus_use_opts(walrus_opts *opts)
 	wa_opts = opts;
 	wa_ready = false;
 	(void)pthread_mutex_unlock(&wa_mu);
+}
+
+void peers_walrus_use_space(const char *name)
+{
+	wa_space = name;
 }
 
 static const char *wa_version(void)
@@ -138,6 +147,10 @@ static void *wa_open(const peers_open_args *a)
 	w->batch = NULL;
 	w->in_batch = false;
 	w->snap = NULL;
+	w->sp = NULL;
+	if (wa_space != NULL &&
+	    (rc = walrus_space_open(w->db, wa_space, WALRUS_SPACE_CREATE, &w->sp)) != WALRUS_OK)
+		wa_fail("walrus_space_open", rc);
 	return w;
 }
 
@@ -180,12 +193,12 @@ static void wa_put(void *h, const char *key, size_t klen, const char *val, size_
 	int rc;
 
 	if (w->in_batch) {
-		rc = walrus_batch_put(w->batch, key, klen, val, vlen);
+		rc = walrus_batch_put_in(w->batch, w->sp, key, klen, val, vlen);
 		if (rc != WALRUS_OK)
 			wa_fail("walrus_batch_put", rc);
 		return;
 	}
-	rc = walrus_put(w->db, key, klen, val, vlen, w->flags);
+	rc = walrus_put_in(w->db, w->sp, key, klen, val, vlen, w->flags);
 	if (rc != WALRUS_OK)
 		wa_fail(w->flags == WALRUS_SYNC ? "walrus_put(WALRUS_SYNC)"
 		                                : "walrus_put(WALRUS_ASYNC)",
@@ -217,8 +230,9 @@ static void wa_batch_commit(void *h)
 static bool wa_get(void *h, const char *key, size_t klen, char *buf, size_t cap, size_t *vlen)
 {
 	wa_handle *w = h;
-	int rc = w->snap != NULL ? walrus_get_into_at(w->db, w->snap, key, klen, buf, cap, vlen)
-	                         : walrus_get_into(w->db, key, klen, buf, cap, vlen);
+	int rc = w->snap != NULL
+	             ? walrus_get_into_at_in(w->db, w->snap, w->sp, key, klen, buf, cap, vlen)
+	             : walrus_get_into_in(w->db, w->sp, key, klen, buf, cap, vlen);
 
 	if (rc == WALRUS_ENOTFOUND)
 		return false;
@@ -232,8 +246,9 @@ static void wa_scan(void *h, peers_scan_cb cb, void *arg)
 {
 	wa_handle *w = h;
 	walrus_iter *it = NULL;
-	int rc = w->snap != NULL ? walrus_iter_open_at(w->db, w->snap, NULL, 0, NULL, 0, &it)
-	                         : walrus_iter_open(w->db, NULL, 0, NULL, 0, &it);
+	int rc = w->snap != NULL
+	             ? walrus_iter_open_at_in(w->db, w->snap, w->sp, NULL, 0, NULL, 0, &it)
+	             : walrus_iter_open_in(w->db, w->sp, NULL, 0, NULL, 0, &it);
 
 	if (rc != WALRUS_OK) {
 		walrus_iter_close(it);
@@ -308,7 +323,7 @@ static peers_txn_rc wa_txn_get(void *p, const char *key, size_t klen, char *buf,
                                size_t *vlen)
 {
 	wa_txn *t = p;
-	int rc = walrus_txn_get_into(t->txn, key, klen, buf, cap, vlen);
+	int rc = walrus_txn_get_into_in(t->txn, t->w->sp, key, klen, buf, cap, vlen);
 
 	if (rc == WALRUS_ENOTFOUND)
 		return PEERS_TXN_ABSENT;
@@ -323,7 +338,7 @@ static peers_txn_rc wa_txn_get(void *p, const char *key, size_t klen, char *buf,
 static peers_txn_rc wa_txn_put(void *p, const char *key, size_t klen, const char *val, size_t vlen)
 {
 	wa_txn *t = p;
-	int rc = walrus_txn_put(t->txn, key, klen, val, vlen);
+	int rc = walrus_txn_put_in(t->txn, t->w->sp, key, klen, val, vlen);
 
 	if (rc == WALRUS_ECONFLICT)
 		return wa_txn_conflict(t);

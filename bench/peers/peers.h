@@ -148,6 +148,10 @@ extern const peers_engine peers_rocksdb_ptxn; /* TransactionDB (pessimistic, loc
  * caller keeps ownership; they must outlive every open. */
 struct walrus_opts;
 void peers_walrus_use_opts(struct walrus_opts *opts);
+/* Every handle reads and writes key space @name (made by the first open;
+ * NULL, the default: the default space).  Called with no client running;
+ * the caller keeps @name alive. */
+void peers_walrus_use_space(const char *name);
 
 /* ------------------------------------------------------------ workloads */
 

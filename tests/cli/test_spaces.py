@@ -133,6 +133,21 @@ def drop_and_waldump(d):
     check("verify after it all", rc == 0, out)
 
 
+def bench_in_space(base):
+    d = os.path.join(base, "bench")
+    rc, out, err = run(d, "-s", "b1", "bench", "--workload", "fillrandom", "--num", "3000")
+    check("-s b1 bench: fillrandom in the space, made by the bench", rc == 0, (rc, err))
+    rc, out, _ = run(d, "stats", "--json")
+    st = json.loads(out)
+    check("the bench's keys are in the space, none in the default one",
+          st["spaces"]["count"] == 1 and st["spaces"]["keys"] == 3000 and st["kv"]["keys"] == 0,
+          (st["spaces"], st["kv"]["keys"]))
+    rc, out, err = run(d, "-s", "b1", "bench", "--workload", "readrandom", "--num", "3000")
+    check("-s b1 bench: readrandom finds every key there", rc == 0 and b"ops/s" in out,
+          (rc, err))
+    stop_instance(d)
+
+
 def main():
     base = tempfile.mkdtemp(prefix="walrus-spaces-")
     d = os.path.join(base, "db")
@@ -142,6 +157,7 @@ def main():
         space_commands(d)
         kv_in_space(d)
         drop_and_waldump(d)
+        bench_in_space(base)
     finally:
         stop_instance(d)
         shutil.rmtree(base, ignore_errors=True)
