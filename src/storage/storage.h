@@ -17,7 +17,8 @@
  * handles in the fd cache; the read-only mappings of segments that
  * smgr_map_block hands out (kept until smgr_shutdown), and while there are
  * any, the process's SIGBUS handler (mapguard.c: a read error under a
- * mapping is an error code, not the end of the process).
+ * mapping is an error code, not the end of the process); whether this
+ * process opens data files O_DIRECT (direct.c, data_direct_io).
  * Locks: the fd cache's process lock (fdc_lock) around the tables and the
  * fd hand-off, shared by the process's threads; released for page reads and
  * writes.  The buffer pool serialises access to a block.
