@@ -80,18 +80,22 @@ static int direct_check_align(int fd)
 	if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) != 0 ||
 	    !(sx.stx_mask & STATX_DIOALIGN))
 		return WALRUS_OK; /* not told: the open's answer stands */
-	errno = EINVAL;
+	int rc = WALRUS_OK;
 	if (sx.stx_dio_offset_align == 0)
-		return wr_error(WALRUS_EINVAL, "statx says direct I/O is not supported there");
-	if (sx.stx_dio_mem_align > SMGR_DIRECT_ALIGN || sx.stx_dio_offset_align > SMGR_DIRECT_ALIGN)
-		return wr_error(WALRUS_EINVAL,
-		                "direct I/O there needs memory aligned to %u bytes and offsets to "
-		                "%u, more than walrus's %d",
-		                sx.stx_dio_mem_align, sx.stx_dio_offset_align, SMGR_DIRECT_ALIGN);
+		rc = wr_error(WALRUS_EINVAL, "statx says direct I/O is not supported there");
+	else if (sx.stx_dio_mem_align > SMGR_DIRECT_ALIGN ||
+	         sx.stx_dio_offset_align > SMGR_DIRECT_ALIGN)
+		rc = wr_error(WALRUS_EINVAL,
+		              "direct I/O there needs memory aligned to %u bytes and offsets to "
+		              "%u, more than walrus's %d",
+		              sx.stx_dio_mem_align, sx.stx_dio_offset_align, SMGR_DIRECT_ALIGN);
+	if (rc != WALRUS_OK)
+		errno = EINVAL; /* a refusal, as the open's would be */
+	return rc;
 #else
 	(void)fd;
-#endif
 	return WALRUS_OK;
+#endif
 }
 
 /* Opens a file in @base with O_DIRECT and checks its alignment; errno kept on error. */
