@@ -73,6 +73,7 @@ typedef struct buf_region {
 	uint32_t nbuckets;                                  /* power of two >= 2 * nbuffers */
 	uint64_t desc_off, bucket_off, entry_off, page_off; /* from the region start */
 	int io_method;                                      /* enum wr_io_method: read streams */
+	bool data_direct; /* data files O_DIRECT: the start's decision (buf_direct_io_init) */
 	_Atomic uint64_t clock_hand;
 	wr_rwlock partition[BUF_PARTITIONS];
 	wr_rwlock ext_lock[BUF_EXT_LOCKS];

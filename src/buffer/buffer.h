@@ -60,6 +60,14 @@ size_t buf_shmem_size(const wr_options *o);
  * WALRUS_EINVAL when shared_buffers is below BUF_MIN_BUFFERS pages. */
 int buf_shmem_init(const wr_options *o);
 /*
+ * After buf_shmem_init, once per start: decides whether the instance's data
+ * files are opened O_DIRECT (option data_direct_io, smgr_direct_probe on
+ * @datadir) and keeps the answer in the region, where buf_attach hands it
+ * to storage (smgr_set_direct) in every process.  WALRUS_EINVAL when
+ * data_direct_io=on and the file system refuses O_DIRECT.
+ */
+int buf_direct_io_init(const wr_options *o, const char *datadir);
+/*
  * Backends.  Each handle of the application is a backend with its own pins,
  * content locks, hints, change in progress and read-stream ring; the engine
  * makes one current in the calling thread (buf_backend_set) for the length
@@ -284,6 +292,7 @@ typedef struct buf_stats {
 	uint64_t io_wait_ns;      /* time waiting for another process's I/O */
 	uint64_t io_wakeups;      /* I/Os that ended with a waiter to wake */
 	uint32_t nbuffers;
+	bool data_direct; /* data files are opened O_DIRECT (data_direct_io) */
 } buf_stats;
 void buf_get_stats(buf_stats *s);
 /* Buffers dirty right now, by a scan without locks (a snapshot, may be stale). */

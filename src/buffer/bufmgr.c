@@ -41,7 +41,7 @@ static buf_write_observer buf_observer;
 
 typedef struct buf_layout_t {
 	uint32_t nbuckets;
-	uint64_t desc_off, bucket_off, entry_off, page_off, total;
+	uint64_t desc_off, bucket_off, entry_off, entry_end, total;
 } buf_layout_t;
 
 static buf_layout_t buf_layout(uint32_t n)
@@ -53,9 +53,9 @@ static buf_layout_t buf_layout(uint32_t n)
 	l.desc_off = WR_ALIGN_UP(sizeof(buf_region), 64);
 	l.bucket_off = l.desc_off + (uint64_t)n * sizeof(buf_desc);
 	l.entry_off = WR_ALIGN_UP(l.bucket_off + (uint64_t)l.nbuckets * sizeof(int32_t), 64);
-	/* Pages on a 4 KiB boundary of the region: whole cache lines and pages. */
-	l.page_off = WR_ALIGN_UP(l.entry_off + (uint64_t)n * sizeof(buf_entry), 4096);
-	l.total = l.page_off + (uint64_t)n * WR_PAGE_SIZE;
+	l.entry_end = l.entry_off + (uint64_t)n * sizeof(buf_entry);
+	/* Room to put the pages on an aligned address (buf_page_offset). */
+	l.total = l.entry_end + SMGR_DIRECT_ALIGN + (uint64_t)n * WR_PAGE_SIZE;
 	return l;
 }
 
@@ -70,6 +70,20 @@ size_t buf_shmem_size(const wr_options *o)
 	return (size_t)buf_layout(WR_MAX(buf_count(o), BUF_MIN_BUFFERS)).total;
 }
 
+/*
+ * Where the pages start in region @r: the first address past the mapping
+ * table aligned to SMGR_DIRECT_ALIGN, as O_DIRECT reads and writes need
+ * (and whole pages of memory).  The region's own offset in shared memory
+ * is only cache-line aligned, so the address decides, not the offset; every
+ * process maps the segment at a page boundary, where the same offset is
+ * just as aligned.
+ */
+static uint64_t buf_page_offset(const buf_region *r, const buf_layout_t *l)
+{
+	uintptr_t start = (uintptr_t)r + l->entry_end;
+	return WR_ALIGN_UP(start, SMGR_DIRECT_ALIGN) - (uintptr_t)r;
+}
+
 /* Points this process's view at @r. */
 static void buf_map(buf_region *r)
 {
@@ -79,6 +93,7 @@ static void buf_map(buf_region *r)
 	buf_l.buckets = (int32_t *)(base + r->bucket_off);
 	buf_l.entries = (buf_entry *)(base + r->entry_off);
 	buf_l.pages = base + r->page_off;
+	WR_ASSERT((uintptr_t)buf_l.pages % SMGR_DIRECT_ALIGN == 0);
 }
 
 /*
@@ -125,7 +140,7 @@ int buf_shmem_init(const wr_options *o)
 	r->desc_off = l.desc_off;
 	r->bucket_off = l.bucket_off;
 	r->entry_off = l.entry_off;
-	r->page_off = l.page_off;
+	r->page_off = buf_page_offset(r, &l);
 	r->io_method = o->io_method;
 	for (int i = 0; i < BUF_PARTITIONS; i++)
 		rw_init(&r->partition[i]);
@@ -140,6 +155,15 @@ int buf_shmem_init(const wr_options *o)
 	}
 	buf_table_init();
 	return WALRUS_OK;
+}
+
+int buf_direct_io_init(const wr_options *o, const char *datadir)
+{
+	bool use;
+	int rc = smgr_direct_probe(datadir, o->data_direct_io, o->mmap_reads, &use);
+	if (rc == WALRUS_OK)
+		buf_l.r->data_direct = use;
+	return rc;
 }
 
 /* ---------------------------------------------------------------- versions */
@@ -213,6 +237,7 @@ int buf_attach(void)
 	 * parent's pins, not its own: start from zero. */
 	buf_backend_release(&buf_default);
 	buf_map(r);
+	smgr_set_direct(r->data_direct);
 	return buf_backend_init(&buf_default);
 }
 
@@ -1052,6 +1077,7 @@ void buf_get_stats(buf_stats *s)
 	for (int i = 0; i < BUF_HIT_STRIPES; i++)
 		s->hits += atomic_load(&buf_l.r->hits[i].n);
 	s->reads = atomic_load(&st->reads);
+	s->data_direct = buf_l.r->data_direct;
 	s->extends = atomic_load(&st->extends);
 	s->backend_writes = atomic_load(&st->backend_writes);
 	s->flush_writes = atomic_load(&st->flush_writes);

@@ -70,7 +70,8 @@ void buf_wb_issue(buf_wb *w)
 
 void buf_wb_add(buf_wb *w, wr_relid rel, wr_blkno blk)
 {
-	if (w == NULL || w->max == 0)
+	/* Direct writes leave nothing in the page cache to write back. */
+	if (w == NULL || w->max == 0 || smgr_direct())
 		return;
 	w->tags[w->n].rel = rel;
 	w->tags[w->n].blk = blk;

@@ -486,6 +486,8 @@ static bool buf_cached(wr_relid rel, wr_blkno blk)
  */
 static void stream_advise(buf_stream *s)
 {
+	if (smgr_direct())
+		return; /* advice fills the page cache, which direct reads bypass */
 	if (s->advised < s->next)
 		s->advised = s->next;
 	if (s->advised >= s->to || s->advised - s->next > (wr_blkno)s->depth / 2)

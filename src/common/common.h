@@ -172,7 +172,9 @@ enum wr_sync_level { WR_SYNC_LEVEL_FLUSH, WR_SYNC_LEVEL_APPLY };
 enum wr_io_method { WR_IO_SYNC, WR_IO_URING };
 enum wr_wal_compression { WR_COMPRESS_OFF, WR_COMPRESS_ZSTD };
 enum wr_huge_pages { WR_HUGE_OFF, WR_HUGE_TRY, WR_HUGE_ON };
-/* auto: O_DIRECT unless archiving or replication reads the WAL back (src/wal/flush.c). */
+/* wal_direct_io auto: O_DIRECT unless archiving or replication reads the WAL back
+ * (src/wal/flush.c); data_direct_io auto: unless mmap_reads, or the file system
+ * refuses it (src/storage/direct.c). */
 enum wr_direct_io { WR_DIRECT_OFF, WR_DIRECT_ON, WR_DIRECT_AUTO };
 
 typedef struct wr_options {
@@ -193,6 +195,7 @@ typedef struct wr_options {
 	int64_t wal_writer_delay_us;
 	bool full_page_writes;
 	bool mmap_reads;                   /* kv gets read unpooled leaves through a file mapping */
+	int data_direct_io;                /* enum wr_direct_io: data files opened O_DIRECT */
 	int64_t snapshot_memory;           /* bytes: the version store of snapshots (kv) */
 	int64_t old_snapshot_threshold_us; /* 0: snapshots never expire */
 	bool synchronous_commit;

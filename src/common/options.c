@@ -68,6 +68,9 @@ static const wr_opt_desc opt_table[] = {
     OPT("mmap_reads", WR_OPT_BOOL, INST, mmap_reads, "off", 0, 0, NULL,
         "gets read leaves the pool does not hold through a mapping of the data file "
         "(walrus then handles SIGBUS in the process)"),
+    OPT("data_direct_io", WR_OPT_ENUM, INST, data_direct_io, "off", 0, 0, direct_io_names,
+        "open data files with O_DIRECT: pages bypass the page cache (auto: unless "
+        "mmap_reads is on or the file system refuses it)"),
     OPT("snapshot_memory", WR_OPT_SIZE, INST, snapshot_memory, "32MB", 256 * KB, 64 * GB, NULL,
         "shared memory for the old versions live snapshots and transactions need; when "
         "full, the oldest snapshots are invalidated"),
@@ -799,6 +802,15 @@ int wr_opts_validate(const wr_options *o)
 int wr_opts_validate_instance(const wr_options *o)
 {
 	int rc = wr_opts_validate(o);
+	/* A mapped read trusts the page cache to hold the file's latest copy of a
+	 * page; direct writes bypass it (docs/architecture.md, "Direct I/O for
+	 * data files"). */
+	if (rc == WALRUS_OK && o->mmap_reads && o->data_direct_io == WR_DIRECT_ON)
+		return wr_error(WALRUS_EINVAL,
+		                "option \"mmap_reads\" cannot be on with option \"data_direct_io\" "
+		                "on: mapped reads go through the page cache, which direct writes "
+		                "bypass (use data_direct_io=auto to open data files O_DIRECT only "
+		                "without mmap_reads)");
 	if (rc == WALRUS_OK && o->listen_replication[0] != '\0' && o->max_wal_senders == 0)
 		return wr_error(WALRUS_EINVAL, "option \"listen_replication\" is set but option "
 		                               "\"max_wal_senders\" is 0");

@@ -249,6 +249,8 @@ static int create_shared_memory(void)
 	if (rc == WALRUS_OK)
 		rc = buf_shmem_init(&S.opts);
 	if (rc == WALRUS_OK)
+		rc = buf_direct_io_init(&S.opts, S.abs);
+	if (rc == WALRUS_OK)
 		rc = ckpt_shmem_init();
 	if (rc == WALRUS_OK)
 		rc = ckpt_sync_shmem_init();

@@ -109,6 +109,12 @@ static void smgr_sync_basedir(void)
 		data_sync_failed("fsync", smgr_basedir, errno);
 }
 
+/* How segments are opened: O_DIRECT while data_direct_io is on here (direct.c). */
+static int smgr_open_flags(void)
+{
+	return O_RDWR | (smgr_direct() ? O_DIRECT : 0);
+}
+
 /* True when @rc is the fd cache's report of a file that does not exist. */
 static bool smgr_missing(int rc)
 {
@@ -381,7 +387,7 @@ static int smgr_grow_segs(smgr_rel *r, uint32_t seg)
 /* Creates segment file @path; false with errno = EEXIST if another process was first. */
 static int smgr_create_file(const char *path, fdc_file *f)
 {
-	int rc = fdc_open(path, O_RDWR | O_CREAT | O_EXCL, 0600, f);
+	int rc = fdc_open(path, smgr_open_flags() | O_CREAT | O_EXCL, 0600, f);
 	if (rc != 0)
 		return rc;
 	/* The file must survive a crash before any write to it is reported done. */
@@ -407,11 +413,11 @@ static int smgr_seg(smgr_rel *r, uint32_t seg, bool create, fdc_file *out)
 	char path[4096];
 	smgr_segment_path(r->relid, seg, path, sizeof(path));
 	fdc_file f;
-	rc = fdc_open(path, O_RDWR, 0600, &f);
+	rc = fdc_open(path, smgr_open_flags(), 0600, &f);
 	if (smgr_missing(rc) && create) {
 		rc = smgr_create_file(path, &f);
 		if (rc != 0 && errno == EEXIST)
-			rc = fdc_open(path, O_RDWR, 0600, &f);
+			rc = fdc_open(path, smgr_open_flags(), 0600, &f);
 	}
 	if (rc != 0)
 		return rc;
@@ -499,7 +505,7 @@ int smgr_create(wr_relid rel)
 		return wr_error(WALRUS_EINVAL, "relation %u already exists (file \"%s\")", rel,
 		                path);
 	fdc_file f;
-	rc = fdc_open(path, O_RDWR | O_CREAT | O_EXCL, 0600, &f);
+	rc = fdc_open(path, smgr_open_flags() | O_CREAT | O_EXCL, 0600, &f);
 	if (rc != 0 && errno == EEXIST)
 		return wr_error(WALRUS_EINVAL, "relation %u already exists (file \"%s\")", rel,
 		                path);
@@ -617,6 +623,34 @@ int smgr_check_read(smgr_rel *r, wr_blkno b, void *page, ssize_t got)
 	return smgr_corrupt(b, path, page);
 }
 
+/*
+ * O_DIRECT moves a page between the device and the caller's memory, which
+ * must then be aligned as the device's blocks are.  The pool's pages and
+ * its writers' copies are; a caller's page that is not (redo's default page
+ * source, tools) goes through an aligned copy.  Not inlined: the copy is
+ * on the stack only for such a caller.
+ */
+static bool smgr_unaligned(const void *page)
+{
+	return smgr_direct() && (uintptr_t)page % SMGR_DIRECT_ALIGN != 0;
+}
+
+__attribute__((noinline)) static ssize_t smgr_pread_copy(fdc_file f, void *page, off_t off)
+{
+	_Alignas(SMGR_DIRECT_ALIGN) char copy[WR_PAGE_SIZE];
+	ssize_t n = fdc_pread(f, copy, WR_PAGE_SIZE, off);
+	if (n > 0)
+		memcpy(page, copy, (size_t)n);
+	return n;
+}
+
+__attribute__((noinline)) static int smgr_pwrite_copy(fdc_file f, const void *page, off_t off)
+{
+	_Alignas(SMGR_DIRECT_ALIGN) char copy[WR_PAGE_SIZE];
+	memcpy(copy, page, WR_PAGE_SIZE);
+	return fdc_pwrite(f, copy, WR_PAGE_SIZE, off);
+}
+
 int smgr_read(smgr_rel *r, wr_blkno b, void *page)
 {
 	fdc_file f;
@@ -626,7 +660,8 @@ int smgr_read(smgr_rel *r, wr_blkno b, void *page)
 		memset(page, 0, WR_PAGE_SIZE);
 		return rc;
 	}
-	ssize_t n = fdc_pread(f, page, WR_PAGE_SIZE, off);
+	ssize_t n = smgr_unaligned(page) ? smgr_pread_copy(f, page, off)
+	                                 : fdc_pread(f, page, WR_PAGE_SIZE, off);
 	if (n < 0) {
 		memset(page, 0, WR_PAGE_SIZE);
 		return (int)n; /* the fd cache's message names the file and errno */
@@ -639,7 +674,8 @@ static int smgr_write_at(smgr_rel *r, uint32_t seg, fdc_file f, wr_blkno b, void
 {
 	page_set_checksum(page, b);
 	off_t off = (off_t)(b % smgr_bps) * WR_PAGE_SIZE;
-	int rc = fdc_pwrite(f, page, WR_PAGE_SIZE, off);
+	int rc = smgr_unaligned(page) ? smgr_pwrite_copy(f, page, off)
+	                              : fdc_pwrite(f, page, WR_PAGE_SIZE, off);
 	if (rc != 0)
 		return rc;
 	fdc_lock();
@@ -851,6 +887,10 @@ int smgr_truncate(smgr_rel *r, wr_blkno nblocks)
 
 void smgr_prefetch(smgr_rel *r, wr_blkno b, wr_blkno n)
 {
+	/* Advice fills the page cache, which direct reads do not look at: the
+	 * blocks would be read twice. */
+	if (smgr_direct())
+		return;
 	SMGR_LOCKED();
 	while (n > 0) {
 		uint32_t seg = b / smgr_bps;
@@ -882,6 +922,10 @@ void smgr_prefetch(smgr_rel *r, wr_blkno b, wr_blkno n)
 
 void smgr_writeback(smgr_rel *r, wr_blkno b, wr_blkno n)
 {
+	/* A direct write leaves no dirty page cache behind to start write-back
+	 * of; the fsync at the checkpoint still runs (the device's cache). */
+	if (smgr_direct())
+		return;
 	SMGR_LOCKED();
 	while (n > 0) {
 		uint32_t seg = b / smgr_bps;
@@ -1002,7 +1046,8 @@ static void smap_refresh(smap_rel *m, wr_relid rel, uint32_t seg)
 
 const char *smgr_map_block(wr_relid rel, wr_blkno b)
 {
-	if (smgr_bps == 0 || rel == 0)
+	/* The mapping shows the page cache, which direct writes bypass. */
+	if (smgr_bps == 0 || rel == 0 || smgr_direct())
 		return NULL;
 	uint32_t seg = b / smgr_bps, off = b % smgr_bps;
 	if (seg >= SMAP_SEGS)

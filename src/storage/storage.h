@@ -17,7 +17,8 @@
  * handles in the fd cache; the read-only mappings of segments that
  * smgr_map_block hands out (kept until smgr_shutdown), and while there are
  * any, the process's SIGBUS handler (mapguard.c: a read error under a
- * mapping is an error code, not the end of the process).
+ * mapping is an error code, not the end of the process); whether this
+ * process opens data files O_DIRECT (direct.c, data_direct_io).
  * Locks: the fd cache's process lock (fdc_lock) around the tables and the
  * fd hand-off, shared by the process's threads; released for page reads and
  * writes.  The buffer pool serialises access to a block.
@@ -113,6 +114,32 @@ int smgr_unlink(wr_relid rel);
 /* "DIR/base/<rel>[.<seg>]" into buf. */
 void smgr_segment_path(wr_relid rel, uint32_t seg, char *buf, size_t len);
 uint32_t smgr_blocks_per_segment(void);
+
+/* ---------------------------------------------------------------- direct I/O */
+
+/*
+ * Data files with O_DIRECT (option data_direct_io; direct.c).  While it is
+ * on in a process, segments are opened with O_DIRECT, a page is read into
+ * and written from memory aligned to SMGR_DIRECT_ALIGN (a caller's page
+ * that is not goes through an aligned copy), and the read-ahead and
+ * write-back hints (smgr_prefetch, smgr_writeback) do nothing: the pages
+ * are not in the page cache.  fsync still runs: O_DIRECT makes nothing
+ * durable (the device's cache, the file's metadata).  Mapped reads are
+ * refused (smgr_map_block returns NULL): a mapping reads the page cache,
+ * which direct writes bypass.
+ *
+ * smgr_set_direct: for this process, before it opens a data file (the
+ * buffer pool's attach sets the instance's decision).
+ * smgr_direct_probe: the decision, once per start: @mode is the option
+ * (enum wr_direct_io).  off: false.  auto: true when the file system of
+ * DIR/base takes O_DIRECT and @mmap_reads is off, else false with one LOG
+ * line saying why.  on: true, or WALRUS_EINVAL naming DIR/base and its
+ * file system when that refuses O_DIRECT.
+ */
+#define SMGR_DIRECT_ALIGN 4096
+void smgr_set_direct(bool on);
+bool smgr_direct(void);
+int smgr_direct_probe(const char *datadir, int mode, bool mmap_reads, bool *use);
 
 /* ---------------------------------------------------------------- reading ahead */
 

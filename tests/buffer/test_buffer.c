@@ -54,7 +54,8 @@ static void observer(wr_relid rel, wr_blkno blk, wr_lsn lsn)
 		obs_violations++;
 }
 
-static void setup(int64_t nbuffers)
+/* @direct: data files O_DIRECT in every process that attaches, as buf_direct_io_init decides. */
+static void setup_direct(int64_t nbuffers, bool direct)
 {
 	wr_opts_defaults(&opts);
 	ck_assert_int_eq(wr_opts_set(&opts, "wal_segment_size", "1MB"), WALRUS_OK);
@@ -64,10 +65,17 @@ static void setup(int64_t nbuffers)
 	datadir = tu_tmpdir("walrus-buf");
 	tsh = tu_shm_wal_buffers_setup(&opts, datadir, NSLOTS, true, sizeof(test_shared));
 	ck_assert_int_eq(wal_attach(0), WALRUS_OK);
+	buf_l.r->data_direct = direct;
 	ck_assert_int_eq(buf_attach(), WALRUS_OK);
+	ck_assert(smgr_direct() == direct);
 	ck_assert_int_eq(smgr_create(REL), WALRUS_OK);
 	obs_writes = obs_violations = 0;
 	buf_set_write_observer(observer);
+}
+
+static void setup(int64_t nbuffers)
+{
+	setup_direct(nbuffers, false);
 }
 
 /* In a forked child: its own WAL slot and private pin counts. */
@@ -214,11 +222,12 @@ START_TEST(concurrent_counters_sum_exactly)
 }
 END_TEST
 
+/* Loop: _i = 1 with data files O_DIRECT (reads into the pool's pages, writes from copies). */
 START_TEST(eviction_through_small_pool)
 {
 	enum { NPROC = 4, NBLK = 200 };
 	int passes = tu_long_mode() ? 50 : 3;
-	setup(16);
+	setup_direct(16, _i);
 	make_blocks(NBLK); /* 200 dirty pages through 16 buffers: evictions write them */
 	run_workers(NPROC, passes * NBLK, NBLK);
 	/* (i*7+who) % 200 over passes*200 iterations visits every block passes times. */
@@ -228,8 +237,43 @@ START_TEST(eviction_through_small_pool)
 	ck_assert_uint_gt(st.evictions, NBLK);
 	ck_assert_uint_gt(st.backend_writes, NBLK);
 	ck_assert_uint_gt(st.reads, NBLK);
+	ck_assert(st.data_direct == _i);
 	ck_assert_uint_eq(obs_violations, 0);
 	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
+/*
+ * O_DIRECT reads into the pool's pages, which must be aligned in memory:
+ * the region's offset in shared memory is only cache-line aligned, so
+ * pages at an aligned offset from the region's start were not (a read
+ * failed with EINVAL).  Every pool size, whatever lies before the region.
+ * The start's decision (buf_direct_io_init) reaches every process that
+ * attaches.
+ */
+START_TEST(pages_aligned_for_direct_io)
+{
+	for (int64_t n = 16; n < 24; n++) {
+		setup(n);
+		for (int b = 1; b <= (int)n; b++)
+			ck_assert_msg((uintptr_t)buf_page_ptr(b) % SMGR_DIRECT_ALIGN == 0,
+			              "pool of %lld: page %d at %p", (long long)n, b,
+			              (void *)buf_page_ptr(b));
+		ck_assert(!smgr_direct());
+		ck_assert_int_eq(wr_opts_set(&opts, "data_direct_io", "on"), WALRUS_OK);
+		int rc = buf_direct_io_init(&opts, datadir);
+		ck_assert_msg(rc == WALRUS_OK ||
+		                  strstr(walrus_errmsg(), "refuses O_DIRECT") != NULL,
+		              "%s", walrus_errmsg());
+		ck_assert_int_eq(buf_attach(), WALRUS_OK);
+		ck_assert(smgr_direct() == (rc == WALRUS_OK));
+		buf_stats st;
+		buf_get_stats(&st);
+		ck_assert(st.data_direct == (rc == WALRUS_OK));
+		ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+		smgr_set_direct(false);
+		shm_detach();
+	}
 }
 END_TEST
 
@@ -763,7 +807,8 @@ static Suite *buffer_suite(void)
 	TCase *t = tcase_create("pool");
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, concurrent_counters_sum_exactly);
-	tcase_add_test(t, eviction_through_small_pool);
+	tcase_add_loop_test(t, eviction_through_small_pool, 0, 2);
+	tcase_add_test(t, pages_aligned_for_direct_io);
 	tcase_add_test(t, checked_mark_goes_with_the_page);
 	tcase_add_test(t, wal_flushed_before_dirty_victim_is_written);
 	tcase_add_test(t, corrupt_page_is_reported_without_leaking_pins);

@@ -30,6 +30,7 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(o.wal_buffers, 4LL << 20);
 	ck_assert_int_eq(o.wal_sync_method, WR_SYNC_FDATASYNC);
 	ck_assert_int_eq(o.wal_direct_io, WR_DIRECT_AUTO);
+	ck_assert_int_eq(o.data_direct_io, WR_DIRECT_OFF);
 	ck_assert_int_eq(o.io_method, WR_IO_SYNC);
 	ck_assert_int_eq(o.wal_compression, WR_COMPRESS_OFF);
 	ck_assert_int_eq(o.wal_compression_level, 3);
@@ -119,6 +120,23 @@ START_TEST(test_archive_relations)
 	ck_assert_int_eq(wr_opts_validate_instance(&o), WALRUS_EINVAL);
 	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "\"max_wal_senders\" is 0"));
 	wr_opts_defaults(&o);
+}
+END_TEST
+
+/* mmap_reads with data files O_DIRECT is refused at the start; auto steps aside. */
+START_TEST(test_direct_data_and_mmap_reads)
+{
+	wr_options o;
+	wr_opts_defaults(&o);
+	ck_assert_int_eq(wr_opts_set(&o, "data_direct_io", "on"), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_validate_instance(&o), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_set(&o, "mmap_reads", "on"), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_validate_instance(&o), WALRUS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "option \"mmap_reads\" cannot be on with "
+	                                              "option \"data_direct_io\" on"));
+	ck_assert_int_eq(wr_opts_set(&o, "data_direct_io", "auto"), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_validate_instance(&o), WALRUS_OK);
+	ck_assert_int_eq(wr_opts_set(&o, "data_direct_io", "sometimes"), WALRUS_EINVAL);
 }
 END_TEST
 
@@ -229,6 +247,7 @@ START_TEST(test_values_and_units)
 	check_set_get("wal_direct_io", "no", "off");
 	check_set_get("wal_direct_io", "False", "off");
 	check_set_get("wal_direct_io", "AUTO", "auto");
+	check_set_get("data_direct_io", "On", "on");
 	check_set_get("io_method", "io_uring", "io_uring");
 	check_set_get("huge_pages", "on", "on");
 	check_set_get("huge_pages", "OFF", "off");
@@ -600,6 +619,7 @@ int main(void)
 	tcase_add_test(tc, test_public_api);
 	tcase_add_test(tc, test_string_option);
 	tcase_add_test(tc, test_archive_relations);
+	tcase_add_test(tc, test_direct_data_and_mmap_reads);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

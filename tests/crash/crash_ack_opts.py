@@ -2,7 +2,7 @@
 """crash_ack.py (the shared acceptance test, run in place) on a data
 directory whose walrus.conf sets engine options: the durability matrix
 (io_method=io_uring; wal_direct_io=off + wal_sync_method=open_datasync;
-wal_compression=on).  The acceptance script starts every command with the
+wal_compression=on; data_direct_io=on, alone and with io_method=io_uring).  The acceptance script starts every command with the
 defaults; the options reach each instance it starts through DIR/walrus.conf,
 written here with `walrus config set` before the first round.  The directory
 and any process left on it are removed at the end, whatever happens.

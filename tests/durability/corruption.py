@@ -26,7 +26,8 @@ and check that walrus notices, says where, and repairs what it can.
   data-missing  DIR/base/1 removed after a clean shutdown: a command fails
                 naming the file, instead of starting with an empty tree
 
-usage: corruption.py --walrus PATH --case NAME [--keep]
+usage: corruption.py --walrus PATH --case NAME [--opt NAME=VALUE ...] [--keep]
+(--opt: engine options added to every instance's, e.g. data_direct_io=on)
 """
 import argparse, os, re, subprocess, sys, time
 
@@ -253,12 +254,13 @@ def main(cleanup):
     ap = argparse.ArgumentParser()
     ap.add_argument("--walrus", default=wtest.default_walrus())
     ap.add_argument("--case", action="append", choices=sorted(CASES))
+    ap.add_argument("--opt", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
     base = wtest.tempdir(cleanup, "walrus-corrupt-", keep=a.keep)
     failed = passed = 0
     for name in a.case or list(CASES):
-        w = wtest.Walrus(a.walrus, os.path.join(base, name), OPTS)
+        w = wtest.Walrus(a.walrus, os.path.join(base, name), OPTS + a.opt)
         w.register(cleanup)
         try:
             detail = CASES[name](w)

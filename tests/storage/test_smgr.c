@@ -7,6 +7,7 @@
  * libcheck forks each case; cases that must PANIC run in a further forked
  * child whose panic handler exits with TU_PANIC_EXIT.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -600,6 +601,155 @@ START_TEST(test_foreign_fd_and_writeback)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- O_DIRECT */
+
+/* Turns data_direct_io on for this process; false where the file system refuses O_DIRECT. */
+static bool direct_on(void)
+{
+	bool use;
+	ck_assert_int_eq(smgr_direct_probe(dir, WR_DIRECT_ON, false, &use), WALRUS_OK);
+	smgr_set_direct(use);
+	if (!use)
+		fprintf(stderr, "O_DIRECT refused under %s: the O_DIRECT cases are void\n", dir);
+	return use;
+}
+
+static bool handle_is_direct(smgr_rel *r, wr_blkno b)
+{
+	fdc_file f;
+	off_t off;
+	int fd;
+	ck_assert_int_eq(smgr_block_handle(r, b, &f, &off), 0);
+	ck_assert_int_eq(fdc_fd(f, &fd), 0);
+	int fl = fcntl(fd, F_GETFL);
+	ck_assert_int_ge(fl, 0);
+	return (fl & O_DIRECT) != 0;
+}
+
+/*
+ * With data_direct_io on, segments are opened O_DIRECT, and a caller's page
+ * at any address is written and read (through an aligned copy when it is
+ * not aligned: O_DIRECT refuses such memory with EINVAL); a bad checksum is
+ * still reported for its file and block; write-back hints make no
+ * sync_file_range call, and mapped reads are refused.
+ */
+START_TEST(test_direct_round_trip)
+{
+	if (!direct_on())
+		return;
+	_Alignas(4096) unsigned char mem[WR_PAGE_SIZE], spare[WR_PAGE_SIZE + 4096];
+	unsigned char *odd = spare + 8; /* not aligned for O_DIRECT */
+	smgr_rel *r;
+	ck_assert_int_eq(smgr_create(60), 0);
+	ck_assert_int_eq(smgr_open(60, &r), 0);
+	for (wr_blkno b = 0; b < 12; b++) {
+		unsigned char *p = b % 2 ? odd : mem;
+		make_page(p, 60, b, 0);
+		ck_assert_msg(smgr_extend(r, b, p) == 0, "extend %u: %s", b, walrus_errmsg());
+	}
+	ck_assert(handle_is_direct(r, 0));
+	ck_assert(handle_is_direct(r, 9)); /* the second segment, created O_DIRECT */
+	for (wr_blkno b = 0; b < 12; b++)
+		check_page(r, 60, b, 0); /* into an unaligned stack page */
+	make_page(odd, 60, 5, 1);
+	ck_assert_int_eq(smgr_write(r, 5, odd), 0);
+	ck_assert_int_eq(smgr_read(r, 5, mem), 0);
+	ck_assert_int_eq(memcmp(mem, odd, WR_PAGE_SIZE), 0);
+	/* Block 10 is block 2 of segment 1. */
+	tu_flip_bit(seg_path(60, 1), 2 * WR_PAGE_SIZE + 3000, 5);
+	ck_assert_int_eq(smgr_read(r, 10, odd), WALRUS_ECORRUPT);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), seg_path(60, 1)));
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "block 10"));
+	ck_assert(page_is_new(odd));
+	ck_assert_int_eq(ts_failpoint_set("sync_range:EIO:/base/60"), 0);
+	smgr_writeback(r, 0, 12); /* would PANIC if it called sync_file_range */
+	ck_assert_uint_eq(ts_failpoint_hits(), 0);
+	ck_assert_int_eq(ts_failpoint_set(NULL), 0);
+	ck_assert_ptr_null(smgr_map_block(60, 1));
+	/* A torn last block: the direct read stops at the end of the file. */
+	int fd = open(seg_path(60, 1), O_WRONLY | O_APPEND);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, mem, 100), 100);
+	close(fd);
+	ck_assert_int_eq(smgr_read(r, 12, mem), WALRUS_EIO);
+	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "read only 100 of 8192 bytes"));
+	smgr_set_direct(false);
+}
+END_TEST
+
+static int direct_fsync_child(void *arg)
+{
+	tu_child_log_to(arg);
+	smgr_set_direct(true);
+	smgr_rel *r;
+	TU_CHILD_CHECK(make_rel(61, 3, &r) == 0);
+	TU_CHILD_CHECK(ts_failpoint_set("fsync:EIO:/base/61") == 0);
+	smgr_immedsync(r);
+	return 1;
+}
+
+/* O_DIRECT makes nothing durable: the fsync still runs, and its error PANICs. */
+START_TEST(test_direct_fsync_failure_panics)
+{
+	if (!direct_on())
+		return;
+	smgr_set_direct(false);
+	tu_expect_panic(dir, direct_fsync_child, "could not fsync file", seg_path(61, 0));
+}
+END_TEST
+
+static int entries_in(const char *path)
+{
+	int n = 0;
+	DIR *d = opendir(path);
+	ck_assert_ptr_nonnull(d);
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/*
+ * The start's decision: off and auto with mmap_reads never probe; a refusal
+ * (EINVAL at the O_DIRECT open, as ramfs answers) turns auto off quietly and
+ * fails on, naming DIR/base and its file system; any other failure of the
+ * probe leaves on as asked.  The probe leaves no file behind.
+ */
+START_TEST(test_direct_probe)
+{
+	char base[4200];
+	snprintf(base, sizeof(base), "%s/base", dir);
+	bool use = true;
+	ck_assert_int_eq(smgr_direct_probe(dir, WR_DIRECT_OFF, false, &use), WALRUS_OK);
+	ck_assert(!use);
+	ck_assert_int_eq(ts_failpoint_set("open_direct:EINVAL:/base*0"), 0);
+	ck_assert_int_eq(smgr_direct_probe(dir, WR_DIRECT_AUTO, true, &use), WALRUS_OK);
+	ck_assert(!use);
+	ck_assert_uint_eq(ts_failpoint_hits(), 0); /* mmap_reads decided it */
+	use = true;
+	ck_assert_int_eq(smgr_direct_probe(dir, WR_DIRECT_AUTO, false, &use), WALRUS_OK);
+	ck_assert(!use);
+	ck_assert_int_eq(smgr_direct_probe(dir, WR_DIRECT_ON, false, &use), WALRUS_EINVAL);
+	const char *msg = walrus_errmsg();
+	ck_assert_msg(strstr(msg, "data_direct_io=on, but the file system of") != NULL &&
+	                  strstr(msg, base) != NULL && strstr(msg, "refuses O_DIRECT") != NULL &&
+	                  strstr(msg, "Invalid argument") != NULL,
+	              "message: %s", msg);
+	ck_assert_int_eq(ts_failpoint_set("open_direct:ENOSPC:/base*0"), 0);
+	ck_assert_int_eq(smgr_direct_probe(dir, WR_DIRECT_ON, false, &use), WALRUS_OK);
+	ck_assert(use);
+	ck_assert_int_eq(smgr_direct_probe(dir, WR_DIRECT_AUTO, false, &use), WALRUS_OK);
+	ck_assert(!use);
+	ck_assert_int_eq(ts_failpoint_set(NULL), 0);
+	ck_assert_int_eq(smgr_direct_probe(dir, WR_DIRECT_AUTO, false, &use), WALRUS_OK);
+	bool refused = !use;
+	ck_assert_int_eq(smgr_direct_probe(dir, WR_DIRECT_ON, false, &use),
+	                 refused ? WALRUS_EINVAL : WALRUS_OK);
+	ck_assert_int_eq(entries_in(base), 0);
+}
+END_TEST
+
 START_TEST(test_oversized_segment)
 {
 	smgr_rel *r = new_rel(51, 2);
@@ -875,6 +1025,9 @@ static Suite *smgr_suite(void)
 	tcase_add_test(tc, test_immedsync_clears_dirty);
 	tcase_add_test(tc, test_foreign_fd_and_writeback);
 	tcase_add_test(tc, test_oversized_segment);
+	tcase_add_test(tc, test_direct_round_trip);
+	tcase_add_test(tc, test_direct_fsync_failure_panics);
+	tcase_add_test(tc, test_direct_probe);
 	tcase_add_test(tc, test_survives_fdc_reset);
 	tcase_add_test(tc, test_map_read_survives_sigbus);
 	tcase_add_test(tc, test_guard_keeps_the_old_disposition);
