@@ -180,6 +180,7 @@ START_TEST(compaction_replayed_after_a_crash)
 }
 END_TEST
 
+#ifdef WALRUS_TEST_HOOKS /* failpoints */
 static bool every_tenth(uint32_t i)
 {
 	return i % 10 == 0;
@@ -241,6 +242,7 @@ START_TEST(deletes_given_back_and_tail_allocated_again)
 	ck_assert_uint_ge(file_allocated(), r2.pages * (WR_PAGE_SIZE / 512));
 }
 END_TEST
+#endif
 
 static bool first_ten(uint32_t i)
 {
@@ -337,6 +339,7 @@ START_TEST(long_keys_packed)
 }
 END_TEST
 
+#ifdef WALRUS_TEST_HOOKS /* failpoints */
 /* After a restart, blocks grown ahead (no hole) are used without another
  * fallocate: with every fallocate failing, the tree still grows into them. */
 START_TEST(no_hole_no_allocation_after_a_restart)
@@ -363,7 +366,9 @@ START_TEST(no_hole_no_allocation_after_a_restart)
 	kt_verify_clean();
 }
 END_TEST
+#endif
 
+#ifdef WALRUS_TEST_HOOKS /* failpoints */
 /* A file system that cannot punch holes: the space stays, nothing fails;
  * an I/O error is reported. */
 START_TEST(punch_refused_or_failing)
@@ -387,6 +392,7 @@ START_TEST(punch_refused_or_failing)
 	kt_verify_clean();
 }
 END_TEST
+#endif
 
 /* ---------------------------------------------------------------- overflow values, small pools */
 
