@@ -399,3 +399,17 @@ void *tu_shm_wal_buffers_setup(const wr_options *o, const char *dir, int nslots,
 	close(fd);
 	return region;
 }
+
+long tu_stat(walrus *db, const char *section, const char *name)
+{
+	char *json = NULL, pat[128];
+	ck_assert_int_eq(walrus_stats(db, &json), WALRUS_OK);
+	const char *sec = strstr(json, section);
+	ck_assert_ptr_nonnull(sec);
+	snprintf(pat, sizeof(pat), "\"%s\":", name);
+	const char *p = strstr(sec, pat);
+	ck_assert_ptr_nonnull(p);
+	long n = strtol(p + strlen(pat), NULL, 10);
+	walrus_free(json);
+	return n;
+}

@@ -96,6 +96,9 @@ walrus *tu_open(const char *dir, walrus_opts *o);
 void tu_open_fails(const char *dir, const walrus_opts *o, int code, const char *what);
 /* Closes @db and waits for its supervisor to exit. */
 void tu_close_and_wait(walrus *db);
+/* The integer "@name": N after the first @section (a quoted "name" of
+ * walrus_stats' JSON); fails the test when absent. */
+long tu_stat(walrus *db, const char *section, const char *name);
 
 /*
  * Shared memory as an instance has it, without an instance (for suites of

@@ -407,53 +407,42 @@ static void compact_add(kv_compact_result *sum, const kv_compact_result *r)
 	sum->blocks_after += r->blocks_after;
 }
 
-/*
- * Each key space's tree too, in name order, marked as inside the space so a
- * drop waits for it; one dropped meanwhile is skipped.
- */
+static int compact_one(uint32_t rel, void *arg)
+{
+	return kv_compact_in(rel, arg);
+}
+
+/* Each key space's tree too, in name order; one dropped meanwhile is skipped. */
 static int compact_spaces(kv_space_ent *sp, size_t n, kv_compact_result *sum)
 {
-	wr_proc *me = engine_my_proc();
 	int rc = WALRUS_OK;
 	for (size_t i = 0; rc == WALRUS_OK && i < n; i++) {
 		kv_compact_result r;
-		if (me != NULL)
-			atomic_store(&me->space_rel, sp[i].rel);
-		rc = kv_space_live(sp[i].rel);
-		if (rc == WALRUS_OK)
-			rc = kv_compact_in(sp[i].rel, &r);
-		if (me != NULL)
-			atomic_store(&me->space_rel, 0);
-		if (rc == WALRUS_ENOTFOUND) {
-			wr_error_clear();
-			rc = WALRUS_OK;
-			sp[i].rel = 0; /* dropped: nothing to give back */
-		} else if (rc == WALRUS_OK) {
+		rc = engine_in_space(sp[i].rel, compact_one, &r);
+		if (rc == ENGINE_SPACE_GONE)
+			sp[i].rel = 0; /* nothing to give back */
+		else if (rc == WALRUS_OK)
 			compact_add(sum, &r);
-		}
+		rc = rc == ENGINE_SPACE_GONE ? WALRUS_OK : rc;
 	}
+	return rc;
+}
+
+static int give_back_one(uint32_t rel, void *arg)
+{
+	uint64_t b = 0;
+	int rc = kv_compact_give_back_in(rel, &b);
+	*(uint64_t *)arg += b;
 	return rc;
 }
 
 static int give_back_spaces(const kv_space_ent *sp, size_t n, uint64_t *back)
 {
-	wr_proc *me = engine_my_proc();
 	int rc = WALRUS_OK;
-	for (size_t i = 0; rc == WALRUS_OK && i < n; i++) {
-		uint64_t b = 0;
-		if (sp[i].rel == 0)
-			continue;
-		if (me != NULL)
-			atomic_store(&me->space_rel, sp[i].rel);
-		rc = kv_compact_give_back_in(sp[i].rel, &b);
-		if (me != NULL)
-			atomic_store(&me->space_rel, 0);
-		if (rc == WALRUS_ENOTFOUND) {
-			wr_error_clear();
+	for (size_t i = 0; rc == WALRUS_OK && i < n; i++)
+		if (sp[i].rel != 0 &&
+		    (rc = engine_in_space(sp[i].rel, give_back_one, back)) == ENGINE_SPACE_GONE)
 			rc = WALRUS_OK;
-		}
-		*back += b;
-	}
 	return rc;
 }
 
@@ -602,24 +591,18 @@ static void verify_report(void *arg, wr_blkno blk, const char *msg)
 	v->fn(v->arg, blk, m);
 }
 
+static int verify_one(uint32_t rel, void *arg)
+{
+	return kv_verify_in(rel, verify_report, arg, NULL);
+}
+
 /* One key space's tree; a space dropped meanwhile is skipped. */
 static int verify_space(verify_ctx *v, const kv_space_ent *e)
 {
-	wr_proc *me = engine_my_proc();
-	if (me != NULL)
-		atomic_store(&me->space_rel, e->rel);
-	int rc = kv_space_live(e->rel);
 	v->space = e->name;
-	if (rc == WALRUS_OK)
-		rc = kv_verify_in(e->rel, verify_report, v, NULL);
+	int rc = engine_in_space(e->rel, verify_one, v);
 	v->space = NULL;
-	if (me != NULL)
-		atomic_store(&me->space_rel, 0);
-	if (rc == WALRUS_ENOTFOUND) {
-		wr_error_clear();
-		rc = WALRUS_OK;
-	}
-	return rc;
+	return rc == ENGINE_SPACE_GONE ? WALRUS_OK : rc;
 }
 
 /* The default tree, the catalog's and every key space's: the first damage

@@ -105,6 +105,20 @@ int api_space_leave(int rc)
 	return rc;
 }
 
+int engine_in_space(uint32_t rel, engine_space_fn fn, void *arg)
+{
+	set_slot(rel);
+	int rc = kv_space_live(rel);
+	if (rc == WALRUS_OK)
+		rc = fn(rel, arg);
+	set_slot(0);
+	if (rc == WALRUS_ENOTFOUND) {
+		wr_error_clear();
+		rc = ENGINE_SPACE_GONE;
+	}
+	return rc;
+}
+
 void engine_space_drop_wait(uint32_t rel)
 {
 	wr_proc *procs = engine_procs(), *me = engine_my_proc();

@@ -280,6 +280,15 @@ typedef struct engine_shared {
 
 engine_shared *engine_sh(void);
 wr_proc *engine_procs(void);
+/*
+ * Runs @fn(@rel, @arg) as a call inside key space relation @rel (a drop
+ * waits for it), once the space is found live; ENGINE_SPACE_GONE when it
+ * was dropped, before or meanwhile (no error message kept).  For the
+ * instance-wide walks over every space: verify, compact, stats.
+ */
+#define ENGINE_SPACE_GONE 1
+typedef int (*engine_space_fn)(uint32_t rel, void *arg);
+int engine_in_space(uint32_t rel, engine_space_fn fn, void *arg);
 /* Returns once no other process's call is inside key space relation @rel
  * (api_space.c; kv_set_drop_wait's hook, on a primary and in redo). */
 void engine_space_drop_wait(uint32_t rel);

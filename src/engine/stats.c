@@ -314,6 +314,11 @@ static void stats_replication(jbuf *j, engine_shared *e)
 	jb_close(j);
 }
 
+static int shape_of(uint32_t rel, void *arg)
+{
+	return kv_tree_shape(rel, arg);
+}
+
 /* The key spaces besides the default one: how many, and what they hold. */
 static void stats_spaces(jbuf *j)
 {
@@ -322,21 +327,13 @@ static void stats_spaces(jbuf *j)
 	uint64_t keys = 0, pages = 0;
 	if (kv_space_all(&sp, &n) != WALRUS_OK)
 		wr_error_clear();
-	wr_proc *me = engine_my_proc();
 	for (size_t i = 0; i < n; i++) {
 		kv_shape sh;
-		if (me != NULL) /* a drop waits while we read the tree's meta page */
-			atomic_store(&me->space_rel, sp[i].rel);
-		int rc = kv_space_live(sp[i].rel);
-		if (rc == WALRUS_OK)
-			rc = kv_tree_shape(sp[i].rel, &sh);
-		if (me != NULL)
-			atomic_store(&me->space_rel, 0);
-		if (rc == WALRUS_OK) {
+		if (engine_in_space(sp[i].rel, shape_of, &sh) == WALRUS_OK) {
 			keys += sh.keys;
 			pages += sh.pages;
 		} else {
-			wr_error_clear(); /* dropped meanwhile */
+			wr_error_clear(); /* dropped meanwhile, or unreadable: verify says */
 		}
 	}
 	free(sp);

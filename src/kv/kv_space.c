@@ -355,16 +355,23 @@ static int build_create(void *arg)
 	return rc;
 }
 
-int kv_space_create(const char *name, wr_relid *rel)
+/* The durable batch @build makes for space @o->name. */
+static int run_space_op(space_op *o, kv_commit_check_fn build)
 {
-	int rc = kv_space_check_name(name);
+	int rc = kv_space_check_name(o->name);
 	if (rc != WALRUS_OK)
 		return rc;
-	space_op o = {.b = kv_batch_new(), .name = name};
-	if (o.b == NULL)
-		return wr_error(WALRUS_ENOMEM, "out of memory creating a key space");
-	rc = kv_batch_commit_built(o.b, KV_SYNC, build_create, &o, NULL);
-	kv_batch_free(o.b);
+	if ((o->b = kv_batch_new()) == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory for key space \"%s\"", o->name);
+	rc = kv_batch_commit_built(o->b, KV_SYNC, build, o, NULL);
+	kv_batch_free(o->b);
+	return rc;
+}
+
+int kv_space_create(const char *name, wr_relid *rel)
+{
+	space_op o = {.name = name};
+	int rc = run_space_op(&o, build_create);
 	if (rc == WALRUS_OK) {
 		*rel = o.rel;
 		wr_log(WR_LOG, "created key space \"%s\" (relation %u)", name, o.rel);
@@ -401,14 +408,8 @@ static int build_drop(void *arg)
 
 int kv_space_drop(const char *name)
 {
-	int rc = kv_space_check_name(name);
-	if (rc != WALRUS_OK)
-		return rc;
-	space_op o = {.b = kv_batch_new(), .name = name};
-	if (o.b == NULL)
-		return wr_error(WALRUS_ENOMEM, "out of memory dropping a key space");
-	rc = kv_batch_commit_built(o.b, KV_SYNC, build_drop, &o, NULL);
-	kv_batch_free(o.b);
+	space_op o = {.name = name};
+	int rc = run_space_op(&o, build_drop);
 	if (rc != WALRUS_OK)
 		return rc;
 	/* Calls that found the space before the commit see the new generation

@@ -98,20 +98,6 @@ static int space_files(void)
 	return n;
 }
 
-static long stat_of(walrus *db, const char *section, const char *name)
-{
-	char *json = NULL, pat[128];
-	ck_assert_int_eq(walrus_stats(db, &json), WALRUS_OK);
-	const char *sec = strstr(json, section);
-	ck_assert_ptr_nonnull(sec);
-	snprintf(pat, sizeof(pat), "\"%s\":", name);
-	const char *p = strstr(sec, pat);
-	ck_assert_ptr_nonnull(p);
-	long n = strtol(p + strlen(pat), NULL, 10);
-	walrus_free(json);
-	return n;
-}
-
 /* ---------------------------------------------------------------- isolation */
 
 START_TEST(spaces_are_isolated)
@@ -150,8 +136,8 @@ START_TEST(spaces_are_isolated)
 	ck_assert_str_eq(names[1], "users");
 	ck_assert_ptr_null(names[2]);
 	walrus_free(names);
-	ck_assert_int_eq(stat_of(db, "\"spaces\"", "count"), 2);
-	ck_assert_int_eq(stat_of(db, "\"spaces\"", "keys"), 2);
+	ck_assert_int_eq(tu_stat(db, "\"spaces\"", "count"), 2);
+	ck_assert_int_eq(tu_stat(db, "\"spaces\"", "keys"), 2);
 	ck_assert_int_eq(walrus_verify(db, NULL, NULL), WALRUS_OK);
 	tu_close_and_wait(db);
 	/* Kept across a restart (the end-of-recovery checkpoint and none). */
@@ -539,8 +525,8 @@ START_TEST(thousands_of_spaces_keep_fds_bounded)
 		n++;
 	closedir(d);
 	ck_assert_msg(n < 200, "the checkpointer holds %d fds", n);
-	ck_assert_int_eq(stat_of(db, "\"spaces\"", "count"), N);
-	ck_assert_int_eq(stat_of(db, "\"spaces\"", "keys"), N);
+	ck_assert_int_eq(tu_stat(db, "\"spaces\"", "count"), N);
+	ck_assert_int_eq(tu_stat(db, "\"spaces\"", "keys"), N);
 	ck_assert_int_eq(space_files(), N);
 	tu_close_and_wait(db);
 }
@@ -566,11 +552,11 @@ START_TEST(compaction_covers_spaces)
 		if (i % 10 != 0)
 			ck_assert_int_eq(walrus_delete_in(db, sp, key, (size_t)kl, 0), WALRUS_OK);
 	}
-	long pages = stat_of(db, "\"spaces\"", "pages");
+	long pages = tu_stat(db, "\"spaces\"", "pages");
 	walrus_compact_stats cs;
 	ck_assert_int_eq(walrus_compact(db, &cs), WALRUS_OK);
 	ck_assert_uint_gt(cs.leaves_merged + cs.leaves_poured, 0);
-	ck_assert_int_lt(stat_of(db, "\"spaces\"", "pages"), pages);
+	ck_assert_int_lt(tu_stat(db, "\"spaces\"", "pages"), pages);
 	ck_assert_int_eq(walrus_verify(db, NULL, NULL), WALRUS_OK);
 	void *val;
 	size_t vl;

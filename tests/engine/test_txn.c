@@ -62,20 +62,6 @@ static void scan_text(walrus_iter *it, bool back, char *out, size_t cap)
 	}
 }
 
-static long stat_of(walrus *db, const char *section, const char *name)
-{
-	char *json = NULL, pat[128];
-	ck_assert_int_eq(walrus_stats(db, &json), WALRUS_OK);
-	const char *sec = strstr(json, section);
-	ck_assert_ptr_nonnull(sec);
-	snprintf(pat, sizeof(pat), "\"%s\":", name);
-	const char *p = strstr(sec, pat);
-	ck_assert_ptr_nonnull(p);
-	long n = strtol(p + strlen(pat), NULL, 10);
-	walrus_free(json);
-	return n;
-}
-
 /* ---------------------------------------------------------------- snapshots */
 
 START_TEST(snapshot_sees_one_commit)
@@ -310,29 +296,29 @@ START_TEST(held_snapshot_keeps_versions_and_gives_them_back)
 		snprintf(k, sizeof(k), "h%02d", i);
 		put(db, k, "old");
 	}
-	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "versions"), 0);
+	ck_assert_int_eq(tu_stat(db, "\"snapshots\"", "versions"), 0);
 	walrus_snapshot *s;
 	ck_assert_int_eq(walrus_snapshot_take(db, &s), WALRUS_OK);
-	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "live"), 1);
+	ck_assert_int_eq(tu_stat(db, "\"snapshots\"", "live"), 1);
 	for (int i = 0; i < 50; i++) {
 		char k[16];
 		snprintf(k, sizeof(k), "h%02d", i);
 		put(db, k, "new");
 	}
-	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "versions"), 50);
-	ck_assert_int_gt(stat_of(db, "\"snapshots\"", "version_bytes"), 50 * 3);
+	ck_assert_int_eq(tu_stat(db, "\"snapshots\"", "versions"), 50);
+	ck_assert_int_gt(tu_stat(db, "\"snapshots\"", "version_bytes"), 50 * 3);
 	walrus_snapshot_release(s);
 	put(db, "h00", "newer"); /* a batch prunes what no snapshot needs */
-	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "live"), 0);
-	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "versions"), 0);
-	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "version_bytes"), 0);
+	ck_assert_int_eq(tu_stat(db, "\"snapshots\"", "live"), 0);
+	ck_assert_int_eq(tu_stat(db, "\"snapshots\"", "versions"), 0);
+	ck_assert_int_eq(tu_stat(db, "\"snapshots\"", "version_bytes"), 0);
 	/* A process that exits holding one: the supervisor releases it when it
 	 * reads the detach (on its own schedule: wait for the state). */
 	ck_assert_int_eq(tu_wait(tu_fork(hold_and_exit, NULL)), 0);
-	while (stat_of(db, "\"snapshots\"", "live") != 0)
+	while (tu_stat(db, "\"snapshots\"", "live") != 0)
 		usleep(10000);
 	put(db, "h01", "x");
-	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "versions"), 0);
+	ck_assert_int_eq(tu_stat(db, "\"snapshots\"", "versions"), 0);
 	tu_close_and_wait(db);
 	/* One killed holding one: the instance restarts, and no version survives it. */
 	int ready[2];
@@ -341,10 +327,10 @@ START_TEST(held_snapshot_keeps_versions_and_gives_them_back)
 	char c;
 	ck_assert_int_eq(read(ready[0], &c, 1), 1); /* its snapshot is taken */
 	db = tu_open(dir, opts());
-	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "live"), 1);
+	ck_assert_int_eq(tu_stat(db, "\"snapshots\"", "live"), 1);
 	for (int i = 0; i < 20; i++)
 		put(db, "h02", i % 2 ? "a" : "b");
-	ck_assert_int_gt(stat_of(db, "\"snapshots\"", "versions"), 0);
+	ck_assert_int_gt(tu_stat(db, "\"snapshots\"", "versions"), 0);
 	ck_assert_int_eq(kill(holder, SIGKILL), 0);
 	int st;
 	ck_assert_int_eq(waitpid(holder, &st, 0), holder);
@@ -355,8 +341,8 @@ START_TEST(held_snapshot_keeps_versions_and_gives_them_back)
 		usleep(10000); /* the supervisor notices the death on its own schedule */
 	(void)walrus_close(db);
 	db = tu_open(dir, opts());
-	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "live"), 0);
-	ck_assert_int_eq(stat_of(db, "\"snapshots\"", "versions"), 0);
+	ck_assert_int_eq(tu_stat(db, "\"snapshots\"", "live"), 0);
+	ck_assert_int_eq(tu_stat(db, "\"snapshots\"", "versions"), 0);
 	close(ready[0]);
 	close(ready[1]);
 	tu_close_and_wait(db);
@@ -382,7 +368,7 @@ START_TEST(full_version_store_fails_the_oldest_snapshot)
 	size_t vl;
 	ck_assert_int_eq(walrus_get_into_at(db, s, "z0", 2, b, sizeof(b), &vl), WALRUS_ESNAPSHOT);
 	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "snapshot too old"));
-	ck_assert_int_gt(stat_of(db, "\"snapshots\"", "versions_dropped"), 0);
+	ck_assert_int_gt(tu_stat(db, "\"snapshots\"", "versions_dropped"), 0);
 	walrus_snapshot_release(s);
 	/* A new snapshot works. */
 	ck_assert_int_eq(walrus_snapshot_take(db, &s), WALRUS_OK);
@@ -404,7 +390,7 @@ START_TEST(old_snapshot_threshold_fails_reads)
 	size_t vl;
 	ck_assert_int_eq(walrus_get_into_at(db, s, "k", 1, b, sizeof(b), &vl), WALRUS_OK);
 	/* Wait on the snapshot's age, as the statistics give it. */
-	while (stat_of(db, "\"snapshots\"", "oldest_age_s") < 2)
+	while (tu_stat(db, "\"snapshots\"", "oldest_age_s") < 2)
 		usleep(20000);
 	ck_assert_int_eq(walrus_get_into_at(db, s, "k", 1, b, sizeof(b), &vl), WALRUS_ESNAPSHOT);
 	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "old_snapshot_threshold"));
@@ -863,7 +849,7 @@ START_TEST(misuse_is_refused)
 	walrus_txn_free(t);
 	walrus_snapshot_release(s);
 	ck_assert_str_eq(at(other, NULL, "k", b, sizeof(b)), "w");
-	ck_assert_int_eq(stat_of(other, "\"snapshots\"", "live"), 0);
+	ck_assert_int_eq(tu_stat(other, "\"snapshots\"", "live"), 0);
 	/* Bad arguments. */
 	ck_assert_int_eq(walrus_txn_begin(other, 0x10, &t), WALRUS_EINVAL);
 	ck_assert_int_eq(walrus_snapshot_take(other, NULL), WALRUS_EINVAL);
