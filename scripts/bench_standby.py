@@ -17,13 +17,19 @@ its disk; the standby streams over a Unix socket),
 With --pin the primary (its processes, the WAL sender among them) and its
 clients run on CPU 0 and the standby on CPU 1 with its directory on
 /dev/shm (unless --standby-dir says otherwise): the standby's cost on the
-primary is then what the primary's own CPU pays for it.
+primary is then what the primary's own CPU pays for it.  With
+--keep-cpu1-awake a SCHED_IDLE spinner on CPU 1 keeps that CPU out of its
+idle halt in every configuration: on this VM the disk's interrupts go to
+CPU 1, and a halted CPU 1 slows every fdatasync of the primary, so without
+it the runs without a standby (CPU 1 idle) are slowed by that, not only by
+the standby's absence, and the ratios flatter the standby.
 Not a test: numbers depend on the machine.  Leaves nothing behind, and stops
 only the instances it started.
 
 usage: scripts/bench_standby.py [--walrus build/tools/walrus] [--duration 10]
                                 [--clients 8] [--rounds 2] [--dir /var/tmp]
-                                [--standby-dir /dev/shm] [--pin] [-o NAME=VALUE]..."""
+                                [--standby-dir /dev/shm] [--pin [--keep-cpu1-awake]]
+                                [-o NAME=VALUE]..."""
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, threading, time
 
 PASSWORD = "secret"
@@ -229,6 +235,8 @@ def report(a, res, rep):
     names = {"a": "no standby", "b": "async standby", "c": "sync standby"}
     layout = ("pinned: primary and clients on CPU 0, standby on CPU 1" if a.pin
               else "unpinned: everything on every CPU")
+    if a.keep_cpu1_awake:
+        layout += ", CPU 1 kept awake"
     print(f"durable commits (fillsync, {a.clients} clients, {a.duration} s per run, "
           f"a b c interleaved x{a.rounds}; {layout}):")
     print(f"  {'config':<18}{'ops/s per run':<24}{'mean':>8}{'ratio':>7}{'p50 us':>9}"
@@ -281,6 +289,23 @@ def pin_layout(a):
     return "1"
 
 
+SPIN = """import os, sys
+os.sched_setaffinity(0, {1})
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+parent = int(sys.argv[1])
+while os.getppid() == parent:  # ends with the script, however it ends
+    pass
+"""
+
+
+def keep_awake(a):
+    """--keep-cpu1-awake: a spinner that runs only when CPU 1 has nothing else to run."""
+    if not a.keep_cpu1_awake:
+        return None
+    return subprocess.Popen([sys.executable, "-c", SPIN, str(os.getpid())],
+                            stdin=subprocess.DEVNULL)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--walrus", default="build/tools/walrus")
@@ -296,13 +321,19 @@ def main():
                     "directory on /dev/shm (unless --standby-dir)")
     ap.add_argument("-o", "--primary-option", action="append", default=[], metavar="NAME=VALUE",
                     help="an option of the primary's `walrus serve` (e.g. wal_sender_delay=0)")
+    ap.add_argument("--keep-cpu1-awake", action="store_true",
+                    help="with --pin: a SCHED_IDLE spinner keeps CPU 1 out of its idle halt in "
+                    "every configuration")
     a = ap.parse_args()
     a.walrus = os.path.abspath(a.walrus)
+    if a.keep_cpu1_awake and not a.pin:
+        sys.exit("--keep-cpu1-awake goes with --pin")
     standby_cpus = pin_layout(a)
     signal.signal(signal.SIGTERM, terminate)
     root = tempfile.mkdtemp(prefix="walrus-bench-standby-", dir=a.dir)
-    sroot, pairs = None, []
+    sroot, pairs, spinner = None, [], None
     try:
+        spinner = keep_awake(a)
         sroot = tempfile.mkdtemp(prefix="walrus-bench-standby-", dir=a.standby_dir or a.dir)
         commit = Pair(a.walrus, root, "commit", sroot, standby_cpus)
         commit.primary_opts = a.primary_option
@@ -327,6 +358,9 @@ def main():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for p in pairs:
             p.cleanup()
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
         shutil.rmtree(root, ignore_errors=True)
         if sroot is not None:
             shutil.rmtree(sroot, ignore_errors=True)
