@@ -266,6 +266,8 @@ static void stats_senders(jbuf *j, repl_state *r)
 		jb_dbl(j, "flush_lag_ms", (double)atomic_load(&s->flush_lag_us) / 1000.0);
 		jb_dbl(j, "replay_lag_ms", (double)atomic_load(&s->replay_lag_us) / 1000.0);
 		jb_dbl(j, "reply_age_s", age_s(atomic_load(&s->reply_time_us)));
+		jb_u64(j, "wakeups", atomic_load(&s->wakeups));
+		jb_u64(j, "wal_messages", atomic_load(&s->wal_messages));
 		jb_add(j, "}");
 	}
 	jb_add(j, "]");
