@@ -15,9 +15,10 @@
  * Locks: a test-and-test-and-set spinlock with backoff for very short
  * sections, and a futex-based reader/writer lock (shared futexes, since the
  * words live in a MAP_SHARED mapping) that sleeps in the kernel.  Both keep
- * wait statistics.  A process that dies holding one leaves it held: that is
- * why any death of an attached process makes the supervisor throw the
- * shared memory away (crash restart), as PostgreSQL does.
+ * wait statistics.  A process that dies holding one (or waiting as the rw
+ * lock's heir, to which a release hands it) leaves it held: that is why any
+ * death of an attached process makes the supervisor throw the shared memory
+ * away (crash restart), as PostgreSQL does.
  *
  * Waits: ipc_wait_u32() sleeps while a shared 32-bit word holds a value, with
  * a timeout; ipc_wake_all() wakes every sleeper on it in one call.  Waiters
