@@ -7,6 +7,7 @@
 #include "ipc/ipc.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <sys/syscall.h>
 #include <stdio.h>
@@ -377,6 +378,38 @@ START_TEST(one_release_lets_every_sleeper_in)
 }
 END_TEST
 
+static int writer_until_crash(void *arg)
+{
+	(void)arg;
+	wr_set_panic_handler(tu_panic_exit);
+	rw_lock_excl(&sh->rw);
+	return 1; /* the lock is never free: only the crash ends the wait */
+}
+
+/*
+ * A writer killed while it waits as the heir: the release hands it the lock
+ * all the same, so the lock stays held, as when a holder dies; the other
+ * waiters see the instance crash (as any death of a process makes it) and
+ * PANIC instead of waiting for ever.
+ */
+START_TEST(dead_heir_keeps_the_lock_until_the_crash)
+{
+	ipc_set_heir_ns(1);
+	rw_lock_excl(&sh->rw);
+	pid_t heir = tu_fork(writer_until_crash, NULL);
+	tu_wait_in_syscall(heir, SYS_futex, &sh->rw.state);
+	pid_t other = tu_fork(writer_until_crash, NULL);
+	tu_wait_in_syscall(other, SYS_futex, &sh->rw.state);
+	ck_assert_int_eq(kill(heir, SIGKILL), 0);
+	ck_assert_int_eq(tu_wait(heir), 128 + SIGKILL);
+	rw_unlock(&sh->rw);
+	ck_assert(!rw_trylock_excl(&sh->rw)); /* granted to the dead heir */
+	atomic_store(&shm_hdr()->state, SHM_STATE_CRASHED);
+	ck_assert_int_eq(tu_wait(other), TU_PANIC_EXIT);
+	ipc_set_heir_ns(0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("ipc-lock");
@@ -391,6 +424,7 @@ int main(void)
 	tcase_add_test(tc, rw_mixed_processes_with_heirs);
 	tcase_add_test(tc, heir_is_handed_the_lock);
 	tcase_add_test(tc, one_release_lets_every_sleeper_in);
+	tcase_add_test(tc, dead_heir_keeps_the_lock_until_the_crash);
 	tcase_add_test(tc, writer_not_starved);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
