@@ -27,8 +27,9 @@
  * that holder; readers that peek take no lock at all.
  *
  * New pages (buf_read_zero) map their chunk of 64 buffers into the process
- * in one madvise before the first touch (prefault.c): per-process advice,
- * no shared state, off where the kernel lacks it.
+ * in one madvise before the first touch, and have the next chunks mapped by
+ * a kernel worker through io_uring (prefault.c): per-process advice, no
+ * shared state, off where the kernel lacks it.
  *
  * WAL before data: every write of a page first calls wal_flush_to(page LSN),
  * so the WAL must be attached in any process that can write a dirty page.
@@ -104,14 +105,22 @@ int buf_read(wr_relid rel, wr_blkno blk, int *buf);
  * was not in the pool (for pages about to be rebuilt whole, e.g. by redo). */
 int buf_read_zero(wr_relid rel, wr_blkno blk, int *buf);
 /* Before the first touch of new page @buf: maps its chunk of the pool into
- * this process in one call (prefault.c); buf_prefault_chunks counts them. */
+ * this process in one call, and queues the next chunks' to a kernel worker
+ * (prefault.c); buf_prefault_chunks counts the chunks done or queued. */
 void buf_prefault_new(int buf);
 uint64_t buf_prefault_chunks(void);
+/* Waits for the queued populates and closes their ring; run by shm_detach
+ * before the pool is unmapped. */
+void buf_prefault_release(void);
 #ifdef WALRUS_TEST_HOOKS
 /* Takes (@hold) or gives back the prefault lock, as a prefault in flight holds it. */
 void buf_test_prefault_lock(bool hold);
 /* Whether the prefault lock is free in this process (a forked child's copy included). */
 bool buf_test_prefault_lock_free(void);
+/* From now on this process populates as if io_uring were refused. */
+void buf_test_prefault_refuse_ring(void);
+/* Whether this process populates in the call only (io_uring refused or failed). */
+bool buf_test_prefault_ring_off(void);
 #endif
 /* Adds a new page_init'ed block at the end of @rel: pinned and exclusively locked. */
 int buf_extend(wr_relid rel, int *buf, wr_blkno *blk);

@@ -107,6 +107,9 @@ int shm_create(size_t size, int huge, int *fd_out);
 int shm_attach(int fd);
 /* Unmaps and forgets the base (does not close any fd). */
 void shm_detach(void);
+/* @fn runs in shm_detach before the unmap: for work of this process still
+ * in flight on the segment (the buffer pool's background populates). */
+void shm_set_unmap_hook(void (*fn)(void));
 
 shm_header *shm_hdr(void); /* NULL when not attached */
 static inline void *shm_ptr(uint64_t off);
