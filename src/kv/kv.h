@@ -337,7 +337,7 @@ typedef struct kv_stats {
 	uint64_t compact_leaves_merged, compact_pages_moved; /* by them */
 	uint64_t
 	    compact_blocks_given_back; /* punched out of the data file (kv_compact_give_back) */
-	uint64_t scan_ahead;    /* leaves iterators handed to read streams ahead of their moves */
+	uint64_t scan_ahead;    /* leaves handed to read streams ahead of iterators, compaction */
 	uint64_t scan_ahead_io; /* of them, read (io_uring) or advised (sync): not in the pool */
 	uint32_t height;        /* from the meta page */
 	uint64_t pages;         /* blocks in use, meta page included */

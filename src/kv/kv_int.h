@@ -522,9 +522,9 @@ typedef struct kv_shared {
 	_Atomic uint64_t size_checks;   /* times a writer asked the data file's size */
 	/* compactions finished, and what they did (kv_compact.c) */
 	_Atomic uint64_t compactions, compact_merged, compact_moved, compact_given_back;
-	/* Leaves iterators handed to read streams ahead of them, and of those
-	 * the ones read (io_uring) or advised (sync) because the pool lacked
-	 * them (kv_iter.c). */
+	/* Leaves iterators (kv_iter.c) and compaction's pack (kv_compact.c)
+	 * handed to read streams ahead of them, and of those the ones read
+	 * (io_uring) or advised (sync) because the pool lacked them. */
 	_Atomic uint64_t scan_ahead, scan_ahead_io;
 	/* Changes of any tree's free list (kv_write.c, kv_compact.c), under
 	 * the tree lock: a compaction keeps its copy of the list while this
