@@ -362,7 +362,35 @@ void buf_set_write_observer(buf_write_observer fn);
 #define BUF_STREAM_MAX_DEPTH 256
 typedef struct buf_stream buf_stream;
 int buf_stream_open(buf_stream **s, wr_relid rel, wr_blkno from, wr_blkno to, int depth);
+/*
+ * Streams whose blocks the caller names (PostgreSQL's read_stream with its
+ * block-number callback), in any order, repeats allowed: buf_stream_open_cb
+ * asks @next(@arg) for the block after those it named before, as far ahead
+ * as the stream looks; WR_INVALID_BLKNO means none for now, and it is asked
+ * again at the next buf_stream_next (which returns WALRUS_ENOTFOUND while
+ * nothing is queued and @next names nothing).  Each block is asked for
+ * once.  buf_stream_open_list streams blk[0 .. n), an array the caller
+ * keeps until the close.  Everything above holds for them: order, the
+ * verification and the errors per block, the caps, the close, a forked
+ * child.  Under io_method=sync the stream queues up to @depth of the
+ * numbers (nothing pinned) and advises the new ones the pool does not hold
+ * (adjacent blocks in one call; a run continuing the one advised before is
+ * left to the kernel's readahead), refreshed when half are consumed.
+ * *@s is set before the first read starts, so a caller unwound by a PANIC
+ * during the open still finds it.  Returns WALRUS_EINVAL for a NULL
+ * callback or list (n > 0) or depth < 1, WALRUS_ENOMEM.
+ */
+typedef wr_blkno (*buf_stream_cb)(void *arg);
+int buf_stream_open_cb(buf_stream **s, wr_relid rel, buf_stream_cb next, void *arg, int depth);
+int buf_stream_open_list(buf_stream **s, wr_relid rel, const wr_blkno *blk, uint32_t n, int depth);
 int buf_stream_next(buf_stream *s, int *buf, wr_blkno *blk);
+/*
+ * Completes the stream's reads in flight (io_uring; nothing under sync):
+ * what it read is valid in the pool, still pinned by the stream.  A caller
+ * that only wanted blocks brought into the pool calls it before
+ * buf_stream_get_stats and buf_stream_close.
+ */
+void buf_stream_wait(buf_stream *s);
 void buf_stream_close(buf_stream *s);
 
 typedef struct buf_stream_stats {
@@ -372,6 +400,9 @@ typedef struct buf_stream_stats {
 	uint64_t submitted;    /* io_uring: reads submitted; sync: blocks advised */
 	uint64_t blocks;       /* io_uring: blocks those reads covered */
 	uint32_t max_inflight; /* io_uring: most blocks being read at once */
+	/* io_uring: times the stream slept for one of its reads (0: every read
+	 * had completed when it was needed, as reads the page cache serves do) */
+	uint64_t waits;
 } buf_stream_stats;
 void buf_stream_get_stats(const buf_stream *s, buf_stream_stats *st);
 

@@ -376,6 +376,8 @@ static void stats_kv(jbuf *j)
 	jb_u64(j, "compact_leaves_merged", k.compact_leaves_merged);
 	jb_u64(j, "compact_pages_moved", k.compact_pages_moved);
 	jb_u64(j, "compact_blocks_given_back", k.compact_blocks_given_back);
+	jb_u64(j, "scan_ahead", k.scan_ahead);
+	jb_u64(j, "scan_ahead_io", k.scan_ahead_io);
 	jb_close(j);
 }
 
