@@ -531,7 +531,7 @@ START_TEST(drop_with_iterators_looking_ahead)
 	walrus_space *sp2;
 	ck_assert_int_eq(walrus_space_open(db2, "scanned", 0, &sp2), WALRUS_OK);
 	kv_test_iter_ahead_always(true);
-	long ahead0 = stat_of(db, "\"kv\"", "scan_ahead");
+	long ahead0 = tu_stat(db, "\"kv\"", "scan_ahead");
 	walrus_iter *it, *it2;
 	ck_assert_int_eq(walrus_iter_open_in(db, sp, NULL, 0, NULL, 0, &it), WALRUS_OK);
 	ck_assert_int_eq(walrus_iter_open_in(db2, sp2, "k03000", 6, NULL, 0, &it2), WALRUS_OK);
@@ -539,7 +539,7 @@ START_TEST(drop_with_iterators_looking_ahead)
 		ck_assert_int_eq(walrus_iter_next(it), WALRUS_OK);
 		ck_assert_int_eq(walrus_iter_next(it2), WALRUS_OK);
 	}
-	long ahead1 = stat_of(db, "\"kv\"", "scan_ahead");
+	long ahead1 = tu_stat(db, "\"kv\"", "scan_ahead");
 	ck_assert_int_gt(ahead1 - ahead0, 2 * 30);
 	ck_assert_int_eq(walrus_space_drop(db, "scanned"), WALRUS_OK);
 	ck_assert_int_eq(space_files(), before);
