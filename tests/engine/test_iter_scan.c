@@ -394,9 +394,9 @@ START_TEST(scans_looking_ahead_during_splits)
 		walrus_iter_close(it);
 		ck_assert_int_eq(n, 5000);
 		uint64_t issued = kv_stat(db, "scan_ahead") - a0;
-		ck_assert_msg(issued > leaves / 2 && issued <= leaves, "%s: %lu leaves ahead of %lu",
-		              back ? "backward" : "forward", (unsigned long)issued,
-		              (unsigned long)leaves);
+		ck_assert_msg(issued > leaves / 2 && issued <= leaves,
+		              "%s: %lu leaves ahead of %lu", back ? "backward" : "forward",
+		              (unsigned long)issued, (unsigned long)leaves);
 	}
 	during_churn(db, scan_both_ways);
 	kv_test_iter_ahead_always(false);
