@@ -14,12 +14,22 @@ its disk; the standby streams over a Unix socket),
      the CPU goes), every 0.2 s the standby's received and replayed LSNs
      and the primary's flush LSN; the lag's maximum and its value when the
      load ends, and how long the standby takes to catch up after it.
+With --pin the primary (its processes, the WAL sender among them) and its
+clients run on CPU 0 and the standby on CPU 1 with its directory on
+/dev/shm (unless --standby-dir says otherwise): the standby's cost on the
+primary is then what the primary's own CPU pays for it.  With
+--keep-cpu1-awake a SCHED_IDLE spinner on CPU 1 keeps that CPU out of its
+idle halt in every configuration: on this VM the disk's interrupts go to
+CPU 1, and a halted CPU 1 slows every fdatasync of the primary, so without
+it the runs without a standby (CPU 1 idle) are slowed by that, not only by
+the standby's absence, and the ratios flatter the standby.
 Not a test: numbers depend on the machine.  Leaves nothing behind, and stops
 only the instances it started.
 
 usage: scripts/bench_standby.py [--walrus build/tools/walrus] [--duration 10]
                                 [--clients 8] [--rounds 2] [--dir /var/tmp]
-                                [--standby-dir /dev/shm]"""
+                                [--standby-dir /dev/shm] [--pin [--keep-cpu1-awake]]
+                                [-o NAME=VALUE]..."""
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, threading, time
 
 PASSWORD = "secret"
@@ -51,8 +61,10 @@ class Pair:
     """A primary ROOT/NAME-p listening on a Unix socket, and its streaming
     standby ROOT/NAME-standby (application_name: that base name)."""
 
-    def __init__(self, w, root, name, sroot):
+    def __init__(self, w, root, name, sroot, standby_cpus=None):
         self.w = w
+        self.standby_cpus = standby_cpus  # None: wherever this script runs
+        self.primary_opts = []  # NAME=VALUE for the primary's serve
         self.p = os.path.join(root, name + "-p")
         self.s = os.path.join(sroot, name + "-standby")
         self.name = os.path.basename(self.s)
@@ -75,7 +87,8 @@ class Pair:
         return json.loads(run([self.w, "-D", d, "stats", "--json"]))
 
     def start_primary(self, sync):
-        opts = ["-o", f"synchronous_standby={self.name}"] if sync else []
+        opts = [x for o in self.primary_opts for x in ("-o", o)]
+        opts += ["-o", f"synchronous_standby={self.name}"] if sync else []
         with open(self.log, "ab") as out:
             self.serve = subprocess.Popen([self.w, "-D", self.p] + opts + ["serve"],
                                           stdin=subprocess.DEVNULL, stdout=out, stderr=out)
@@ -94,10 +107,11 @@ class Pair:
             run([self.w, "-D", self.p, "slot", "create", SLOT])
             run([self.w, "-D", self.p, "backup", self.s, "--checkpoint", "fast"])
         env = dict(os.environ, WALRUS_REPLICATION_PASSWORD=PASSWORD)
+        pin = ["taskset", "-c", self.standby_cpus] if self.standby_cpus else []
         with open(self.log, "ab") as out:
-            self.standby = subprocess.Popen([self.w, "-D", self.s, "standby", "--primary",
-                                             self.sock, "--slot", SLOT], stdin=subprocess.DEVNULL, stdout=out,
-                                            stderr=out, env=env)
+            self.standby = subprocess.Popen(pin + [self.w, "-D", self.s, "standby", "--primary",
+                                                   self.sock, "--slot", SLOT], stdin=subprocess.DEVNULL,
+                                            stdout=out, stderr=out, env=env)
 
     def stop_standby(self):
         if self.standby is not None:
@@ -219,8 +233,12 @@ def replay(pair, a, load):
 def report(a, res, rep):
     base = statistics.mean(r["ops_per_s"] for r in res["a"])
     names = {"a": "no standby", "b": "async standby", "c": "sync standby"}
+    layout = ("pinned: primary and clients on CPU 0, standby on CPU 1" if a.pin
+              else "unpinned: everything on every CPU")
+    if a.keep_cpu1_awake:
+        layout += ", CPU 1 kept awake"
     print(f"durable commits (fillsync, {a.clients} clients, {a.duration} s per run, "
-          f"a b c interleaved x{a.rounds}):")
+          f"a b c interleaved x{a.rounds}; {layout}):")
     print(f"  {'config':<18}{'ops/s per run':<24}{'mean':>8}{'ratio':>7}{'p50 us':>9}"
           f"{'p99 us':>9}{'us/commit/client':>18}")
     for cfg in "abc":
@@ -231,8 +249,9 @@ def report(a, res, rep):
         print(f"  {cfg} {names[cfg]:<16}{' '.join(f'{x:.0f}' for x in runs):<24}{mean:8.0f}"
               f"{mean / base:7.2f}{p50:9.0f}{p99:9.0f}{a.clients * 1e6 / mean:18.0f}")
     b = statistics.mean(r["ops_per_s"] for r in res["b"]) / base
+    c = statistics.mean(r["ops_per_s"] for r in res["c"]) / base
     print(f"  async standby: {b:.2f} x without (target >= 0.90: "
-          f"{'met' if b >= 0.90 else 'NOT met'})")
+          f"{'met' if b >= 0.90 else 'NOT met'}); sync standby: {c:.2f} x without")
     pa = statistics.median(r["p50_us"] for r in res["a"])
     pc = statistics.median(r["p50_us"] for r in res["c"])
     print(f"  sync standby: the median commit pays {pc - pa:.0f} us more than without "
@@ -254,6 +273,39 @@ def terminate(signum, frame):
     raise KeyboardInterrupt  # so that every finally below runs
 
 
+def pin_layout(a):
+    """--pin: this script, hence the primary it starts and the bench clients,
+    on CPU 0; the standby on CPU 1 (taskset), on /dev/shm by default."""
+    if not a.pin:
+        return None
+    if not {0, 1} <= os.sched_getaffinity(0):
+        sys.exit(f"--pin needs CPUs 0 and 1; this process may run on "
+                 f"{sorted(os.sched_getaffinity(0))}")
+    if shutil.which("taskset") is None:
+        sys.exit("--pin needs taskset (util-linux) to start the standby on CPU 1")
+    if a.standby_dir is None:
+        a.standby_dir = "/dev/shm"
+    os.sched_setaffinity(0, {0})
+    return "1"
+
+
+SPIN = """import os, sys
+os.sched_setaffinity(0, {1})
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+parent = int(sys.argv[1])
+while os.getppid() == parent:  # ends with the script, however it ends
+    pass
+"""
+
+
+def keep_awake(a):
+    """--keep-cpu1-awake: a spinner that runs only when CPU 1 has nothing else to run."""
+    if not a.keep_cpu1_awake:
+        return None
+    return subprocess.Popen([sys.executable, "-c", SPIN, str(os.getpid())],
+                            stdin=subprocess.DEVNULL)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--walrus", default="build/tools/walrus")
@@ -264,14 +316,27 @@ def main():
     ap.add_argument("--standby-dir", default=None,
                     help="where the standbys go (default: --dir; e.g. /dev/shm to take the "
                     "standby's fdatasyncs off the primary's disk)")
+    ap.add_argument("--pin", action="store_true",
+                    help="the primary and its clients on CPU 0, the standby on CPU 1 with its "
+                    "directory on /dev/shm (unless --standby-dir)")
+    ap.add_argument("-o", "--primary-option", action="append", default=[], metavar="NAME=VALUE",
+                    help="an option of the primary's `walrus serve` (e.g. wal_sender_delay=0)")
+    ap.add_argument("--keep-cpu1-awake", action="store_true",
+                    help="with --pin: a SCHED_IDLE spinner keeps CPU 1 out of its idle halt in "
+                    "every configuration")
     a = ap.parse_args()
     a.walrus = os.path.abspath(a.walrus)
+    if a.keep_cpu1_awake and not a.pin:
+        sys.exit("--keep-cpu1-awake goes with --pin")
+    standby_cpus = pin_layout(a)
     signal.signal(signal.SIGTERM, terminate)
     root = tempfile.mkdtemp(prefix="walrus-bench-standby-", dir=a.dir)
-    sroot = tempfile.mkdtemp(prefix="walrus-bench-standby-", dir=a.standby_dir or a.dir)
-    pairs = []
+    sroot, pairs, spinner = None, [], None
     try:
-        commit = Pair(a.walrus, root, "commit", sroot)
+        spinner = keep_awake(a)
+        sroot = tempfile.mkdtemp(prefix="walrus-bench-standby-", dir=a.standby_dir or a.dir)
+        commit = Pair(a.walrus, root, "commit", sroot, standby_cpus)
+        commit.primary_opts = a.primary_option
         pairs.append(commit)
         commit.create(["--workload", "fillsync", "--clients", str(a.clients)])
         res = commit_rate(commit, a)
@@ -279,7 +344,8 @@ def main():
             "--workload", "fillsync", "--clients", str(a.clients), "--duration", str(a.duration)]))]
         commit.stop_standby()
         commit.stop_primary()
-        fast = Pair(a.walrus, root, "update", sroot)
+        fast = Pair(a.walrus, root, "update", sroot, standby_cpus)
+        fast.primary_opts = a.primary_option
         pairs.append(fast)
         fast.create(["--workload", "fillrandom", "--num", "100000", "--value-size", "1000"])
         rep.append(("updaterandom (not --sync)", replay(fast, a, [
@@ -292,8 +358,12 @@ def main():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for p in pairs:
             p.cleanup()
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
         shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(sroot, ignore_errors=True)
+        if sroot is not None:
+            shutil.rmtree(sroot, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,9 @@
  * that holder; readers that peek take no lock at all.
  *
  * New pages (buf_read_zero) map their chunk of 64 buffers into the process
- * in one madvise before the first touch (prefault.c): per-process advice,
- * no shared state, off where the kernel lacks it.
+ * in one madvise before the first touch, and have the next chunks mapped by
+ * a kernel worker through io_uring (prefault.c): per-process advice, no
+ * shared state, off where the kernel lacks it.
  *
  * WAL before data: every write of a page first calls wal_flush_to(page LSN),
  * so the WAL must be attached in any process that can write a dirty page.
@@ -104,14 +105,22 @@ int buf_read(wr_relid rel, wr_blkno blk, int *buf);
  * was not in the pool (for pages about to be rebuilt whole, e.g. by redo). */
 int buf_read_zero(wr_relid rel, wr_blkno blk, int *buf);
 /* Before the first touch of new page @buf: maps its chunk of the pool into
- * this process in one call (prefault.c); buf_prefault_chunks counts them. */
+ * this process in one call, and queues the next chunks' to a kernel worker
+ * (prefault.c); buf_prefault_chunks counts the chunks done or queued. */
 void buf_prefault_new(int buf);
 uint64_t buf_prefault_chunks(void);
+/* Waits for the queued populates and closes their ring; run by shm_detach
+ * before the pool is unmapped. */
+void buf_prefault_release(void);
 #ifdef WALRUS_TEST_HOOKS
 /* Takes (@hold) or gives back the prefault lock, as a prefault in flight holds it. */
 void buf_test_prefault_lock(bool hold);
 /* Whether the prefault lock is free in this process (a forked child's copy included). */
 bool buf_test_prefault_lock_free(void);
+/* From now on this process populates as if io_uring were refused. */
+void buf_test_prefault_refuse_ring(void);
+/* Whether this process populates in the call only (io_uring refused or failed). */
+bool buf_test_prefault_ring_off(void);
 #endif
 /* Adds a new page_init'ed block at the end of @rel: pinned and exclusively locked. */
 int buf_extend(wr_relid rel, int *buf, wr_blkno *blk);
@@ -353,7 +362,35 @@ void buf_set_write_observer(buf_write_observer fn);
 #define BUF_STREAM_MAX_DEPTH 256
 typedef struct buf_stream buf_stream;
 int buf_stream_open(buf_stream **s, wr_relid rel, wr_blkno from, wr_blkno to, int depth);
+/*
+ * Streams whose blocks the caller names (PostgreSQL's read_stream with its
+ * block-number callback), in any order, repeats allowed: buf_stream_open_cb
+ * asks @next(@arg) for the block after those it named before, as far ahead
+ * as the stream looks; WR_INVALID_BLKNO means none for now, and it is asked
+ * again at the next buf_stream_next (which returns WALRUS_ENOTFOUND while
+ * nothing is queued and @next names nothing).  Each block is asked for
+ * once.  buf_stream_open_list streams blk[0 .. n), an array the caller
+ * keeps until the close.  Everything above holds for them: order, the
+ * verification and the errors per block, the caps, the close, a forked
+ * child.  Under io_method=sync the stream queues up to @depth of the
+ * numbers (nothing pinned) and advises the new ones the pool does not hold
+ * (adjacent blocks in one call; a run continuing the one advised before is
+ * left to the kernel's readahead), refreshed when half are consumed.
+ * *@s is set before the first read starts, so a caller unwound by a PANIC
+ * during the open still finds it.  Returns WALRUS_EINVAL for a NULL
+ * callback or list (n > 0) or depth < 1, WALRUS_ENOMEM.
+ */
+typedef wr_blkno (*buf_stream_cb)(void *arg);
+int buf_stream_open_cb(buf_stream **s, wr_relid rel, buf_stream_cb next, void *arg, int depth);
+int buf_stream_open_list(buf_stream **s, wr_relid rel, const wr_blkno *blk, uint32_t n, int depth);
 int buf_stream_next(buf_stream *s, int *buf, wr_blkno *blk);
+/*
+ * Completes the stream's reads in flight (io_uring; nothing under sync):
+ * what it read is valid in the pool, still pinned by the stream.  A caller
+ * that only wanted blocks brought into the pool calls it before
+ * buf_stream_get_stats and buf_stream_close.
+ */
+void buf_stream_wait(buf_stream *s);
 void buf_stream_close(buf_stream *s);
 
 typedef struct buf_stream_stats {
@@ -363,6 +400,9 @@ typedef struct buf_stream_stats {
 	uint64_t submitted;    /* io_uring: reads submitted; sync: blocks advised */
 	uint64_t blocks;       /* io_uring: blocks those reads covered */
 	uint32_t max_inflight; /* io_uring: most blocks being read at once */
+	/* io_uring: times the stream slept for one of its reads (0: every read
+	 * had completed when it was needed, as reads the page cache serves do) */
+	uint64_t waits;
 } buf_stream_stats;
 void buf_stream_get_stats(const buf_stream *s, buf_stream_stats *st);
 

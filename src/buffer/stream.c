@@ -34,6 +34,14 @@
  * upcoming blocks not valid in the pool, in runs, refreshed when half the
  * window is consumed, but only for runs that do not continue the previous
  * one (the kernel's readahead serves those better); then plain buf_read.
+ *
+ * Where the blocks come from: a range [from, to), or the caller (a
+ * callback, or a list it hands over: buf_stream_open_cb/_list).  Both
+ * methods take the next block from source_peek and consume it with
+ * source_take; a block taken from the callback that could not be queued
+ * yet (no buffer free) waits in @pending, so the callback is never asked
+ * twice for one block.  Under io_method=sync a caller's blocks are queued
+ * (numbers only, nothing pinned) so that advice can run ahead of them.
  */
 #include <errno.h>
 #include <liburing.h>
@@ -69,8 +77,15 @@ typedef struct stream_slot {
 
 struct buf_stream {
 	wr_relid rel;
-	wr_blkno next;    /* the block buf_stream_next returns next */
-	wr_blkno ahead;   /* io_uring: the next block to look at */
+	/* The caller's blocks (NULL: the range [next, to)), and the one taken
+	 * from it but not queued yet (WR_INVALID_BLKNO: none). */
+	buf_stream_cb cb;
+	void *cb_arg;
+	wr_blkno pending;
+	const wr_blkno *list; /* buf_stream_open_list: list[ilist .. nlist) are still to come */
+	uint32_t nlist, ilist;
+	wr_blkno next;    /* range: the block buf_stream_next returns next */
+	wr_blkno ahead;   /* range, io_uring: the next block to look at */
 	wr_blkno advised; /* sync: blocks before this were looked at for advice */
 	wr_blkno seq_end; /* sync: just past the last block read from storage, as planned */
 	wr_blkno to;
@@ -88,6 +103,34 @@ struct buf_stream {
 	off_t run_off;
 	buf_stream_stats st;
 };
+
+/* ---------------------------------------------------------------- sources */
+
+/* The next block to look at; WR_INVALID_BLKNO when there is none (for now). */
+static wr_blkno source_peek(buf_stream *s)
+{
+	if (s->cb == NULL)
+		return s->ahead < s->to ? s->ahead : WR_INVALID_BLKNO;
+	if (s->pending == WR_INVALID_BLKNO)
+		s->pending = s->cb(s->cb_arg);
+	return s->pending;
+}
+
+/* The block source_peek returned is queued, or read: the next one is due. */
+static void source_take(buf_stream *s)
+{
+	if (s->cb == NULL)
+		s->ahead++;
+	else
+		s->pending = WR_INVALID_BLKNO;
+}
+
+/* The callback of buf_stream_open_list. */
+static wr_blkno list_next(void *arg)
+{
+	buf_stream *s = arg;
+	return s->ilist < s->nlist ? s->list[s->ilist++] : WR_INVALID_BLKNO;
+}
 
 /* The calling backend's ring, shared by its streams. */
 #define su (buf_me->stream)
@@ -264,16 +307,21 @@ static void read_complete(stream_slot *first, int res)
 	su.inflight--;
 }
 
-/* Completes every read that has finished; with @wait, at least one (if any is in flight). */
-static void ring_reap(bool wait)
+/*
+ * Completes every read that has finished; with @wait, at least one (if any
+ * is in flight).  Returns 1 when it had to sleep for one, else 0.
+ */
+static int ring_reap(bool wait)
 {
+	int slept = 0;
 	ring_submit();
 	while (su.inflight > 0) {
 		struct io_uring_cqe *cqe;
 		int rc = io_uring_peek_cqe(&su.ring, &cqe);
 		if (rc == -EAGAIN) {
 			if (!wait)
-				return;
+				return slept;
+			slept = 1;
 			rc = io_uring_wait_cqe(&su.ring, &cqe);
 		}
 		if (rc == -EINTR)
@@ -288,6 +336,7 @@ static void ring_reap(bool wait)
 		read_complete(first, res);
 		wait = false;
 	}
+	return slept;
 }
 
 void buf_stream_drain(void)
@@ -385,7 +434,8 @@ static void stream_start_read(buf_stream *s, uint32_t idx)
 /* Looks ahead until @depth blocks are queued, then submits the reads. */
 static void stream_fill(buf_stream *s)
 {
-	while (s->count < (uint32_t)s->depth && s->ahead < s->to) {
+	wr_blkno blk;
+	while (s->count < (uint32_t)s->depth && (blk = source_peek(s)) != WR_INVALID_BLKNO) {
 		/* Room for the read being gathered and one more. */
 		if (su.inflight + 1 >= su.entries) {
 			ring_reap(false); /* the ring is full: room first, without waiting */
@@ -394,7 +444,7 @@ static void stream_fill(buf_stream *s)
 		}
 		int buf;
 		bool valid;
-		if (buf_get(s->rel, s->ahead, &buf, &valid) != WALRUS_OK) {
+		if (buf_get(s->rel, blk, &buf, &valid) != WALRUS_OK) {
 			/* No buffer now: buf_stream_next reads this block itself, and
 			 * reports the error if it persists. */
 			wr_error_clear();
@@ -402,9 +452,9 @@ static void stream_fill(buf_stream *s)
 		}
 		uint32_t idx = (s->head + s->count) % (uint32_t)s->depth;
 		stream_slot *sl = &s->slots[idx];
-		*sl = (stream_slot){.owner = s, .blk = s->ahead, .buf = buf, .f = FDC_INVALID};
+		*sl = (stream_slot){.owner = s, .blk = blk, .buf = buf, .f = FDC_INVALID};
 		s->count++;
-		s->ahead++;
+		source_take(s);
 		switch (valid ? BUF_IO_DONE : buf_try_start_io(buf_get_desc(buf), true, false)) {
 		case BUF_IO_DONE:
 			stream_flush_run(s);
@@ -425,7 +475,7 @@ static void stream_fill(buf_stream *s)
 	ring_submit();
 }
 
-static int stream_next_uring(buf_stream *s, int *out)
+static int stream_next_uring(buf_stream *s, int *out, wr_blkno *blk)
 {
 	ring_reap(false); /* others may be waiting for one of our reads */
 	/* Top up in batches (one submission for half the depth), not a block
@@ -434,15 +484,21 @@ static int stream_next_uring(buf_stream *s, int *out)
 		stream_fill(s);
 	if (s->count == 0) {
 		/* The look-ahead could not take this block: read it plainly. */
-		s->ahead = s->next + 1;
-		return buf_read(s->rel, s->next++, out);
+		wr_blkno b = source_peek(s);
+		if (b == WR_INVALID_BLKNO)
+			return WALRUS_ENOTFOUND;
+		source_take(s);
+		*blk = b;
+		s->next = b + 1;
+		return buf_read(s->rel, b, out);
 	}
 	stream_slot *sl = &s->slots[s->head];
 	while (sl->state == SLOT_INFLIGHT)
-		ring_reap(true);
+		s->st.waits += (uint64_t)ring_reap(true);
 	s->head = (s->head + 1) % (uint32_t)s->depth;
 	s->count--;
-	s->next++;
+	*blk = sl->blk;
+	s->next = sl->blk + 1;
 	switch (sl->state) {
 	case SLOT_BUSY: {
 		int rc = buf_load(sl->buf); /* waits for the other process's read */
@@ -513,14 +569,79 @@ static void stream_advise(buf_stream *s)
 	s->advised = end;
 }
 
+/* Advises @len blocks from @first, unless they continue the run advised before. */
+static void advise_run(buf_stream *s, smgr_rel *r, wr_blkno first, uint32_t len)
+{
+	if (first != s->seq_end) {
+		smgr_prefetch(r, first, len);
+		s->st.submitted += len;
+	}
+	s->seq_end = first + len;
+}
+
+/*
+ * A caller's blocks under io_method=sync: queues up to @depth of them
+ * (numbers only) and advises those of the new ones the pool does not hold,
+ * adjacent ones in one call.
+ */
+static void stream_queue_advise(buf_stream *s)
+{
+	uint32_t first = s->count;
+	wr_blkno b;
+	while (s->count < (uint32_t)s->depth && (b = source_peek(s)) != WR_INVALID_BLKNO) {
+		s->slots[(s->head + s->count) % (uint32_t)s->depth] =
+		    (stream_slot){.owner = s, .blk = b, .buf = BUF_INVALID, .f = FDC_INVALID};
+		s->count++;
+		source_take(s);
+	}
+	smgr_rel *r;
+	if (first == s->count || smgr_direct())
+		return;
+	if (smgr_open(s->rel, &r) != WALRUS_OK) {
+		wr_error_clear();
+		return;
+	}
+	wr_blkno run = 0;
+	uint32_t len = 0;
+	for (uint32_t i = first; i < s->count; i++) {
+		b = s->slots[(s->head + i) % (uint32_t)s->depth].blk;
+		if (buf_cached(s->rel, b))
+			continue;
+		if (len > 0 && b == run + len && len < STREAM_COMBINE) {
+			len++;
+			continue;
+		}
+		if (len > 0)
+			advise_run(s, r, run, len);
+		run = b;
+		len = 1;
+	}
+	if (len > 0)
+		advise_run(s, r, run, len);
+}
+
+static int stream_next_queued(buf_stream *s, int *out, wr_blkno *blk)
+{
+	if (s->count <= (uint32_t)s->depth / 2)
+		stream_queue_advise(s);
+	if (s->count == 0)
+		return WALRUS_ENOTFOUND;
+	*blk = s->slots[s->head].blk;
+	s->head = (s->head + 1) % (uint32_t)s->depth;
+	s->count--;
+	return buf_read(s->rel, *blk, out);
+}
+
 /* ---------------------------------------------------------------- interface */
 
-int buf_stream_open(buf_stream **out, wr_relid rel, wr_blkno from, wr_blkno to, int depth)
+/*
+ * A stream of @depth blocks ahead (after the caps) on @rel; the caller sets
+ * its source.  Queues: io_uring's slots, or a caller's block numbers under
+ * io_method=sync (@queued).
+ */
+static int stream_new(buf_stream **out, wr_relid rel, int depth, bool queued)
 {
 	*out = NULL;
-	if (from > to || depth < 1)
-		return wr_error(WALRUS_EINVAL, "bad read stream: blocks %u..%u, depth %d", from, to,
-		                depth);
 	depth = WR_MIN(depth, BUF_STREAM_MAX_DEPTH);
 	bool uring = buf_l.r->io_method == WR_IO_URING;
 	if (uring) {
@@ -529,11 +650,11 @@ int buf_stream_open(buf_stream **out, wr_relid rel, wr_blkno from, wr_blkno to, 
 		uring = ring_setup(depth);
 	}
 	buf_stream *s = calloc(1, sizeof(*s));
-	if (s != NULL && uring) {
+	if (s != NULL && (uring || queued))
 		s->slots = calloc((size_t)depth, sizeof(stream_slot));
+	if (s != NULL && uring)
 		s->iov = calloc((size_t)depth, sizeof(struct iovec));
-	}
-	if (s == NULL || (uring && (s->slots == NULL || s->iov == NULL))) {
+	if (s == NULL || ((uring || queued) && s->slots == NULL) || (uring && s->iov == NULL)) {
 		if (s != NULL) {
 			free(s->slots);
 			free(s->iov);
@@ -542,32 +663,102 @@ int buf_stream_open(buf_stream **out, wr_relid rel, wr_blkno from, wr_blkno to, 
 		return wr_error(WALRUS_ENOMEM, "out of memory for a read stream");
 	}
 	s->rel = rel;
-	s->next = s->ahead = s->advised = s->seq_end = from;
-	s->to = to;
+	s->pending = WR_INVALID_BLKNO;
 	s->depth = depth;
 	s->uring = uring;
 	s->pid = getpid();
 	s->st.io_method = uring ? WR_IO_URING : WR_IO_SYNC;
 	s->st.depth = depth;
-	/* Start reading now: the I/O overlaps whatever the caller does next. */
-	if (uring)
+	*out = s;
+	return WALRUS_OK;
+}
+
+/* Start reading now: the I/O overlaps whatever the caller does next. */
+static void stream_start(buf_stream *s)
+{
+	if (s->uring)
 		stream_fill(s);
+	else if (s->cb != NULL)
+		stream_queue_advise(s);
 	else
 		stream_advise(s);
+}
+
+int buf_stream_open(buf_stream **out, wr_relid rel, wr_blkno from, wr_blkno to, int depth)
+{
+	*out = NULL;
+	if (from > to || depth < 1)
+		return wr_error(WALRUS_EINVAL, "bad read stream: blocks %u..%u, depth %d", from, to,
+		                depth);
+	buf_stream *s;
+	int rc = stream_new(&s, rel, depth, false);
+	if (rc != WALRUS_OK)
+		return rc;
+	s->next = s->ahead = s->advised = s->seq_end = from;
+	s->to = to;
+	*out = s; /* before any read: what a PANIC unwinds still finds it */
+	stream_start(s);
+	return WALRUS_OK;
+}
+
+int buf_stream_open_cb(buf_stream **out, wr_relid rel, buf_stream_cb next, void *arg, int depth)
+{
+	*out = NULL;
+	if (next == NULL || depth < 1)
+		return wr_error(WALRUS_EINVAL, "bad read stream: %s, depth %d",
+		                next == NULL ? "no callback" : "a callback", depth);
+	buf_stream *s;
+	int rc = stream_new(&s, rel, depth, true);
+	if (rc != WALRUS_OK)
+		return rc;
+	s->cb = next;
+	s->cb_arg = arg;
+	s->seq_end = WR_INVALID_BLKNO;
 	*out = s;
+	stream_start(s);
+	return WALRUS_OK;
+}
+
+int buf_stream_open_list(buf_stream **out, wr_relid rel, const wr_blkno *blk, uint32_t n, int depth)
+{
+	*out = NULL;
+	if ((blk == NULL && n > 0) || depth < 1)
+		return wr_error(WALRUS_EINVAL, "bad read stream: a list of %u blocks, depth %d", n,
+		                depth);
+	buf_stream *s;
+	int rc = stream_new(&s, rel, depth, true);
+	if (rc != WALRUS_OK)
+		return rc;
+	s->cb = list_next;
+	s->cb_arg = s;
+	s->list = blk;
+	s->nlist = n;
+	s->seq_end = WR_INVALID_BLKNO;
+	*out = s;
+	stream_start(s);
 	return WALRUS_OK;
 }
 
 int buf_stream_next(buf_stream *s, int *buf, wr_blkno *blk)
 {
 	*buf = BUF_INVALID;
+	if (s->uring)
+		return stream_next_uring(s, buf, blk);
+	if (s->cb != NULL)
+		return stream_next_queued(s, buf, blk);
 	if (s->next >= s->to)
 		return WALRUS_ENOTFOUND;
 	*blk = s->next;
-	if (s->uring)
-		return stream_next_uring(s, buf);
 	stream_advise(s);
 	return buf_read(s->rel, s->next++, buf);
+}
+
+void buf_stream_wait(buf_stream *s)
+{
+	if (!s->uring || s->pid != getpid() || buf_me->pins == NULL)
+		return;
+	while (s->inflight > 0)
+		s->st.waits += (uint64_t)ring_reap(true);
 }
 
 void buf_stream_close(buf_stream *s)
@@ -575,10 +766,10 @@ void buf_stream_close(buf_stream *s)
 	if (s == NULL)
 		return;
 	/* Another process's copy, or after buf_detach_check took the pins back: memory only. */
-	bool mine = s->pid == getpid() && buf_me->pins != NULL;
+	bool mine = s->uring && s->pid == getpid() && buf_me->pins != NULL;
 	while (mine && s->inflight > 0)
 		ring_reap(true);
-	for (uint32_t i = 0; i < s->count; i++) {
+	for (uint32_t i = 0; s->uring && i < s->count; i++) {
 		stream_slot *sl = &s->slots[(s->head + i) % (uint32_t)s->depth];
 		if (mine && sl->state != SLOT_FAILED)
 			buf_unpin(sl->buf);

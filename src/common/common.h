@@ -235,8 +235,9 @@ typedef struct wr_options {
 	/* streaming replication, the primary's side (src/repl) */
 	char listen_replication[WR_OPT_STR_MAX]; /* "HOST:PORT", a socket path, or "" (off) */
 	int64_t max_wal_senders;
-	int64_t wal_sender_timeout_us;      /* a standby silent this long is dropped */
-	bool ssl;                           /* TLS on listen_replication (src/repl/tls.c) */
+	int64_t wal_sender_timeout_us; /* a standby silent this long is dropped */
+	int64_t wal_sender_delay_us;   /* an asynchronous standby's sends, at most this often */
+	bool ssl;                      /* TLS on listen_replication (src/repl/tls.c) */
 	char ssl_cert_file[WR_OPT_STR_MAX]; /* relative paths: to the data directory */
 	char ssl_key_file[WR_OPT_STR_MAX];
 	char ssl_ca_file[WR_OPT_STR_MAX]; /* "": no client certificates asked for */

@@ -161,6 +161,9 @@ static const wr_opt_desc opt_table[] = {
         "standbys served at once (a WAL sender process each)"),
     OPT("wal_sender_timeout", WR_OPT_TIME, INST, wal_sender_timeout_us, "1min", 1 * SEC, 1 * DAY,
         NULL, "a standby that does not answer for this long is disconnected"),
+    OPT("wal_sender_delay", WR_OPT_TIME, INST, wal_sender_delay_us, "10ms", 0, 10 * SEC, NULL,
+        "an asynchronous standby's sender sends the WAL flushed at most this often (0: at "
+        "every flush; a synchronous standby's is sent at every flush)"),
     OPT("ssl", WR_OPT_BOOL, INST, ssl, "off", 0, 0, NULL,
         "TLS on listen_replication: every standby connects with TLS (needs ssl_cert_file "
         "and ssl_key_file)"),
@@ -212,6 +215,7 @@ static const struct opt_rule opt_rules[] = {
     {.name = "supervisor_linger", .plain_unit = SEC},
     {.name = "archive_timeout", .plain_unit = SEC},
     {.name = "wal_sender_timeout", .plain_unit = MS},
+    {.name = "wal_sender_delay", .plain_unit = MS},
 };
 
 static const struct opt_rule no_rule = {.name = "", .plain_unit = SEC};

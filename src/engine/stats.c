@@ -266,6 +266,8 @@ static void stats_senders(jbuf *j, repl_state *r)
 		jb_dbl(j, "flush_lag_ms", (double)atomic_load(&s->flush_lag_us) / 1000.0);
 		jb_dbl(j, "replay_lag_ms", (double)atomic_load(&s->replay_lag_us) / 1000.0);
 		jb_dbl(j, "reply_age_s", age_s(atomic_load(&s->reply_time_us)));
+		jb_u64(j, "wakeups", atomic_load(&s->wakeups));
+		jb_u64(j, "wal_messages", atomic_load(&s->wal_messages));
 		jb_add(j, "}");
 	}
 	jb_add(j, "]");
@@ -374,6 +376,8 @@ static void stats_kv(jbuf *j)
 	jb_u64(j, "compact_leaves_merged", k.compact_leaves_merged);
 	jb_u64(j, "compact_pages_moved", k.compact_pages_moved);
 	jb_u64(j, "compact_blocks_given_back", k.compact_blocks_given_back);
+	jb_u64(j, "scan_ahead", k.scan_ahead);
+	jb_u64(j, "scan_ahead_io", k.scan_ahead_io);
 	jb_close(j);
 }
 

@@ -15,9 +15,10 @@
  * Locks: a test-and-test-and-set spinlock with backoff for very short
  * sections, and a futex-based reader/writer lock (shared futexes, since the
  * words live in a MAP_SHARED mapping) that sleeps in the kernel.  Both keep
- * wait statistics.  A process that dies holding one leaves it held: that is
- * why any death of an attached process makes the supervisor throw the
- * shared memory away (crash restart), as PostgreSQL does.
+ * wait statistics.  A process that dies holding one (or waiting as the rw
+ * lock's heir, to which a release hands it) leaves it held: that is why any
+ * death of an attached process makes the supervisor throw the shared memory
+ * away (crash restart), as PostgreSQL does.
  *
  * Waits: ipc_wait_u32() sleeps while a shared 32-bit word holds a value, with
  * a timeout; ipc_wake_all() wakes every sleeper on it in one call.  Waiters
@@ -106,6 +107,9 @@ int shm_create(size_t size, int huge, int *fd_out);
 int shm_attach(int fd);
 /* Unmaps and forgets the base (does not close any fd). */
 void shm_detach(void);
+/* @fn runs in shm_detach before the unmap: for work of this process still
+ * in flight on the segment (the buffer pool's background populates). */
+void shm_set_unmap_hook(void (*fn)(void));
 
 shm_header *shm_hdr(void); /* NULL when not attached */
 static inline void *shm_ptr(uint64_t off);
@@ -181,8 +185,10 @@ void spin_unlock(wr_spinlock *l);
 
 /*
  * Reader/writer lock on one 32-bit futex word: the low bits count readers,
- * one bit marks a writer, one marks sleepers.  Writers are not starved:
- * a waiting writer blocks new readers.
+ * the high bits mark a writer, sleepers, and the heir.  Writers are not
+ * starved: a waiting writer blocks new readers, a release wakes one
+ * sleeping writer (not all), and a writer that has waited a millisecond
+ * becomes the heir, to which the next release hands the lock (lock.c).
  */
 typedef struct wr_rwlock {
 	_Atomic uint32_t state;
@@ -197,6 +203,8 @@ bool rw_trylock_shared(wr_rwlock *l);
 bool rw_trylock_excl(wr_rwlock *l);
 void rw_unlock(wr_rwlock *l); /* releases whichever mode this process holds */
 bool rw_held_excl(const wr_rwlock *l);
+/* Tests: a waiting writer becomes the heir after @ns of waiting (0 restores the default, 1 ms). */
+void ipc_set_heir_ns(uint64_t ns);
 
 /* ---------------------------------------------------------------- sockets */
 

@@ -2,8 +2,8 @@
  * shm.c - the instance's shared memory segment: one memfd, mapped
  * MAP_SHARED by every process of the instance.
  *
- * Interface: shm_size_for, shm_create, shm_attach, shm_detach, shm_hdr,
- * shm_alloc, shm_lookup (see ipc.h).
+ * Interface: shm_size_for, shm_create, shm_attach, shm_detach,
+ * shm_set_unmap_hook, shm_hdr, shm_alloc, shm_lookup (see ipc.h).
  *
  * Notes.  The supervisor creates the segment and carves its regions once,
  * before any other process can see it; attachers get the fd over a socket
@@ -27,6 +27,7 @@
 
 char *shm_base_;
 static size_t shm_size_;
+static void (*_Atomic shm_unmap_hook)(void);
 
 static size_t header_size(void)
 {
@@ -221,10 +222,18 @@ int shm_attach(int fd)
 	return WALRUS_OK;
 }
 
+void shm_set_unmap_hook(void (*fn)(void))
+{
+	atomic_store(&shm_unmap_hook, fn);
+}
+
 void shm_detach(void)
 {
 	if (shm_base_ == NULL)
 		return;
+	void (*hook)(void) = atomic_load(&shm_unmap_hook);
+	if (hook != NULL)
+		hook();
 	/* munmap of a mapping we made can only fail on a bug; nothing to undo then. */
 	(void)munmap(shm_base_, shm_size_);
 	shm_base_ = NULL;

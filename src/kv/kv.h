@@ -337,8 +337,10 @@ typedef struct kv_stats {
 	uint64_t compact_leaves_merged, compact_pages_moved; /* by them */
 	uint64_t
 	    compact_blocks_given_back; /* punched out of the data file (kv_compact_give_back) */
-	uint32_t height;               /* from the meta page */
-	uint64_t pages;                /* blocks in use, meta page included */
+	uint64_t scan_ahead;    /* leaves handed to read streams ahead of iterators, compaction */
+	uint64_t scan_ahead_io; /* of them, read (io_uring) or advised (sync): not in the pool */
+	uint32_t height;        /* from the meta page */
+	uint64_t pages;         /* blocks in use, meta page included */
 	uint64_t free_pages, keys;
 } kv_stats;
 /* Counters since shared memory was created, and the tree's shape (zeros if no tree). */
@@ -481,6 +483,10 @@ void kv_test_compact_between(void (*fn)(void *), void *arg);
 /* A get calls @fn(@arg) after reading a leaf through the file's mapping and
  * before checking that no buffer took the leaf meanwhile (NULL: nothing). */
 void kv_test_mapped_between(void (*fn)(void *), void *arg);
+/* Iterators of this process look ahead as if every leaf came slowly from
+ * storage, and never stop (true), or as they judge (false): look-ahead
+ * without timing. */
+void kv_test_iter_ahead_always(bool on);
 #endif
 
 #endif /* WALRUS_KV_H */

@@ -522,6 +522,10 @@ typedef struct kv_shared {
 	_Atomic uint64_t size_checks;   /* times a writer asked the data file's size */
 	/* compactions finished, and what they did (kv_compact.c) */
 	_Atomic uint64_t compactions, compact_merged, compact_moved, compact_given_back;
+	/* Leaves iterators (kv_iter.c) and compaction's pack (kv_compact.c)
+	 * handed to read streams ahead of them, and of those the ones read
+	 * (io_uring) or advised (sync) because the pool lacked them. */
+	_Atomic uint64_t scan_ahead, scan_ahead_io;
 	/* Changes of any tree's free list (kv_write.c, kv_compact.c), under
 	 * the tree lock: a compaction keeps its copy of the list while this
 	 * stays. */
@@ -576,6 +580,28 @@ enum kv_seek_mode {
 };
 int kv_descend(const kv_key *k, int mode, kv_rpage *out);
 void kv_rpage_done(kv_rpage *p);
+/*
+ * The leaves a scan from @k visits next, as the level-1 node above them
+ * lists them (the node a descent for @k passes through: this backend's
+ * copy of it, or the node read under its share lock): for KV_SEEK_GE the
+ * child covering @k and those after it, for KV_SEEK_LT the child covering
+ * the keys just below @k and those before it, in that order, @cap at most.
+ * With @until (a scan's far bound: its exclusive upper bound for
+ * KV_SEEK_GE, its lower bound for KV_SEEK_LT), leaves wholly past it are
+ * left out.  When @more, the leaves after the last one start at
+ * next[0 .. next_len): a plan from there in the same mode continues this
+ * one.  A tree of one leaf plans none.  Only a hint: leaves split, merge
+ * and move meanwhile.
+ */
+typedef struct kv_leaf_plan {
+	wr_blkno *blk; /* in: room for @cap blocks; out: n of them */
+	int cap, n;
+	const kv_key *until; /* in: NULL for none */
+	bool more;
+	uint16_t next_len;
+	char next[KV_MAX_KEY];
+} kv_leaf_plan;
+int kv_plan_leaves(const kv_key *k, int mode, kv_leaf_plan *plan);
 /* Reads an overflow value into dst (ref->vlen bytes); KV_RETRY if the chain changed. */
 int kv_ovf_read(const kv_ovf_ref *ref, char *dst);
 

@@ -15,6 +15,40 @@
  * looks the key up again: it returns the newer value, or, if the key is
  * gone, moves on in the same direction.
  *
+ * Look-ahead.  A scan whose leaves come from storage (AHEAD_AFTER leaves
+ * crossed, the last two each taking AHEAD_SLOW_NS or more to reach: a
+ * short scan, or one served by the pool or the page cache, pays two clock
+ * reads per leaf) plans the leaves to come from the level-1 node above
+ * them (kv_plan_leaves: its downlinks from the next leaf on, then the next
+ * node's) and hands the next of them to a read stream, a window at a time:
+ * with io_method=io_uring their reads are in flight together and land in
+ * the pool, with sync the kernel is advised to read them.  The window
+ * starts at AHEAD_FIRST leaves and doubles at each batch up to AHEAD_MAX
+ * (and a sixteenth of the pool); a new batch goes out when half the window
+ * is left.  The look-ahead stops when it stops paying: with io_uring after
+ * two batches in a row whose reads had all completed when waited for (the
+ * page cache had them); with sync, whose advice says nothing back, after
+ * AHEAD_PROBE batches, and slow leaves past what was advised start it
+ * again.  With sync and O_DIRECT data files there is nothing to advise.
+ *
+ * The plan is a hint and nothing else: the next leaf is still the one the
+ * right link and the fences (or a descent) decide, found in the pool or
+ * read as before.  Each leaf reached is looked for in the plan; entries
+ * before it are passed over (merged or moved away), and a plan that names
+ * none of AHEAD_MISSES leaves in a row is dropped and made again from the
+ * current leaf.  A leaf that split meanwhile only costs a miss.
+ *
+ * An iterator holds no pin and no read between calls: each stream is
+ * closed before the move that opened it returns, its reads completed
+ * (io_uring) and its pins released, so the pages wait in the pool, not
+ * pinned.  Holding them across calls is not safe: a read in flight keeps
+ * its buffer's I/O flag, which every other backend wanting that leaf waits
+ * for, and only this backend's ring can end it, at its next call, which
+ * may never come; and pins are waited for by buf_drop_rel when a key space
+ * is dropped (a drop waits for the calls inside the space, not for an
+ * iterator between calls).  What stays between calls is the plan (block
+ * numbers) and what is issued of it.
+ *
  * Interface: kv.h (kv_iter_*).
  */
 #include <sched.h>
@@ -23,10 +57,33 @@
 
 #include "buffer/buffer.h"
 #include "kv/kv_int.h"
+#include "storage/storage.h"
 
 #define ITER_MAX_RETRIES 100000
 
+#define AHEAD_AFTER   2     /* leaves a scan crosses before it looks ahead */
+#define AHEAD_SLOW_NS 30000 /* a leaf slower to reach came from storage */
+#define AHEAD_FIRST   8     /* the first window, in leaves */
+#define AHEAD_MAX     32    /* the largest window */
+#define AHEAD_PLAN    64    /* leaves planned at most */
+#define AHEAD_MISSES  3     /* leaves in a row off the plan before it is dropped */
+#define AHEAD_PROBE   8     /* sync: batches before the look-ahead checks it still pays */
+
 enum { FWD, BACK };
+
+typedef struct iter_ahead {
+	wr_blkno blk[AHEAD_PLAN]; /* the leaves to come, in scan order: blk[pos .. n) */
+	int pos, n;
+	int issued;        /* blk[pos .. issued) were handed to a read stream */
+	int dir;           /* of the plan */
+	int crossed;       /* leaves crossed in that direction since the last seek */
+	int window;        /* leaves to keep issued ahead; 0: the pool is too small */
+	int misses;        /* leaves in a row the plan did not name */
+	int slow;          /* leaves in a row slow to reach */
+	int quiet;         /* batches since the look-ahead last showed it pays */
+	bool on;           /* looking ahead */
+	kv_leaf_plan cont; /* more, next: where the leaves after blk[n - 1] start */
+} iter_ahead;
 
 struct kv_iter {
 	wr_relid rel; /* the tree: every move makes it current */
@@ -43,6 +100,7 @@ struct kv_iter {
 	uint16_t kpfx;              /* the copy's prefix, at the start of kbuf */
 	char *vbuf;
 	size_t vcap;
+	iter_ahead ahead;
 };
 
 /* ---------------------------------------------------------------- leaves */
@@ -87,16 +145,159 @@ static kv_key whole_key(kv_iter *it, const char *k, uint16_t kl)
 	return (kv_key){.p = it->kbuf, .len = (uint16_t)(it->kpfx + kl)};
 }
 
-/* Copies the leaf a descent for @k finds. */
-static int load_leaf(kv_iter *it, const kv_key *k, int mode)
+/* Copies the leaf a descent for @k finds; *@blk (unless NULL) is its block. */
+static int load_leaf(kv_iter *it, const kv_key *k, int mode, wr_blkno *blk)
 {
 	kv_rpage p;
 	int rc = kv_descend(k, mode, &p);
 	if (rc != WALRUS_OK)
 		return rc;
 	copy_leaf(it, p.page);
+	if (blk != NULL)
+		*blk = p.blk;
 	kv_rpage_done(&p);
 	return WALRUS_OK;
+}
+
+/* ---------------------------------------------------------------- look-ahead */
+
+#ifdef WALRUS_TEST_HOOKS
+static _Atomic bool ahead_always;
+
+void kv_test_iter_ahead_always(bool on)
+{
+	atomic_store(&ahead_always, on);
+}
+#define AHEAD_ALWAYS() atomic_load_explicit(&ahead_always, memory_order_relaxed)
+#else
+#define AHEAD_ALWAYS() false
+#endif
+
+static void ahead_reset(iter_ahead *a, int dir)
+{
+	a->pos = a->n = a->issued = 0;
+	a->crossed = a->misses = a->slow = a->quiet = 0;
+	a->on = false;
+	a->dir = dir;
+	a->cont.more = false;
+	/* Pinned ahead, a window must leave the pool to everyone else. */
+	int most = (int)WR_MIN((uint32_t)AHEAD_MAX, buf_nbuffers() / 16);
+	a->window = most >= 2 ? WR_MIN(AHEAD_FIRST, most) : 0;
+}
+
+/* Adds to the plan the leaves from @from on (in the plan's direction). */
+static void ahead_plan(kv_iter *it, const kv_key *from)
+{
+	iter_ahead *a = &it->ahead;
+	if (a->pos > 0) {
+		memmove(a->blk, a->blk + a->pos, sizeof(a->blk[0]) * (size_t)(a->n - a->pos));
+		a->n -= a->pos;
+		a->issued = WR_MAX(a->issued - a->pos, 0);
+		a->pos = 0;
+	}
+	if (a->n == AHEAD_PLAN)
+		return;
+	char k[KV_MAX_KEY];
+	kv_key key = *from;
+	if (!key.inf) {
+		memcpy(k, from->p, from->len);
+		key.p = k;
+	}
+	kv_key until = a->dir == FWD ? (kv_key){.p = it->hi, .len = it->hil}
+	                             : (kv_key){.p = it->lo, .len = it->lol};
+	a->cont.blk = a->blk + a->n;
+	a->cont.cap = AHEAD_PLAN - a->n;
+	a->cont.until = (a->dir == FWD ? it->has_hi : it->has_lo) ? &until : NULL;
+	if (kv_plan_leaves(&key, a->dir == FWD ? KV_SEEK_GE : KV_SEEK_LT, &a->cont) != WALRUS_OK) {
+		/* Only a hint: the move itself reads what it needs and reports its errors. */
+		wr_error_clear();
+		a->cont.more = false;
+		return;
+	}
+	a->n += a->cont.n;
+}
+
+/* Hands the next leaves of the plan to a read stream when half the window is left. */
+static void ahead_issue(kv_iter *it)
+{
+	iter_ahead *a = &it->ahead;
+	a->issued = WR_MAX(a->issued, a->pos);
+	int end = WR_MIN(a->n, a->pos + a->window);
+	if (a->issued >= end || a->issued - a->pos > a->window / 2)
+		return;
+	buf_stream *s;
+	int n = end - a->issued;
+	if (buf_stream_open_list(&s, it->rel, a->blk + a->issued, (uint32_t)n, n) != WALRUS_OK) {
+		wr_error_clear();
+		return;
+	}
+	buf_stream_wait(s);
+	buf_stream_stats st;
+	buf_stream_get_stats(s, &st);
+	buf_stream_close(s); /* the reads done and the pins released: nothing held past the call */
+	bool uring = st.io_method == WR_IO_URING;
+	atomic_fetch_add_explicit(&kv_sh->scan_ahead, (uint64_t)n, memory_order_relaxed);
+	atomic_fetch_add_explicit(&kv_sh->scan_ahead_io, uring ? st.blocks : st.submitted,
+	                          memory_order_relaxed);
+	a->issued = end;
+	a->window =
+	    (int)WR_MIN((uint32_t)a->window * 2, WR_MIN((uint32_t)AHEAD_MAX, buf_nbuffers() / 16));
+	if (!uring && smgr_direct()) {
+		a->window = 0; /* advice is skipped for O_DIRECT files: nothing to gain */
+		a->on = false;
+	}
+	a->quiet = uring && st.waits > 0 ? 0 : a->quiet + 1;
+	if (a->quiet >= (uring ? 2 : AHEAD_PROBE) && !AHEAD_ALWAYS())
+		a->on = false;
+}
+
+/*
+ * Before the iterator leaves its copy in direction @dir, past @edge (the
+ * copy's high fence forward, its low fence backward): plans and issues.
+ */
+static void ahead_step(kv_iter *it, int dir, const kv_key *edge)
+{
+	iter_ahead *a = &it->ahead;
+	if (a->dir != dir)
+		ahead_reset(a, dir);
+	a->crossed++;
+	if (!a->on)
+		return;
+	if (a->pos >= a->n) {
+		a->pos = a->n = a->issued = 0;
+		ahead_plan(it, edge);
+	} else if (a->cont.more && a->n - a->pos < AHEAD_MAX) {
+		kv_key next = {.p = a->cont.next, .len = a->cont.next_len};
+		ahead_plan(it, &next);
+	}
+	ahead_issue(it);
+}
+
+/*
+ * The iterator moved on to leaf @blk, which took @ns to reach: the plan's
+ * next entries follow it, and two slow leaves in a row (one could be a
+ * preemption) start the look-ahead.
+ */
+static void ahead_landed(kv_iter *it, wr_blkno blk, uint64_t ns)
+{
+	iter_ahead *a = &it->ahead;
+	a->slow = ns >= AHEAD_SLOW_NS || AHEAD_ALWAYS() ? a->slow + 1 : 0;
+	if (!a->on && a->slow >= 2 && a->crossed >= AHEAD_AFTER && a->window > 0) {
+		a->on = true;
+		a->quiet = 0;
+	}
+	if (a->pos >= a->n)
+		return;
+	for (int i = a->pos; i < a->n; i++)
+		if (a->blk[i] == blk) {
+			a->pos = i + 1;
+			a->misses = 0;
+			return;
+		}
+	if (++a->misses >= AHEAD_MISSES) {
+		a->pos = a->n = a->issued = a->misses = 0;
+		a->cont.more = false;
+	}
 }
 
 static bool same_key(const kv_key *a, const kv_key *b)
@@ -104,12 +305,12 @@ static bool same_key(const kv_key *a, const kv_key *b)
 	return a->inf == b->inf && (a->inf || kv_cmp(a->p, a->len, b->p, b->len) == 0);
 }
 
-/* The right sibling, if it still starts at @high: copies it and returns true. */
-static int try_right(kv_iter *it, const kv_key *high, bool *done)
+/* The right sibling, if it still starts at @high: copies it and sets *done, *blk. */
+static int try_right(kv_iter *it, const kv_key *high, bool *done, wr_blkno *blk)
 {
 	int buf;
 	*done = false;
-	wr_blkno right = kvp_special(it->leaf).right;
+	wr_blkno right = *blk = kvp_special(it->leaf).right;
 	if (right == WR_INVALID_BLKNO)
 		return WALRUS_OK;
 	int rc = buf_read(kv_cur_rel, right, &buf);
@@ -138,11 +339,15 @@ static int next_leaf(kv_iter *it)
 	memcpy(hk, high.p, high.len);
 	high.p = hk;
 	bool done;
-	int rc = try_right(it, &high, &done);
+	wr_blkno blk;
+	ahead_step(it, FWD, &high);
+	uint64_t t0 = wr_now_ns();
+	int rc = try_right(it, &high, &done, &blk);
 	if (rc == WALRUS_OK && !done)
-		rc = load_leaf(it, &high, KV_SEEK_GE);
+		rc = load_leaf(it, &high, KV_SEEK_GE, &blk);
 	if (rc == WALRUS_OK) {
 		bool eq;
+		ahead_landed(it, blk, wr_now_ns() - t0);
 		it->pos = kvn_lower_bound(it->leaf, high.p, high.len, &eq);
 	}
 	return rc;
@@ -155,9 +360,13 @@ static int prev_leaf(kv_iter *it)
 	kv_key low = kvn_low(it->leaf);
 	memcpy(lk, low.p, low.len);
 	low.p = lk;
-	int rc = load_leaf(it, &low, KV_SEEK_LT);
+	wr_blkno blk;
+	ahead_step(it, BACK, &low);
+	uint64_t t0 = wr_now_ns();
+	int rc = load_leaf(it, &low, KV_SEEK_LT, &blk);
 	if (rc == WALRUS_OK) {
 		bool eq;
+		ahead_landed(it, blk, wr_now_ns() - t0);
 		it->pos = kvn_lower_bound(it->leaf, low.p, low.len, &eq) - 1;
 	}
 	return rc;
@@ -250,7 +459,7 @@ static int relocate(kv_iter *it, int dir)
 	kv_key key = cur_key(it);
 	memcpy(k, key.p, key.len);
 	key.p = k;
-	int rc = load_leaf(it, &key, KV_SEEK_GE);
+	int rc = load_leaf(it, &key, KV_SEEK_GE, NULL);
 	if (rc == WALRUS_OK) {
 		bool eq;
 		it->pos = kvn_lower_bound(it->leaf, key.p, key.len, &eq);
@@ -337,7 +546,8 @@ int kv_iter_seek(kv_iter *it, const void *k, size_t kl)
 	if (k != NULL && kl > 0)
 		key = (kv_key){.p = k, .len = (uint16_t)kl};
 	it->cur.valid = false;
-	int rc = load_leaf(it, &key, KV_SEEK_GE);
+	ahead_reset(&it->ahead, FWD);
+	int rc = load_leaf(it, &key, KV_SEEK_GE, NULL);
 	if (rc != WALRUS_OK)
 		return rc;
 	bool eq;
@@ -354,7 +564,8 @@ int kv_iter_seek_last(kv_iter *it)
 	it->cur.valid = false;
 	if (it->has_hi && it->hil == 0)
 		return WALRUS_OK; /* nothing sorts below the empty key */
-	int rc = load_leaf(it, &key, KV_SEEK_LT);
+	ahead_reset(&it->ahead, BACK);
+	int rc = load_leaf(it, &key, KV_SEEK_LT, NULL);
 	if (rc != WALRUS_OK)
 		return rc;
 	bool eq;

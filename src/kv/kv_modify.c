@@ -714,7 +714,10 @@ static int replace_entry(wpath *path, int slot, const void *k, uint16_t kl, cons
 	if (rc != WALRUS_OK)
 		return rc;
 	kvp_item(leaf->page, slot, &oldlen);
-	if (kvp_free_space(leaf->page) + oldlen >= len)
+	/* The free space is at least the gap between lower and upper: summing
+	 * the items (kvp_free_space) only when the gap falls short. */
+	wr_page_header h = kvp_header(leaf->page);
+	if (h.upper - h.lower + oldlen >= len || kvp_free_space(leaf->page) + oldlen >= len)
 		return kvw_op(leaf, KVOP_REPLACE, (uint16_t)slot, item, len);
 	rc = kvw_op(leaf, KVOP_DELETE, (uint16_t)slot, NULL, 0);
 	return rc == WALRUS_OK ? insert_item(path, 0, slot, item, len) : rc;

@@ -426,6 +426,7 @@ void kv_mv_lose_open_batch(void)
 
 int kv_snap_take(kv_snap *s)
 {
+	uint32_t me = (uint32_t)getpid(); /* a system call: not inside the spinlock */
 	memset(s, 0, sizeof(*s));
 	for (;;) {
 		spin_lock(&mv->lock);
@@ -448,10 +449,8 @@ int kv_snap_take(kv_snap *s)
 			s->slot = i;
 			s->from = open > vis ? mv->open_pos : atomic_load(&mv->head);
 			s->taken_us = wr_wall_us();
-			mv->snaps[i] = (mv_snapslot){.csn = vis,
-			                             .taken_us = s->taken_us,
-			                             .pid = (uint32_t)getpid(),
-			                             .used = 1};
+			mv->snaps[i] = (mv_snapslot){
+			    .csn = vis, .taken_us = s->taken_us, .pid = me, .used = 1};
 			if (i >= mv->hwm)
 				mv->hwm = i + 1;
 			mv->nsnap++;

@@ -569,16 +569,75 @@ static wr_blkno child_from_copy(wr_blkno blk, int level, const kv_key *k, int mo
 	return child;
 }
 
-/* One try from the root; KV_RETRY when the tree changed under us.  A retry
- * (@use_meta) reads every node itself. */
-static int descend_once(const kv_key *k, int mode, bool use_meta, kv_rpage *out)
+/* Whether the leaves from (forward) or below (backward) @edge lie past @until. */
+static bool plan_past(const kv_key *edge, const kv_key *until, bool fwd)
+{
+	if (until == NULL || edge->inf)
+		return edge->inf;
+	int c = kv_cmp(edge->p, edge->len, until->p, until->len);
+	return fwd ? c >= 0 : c <= 0;
+}
+
+/*
+ * The plan of a scan (kv_plan_leaves) from level-1 node @page, which covers
+ * @k: its children from the one for @k on, in the scan's direction, up to
+ * the plan's bound, and the key where the leaves after them start (the
+ * next child's low key forward, the last one's backward; at the node's
+ * end, its fence on that side).
+ */
+static void plan_from(const char *page, const kv_key *k, int mode, kv_leaf_plan *p)
+{
+	bool fwd = mode == KV_SEEK_GE;
+	int last = kvp_nslots(page) - 1;
+	int s = fwd && k->inf ? KV_FIRST_SLOT : kvn_child_slot(page, k, !fwd);
+	kv_key edge = {.inf = true};
+	p->n = 0;
+	while (p->n < p->cap && s >= KV_FIRST_SLOT && s <= last) {
+		wr_blkno c = kvn_child(page, s);
+		if (c == WR_INVALID_BLKNO)
+			break;
+		p->blk[p->n++] = c;
+		s += fwd ? 1 : -1;
+		edge = fwd ? (s <= last ? kvn_inner_key(page, s) : kvn_high(page))
+		           : (s >= KV_FIRST_SLOT ? kvn_inner_key(page, s + 1) : kvn_low(page));
+		if (plan_past(&edge, p->until, fwd))
+			break;
+	}
+	p->more = p->n > 0 && !plan_past(&edge, p->until, fwd) && edge.len <= KV_MAX_KEY;
+	p->next_len = p->more ? edge.len : 0;
+	if (p->more && edge.len > 0)
+		memcpy(p->next, edge.p, edge.len);
+}
+
+/*
+ * One try from the root; KV_RETRY when the tree changed under us.  A retry
+ * (@use_meta) reads every node itself.  With @plan, the descent stops at
+ * level 1 and plans from the node there (this backend's copy of it, when it
+ * has one that covers @k) instead of returning a leaf.
+ */
+static int descend_once(const kv_key *k, int mode, bool use_meta, kv_rpage *out, kv_leaf_plan *plan)
 {
 	wr_blkno blk, via = WR_INVALID_BLKNO; /* the copy that led to blk */
 	int level, moves = 0;
+	int stop = plan != NULL ? 1 : 0;
 	int rc = start_point(use_meta, &blk, &level);
+	if (rc == WALRUS_OK && level < stop) {
+		plan->n = 0; /* one leaf: nothing ahead */
+		plan->more = false;
+		return WALRUS_OK;
+	}
 	while (rc == WALRUS_OK) {
-		wr_blkno child = use_meta || level == 0 ? WR_INVALID_BLKNO
-		                                        : child_from_copy(blk, level, k, mode);
+		const node_copy *c =
+		    stop > 0 && level == stop && !use_meta ? copy_find(blk, level) : NULL;
+		if (c != NULL) {
+			if (locate(c->page, level, k, mode) == AT_HERE) {
+				plan_from(c->page, k, mode, plan);
+				return WALRUS_OK;
+			}
+			copy_drop(blk);
+		}
+		wr_blkno child = use_meta || level <= stop ? WR_INVALID_BLKNO
+		                                           : child_from_copy(blk, level, k, mode);
 		if (child != WR_INVALID_BLKNO) {
 			via = blk;
 			blk = child;
@@ -601,6 +660,8 @@ static int descend_once(const kv_key *k, int mode, bool use_meta, kv_rpage *out)
 		}
 		if (where == AT_HERE)
 			copy_take(blk, level, page);
+		if (where == AT_HERE && level == stop)
+			plan_from(page, k, mode, plan);
 		if (where != AT_HERE && via != WR_INVALID_BLKNO)
 			copy_drop(via);
 		via = WR_INVALID_BLKNO;
@@ -609,6 +670,8 @@ static int descend_once(const kv_key *k, int mode, bool use_meta, kv_rpage *out)
 		                                   : WR_INVALID_BLKNO;
 		buf_unlock(buf);
 		buf_release(buf);
+		if (where == AT_HERE && level == stop)
+			return WALRUS_OK;
 		/* No link to follow (a damaged entry or sibling link): start over. */
 		if (where == AT_RESTART || next == WR_INVALID_BLKNO ||
 		    (where == AT_RIGHT && ++moves > KV_MAX_MOVES))
@@ -620,12 +683,12 @@ static int descend_once(const kv_key *k, int mode, bool use_meta, kv_rpage *out)
 	return rc;
 }
 
-int kv_descend(const kv_key *k, int mode, kv_rpage *out)
+static int descend(const kv_key *k, int mode, kv_rpage *out, kv_leaf_plan *plan)
 {
 	for (int restarts = 0; restarts < KV_MAX_RESTARTS; restarts++) {
 		if (restarts >= 8)
 			sched_yield(); /* let the writer finish its batch */
-		int rc = descend_once(k, mode, restarts > 0, out);
+		int rc = descend_once(k, mode, restarts > 0, out, plan);
 		if (rc != KV_RETRY)
 			return rc;
 	}
@@ -633,6 +696,16 @@ int kv_descend(const kv_key *k, int mode, kv_rpage *out)
 	                "no stable path to a leaf of relation %u after %d restarts: the tree is "
 	                "damaged (run verify)",
 	                kv_cur_rel, KV_MAX_RESTARTS);
+}
+
+int kv_descend(const kv_key *k, int mode, kv_rpage *out)
+{
+	return descend(k, mode, out, NULL);
+}
+
+int kv_plan_leaves(const kv_key *k, int mode, kv_leaf_plan *plan)
+{
+	return descend(k, mode, NULL, plan);
 }
 
 void kv_rpage_done(kv_rpage *p)
@@ -1153,6 +1226,8 @@ void kv_get_stats(kv_stats *s)
 	s->compact_leaves_merged = atomic_load(&kv_sh->compact_merged);
 	s->compact_pages_moved = atomic_load(&kv_sh->compact_moved);
 	s->compact_blocks_given_back = atomic_load(&kv_sh->compact_given_back);
+	s->scan_ahead = atomic_load(&kv_sh->scan_ahead);
+	s->scan_ahead_io = atomic_load(&kv_sh->scan_ahead_io);
 	kv_meta m;
 	kv_cur_rel = KV_REL;
 	if (smgr_exists(KV_REL) && kv_read_meta(&m) == WALRUS_OK) {

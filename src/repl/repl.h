@@ -32,6 +32,12 @@
  * repl_wake_senders() after each flush, which loads nwaiting and, only
  * when it is non-zero, sends SIGUSR1 to each waiting sender.  No lost
  * wake-up: either the flusher sees the count, or the sender sees the flush.
+ * An asynchronous standby's sender, after a round of sends, naps until
+ * wal_sender_delay has passed since the round began, without `waiting`
+ * (no flush signals it; its standby's replies and a stop still do), then
+ * sends everything flushed meanwhile at once: under a steady load it
+ * wakes once per delay, not once per flush.  A synchronous standby's
+ * sender never naps: its commits wait for it.
  * The receiver publishes `flushed` only after fdatasync, then bumps
  * flush_seq and wakes its futex waiters.
  * Returns: WALRUS_* codes with messages.
@@ -91,6 +97,10 @@ typedef struct repl_sender_slot { /* one per max_wal_senders */
 	/* How long the standby took to write, flush and replay what was sent,
 	 * as of its last FEEDBACK (lag.c); 0 when it has confirmed all of it. */
 	_Atomic uint64_t write_lag_us, flush_lag_us, replay_lag_us;
+	/* What the sender's wake-ups cost the primary's CPU: how often its
+	 * sleep ended (a flush's signal, the standby's reply, a timer), and
+	 * how many WAL messages it sent. */
+	_Atomic uint64_t wakeups, wal_messages;
 	/* Non-zero while the sender inserts WAL for a base backup: dying then
 	 * (but by exit 0) may leave its WAL insertion slot busy, so the
 	 * supervisor makes that a crash restart. */

@@ -15,6 +15,9 @@
  * instance (its death never needs a crash restart).
  *
  * Sleeping for WAL: see repl.h (waiting, nwaiting, SIGUSR1 through ppoll).
+ * An asynchronous standby's sender sends in rounds at most every
+ * wal_sender_delay (repl.h): a wake-up costs the primary's CPU a context
+ * switch, which a busy primary pays at each flush otherwise.
  */
 #include "repl/repl_int.h"
 
@@ -64,6 +67,10 @@ typedef struct sender {
 	wal_control ctl;
 	wr_lsn sent;
 	uint64_t last_send_ns, last_reply_ns;
+	uint64_t delay_ns;       /* wal_sender_delay; 0 for a synchronous standby */
+	uint64_t round_ns;       /* when the last round of sends began */
+	bool slept;              /* since the last round began */
+	uint64_t wakeups, sends; /* published in the slot (stats) */
 	int seg_fd;
 	wr_lsn seg_start;
 	uint8_t *buf;
@@ -406,6 +413,8 @@ static void receive_start(sender *w)
 	w->sync = w->opts->synchronous_standby[0] != '\0' &&
 	          strcmp(w->opts->synchronous_standby, w->slot->name) == 0;
 	w->sync_apply = w->opts->synchronous_standby_level == WR_SYNC_LEVEL_APPLY;
+	/* A synchronous standby's commits wait for it: never held back. */
+	w->delay_ns = w->sync ? 0 : (uint64_t)w->opts->wal_sender_delay_us * 1000;
 	atomic_store(&w->slot->sent, w->sent);
 	if (w->history[0] != '\0')
 		send_history(w);
@@ -492,6 +501,7 @@ static void send_wal(sender *w, wr_lsn flush)
 		                        : "the connection broke");
 	w->sent += n;
 	atomic_store(&w->slot->sent, w->sent);
+	atomic_store(&w->slot->wal_messages, ++w->sends);
 	w->last_send_ns = wr_now_ns();
 	repl_lag_sent(&w->lag, w->sent, w->last_send_ns);
 }
@@ -553,27 +563,44 @@ static void read_reply(sender *w)
 	w->last_reply_ns = wr_now_ns();
 }
 
-/* Sleeps until WAL is flushed past `sent`, the standby writes, or a keepalive is due. */
-static void sleep_for_wal(sender *w)
+/*
+ * Sleeps until the standby writes, a keepalive is due, SIGUSR1 (a stop, or
+ * with @for_flush a flush past `sent`) or @until_ns.  Without @for_flush
+ * no flush signals it: the nap of an asynchronous standby's sender.
+ */
+static void sleep_until(sender *w, uint64_t until_ns, bool for_flush)
 {
-	atomic_store(&w->slot->waiting, 1);
-	atomic_fetch_add(&w->r->nwaiting, 1);
-	if (wal_flushed_lsn() <= w->sent && !atomic_load(&w->r->finishing)) {
-		uint64_t now = wr_now_ns(), due = w->last_send_ns + KEEPALIVE_NS;
+	if (for_flush) {
+		atomic_store(&w->slot->waiting, 1);
+		atomic_fetch_add(&w->r->nwaiting, 1);
+	}
+	bool wake = (for_flush && wal_flushed_lsn() > w->sent) || atomic_load(&w->r->finishing);
+	if (!wake && !repl_io_pending(w->fd)) { /* bytes TLS holds already: no sleep */
+		uint64_t now = wr_now_ns(), due = WR_MIN(until_ns, w->last_send_ns + KEEPALIVE_NS);
 		uint64_t ns = due > now ? due - now : 0;
 		struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ULL),
 		                      .tv_nsec = (long)(ns % 1000000000ULL)};
 		struct pollfd p = {.fd = w->fd, .events = POLLIN};
-		if (!repl_io_pending(w->fd)) /* bytes TLS holds already: no sleep */
-			(void)ppoll(&p, 1, &ts, &w->wake_mask);
+		(void)ppoll(&p, 1, &ts, &w->wake_mask);
+		atomic_store(&w->slot->wakeups, ++w->wakeups);
 	}
-	atomic_store(&w->slot->waiting, 0);
-	atomic_fetch_sub(&w->r->nwaiting, 1);
+	if (for_flush) {
+		atomic_store(&w->slot->waiting, 0);
+		atomic_fetch_sub(&w->r->nwaiting, 1);
+	}
+	w->slept = true;
+}
+
+/* An asynchronous standby's sender within wal_sender_delay of its last round's start. */
+static bool napping(const sender *w, uint64_t now, bool finishing)
+{
+	return w->delay_ns > 0 && !finishing && now - w->round_ns < w->delay_ns;
 }
 
 static _Noreturn void stream(sender *w)
 {
 	w->last_reply_ns = w->last_send_ns = wr_now_ns();
+	w->slept = true;
 	for (;;) {
 		wr_lsn flush = wal_flushed_lsn();
 		bool finishing = atomic_load(&w->r->finishing) != 0;
@@ -590,13 +617,20 @@ static _Noreturn void stream(sender *w)
 		uint64_t now = wr_now_ns();
 		if (now - w->last_reply_ns > w->timeout_ns)
 			drop(w, "no reply within wal_sender_timeout");
-		if (w->sent < flush) {
+		/* A round sends until it has caught up, however long that takes. */
+		if (w->sent < flush && !(w->slept && napping(w, now, finishing))) {
+			if (w->slept)
+				w->round_ns = now;
+			w->slept = false;
 			send_wal(w, flush);
 			continue;
 		}
 		if (now - w->last_send_ns >= KEEPALIVE_NS)
 			send_keepalive(w, now - w->last_reply_ns > w->timeout_ns / 2);
-		sleep_for_wal(w);
+		if (napping(w, now, finishing))
+			sleep_until(w, w->round_ns + w->delay_ns, false);
+		else
+			sleep_until(w, UINT64_MAX, true);
 	}
 }
 

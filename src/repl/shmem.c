@@ -87,6 +87,8 @@ static void sender_reset(repl_sender_slot *s)
 	atomic_store(&s->write_lag_us, 0);
 	atomic_store(&s->flush_lag_us, 0);
 	atomic_store(&s->replay_lag_us, 0);
+	atomic_store(&s->wakeups, 0);
+	atomic_store(&s->wal_messages, 0);
 	atomic_store(&s->inserting, 0);
 }
 

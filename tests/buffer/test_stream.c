@@ -3,8 +3,10 @@
  * in order through a pool smaller than the relation, concurrent readers of
  * the same blocks doing each read once, checksum failures and injected read
  * errors reported for their block with nothing left pinned, streams closed
- * half-way, a process reading a block its own stream has in flight, and the
- * storage functions the stream is built on (smgr_check_read reports what
+ * half-way, a process reading a block its own stream has in flight, streams
+ * of the caller's blocks (a callback, a list: its order, its errors per
+ * block, no pin left on any path, the depth cap, a forked child closing its
+ * copy), and the storage functions the stream is built on (smgr_check_read reports what
  * smgr_read reports; smgr_prefetch is only a hint).
  *
  * As tests/buffer/test_buffer.c: no instance, a shared memory segment made
@@ -541,6 +543,242 @@ START_TEST(smgr_check_read_reports_what_smgr_read_reports)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- the caller's blocks */
+
+/* A callback's blocks: blk[0 .. n), none for now at @hold_at while @hold. */
+typedef struct feed {
+	const wr_blkno *blk;
+	int n, i;
+	int hold_at;
+	bool hold;
+} feed;
+
+static wr_blkno feed_next(void *arg)
+{
+	feed *f = arg;
+	if (f->hold && f->i == f->hold_at)
+		return WR_INVALID_BLKNO;
+	return f->i < f->n ? f->blk[f->i++] : WR_INVALID_BLKNO;
+}
+
+/* Buffers pinned by anyone now. */
+static uint32_t pinned_now(void)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < buf_l.r->nbuffers; i++)
+		n += BUF_REFCOUNT(atomic_load(&buf_l.desc[i].state)) != 0;
+	return n;
+}
+
+/*
+ * A list in no block order: a run of adjacent blocks (combined into one
+ * read by io_uring, advised as one run by sync), blocks scattered over the
+ * rest, one named twice in a row, then the start of the relation.
+ */
+static int mixed_list(wr_blkno *out)
+{
+	int n = 0;
+	for (wr_blkno b = 40; b < 60; b++)
+		out[n++] = b;
+	for (int i = 0; i < 100; i++)
+		out[n++] = 60 + (wr_blkno)(i * 37 % 140); /* distinct, never adjacent */
+	out[n] = out[n - 1];
+	n++;
+	for (wr_blkno b = 0; b < 10; b++)
+		out[n++] = b;
+	return n;
+}
+
+START_TEST(callback_stream_in_the_callers_order)
+{
+	enum { NBUF = 64, NBLK = 200, DEPTH = 16, HOLD = 30, DISTINCT = 130 };
+	setup(NBUF, _i);
+	make_relation(NBLK);
+	wr_blkno list[160];
+	feed f = {.blk = list, .n = mixed_list(list), .hold_at = HOLD, .hold = true};
+	bool uring = METHOD(_i) == WR_IO_URING;
+	buf_stats st0, st1;
+	buf_get_stats(&st0);
+	buf_stream *s;
+	ck_assert_int_eq(buf_stream_open_cb(&s, REL, feed_next, &f, DEPTH), WALRUS_OK);
+	int buf, rc, got = 0;
+	wr_blkno blk;
+	while ((rc = buf_stream_next(s, &buf, &blk)) != WALRUS_ENOTFOUND || f.hold) {
+		if (rc == WALRUS_ENOTFOUND) {
+			/* The callback has nothing for now: nothing more until it has. */
+			ck_assert_int_eq(got, HOLD);
+			ck_assert_int_eq(buf, BUF_INVALID);
+			ck_assert_int_eq(buf_stream_next(s, &buf, &blk), WALRUS_ENOTFOUND);
+			f.hold = false;
+			continue;
+		}
+		ck_assert_msg(rc == WALRUS_OK, "block %u: %s", blk, walrus_errmsg());
+		ck_assert_uint_eq(blk, list[got]);
+		got++;
+		/* The look-ahead pins at most the depth, besides the block in hand. */
+		ck_assert_uint_le(pinned_now(), uring ? DEPTH + 1 : 1);
+		buf_lock(buf, false);
+		ck_assert(page_ok(buf_page(buf), blk));
+		buf_unlock(buf);
+		buf_release(buf);
+	}
+	ck_assert_int_eq(got, f.n);
+	buf_stream_stats ss;
+	buf_stream_get_stats(s, &ss);
+	buf_stream_close(s);
+	buf_get_stats(&st1);
+	ck_assert_uint_eq(st1.reads - st0.reads, DISTINCT); /* the repeat was pinned still */
+	ck_assert_int_eq(ss.depth, DEPTH);
+	if (uring) {
+		ck_assert_uint_ge(ss.blocks, DISTINCT - 1); /* but perhaps the repeat's block */
+		ck_assert_uint_lt(ss.submitted, ss.blocks); /* the run was combined */
+	} else if (smgr_direct()) {
+		ck_assert_uint_eq(ss.submitted, 0);
+	} else {
+		/* Every scattered block advised, and the run's first 16 in one call. */
+		ck_assert_uint_ge(ss.submitted, 100 + 16);
+		ck_assert_uint_lt(ss.submitted, DISTINCT);
+	}
+	check_pool_idle();
+	/* A list, and an empty one. */
+	ck_assert_int_eq(buf_stream_open_list(&s, REL, list, 5, 2), WALRUS_OK);
+	for (int i = 0; i < 5; i++) {
+		ck_assert_int_eq(buf_stream_next(s, &buf, &blk), WALRUS_OK);
+		ck_assert_uint_eq(blk, list[i]);
+		buf_release(buf);
+	}
+	ck_assert_int_eq(buf_stream_next(s, &buf, &blk), WALRUS_ENOTFOUND);
+	buf_stream_close(s);
+	ck_assert_int_eq(buf_stream_open_list(&s, REL, NULL, 0, 4), WALRUS_OK);
+	ck_assert_int_eq(buf_stream_next(s, &buf, &blk), WALRUS_ENOTFOUND);
+	buf_stream_close(s);
+	ck_assert_int_eq(buf_stream_open_cb(&s, REL, NULL, NULL, 4), WALRUS_EINVAL);
+	ck_assert_int_eq(buf_stream_open_cb(&s, REL, feed_next, &f, 0), WALRUS_EINVAL);
+	ck_assert_int_eq(buf_stream_open_list(&s, REL, NULL, 3, 4), WALRUS_EINVAL);
+	ck_assert_ptr_null(s);
+	check_pool_idle();
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
+START_TEST(callback_stream_errors_per_block)
+{
+	enum { NBLK = 64 };
+	setup(32, _i);
+	make_relation(NBLK);
+	char path[4200];
+	smgr_segment_path(REL, 0, path, sizeof(path));
+	tu_flip_bit(path, (off_t)17 * WR_PAGE_SIZE + 3000, 5);
+	wr_log_set_stderr(WR_PANIC + 1); /* the WARNING of the bad checksum */
+	/* The first read of segment 1 (block 35, read with 36 by io_uring) fails. */
+	ck_assert_int_eq(ts_failpoint_set("pread:EIO:/base/7.1@0*1"), WALRUS_OK);
+	const wr_blkno list[] = {30, 17, 5, NBLK + 5, 35, 36, 2, 17};
+	const int want[] = {WALRUS_OK,  WALRUS_ECORRUPT, WALRUS_OK, WALRUS_EIO,
+	                    WALRUS_EIO, WALRUS_OK,       WALRUS_OK, WALRUS_ECORRUPT};
+	const char *msg[] = {NULL,
+	                     "invalid page in block 17 of file",
+	                     NULL,
+	                     "read only 0 of 8192 bytes",
+	                     "/base/7.1\": Input/output error",
+	                     NULL,
+	                     NULL,
+	                     "invalid page in block 17 of file"};
+	int n = (int)(sizeof(list) / sizeof(list[0]));
+	buf_stream *s;
+	int buf, rc, i = 0;
+	wr_blkno blk;
+	ck_assert_int_eq(buf_stream_open_list(&s, REL, list, (uint32_t)n, 8), WALRUS_OK);
+	while ((rc = buf_stream_next(s, &buf, &blk)) != WALRUS_ENOTFOUND) {
+		ck_assert_int_lt(i, n);
+		ck_assert_uint_eq(blk, list[i]);
+		ck_assert_msg(rc == want[i], "block %u: %d %s", blk, rc, walrus_errmsg());
+		if (rc != WALRUS_OK) {
+			ck_assert_int_eq(buf, BUF_INVALID);
+			ck_assert_msg(strstr(walrus_errmsg(), msg[i]) != NULL, "block %u: %s", blk,
+			              walrus_errmsg());
+		} else {
+			ck_assert(page_ok(buf_page(buf), blk));
+			buf_release(buf);
+		}
+		i++;
+	}
+	ck_assert_int_eq(i, n);
+	ck_assert_uint_eq(ts_failpoint_hits(), 1);
+	ck_assert_int_eq(ts_failpoint_set(NULL), WALRUS_OK);
+	buf_stream_close(s);
+	check_pool_idle();
+	/* Each failed block was left invalid: a plain read tries it again. */
+	ck_assert_int_eq(buf_read(REL, 17, &buf), WALRUS_ECORRUPT);
+	ck_assert_int_eq(buf_read(REL, 35, &buf), WALRUS_OK);
+	ck_assert(page_ok(buf_page(buf), 35));
+	buf_release(buf);
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
+/* The forked child's end of callback_stream_leaves_no_pins: closes its copy only. */
+static int close_inherited(void *p)
+{
+	buf_stream_close(p);
+	return 0;
+}
+
+START_TEST(callback_stream_leaves_no_pins)
+{
+	enum { NBUF = 32, NBLK = 200 };
+	setup(NBUF, _i);
+	make_relation(NBLK);
+	wr_blkno list[160];
+	int n = mixed_list(list);
+	bool uring = METHOD(_i) == WR_IO_URING;
+	buf_stream *s;
+	int buf;
+	wr_blkno blk;
+	/* Closed at once (reads in flight), after a few blocks, after waiting,
+	 * while the callback holds back, and after a failed block. */
+	for (int stop = 0; stop < 12; stop += 3) {
+		feed f = {.blk = list, .n = n, .hold_at = 20, .hold = stop == 9};
+		ck_assert_int_eq(buf_stream_open_cb(&s, REL, feed_next, &f, 12), WALRUS_OK);
+		for (int i = 0; i < stop; i++) {
+			ck_assert_int_eq(buf_stream_next(s, &buf, &blk), WALRUS_OK);
+			buf_release(buf);
+		}
+		if (stop == 6)
+			buf_stream_wait(s);
+		buf_stream_close(s);
+		check_pool_idle();
+	}
+	const wr_blkno bad[] = {NBLK + 1, 3, 4, 5};
+	ck_assert_int_eq(buf_stream_open_list(&s, REL, bad, 4, 4), WALRUS_OK);
+	ck_assert_int_eq(buf_stream_next(s, &buf, &blk), WALRUS_EIO);
+	buf_stream_close(s);
+	check_pool_idle();
+	/* The depth is capped: a quarter of the pool pinned ahead with io_uring,
+	 * nothing with sync. */
+	feed f = {.blk = list, .n = n, .hold_at = -1};
+	ck_assert_int_eq(buf_stream_open_cb(&s, REL, feed_next, &f, 1000), WALRUS_OK);
+	buf_stream_wait(s);
+	buf_stream_stats ss;
+	buf_stream_get_stats(s, &ss);
+	ck_assert_int_eq(ss.depth, uring ? NBUF / 4 : BUF_STREAM_MAX_DEPTH);
+	ck_assert_uint_eq(pinned_now(), uring ? NBUF / 4 : 0);
+	/* A forked child may only close its copy: the parent's pins and reads
+	 * stay the parent's, and its stream goes on. */
+	ck_assert_int_eq(tu_wait(tu_fork(close_inherited, s)), 0);
+	ck_assert_uint_eq(pinned_now(), uring ? NBUF / 4 : 0);
+	for (int i = 0; i < n; i++) {
+		ck_assert_int_eq(buf_stream_next(s, &buf, &blk), WALRUS_OK);
+		ck_assert_uint_eq(blk, list[i]);
+		ck_assert(page_ok(buf_page(buf), blk));
+		buf_release(buf);
+	}
+	ck_assert_int_eq(buf_stream_next(s, &buf, &blk), WALRUS_ENOTFOUND);
+	buf_stream_close(s);
+	check_pool_idle();
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
 static Suite *stream_suite(void)
 {
 	Suite *s = suite_create("buffer-stream");
@@ -552,6 +790,9 @@ static Suite *stream_suite(void)
 	tcase_add_loop_test(t, injected_read_error_is_reported_alike, 0, VARIANTS);
 	tcase_add_loop_test(t, closing_half_way_leaves_no_pins, 0, VARIANTS);
 	tcase_add_loop_test(t, sync_stream_advises_runs_after_gaps, 0, 2);
+	tcase_add_loop_test(t, callback_stream_in_the_callers_order, 0, VARIANTS);
+	tcase_add_loop_test(t, callback_stream_errors_per_block, 0, VARIANTS);
+	tcase_add_loop_test(t, callback_stream_leaves_no_pins, 0, VARIANTS);
 	tcase_add_test(t, own_read_in_flight_does_not_block_the_process);
 	tcase_add_test(t, waiting_for_a_content_lock_completes_own_reads_first);
 	tcase_add_test(t, smgr_check_read_reports_what_smgr_read_reports);

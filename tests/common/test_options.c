@@ -146,7 +146,7 @@ START_TEST(test_table_covers_struct)
 	const wr_opt_desc *t = wr_opts_table(&n);
 	bool covered[sizeof(wr_options)] = {false};
 
-	ck_assert_uint_eq(n, 54);
+	ck_assert_uint_eq(n, 55);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_lt(t[i].offset, sizeof(wr_options));
 		ck_assert_msg(!covered[t[i].offset], "%s shares a field", t[i].name);
@@ -370,6 +370,34 @@ START_TEST(test_bad_values)
 	check_bad("wal_compression", "lz4");
 	check_bad("log_min_messages", "notice");
 	check_bad("log_min_messages", "");
+}
+END_TEST
+
+/* wal_sender_delay: a time, milliseconds without a unit, 0 (every flush) to 10s. */
+START_TEST(test_wal_sender_delay)
+{
+	wr_options o;
+	char json[8192];
+
+	wr_opts_defaults(&o);
+	ck_assert_int_eq(o.wal_sender_delay_us, 10000);
+	wr_opts_json(&o, json, sizeof(json));
+	ck_assert_ptr_nonnull(strstr(json, "\"wal_sender_delay\":\"10ms\","));
+	check_set_get("wal_sender_delay", "0", "0");
+	check_set_get("wal_sender_delay", "5", "5ms");
+	check_set_get("wal_sender_delay", "250us", "250us");
+	check_set_get("wal_sender_delay", "10s", "10s");
+	check_bad("wal_sender_delay", "-1ms");
+	check_bad("wal_sender_delay", "11s");
+	check_bad("wal_sender_delay", "10001");
+	check_bad("wal_sender_delay", "soon");
+	check_bad("wal_sender_delay", "10 msx");
+	check_bad("wal_sender_delay", "");
+	ck_assert_int_eq(wr_opts_set(&o, "wal_sender_delay", "1min"), WALRUS_EINVAL);
+	ck_assert_str_eq(walrus_errmsg(),
+	                 "invalid value for option \"wal_sender_delay\": \"1min\" (expected a time "
+	                 "such as 10ms, between 0 and 10s; a plain number is in milliseconds)");
+	ck_assert_int_eq(o.wal_sender_delay_us, 10000); /* unchanged */
 }
 END_TEST
 
@@ -620,6 +648,7 @@ int main(void)
 	tcase_add_test(tc, test_string_option);
 	tcase_add_test(tc, test_archive_relations);
 	tcase_add_test(tc, test_direct_data_and_mmap_reads);
+	tcase_add_test(tc, test_wal_sender_delay);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -10,9 +10,14 @@
  * overflow chains: every scan must return each stable key exactly once, in
  * order, and every key with a whole value of its own.  Point reads run
  * through the same churn, whose random inserts move entries between
- * sibling leaves.
+ * sibling leaves.  The same scans, forward and backward, over a tree many
+ * times the pool with the iterators' look-ahead on (read streams of the
+ * leaves the level above names, which splits make stale) under both
+ * io_methods.
  */
 #include "testutil.h"
+
+#include "kv/kv.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -21,17 +26,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NSTABLE  1500 /* keys written first and never touched */
+#define NSTABLE  1500  /* keys written first and never touched */
+#define NBIG     30000 /* the same, for a tree many times a small pool */
 #define NWRITERS 2
 #define NSCANS   12
 #define BIGVAL   6000  /* past a page's room for an inline value: an overflow chain */
 #define MAXSTEPS 20000 /* per writer: bounds the tree, so the case's time */
 
 static const char *dir;
+static int nstable;      /* stable keys of the case */
+static const char *pool; /* shared_buffers of the case */
+static const char *io_method;
 
 static void setup(void)
 {
 	dir = tu_tmpdir("iterscan");
+	nstable = NSTABLE;
+	pool = "8MB";
+	io_method = "sync";
+}
+
+static walrus_opts *opts(void)
+{
+	walrus_opts *o = tu_instance_opts("100ms", pool);
+	ck_assert_int_eq(walrus_opts_set(o, "io_method", io_method), WALRUS_OK);
+	return o;
 }
 
 /* ---------------------------------------------------------------- self-checking values */
@@ -77,7 +96,7 @@ static size_t stable_key(char *k, int i)
 static size_t churn_key(char *k, int w, uint32_t seq)
 {
 	uint32_t h = crc32c((uint32_t)w, &seq, sizeof(seq));
-	return (size_t)sprintf(k, "k%05d-w%d-%07u", (int)(h % NSTABLE), w, seq);
+	return (size_t)sprintf(k, "k%05d-w%d-%07u", (int)(h % (uint32_t)nstable), w, seq);
 }
 
 /* ---------------------------------------------------------------- writers */
@@ -168,8 +187,8 @@ static const char *scan_once(walrus *db, char *why, size_t cap)
 	walrus_iter_close(it);
 	if (rc != WALRUS_OK)
 		snprintf(why, cap, "iterator: %d %s", rc, walrus_errmsg());
-	else if (why[0] == '\0' && stable != NSTABLE)
-		snprintf(why, cap, "%d stable keys of %d in a scan", stable, NSTABLE);
+	else if (why[0] == '\0' && stable != nstable)
+		snprintf(why, cap, "%d stable keys of %d in a scan", stable, nstable);
 	return why[0] == '\0' ? NULL : why;
 }
 
@@ -178,12 +197,15 @@ static void load_stable(walrus *db)
 	char k[32], v[200];
 	walrus_batch *b = walrus_batch_new();
 	ck_assert_ptr_nonnull(b);
-	for (int i = 0; i < NSTABLE; i++) {
+	for (int i = 0; i < nstable; i++) {
 		size_t kl = stable_key(k, i);
-		size_t vl = make_val(v, k, kl, 100, 0);
+		size_t vl = make_val(v, k, kl, nstable > NSTABLE ? 200 : 100, 0);
 		ck_assert_int_eq(walrus_batch_put(b, k, kl, v, vl), WALRUS_OK);
+		if (i % 500 == 499 || i == nstable - 1) { /* a batch pins its leaves */
+			ck_assert_int_eq(walrus_batch_commit(db, b, WALRUS_ASYNC), WALRUS_OK);
+			walrus_batch_clear(b);
+		}
 	}
-	ck_assert_int_eq(walrus_batch_commit(db, b, WALRUS_ASYNC), WALRUS_OK);
 	walrus_batch_free(b);
 }
 
@@ -200,8 +222,7 @@ static void during_churn(walrus *db, check_fn check)
 	writer ws[NWRITERS];
 	pthread_t t[NWRITERS];
 	for (int i = 0; i < NWRITERS; i++) {
-		ws[i] = (writer){
-		    .db = tu_open(dir, tu_instance_opts("100ms", "8MB")), .id = i, .stop = &stop};
+		ws[i] = (writer){.db = tu_open(dir, opts()), .id = i, .stop = &stop};
 		ck_assert_int_eq(pthread_create(&t[i], NULL, writer_main, &ws[i]), 0);
 	}
 	char why[512] = "";
@@ -225,7 +246,7 @@ static void during_churn(walrus *db, check_fn check)
 
 START_TEST(scans_during_splits_and_deletes)
 {
-	walrus *db = tu_open(dir, tu_instance_opts("100ms", "8MB"));
+	walrus *db = tu_open(dir, opts());
 	load_stable(db);
 	during_churn(db, scan_once);
 	tu_close_and_wait(db);
@@ -236,7 +257,7 @@ END_TEST
 static const char *get_all(walrus *db, char *why, size_t cap)
 {
 	char k[32], v[200];
-	for (int i = 0; i < NSTABLE; i++) {
+	for (int i = 0; i < nstable; i++) {
 		size_t kl = stable_key(k, i), vl = 0;
 		int rc = walrus_get_into(db, k, kl, v, sizeof(v), &vl);
 		if (rc != WALRUS_OK)
@@ -249,16 +270,24 @@ static const char *get_all(walrus *db, char *why, size_t cap)
 	return NULL;
 }
 
-/* kv.shifts from walrus_stats. */
-static uint64_t shifts(walrus *db)
+/* Counter @name of section "kv" of walrus_stats. */
+static uint64_t kv_stat(walrus *db, const char *name)
 {
-	char *json = NULL;
+	char *json = NULL, pat[64];
 	ck_assert_int_eq(walrus_stats(db, &json), WALRUS_OK);
-	const char *p = strstr(json, "\"shifts\":");
+	snprintf(pat, sizeof(pat), "\"%s\":", name);
+	const char *kv = strstr(json, "\"kv\":");
+	ck_assert_ptr_nonnull(kv);
+	const char *p = strstr(kv, pat);
 	ck_assert_ptr_nonnull(p);
-	uint64_t n = strtoull(p + strlen("\"shifts\":"), NULL, 10);
+	uint64_t n = strtoull(p + strlen(pat), NULL, 10);
 	walrus_free(json);
 	return n;
+}
+
+static uint64_t shifts(walrus *db)
+{
+	return kv_stat(db, "shifts");
 }
 
 /*
@@ -269,7 +298,7 @@ static uint64_t shifts(walrus *db)
  */
 START_TEST(gets_during_shifts)
 {
-	walrus *db = tu_open(dir, tu_instance_opts("100ms", "8MB"));
+	walrus *db = tu_open(dir, opts());
 	load_stable(db);
 	uint64_t shifts0 = shifts(db);
 	during_churn(db, get_all);
@@ -277,6 +306,107 @@ START_TEST(gets_during_shifts)
 	tu_close_and_wait(db);
 }
 END_TEST
+
+#ifdef WALRUS_TEST_HOOKS
+/* One whole backward scan: each stable key once, in descending order. */
+static const char *scan_back_once(walrus *db, char *why, size_t cap)
+{
+	walrus_iter *it = NULL;
+	char prev[64];
+	size_t prevl = 0;
+	int stable = 0, n = 0;
+	int rc = walrus_iter_open(db, NULL, 0, NULL, 0, &it);
+	if (rc == WALRUS_OK)
+		rc = walrus_iter_seek_last(it);
+	for (; rc == WALRUS_OK && walrus_iter_valid(it); n++) {
+		const void *k, *v;
+		size_t kl, vl;
+		walrus_iter_key(it, &k, &kl);
+		walrus_iter_value(it, &v, &vl);
+		int c = n == 0 ? 1 : memcmp(prev, k, kl < prevl ? kl : prevl);
+		if (c < 0 || (c == 0 && prevl <= kl) || kl > sizeof(prev)) {
+			snprintf(why, cap, "key %.*s before %.*s", (int)kl, (const char *)k,
+			         (int)prevl, prev);
+			break;
+		}
+		if (!val_ok(k, kl, v, vl)) {
+			snprintf(why, cap, "value of %.*s (%zu bytes) is not its own, whole",
+			         (int)kl, (const char *)k, vl);
+			break;
+		}
+		stable += kl == 6;
+		memcpy(prev, k, kl);
+		prevl = kl;
+		rc = walrus_iter_prev(it);
+	}
+	walrus_iter_close(it);
+	if (rc != WALRUS_OK)
+		snprintf(why, cap, "iterator backward: %d %s", rc, walrus_errmsg());
+	else if (why[0] == '\0' && stable != nstable)
+		snprintf(why, cap, "%d stable keys of %d in a backward scan", stable, nstable);
+	return why[0] == '\0' ? NULL : why;
+}
+
+static const char *scan_both_ways(walrus *db, char *why, size_t cap)
+{
+	const char *bad = scan_once(db, why, cap);
+	return bad != NULL ? bad : scan_back_once(db, why, cap);
+}
+
+/*
+ * Loop over io_method (0 sync, 1 io_uring): a tree of NBIG keys (about 7
+ * MiB, two level-1 nodes) in a 2 MiB pool, scanned both ways during the
+ * churn with the look-ahead on from the second leaf: its plans go stale as
+ * leaves split, the contract must not.  kv.scan_ahead counts the leaves
+ * handed to read streams, scan_ahead_io those read or advised because the
+ * pool lacked them.
+ */
+START_TEST(scans_looking_ahead_during_splits)
+{
+	nstable = NBIG;
+	pool = "2MB";
+	io_method = _i ? "io_uring" : "sync";
+	walrus *db = tu_open(dir, opts());
+	load_stable(db);
+	kv_test_iter_ahead_always(true);
+	/* A short scan (60 keys: two or three leaves) pays nothing. */
+	uint64_t ahead0 = kv_stat(db, "scan_ahead"), io0 = kv_stat(db, "scan_ahead_io");
+	walrus_iter *it;
+	ck_assert_int_eq(walrus_iter_open(db, "k00100", 6, "k00160", 6, &it), WALRUS_OK);
+	int n = 0;
+	for (; walrus_iter_valid(it); n++)
+		ck_assert_int_eq(walrus_iter_next(it), WALRUS_OK);
+	walrus_iter_close(it);
+	ck_assert_int_eq(n, 60);
+	ck_assert_uint_eq(kv_stat(db, "scan_ahead"), ahead0);
+	/* A bounded scan, each way, looks no further than its range's leaves
+	 * (the tree's pages per key times its 5000 keys, and the one it ends
+	 * in), where the window would take it 8 to 16 leaves further. */
+	uint64_t leaves = kv_stat(db, "pages") * 5000 / (uint64_t)nstable + 1;
+	for (int back = 0; back < 2; back++) {
+		uint64_t a0 = kv_stat(db, "scan_ahead");
+		ck_assert_int_eq(walrus_iter_open(db, "k10000", 6, "k15000", 6, &it), WALRUS_OK);
+		if (back)
+			ck_assert_int_eq(walrus_iter_seek_last(it), WALRUS_OK);
+		for (n = 0; walrus_iter_valid(it); n++)
+			ck_assert_int_eq(back ? walrus_iter_prev(it) : walrus_iter_next(it),
+			                 WALRUS_OK);
+		walrus_iter_close(it);
+		ck_assert_int_eq(n, 5000);
+		uint64_t issued = kv_stat(db, "scan_ahead") - a0;
+		ck_assert_msg(issued > leaves / 2 && issued <= leaves,
+		              "%s: %lu leaves ahead of %lu", back ? "backward" : "forward",
+		              (unsigned long)issued, (unsigned long)leaves);
+	}
+	during_churn(db, scan_both_ways);
+	kv_test_iter_ahead_always(false);
+	/* Each scan crosses some 800 leaves each way: most of them came ahead. */
+	ck_assert_uint_gt(kv_stat(db, "scan_ahead") - ahead0, (uint64_t)NSCANS * 2 * 500);
+	ck_assert_uint_gt(kv_stat(db, "scan_ahead_io") - io0, (uint64_t)NSCANS * 100);
+	tu_close_and_wait(db);
+}
+END_TEST
+#endif
 
 static Suite *iter_scan_suite(void)
 {
@@ -286,6 +416,9 @@ static Suite *iter_scan_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, scans_during_splits_and_deletes);
 	tcase_add_test(tc, gets_during_shifts);
+#ifdef WALRUS_TEST_HOOKS
+	tcase_add_loop_test(tc, scans_looking_ahead_during_splits, 0, 2);
+#endif
 	suite_add_tcase(s, tc);
 	return s;
 }

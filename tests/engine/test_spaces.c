@@ -2,10 +2,11 @@
  * test_spaces.c - named key spaces (include/walrus.h): each its own ordered
  * key space, create/open/list/drop and their errors, batches and
  * transactions across spaces (atomic across a crash), drops under
- * concurrent readers, thousands of spaces with the fd cache bounded,
- * snapshots, verify and compaction, orphan files removed at start.
+ * concurrent readers and under iterators looking ahead, thousands of spaces with the fd cache
+ * bounded, snapshots, verify and compaction, orphan files removed at start.
  */
 #include "testutil.h"
+#include "kv/kv.h"
 
 #ifdef WALRUS_TEST_HOOKS
 #include "testsupport/testsupport.h"
@@ -482,6 +483,82 @@ START_TEST(drop_under_concurrent_readers)
 }
 END_TEST
 
+#ifdef WALRUS_TEST_HOOKS
+/* Steps @it until a move fails (at most @max steps): its code, or 0 at the end. */
+static int step_until_failure(walrus_iter *it, int max)
+{
+	for (int i = 0; i < max && walrus_iter_valid(it); i++) {
+		int rc = walrus_iter_next(it);
+		if (rc != WALRUS_OK)
+			return rc;
+	}
+	return walrus_iter_valid(it) ? -1 : 0;
+}
+
+/*
+ * Loop over io_method (0 sync, 1 io_uring).  Iterators in a space, each
+ * with its look-ahead under way (read streams of the leaves ahead, in a
+ * pool smaller than the space), hold nothing between their calls: a drop
+ * of the space from their own handle and from another returns (the drop
+ * waits for every buffer of the space to be unpinned), and their next
+ * move that leaves their leaf fails with ENOTFOUND naming the space.
+ */
+START_TEST(drop_with_iterators_looking_ahead)
+{
+	walrus_opts *o = tu_instance_opts("100ms", "2MB");
+	ck_assert_int_eq(walrus_opts_set(o, "io_method", _i ? "io_uring" : "sync"), WALRUS_OK);
+	walrus *db = tu_open(dir, o);
+	int before = space_files();
+	walrus_space *sp = space(db, "scanned");
+	char v[200];
+	memset(v, 'v', sizeof(v));
+	walrus_batch *b = walrus_batch_new();
+	for (int i = 0; i < 12000; i++) {
+		char key[16];
+		int kl = snprintf(key, sizeof(key), "k%05d", i);
+		ck_assert_int_eq(walrus_batch_put_in(b, sp, key, (size_t)kl, v, sizeof(v)),
+		                 WALRUS_OK);
+		if (i % 500 == 499) {
+			ck_assert_int_eq(walrus_batch_commit(db, b, WALRUS_ASYNC), WALRUS_OK);
+			walrus_batch_clear(b);
+		}
+	}
+	walrus_batch_free(b);
+	ck_assert_int_eq(walrus_checkpoint(db), WALRUS_OK);
+	walrus_opts *o2 = tu_instance_opts("100ms", "2MB");
+	ck_assert_int_eq(walrus_opts_set(o2, "io_method", _i ? "io_uring" : "sync"), WALRUS_OK);
+	walrus *db2 = tu_open(dir, o2);
+	walrus_space *sp2;
+	ck_assert_int_eq(walrus_space_open(db2, "scanned", 0, &sp2), WALRUS_OK);
+	kv_test_iter_ahead_always(true);
+	long ahead0 = tu_stat(db, "\"kv\"", "scan_ahead");
+	walrus_iter *it, *it2;
+	ck_assert_int_eq(walrus_iter_open_in(db, sp, NULL, 0, NULL, 0, &it), WALRUS_OK);
+	ck_assert_int_eq(walrus_iter_open_in(db2, sp2, "k03000", 6, NULL, 0, &it2), WALRUS_OK);
+	for (int i = 0; i < 2000; i++) { /* some 50 leaves each */
+		ck_assert_int_eq(walrus_iter_next(it), WALRUS_OK);
+		ck_assert_int_eq(walrus_iter_next(it2), WALRUS_OK);
+	}
+	long ahead1 = tu_stat(db, "\"kv\"", "scan_ahead");
+	ck_assert_int_gt(ahead1 - ahead0, 2 * 30);
+	ck_assert_int_eq(walrus_space_drop(db, "scanned"), WALRUS_OK);
+	ck_assert_int_eq(space_files(), before);
+	ck_assert_int_eq(step_until_failure(it, 100), WALRUS_ENOTFOUND);
+	ck_assert_msg(strstr(walrus_errmsg(), "\"scanned\" was dropped") != NULL, "%s",
+	              walrus_errmsg());
+	ck_assert_int_eq(step_until_failure(it2, 100), WALRUS_ENOTFOUND);
+	ck_assert_msg(strstr(walrus_errmsg(), "\"scanned\" was dropped") != NULL, "%s",
+	              walrus_errmsg());
+	kv_test_iter_ahead_always(false);
+	walrus_iter_close(it);
+	walrus_iter_close(it2);
+	/* Closing a handle reports pins it still holds: none. */
+	ck_assert_int_eq(walrus_close(db2), WALRUS_OK);
+	tu_close_and_wait(db);
+}
+END_TEST
+#endif
+
 /* ---------------------------------------------------------------- many spaces */
 
 START_TEST(thousands_of_spaces_keep_fds_bounded)
@@ -649,6 +726,9 @@ static Suite *spaces_suite(void)
 	tcase_add_test(tc, batch_and_txn_span_spaces);
 	tcase_add_test(tc, batch_across_spaces_atomic_across_crash);
 	tcase_add_test(tc, drop_under_concurrent_readers);
+#ifdef WALRUS_TEST_HOOKS
+	tcase_add_loop_test(tc, drop_with_iterators_looking_ahead, 0, 2);
+#endif
 	tcase_add_test(tc, thousands_of_spaces_keep_fds_bounded);
 	tcase_add_test(tc, compaction_covers_spaces);
 	tcase_add_test(tc, orphan_files_removed_at_start);

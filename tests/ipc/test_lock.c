@@ -7,6 +7,7 @@
 #include "ipc/ipc.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <sys/syscall.h>
 #include <stdio.h>
@@ -238,7 +239,7 @@ static int rw_worker(void *arg)
 	return 0;
 }
 
-START_TEST(rw_mixed_processes)
+static void check_mixed_processes(void)
 {
 	run_children(rw_worker, NPROC);
 	uint64_t writes = 0;
@@ -248,11 +249,27 @@ START_TEST(rw_mixed_processes)
 	ck_assert_uint_eq(sh->a, writes);
 	ck_assert_uint_eq(sh->b, writes);
 	ck_assert_uint_eq(atomic_load(&sh->rw.state), 0);
+	ck_assert_uint_eq(atomic_load(&sh->rw.writers_waiting), 0);
 	ck_assert_uint_eq(atomic_load(&sh->rw.stats.acquisitions),
 	                  (uint64_t)NPROC * (uint64_t)iterations(100000));
 	printf("rwlock: %llu contended, %llu us waiting\n",
 	       (unsigned long long)atomic_load(&sh->rw.stats.contended),
 	       (unsigned long long)atomic_load(&sh->rw.stats.wait_ns) / 1000);
+}
+
+START_TEST(rw_mixed_processes)
+{
+	check_mixed_processes();
+}
+END_TEST
+
+/* The same, with every writer that sleeps made the heir: the lock changes
+ * hands by grant all the time, beside readers and barging writers. */
+START_TEST(rw_mixed_processes_with_heirs)
+{
+	ipc_set_heir_ns(1);
+	check_mixed_processes();
+	ipc_set_heir_ns(0);
 }
 END_TEST
 
@@ -300,6 +317,99 @@ START_TEST(writer_not_starved)
 }
 END_TEST
 
+static int heir_writer(void *arg)
+{
+	(void)arg;
+	rw_lock_excl(&sh->rw);
+	atomic_store(&sh->acquired, 1);
+	rw_unlock(&sh->rw);
+	return 0;
+}
+
+/*
+ * A writer that has waited long (here: at all, past its spin) is the heir:
+ * the release hands it the lock, so the releaser cannot take it straight
+ * back, as a process that loops on the lock would again and again.
+ */
+START_TEST(heir_is_handed_the_lock)
+{
+	ipc_set_heir_ns(1); /* inherited by the child */
+	rw_lock_excl(&sh->rw);
+	pid_t w = tu_fork(heir_writer, NULL);
+	tu_wait_in_syscall(w, SYS_futex, &sh->rw.state);
+	rw_unlock(&sh->rw);
+	bool got = rw_trylock_excl(&sh->rw);
+	/* Holding the lock, whether the heir has had it is settled. */
+	bool overtook = got && atomic_load(&sh->acquired) == 0;
+	if (got)
+		rw_unlock(&sh->rw);
+	ck_assert_int_eq(tu_wait(w), 0);
+	ck_assert_uint_eq(atomic_load(&sh->acquired), 1);
+	ipc_set_heir_ns(0);
+	ck_assert_msg(!overtook,
+	              "the releaser took the lock back from a writer waiting in the kernel");
+	ck_assert_uint_eq(atomic_load(&sh->rw.state), 0);
+	ck_assert_uint_eq(atomic_load(&sh->rw.writers_waiting), 0);
+}
+END_TEST
+
+/*
+ * Writers and readers asleep behind a writer: one release starts the chain
+ * (the writers woken one at a time, each waking the next as it leaves, then
+ * the readers all at once), and every one of them gets in.
+ */
+START_TEST(one_release_lets_every_sleeper_in)
+{
+	enum { NW = 3, NR = 3 };
+	pid_t pids[NW + NR];
+	atomic_store(&sh->started, 0);
+	rw_lock_excl(&sh->rw);
+	for (int i = 0; i < NW + NR; i++)
+		pids[i] = tu_fork(rw_waiter, i < NW ? (void *)1 : NULL);
+	for (int i = 0; i < NW + NR; i++)
+		tu_wait_in_syscall(pids[i], SYS_futex, &sh->rw.state);
+	rw_unlock(&sh->rw);
+	for (int i = 0; i < NW + NR; i++)
+		ck_assert_int_eq(tu_wait(pids[i]), 0);
+	ck_assert_uint_eq(atomic_load(&sh->rw.stats.acquisitions), 1 + NW + NR);
+	ck_assert_uint_eq(atomic_load(&sh->rw.stats.contended), NW + NR);
+	ck_assert_uint_eq(atomic_load(&sh->rw.state), 0);
+	ck_assert_uint_eq(atomic_load(&sh->rw.writers_waiting), 0);
+}
+END_TEST
+
+static int writer_until_crash(void *arg)
+{
+	(void)arg;
+	wr_set_panic_handler(tu_panic_exit);
+	rw_lock_excl(&sh->rw);
+	return 1; /* the lock is never free: only the crash ends the wait */
+}
+
+/*
+ * A writer killed while it waits as the heir: the release hands it the lock
+ * all the same, so the lock stays held, as when a holder dies; the other
+ * waiters see the instance crash (as any death of a process makes it) and
+ * PANIC instead of waiting for ever.
+ */
+START_TEST(dead_heir_keeps_the_lock_until_the_crash)
+{
+	ipc_set_heir_ns(1);
+	rw_lock_excl(&sh->rw);
+	pid_t heir = tu_fork(writer_until_crash, NULL);
+	tu_wait_in_syscall(heir, SYS_futex, &sh->rw.state);
+	pid_t other = tu_fork(writer_until_crash, NULL);
+	tu_wait_in_syscall(other, SYS_futex, &sh->rw.state);
+	ck_assert_int_eq(kill(heir, SIGKILL), 0);
+	ck_assert_int_eq(tu_wait(heir), 128 + SIGKILL);
+	rw_unlock(&sh->rw);
+	ck_assert(!rw_trylock_excl(&sh->rw)); /* granted to the dead heir */
+	atomic_store(&shm_hdr()->state, SHM_STATE_CRASHED);
+	ck_assert_int_eq(tu_wait(other), TU_PANIC_EXIT);
+	ipc_set_heir_ns(0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("ipc-lock");
@@ -311,6 +421,10 @@ int main(void)
 	tcase_add_test(tc, stats_count_contention);
 	tcase_add_test(tc, rw_trylock_semantics);
 	tcase_add_test(tc, rw_mixed_processes);
+	tcase_add_test(tc, rw_mixed_processes_with_heirs);
+	tcase_add_test(tc, heir_is_handed_the_lock);
+	tcase_add_test(tc, one_release_lets_every_sleeper_in);
+	tcase_add_test(tc, dead_heir_keeps_the_lock_until_the_crash);
 	tcase_add_test(tc, writer_not_starved);
 	suite_add_tcase(s, tc);
 	return tu_run(s);

@@ -3,7 +3,8 @@
  * random load and after deletes, the tree moved to the front of its file and
  * the tail punched out; redo of a compaction, one stopped between or inside
  * its batches, readers and scans running through it, overflow values, a
- * small pool, and the file system refusing the punch or the space.
+ * small pool, its leaves read ahead, and the file system refusing the punch
+ * or the space.
  */
 #include <sched.h>
 #include <stdio.h>
@@ -462,6 +463,32 @@ START_TEST(small_pool_compacts_in_small_batches)
 }
 END_TEST
 
+/*
+ * Loop over io_method (0 sync, 1 io_uring): a tree four times the pool,
+ * packed with each batch's leaves read ahead through a read stream (counted
+ * in kv.scan_ahead); the result as without.
+ */
+START_TEST(pack_reads_its_leaves_ahead)
+{
+	kt_init("walrus-kv-compact", 128);
+	ck_assert_int_eq(wr_opts_set(&kt_opts, "io_method", _i ? "io_uring" : "sync"), WALRUS_OK);
+	kt_clean_restart();
+	random_load_by(N, 10);
+	kt_clean_restart(); /* the load's pages written, few of them in the pool */
+	kv_stats s0, s1;
+	kv_get_stats(&s0);
+	kv_verify_result r0, r1;
+	kv_compact_result c;
+	compact_verified(&r0, &c, &r1);
+	kv_get_stats(&s1);
+	ck_assert_uint_gt(c.leaves_merged, 0);
+	/* Most leaves went through the streams, many of them read or advised. */
+	ck_assert_uint_gt(s1.scan_ahead - s0.scan_ahead, r0.leaves / 2);
+	ck_assert_uint_gt(s1.scan_ahead_io - s0.scan_ahead_io, r0.leaves / 8);
+	check_keys(N, NULL);
+}
+END_TEST
+
 #ifdef WALRUS_TEST_HOOKS
 /* Between compaction's batches: new keys at the end (splits take free pages). */
 static void grow_between(void *arg)
@@ -742,6 +769,7 @@ static Suite *compact_suite(void)
 	tcase_add_test(t, compaction_replayed_after_a_crash);
 	tcase_add_test(t, overflow_values_stay_whole);
 	tcase_add_test(t, small_pool_compacts_in_small_batches);
+	tcase_add_loop_test(t, pack_reads_its_leaves_ahead, 0, 2);
 	tcase_add_test(t, down_to_one_leaf);
 	tcase_add_test(t, root_left_with_one_child_goes);
 	tcase_add_test(t, long_keys_packed);
