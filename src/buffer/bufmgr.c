@@ -213,6 +213,7 @@ int buf_attach(void)
 	 * parent's pins, not its own: start from zero. */
 	buf_backend_release(&buf_default);
 	buf_map(r);
+	buf_prefault_attach();
 	return buf_backend_init(&buf_default);
 }
 
