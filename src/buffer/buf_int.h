@@ -199,6 +199,10 @@ int buf_load(int buf);
 uint32_t buf_stream_inflight(void);
 void buf_stream_drain(void);
 
+/* prefault.c: installs its fork handlers (at the pool's attach, before the
+ * client's: see there). */
+void buf_prefault_attach(void);
+
 /* freelist.c: header lock, pins, clock sweep */
 uint32_t buf_hdr_lock(buf_desc *d);
 void buf_hdr_unlock(buf_desc *d, uint32_t state);

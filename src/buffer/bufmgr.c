@@ -238,6 +238,7 @@ int buf_attach(void)
 	buf_backend_release(&buf_default);
 	buf_map(r);
 	smgr_set_direct(r->data_direct);
+	buf_prefault_attach();
 	return buf_backend_init(&buf_default);
 }
 

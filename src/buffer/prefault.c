@@ -90,6 +90,17 @@ static void pf_lock_take(void)
 	pthread_mutex_lock(&pf_lock);
 }
 
+/*
+ * Installs the fork handlers at the pool's attach, before the client's:
+ * prepare handlers run last installed first, so a fork takes the client's
+ * mutex before pf_lock, in the order shm_detach (which runs
+ * buf_prefault_release) takes them under the client's mutex.
+ */
+void buf_prefault_attach(void)
+{
+	(void)pthread_once(&pf_fork_once, pf_fork_hook);
+}
+
 /* In a forked child: the ring is the parent's (closing our copies leaves it
  * alone) and the shared mapping's pages are not in our page tables. */
 static void pf_after_fork(void)
@@ -165,11 +176,24 @@ static void pf_populate(uint32_t c)
 	pthread_mutex_unlock(&pf_lock);
 }
 
+static const char *pf_stop_why; /* why the ring was given up, to log */
+static int pf_stop_err;
+
+/* No more populates through the ring; logged by pf_log_stop, out of pf_lock
+ * (a log handler takes a lock of its own). */
 static void pf_ring_stop(const char *why, int err)
 {
+	pf_ring_off = true;
+	pf_stop_why = why;
+	pf_stop_err = err;
+}
+
+static void pf_log_stop(const char *why, int err)
+{
+	if (why == NULL)
+		return;
 	errno = err;
 	wr_log(WR_DEBUG, "pool pages populated in the call only: %s: %m", why);
-	pf_ring_off = true;
 }
 
 /* Takes the completed populates off the ring. */
@@ -254,7 +278,11 @@ void buf_prefault_new(int buf)
 	/* Queued first: the worker populates them while this call does @c. */
 	if (!pf_off)
 		pf_ahead(c);
+	const char *why = pf_stop_why;
+	int err = pf_stop_err;
+	pf_stop_why = NULL;
 	pthread_mutex_unlock(&pf_lock);
+	pf_log_stop(why, err);
 	if (todo)
 		pf_populate(c);
 }
@@ -270,28 +298,30 @@ uint64_t buf_prefault_chunks(void)
 
 void buf_prefault_release(void)
 {
+	int rc = 0;
 	pf_lock_take();
 	pf_after_fork();
-	while (pf_ring_ready && pf_inflight > 0) {
+	uint32_t left = pf_inflight;
+	while (pf_ring_ready && left > 0) {
 		struct io_uring_cqe *cqe;
-		int rc = io_uring_wait_cqe(&pf_ring, &cqe);
+		rc = io_uring_wait_cqe(&pf_ring, &cqe);
 		if (rc == -EINTR)
 			continue;
-		if (rc < 0) {
-			/* Cannot happen with a ring that took our entries; the
-			 * populates still in flight change no content. */
-			errno = -rc;
-			wr_log(WR_WARNING, "could not wait for %u pool populates: %m", pf_inflight);
-			break;
-		}
+		if (rc < 0)
+			break; /* cannot happen with a ring that took our entries */
 		io_uring_cqe_seen(&pf_ring, cqe);
-		pf_inflight--;
+		left--;
 	}
 	if (pf_ring_ready)
 		io_uring_queue_exit(&pf_ring);
 	pf_ring_ready = false;
 	pf_inflight = 0;
 	pthread_mutex_unlock(&pf_lock);
+	if (rc < 0) {
+		/* The populates still in flight change no content. */
+		errno = -rc;
+		wr_log(WR_WARNING, "could not wait for %u pool populates: %m", left);
+	}
 }
 
 #ifdef WALRUS_TEST_HOOKS
