@@ -187,7 +187,7 @@ void spin_unlock(wr_spinlock *l);
  * Reader/writer lock on one 32-bit futex word: the low bits count readers,
  * the high bits mark a writer, sleepers, and the heir.  Writers are not
  * starved: a waiting writer blocks new readers, a release wakes one
- * sleeping writer (not all), and a writer that has waited a millisecond
+ * sleeping writer (not all), and a writer that has waited 10 ms
  * becomes the heir, to which the next release hands the lock (lock.c).
  */
 typedef struct wr_rwlock {
@@ -203,7 +203,7 @@ bool rw_trylock_shared(wr_rwlock *l);
 bool rw_trylock_excl(wr_rwlock *l);
 void rw_unlock(wr_rwlock *l); /* releases whichever mode this process holds */
 bool rw_held_excl(const wr_rwlock *l);
-/* Tests: a waiting writer becomes the heir after @ns of waiting (0 restores the default, 1 ms). */
+/* Tests: a waiting writer becomes the heir after @ns of waiting (0 restores the default, 10 ms). */
 void ipc_set_heir_ns(uint64_t ns);
 
 /* ---------------------------------------------------------------- sockets */

@@ -88,8 +88,8 @@
 #define SPIN_YIELD_ROUNDS 10  /* rounds of sched_yield before sleeping */
 #define SPIN_SLEEP_MIN_NS 10000
 #define SPIN_SLEEP_MAX_NS 100000
-#define RW_SPIN_ROUNDS    50               /* brief spin before sleeping in the kernel */
-#define RW_HEIR_NS        (1000ULL * 1000) /* a writer waiting longer is handed the lock */
+#define RW_SPIN_ROUNDS    50                    /* brief spin before sleeping in the kernel */
+#define RW_HEIR_NS        (10ULL * 1000 * 1000) /* a writer waiting longer is handed the lock */
 
 /* ---------------------------------------------------------------- futex */
 
