@@ -504,7 +504,8 @@ WALRUS_API int walrus_slot_drop(walrus *db, const char *name);
  * talk to the instance (begin, end record, release), not while files are
  * copied: other threads may call on it meanwhile.  A backup ends with its
  * process: if the process exits or dies during it, the instance cancels
- * it (no forced full-page images, no WAL kept for it).  walrus_interrupt()
+ * it (no forced full-page images, no WAL kept for it), and a backup begun
+ * meanwhile is not refused for it.  walrus_interrupt()
  * stops it between two chunks: WALRUS_EINTR, DEST left incomplete.
  */
 typedef void (*walrus_progress_fn)(uint64_t done_bytes, uint64_t total_bytes, void *arg);

@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -65,6 +66,27 @@ static int in_call(walrus *db, backup_step step, backup_state *b)
 	return rc;
 }
 
+/*
+ * The supervisor ends the backup of a process that exits, once it has seen
+ * its connection close; a backup begun right after that exit (a script's
+ * next try) may come first.  A holder that no longer exists cannot finish
+ * its backup: end it here, as the supervisor would.  A holder whose pid was
+ * reused looks alive: EBUSY then, until the supervisor ends it.
+ */
+static bool end_dead_holders_backup(void)
+{
+	uint32_t holder = wal_backup_holder();
+	if (holder == 0 || holder == (uint32_t)getpid())
+		return false;
+	if (kill((pid_t)holder, 0) == 0 || errno != ESRCH)
+		return false;
+	if (!wal_backup_end_for(holder))
+		return false;
+	wr_log(WR_LOG, "process %d ended during a base backup: the backup is cancelled",
+	       (int)holder);
+	return true;
+}
+
 static int step_begin(backup_state *b)
 {
 	engine_shared *e = engine_sh();
@@ -75,6 +97,8 @@ static int step_begin(backup_state *b)
 	if (!wr_snprintf(b->src, sizeof(b->src), "%s", e->datadir))
 		return wr_error(WALRUS_EINVAL, "path too long");
 	int rc = wal_backup_begin(wal_redo_lsn(), (uint32_t)getpid());
+	if (rc == WALRUS_EBUSY && end_dead_holders_backup())
+		rc = wal_backup_begin(wal_redo_lsn(), (uint32_t)getpid());
 	if (rc != WALRUS_OK)
 		return rc;
 	b->begun = true;

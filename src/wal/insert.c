@@ -451,6 +451,11 @@ bool wal_backup_held_by(uint32_t pid)
 	return wal_sh != NULL && pid != 0 && atomic_load(&wal_sh->backup_holder) == pid;
 }
 
+uint32_t wal_backup_holder(void)
+{
+	return wal_sh == NULL ? 0 : atomic_load(&wal_sh->backup_holder);
+}
+
 wr_lsn wal_backup_keep_lsn(void)
 {
 	return wal_sh == NULL ? 0 : atomic_load(&wal_sh->backup_keep);

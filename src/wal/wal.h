@@ -625,6 +625,8 @@ wr_lsn wal_backup_keep_lsn(void); /* 0: no backup running */
 bool wal_backup_end_for(uint32_t holder_pid);
 /* Whether process @pid holds the running backup (not one that replaced its own). */
 bool wal_backup_held_by(uint32_t pid);
+/* The process holding the running backup; 0 when none (or not yet named). */
+uint32_t wal_backup_holder(void);
 
 /*
  * Ends the current segment: inserts an XLOG_SWITCH record, moves the insert
