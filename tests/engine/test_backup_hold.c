@@ -68,16 +68,16 @@ static void exit_now(uint64_t done, uint64_t total, void *arg)
 	exit(0); /* inside the copy: between the backup's calls */
 }
 
-static int backup_then_exit(void *arg)
+/* A child's backup into dest; @arg, its progress callback, ends the child. */
+static int backup_then_end(void *arg)
 {
-	(void)arg;
 	walrus_opts *o = walrus_opts_new();
 	TU_CHILD_CHECK(o != NULL);
 	walrus *db = NULL;
 	TU_CHILD_CHECK(walrus_open(dir, o, &db) == WALRUS_OK);
 	walrus_opts_free(o);
-	(void)walrus_backup(db, dest, WALRUS_BACKUP_FAST, exit_now, NULL);
-	return 1; /* not reached: the first chunk's progress exits */
+	(void)walrus_backup(db, dest, WALRUS_BACKUP_FAST, *(walrus_progress_fn *)arg, NULL);
+	return 1; /* not reached: the first chunk's progress ends the process */
 }
 
 START_TEST(exit_during_the_copy_ends_the_backup)
@@ -86,7 +86,7 @@ START_TEST(exit_during_the_copy_ends_the_backup)
 	ck_assert_int_eq(walrus_put(db, "k", 1, "v", 1, 0), WALRUS_OK);
 	long restarts = stat_number(db, "crash_restarts");
 	snprintf(dest, sizeof(dest), "%s/exited", dir);
-	ck_assert_int_eq(tu_wait(tu_fork(backup_then_exit, NULL)), 0);
+	ck_assert_int_eq(tu_wait(tu_fork(backup_then_end, &(walrus_progress_fn){exit_now})), 0);
 	struct stat st;
 	char mark[4300];
 	snprintf(mark, sizeof(mark), "%s/walrus.backup-incomplete", dest);
@@ -112,18 +112,6 @@ static void tell_then_die(uint64_t done, uint64_t total, void *arg)
 	_exit(0); /* as a SIGKILL: nothing detaches */
 }
 
-static int backup_then_die(void *arg)
-{
-	(void)arg;
-	walrus_opts *o = walrus_opts_new();
-	TU_CHILD_CHECK(o != NULL);
-	walrus *db = NULL;
-	TU_CHILD_CHECK(walrus_open(dir, o, &db) == WALRUS_OK);
-	walrus_opts_free(o);
-	(void)walrus_backup(db, dest, WALRUS_BACKUP_FAST, tell_then_die, NULL);
-	return 1;
-}
-
 /* The holder is gone but the supervisor (stopped here) has not noticed:
  * the next backup ends the dead one's instead of answering EBUSY. */
 START_TEST(backup_after_an_unnoticed_death_ends_the_dead_ones)
@@ -135,7 +123,7 @@ START_TEST(backup_after_an_unnoticed_death_ends_the_dead_ones)
 	ck_assert_int_eq(pipe(hs[0]), 0);
 	ck_assert_int_eq(pipe(hs[1]), 0);
 	snprintf(dest, sizeof(dest), "%s/died", dir);
-	pid_t child = tu_fork(backup_then_die, NULL);
+	pid_t child = tu_fork(backup_then_end, &(walrus_progress_fn){tell_then_die});
 	char c;
 	ck_assert_int_eq(read(hs[0][0], &c, 1), 1); /* the child holds the backup */
 	ck_assert_int_eq(kill(sup, SIGSTOP), 0);
