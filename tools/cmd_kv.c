@@ -463,41 +463,58 @@ int cmd_restore_point(tool_ctx *ctx, int argc, char **argv)
 	           do_restore_point);
 }
 
-/* Human form of the JSON: one "section.name value" line per figure. */
+/*
+ * Human form of the statistics' JSON: one "section.name value" line per
+ * figure, an array's members numbered ("spaces.list.0.name").  Returns the
+ * end of the value at @p, or NULL on JSON it does not expect.
+ */
+static const char *print_flat_value(const char *p, char *path, size_t len, size_t cap)
+{
+	if (*p == '{' || *p == '[') {
+		bool obj = *p == '{';
+		char close = obj ? '}' : ']';
+		for (unsigned i = 0; p != NULL; i++) {
+			p++;
+			if (*p == close && i == 0) /* empty: the section is there, with nothing */
+				printf("%-40s %s\n", path, obj ? "{}" : "[]");
+			if (*p == close)
+				return p + 1;
+			int n;
+			if (obj) {
+				const char *e = *p == '"' ? strchr(p + 1, '"') : NULL;
+				if (e == NULL || e[1] != ':')
+					return NULL;
+				n = snprintf(path + len, cap - len, "%s%.*s", len ? "." : "",
+				             (int)(e - p - 1), p + 1);
+				p = e + 2;
+			} else {
+				n = snprintf(path + len, cap - len, "%s%u", len ? "." : "", i);
+			}
+			if (n < 0 || (size_t)n >= cap - len)
+				return NULL;
+			p = print_flat_value(p, path, len + (size_t)n, cap);
+			path[len] = '\0';
+			if (p == NULL || *p == close)
+				return p == NULL ? NULL : p + 1;
+			if (*p != ',')
+				return NULL;
+		}
+		return NULL;
+	}
+	const char *end = p;
+	if (*end == '"') /* a string may hold ',' or '}', and escaped quotes */
+		for (end++; *end && *end != '"'; end++)
+			end += end[0] == '\\' && end[1] != '\0';
+	while (*end && *end != ',' && *end != '}' && *end != ']')
+		end++;
+	printf("%-40s %.*s\n", path, (int)(end - p), p);
+	return end;
+}
+
 static void print_flat(const char *j)
 {
 	char path[256] = "";
-	size_t depth_len[8] = {0};
-	int depth = 0;
-	for (const char *p = j; *p; p++) {
-		if (*p == '"') {
-			const char *e = strchr(p + 1, '"');
-			if (e == NULL)
-				return;
-			size_t base = depth > 0 ? depth_len[depth - 1] : 0;
-			int n = snprintf(path + base, sizeof(path) - base, "%s%.*s",
-			                 base ? "." : "", (int)(e - p - 1), p + 1);
-			(void)n;
-			p = e + 1; /* at ':' */
-			if (p[1] == '{') {
-				if (depth < 7)
-					depth_len[depth++] = strlen(path);
-				p++;
-				continue;
-			}
-			const char *v = p + 1, *end = v;
-			if (*v == '"') /* a string may hold ',' or '}', and escaped quotes */
-				for (end = v + 1; *end && *end != '"'; end++)
-					end += end[0] == '\\' && end[1] != '\0';
-			while (*end && *end != ',' && *end != '}')
-				end++;
-			printf("%-40s %.*s\n", path, (int)(end - v), v);
-			p = end - 1;
-		} else if (*p == '}' && depth > 0) {
-			depth--;
-			path[depth > 0 ? depth_len[depth - 1] : 0] = '\0';
-		}
-	}
+	(void)print_flat_value(j, path, 0, sizeof(path));
 }
 
 static int do_stats(walrus *db, const kv_args *a)

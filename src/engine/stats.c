@@ -321,7 +321,7 @@ static int shape_of(uint32_t rel, void *arg)
 	return kv_tree_shape(rel, arg);
 }
 
-/* The key spaces besides the default one: how many, and what they hold. */
+/* The key spaces besides the default one: how many, what they hold, and each one's. */
 static void stats_spaces(jbuf *j)
 {
 	kv_space_ent *sp = NULL;
@@ -329,21 +329,36 @@ static void stats_spaces(jbuf *j)
 	uint64_t keys = 0, pages = 0;
 	if (kv_space_all(&sp, &n) != WALRUS_OK)
 		wr_error_clear();
+	kv_shape *shapes = n > 0 ? calloc(n, sizeof(*shapes)) : NULL;
+	if (n > 0 && shapes == NULL) {
+		j->oom = true;
+		n = 0;
+	}
 	for (size_t i = 0; i < n; i++) {
-		kv_shape sh;
-		if (engine_in_space(sp[i].rel, shape_of, &sh) == WALRUS_OK) {
-			keys += sh.keys;
-			pages += sh.pages;
+		if (engine_in_space(sp[i].rel, shape_of, &shapes[i]) == WALRUS_OK) {
+			keys += shapes[i].keys;
+			pages += shapes[i].pages;
 		} else {
 			wr_error_clear(); /* dropped meanwhile, or unreadable: verify says */
 		}
 	}
-	free(sp);
 	jb_open(j, "spaces");
 	jb_u64(j, "count", n);
 	jb_u64(j, "keys", keys);
 	jb_u64(j, "pages", pages);
+	jb_add(j, ",\"list\":[");
+	for (size_t i = 0; i < n; i++) {
+		jb_add(j, "%s{", i == 0 ? "" : ",");
+		j->first = true;
+		jb_str(j, "name", sp[i].name);
+		jb_u64(j, "keys", shapes[i].keys);
+		jb_u64(j, "pages", shapes[i].pages);
+		jb_add(j, "}");
+	}
+	jb_add(j, "]");
 	jb_close(j);
+	free(shapes);
+	free(sp);
 }
 
 static void stats_kv(jbuf *j)

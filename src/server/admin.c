@@ -182,6 +182,28 @@ static bool json_u64(const char *json, const char *sec, const char *name, unsign
 	return p != NULL && sscanf(p + strlen(key), "%llu", v) == 1;
 }
 
+/* keyspace: db0, then each SELECTable database with keys (the key space "dbN"). */
+static void info_keyspace(info_ctx *c, const srv_session *s, const char *json,
+                          unsigned long long db0_keys)
+{
+	section(c, "keyspace");
+	field(c, "db0", "keys=%llu,expires=0,avg_ttl=0", db0_keys);
+	const char *p = strstr(json, "\"spaces\":{");
+	p = p != NULL ? strstr(p, "\"list\":[") : NULL;
+	while (p != NULL && (p = strstr(p, "{\"name\":\"db")) != NULL) {
+		int n, used = 0;
+		unsigned long long keys;
+		p += strlen("{\"name\":\"db");
+		/* names are letters, digits, '_', '-' and '.': no escapes to undo */
+		if (sscanf(p, "%d\",\"keys\":%llu%n", &n, &keys, &used) != 2 || used == 0 ||
+		    n < 1 || n >= s->cfg->databases || keys == 0 || p[0] == '0' || p[0] == '+')
+			continue;
+		char name[24];
+		snprintf(name, sizeof(name), "db%d", n);
+		field(c, name, "keys=%llu,expires=0,avg_ttl=0", keys);
+	}
+}
+
 void srv_cmd_info(srv_session *s, const resp_arg *argv, size_t argc)
 {
 	char *json;
@@ -196,8 +218,7 @@ void srv_cmd_info(srv_session *s, const resp_arg *argv, size_t argc)
 	info_server(&c, s);
 	const char *end = json[0] == '{' ? flatten(&c, json, 0, 0) : NULL;
 	(void)json_u64(json, "kv", "keys", &keys);
-	section(&c, "keyspace");
-	field(&c, "db0", "keys=%llu,expires=0,avg_ttl=0", keys);
+	info_keyspace(&c, s, json, keys);
 	walrus_free(json);
 	if (end == NULL || text.oom)
 		resp_add_error(s->out, "ERR could not format the statistics");

@@ -99,6 +99,16 @@ def kv_in_space(d):
     rc, out, _ = run(d, "stats", "--json")
     sp = json.loads(out)["spaces"]
     check("stats --json spaces", sp["count"] == 2 and sp["keys"] == 21 and sp["pages"] >= 2, sp)
+    lst = sp.get("list", [])
+    check("stats --json lists each space with its keys",
+          [e["name"] for e in lst] == ["s1", "s2.b-c_D"] and
+          sum(e["keys"] for e in lst) == 21 and all(e["pages"] >= 2 for e in lst), lst)
+    check("stats numbers the list's members",
+          [flat.get(f"spaces.list.{i}.name", "").strip() for i in range(2)]
+          == ['"s1"', '"s2.b-c_D"'] and
+          [flat.get(f"spaces.list.{i}.keys", "").strip() for i in range(2)]
+          == [str(e["keys"]) for e in lst], {k: v for k, v in flat.items()
+                                            if k.startswith("spaces")})
 
 
 def drop_and_waldump(d):

@@ -401,6 +401,20 @@ def case_databases(walrus):
         eq(s.cli("-n", "2", "GET", "counter:__rand_int__"), b"4000\n", "8 clients x INCR in db 2")
         eq(other.call("EXISTS", "counter:__rand_int__"), 0, "no counter in db 0")
         eq(spaces(s), ["db1", "db2", "db3"], "the databases written")
+        # INFO keyspace: each database with keys, as DBSIZE counts them; key
+        # spaces that are not a SELECTable "dbN" are not databases
+        for name in ("db01", "db16", "dbx"):
+            r = subprocess.run([walrus, "-D", s.dir, "space", "create", name],
+                               capture_output=True, timeout=60)
+            check(r.returncode == 0, f"walrus space create {name}: {r.stderr.decode()}")
+        info = c.call("INFO", "keyspace").decode()
+        got = dict(line.split(":", 1) for line in info.splitlines()
+                   if line and not line.startswith("#"))
+        want = {}
+        for n in range(4):
+            eq(c.call("SELECT", str(n)), "OK", "")
+            want[f"db{n}"] = f"keys={c.call('DBSIZE')},expires=0,avg_ttl=0"
+        eq(got, want, "INFO keyspace")
         # a key space dropped under the server: reads find nothing, a write makes it again
         r = subprocess.run([walrus, "-D", s.dir, "space", "drop", "db1"], capture_output=True,
                            timeout=60)
