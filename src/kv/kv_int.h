@@ -611,7 +611,16 @@ int kv_read_meta(kv_meta *m);
 /* ---------------------------------------------------------------- kv_write.c */
 
 /* The writer's view of a page in the current batch. */
-#define KVW_LAZY_MAX 8 /* inserts a lazy undo remembers */
+#define KVW_LAZY_MAX   8    /* ops a lazy undo remembers */
+#define KVW_LAZY_BYTES 1024 /* replaced items a lazy undo keeps, after the undo image */
+/* An op a lazy undo takes back: an insert at @slot, or a replace of the
+ * item @old at @slot, whose bytes are kept at @at after the undo image. */
+typedef struct kvw_lazy_op {
+	uint8_t code; /* KVOP_INSERT or KVOP_REPLACE */
+	uint16_t slot;
+	uint16_t at;
+	kv_lp old;
+} kvw_lazy_op;
 typedef struct kvw_page {
 	wr_relid rel; /* the tree's relation */
 	wr_blkno blk;
@@ -626,12 +635,14 @@ typedef struct kvw_page {
 	bool sane;   /* checked as a node by this batch (kv_modify.c) */
 	/*
 	 * Lazy undo (kv_write.c): while the batch has only inserted into the
-	 * page, each insert fitting under upper, the header as the batch found
-	 * it and the slots inserted stand for the image, and pre stays NULL.
+	 * page and replaced its items, none compacting it, the header as the
+	 * batch found it, the slots inserted and the items replaced stand for
+	 * the image, and pre stays NULL.
 	 */
 	bool lazy;
-	uint8_t nins;
-	uint16_t ins[KVW_LAZY_MAX];
+	uint8_t nops;
+	uint16_t kept; /* bytes of replaced items kept */
+	kvw_lazy_op ops[KVW_LAZY_MAX];
 	char hdr0[WR_PAGE_HEADER_SIZE];
 } kvw_page;
 
