@@ -27,6 +27,7 @@ typedef struct kv_op {
 	uint32_t vl;
 	size_t koff, voff; /* in the arena */
 	const char *k, *v; /* resolved at commit */
+	kv_leaf_hint hint; /* a put's: blk 0 for none */
 } kv_op;
 
 struct kv_batch {
@@ -97,6 +98,15 @@ int kv_batch_put_in(kv_batch *b, wr_relid rel, const void *k, size_t kl, const v
 	if (rc == WALRUS_OK)
 		rc = check_value(vl);
 	return rc == WALRUS_OK ? add_op(b, OP_PUT, rel, k, kl, v, vl) : rc;
+}
+
+int kv_batch_put_hinted(kv_batch *b, wr_relid rel, const void *k, size_t kl, const void *v,
+                        size_t vl, const kv_leaf_hint *hint)
+{
+	int rc = kv_batch_put_in(b, rel, k, kl, v, vl);
+	if (rc == WALRUS_OK && hint != NULL)
+		b->ops[b->n - 1].hint = *hint;
+	return rc;
 }
 
 int kv_batch_delete_in(kv_batch *b, wr_relid rel, const void *k, size_t kl)
@@ -246,7 +256,8 @@ static int apply_ops(const kv_op *ops, size_t n, size_t *notfound, bool *begun)
 		if (rc != WALRUS_OK)
 			break;
 		if (ops[i].type == OP_PUT) {
-			rc = kvm_put(ops[i].k, ops[i].kl, ops[i].v, ops[i].vl);
+			rc = kvm_put(ops[i].k, ops[i].kl, ops[i].v, ops[i].vl,
+			             ops[i].hint.blk != 0 ? &ops[i].hint : NULL);
 		} else {
 			rc = kvm_delete(ops[i].k, ops[i].kl);
 			if (rc == WALRUS_ENOTFOUND) {

@@ -517,6 +517,7 @@ typedef struct kv_shared {
 	_Atomic uint64_t puts, deletes, batches, aborts;
 	_Atomic uint64_t splits, pages_freed, pages_reused;
 	_Atomic uint64_t fastpath_hits; /* puts that went to the rightmost leaf without a descent */
+	_Atomic uint64_t hint_hits;     /* puts that went to a read's leaf without a descent */
 	_Atomic uint64_t shifts;        /* full leaves that gave entries to a sibling */
 	_Atomic uint64_t file_grows;    /* times a writer grew the data file (kv_write.c) */
 	_Atomic uint64_t size_checks;   /* times a writer asked the data file's size */
@@ -605,6 +606,11 @@ int kv_plan_leaves(const kv_key *k, int mode, kv_leaf_plan *plan);
 /* Reads an overflow value into dst (ref->vlen bytes); KV_RETRY if the chain changed. */
 int kv_ovf_read(const kv_ovf_ref *ref, char *dst);
 
+/* kv_get_in (@v not NULL) or kv_get_into_in (@buf, @cap), noting in *@hint
+ * (when not NULL) the leaf the search ended in (blk 0: none). */
+int kv_get_hinted(wr_relid rel, const void *k, size_t kl, void **v, void *buf, size_t cap,
+                  size_t *vl, kv_leaf_hint *hint);
+
 /* The meta page as it is in the pool (the tree lock held, either mode, or a stable tree). */
 int kv_read_meta(kv_meta *m);
 
@@ -685,7 +691,7 @@ typedef struct kv_write_state {
 	int nrb;
 	int nrec;        /* records inserted by this batch */
 	int crash_after; /* kv_test_crash_after_records (test builds only) */
-	uint64_t splits, freed, reused, fastpath, shifts;
+	uint64_t splits, freed, reused, fastpath, hinted, shifts;
 	kvw_page *spare[KVW_SPARE]; /* structs of ended batches, with their undo buffers */
 	uint32_t nspare;
 } kv_write_state;
@@ -742,6 +748,7 @@ bool kvw_pin_room(uint32_t n);
 uint64_t kvw_next_value_id(void);
 void kvw_count_split(void);
 void kvw_count_fastpath(void);
+void kvw_count_hinted(void);
 void kvw_count_shift(void);
 /* Logs an op for @p after applying it to the page (the same code redo runs). */
 int kvw_op(kvw_page *p, uint8_t code, uint16_t slot, const void *payload, uint16_t len);
@@ -795,8 +802,9 @@ void kv_rv_finish(void);
 
 /* ---------------------------------------------------------------- kv_modify.c */
 
-/* Put and delete inside a batch (tree lock held).  Delete: ENOTFOUND if absent. */
-int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl);
+/* Put and delete inside a batch (tree lock held).  Delete: ENOTFOUND if absent.
+ * @hint (NULL: none): where a read found @k, tried before a descent. */
+int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl, const kv_leaf_hint *hint);
 int kvm_delete(const void *k, uint16_t kl);
 /*
  * Where a split of @page inserting @item at @slot cuts (for tests): the left

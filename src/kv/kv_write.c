@@ -350,6 +350,11 @@ void kvw_count_fastpath(void)
 	W.fastpath++;
 }
 
+void kvw_count_hinted(void)
+{
+	W.hinted++;
+}
+
 void kvw_count_shift(void)
 {
 	W.shifts++;
@@ -704,7 +709,7 @@ void kvw_batch_reset(void)
 	W.nrb = 0;
 	W.nrec = 0;
 	W.ntrees = 0;
-	W.splits = W.freed = W.reused = W.fastpath = W.shifts = 0;
+	W.splits = W.freed = W.reused = W.fastpath = W.hinted = W.shifts = 0;
 	if (W.hcap)
 		memset(W.hash, 0, W.hcap * sizeof(kvw_page *));
 	W.rel = 0; /* no tree yet */
@@ -828,13 +833,21 @@ static void release_all(void)
 		memset(W.hash, 0, W.hcap * sizeof(kvw_page *));
 }
 
+/* Each a locked add on a line every writer shares: only those that moved. */
+static void add_counter(_Atomic uint64_t *c, uint64_t n)
+{
+	if (n > 0)
+		atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
 static void add_counters(void)
 {
-	atomic_fetch_add(&kv_sh->splits, W.splits);
-	atomic_fetch_add(&kv_sh->pages_freed, W.freed);
-	atomic_fetch_add(&kv_sh->pages_reused, W.reused);
-	atomic_fetch_add(&kv_sh->fastpath_hits, W.fastpath);
-	atomic_fetch_add(&kv_sh->shifts, W.shifts);
+	add_counter(&kv_sh->splits, W.splits);
+	add_counter(&kv_sh->pages_freed, W.freed);
+	add_counter(&kv_sh->pages_reused, W.reused);
+	add_counter(&kv_sh->fastpath_hits, W.fastpath);
+	add_counter(&kv_sh->hint_hits, W.hinted);
+	add_counter(&kv_sh->shifts, W.shifts);
 }
 
 /*

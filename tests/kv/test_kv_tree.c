@@ -524,7 +524,7 @@ START_TEST(rightmost_leaf_hint_check_takes_no_lock)
 	memset(v, 'm', sizeof(v));
 	rw_lock_excl(&kv_sh->tree_lock);
 	ck_assert_int_eq(kvw_batch_begin(), WALRUS_OK);
-	ck_assert_int_eq(kvm_put("k000500x", 8, v, sizeof(v)), WALRUS_OK);
+	ck_assert_int_eq(kvm_put("k000500x", 8, v, sizeof(v), NULL), WALRUS_OK);
 	kvw_page *p;
 	ck_assert_uint_ne(KV_TREE_MAIN->rightmost_leaf, 0);
 	ck_assert_int_eq(kvw_get(KV_TREE_MAIN->rightmost_leaf, &p), WALRUS_OK);
