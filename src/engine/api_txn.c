@@ -793,7 +793,7 @@ static int apply_writes(walrus_txn *t, int durability)
 		                                      read_hint(t, w, &h));
 	}
 	if (rc == WALRUS_OK)
-		rc = kv_batch_commit_checked(b, durability, check_conflicts, t, NULL);
+		rc = kv_batch_commit_checked(b, durability, check_conflicts, t, &t->snap, NULL);
 	kv_batch_free(b);
 	t->batch = NULL;
 	return rc;

@@ -470,10 +470,12 @@ void kv_viter_close(kv_viter *it);
  * kv_batch_commit with @check(@arg) called under the tree lock before the
  * batch is applied: an error from it (a transaction's conflict) is
  * returned and nothing is written.  @b may be empty (then only @check).
+ * @ending (NULL: none): the snapshot of the transaction @b commits, which
+ * is read no more (its iterators closed, released after the commit).
  */
 typedef int (*kv_commit_check_fn)(void *arg);
 int kv_batch_commit_checked(kv_batch *b, int durability, kv_commit_check_fn check, void *arg,
-                            wr_lsn *commit_lsn);
+                            const kv_snap *ending, wr_lsn *commit_lsn);
 
 typedef struct kv_mv_stats {
 	uint64_t snapshots;     /* live */

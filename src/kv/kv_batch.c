@@ -296,7 +296,8 @@ static void resolve(kv_batch *b)
 }
 
 static int commit_ops(const kv_op *ops, size_t n, int durability, kv_commit_check_fn check,
-                      void *arg, wr_lsn *lsn_out, size_t *notfound, kv_batch *fill)
+                      void *arg, const kv_snap *ending, wr_lsn *lsn_out, size_t *notfound,
+                      kv_batch *fill)
 {
 	wr_lsn lsn = 0;
 	*notfound = 0;
@@ -321,7 +322,7 @@ static int commit_ops(const kv_op *ops, size_t n, int durability, kv_commit_chec
 		count_ops(ops, 0);
 		return WALRUS_OK;
 	}
-	kv_mv_batch_begin();
+	kv_mv_batch_begin(ending);
 	bool begun = false;
 	rc = apply_ops(ops, n, notfound, &begun);
 	if (rc == WALRUS_OK)
@@ -348,17 +349,18 @@ int kv_batch_commit(kv_batch *b, int durability, wr_lsn *commit_lsn)
 	if (commit_lsn != NULL)
 		*commit_lsn = 0;
 	resolve(b);
-	return commit_ops(b->ops, b->n, durability, NULL, NULL, commit_lsn, &notfound, NULL);
+	return commit_ops(b->ops, b->n, durability, NULL, NULL, NULL, commit_lsn, &notfound, NULL);
 }
 
 int kv_batch_commit_checked(kv_batch *b, int durability, kv_commit_check_fn check, void *arg,
-                            wr_lsn *commit_lsn)
+                            const kv_snap *ending, wr_lsn *commit_lsn)
 {
 	size_t notfound;
 	if (commit_lsn != NULL)
 		*commit_lsn = 0;
 	resolve(b);
-	return commit_ops(b->ops, b->n, durability, check, arg, commit_lsn, &notfound, NULL);
+	return commit_ops(b->ops, b->n, durability, check, arg, ending, commit_lsn, &notfound,
+	                  NULL);
 }
 
 int kv_batch_commit_built(kv_batch *b, int durability, kv_commit_check_fn build, void *arg,
@@ -367,7 +369,7 @@ int kv_batch_commit_built(kv_batch *b, int durability, kv_commit_check_fn build,
 	size_t notfound;
 	if (commit_lsn != NULL)
 		*commit_lsn = 0;
-	return commit_ops(NULL, 0, durability, build, arg, commit_lsn, &notfound, b);
+	return commit_ops(NULL, 0, durability, build, arg, NULL, commit_lsn, &notfound, b);
 }
 
 int kv_put(const void *k, size_t kl, const void *v, size_t vl, int durability)
@@ -390,7 +392,7 @@ int kv_put_in(wr_relid rel, const void *k, size_t kl, const void *v, size_t vl, 
 		return rc;
 	kv_op op = {
 	    .type = OP_PUT, .rel = rel, .kl = (uint16_t)kl, .vl = (uint32_t)vl, .k = k, .v = v};
-	return commit_ops(&op, 1, durability, NULL, NULL, NULL, &notfound, NULL);
+	return commit_ops(&op, 1, durability, NULL, NULL, NULL, NULL, &notfound, NULL);
 }
 
 int kv_delete_in(wr_relid rel, const void *k, size_t kl, int durability)
@@ -400,7 +402,7 @@ int kv_delete_in(wr_relid rel, const void *k, size_t kl, int durability)
 	if (rc != WALRUS_OK)
 		return rc;
 	kv_op op = {.type = OP_DELETE, .rel = rel, .kl = (uint16_t)kl, .k = k};
-	rc = commit_ops(&op, 1, durability, NULL, NULL, NULL, &notfound, NULL);
+	rc = commit_ops(&op, 1, durability, NULL, NULL, NULL, NULL, &notfound, NULL);
 	if (rc == WALRUS_OK && notfound > 0)
 		return wr_error(WALRUS_ENOTFOUND, "key not found");
 	return rc;

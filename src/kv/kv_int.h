@@ -766,8 +766,10 @@ bool kvw_logged(void);
 /* ---------------------------------------------------------------- kv_mvcc.c */
 
 /* A write batch's csn: taken (versions noted while a snapshot lives: true),
- * then published if @committed; both under the tree lock, or in redo. */
-bool kv_mv_batch_begin(void);
+ * then published if @committed; both under the tree lock, or in redo.
+ * @ending (NULL: none): the snapshot of the transaction the batch commits,
+ * which needs none of its versions. */
+bool kv_mv_batch_begin(const kv_snap *ending);
 void kv_mv_batch_end(bool committed, wr_lsn lsn);
 /* Before the batch's first change to @k: the value it had (@old, NULL when
  * absent) goes to the version store, if any snapshot needs it. */

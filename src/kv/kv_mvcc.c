@@ -304,13 +304,27 @@ static void prune(uint64_t h, uint64_t strict)
 
 /* ---------------------------------------------------------------- the writer */
 
+/* Whether @s holds its slot in the snapshot table (under the lock). */
+static bool snap_held_locked(const kv_snap *s)
+{
+	return s != NULL && s->live && s->slot < mv->hwm && mv->snaps[s->slot].used &&
+	       mv->snaps[s->slot].csn == s->csn && mv->snaps[s->slot].taken_us == s->taken_us;
+}
+
 /*
  * The horizons for the prune are taken in the same hold of the snapshot
  * table's lock as the csn: the lock's line is shared with every snapshot
  * taken and released, so each hold is likely a cache miss.  A snapshot
  * taken after it reads as of csn_visible or later, at or past both.
+ *
+ * The snapshot of the transaction the batch commits (@ending) reads
+ * nothing after it: the transaction ends with its commit, and its conflict
+ * check ran before.  So when it is the only live snapshot, nobody needs
+ * the batch's versions, neither to read nor to check a commit (a snapshot
+ * taken meanwhile waits for the batch's end: kv_snap_take), and none are
+ * noted.
  */
-bool kv_mv_batch_begin(void)
+bool kv_mv_batch_begin(const kv_snap *ending)
 {
 	if (mv == NULL)
 		return false;
@@ -322,7 +336,7 @@ bool kv_mv_batch_begin(void)
 	uint64_t c = ++mv->csn_next;
 	mv->open_csn = c;
 	mv->open_pos = mine(&mv->head);
-	bool versioned = mv->open_versioned = mv->nsnap > 0;
+	bool versioned = mv->open_versioned = mv->nsnap > (snap_held_locked(ending) ? 1u : 0u);
 	spin_unlock(&mv->lock);
 	if (any)
 		prune(young, h);

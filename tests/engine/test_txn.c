@@ -751,6 +751,58 @@ START_TEST(txn_put_descends_when_its_leaf_changed_or_split)
 }
 END_TEST
 
+/* A counter of walrus_stats's "snapshots" object. */
+static uint64_t snap_stat(walrus *db, const char *name)
+{
+	char *json = NULL, pat[64];
+	ck_assert_int_eq(walrus_stats(db, &json), WALRUS_OK);
+	snprintf(pat, sizeof(pat), "\"%s\":", name);
+	const char *o = strstr(json, "\"snapshots\":");
+	ck_assert_ptr_nonnull(o);
+	const char *p = strstr(o, pat);
+	ck_assert_ptr_nonnull(p);
+	uint64_t n = strtoull(p + strlen(pat), NULL, 10);
+	walrus_free(json);
+	return n;
+}
+
+/*
+ * A transaction whose snapshot is the only live one commits without noting
+ * versions: nobody could read them.  With another transaction's snapshot
+ * live, its commit notes them, and the other still reads the value it
+ * began with and conflicts on it.
+ */
+START_TEST(commit_notes_versions_only_for_other_snapshots)
+{
+	walrus *db = tu_open(dir, opts());
+	put(db, "a", "1");
+	uint64_t n0 = snap_stat(db, "versions_noted");
+	walrus_txn *t, *u;
+	ck_assert_int_eq(walrus_txn_begin(db, 0, &t), WALRUS_OK);
+	txn_read(t, "a", WALRUS_OK);
+	txn_write(t, "a", "2");
+	ck_assert_int_eq(walrus_txn_commit(t, 0), WALRUS_OK);
+	walrus_txn_free(t);
+	ck_assert_uint_eq(snap_stat(db, "versions_noted"), n0);
+	ck_assert_int_eq(walrus_txn_begin(db, 0, &t), WALRUS_OK);
+	ck_assert_int_eq(walrus_txn_begin(db, 0, &u), WALRUS_OK);
+	txn_write(t, "a", "3");
+	ck_assert_int_eq(walrus_txn_commit(t, 0), WALRUS_OK);
+	walrus_txn_free(t);
+	ck_assert_uint_eq(snap_stat(db, "versions_noted"), n0 + 1);
+	char b[8];
+	size_t vl;
+	ck_assert_int_eq(walrus_txn_get_into(u, "a", 1, b, sizeof(b), &vl), WALRUS_OK);
+	ck_assert_int_eq(vl, 1);
+	ck_assert_int_eq(b[0], '2');
+	txn_write(u, "a", "4");
+	ck_assert_int_eq(walrus_txn_commit(u, 0), WALRUS_ECONFLICT);
+	walrus_txn_free(u);
+	ck_assert_str_eq(at(db, NULL, "a", b, sizeof(b)), "3");
+	tu_close_and_wait(db);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- the bank */
 
 #define ACCOUNTS    20
@@ -1036,6 +1088,7 @@ static Suite *txn_suite(void)
 	tcase_add_test(tc, reads_see_own_writes);
 	tcase_add_test(tc, txn_puts_go_to_the_leaves_their_reads_found);
 	tcase_add_test(tc, txn_put_descends_when_its_leaf_changed_or_split);
+	tcase_add_test(tc, commit_notes_versions_only_for_other_snapshots);
 	tcase_add_test(tc, bank_total_holds);
 	tcase_add_test(tc, misuse_is_refused);
 	suite_add_tcase(s, tc);
