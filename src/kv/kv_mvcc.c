@@ -539,9 +539,10 @@ int kv_snap_take(kv_snap *s)
 			return WALRUS_OK;
 		}
 		spin_unlock(&mv->lock);
-		/* A batch that began before any snapshot noted no versions: it
-		 * must end before a snapshot can be taken (it is short: it holds
-		 * the tree lock and does no I/O it waits on for long). */
+		/* A batch that began with no snapshot live (but the one of the
+		 * transaction it commits) notes no versions: it must end before
+		 * a snapshot can be taken (it is short: it holds the tree lock
+		 * and does no I/O it waits on for long). */
 		for (;;) {
 			spin_lock(&mv->lock);
 			bool same = mv->open_csn == open;
