@@ -55,7 +55,7 @@ struct walrus_txn {
 	bool open;
 	kv_snap snap;
 	keyvec writes; /* sorted: k, v, deleted */
-	keyvec reads;  /* sorted keys (serializable only) */
+	keyvec reads;  /* sorted keys (serializable only), v: a kv_leaf_hint or empty */
 	range *ranges;
 	size_t nranges, rcap;
 	walrus_iter *iters;
@@ -486,12 +486,14 @@ static int txn_usable(const walrus_txn *t, const char *fn)
 	return WALRUS_OK;
 }
 
-/* A key read (serializable): a later change to it is a conflict. */
-static int note_read(walrus_txn *t, wr_relid rel, const void *k, size_t kl)
+/* A key read (serializable): a later change to it is a conflict.  Where
+ * the read found it in the tree (@h) goes with it, for the commit's put. */
+static int note_read(walrus_txn *t, wr_relid rel, const void *k, size_t kl, const kv_leaf_hint *h)
 {
 	if (!serializable(t) || kv_find(&t->reads, rel, k, kl) != NULL)
 		return WALRUS_OK;
-	return kv_set(&t->reads, rel, k, kl, NULL, 0, false);
+	bool hinted = h->blk != 0;
+	return kv_set(&t->reads, rel, k, kl, hinted ? h : NULL, hinted ? sizeof(*h) : 0, false);
 }
 
 typedef struct get_args {
@@ -536,11 +538,11 @@ static int get_read(get_args *a)
 	const kv_overlay_ent *w = kv_find(&t->writes, a->rel, a->k, a->kl);
 	if (w != NULL)
 		return own_write(w, a);
-	rc = a->v != NULL ? kv_snap_get(&t->snap, a->rel, a->k, a->kl, a->v, a->vl)
-	                  : kv_snap_get_into(&t->snap, a->rel, a->k, a->kl, a->buf, a->cap, a->vl);
+	kv_leaf_hint h;
+	rc = kv_snap_get_hinted(&t->snap, a->rel, a->k, a->kl, a->v, a->buf, a->cap, a->vl, &h);
 	if (rc != WALRUS_OK && rc != WALRUS_ENOTFOUND && rc != WALRUS_ETOOBIG)
 		return rc;
-	int nrc = note_read(t, a->rel, a->k, a->kl);
+	int nrc = note_read(t, a->rel, a->k, a->kl, &h);
 	if (nrc != WALRUS_OK && a->v != NULL) {
 		free(*a->v);
 		*a->v = NULL;
@@ -761,6 +763,17 @@ static int check_conflicts(void *arg)
 	return rc;
 }
 
+/* Where the transaction's read of @w's key found it, if it read it, in *@h
+ * (copied: the read's entry keeps it unaligned after the key). */
+static const kv_leaf_hint *read_hint(const walrus_txn *t, const kv_overlay_ent *w, kv_leaf_hint *h)
+{
+	const kv_overlay_ent *r = kv_find(&t->reads, w->rel, w->k, w->kl);
+	if (r == NULL || r->vl != sizeof(*h))
+		return NULL;
+	memcpy(h, r->v, sizeof(*h));
+	return h;
+}
+
 typedef struct commit_args {
 	walrus_txn *t;
 	int durability;
@@ -774,11 +787,13 @@ static int apply_writes(walrus_txn *t, int durability)
 	int rc = WALRUS_OK;
 	for (size_t i = 0; rc == WALRUS_OK && i < t->writes.n; i++) {
 		const kv_overlay_ent *w = &t->writes.e[i];
+		kv_leaf_hint h;
 		rc = w->deleted ? kv_batch_delete_in(b, w->rel, w->k, w->kl)
-		                : kv_batch_put_in(b, w->rel, w->k, w->kl, w->v, w->vl);
+		                : kv_batch_put_hinted(b, w->rel, w->k, w->kl, w->v, w->vl,
+		                                      read_hint(t, w, &h));
 	}
 	if (rc == WALRUS_OK)
-		rc = kv_batch_commit_checked(b, durability, check_conflicts, t, NULL);
+		rc = kv_batch_commit_checked(b, durability, check_conflicts, t, &t->snap, NULL);
 	kv_batch_free(b);
 	t->batch = NULL;
 	return rc;

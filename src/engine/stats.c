@@ -379,6 +379,7 @@ static void stats_kv(jbuf *j)
 	jb_u64(j, "pages_freed", k.pages_freed);
 	jb_u64(j, "pages_reused", k.pages_reused);
 	jb_u64(j, "fastpath_hits", k.fastpath_hits);
+	jb_u64(j, "hint_hits", k.hint_hits);
 	jb_u64(j, "shifts", k.shifts);
 	jb_u64(j, "file_grows", k.file_grows);
 	jb_u64(j, "size_checks", k.size_checks);

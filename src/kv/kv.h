@@ -207,6 +207,19 @@ void kv_iter_close(kv_iter *it);
 /* ---------------------------------------------------------------- other trees */
 
 /*
+ * Where a read of the tree found a key, or its place: the leaf's block (0:
+ * the read did not look at the tree) and LSN then, the slot, whether the
+ * key was there.  A later batch's put of the key tries that leaf first
+ * (kv_batch_put_hinted): a transaction writes the keys it read.
+ */
+typedef struct kv_leaf_hint {
+	wr_lsn lsn;
+	wr_blkno blk;
+	uint16_t slot;
+	bool found;
+} kv_leaf_hint;
+
+/*
  * The same calls on the tree of relation @rel: a key space's (kv_space.h
  * below), or KV_CATALOG_REL.  A batch may hold operations on several trees;
  * its commit is atomic across all of them.  Writes to a tree whose key
@@ -219,6 +232,10 @@ int kv_get_into_in(wr_relid rel, const void *k, size_t kl, void *buf, size_t cap
 int kv_put_in(wr_relid rel, const void *k, size_t kl, const void *v, size_t vl, int durability);
 int kv_delete_in(wr_relid rel, const void *k, size_t kl, int durability);
 int kv_batch_put_in(kv_batch *b, wr_relid rel, const void *k, size_t kl, const void *v, size_t vl);
+/* kv_batch_put_in of a key a read found at @hint (kv_snap_get_hinted): the
+ * commit puts it there when that leaf is unchanged, else descends. */
+int kv_batch_put_hinted(kv_batch *b, wr_relid rel, const void *k, size_t kl, const void *v,
+                        size_t vl, const kv_leaf_hint *hint);
 int kv_batch_delete_in(kv_batch *b, wr_relid rel, const void *k, size_t kl);
 /* A new tree in relation @rel, whose file exists and is empty (kv_space.c). */
 int kv_batch_create_tree(kv_batch *b, wr_relid rel);
@@ -325,6 +342,7 @@ typedef struct kv_stats {
 	uint64_t batch_aborts; /* batches that failed and were undone */
 	uint64_t splits, pages_freed, pages_reused;
 	uint64_t fastpath_hits; /* puts into the rightmost leaf that skipped the descent */
+	uint64_t hint_hits;     /* transactions' puts into the leaf their read found, no descent */
 	uint64_t shifts;      /* full leaves that gave entries to a sibling instead of splitting */
 	uint64_t file_grows;  /* times the data file grew (by up to 1 MiB) for new pages */
 	uint64_t size_checks; /* times a writer asked the data file's size */
@@ -412,6 +430,10 @@ int kv_mv_scan(const kv_snap *s, uint64_t *pos, kv_mv_fn fn, void *arg);
 int kv_snap_get(const kv_snap *s, wr_relid rel, const void *k, size_t kl, void **v, size_t *vl);
 int kv_snap_get_into(const kv_snap *s, wr_relid rel, const void *k, size_t kl, void *buf,
                      size_t cap, size_t *vl);
+/* kv_snap_get (@v not NULL) or kv_snap_get_into (@buf, @cap), with the
+ * leaf's hint in *@hint. */
+int kv_snap_get_hinted(const kv_snap *s, wr_relid rel, const void *k, size_t kl, void **v,
+                       void *buf, size_t cap, size_t *vl, kv_leaf_hint *hint);
 
 /*
  * A view iterator: the keys of [lo, hi) as of @s, with @overlay over them
@@ -448,10 +470,12 @@ void kv_viter_close(kv_viter *it);
  * kv_batch_commit with @check(@arg) called under the tree lock before the
  * batch is applied: an error from it (a transaction's conflict) is
  * returned and nothing is written.  @b may be empty (then only @check).
+ * @ending (NULL: none): the snapshot of the transaction @b commits, which
+ * is read no more (its iterators closed, released after the commit).
  */
 typedef int (*kv_commit_check_fn)(void *arg);
 int kv_batch_commit_checked(kv_batch *b, int durability, kv_commit_check_fn check, void *arg,
-                            wr_lsn *commit_lsn);
+                            const kv_snap *ending, wr_lsn *commit_lsn);
 
 typedef struct kv_mv_stats {
 	uint64_t snapshots;     /* live */

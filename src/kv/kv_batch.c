@@ -27,6 +27,7 @@ typedef struct kv_op {
 	uint32_t vl;
 	size_t koff, voff; /* in the arena */
 	const char *k, *v; /* resolved at commit */
+	kv_leaf_hint hint; /* a put's: blk 0 for none */
 } kv_op;
 
 struct kv_batch {
@@ -97,6 +98,15 @@ int kv_batch_put_in(kv_batch *b, wr_relid rel, const void *k, size_t kl, const v
 	if (rc == WALRUS_OK)
 		rc = check_value(vl);
 	return rc == WALRUS_OK ? add_op(b, OP_PUT, rel, k, kl, v, vl) : rc;
+}
+
+int kv_batch_put_hinted(kv_batch *b, wr_relid rel, const void *k, size_t kl, const void *v,
+                        size_t vl, const kv_leaf_hint *hint)
+{
+	int rc = kv_batch_put_in(b, rel, k, kl, v, vl);
+	if (rc == WALRUS_OK && hint != NULL)
+		b->ops[b->n - 1].hint = *hint;
+	return rc;
 }
 
 int kv_batch_delete_in(kv_batch *b, wr_relid rel, const void *k, size_t kl)
@@ -246,7 +256,8 @@ static int apply_ops(const kv_op *ops, size_t n, size_t *notfound, bool *begun)
 		if (rc != WALRUS_OK)
 			break;
 		if (ops[i].type == OP_PUT) {
-			rc = kvm_put(ops[i].k, ops[i].kl, ops[i].v, ops[i].vl);
+			rc = kvm_put(ops[i].k, ops[i].kl, ops[i].v, ops[i].vl,
+			             ops[i].hint.blk != 0 ? &ops[i].hint : NULL);
 		} else {
 			rc = kvm_delete(ops[i].k, ops[i].kl);
 			if (rc == WALRUS_ENOTFOUND) {
@@ -285,7 +296,8 @@ static void resolve(kv_batch *b)
 }
 
 static int commit_ops(const kv_op *ops, size_t n, int durability, kv_commit_check_fn check,
-                      void *arg, wr_lsn *lsn_out, size_t *notfound, kv_batch *fill)
+                      void *arg, const kv_snap *ending, wr_lsn *lsn_out, size_t *notfound,
+                      kv_batch *fill)
 {
 	wr_lsn lsn = 0;
 	*notfound = 0;
@@ -310,7 +322,7 @@ static int commit_ops(const kv_op *ops, size_t n, int durability, kv_commit_chec
 		count_ops(ops, 0);
 		return WALRUS_OK;
 	}
-	kv_mv_batch_begin();
+	kv_mv_batch_begin(ending);
 	bool begun = false;
 	rc = apply_ops(ops, n, notfound, &begun);
 	if (rc == WALRUS_OK)
@@ -337,17 +349,18 @@ int kv_batch_commit(kv_batch *b, int durability, wr_lsn *commit_lsn)
 	if (commit_lsn != NULL)
 		*commit_lsn = 0;
 	resolve(b);
-	return commit_ops(b->ops, b->n, durability, NULL, NULL, commit_lsn, &notfound, NULL);
+	return commit_ops(b->ops, b->n, durability, NULL, NULL, NULL, commit_lsn, &notfound, NULL);
 }
 
 int kv_batch_commit_checked(kv_batch *b, int durability, kv_commit_check_fn check, void *arg,
-                            wr_lsn *commit_lsn)
+                            const kv_snap *ending, wr_lsn *commit_lsn)
 {
 	size_t notfound;
 	if (commit_lsn != NULL)
 		*commit_lsn = 0;
 	resolve(b);
-	return commit_ops(b->ops, b->n, durability, check, arg, commit_lsn, &notfound, NULL);
+	return commit_ops(b->ops, b->n, durability, check, arg, ending, commit_lsn, &notfound,
+	                  NULL);
 }
 
 int kv_batch_commit_built(kv_batch *b, int durability, kv_commit_check_fn build, void *arg,
@@ -356,7 +369,7 @@ int kv_batch_commit_built(kv_batch *b, int durability, kv_commit_check_fn build,
 	size_t notfound;
 	if (commit_lsn != NULL)
 		*commit_lsn = 0;
-	return commit_ops(NULL, 0, durability, build, arg, commit_lsn, &notfound, b);
+	return commit_ops(NULL, 0, durability, build, arg, NULL, commit_lsn, &notfound, b);
 }
 
 int kv_put(const void *k, size_t kl, const void *v, size_t vl, int durability)
@@ -379,7 +392,7 @@ int kv_put_in(wr_relid rel, const void *k, size_t kl, const void *v, size_t vl, 
 		return rc;
 	kv_op op = {
 	    .type = OP_PUT, .rel = rel, .kl = (uint16_t)kl, .vl = (uint32_t)vl, .k = k, .v = v};
-	return commit_ops(&op, 1, durability, NULL, NULL, NULL, &notfound, NULL);
+	return commit_ops(&op, 1, durability, NULL, NULL, NULL, NULL, &notfound, NULL);
 }
 
 int kv_delete_in(wr_relid rel, const void *k, size_t kl, int durability)
@@ -389,7 +402,7 @@ int kv_delete_in(wr_relid rel, const void *k, size_t kl, int durability)
 	if (rc != WALRUS_OK)
 		return rc;
 	kv_op op = {.type = OP_DELETE, .rel = rel, .kl = (uint16_t)kl, .k = k};
-	rc = commit_ops(&op, 1, durability, NULL, NULL, NULL, &notfound, NULL);
+	rc = commit_ops(&op, 1, durability, NULL, NULL, NULL, NULL, &notfound, NULL);
 	if (rc == WALRUS_OK && notfound > 0)
 		return wr_error(WALRUS_ENOTFOUND, "key not found");
 	return rc;

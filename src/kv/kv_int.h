@@ -517,6 +517,7 @@ typedef struct kv_shared {
 	_Atomic uint64_t puts, deletes, batches, aborts;
 	_Atomic uint64_t splits, pages_freed, pages_reused;
 	_Atomic uint64_t fastpath_hits; /* puts that went to the rightmost leaf without a descent */
+	_Atomic uint64_t hint_hits;     /* puts that went to a read's leaf without a descent */
 	_Atomic uint64_t shifts;        /* full leaves that gave entries to a sibling */
 	_Atomic uint64_t file_grows;    /* times a writer grew the data file (kv_write.c) */
 	_Atomic uint64_t size_checks;   /* times a writer asked the data file's size */
@@ -605,13 +606,27 @@ int kv_plan_leaves(const kv_key *k, int mode, kv_leaf_plan *plan);
 /* Reads an overflow value into dst (ref->vlen bytes); KV_RETRY if the chain changed. */
 int kv_ovf_read(const kv_ovf_ref *ref, char *dst);
 
+/* kv_get_in (@v not NULL) or kv_get_into_in (@buf, @cap), noting in *@hint
+ * (when not NULL) the leaf the search ended in (blk 0: none). */
+int kv_get_hinted(wr_relid rel, const void *k, size_t kl, void **v, void *buf, size_t cap,
+                  size_t *vl, kv_leaf_hint *hint);
+
 /* The meta page as it is in the pool (the tree lock held, either mode, or a stable tree). */
 int kv_read_meta(kv_meta *m);
 
 /* ---------------------------------------------------------------- kv_write.c */
 
 /* The writer's view of a page in the current batch. */
-#define KVW_LAZY_MAX 8 /* inserts a lazy undo remembers */
+#define KVW_LAZY_MAX   8    /* ops a lazy undo remembers */
+#define KVW_LAZY_BYTES 1024 /* replaced items a lazy undo keeps, after the undo image */
+/* An op a lazy undo takes back: an insert at @slot, or a replace of the
+ * item @old at @slot, whose bytes are kept at @at after the undo image. */
+typedef struct kvw_lazy_op {
+	uint8_t code; /* KVOP_INSERT or KVOP_REPLACE */
+	uint16_t slot;
+	uint16_t at;
+	kv_lp old;
+} kvw_lazy_op;
 typedef struct kvw_page {
 	wr_relid rel; /* the tree's relation */
 	wr_blkno blk;
@@ -626,12 +641,14 @@ typedef struct kvw_page {
 	bool sane;   /* checked as a node by this batch (kv_modify.c) */
 	/*
 	 * Lazy undo (kv_write.c): while the batch has only inserted into the
-	 * page, each insert fitting under upper, the header as the batch found
-	 * it and the slots inserted stand for the image, and pre stays NULL.
+	 * page and replaced its items, none compacting it, the header as the
+	 * batch found it, the slots inserted and the items replaced stand for
+	 * the image, and pre stays NULL.
 	 */
 	bool lazy;
-	uint8_t nins;
-	uint16_t ins[KVW_LAZY_MAX];
+	uint8_t nops;
+	uint16_t kept; /* bytes of replaced items kept */
+	kvw_lazy_op ops[KVW_LAZY_MAX];
 	char hdr0[WR_PAGE_HEADER_SIZE];
 } kvw_page;
 
@@ -674,7 +691,7 @@ typedef struct kv_write_state {
 	int nrb;
 	int nrec;        /* records inserted by this batch */
 	int crash_after; /* kv_test_crash_after_records (test builds only) */
-	uint64_t splits, freed, reused, fastpath, shifts;
+	uint64_t splits, freed, reused, fastpath, hinted, shifts;
 	kvw_page *spare[KVW_SPARE]; /* structs of ended batches, with their undo buffers */
 	uint32_t nspare;
 } kv_write_state;
@@ -731,6 +748,7 @@ bool kvw_pin_room(uint32_t n);
 uint64_t kvw_next_value_id(void);
 void kvw_count_split(void);
 void kvw_count_fastpath(void);
+void kvw_count_hinted(void);
 void kvw_count_shift(void);
 /* Logs an op for @p after applying it to the page (the same code redo runs). */
 int kvw_op(kvw_page *p, uint8_t code, uint16_t slot, const void *payload, uint16_t len);
@@ -748,8 +766,10 @@ bool kvw_logged(void);
 /* ---------------------------------------------------------------- kv_mvcc.c */
 
 /* A write batch's csn: taken (versions noted while a snapshot lives: true),
- * then published if @committed; both under the tree lock, or in redo. */
-bool kv_mv_batch_begin(void);
+ * then published if @committed; both under the tree lock, or in redo.
+ * @ending (NULL: none): the snapshot of the transaction the batch commits,
+ * which needs none of its versions. */
+bool kv_mv_batch_begin(const kv_snap *ending);
 void kv_mv_batch_end(bool committed, wr_lsn lsn);
 /* Before the batch's first change to @k: the value it had (@old, NULL when
  * absent) goes to the version store, if any snapshot needs it. */
@@ -784,8 +804,9 @@ void kv_rv_finish(void);
 
 /* ---------------------------------------------------------------- kv_modify.c */
 
-/* Put and delete inside a batch (tree lock held).  Delete: ENOTFOUND if absent. */
-int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl);
+/* Put and delete inside a batch (tree lock held).  Delete: ENOTFOUND if absent.
+ * @hint (NULL: none): where a read found @k, tried before a descent. */
+int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl, const kv_leaf_hint *hint);
 int kvm_delete(const void *k, uint16_t kl);
 /*
  * Where a split of @page inserting @item at @slot cuts (for tests): the left

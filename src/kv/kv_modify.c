@@ -698,14 +698,25 @@ static int decode_entry(const kvw_page *leaf, int slot, kv_leaf_ent *e)
 	return kvl_decode(item, len, e) ? WALRUS_OK : bad_node(leaf, "bad leaf entry");
 }
 
-/* Replaces the entry of @k at @slot; the old value's chain goes to the
- * free list, after the version store kept the old value (kv_mvcc.c). */
-static int replace_entry(wpath *path, int slot, const void *k, uint16_t kl, const char *item,
-                         uint16_t len)
+/* Whether an item of @len bytes can take the place of @leaf's item at @slot. */
+static bool replace_fits(const kvw_page *leaf, int slot, uint16_t len)
 {
-	kvw_page *leaf = path->node[0];
-	kv_leaf_ent old;
 	uint16_t oldlen;
+	kvp_item(leaf->page, slot, &oldlen);
+	/* The free space is at least the gap between lower and upper: summing
+	 * the items (kvp_free_space) only when the gap falls short. */
+	wr_page_header h = kvp_header(leaf->page);
+	return h.upper - h.lower + oldlen >= len || kvp_free_space(leaf->page) + oldlen >= len;
+}
+
+/* Replaces the entry of @k at @slot of @leaf; the old value's chain goes to
+ * the free list, after the version store kept the old value (kv_mvcc.c).
+ * Without room for the new item, it is deleted and inserted again along
+ * @path (NULL: the caller made sure it fits). */
+static int replace_entry(kvw_page *leaf, wpath *path, int slot, const void *k, uint16_t kl,
+                         const char *item, uint16_t len)
+{
+	kv_leaf_ent old;
 	int rc = decode_entry(leaf, slot, &old);
 	if (rc == WALRUS_OK)
 		rc = kv_mv_note(k, kl, &old);
@@ -713,11 +724,7 @@ static int replace_entry(wpath *path, int slot, const void *k, uint16_t kl, cons
 		rc = ovf_free(&old.ref);
 	if (rc != WALRUS_OK)
 		return rc;
-	kvp_item(leaf->page, slot, &oldlen);
-	/* The free space is at least the gap between lower and upper: summing
-	 * the items (kvp_free_space) only when the gap falls short. */
-	wr_page_header h = kvp_header(leaf->page);
-	if (h.upper - h.lower + oldlen >= len || kvp_free_space(leaf->page) + oldlen >= len)
+	if (path == NULL || replace_fits(leaf, slot, len))
 		return kvw_op(leaf, KVOP_REPLACE, (uint16_t)slot, item, len);
 	rc = kvw_op(leaf, KVOP_DELETE, (uint16_t)slot, NULL, 0);
 	return rc == WALRUS_OK ? insert_item(path, 0, slot, item, len) : rc;
@@ -851,7 +858,92 @@ static int put_rightmost(const void *k, uint16_t kl, const char *item, uint16_t 
 	return rc;
 }
 
-int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl)
+/* Whether @k (with @leaf's prefix @pfx) belongs at @slot of @leaf: there
+ * (@found), or between its neighbours and inside the fences. */
+static bool key_at_slot(const char *leaf, const kv_key *pfx, const void *k, uint16_t kl, int slot,
+                        bool found)
+{
+	int n = kvp_nslots(leaf);
+	const char *tail = (const char *)k + pfx->len;
+	uint16_t tl = (uint16_t)(kl - pfx->len);
+	if (slot < KV_FIRST_SLOT || slot > n || (found && slot == n))
+		return false;
+	if (slot < n) {
+		kv_key at = kvn_leaf_key(leaf, slot);
+		int c = kv_cmp(tail, tl, at.p, at.len);
+		if (found || c >= 0)
+			return found && c == 0;
+	}
+	if (slot > KV_FIRST_SLOT) {
+		kv_key before = kvn_leaf_key(leaf, slot - 1);
+		if (kv_cmp(tail, tl, before.p, before.len) <= 0)
+			return false;
+	}
+	kv_key low = kvn_low(leaf), high = kvn_high(leaf);
+	return (slot > KV_FIRST_SLOT || low.inf || kv_cmp(k, kl, low.p, low.len) >= 0) &&
+	       (slot < n || high.inf || kv_cmp(k, kl, high.p, high.len) < 0);
+}
+
+/*
+ * A transaction's put of a key it read: the read noted the leaf it found
+ * the key in (or its place), with the leaf's LSN and the slot (@h).  A
+ * descent to it pins and searches the root as well, and the rightmost-leaf
+ * hint's leaf: a fifth of a small transaction's commit.  The leaf is taken
+ * when its LSN is still the one the read saw (no batch changed it since:
+ * every change is logged and stamps it, and an undone batch puts the page
+ * back whole) and, checked on the page (this batch may have changed it
+ * before stamping it), it is a leaf holding @k at that slot, or with its
+ * place there; as put_rightmost's leaf, a well-formed leaf below the
+ * tree's end that covers @k is the leaf a descent would find (invariant 2
+ * of README.md).  Only a change that fits the leaf is made here: a split or
+ * a shift needs the path, and takes the descent.  *done: the put was made.
+ */
+static int put_at_hint(const kv_leaf_hint *h, const void *k, uint16_t kl, const char *item,
+                       uint16_t len, bool *done)
+{
+	kvw_page *p;
+	*done = false;
+	if (h == NULL || h->blk == 0 || h->blk >= kvw_meta()->nblocks ||
+	    !kvw_pin_room(1 + kvw_meta()->height + 1))
+		return WALRUS_OK;
+	if (kvw_get(h->blk, &p) != WALRUS_OK) {
+		wr_error_clear(); /* the descent decides */
+		return WALRUS_OK;
+	}
+	if (page_get_lsn(p->page) != h->lsn || kvp_type(p->page) != KV_PT_NODE ||
+	    kvp_special(p->page).level != 0)
+		return WALRUS_OK;
+	if (check_node(p, 0) != WALRUS_OK) {
+		wr_error_clear(); /* the descent decides, and reports */
+		return WALRUS_OK;
+	}
+	kv_key pfx = kvn_prefix(p->page);
+	if (!has_prefix(k, kl, &pfx) || !key_at_slot(p->page, &pfx, k, kl, h->slot, h->found))
+		return WALRUS_OK;
+	char local[KV_LEAF_ITEM_MAX];
+	const char *it = entry_for(item, &len, pfx.len, local);
+	int rc;
+	if (h->found) {
+		if (!replace_fits(p, h->slot, len))
+			return WALRUS_OK;
+		rc = replace_entry(p, NULL, h->slot, k, kl, it, len);
+	} else {
+		if (kvp_free_space(p->page) < len + KV_LP_SIZE)
+			return WALRUS_OK;
+		rc = kv_mv_note(k, kl, NULL);
+		if (rc == WALRUS_OK)
+			rc = kvw_op(p, KVOP_INSERT, h->slot, it, len);
+		if (rc == WALRUS_OK)
+			kvw_meta()->nkeys++;
+	}
+	if (rc == WALRUS_OK) {
+		kvw_count_hinted();
+		*done = true;
+	}
+	return rc;
+}
+
+int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl, const kv_leaf_hint *hint)
 {
 	char item[KV_LEAF_ITEM_MAX];
 	uint16_t len;
@@ -865,6 +957,8 @@ int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl)
 	}
 	bool done = false;
 	if (rc == WALRUS_OK)
+		rc = put_at_hint(hint, k, kl, item, len, &done);
+	if (rc == WALRUS_OK && !done)
 		rc = put_rightmost(k, kl, item, len, &done);
 	if (rc != WALRUS_OK || done)
 		return rc;
@@ -890,7 +984,7 @@ int kvm_put(const void *k, uint16_t kl, const void *v, uint32_t vl)
 	bool eq;
 	int slot = kvn_lower_bound(path.node[0]->page, k, kl, &eq);
 	if (eq)
-		return replace_entry(&path, slot, k, kl, it, len);
+		return replace_entry(path.node[0], &path, slot, k, kl, it, len);
 	rc = kv_mv_note(k, kl, NULL);
 	if (rc != WALRUS_OK)
 		return rc;

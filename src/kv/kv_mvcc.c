@@ -33,6 +33,20 @@
  * old_snapshot_threshold, the oldest entries go anyway and lost_csn says
  * which snapshots lost them: their reads fail (WALRUS_ESNAPSHOT).
  *
+ * One writer at a time changes the ring (the tree lock's holder, or redo
+ * on a standby, where nobody else writes): the lock's hand-over orders one
+ * writer's stores before the next one's, so the ring's words need no
+ * read-modify-write, and readers need only release/acquire pairs, no full
+ * barrier (a reader never writes what a writer reads):
+ * - an entry's bytes, then its bucket link and the head (release stores):
+ *   a reader that loads the link or the head (acquire) sees the entry;
+ * - lost_csn, tail_csn and the tail, then the bytes of the space they free
+ *   (a release fence between): a reader that read overwritten bytes then
+ *   sees lost_csn raised (kv_snap_check's acquire fence before its load);
+ *   an entry no live snapshot needs is never read (links carry the csn).
+ * The counters of the statistics are changed by the writer alone, with
+ * plain stores, once per prune or note.
+ *
  * Interface: kv.h ("snapshots").
  */
 #include <stdlib.h>
@@ -192,79 +206,140 @@ int kv_mvcc_attach(void)
 /* ---------------------------------------------------------------- the horizon */
 
 /* The oldest csn a live snapshot reads as of (csn_visible when none); under
- * the lock.  @expired_ok: snapshots past old_snapshot_threshold do not count. */
-static uint64_t horizon_locked(bool expired_ok)
+ * the lock.  *@young: the same, snapshots past old_snapshot_threshold left
+ * out (@now: the wall clock, 0 to count them all). */
+static uint64_t horizons_locked(uint64_t now, uint64_t *young)
 {
-	uint64_t h = atomic_load(&mv->csn_visible);
-	uint64_t now = expired_ok && mv->max_age_us > 0 ? wr_wall_us() : 0;
+	uint64_t h = atomic_load(&mv->csn_visible), y = h;
 	for (uint32_t i = 0; i < mv->hwm; i++) {
 		const mv_snapslot *s = &mv->snaps[i];
-		if (!s->used || s->csn >= h)
+		if (!s->used || s->csn >= y)
 			continue;
-		if (now != 0 && now - s->taken_us > (uint64_t)mv->max_age_us)
-			continue;
-		h = s->csn;
+		if (s->csn < h)
+			h = s->csn;
+		if (now == 0 || now - s->taken_us <= (uint64_t)mv->max_age_us)
+			y = s->csn;
 	}
+	*young = y;
 	return h;
 }
 
-/* Drops the ring's oldest entry; one a live snapshot needs is lost to it. */
-static void drop_oldest(uint64_t keep_from)
+static uint64_t horizon_locked(void)
 {
-	uint64_t t = atomic_load(&mv->tail);
+	uint64_t young;
+	return horizons_locked(0, &young);
+}
+
+/* The writer's side of a word only it changes (see the file's comment). */
+static uint64_t mine(const _Atomic uint64_t *w)
+{
+	return atomic_load_explicit(w, memory_order_relaxed);
+}
+
+/* A statistics counter only the writer changes: no locked instruction. */
+static void count(_Atomic uint64_t *c, int64_t n)
+{
+	atomic_store_explicit(c, mine(c) + (uint64_t)n, memory_order_relaxed);
+}
+
+/* What drop_oldest did, counted once per prune. */
+typedef struct mv_drops {
+	int64_t pruned, dropped;
+} mv_drops;
+
+static void count_drops(const mv_drops *d)
+{
+	if (d->pruned > 0)
+		count(&mv->pruned, d->pruned);
+	if (d->dropped > 0)
+		count(&mv->dropped, d->dropped);
+	if (d->pruned + d->dropped > 0)
+		count(&mv->entries, -(d->pruned + d->dropped));
+}
+
+/* Raises lost_csn to @csn: snapshots below it lost versions they need. */
+static void lose_to(uint64_t csn)
+{
+	if (mine(&mv->lost_csn) < csn)
+		atomic_store_explicit(&mv->lost_csn, csn, memory_order_release);
+}
+
+/* Drops the ring's oldest entry; one a live snapshot needs is lost to it. */
+static void drop_oldest(uint64_t keep_from, mv_drops *d)
+{
+	uint64_t t = mine(&mv->tail);
 	mv_ent *e = ent_at(t % mv->ring_size);
 	if (!(e->flags & MV_FILLER)) {
 		if (e->csn > keep_from) {
-			uint64_t lost = atomic_load(&mv->lost_csn);
-			while (lost < e->csn &&
-			       !atomic_compare_exchange_weak(&mv->lost_csn, &lost, e->csn))
-				;
-			atomic_fetch_add(&mv->dropped, 1);
+			lose_to(e->csn);
+			d->dropped++;
 		} else {
-			atomic_fetch_add(&mv->pruned, 1);
+			d->pruned++;
 		}
 		/* A bucket still naming it: nothing older is left behind it. */
 		_Atomic uint64_t *b = bucket_of((const char *)(e + 1), e->klen);
-		uint64_t mine = mv_link(t % mv->ring_size, e->csn);
-		(void)atomic_compare_exchange_strong(b, &mine, 0);
-		atomic_fetch_sub(&mv->entries, 1);
+		if (mine(b) == mv_link(t % mv->ring_size, e->csn))
+			atomic_store_explicit(b, 0, memory_order_relaxed);
+		atomic_store_explicit(&mv->tail_csn, e->csn + 1, memory_order_release);
 	}
-	/* The tail moves before the space is written again (mv_note's fence). */
-	if (!(e->flags & MV_FILLER))
-		atomic_store(&mv->tail_csn, e->csn + 1);
-	atomic_store(&mv->tail, t + e->size);
+	/* The space is written again only after a release fence (make_room). */
+	atomic_store_explicit(&mv->tail, t + e->size, memory_order_release);
 }
 
-/* Prunes what no live snapshot needs (one past old_snapshot_threshold
- * loses what it alone needed); under the tree lock (the writer). */
-static void prune(void)
+/* Prunes what no live snapshot needs (@h: one past old_snapshot_threshold
+ * loses what it alone needed; @strict: what live snapshots need); under
+ * the tree lock (the writer). */
+static void prune(uint64_t h, uint64_t strict)
 {
-	if (atomic_load(&mv->tail) == atomic_load(&mv->head))
-		return;
-	spin_lock(&mv->lock);
-	uint64_t h = horizon_locked(true), strict = horizon_locked(false);
-	spin_unlock(&mv->lock);
-	while (atomic_load(&mv->tail) != atomic_load(&mv->head)) {
-		const mv_ent *e = ent_at(atomic_load(&mv->tail) % mv->ring_size);
+	mv_drops d = {0};
+	uint64_t head = mine(&mv->head);
+	while (mine(&mv->tail) != head) {
+		const mv_ent *e = ent_at(mine(&mv->tail) % mv->ring_size);
 		if (!(e->flags & MV_FILLER) && e->csn > h)
 			break;
-		drop_oldest(strict);
+		drop_oldest(strict, &d);
 	}
+	count_drops(&d);
 }
 
 /* ---------------------------------------------------------------- the writer */
 
-bool kv_mv_batch_begin(void)
+/* Whether @s holds its slot in the snapshot table (under the lock). */
+static bool snap_held_locked(const kv_snap *s)
+{
+	return s != NULL && s->live && s->slot < mv->hwm && mv->snaps[s->slot].used &&
+	       mv->snaps[s->slot].csn == s->csn && mv->snaps[s->slot].taken_us == s->taken_us;
+}
+
+/*
+ * The horizons for the prune are taken in the same hold of the snapshot
+ * table's lock as the csn: the lock's line is shared with every snapshot
+ * taken and released, so each hold is likely a cache miss.  A snapshot
+ * taken after it reads as of csn_visible or later, at or past both.
+ *
+ * The snapshot of the transaction the batch commits (@ending) reads
+ * nothing after it: the transaction ends with its commit, and its conflict
+ * check ran before.  So when it is the only live snapshot, nobody needs
+ * the batch's versions, neither to read nor to check a commit (a snapshot
+ * taken meanwhile waits for the batch's end: kv_snap_take), and none are
+ * noted.
+ */
+bool kv_mv_batch_begin(const kv_snap *ending)
 {
 	if (mv == NULL)
 		return false;
-	prune();
+	bool any = mine(&mv->tail) != mine(&mv->head);
+	uint64_t now = any && mv->max_age_us > 0 ? wr_wall_us() : 0, h = 0, young = 0;
 	spin_lock(&mv->lock);
+	if (any)
+		h = horizons_locked(now, &young);
 	uint64_t c = ++mv->csn_next;
 	mv->open_csn = c;
-	mv->open_pos = atomic_load(&mv->head);
-	bool versioned = mv->open_versioned = mv->nsnap > 0;
+	mv->open_pos = mine(&mv->head);
+	bool versioned = mv->open_versioned = mv->nsnap > (snap_held_locked(ending) ? 1u : 0u);
 	spin_unlock(&mv->lock);
+	if (any)
+		prune(young, h);
 	return versioned;
 }
 
@@ -276,7 +351,7 @@ void kv_mv_batch_end(bool committed, wr_lsn lsn)
 	if (committed && lsn > mv->visible_lsn)
 		mv->visible_lsn = lsn;
 	if (committed)
-		atomic_store(&mv->csn_visible, mv->open_csn);
+		atomic_store_explicit(&mv->csn_visible, mv->open_csn, memory_order_release);
 	mv->open_csn = 0;
 	spin_unlock(&mv->lock);
 }
@@ -301,28 +376,34 @@ static uint64_t make_room(uint64_t size)
 {
 	if (size > mv->ring_size / 2)
 		return UINT64_MAX;
-	uint64_t h = atomic_load(&mv->head);
+	uint64_t h = mine(&mv->head);
 	uint64_t at_end = mv->ring_size - h % mv->ring_size;
 	uint64_t need = at_end < size ? at_end + size : size;
-	while (mv->ring_size - (h - atomic_load(&mv->tail)) < need) {
-		if (atomic_load(&mv->tail) == h)
-			return UINT64_MAX;
-		const mv_ent *e = ent_at(atomic_load(&mv->tail) % mv->ring_size);
+	mv_drops d = {0};
+	while (mv->ring_size - (h - mine(&mv->tail)) < need) {
+		if (mine(&mv->tail) == h)
+			break;
+		const mv_ent *e = ent_at(mine(&mv->tail) % mv->ring_size);
 		if (!(e->flags & MV_FILLER) && e->csn >= mv->open_csn)
-			return UINT64_MAX; /* this batch alone fills the ring */
+			break; /* this batch alone fills the ring */
 		spin_lock(&mv->lock);
-		uint64_t keep = horizon_locked(false);
+		uint64_t keep = horizon_locked();
 		spin_unlock(&mv->lock);
-		drop_oldest(keep);
+		drop_oldest(keep, &d);
 	}
-	atomic_thread_fence(memory_order_seq_cst); /* the tail moved before we write */
+	count_drops(&d);
+	if (mv->ring_size - (h - mine(&mv->tail)) < need)
+		return UINT64_MAX;
+	/* lost_csn and the tail moved before the space is written again (the
+	 * file's comment): a store-store order, which x86 keeps anyway. */
+	atomic_thread_fence(memory_order_release);
 	if (at_end < size) {
 		mv_ent *f = ent_at(h % mv->ring_size);
 		memset(f, 0, sizeof(*f));
 		f->flags = MV_FILLER;
 		f->size = (uint32_t)at_end;
 		h += at_end;
-		atomic_store(&mv->head, h);
+		atomic_store_explicit(&mv->head, h, memory_order_release);
 	}
 	return h;
 }
@@ -330,11 +411,8 @@ static uint64_t make_room(uint64_t size)
 /* Every snapshot older than the open batch loses: its versions cannot be kept. */
 static void lose_open_batch(void)
 {
-	uint64_t lost = atomic_load(&mv->lost_csn);
-	while (lost < mv->open_csn &&
-	       !atomic_compare_exchange_weak(&mv->lost_csn, &lost, mv->open_csn))
-		;
-	atomic_fetch_add(&mv->dropped, 1);
+	lose_to(mv->open_csn);
+	count(&mv->dropped, 1);
 }
 
 /*
@@ -364,15 +442,16 @@ static void publish_entry(uint64_t pos, const void *k, uint16_t kl, bool absent,
 	mv_ent *e = ent_at(off);
 	_Atomic uint64_t *b = bucket_of(k, kl);
 	e->csn = c;
-	e->next = atomic_load(b);
+	e->next = mine(b);
 	e->klen = kl;
 	e->flags = absent ? MV_ABSENT : 0;
 	e->vlen = vlen;
 	e->rel = kv_cur_rel;
-	atomic_store(&mv->head, pos + e->size);
-	atomic_store(b, mv_link(off, c)); /* release: the entry before its link */
-	atomic_fetch_add(&mv->entries, 1);
-	atomic_fetch_add(&mv->noted, 1);
+	/* The entry before its link and the head (the file's comment). */
+	atomic_store_explicit(&mv->head, pos + e->size, memory_order_release);
+	atomic_store_explicit(b, mv_link(off, c), memory_order_release);
+	count(&mv->entries, 1);
+	count(&mv->noted, 1);
 }
 
 static bool noting(void)
@@ -460,9 +539,10 @@ int kv_snap_take(kv_snap *s)
 			return WALRUS_OK;
 		}
 		spin_unlock(&mv->lock);
-		/* A batch that began before any snapshot noted no versions: it
-		 * must end before a snapshot can be taken (it is short: it holds
-		 * the tree lock and does no I/O it waits on for long). */
+		/* A batch that began with no snapshot live (but the one of the
+		 * transaction it commits) notes no versions: it must end before
+		 * a snapshot can be taken (it is short: it holds the tree lock
+		 * and does no I/O it waits on for long). */
 		for (;;) {
 			spin_lock(&mv->lock);
 			bool same = mv->open_csn == open;
@@ -507,6 +587,8 @@ void kv_snap_release_pid(uint32_t pid)
 
 int kv_snap_check(const kv_snap *s)
 {
+	/* The ring's bytes the caller read, before lost_csn (the file's comment). */
+	atomic_thread_fence(memory_order_acquire);
 	if (atomic_load(&mv->lost_csn) > s->csn)
 		return wr_error(WALRUS_ESNAPSHOT,
 		                "snapshot too old: versions it needs were dropped to make room "
@@ -592,7 +674,7 @@ void kv_mv_get_stats(kv_mv_stats *st)
 	uint64_t now = wr_wall_us(), oldest = 0;
 	spin_lock(&mv->lock);
 	st->snapshots = mv->nsnap;
-	uint64_t h = horizon_locked(false);
+	uint64_t h = horizon_locked();
 	for (uint32_t i = 0; i < mv->hwm; i++)
 		if (mv->snaps[i].used && (oldest == 0 || mv->snaps[i].taken_us < oldest))
 			oldest = mv->snaps[i].taken_us;

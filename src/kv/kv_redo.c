@@ -272,7 +272,7 @@ static void kv_redo(const wal_decoded *rec)
 		stash_clear(false);
 		return;
 	}
-	bool versioned = kv_mv_batch_begin();
+	bool versioned = kv_mv_batch_begin(NULL);
 	if (versioned)
 		versions_begin(rec);
 	wal_redo_hold(true);

@@ -766,7 +766,15 @@ typedef struct get_dst {
 	size_t cap;
 	char *out; /* the value's bytes */
 	size_t len;
+	kv_leaf_hint *hint; /* where the leaf search ended, or NULL */
 } get_dst;
+
+static void note_hint(get_dst *d, wr_blkno leaf, const char *page, int slot, bool found)
+{
+	if (d->hint != NULL)
+		*d->hint = (kv_leaf_hint){
+		    .lsn = page_get_lsn(page), .blk = leaf, .slot = (uint16_t)slot, .found = found};
+}
 
 static int dst_prepare(get_dst *d, size_t len)
 {
@@ -802,6 +810,7 @@ static int lookup_once(const void *k, size_t kl, get_dst *d)
 		return rc;
 	bool eq;
 	int slot = kvn_lower_bound(p.page, k, kl, &eq);
+	note_hint(d, p.blk, p.page, slot, eq);
 	kv_leaf_ent e = {0};
 	uint16_t len;
 	const char *item = eq ? kvp_item(p.page, slot, &len) : NULL;
@@ -858,6 +867,8 @@ typedef struct leaf_peek {
 	char *out; /* KV_LEAF_ITEM_MAX bytes */
 	bool usable, found;
 	uint32_t vlen;
+	int slot;
+	wr_lsn lsn;
 } leaf_peek;
 
 /*
@@ -872,7 +883,8 @@ static void peek_leaf(const char *page, void *arg)
 	p->usable = false;
 	if (locate(page, 0, p->key, KV_SEEK_GE) != AT_HERE)
 		return;
-	int slot = kvn_lower_bound(page, p->key->p, p->key->len, &p->found);
+	int slot = p->slot = kvn_lower_bound(page, p->key->p, p->key->len, &p->found);
+	p->lsn = page_get_lsn(page);
 	kv_leaf_ent e;
 	uint16_t len;
 	const char *item = p->found ? kvp_item(page, slot, &len) : NULL;
@@ -974,6 +986,9 @@ static int lookup_optimistic(const void *k, size_t kl, get_dst *d)
 		return KV_RETRY;
 	atomic_fetch_add_explicit(&kv_sh->gets[kv_me->get_stripe].optimistic, 1,
 	                          memory_order_relaxed);
+	if (d->hint != NULL)
+		*d->hint = (kv_leaf_hint){
+		    .lsn = p.lsn, .blk = leaf, .slot = (uint16_t)p.slot, .found = p.found};
 	if (!p.found)
 		return wr_error(WALRUS_ENOTFOUND, "key not found");
 	rc = dst_prepare(d, p.vlen);
@@ -1015,25 +1030,33 @@ int kv_get_into(const void *k, size_t kl, void *buf, size_t cap, size_t *vl)
 
 int kv_get_in(wr_relid rel, const void *k, size_t kl, void **v, size_t *vl)
 {
-	kv_cur_rel = rel;
-	get_dst d = {0};
-	*v = NULL;
-	*vl = 0;
-	int rc = lookup(k, kl, &d);
-	if (rc == WALRUS_OK) {
-		*v = d.out;
-		*vl = d.len;
-	}
-	return rc;
+	return kv_get_hinted(rel, k, kl, v, NULL, 0, vl, NULL);
 }
 
 int kv_get_into_in(wr_relid rel, const void *k, size_t kl, void *buf, size_t cap, size_t *vl)
 {
+	return kv_get_hinted(rel, k, kl, NULL, buf, cap, vl, NULL);
+}
+
+int kv_get_hinted(wr_relid rel, const void *k, size_t kl, void **v, void *buf, size_t cap,
+                  size_t *vl, kv_leaf_hint *hint)
+{
 	kv_cur_rel = rel;
 	char dummy; /* cap 0: never written */
-	get_dst d = {.buf = buf != NULL ? buf : &dummy, .cap = buf != NULL ? cap : 0};
+	get_dst d = {.hint = hint};
+	if (v != NULL)
+		*v = NULL;
+	else
+		d = (get_dst){
+		    .buf = buf != NULL ? buf : &dummy, .cap = buf != NULL ? cap : 0, .hint = hint};
+	if (hint != NULL)
+		hint->blk = 0;
 	int rc = lookup(k, kl, &d);
 	*vl = d.len;
+	if (rc == WALRUS_OK && v != NULL)
+		*v = d.out;
+	else if (v != NULL)
+		*vl = 0;
 	return rc;
 }
 
@@ -1219,6 +1242,7 @@ void kv_get_stats(kv_stats *s)
 	s->pages_freed = atomic_load(&kv_sh->pages_freed);
 	s->pages_reused = atomic_load(&kv_sh->pages_reused);
 	s->fastpath_hits = atomic_load(&kv_sh->fastpath_hits);
+	s->hint_hits = atomic_load(&kv_sh->hint_hits);
 	s->shifts = atomic_load(&kv_sh->shifts);
 	s->file_grows = atomic_load(&kv_sh->file_grows);
 	s->size_checks = atomic_load(&kv_sh->size_checks);

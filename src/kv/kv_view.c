@@ -36,7 +36,13 @@ typedef struct snap_dst {
 	void *buf;
 	size_t cap;
 	size_t *vl;
+	kv_leaf_hint *hint; /* the tree read's leaf, or NULL */
 } snap_dst;
+
+static int tree_get(wr_relid rel, const void *k, size_t kl, snap_dst *d)
+{
+	return kv_get_hinted(rel, k, kl, d->v, d->buf, d->cap, d->vl, d->hint);
+}
 
 static int give_version(const kv_snap *s, const kv_version *ver, snap_dst *d)
 {
@@ -73,8 +79,7 @@ static int snap_get(const kv_snap *s, wr_relid rel, const void *k, size_t kl, sn
 	/* Nothing noted since the snapshot, before and after the tree read: the
 	 * tree is what it sees, and no hash of the key is needed. */
 	if (kv_mv_none_after(s)) {
-		rc = d->v != NULL ? kv_get_in(rel, k, kl, d->v, d->vl)
-		                  : kv_get_into_in(rel, k, kl, d->buf, d->cap, d->vl);
+		rc = tree_get(rel, k, kl, d);
 		atomic_thread_fence(memory_order_seq_cst);
 		if (kv_mv_none_after(s)) {
 			int crc = kv_snap_check(s);
@@ -95,8 +100,7 @@ static int snap_get(const kv_snap *s, wr_relid rel, const void *k, size_t kl, sn
 		return rc;
 	if (ver.found)
 		return give_version(s, &ver, d);
-	rc = d->v != NULL ? kv_get_in(rel, k, kl, d->v, d->vl)
-	                  : kv_get_into_in(rel, k, kl, d->buf, d->cap, d->vl);
+	rc = tree_get(rel, k, kl, d);
 	if (rc != WALRUS_OK && rc != WALRUS_ENOTFOUND)
 		return rc;
 	atomic_thread_fence(memory_order_seq_cst);
@@ -123,6 +127,17 @@ int kv_snap_get_into(const kv_snap *s, wr_relid rel, const void *k, size_t kl, v
 {
 	*vl = 0;
 	snap_dst d = {.buf = buf, .cap = cap, .vl = vl};
+	return snap_get(s, rel, k, kl, &d);
+}
+
+int kv_snap_get_hinted(const kv_snap *s, wr_relid rel, const void *k, size_t kl, void **v,
+                       void *buf, size_t cap, size_t *vl, kv_leaf_hint *hint)
+{
+	*vl = 0;
+	hint->blk = 0;
+	if (v != NULL)
+		*v = NULL;
+	snap_dst d = {.v = v, .buf = buf, .cap = cap, .vl = vl, .hint = hint};
 	return snap_get(s, rel, k, kl, &d);
 }
 

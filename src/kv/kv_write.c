@@ -205,32 +205,53 @@ static void kvw_lock(kvw_page *p)
 	}
 }
 
-/* Takes the batch's inserts out of @page again, newest first, and puts the
- * header back as the batch found it (lower, upper, LSN). */
-static void undo_inserts(char *page, const kvw_page *p)
+/* The undo buffer: an image of the page, then the items a lazy undo keeps. */
+#define UNDO_SIZE (WR_PAGE_SIZE + KVW_LAZY_BYTES)
+
+static int undo_buffer(kvw_page *p)
+{
+	if (p->undo == NULL && (p->undo = malloc(UNDO_SIZE)) == NULL)
+		return wr_error(WALRUS_ENOMEM, "out of memory for a page's undo");
+	return WALRUS_OK;
+}
+
+/* Takes the batch's inserts and replaces out of @page again, newest first,
+ * and puts the header back as the batch found it (lower, upper, LSN). */
+static void undo_lazy(char *page, const kvw_page *p)
 {
 	wr_page_header now = kvp_header(page), then;
 	memcpy(&then, p->hdr0, sizeof(then));
 	char *lps = page + WR_PAGE_HEADER_SIZE;
 	int n = (now.lower - WR_PAGE_HEADER_SIZE) / KV_LP_SIZE;
-	for (int i = p->nins - 1; i >= 0; i--, n--)
-		memmove(lps + (size_t)p->ins[i] * KV_LP_SIZE,
-		        lps + (size_t)(p->ins[i] + 1) * KV_LP_SIZE,
-		        (size_t)(n - p->ins[i] - 1) * KV_LP_SIZE);
+	for (int i = p->nops - 1; i >= 0; i--) {
+		const kvw_lazy_op *op = &p->ops[i];
+		if (op->code == KVOP_INSERT) {
+			memmove(lps + (size_t)op->slot * KV_LP_SIZE,
+			        lps + (size_t)(op->slot + 1) * KV_LP_SIZE,
+			        (size_t)(n - op->slot - 1) * KV_LP_SIZE);
+			n--;
+			continue;
+		}
+		/* A replace wrote its item over the old one, or under upper
+		 * (lazy_covers): the old bytes and line pointer come back. */
+		memcpy(lps + (size_t)op->slot * KV_LP_SIZE, &op->old, KV_LP_SIZE);
+		memcpy(page + op->old.off, p->undo + WR_PAGE_SIZE + op->at, op->old.len);
+	}
 	memset(page + then.lower, 0, (size_t)(now.lower - then.lower)); /* as kvp_delete */
 	memcpy(page, p->hdr0, WR_PAGE_HEADER_SIZE);
 }
 
 /* The image as the batch found the page, from a lazy undo: before an op
- * the inserts' inverse cannot undo. */
+ * the lazy undo cannot take back. */
 static int save_image(kvw_page *p)
 {
-	if (p->undo == NULL && (p->undo = malloc(WR_PAGE_SIZE)) == NULL)
-		return wr_error(WALRUS_ENOMEM, "out of memory saving a page image");
+	int rc = undo_buffer(p);
+	if (rc != WALRUS_OK)
+		return rc;
 	p->pre = p->undo;
 	save_used(p);
 	if (p->lazy) {
-		undo_inserts(p->pre, p);
+		undo_lazy(p->pre, p);
 		wr_page_header then = kvp_header(p->pre);
 		p->pre_lower = then.lower;
 		p->pre_upper = then.upper;
@@ -243,8 +264,9 @@ static int save_image(kvw_page *p)
  * Before the batch's first change to @p.  The undo image of a put's leaf
  * was a copy of everything the leaf holds (7 KiB), and a random load's
  * batches touch about a thousand leaves each: kvw_modify was 12% of
- * fillrandom.  Most of those pages only take an insert or a few, which the
- * header and the slots undo: the image is made only when another op comes.
+ * fillrandom.  Most of those pages only take an insert or a few, or (a
+ * transaction's) replace a value or two, which the header, the slots and
+ * the old items undo: the image is made only when another op comes.
  */
 int kvw_modify(kvw_page *p)
 {
@@ -255,7 +277,8 @@ int kvw_modify(kvw_page *p)
 	if (h.lower >= WR_PAGE_HEADER_SIZE && h.lower <= h.upper && h.upper <= WR_PAGE_SIZE) {
 		memcpy(p->hdr0, p->page, WR_PAGE_HEADER_SIZE);
 		p->lazy = true;
-		p->nins = 0;
+		p->nops = 0;
+		p->kept = 0;
 	} else {
 		int rc = save_image(p);
 		if (rc != WALRUS_OK)
@@ -265,13 +288,36 @@ int kvw_modify(kvw_page *p)
 	return WALRUS_OK;
 }
 
-/* Whether the lazy undo of @p can take this op too: an insert placed under
- * upper without compacting the page. */
-static bool lazy_covers(const kvw_page *p, uint8_t code, uint16_t len)
+/*
+ * Whether the lazy undo of @p can take this op too: an insert placed under
+ * upper without compacting the page, or a replace of an item whose bytes
+ * it has room to keep, written over the old item or under upper without
+ * compacting (kvp_replace).  Then the op's undo is prepared in
+ * p->ops[p->nops], counted once the op is applied.
+ */
+static bool lazy_covers(kvw_page *p, uint8_t code, uint16_t slot, uint16_t len)
 {
 	wr_page_header h = kvp_header(p->page);
-	return code == KVOP_INSERT && p->nins < KVW_LAZY_MAX &&
-	       h.upper - h.lower >= (int)len + KV_LP_SIZE;
+	if (p->nops == KVW_LAZY_MAX)
+		return false;
+	kvw_lazy_op *op = &p->ops[p->nops];
+	op->code = code;
+	op->slot = slot;
+	if (code == KVOP_INSERT)
+		return h.upper - h.lower >= (int)len + KV_LP_SIZE;
+	if (code != KVOP_REPLACE || slot >= kvp_nslots(p->page))
+		return false;
+	op->old = kvp_lp(p->page, slot);
+	if (op->old.len > KVW_LAZY_BYTES - p->kept || op->old.off < h.upper ||
+	    op->old.off + op->old.len > WR_PAGE_SIZE ||
+	    (len > op->old.len && h.upper - h.lower < (int)len) || undo_buffer(p) != WALRUS_OK) {
+		wr_error_clear(); /* no buffer: the image's own allocation reports it */
+		return false;
+	}
+	op->at = p->kept;
+	memcpy(p->undo + WR_PAGE_SIZE + p->kept, p->page + op->old.off, op->old.len);
+	p->kept = (uint16_t)(p->kept + op->old.len);
+	return true;
 }
 
 kv_meta *kvw_meta(void)
@@ -302,6 +348,11 @@ void kvw_count_split(void)
 void kvw_count_fastpath(void)
 {
 	W.fastpath++;
+}
+
+void kvw_count_hinted(void)
+{
+	W.hinted++;
 }
 
 void kvw_count_shift(void)
@@ -515,7 +566,7 @@ static int append_op(kvw_page *p, uint8_t code, uint16_t slot, const void *paylo
 {
 	rb_block *b;
 	int rc = kvw_modify(p);
-	if (rc == WALRUS_OK && p->lazy && !lazy_covers(p, code, len))
+	if (rc == WALRUS_OK && p->lazy && !lazy_covers(p, code, slot, len))
 		rc = save_image(p);
 	if (rc == WALRUS_OK)
 		rc = rb_block_for(p, KVOP_HDR + (size_t)len, &b);
@@ -534,7 +585,7 @@ static int append_op(kvw_page *p, uint8_t code, uint16_t slot, const void *paylo
 		return wr_error(WALRUS_EINTERNAL, "page op on block %u of relation %u failed: %s",
 		                p->blk, kv_cur_rel, why);
 	if (p->lazy)
-		p->ins[p->nins++] = slot;
+		p->nops++;
 	if (code == KVOP_INIT && b->len == 0)
 		b->flags |= WAL_BLK_WILL_INIT; /* rebuilt from the data alone */
 	b->len += KVOP_HDR + (size_t)len;
@@ -658,7 +709,7 @@ void kvw_batch_reset(void)
 	W.nrb = 0;
 	W.nrec = 0;
 	W.ntrees = 0;
-	W.splits = W.freed = W.reused = W.fastpath = W.shifts = 0;
+	W.splits = W.freed = W.reused = W.fastpath = W.hinted = W.shifts = 0;
 	if (W.hcap)
 		memset(W.hash, 0, W.hcap * sizeof(kvw_page *));
 	W.rel = 0; /* no tree yet */
@@ -782,13 +833,21 @@ static void release_all(void)
 		memset(W.hash, 0, W.hcap * sizeof(kvw_page *));
 }
 
+/* Each a locked add on a line every writer shares: only those that moved. */
+static void add_counter(_Atomic uint64_t *c, uint64_t n)
+{
+	if (n > 0)
+		atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
 static void add_counters(void)
 {
-	atomic_fetch_add(&kv_sh->splits, W.splits);
-	atomic_fetch_add(&kv_sh->pages_freed, W.freed);
-	atomic_fetch_add(&kv_sh->pages_reused, W.reused);
-	atomic_fetch_add(&kv_sh->fastpath_hits, W.fastpath);
-	atomic_fetch_add(&kv_sh->shifts, W.shifts);
+	add_counter(&kv_sh->splits, W.splits);
+	add_counter(&kv_sh->pages_freed, W.freed);
+	add_counter(&kv_sh->pages_reused, W.reused);
+	add_counter(&kv_sh->fastpath_hits, W.fastpath);
+	add_counter(&kv_sh->hint_hits, W.hinted);
+	add_counter(&kv_sh->shifts, W.shifts);
 }
 
 /*
@@ -894,7 +953,7 @@ void kvw_abort(void)
 	for (uint32_t i = 0; i < W.n; i++) {
 		kvw_page *p = W.pages[i];
 		if (p->lazy)
-			undo_inserts(p->page, p);
+			undo_lazy(p->page, p);
 		else if (p->pre != NULL)
 			restore_used(p);
 		else if (p->fresh)

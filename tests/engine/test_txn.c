@@ -607,6 +607,202 @@ START_TEST(reads_see_own_writes)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- leaf hints */
+
+/* A counter of walrus_stats's "kv" object. */
+static uint64_t kv_stat(walrus *db, const char *name)
+{
+	char *json = NULL, pat[64];
+	ck_assert_int_eq(walrus_stats(db, &json), WALRUS_OK);
+	snprintf(pat, sizeof(pat), "\"%s\":", name);
+	const char *kv = strstr(json, "\"kv\":");
+	ck_assert_ptr_nonnull(kv);
+	const char *p = strstr(kv, pat);
+	ck_assert_ptr_nonnull(p);
+	uint64_t n = strtoull(p + strlen(pat), NULL, 10);
+	walrus_free(json);
+	return n;
+}
+
+#define HINT_KEYS 2000
+
+/* Keys h00000, h00002, ... in a scattered order: leaves with room. */
+static void load_even_keys(walrus *db)
+{
+	for (int i = 0; i < HINT_KEYS; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "h%05d", 2 * ((i * 7919) % HINT_KEYS));
+		put(db, k, "a value of forty bytes, more or less....");
+	}
+}
+
+static void txn_read(walrus_txn *t, const char *k, int want)
+{
+	char b[64];
+	size_t vl;
+	ck_assert_int_eq(walrus_txn_get_into(t, k, strlen(k), b, sizeof(b), &vl), want);
+}
+
+static void txn_write(walrus_txn *t, const char *k, const char *v)
+{
+	ck_assert_int_eq(walrus_txn_put(t, k, strlen(k), v, strlen(v)), WALRUS_OK);
+}
+
+/*
+ * A transaction's put of a key it read goes to the leaf the read found,
+ * without a descent (kv.hint_hits): a replace, and an insert where the
+ * read found the key missing.  In the same batch, an insert that moved
+ * the next key's slot after its read sends that key's put down the
+ * descent, which puts it where it is.
+ */
+START_TEST(txn_puts_go_to_the_leaves_their_reads_found)
+{
+	walrus *db = tu_open(dir, opts());
+	load_even_keys(db);
+	uint64_t h0 = kv_stat(db, "hint_hits");
+	walrus_txn *t;
+	ck_assert_int_eq(walrus_txn_begin(db, 0, &t), WALRUS_OK);
+	txn_read(t, "h01000", WALRUS_OK);
+	txn_read(t, "h01001", WALRUS_ENOTFOUND);
+	txn_read(t, "h03000", WALRUS_OK);
+	txn_write(t, "h01000", "x");
+	txn_write(t, "h01001", "y");
+	txn_write(t, "h03000", "z");
+	ck_assert_int_eq(walrus_txn_commit(t, 0), WALRUS_OK);
+	walrus_txn_free(t);
+	ck_assert_uint_eq(kv_stat(db, "hint_hits") - h0, 3);
+	char b[64];
+	ck_assert_str_eq(at(db, NULL, "h01000", b, sizeof(b)), "x");
+	ck_assert_str_eq(at(db, NULL, "h01001", b, sizeof(b)), "y");
+	ck_assert_str_eq(at(db, NULL, "h03000", b, sizeof(b)), "z");
+	/* h01003 goes in at h01004's slot, then h01004's put finds another key there. */
+	ck_assert_int_eq(walrus_txn_begin(db, 0, &t), WALRUS_OK);
+	txn_read(t, "h01003", WALRUS_ENOTFOUND);
+	txn_read(t, "h01004", WALRUS_OK);
+	txn_write(t, "h01003", "3");
+	txn_write(t, "h01004", "4");
+	ck_assert_int_eq(walrus_txn_commit(t, 0), WALRUS_OK);
+	walrus_txn_free(t);
+	ck_assert_uint_eq(kv_stat(db, "hint_hits") - h0, 4);
+	ck_assert_str_eq(at(db, NULL, "h01003", b, sizeof(b)), "3");
+	ck_assert_str_eq(at(db, NULL, "h01004", b, sizeof(b)), "4");
+	ck_assert_str_eq(at(db, NULL, "h01002", b, sizeof(b)),
+	                 "a value of forty bytes, more or less....");
+	ck_assert_int_eq(walrus_verify(db, NULL, NULL), WALRUS_OK);
+	tu_close_and_wait(db);
+}
+END_TEST
+
+/* Inserts @n keys h00999-NNN and h01000-NNN (from @from) around h01000. */
+static void insert_around(walrus *db, int from, int n)
+{
+	for (int i = from; i < from + n; i++) {
+		char k[32];
+		snprintf(k, sizeof(k), "h%05d-%03d", i % 2 ? 999 : 1000, i);
+		put(db, k, "another value of forty bytes or so......");
+	}
+}
+
+/* A transaction reads h01000, @n keys come in around it (no conflict),
+ * then it writes h01000 = @v: the put must not take the read's leaf. */
+static void write_after_inserts(walrus *db, int from, int n, const char *v)
+{
+	walrus_txn *t;
+	ck_assert_int_eq(walrus_txn_begin(db, 0, &t), WALRUS_OK);
+	txn_read(t, "h01000", WALRUS_OK);
+	insert_around(db, from, n);
+	uint64_t h0 = kv_stat(db, "hint_hits");
+	txn_write(t, "h01000", v);
+	ck_assert_int_eq(walrus_txn_commit(t, 0), WALRUS_OK);
+	walrus_txn_free(t);
+	ck_assert_uint_eq(kv_stat(db, "hint_hits"), h0);
+	char b[64];
+	ck_assert_str_eq(at(db, NULL, "h01000", b, sizeof(b)), v);
+}
+
+/*
+ * The leaf a transaction's read found changes before its commit: other
+ * keys come in before the one it read (its slot moves), then enough to
+ * split the leaf.  The page is not what the read saw, so the put descends
+ * and replaces the key where it is now, and no other key at its old slot.
+ */
+START_TEST(txn_put_descends_when_its_leaf_changed_or_split)
+{
+	walrus *db = tu_open(dir, opts());
+	load_even_keys(db);
+	write_after_inserts(db, 1, 6, "new"); /* odd: h00999-NNN, before h01000 */
+	uint64_t splits0 = kv_stat(db, "splits");
+	write_after_inserts(db, 10, 400, "newer");
+	ck_assert_uint_gt(kv_stat(db, "splits"), splits0);
+	char b[64];
+	for (int i = 1; i < 410; i++) {
+		char k[32];
+		snprintf(k, sizeof(k), "h%05d-%03d", i % 2 ? 999 : 1000, i);
+		if (i < 7 ? i % 2 == 1 : i >= 10)
+			ck_assert_str_eq(at(db, NULL, k, b, sizeof(b)),
+			                 "another value of forty bytes or so......");
+	}
+	ck_assert_str_eq(at(db, NULL, "h00998", b, sizeof(b)),
+	                 "a value of forty bytes, more or less....");
+	ck_assert_str_eq(at(db, NULL, "h01002", b, sizeof(b)),
+	                 "a value of forty bytes, more or less....");
+	ck_assert_int_eq(walrus_verify(db, NULL, NULL), WALRUS_OK);
+	tu_close_and_wait(db);
+}
+END_TEST
+
+/* A counter of walrus_stats's "snapshots" object. */
+static uint64_t snap_stat(walrus *db, const char *name)
+{
+	char *json = NULL, pat[64];
+	ck_assert_int_eq(walrus_stats(db, &json), WALRUS_OK);
+	snprintf(pat, sizeof(pat), "\"%s\":", name);
+	const char *o = strstr(json, "\"snapshots\":");
+	ck_assert_ptr_nonnull(o);
+	const char *p = strstr(o, pat);
+	ck_assert_ptr_nonnull(p);
+	uint64_t n = strtoull(p + strlen(pat), NULL, 10);
+	walrus_free(json);
+	return n;
+}
+
+/*
+ * A transaction whose snapshot is the only live one commits without noting
+ * versions: nobody could read them.  With another transaction's snapshot
+ * live, its commit notes them, and the other still reads the value it
+ * began with and conflicts on it.
+ */
+START_TEST(commit_notes_versions_only_for_other_snapshots)
+{
+	walrus *db = tu_open(dir, opts());
+	put(db, "a", "1");
+	uint64_t n0 = snap_stat(db, "versions_noted");
+	walrus_txn *t, *u;
+	ck_assert_int_eq(walrus_txn_begin(db, 0, &t), WALRUS_OK);
+	txn_read(t, "a", WALRUS_OK);
+	txn_write(t, "a", "2");
+	ck_assert_int_eq(walrus_txn_commit(t, 0), WALRUS_OK);
+	walrus_txn_free(t);
+	ck_assert_uint_eq(snap_stat(db, "versions_noted"), n0);
+	ck_assert_int_eq(walrus_txn_begin(db, 0, &t), WALRUS_OK);
+	ck_assert_int_eq(walrus_txn_begin(db, 0, &u), WALRUS_OK);
+	txn_write(t, "a", "3");
+	ck_assert_int_eq(walrus_txn_commit(t, 0), WALRUS_OK);
+	walrus_txn_free(t);
+	ck_assert_uint_eq(snap_stat(db, "versions_noted"), n0 + 1);
+	char b[8];
+	size_t vl;
+	ck_assert_int_eq(walrus_txn_get_into(u, "a", 1, b, sizeof(b), &vl), WALRUS_OK);
+	ck_assert_int_eq(vl, 1);
+	ck_assert_int_eq(b[0], '2');
+	txn_write(u, "a", "4");
+	ck_assert_int_eq(walrus_txn_commit(u, 0), WALRUS_ECONFLICT);
+	walrus_txn_free(u);
+	ck_assert_str_eq(at(db, NULL, "a", b, sizeof(b)), "3");
+	tu_close_and_wait(db);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- the bank */
 
 #define ACCOUNTS    20
@@ -890,6 +1086,9 @@ static Suite *txn_suite(void)
 	tcase_add_test(tc, write_skew_serializable_refuses_snapshot_allows);
 	tcase_add_test(tc, phantom_insert_conflicts);
 	tcase_add_test(tc, reads_see_own_writes);
+	tcase_add_test(tc, txn_puts_go_to_the_leaves_their_reads_found);
+	tcase_add_test(tc, txn_put_descends_when_its_leaf_changed_or_split);
+	tcase_add_test(tc, commit_notes_versions_only_for_other_snapshots);
 	tcase_add_test(tc, bank_total_holds);
 	tcase_add_test(tc, misuse_is_refused);
 	suite_add_tcase(s, tc);

@@ -524,7 +524,7 @@ START_TEST(rightmost_leaf_hint_check_takes_no_lock)
 	memset(v, 'm', sizeof(v));
 	rw_lock_excl(&kv_sh->tree_lock);
 	ck_assert_int_eq(kvw_batch_begin(), WALRUS_OK);
-	ck_assert_int_eq(kvm_put("k000500x", 8, v, sizeof(v)), WALRUS_OK);
+	ck_assert_int_eq(kvm_put("k000500x", 8, v, sizeof(v), NULL), WALRUS_OK);
 	kvw_page *p;
 	ck_assert_uint_ne(KV_TREE_MAIN->rightmost_leaf, 0);
 	ck_assert_int_eq(kvw_get(KV_TREE_MAIN->rightmost_leaf, &p), WALRUS_OK);
@@ -1154,6 +1154,68 @@ START_TEST(failed_batch_of_inserts_restores_every_byte)
 }
 END_TEST
 
+/*
+ * The same for replaced values: a replace over the old item (as long or
+ * shorter), one placed under upper (longer), inserts after them in the
+ * same leaf, leaves whose replaces outgrow what the lazy undo keeps or
+ * compact the page (undone from an image the lazy undo first takes back),
+ * then one replace in each of many leaves until the pin limit stops it.
+ */
+START_TEST(failed_batch_of_replaces_restores_every_byte)
+{
+	enum { N = 3000 };
+	kt_init("walrus-kv", 64); /* a batch may pin 16 pages */
+	char v[300];
+	memset(v, 'v', sizeof(v));
+	uint32_t order[N / 2];
+	shuffle(order, N / 2, 5);
+	for (uint32_t i = 0; i < N / 2; i++) {
+		char k[16];
+		int kl = snprintf(k, sizeof(k), "key%05u", 2 * order[i]);
+		put_ok(k, (size_t)kl, v, 200);
+	}
+	uint64_t n0, n1;
+	char *before = tree_image(&n0);
+	kv_batch *b = kv_batch_new();
+	char w[300];
+	memset(w, 'w', sizeof(w));
+	static const size_t lens[] = {200, 120, 260, 0, 200, 300};
+	for (uint32_t i = 0; i < 60; i++) {
+		char k[16];
+		int kl = snprintf(k, sizeof(k), "key%05u", 2 * i);
+		ck_assert_int_eq(kv_batch_put(b, k, (size_t)kl, w, lens[i % 6]), WALRUS_OK);
+		if (i % 4 == 3) { /* an insert after the replaces */
+			kl = snprintf(k, sizeof(k), "key%05u", 2 * i + 1);
+			ck_assert_int_eq(kv_batch_put(b, k, (size_t)kl, w, 40), WALRUS_OK);
+		}
+	}
+	for (uint32_t i = 2; i < N / 2; i += 40) { /* one replace per leaf, far apart */
+		char k[16];
+		int kl = snprintf(k, sizeof(k), "key%05u", 2 * i);
+		ck_assert_int_eq(kv_batch_put(b, k, (size_t)kl, w, 100), WALRUS_OK);
+	}
+	ck_assert_int_eq(kv_batch_commit(b, KV_SYNC, NULL), WALRUS_ETOOBIG);
+	kv_batch_free(b);
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_eq(st.batch_aborts, 1);
+	char *after = tree_image(&n1);
+	ck_assert_uint_eq(n1, n0);
+	for (uint64_t blk = 0; blk < n0; blk++)
+		ck_assert_msg(memcmp(before + blk * WR_PAGE_SIZE, after + blk * WR_PAGE_SIZE,
+		                     WR_PAGE_SIZE) == 0,
+		              "block %llu differs after the undo", (unsigned long long)blk);
+	for (uint32_t i = 0; i < N / 2; i++) {
+		char k[16];
+		int kl = snprintf(k, sizeof(k), "key%05u", 2 * i);
+		get_is(k, (size_t)kl, v, 200);
+	}
+	free(before);
+	free(after);
+	kt_verify_clean();
+}
+END_TEST
+
 START_TEST(batch_over_the_pin_limit_is_undone)
 {
 	enum { N = 3000 };
@@ -1518,6 +1580,7 @@ static Suite *tree_suite(void)
 	tcase_add_test(t, batch_pages_carry_its_last_record);
 	tcase_add_test(t, batch_over_the_pin_limit_is_undone);
 	tcase_add_test(t, failed_batch_of_inserts_restores_every_byte);
+	tcase_add_test(t, failed_batch_of_replaces_restores_every_byte);
 	tcase_add_test(t, verify_finds_a_flipped_bit);
 	tcase_add_test(t, verify_finds_keys_out_of_order);
 	tcase_add_test(t, writer_checks_a_leaf_new_to_its_buffer);
