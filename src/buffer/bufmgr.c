@@ -926,25 +926,6 @@ void buf_tag(int buf, wr_relid *rel, wr_blkno *blk)
 
 /* ---------------------------------------------------------------- optimistic reads */
 
-#if defined(__SANITIZE_THREAD__)
-#define BUF_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define BUF_TSAN 1
-#endif
-#endif
-#ifdef BUF_TSAN
-/* ThreadSanitizer's annotations: the reads between them, the peeker's own
- * and those of the libc calls it makes (memcmp, memcpy), are not recorded. */
-void AnnotateIgnoreReadsBegin(const char *file, int line);
-void AnnotateIgnoreReadsEnd(const char *file, int line);
-#define BUF_RACY_BEGIN() AnnotateIgnoreReadsBegin(__FILE__, __LINE__)
-#define BUF_RACY_END()   AnnotateIgnoreReadsEnd(__FILE__, __LINE__)
-#else
-#define BUF_RACY_BEGIN() ((void)0)
-#define BUF_RACY_END()   ((void)0)
-#endif
-
 /*
  * The only reads of shared pages without a pin or a content lock.  They
  * race with a writer by design, and that is sound: @fn's result is used
@@ -970,9 +951,9 @@ __attribute__((no_sanitize("thread"))) static int buf_peek_page(buf_desc *d, int
 	 * (and notices a holder that died: ipc_spin_delay). */
 	if ((s & (want | BM_LOCKED)) != want || d->rel != rel || d->blk != blk)
 		return BUF_PEEK_NONE;
-	BUF_RACY_BEGIN();
+	WR_RACY_READS_BEGIN();
 	fn(buf_page_ptr(buf), arg);
-	BUF_RACY_END();
+	WR_RACY_READS_END();
 	atomic_thread_fence(memory_order_acquire);
 	if (atomic_load_explicit(&d->version, memory_order_relaxed) != v)
 		return BUF_PEEK_CHANGED;

@@ -40,6 +40,32 @@
  */
 #define WR_TLS _Thread_local __attribute__((tls_model("initial-exec")))
 
+/*
+ * Reads that race with writers by design (a page peeked without a lock and
+ * checked by its version afterwards, a WAL page written while inserters
+ * still fill its tail): under ThreadSanitizer the reads between the two,
+ * the caller's own and those of the libc calls and system calls it makes,
+ * are not recorded.  A suppression cannot do it: it needs the earlier
+ * access's stack, which TSan's history may have lost by the time the
+ * writer comes.  No code elsewhere.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define WR_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WR_TSAN 1
+#endif
+#endif
+#ifdef WR_TSAN
+void AnnotateIgnoreReadsBegin(const char *file, int line);
+void AnnotateIgnoreReadsEnd(const char *file, int line);
+#define WR_RACY_READS_BEGIN() AnnotateIgnoreReadsBegin(__FILE__, __LINE__)
+#define WR_RACY_READS_END()   AnnotateIgnoreReadsEnd(__FILE__, __LINE__)
+#else
+#define WR_RACY_READS_BEGIN() ((void)0)
+#define WR_RACY_READS_END()   ((void)0)
+#endif
+
 /* This walrus's version ("0.2.0"): meson.build defines it from the project's. */
 #ifndef WR_WALRUS_VERSION
 #error "WR_WALRUS_VERSION is not defined: build with meson (meson.build sets it)"

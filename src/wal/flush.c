@@ -177,8 +177,12 @@ static void write_pages_sync(fdc_file f, uint64_t seg_start, uint64_t page_start
 	while (npages > 0) {
 		uint32_t idx = wal_buf_index(page_start);
 		uint32_t run = WR_MIN(npages, wal_sh->nbufs - idx); /* up to the ring's end */
+		/* The last page's tail may still be filling (wal_wait_insertions
+		 * waited only for what the flush covers): written again later. */
+		WR_RACY_READS_BEGIN();
 		int rc = fdc_pwrite(f, wal_bufs + (size_t)idx * WAL_PAGE_SIZE,
 		                    (size_t)run * WAL_PAGE_SIZE, (off_t)(page_start - seg_start));
+		WR_RACY_READS_END();
 		if (rc == WALRUS_ERESTART)
 			wr_panic("WAL write refused: the instance crashed");
 		if (rc != WALRUS_OK)
