@@ -191,6 +191,33 @@ static void lm_scan(void *h, peers_scan_cb cb, void *arg)
 	mdb_txn_reset(l->rtxn);
 }
 
+/* Up to @max pairs from the first key >= @start (MDB_SET_RANGE). */
+static void lm_range(void *h, const char *start, size_t slen, uint64_t max, peers_scan_cb cb,
+                     void *arg)
+{
+	lm_handle *l = h;
+	MDB_cursor *cur;
+	MDB_val k = {.mv_size = slen, .mv_data = (void *)start}, v;
+	int rc;
+
+	rc = mdb_txn_renew(l->rtxn);
+	if (rc != 0)
+		lm_fail("mdb_txn_renew", rc);
+	rc = mdb_cursor_open(l->rtxn, l->dbi, &cur);
+	if (rc != 0)
+		lm_fail("mdb_cursor_open", rc);
+	rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	for (uint64_t n = 0; rc == 0 && n < max; n++) {
+		cb(arg, k.mv_data, k.mv_size, v.mv_data, v.mv_size);
+		if (n + 1 < max)
+			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	if (rc != 0 && rc != MDB_NOTFOUND)
+		lm_fail("mdb_cursor_get", rc);
+	mdb_cursor_close(cur);
+	mdb_txn_reset(l->rtxn);
+}
+
 static void *lm_txn_new(void *h)
 {
 	return h; /* a handle serves one client process: its txn is the handle's */
@@ -269,6 +296,7 @@ const peers_engine peers_lmdb = {
     .put = lm_put,
     .get = lm_get,
     .scan = lm_scan,
+    .range = lm_range,
     .batch_begin = lm_batch_begin,
     .batch_commit = lm_batch_commit,
     .txn_new = lm_txn_new,
