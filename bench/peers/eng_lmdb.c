@@ -12,7 +12,11 @@
  * (--batch) are one write transaction each, its puts between begin and
  * commit. The map is sparse: at least 4 GiB, 1 KiB per key beyond that.
  * LMDB has no cache of its own (its pages are the file's, mapped): the
- * kernel's page cache holds them, so --cache-mb does not apply.
+ * kernel's page cache holds them, so --cache-mb does not apply. With
+ * --lmdb-nordahead the environment opens with MDB_NORDAHEAD: LMDB then
+ * advises the kernel (madvise MADV_RANDOM) not to read around a page fault
+ * of its map, which otherwise reads up to the device's read_ahead_kb per
+ * fault, most of it not wanted when the database is larger than memory.
  *
  * A transaction (txn_transfer) is one write transaction: mdb_txn_begin
  * waits for LMDB's single writer lock, so transactions run one after the
@@ -31,6 +35,8 @@
 
 #define LM_MIN_MAP ((size_t)4 << 30)
 
+static bool lm_nordahead; /* peers_lmdb_nordahead */
+
 typedef struct lm_handle {
 	MDB_env *env;
 	MDB_dbi dbi;
@@ -41,6 +47,11 @@ typedef struct lm_handle {
 static _Noreturn void lm_fail(const char *op, int rc)
 {
 	peers_fatal("lmdb", op, "%s (code %d)", mdb_strerror(rc), rc);
+}
+
+void peers_lmdb_nordahead(bool on)
+{
+	lm_nordahead = on;
 }
 
 static const char *lm_version(void)
@@ -68,7 +79,8 @@ static void *lm_open(const peers_open_args *a)
 	rc = mdb_env_set_mapsize(l->env, map);
 	if (rc != 0)
 		lm_fail("mdb_env_set_mapsize", rc);
-	rc = mdb_env_open(l->env, a->dir, a->sync ? 0 : MDB_NOSYNC, 0644);
+	rc = mdb_env_open(l->env, a->dir,
+	                  (a->sync ? 0 : MDB_NOSYNC) | (lm_nordahead ? MDB_NORDAHEAD : 0), 0644);
 	if (rc != 0)
 		peers_fatal("lmdb", "mdb_env_open", "\"%s\": %s (code %d)", a->dir,
 		            mdb_strerror(rc), rc);

@@ -77,6 +77,7 @@ typedef struct config {
 	uint64_t sync_seconds;  /* --sync-seconds, 0: fillsync by --sync-ops */
 	uint64_t txn_seconds;   /* --txn-seconds, 0: txn_transfer by --txn-ops */
 	uint64_t memory_limit;  /* --memory-limit in bytes, 0: none */
+	bool lmdb_nordahead;    /* --lmdb-nordahead */
 	const char *memcg_root; /* --memory-cgroup-root, else MEMCG_ROOT */
 } config;
 
@@ -171,6 +172,8 @@ static void usage(FILE *f)
 	    "  --dir DIR          scratch directory (default: a new one under $TMPDIR or "
 	    "/tmp)\n"
 	    "  --keep             keep the databases at the end\n"
+	    "  --lmdb-nordahead   LMDB opens its environments with MDB_NORDAHEAD (no\n"
+	    "                     read-around of its map's page faults)\n"
 	    "  --compact          after a fill's sizes, walrus compacts (walrus_compact, timed)\n"
 	    "                     and its files are measured again\n"
 	    "  --json             one JSON object per result on stdout (human lines go "
@@ -421,6 +424,10 @@ static void parse_args(int argc, char **argv, config *cfg)
 		}
 		if (strcmp(k, "--compact") == 0) {
 			cfg->run.compact = true;
+			continue;
+		}
+		if (strcmp(k, "--lmdb-nordahead") == 0) {
+			cfg->lmdb_nordahead = true;
 			continue;
 		}
 		if (strcmp(k, "--snapshot") == 0) {
@@ -861,6 +868,7 @@ int main(int argc, char **argv)
 	parse_args(argc, argv, &cfg);
 	wopts = make_walrus_opts(&cfg);
 	peers_walrus_use_opts(wopts);
+	peers_lmdb_nordahead(cfg.lmdb_nordahead);
 	peers_init("walrus-peers");
 	make_base(&cfg);
 	peers_set_scratch(g_base, g_base_created, cfg.keep);
@@ -886,6 +894,8 @@ int main(int argc, char **argv)
 		fprintf(human, " scan-keys=%" PRIu64, cfg.run.scan_keys);
 	if (cfg.run.warm_sample)
 		fprintf(human, " warm-pass=sample");
+	if (cfg.lmdb_nordahead)
+		fprintf(human, " lmdb-nordahead");
 	if (cfg.run.snapshot)
 		fprintf(human, " snapshot");
 	if (cfg.run.drop_caches != NULL)

@@ -156,6 +156,10 @@ void peers_walrus_use_opts(struct walrus_opts *opts);
  * NULL, the default: the default space).  Called with no client running;
  * the caller keeps @name alive. */
 void peers_walrus_use_space(const char *name);
+/* LMDB's environments open with MDB_NORDAHEAD (no read-around of its map's
+ * page faults: LMDB's advice when the database is larger than memory) when
+ * @on; off by default. Called with no client running. */
+void peers_lmdb_nordahead(bool on);
 
 /* ------------------------------------------------------------ workloads */
 

@@ -54,7 +54,8 @@ Issue 18's additions, each a test of its own (--check NAME):
   balances no longer add up refused with exit 2.
 - large: the options of runs larger than memory on every engine: fillseq then
   readrandom, scanrange, writerandom, readwhilewriting and updaterandom with
-  --reads, --writes, --scan-keys and --warm-pass sample; every row with the
+  --reads, --writes, --scan-keys and --warm-pass sample (and LMDB with
+  --lmdb-nordahead, named in the header line); every row with the
   operations asked for (readwhilewriting's the readers'), scanrange's keys
   and MB/s, writerandom's puts and batch, no untimed load after the fillseq
   row; walrus's tree verified after writerandom; then scanrange and
@@ -107,7 +108,7 @@ def check_help(peers, walrus):
                  "--drop-caches", "--drop-caches-file", "--txn-procs", "--txn-ops",
                  "--txn-seconds", "--txn-commit", "--snapshot", "rocksdb-otxn",
                  "rocksdb-ptxn", "--reads", "--writes", "--scan-keys",
-                 "--warm-pass"] if argv[0] == peers
+                 "--warm-pass", "--lmdb-nordahead"] if argv[0] == peers
                 else ["--threads", "--processes", "--batch", "--snapshot"])
         for o in opts:
             if o not in p.stdout:
@@ -660,7 +661,8 @@ def check_large(peers, walrus):
         fail("defaults: rows %s, expected %s" % (got, want))
     p = subprocess.run([peers, "--engines", ",".join(ENGINES), "--workloads",
                         "scanrange,writerandom", "--num", str(num), "--writes", "10",
-                        "--scan-keys", str(num), "--batch", "100", "--json"],
+                        "--scan-keys", str(num), "--batch", "100", "--lmdb-nordahead",
+                        "--json"],
                        capture_output=True, text=True, timeout=600)
     sys.stderr.write(p.stderr)
     for e in ENGINES:
@@ -668,6 +670,8 @@ def check_large(peers, walrus):
             e, num, 1 if e == "rocksdb" else 100)
         if p.returncode != 0 or p.stderr.count(line) != 1:
             fail("%s: exit %d, not one %r" % (e, p.returncode, line))
+    if "lmdb-nordahead" not in p.stderr.splitlines()[0]:
+        fail("--lmdb-nordahead: not in the header: %r" % p.stderr.splitlines()[0])
     # The whole key space as the range: it starts at key 0.
     if [r["ops"] for r in map(json.loads, p.stdout.splitlines())] != [num, 10] * len(ENGINES):
         fail("--scan-keys N: %s" % p.stdout)
