@@ -16,7 +16,8 @@ Compare mode (--compare FIO.json PEERS.jsonl): walrus-peers' JSON rows (its
 --json output) beside that object: each readrandom and readwhilewriting row's
 gets per second as a fraction of fio's random reads per second at the same
 number of reads in flight (its client count; no figure when fio did not run
-that depth), and each scan row's MB/s as a fraction of fio's sequential MB/s.
+that depth), and each scan and scanrange row's MB/s as a fraction of fio's
+sequential MB/s.
 A get served from an engine's cache or the page cache costs no read, so a
 fraction above 1 says the data set (or the part read) fitted in memory.
 
@@ -134,7 +135,7 @@ def compare(args):
         if w in ("readrandom", "readwhilewriting"):
             ref = fio["randread_8k"].get(str(r["procs"]))
             what, got = "reads/s", r["ops_per_s"]
-        elif w == "scan":
+        elif w in ("scan", "scanrange"):
             ref = fio["seqread_1m"]["mb_per_s"]
             what, got = "MB/s", r["mb_per_s"]
         else:

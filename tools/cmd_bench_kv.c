@@ -52,6 +52,7 @@
  *
  * cmd_bench_kv returns -1, having done nothing, when argv's --workload is
  * not one of these (cmd_bench handles the others); otherwise an exit code.
+ * walrus-peers' scanrange and writerandom are refused (a usage error).
  * A failure inside a workload ends the process with the tool's exit codes
  * (3 engine error, 2 wrong result), the message naming the call.
  */
@@ -548,6 +549,14 @@ int cmd_bench_kv(tool_ctx *ctx, int argc, char **argv)
 
 	if (kv_workload(argc, argv) < 0)
 		return -1;
+	if (kv_workload(argc, argv) == PEERS_SCANRANGE ||
+	    kv_workload(argc, argv) == PEERS_WRITERANDOM) {
+		fprintf(stderr,
+		        "walrus bench: %s is a workload of walrus-peers only "
+		        "(bench/peers/README.md)\n",
+		        peers_workload_names[kv_workload(argc, argv)]);
+		return TOOL_EXIT_USAGE;
+	}
 	if (tool_wants_help(argc, argv)) {
 		kv_usage(stdout);
 		return 0;

@@ -12,7 +12,11 @@
  * (--batch) are one write transaction each, its puts between begin and
  * commit. The map is sparse: at least 4 GiB, 1 KiB per key beyond that.
  * LMDB has no cache of its own (its pages are the file's, mapped): the
- * kernel's page cache holds them, so --cache-mb does not apply.
+ * kernel's page cache holds them, so --cache-mb does not apply. With
+ * --lmdb-nordahead the environment opens with MDB_NORDAHEAD: LMDB then
+ * advises the kernel (madvise MADV_RANDOM) not to read around a page fault
+ * of its map, which otherwise reads up to the device's read_ahead_kb per
+ * fault, most of it not wanted when the database is larger than memory.
  *
  * A transaction (txn_transfer) is one write transaction: mdb_txn_begin
  * waits for LMDB's single writer lock, so transactions run one after the
@@ -31,6 +35,8 @@
 
 #define LM_MIN_MAP ((size_t)4 << 30)
 
+static bool lm_nordahead; /* peers_lmdb_nordahead */
+
 typedef struct lm_handle {
 	MDB_env *env;
 	MDB_dbi dbi;
@@ -41,6 +47,11 @@ typedef struct lm_handle {
 static _Noreturn void lm_fail(const char *op, int rc)
 {
 	peers_fatal("lmdb", op, "%s (code %d)", mdb_strerror(rc), rc);
+}
+
+void peers_lmdb_nordahead(bool on)
+{
+	lm_nordahead = on;
 }
 
 static const char *lm_version(void)
@@ -68,7 +79,8 @@ static void *lm_open(const peers_open_args *a)
 	rc = mdb_env_set_mapsize(l->env, map);
 	if (rc != 0)
 		lm_fail("mdb_env_set_mapsize", rc);
-	rc = mdb_env_open(l->env, a->dir, a->sync ? 0 : MDB_NOSYNC, 0644);
+	rc = mdb_env_open(l->env, a->dir,
+	                  (a->sync ? 0 : MDB_NOSYNC) | (lm_nordahead ? MDB_NORDAHEAD : 0), 0644);
 	if (rc != 0)
 		peers_fatal("lmdb", "mdb_env_open", "\"%s\": %s (code %d)", a->dir,
 		            mdb_strerror(rc), rc);
@@ -191,6 +203,33 @@ static void lm_scan(void *h, peers_scan_cb cb, void *arg)
 	mdb_txn_reset(l->rtxn);
 }
 
+/* Up to @max pairs from the first key >= @start (MDB_SET_RANGE). */
+static void lm_range(void *h, const char *start, size_t slen, uint64_t max, peers_scan_cb cb,
+                     void *arg)
+{
+	lm_handle *l = h;
+	MDB_cursor *cur;
+	MDB_val k = {.mv_size = slen, .mv_data = (void *)start}, v;
+	int rc;
+
+	rc = mdb_txn_renew(l->rtxn);
+	if (rc != 0)
+		lm_fail("mdb_txn_renew", rc);
+	rc = mdb_cursor_open(l->rtxn, l->dbi, &cur);
+	if (rc != 0)
+		lm_fail("mdb_cursor_open", rc);
+	rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	for (uint64_t n = 0; rc == 0 && n < max; n++) {
+		cb(arg, k.mv_data, k.mv_size, v.mv_data, v.mv_size);
+		if (n + 1 < max)
+			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	if (rc != 0 && rc != MDB_NOTFOUND)
+		lm_fail("mdb_cursor_get", rc);
+	mdb_cursor_close(cur);
+	mdb_txn_reset(l->rtxn);
+}
+
 static void *lm_txn_new(void *h)
 {
 	return h; /* a handle serves one client process: its txn is the handle's */
@@ -269,6 +308,7 @@ const peers_engine peers_lmdb = {
     .put = lm_put,
     .get = lm_get,
     .scan = lm_scan,
+    .range = lm_range,
     .batch_begin = lm_batch_begin,
     .batch_commit = lm_batch_commit,
     .txn_new = lm_txn_new,

@@ -14,7 +14,8 @@
  *
  * RocksDB locks its directory (the LOCK file): a second process cannot open
  * it, so its multi-client workloads run as threads sharing one handle, which
- * the C API allows for put, get and iterators.
+ * the C API allows for put, get and iterators (a scan from seek_to_first, a
+ * range from seek).
  *
  * Three engines share this file. "rocksdb" is a plain DB and has no
  * transactions (txn_transfer skips it). The other two open the same
@@ -230,25 +231,43 @@ static bool rk_get(void *h, const char *key, size_t klen, char *buf, size_t cap,
 	return rk_pinned_value(ps, buf, cap, vlen);
 }
 
-static void rk_scan(void *h, peers_scan_cb cb, void *arg)
+/* Up to @max pairs from the first key >= @start (NULL: the first key). */
+static void rk_iterate(rk_handle *r, const char *start, size_t slen, uint64_t max, peers_scan_cb cb,
+                       void *arg)
 {
-	rk_handle *r = h;
 	rocksdb_iterator_t *it = rk_nonnull(
 	    r->kind == RK_PESSIMISTIC ? rocksdb_transactiondb_create_iterator(r->tdb, r->ropts)
 	                              : rocksdb_create_iterator(r->db, r->ropts),
 	    "rocksdb_create_iterator");
 	char *err = NULL;
 
-	for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+	if (start == NULL)
+		rocksdb_iter_seek_to_first(it);
+	else
+		rocksdb_iter_seek(it, start, slen);
+	for (uint64_t n = 0; n < max && rocksdb_iter_valid(it); n++) {
 		size_t kn, vn;
 		const char *k = rocksdb_iter_key(it, &kn);
 		const char *v = rocksdb_iter_value(it, &vn);
 
 		cb(arg, k, kn, v, vn);
+		if (n + 1 < max)
+			rocksdb_iter_next(it);
 	}
 	rocksdb_iter_get_error(it, &err);
 	rk_check("rocksdb_iter_get_error", err);
 	rocksdb_iter_destroy(it);
+}
+
+static void rk_scan(void *h, peers_scan_cb cb, void *arg)
+{
+	rk_iterate(h, NULL, 0, UINT64_MAX, cb, arg);
+}
+
+static void rk_range(void *h, const char *start, size_t slen, uint64_t max, peers_scan_cb cb,
+                     void *arg)
+{
+	rk_iterate(h, start, slen, max, cb, arg);
 }
 
 /* ---------------------------------------------------------------- transactions */
@@ -365,6 +384,7 @@ const peers_engine peers_rocksdb = {
     .put = rk_put,
     .get = rk_get,
     .scan = rk_scan,
+    .range = rk_range,
 };
 
 const peers_engine peers_rocksdb_otxn = {
@@ -376,6 +396,7 @@ const peers_engine peers_rocksdb_otxn = {
     .put = rk_put,
     .get = rk_get,
     .scan = rk_scan,
+    .range = rk_range,
     .txn_new = rk_txn_new,
     .txn_free = rk_txn_free,
     .txn_begin = rk_txn_begin,
@@ -393,6 +414,7 @@ const peers_engine peers_rocksdb_ptxn = {
     .put = rk_put,
     .get = rk_get,
     .scan = rk_scan,
+    .range = rk_range,
     .txn_new = rk_txn_new,
     .txn_free = rk_txn_free,
     .txn_begin = rk_txn_begin,

@@ -8,7 +8,8 @@
  * is an autocommit INSERT OR REPLACE (a put overwrites the key's value, as
  * the other engines' do: updaterandom and readwhilewriting's writer rewrite
  * existing keys; the fills, on a new table, only ever insert), every get an
- * autocommit SELECT, through prepared statements. The fills' batches
+ * autocommit SELECT, a scan `ORDER BY k` (a range: `WHERE k >= ? ... LIMIT ?`),
+ * through prepared statements. The fills' batches
  * (--batch) are BEGIN ... COMMIT around their INSERTs. The page cache is
  * 256 MiB per connection (--cache-mb) so the read workloads run from memory;
  * the busy timeout (60 s) lets several processes take turns at the single
@@ -37,6 +38,7 @@ typedef struct sq_handle {
 	sqlite3_stmt *put;
 	sqlite3_stmt *get;
 	sqlite3_stmt *scan;
+	sqlite3_stmt *range;
 	sqlite3_stmt *begin, *commit, *rollback; /* txn_transfer's */
 } sq_handle;
 
@@ -146,6 +148,7 @@ static void *sq_open(const peers_open_args *a)
 	s->put = sq_prepare(db, "INSERT OR REPLACE INTO kv(k, v) VALUES(?1, ?2)");
 	s->get = sq_prepare(db, "SELECT v FROM kv WHERE k = ?1");
 	s->scan = sq_prepare(db, "SELECT k, v FROM kv ORDER BY k");
+	s->range = sq_prepare(db, "SELECT k, v FROM kv WHERE k >= ?1 ORDER BY k LIMIT ?2");
 	s->begin = sq_prepare(db, "BEGIN IMMEDIATE");
 	s->commit = sq_prepare(db, "COMMIT");
 	s->rollback = sq_prepare(db, "ROLLBACK");
@@ -155,7 +158,7 @@ static void *sq_open(const peers_open_args *a)
 static void sq_close(void *h)
 {
 	sq_handle *s = h;
-	sqlite3_stmt *st[] = {s->put, s->get, s->scan, s->begin, s->commit, s->rollback};
+	sqlite3_stmt *st[] = {s->put, s->get, s->scan, s->range, s->begin, s->commit, s->rollback};
 	int rc;
 
 	for (size_t i = 0; i < sizeof(st) / sizeof(st[0]); i++) {
@@ -217,16 +220,16 @@ static bool sq_get(void *h, const char *key, size_t klen, char *buf, size_t cap,
 	return found;
 }
 
-static void sq_scan(void *h, peers_scan_cb cb, void *arg)
+/* Every row of @st (k, v) to @cb, then the statement reset. */
+static void sq_rows(sq_handle *s, sqlite3_stmt *st, peers_scan_cb cb, void *arg)
 {
-	sq_handle *s = h;
 	int rc;
 
-	while ((rc = sqlite3_step(s->scan)) == SQLITE_ROW) {
-		const void *k = sqlite3_column_blob(s->scan, 0);
-		int kn = sqlite3_column_bytes(s->scan, 0);
-		const void *v = sqlite3_column_blob(s->scan, 1);
-		int vn = sqlite3_column_bytes(s->scan, 1);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const void *k = sqlite3_column_blob(st, 0);
+		int kn = sqlite3_column_bytes(st, 0);
+		const void *v = sqlite3_column_blob(st, 1);
+		int vn = sqlite3_column_bytes(st, 1);
 
 		if (kn < 0 || vn < 0 || (kn > 0 && k == NULL) || (vn > 0 && v == NULL))
 			sq_fail(s->db, "sqlite3_column_blob", sqlite3_errcode(s->db));
@@ -234,7 +237,27 @@ static void sq_scan(void *h, peers_scan_cb cb, void *arg)
 	}
 	if (rc != SQLITE_DONE)
 		sq_fail(s->db, "sqlite3_step(SELECT ... ORDER BY k)", rc);
-	sq_reset(s, s->scan);
+	sq_reset(s, st);
+}
+
+static void sq_scan(void *h, peers_scan_cb cb, void *arg)
+{
+	sq_handle *s = h;
+
+	sq_rows(s, s->scan, cb, arg);
+}
+
+static void sq_range(void *h, const char *start, size_t slen, uint64_t max, peers_scan_cb cb,
+                     void *arg)
+{
+	sq_handle *s = h;
+	int rc;
+
+	sq_bind(s, s->range, 1, start, slen);
+	rc = sqlite3_bind_int64(s->range, 2, max > INT64_MAX ? INT64_MAX : (sqlite3_int64)max);
+	if (rc != SQLITE_OK)
+		sq_fail(s->db, "sqlite3_bind_int64", rc);
+	sq_rows(s, s->range, cb, arg);
 }
 
 /*
@@ -350,6 +373,7 @@ const peers_engine peers_sqlite = {
     .put = sq_put,
     .get = sq_get,
     .scan = sq_scan,
+    .range = sq_range,
     .batch_begin = sq_batch_begin,
     .batch_commit = sq_batch_commit,
     .txn_new = sq_txn_new,

@@ -8,7 +8,8 @@
  * durable workloads (it returns once the WAL is flushed; concurrent
  * committers share a flush) and WALRUS_ASYNC otherwise (the WAL writer
  * flushes within wal_writer_delay); each get is walrus_get_into; the scan
- * is a walrus_iter over the whole key space. The fills' batches (--batch)
+ * is a walrus_iter over the whole key space, a range one opened at its
+ * start key. The fills' batches (--batch)
  * are walrus batches: the puts go into one, walrus_batch_commit applies it
  * with the handle's flags, as a put would be. With a snapshot taken on the
  * handle (--snapshot), gets are walrus_get_into_at and the scan
@@ -270,6 +271,39 @@ static void wa_scan(void *h, peers_scan_cb cb, void *arg)
 	walrus_iter_close(it);
 }
 
+/* Up to @max pairs from the first key >= @start: an iterator opened there. */
+static void wa_range(void *h, const char *start, size_t slen, uint64_t max, peers_scan_cb cb,
+                     void *arg)
+{
+	wa_handle *w = h;
+	walrus_iter *it = NULL;
+	int rc = w->snap != NULL
+	             ? walrus_iter_open_at_in(w->db, w->snap, w->sp, start, slen, NULL, 0, &it)
+	             : walrus_iter_open_in(w->db, w->sp, start, slen, NULL, 0, &it);
+
+	if (rc != WALRUS_OK) {
+		walrus_iter_close(it);
+		wa_fail(w->snap != NULL ? "walrus_iter_open_at" : "walrus_iter_open", rc);
+	}
+	for (uint64_t n = 0; n < max && walrus_iter_valid(it); n++) {
+		const void *k, *v;
+		size_t kn, vn;
+
+		walrus_iter_key(it, &k, &kn);
+		walrus_iter_value(it, &v, &vn);
+		cb(arg, k, kn, v, vn);
+		/* No step past the last pair wanted: it could read a leaf more. */
+		if (n + 1 == max)
+			break;
+		rc = walrus_iter_next(it);
+		if (rc != WALRUS_OK) {
+			walrus_iter_close(it);
+			wa_fail("walrus_iter_next", rc);
+		}
+	}
+	walrus_iter_close(it);
+}
+
 static void wa_snapshot(void *h, bool take)
 {
 	wa_handle *w = h;
@@ -429,6 +463,7 @@ const peers_engine peers_walrus = {
     .put = wa_put,
     .get = wa_get,
     .scan = wa_scan,
+    .range = wa_range,
     .idle = wa_idle,
     .batch_begin = wa_batch_begin,
     .batch_commit = wa_batch_commit,

@@ -50,7 +50,8 @@
  * the original five, which RESULTS*.txt hold; the two overwrite workloads
  * are asked for by name. */
 #define PEERS_ALL_WORKLOADS                                                                        \
-	"fillseq,fillrandom,fillsync,readrandom,scan,readwhilewriting,updaterandom,txn_transfer"
+	"fillseq,fillrandom,fillsync,readrandom,scan,readwhilewriting,updaterandom,txn_transfer,"  \
+	"scanrange,writerandom"
 #define PEERS_DEFAULT_WORKLOADS "fillseq,fillrandom,fillsync,readrandom,scan"
 
 /* walrus's client modes: threads, as RocksDB's (each thread its own handle
@@ -76,6 +77,7 @@ typedef struct config {
 	uint64_t sync_seconds;  /* --sync-seconds, 0: fillsync by --sync-ops */
 	uint64_t txn_seconds;   /* --txn-seconds, 0: txn_transfer by --txn-ops */
 	uint64_t memory_limit;  /* --memory-limit in bytes, 0: none */
+	bool lmdb_nordahead;    /* --lmdb-nordahead */
 	const char *memcg_root; /* --memory-cgroup-root, else MEMCG_ROOT */
 } config;
 
@@ -91,27 +93,39 @@ static void usage(FILE *f)
 	    "usage: walrus-peers [options]\n\n"
 	    "db_bench-style workloads against walrus, SQLite, LMDB and RocksDB (see "
 	    "bench/peers/README.md).\n\n"
-	    "workloads (N = --num, M = --sync-ops, P = a client count):\n"
+	    "workloads (N = --num, M = --sync-ops, R = --reads, P = a client count):\n"
 	    "  fillseq           N puts of keys 0..N-1 in order, one per commit\n"
 	    "  fillrandom        the same N puts in a fixed random order\n"
 	    "  fillsync          P clients (--sync-procs), each M durable puts of new keys;\n"
 	    "                    with --sync-seconds S, on a load of N keys, each client\n"
 	    "                    putting random existing keys durably for S seconds\n"
-	    "  readrandom        N random point reads split over P clients (--read-procs)\n"
+	    "  readrandom        R random point reads split over P clients (--read-procs)\n"
 	    "  scan              one ordered scan of the N keys\n"
 	    "  readwhilewriting  readrandom, plus one writer overwriting random keys until\n"
 	    "                    the readers are done (the readers are measured)\n"
-	    "  updaterandom      N read-modify-writes (get, put a new value) of random keys\n"
+	    "  updaterandom      R read-modify-writes (get, put a new value) of random keys\n"
 	    "                    split over P clients (--read-procs)\n"
 	    "  txn_transfer      on %d accounts of %d each, P clients (--txn-procs) each\n"
 	    "                    moving 1..10 between two random accounts in a read-write\n"
 	    "                    transaction, run again on a conflict (an abort); asynchronous\n"
 	    "                    and durable commits (--txn-commit); the balances' sum checked\n"
-	    "readrandom, scan, readwhilewriting and updaterandom run on a fillseq load of\n"
-	    "N keys (untimed; reused from the previous workload when it left one).\n\n"
+	    "  scanrange         --scan-keys keys read in order from a random start key\n"
+	    "  writerandom       one client putting --writes random existing keys, a new\n"
+	    "                    value each, --batch puts per commit (random writes into\n"
+	    "                    the loaded tree)\n"
+	    "readrandom, scan, readwhilewriting, updaterandom, scanrange and writerandom run\n"
+	    "on a fillseq load of N keys (untimed, batched by --batch; reused from the\n"
+	    "previous workload when it left one).\n\n"
 	    "options:\n"
 	    "  --num N            N: keys, and the operations of readrandom,\n"
 	    "                     readwhilewriting, updaterandom (default 1000000)\n"
+	    "  --reads R          the operations in all of readrandom, readwhilewriting\n"
+	    "                     (the readers') and updaterandom instead (default N)\n"
+	    "  --writes W         writerandom's puts (default N)\n"
+	    "  --scan-keys K      scanrange's keys (default N/10; at most N)\n"
+	    "  --warm-pass MODE   full: each client's warm pass scans and checks all N keys\n"
+	    "                     (the default); sample: it gets and checks 1000 keys spread\n"
+	    "                     over them, the last one, and key N absent\n"
 	    "  --sync-ops M       durable writes per client in fillsync (default 2000)\n"
 	    "  --sync-seconds S   fillsync by time instead: N keys loaded\n"
 	    "                     (untimed), then each client upserts random keys, each\n"
@@ -158,6 +172,8 @@ static void usage(FILE *f)
 	    "  --dir DIR          scratch directory (default: a new one under $TMPDIR or "
 	    "/tmp)\n"
 	    "  --keep             keep the databases at the end\n"
+	    "  --lmdb-nordahead   LMDB opens its environments with MDB_NORDAHEAD (no\n"
+	    "                     read-around of its map's page faults)\n"
 	    "  --compact          after a fill's sizes, walrus compacts (walrus_compact, timed)\n"
 	    "                     and its files are measured again\n"
 	    "  --json             one JSON object per result on stdout (human lines go "
@@ -298,6 +314,16 @@ static void add_txn_commit(config *cfg, const char *opt, const char *s)
 	cfg->run.txn_sync[cfg->run.ntxn_sync++] = sync;
 }
 
+/* --warm-pass: true for a sampled warm pass. */
+static bool parse_warm_pass(const char *s)
+{
+	if (strcmp(s, "sample") == 0)
+		return true;
+	if (strcmp(s, "full") != 0)
+		bad_usage("unknown warm pass \"%s\" (full or sample)", s);
+	return false;
+}
+
 /* --drop-caches is refused at once, not after the first load, when its file
  * cannot be written (not root). Opening it writes nothing. */
 static void check_drop_caches(const char *path)
@@ -400,6 +426,10 @@ static void parse_args(int argc, char **argv, config *cfg)
 			cfg->run.compact = true;
 			continue;
 		}
+		if (strcmp(k, "--lmdb-nordahead") == 0) {
+			cfg->lmdb_nordahead = true;
+			continue;
+		}
 		if (strcmp(k, "--snapshot") == 0) {
 			cfg->run.snapshot = cfg->run.snapshot_and_plain = true;
 			continue;
@@ -419,6 +449,14 @@ static void parse_args(int argc, char **argv, config *cfg)
 
 		if (strcmp(k, "--num") == 0)
 			cfg->run.num = parse_u64(k, v, PEERS_MAX_KEYS);
+		else if (strcmp(k, "--reads") == 0)
+			cfg->run.reads = parse_u64(k, v, PEERS_MAX_KEYS);
+		else if (strcmp(k, "--writes") == 0)
+			cfg->run.writes = parse_u64(k, v, PEERS_MAX_KEYS);
+		else if (strcmp(k, "--scan-keys") == 0)
+			cfg->run.scan_keys = parse_u64(k, v, PEERS_MAX_KEYS);
+		else if (strcmp(k, "--warm-pass") == 0)
+			cfg->run.warm_sample = parse_warm_pass(v);
 		else if (strcmp(k, "--sync-ops") == 0)
 			cfg->run.sync_ops = parse_u64(k, v, PEERS_MAX_KEYS / PEERS_MAX_CLIENTS);
 		else if (strcmp(k, "--sync-seconds") == 0)
@@ -474,6 +512,8 @@ static void parse_args(int argc, char **argv, config *cfg)
 		cfg->run.txn_procs[cfg->run.ntxn_procs++] = PEERS_TXN_CLIENTS;
 	if (cfg->run.ntxn_sync == 0)
 		parse_list("--txn-commit", "async,sync", cfg, add_txn_commit);
+	if (cfg->run.scan_keys > cfg->run.num)
+		bad_usage("--scan-keys is more than the %s keys", "--num");
 	cfg->run.sync_duration_ns = cfg->sync_seconds * 1000000000u;
 	cfg->run.txn_duration_ns = cfg->txn_seconds * 1000000000u;
 	if (cfg->run.drop_caches != NULL)
@@ -828,6 +868,7 @@ int main(int argc, char **argv)
 	parse_args(argc, argv, &cfg);
 	wopts = make_walrus_opts(&cfg);
 	peers_walrus_use_opts(wopts);
+	peers_lmdb_nordahead(cfg.lmdb_nordahead);
 	peers_init("walrus-peers");
 	make_base(&cfg);
 	peers_set_scratch(g_base, g_base_created, cfg.keep);
@@ -845,6 +886,16 @@ int main(int argc, char **argv)
 		fprintf(human, " sync-seconds=%" PRIu64, cfg.sync_seconds);
 	if (cfg.txn_seconds)
 		fprintf(human, " txn-seconds=%" PRIu64, cfg.txn_seconds);
+	if (cfg.run.reads)
+		fprintf(human, " reads=%" PRIu64, cfg.run.reads);
+	if (cfg.run.writes)
+		fprintf(human, " writes=%" PRIu64, cfg.run.writes);
+	if (cfg.run.scan_keys)
+		fprintf(human, " scan-keys=%" PRIu64, cfg.run.scan_keys);
+	if (cfg.run.warm_sample)
+		fprintf(human, " warm-pass=sample");
+	if (cfg.lmdb_nordahead)
+		fprintf(human, " lmdb-nordahead");
 	if (cfg.run.snapshot)
 		fprintf(human, " snapshot");
 	if (cfg.run.drop_caches != NULL)

@@ -17,6 +17,8 @@
  *            are one transaction, committed as a put would be
  *   get      one point read into a caller buffer; false when absent
  *   scan     every pair in key order, handed to a callback
+ *   range    up to a given number of pairs in key order from the first key at
+ *            or after a start key, handed to a callback (scanrange)
  *   close    release the handle
  *   idle     optional: wait until no process of the engine uses the
  *            directory any more (walrus: its instance has shut down), so
@@ -114,6 +116,8 @@ typedef struct peers_engine {
 	void (*put)(void *h, const char *key, size_t klen, const char *val, size_t vlen);
 	bool (*get)(void *h, const char *key, size_t klen, char *buf, size_t cap, size_t *vlen);
 	void (*scan)(void *h, peers_scan_cb cb, void *arg);
+	void (*range)(void *h, const char *start, size_t slen, uint64_t max, peers_scan_cb cb,
+	              void *arg);
 	void (*idle)(const char *dir); /* may be NULL */
 	void (*batch_begin)(void *h);  /* may be NULL: no batches */
 	void (*batch_commit)(void *h);
@@ -152,6 +156,10 @@ void peers_walrus_use_opts(struct walrus_opts *opts);
  * NULL, the default: the default space).  Called with no client running;
  * the caller keeps @name alive. */
 void peers_walrus_use_space(const char *name);
+/* LMDB's environments open with MDB_NORDAHEAD (no read-around of its map's
+ * page faults: LMDB's advice when the database is larger than memory) when
+ * @on; off by default. Called with no client running. */
+void peers_lmdb_nordahead(bool on);
 
 /* ------------------------------------------------------------ workloads */
 
@@ -164,6 +172,8 @@ typedef enum peers_workload {
 	PEERS_READWHILEWRITING,
 	PEERS_UPDATERANDOM,
 	PEERS_TXN_TRANSFER,
+	PEERS_SCANRANGE,   /* walrus-peers only: walrus bench refuses it */
+	PEERS_WRITERANDOM, /* walrus-peers only */
 	PEERS_WORKLOAD_COUNT
 } peers_workload;
 
@@ -249,8 +259,17 @@ typedef enum peers_client_mode { PEERS_CLIENTS_THREADS, PEERS_CLIENTS_PROCESSES 
 extern const char *const peers_client_mode_names[PEERS_MAX_MODES];
 
 typedef struct peers_config {
-	uint64_t num;      /* keys of every workload but fillsync, and their operations
-	                      (unless duration_ns) */
+	uint64_t num; /* keys of every workload but fillsync, and their operations
+	                 (unless duration_ns, reads, writes or scan_keys) */
+	/* The operations in all of readrandom, readwhilewriting (the readers')
+	 * and updaterandom, and writerandom's puts (0: num); scanrange's keys
+	 * (0: num / 10, at least 1; at most num). */
+	uint64_t reads;
+	uint64_t writes;
+	uint64_t scan_keys;
+	/* Each client's warm pass checks a sample of the keys (spread over
+	 * 0..num-1, and the key num absent) instead of scanning them all. */
+	bool warm_sample;
 	uint64_t sync_ops; /* durable puts per fillsync client */
 	/* fillsync by issue 18's definition instead (0: sync_ops new keys per
 	 * client): on a load of num keys (untimed, as readrandom's), each client

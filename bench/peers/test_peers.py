@@ -52,6 +52,16 @@ Issue 18's additions, each a test of its own (--check NAME):
   durable in processes on the accounts the first left), readrandom and scan
   with --snapshot, the JSON lines; the usage errors; and a database whose
   balances no longer add up refused with exit 2.
+- large: the options of runs larger than memory on every engine: fillseq then
+  readrandom, scanrange, writerandom, readwhilewriting and updaterandom with
+  --reads, --writes, --scan-keys and --warm-pass sample (and LMDB with
+  --lmdb-nordahead, named in the header line); every row with the
+  operations asked for (readwhilewriting's the readers'), scanrange's keys
+  and MB/s, writerandom's puts and batch, no untimed load after the fillseq
+  row; walrus's tree verified after writerandom; then scanrange and
+  writerandom alone: one untimed load per engine, announced; the defaults of
+  --reads (N) and --scan-keys (N/10); the usage errors; `walrus bench`
+  refusing both workloads.
 The bad values of --sync-seconds and the txn_transfer options are in the help
 check.
 
@@ -91,13 +101,14 @@ def check_help(peers, walrus):
         p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         if p.returncode != 0:
             fail("%s: exit %d: %s" % (" ".join(argv), p.returncode, p.stderr))
-        for w in WORKLOADS:
+        for w in WORKLOADS + (["scanrange", "writerandom"] if argv[0] == peers else []):
             if ("  %s " % w) not in p.stdout:
                 fail("%s does not describe workload %s:\n%s" % (" ".join(argv), w, p.stdout))
         opts = (["--walrus-clients", "--batch", "--cache-mb", "--sync-seconds",
                  "--drop-caches", "--drop-caches-file", "--txn-procs", "--txn-ops",
                  "--txn-seconds", "--txn-commit", "--snapshot", "rocksdb-otxn",
-                 "rocksdb-ptxn"] if argv[0] == peers
+                 "rocksdb-ptxn", "--reads", "--writes", "--scan-keys",
+                 "--warm-pass", "--lmdb-nordahead"] if argv[0] == peers
                 else ["--threads", "--processes", "--batch", "--snapshot"])
         for o in opts:
             if o not in p.stdout:
@@ -554,7 +565,7 @@ def check_memory_limit(peers):
 def check_fio(peers):
     """scripts/bench_fio.py on a 64 MiB file, 1 s per job: the random reads at
     each depth and the sequential read, its file removed; --compare on a
-    walrus-peers row."""
+    walrus-peers readrandom row and a scanrange row."""
     del peers
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                           "scripts", "bench_fio.py")
@@ -581,11 +592,14 @@ def check_fio(peers):
         with open(rows_json, "w") as f:
             f.write(json.dumps({"engine": "lmdb", "workload": "readrandom", "procs": 8,
                                 "mode": "processes", "ops_per_s": 1000.0}) + "\n")
+            f.write(json.dumps({"engine": "lmdb", "workload": "scanrange", "procs": 1,
+                                "mode": "processes", "mb_per_s": 10.0}) + "\n")
         p = subprocess.run([sys.executable, script, "--compare", fio_json, rows_json,
                             "--json"], capture_output=True, text=True, timeout=60)
-        got = json.loads(p.stdout)
-        if p.returncode != 0 or abs(got["fraction_of_fio"]
-                                    - 1000.0 / res["randread_8k"]["8"]) > 1e-9:
+        got = [json.loads(line) for line in p.stdout.splitlines()]
+        if p.returncode != 0 or len(got) != 2 \
+                or abs(got[0]["fraction_of_fio"] - 1000.0 / res["randread_8k"]["8"]) > 1e-9 \
+                or abs(got[1]["fraction_of_fio"] - 10.0 / res["seqread_1m"]["mb_per_s"]) > 1e-9:
             fail("bench_fio.py --compare: exit %d, %r" % (p.returncode, p.stdout))
         p = subprocess.run([sys.executable, script, "--dir", tmp, "--size", "0"],
                            capture_output=True, text=True, timeout=60)
@@ -594,9 +608,95 @@ def check_fio(peers):
     print("ok: bench_fio.py")
 
 
+def check_large(peers, walrus):
+    """--reads, --writes, --scan-keys, --warm-pass sample, scanrange and writerandom."""
+    num, reads, writes, keys = 3000, 700, 450, 333
+    run = ["readrandom", "scanrange", "writerandom", "readwhilewriting", "updaterandom"]
+    p = subprocess.run([peers, "--engines", ",".join(ENGINES), "--workloads",
+                        ",".join(["fillseq"] + run), "--num", str(num), "--reads", str(reads),
+                        "--writes", str(writes), "--scan-keys", str(keys), "--batch", "100",
+                        "--read-procs", "1,2", "--walrus-clients", "threads", "--warm-pass",
+                        "sample", "--json"], capture_output=True, text=True, timeout=600)
+    sys.stderr.write(p.stderr)
+    if p.returncode != 0:
+        fail("large run: exit %d" % p.returncode)
+    for want in ("reads=%d writes=%d scan-keys=%d warm-pass=sample" % (reads, writes, keys),
+                 "walrus: verify ok after writerandom"):
+        if want not in p.stderr:
+            fail("large run: stderr lacks %r" % want)
+    # The fillseq row's load serves every later row of its engine.
+    if "loading" in p.stderr:
+        fail("large run: an untimed load after the fillseq row: %r" % p.stderr[-2000:])
+    rows = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+    # One client mode each (walrus's threads): a row per client count.
+    want = [(e, w, n) for e in ENGINES for w in ["fillseq"] + run
+            for n in ([1] if w in ("fillseq", "scanrange", "writerandom") else PROCS)]
+    got = [(r["engine"], r["workload"], r["procs"]) for r in rows]
+    if got != want:
+        fail("large run: rows %s, expected %s" % (got, want))
+    for r in rows:
+        w = r["workload"]
+        if w == "fillseq":
+            check_row(r, num)
+        elif w == "scanrange":
+            if r["ops"] != keys or r["p50_us"] is not None or not r["mb_per_s"] > 0 \
+                    or abs(r["mb_per_s"] - r["ops_per_s"] * 116 / 1048576.0) > 0.01:
+                fail("scanrange: %s" % r)
+        elif w == "writerandom":
+            check_row(r, writes)
+            if r["batch"] != (1 if r["engine"] == "rocksdb" else 100):
+                fail("writerandom: batch %s" % r)
+        else:
+            check_row(r, reads)
+    print("ok: %d rows with --reads, --writes, --scan-keys, --warm-pass sample" % len(rows))
+
+    # Alone, each engine loads once (untimed, announced), and the defaults hold.
+    rows = run_json([peers, "--engines", ",".join(ENGINES), "--workloads",
+                     "scanrange,writerandom,readrandom", "--num", str(num), "--read-procs",
+                     "1", "--walrus-clients", "threads", "--batch", "100", "--json"])
+    got = [(r["engine"], r["workload"], r["ops"]) for r in rows]
+    want = [(e, w, n) for e in ENGINES
+            for w, n in (("scanrange", num // 10), ("writerandom", num), ("readrandom", num))]
+    if got != want:
+        fail("defaults: rows %s, expected %s" % (got, want))
+    p = subprocess.run([peers, "--engines", ",".join(ENGINES), "--workloads",
+                        "scanrange,writerandom", "--num", str(num), "--writes", "10",
+                        "--scan-keys", str(num), "--batch", "100", "--lmdb-nordahead",
+                        "--json"],
+                       capture_output=True, text=True, timeout=600)
+    sys.stderr.write(p.stderr)
+    for e in ENGINES:
+        line = "walrus-peers: %s: loading %d keys by fillseq, batch %d (untimed)" % (
+            e, num, 1 if e == "rocksdb" else 100)
+        if p.returncode != 0 or p.stderr.count(line) != 1:
+            fail("%s: exit %d, not one %r" % (e, p.returncode, line))
+    if "lmdb-nordahead" not in p.stderr.splitlines()[0]:
+        fail("--lmdb-nordahead: not in the header: %r" % p.stderr.splitlines()[0])
+    # The whole key space as the range: it starts at key 0.
+    if [r["ops"] for r in map(json.loads, p.stdout.splitlines())] != [num, 10] * len(ENGINES):
+        fail("--scan-keys N: %s" % p.stdout)
+    print("ok: one untimed load per engine, the defaults of --reads and --scan-keys")
+
+    for args, msg in ((["--reads", "0"], "bad value for --reads"),
+                      (["--writes", "x"], "bad value for --writes"),
+                      (["--scan-keys", "-1"], "bad value for --scan-keys"),
+                      (["--scan-keys", "2001"], "--scan-keys is more than the --num keys"),
+                      (["--warm-pass", "none"], 'unknown warm pass "none"')):
+        p = subprocess.run([peers, "--num", "2000"] + args, capture_output=True, text=True,
+                           timeout=60)
+        if p.returncode != 2 or msg not in p.stderr:
+            fail("%s: exit %d, %r" % (args, p.returncode, p.stderr[:200]))
+    with tempfile.TemporaryDirectory(prefix="peers-large.") as tmp:
+        for w in ("scanrange", "writerandom"):
+            p = bench(walrus, os.path.join(tmp, "db"), ["--workload", w], rc=2)
+            if "%s is a workload of walrus-peers only" % w not in p.stderr:
+                fail("walrus bench --workload %s: %r" % (w, p.stderr))
+    print("ok: the usage errors; walrus bench refuses scanrange and writerandom")
+
+
 CHECKS = {"fillsync-seconds": check_fillsync_seconds, "sizes": check_sizes,
           "drop-caches": check_drop_caches, "txn": check_txn,
-          "memory-limit": check_memory_limit, "fio": check_fio}
+          "memory-limit": check_memory_limit, "fio": check_fio, "large": check_large}
 
 
 def main():
@@ -605,8 +705,8 @@ def main():
     ap.add_argument("--walrus", required=True)
     ap.add_argument("--check", choices=sorted(CHECKS))
     a = ap.parse_args()
-    if a.check == "txn":
-        check_txn(a.peers, a.walrus)
+    if a.check in ("txn", "large"):
+        (check_txn if a.check == "txn" else check_large)(a.peers, a.walrus)
         return
     if a.check is not None:
         CHECKS[a.check](a.peers)

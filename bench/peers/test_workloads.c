@@ -7,7 +7,11 @@
  * and 2 clients, each client count run by threads (a handle each) and by
  * processes, and a scan of the result; readrandom and scan plainly and
  * through a snapshot; txn_transfer with 1 and 4 clients, asynchronous and
- * durable commits (its balances' sum checked). The workloads check their own
+ * durable commits (its balances' sum checked); then, on a new directory,
+ * the options of runs larger than memory: fillseq, readrandom,
+ * readwhilewriting (1 and 2 clients, 500 operations each), scanrange (200
+ * keys) and writerandom (300 puts, batches of 50) with sampled warm passes.
+ * The workloads check their own
  * results and end the process with exit code 2 (wrong result) or 3 (engine
  * or system error) on a failure; timings are printed, never asserted. It is
  * always built; the suite runs it only where walrus-peers is not built.
@@ -45,6 +49,22 @@ int main(void)
 	    .ntxn_sync = 2,
 	    .txn_ops = 50,
 	};
+	peers_config large = {
+	    .num = 3000,
+	    .reads = 500,
+	    .writes = 300,
+	    .scan_keys = 200,
+	    .warm_sample = true,
+	    .batch = 50,
+	    .workloads = {PEERS_FILLSEQ, PEERS_READRANDOM, PEERS_READWHILEWRITING, PEERS_SCANRANGE,
+	                  PEERS_WRITERANDOM},
+	    .nworkloads = 5,
+	    .read_procs = {1, 2},
+	    .nread_procs = 2,
+	    .client_modes = {PEERS_CLIENTS_THREADS, PEERS_CLIENTS_PROCESSES},
+	    .nclient_modes = 2,
+	    .fresh_dirs = true,
+	};
 	const char *tmp = getenv("TMPDIR");
 	char base[PATH_MAX], sub[PATH_MAX];
 	int err;
@@ -62,6 +82,8 @@ int main(void)
 		peers_fatal(NULL, "directory", "path too long under \"%s\"", base);
 
 	peers_run_engine(&cfg, &peers_walrus, sub);
+	peers_remove_dir(&peers_walrus, sub);
+	peers_run_engine(&large, &peers_walrus, sub);
 	peers_remove_dir(&peers_walrus, sub);
 	peers_set_scratch(NULL, false, false);
 	err = peers_rm_tree(base);

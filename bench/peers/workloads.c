@@ -4,14 +4,14 @@
  * definitions; this file is their reference implementation), run against
  * any engine of peers.h.
  *
- * Workloads (N = num, M = sync_ops):
+ * Workloads (N = num, M = sync_ops, R = reads or else N):
  *   fillseq     N puts of keys 0..N-1 in order, asynchronous, one per commit
  *   fillrandom  the same N puts in a fixed random permutation
  *   fillsync    M durable puts per client, P clients on disjoint keys; or
  *               (sync_duration_ns, issue 18's definition) on a load of N
  *               keys, each client putting random existing keys durably, a
  *               new value each, for that long
- *   readrandom  after a fillseq: N random point reads split over P clients
+ *   readrandom  after a fillseq: R random point reads split over P clients
  *   scan        one ordered scan of the N keys
  *   readwhilewriting
  *               readrandom's P readers, plus one writer process (or thread)
@@ -19,11 +19,16 @@
  *               pause, until the readers are done; the readers' reads are
  *               the figures, the writer's puts are reported beside them
  *   updaterandom
- *               after a fillseq: N read-modify-writes of random keys split
+ *               after a fillseq: R read-modify-writes of random keys split
  *               over P clients (db_bench's updaterandom): get the value,
  *               check it, put a new one; one operation is the pair. The
  *               steady dirtying of a working set of N keys, larger or
  *               smaller than the engine's cache: where checkpoints show.
+ *   scanrange   after a fillseq: scan_keys keys read in order from a random
+ *               start key (one range), each key and value checked
+ *   writerandom after a fillseq: one client putting writes (else N) random
+ *               existing keys, a new value each, batch puts per commit:
+ *               random writes into the loaded tree
  *   txn_transfer
  *               on PEERS_TXN_ACCOUNTS accounts (a decimal balance each,
  *               PEERS_TXN_BALANCE at the load): P clients each moving 1..10
@@ -32,8 +37,9 @@
  *               one operation is a committed transfer, and the retries are
  *               counted as aborts. Afterwards the balances must add up to
  *               what the load wrote.
- * The last two write values of later rounds: the value of key i in round
- * r >= 1 is the round-r value (README.md) with its first 16 bytes replaced
+ * readwhilewriting, updaterandom and writerandom write values of later
+ * rounds: the value of key i in round r >= 1 is the round-r value
+ * (README.md) with its first 16 bytes replaced
  * by r in 16 lower-case hex digits, so that any reader can check a value
  * whichever writer wrote it. Rounds are (client + 1) * 2^40 + j + 1 for the
  * client's j-th put: distinct across clients.
@@ -52,7 +58,9 @@
  * snapshot per client, on an engine that has them), and hooks that observe a
  * timed run (peers.h).
  *
- * walrus-peers' extras: the fills' rows can carry the engine's on-disk
+ * walrus-peers' extras: warm passes that check a sample of the keys instead
+ * of scanning them all (warm_sample), for data sets larger than memory; the
+ * fills' rows can carry the engine's on-disk
  * bytes (sizes), measured once the engine is closed and idle; and the
  * read workloads can drop the kernel's caches (drop_caches) after every
  * client has prepared and before the timed run, so that the reads start
@@ -104,10 +112,12 @@
 #define ROUND_HEX   16                      /* an updated value's round, in hex digits */
 #define ROUND_SHIFT 40 /* a round is (client + 1) << ROUND_SHIFT, plus its put's number */
 #define REPLAY_MAX  ((uint64_t)1 << 23) /* keys up to which a single writer is replayed */
+#define WARM_SAMPLE 1000                /* keys a sampled warm pass reads (warm_sample) */
+#define TAIL_CHECK  1000                /* writerandom's last puts read back exactly */
 
 const char *const peers_workload_names[PEERS_WORKLOAD_COUNT] = {
-    "fillseq", "fillrandom",       "fillsync",     "readrandom",
-    "scan",    "readwhilewriting", "updaterandom", "txn_transfer"};
+    "fillseq",          "fillrandom",   "fillsync",     "readrandom", "scan",
+    "readwhilewriting", "updaterandom", "txn_transfer", "scanrange",  "writerandom"};
 
 const char *const peers_client_mode_names[PEERS_MAX_MODES] = {"threads", "processes"};
 
@@ -126,6 +136,7 @@ typedef struct client {
 	bool upsert;                /* fillsync by duration: durable puts of random keys */
 	bool timed;                 /* a measured run: the hooks observe it */
 	bool snapshot;              /* reads through a snapshot the client takes */
+	bool drop;                  /* in this process, alone: drops the caches once prepared */
 	uint64_t first;             /* fills: first key index (sequential order) */
 	const uint64_t *order;      /* fillrandom: key index of each op */
 	uint64_t span;              /* fills: keys to go over (again with a duration) */
@@ -177,6 +188,7 @@ static uint64_t g_seed_mix; /* seed * PERM_SEED: 0 keeps the definitions' stream
 static const peers_hooks *g_hooks;
 static _Atomic uint32_t *g_stop; /* shared with forked clients: the writer's stop */
 static const char *g_drop_path;  /* peers_config.drop_caches */
+static bool g_warm_sample;       /* peers_config.warm_sample */
 
 /* ---------------------------------------------------------------- errors */
 
@@ -634,6 +646,58 @@ static uint64_t verify_all(const peers_engine *e, void *h, uint64_t n, const cha
 	return verify_keys(e, h, n, NULL, what, any_round);
 }
 
+/* One key of a sampled check: present, with a valid value (any round). */
+static void sample_key(const peers_engine *e, void *h, uint64_t i, const char *what, char *key,
+                       char *buf, char *tmp)
+{
+	size_t vlen = 0;
+
+	make_key(i, key);
+	if (!e->get(h, key, g_key_size, buf, g_value_size, &vlen))
+		peers_mismatch(e->name, what, "key %.*s not found", (int)g_key_size, key);
+	if (!value_ok(i, buf, vlen, true, tmp))
+		peers_mismatch(e->name, what, "value of key %.*s differs (%zu bytes)",
+		               (int)g_key_size, key, vlen);
+}
+
+/*
+ * The sampled warm pass (warm_sample): by gets, every (n / WARM_SAMPLE)-th
+ * key of 0..n-1 (every key when n is smaller) and key n-1 hold a valid
+ * value, and key n is absent. A database missing a stretch of its keys, or
+ * holding more, shows without a scan of all of it; each timed read checks
+ * its own value besides.
+ */
+static void verify_sample(const peers_engine *e, void *h, uint64_t n, const char *what)
+{
+	uint64_t step = n > WARM_SAMPLE ? n / WARM_SAMPLE : 1;
+	char *key = peers_xmalloc("key", g_key_size);
+	char *buf = peers_xmalloc("value", g_value_size);
+	char *tmp = peers_xmalloc("value", g_value_size);
+	size_t vlen = 0;
+
+	for (uint64_t i = 0; i < n; i += step)
+		sample_key(e, h, i, what, key, buf, tmp);
+	sample_key(e, h, n - 1, what, key, buf, tmp);
+	if (n < peers_max_keys(g_key_size)) {
+		make_key(n, key);
+		if (e->get(h, key, g_key_size, buf, g_value_size, &vlen))
+			peers_mismatch(e->name, what, "key %.*s found: more than %" PRIu64 " keys",
+			               (int)g_key_size, key, n);
+	}
+	free(key);
+	free(buf);
+	free(tmp);
+}
+
+/* A client's warm pass over the n keys: a full scan, or the sampled check. */
+static void warm_pass(const peers_engine *e, void *h, uint64_t n, const char *what)
+{
+	if (g_warm_sample)
+		verify_sample(e, h, n, what);
+	else
+		verify_all(e, h, n, what, true);
+}
+
 /* After a workload that wrote: the engine's structural check, if it has one. */
 static void check_engine(const peers_engine *e, void *h, const char *what)
 {
@@ -816,7 +880,33 @@ static void client_ready(client *c)
 		/* The parent never writes: its closing the pipe is the start. */
 		while (read_full(c->go_fd, &b, 1) != 0)
 			;
+	} else if (c->drop) {
+		drop_caches();
 	}
+}
+
+/* The client's @j-th put (c->key, c->val), timed and recorded, in a batch of
+ * c->batch puts when that is more than 1: the first opens it (*open), the
+ * last commits it. Returns the put's end. */
+static uint64_t batch_put(client *c, void *h, uint64_t j, bool *open)
+{
+	/* Without a duration the last put is known and closes its batch; with
+	 * one, the caller's loop's end does. */
+	bool last = c->batch > 1 && ((j + 1) % c->batch == 0 || j + 1 == c->nops);
+	uint64_t t0 = now_ns(), t1;
+
+	if (c->batch > 1 && !*open) {
+		c->e->batch_begin(h);
+		*open = true;
+	}
+	c->e->put(h, c->key, g_key_size, c->val, g_value_size);
+	if (last) {
+		c->e->batch_commit(h);
+		*open = false;
+	}
+	t1 = now_ns();
+	client_record(c, t0, t1);
+	return t1;
 }
 
 /* The fills: nops puts, or as many as the duration allows, going over the
@@ -829,27 +919,30 @@ static void client_fill(client *c, void *h)
 	for (uint64_t j = 0; client_more(c, t1); j++) {
 		uint64_t at = j % c->span;
 		uint64_t idx = c->order ? c->order[at] : c->first + at;
-		/* Without a duration the last put is known and closes its batch;
-		 * with one, the loop's end does. */
-		bool last = c->batch > 1 && ((j + 1) % c->batch == 0 || j + 1 == c->nops);
-		uint64_t t0;
 
 		make_key(idx, c->key);
 		make_value(idx, 0, c->val);
-		t0 = now_ns();
-		if (c->batch > 1 && !open) {
-			c->e->batch_begin(h);
-			open = true;
-		}
-		c->e->put(h, c->key, g_key_size, c->val, g_value_size);
-		if (last) {
-			c->e->batch_commit(h);
-			open = false;
-		}
-		t1 = now_ns();
-		client_record(c, t0, t1);
+		t1 = batch_put(c, h, j, &open);
 	}
 	/* A duration's last batch: inside the run's time, which ends after it. */
+	if (open)
+		c->e->batch_commit(h);
+}
+
+/* writerandom: puts of random existing keys (readrandom's stream of the
+ * client's id), each a new round's value, batched as the fills' puts. */
+static void client_write(client *c, void *h)
+{
+	uint64_t x = reader_seed(c->id), t1 = c->start_ns;
+	bool open = false;
+
+	for (uint64_t j = 0; client_more(c, t1); j++) {
+		uint64_t idx = xorshift64(&x) % c->num;
+
+		make_key(idx, c->key);
+		make_value(idx, ((uint64_t)(c->id + 1) << ROUND_SHIFT) + j + 1, c->val);
+		t1 = batch_put(c, h, j, &open);
+	}
 	if (open)
 		c->e->batch_commit(h);
 }
@@ -1022,9 +1115,9 @@ static void client_run(client *c)
 
 	if (c->work == PEERS_TXN_TRANSFER) {
 		verify_accounts(c->e, h, "txn_transfer warm pass");
-	} else if ((reads || c->upsert) && !c->writer) {
+	} else if ((reads || c->upsert || c->work == PEERS_WRITERANDOM) && !c->writer) {
 		snprintf(what, sizeof(what), "%s warm pass", peers_workload_names[c->work]);
-		verify_all(c->e, h, c->num, what, true);
+		warm_pass(c->e, h, c->num, what);
 	}
 	/* After the load and the warm pass: the reads see all of it. */
 	if (c->snapshot)
@@ -1035,6 +1128,8 @@ static void client_run(client *c)
 		g_hooks->start(g_hooks->arg, c->id, c->start_ns);
 	if (c->work == PEERS_TXN_TRANSFER)
 		client_transfer(c, h);
+	else if (c->work == PEERS_WRITERANDOM)
+		client_write(c, h);
 	else if (c->work == PEERS_UPDATERANDOM || c->writer || c->upsert)
 		client_update(c, h);
 	else if (reads)
@@ -1381,7 +1476,7 @@ static void emit(const peers_config *cfg, const peers_result *r)
 	                  ? (double)r->ops * (double)(g_key_size + g_value_size) / secs / 1048576.0
 	                  : 0.0;
 	FILE *human = cfg->json ? stderr : stdout;
-	bool keys = strcmp(r->workload, "scan") == 0;
+	bool keys = strcmp(r->workload, "scan") == 0 || strcmp(r->workload, "scanrange") == 0;
 	bool writer = strcmp(r->workload, "readwhilewriting") == 0;
 	memcg_figures mf, *m = NULL;
 
@@ -1612,6 +1707,14 @@ static bool wl_fill(const peers_config *cfg, const peers_engine *e, peers_worklo
 	bool all;
 
 	reset_dir(cfg, e, g_subdir);
+	/* walrus bench says so itself. */
+	if (!report && cfg->fresh_dirs) {
+		fprintf(
+		    stderr,
+		    "%s: %s: loading %" PRIu64 " keys by fillseq, batch %" PRIu64 " (untimed)\n",
+		    g_prog, e->name, cfg->num, cfg->batch > 1 && e->batch_begin ? cfg->batch : 1);
+		peers_flush(stderr);
+	}
 	c.h = e->open(&oa);
 	c.order = order;
 	c.span = cfg->num;
@@ -1754,7 +1857,8 @@ typedef struct writes_state {
 /* Does the client put values of its own rounds? */
 static bool client_writes(const client *c)
 {
-	return c->work == PEERS_UPDATERANDOM || c->writer || c->upsert;
+	return c->work == PEERS_UPDATERANDOM || c->work == PEERS_WRITERANDOM || c->writer ||
+	       c->upsert;
 }
 
 static void writes_cb(void *arg, const char *k, size_t klen, const char *v, size_t vlen)
@@ -1870,8 +1974,8 @@ static void verify_writes(const peers_engine *e, void *h, uint64_t num, const ch
 
 /*
  * readrandom, readwhilewriting, updaterandom, and fillsync by duration
- * (its upserts), on the loaded database: P clients sharing num operations
- * (or each running duration_ns, fillsync sync_duration_ns), plus
+ * (its upserts), on the loaded database: P clients sharing reads (else num)
+ * operations (or each running duration_ns, fillsync sync_duration_ns), plus
  * readwhilewriting's writer; afterwards (when anything was written) a full
  * scan checks that the database still holds every key with a valid value,
  * and the values the puts left (verify_writes). The read workloads drop the
@@ -1891,6 +1995,7 @@ static void wl_random(const peers_config *cfg, const peers_engine *e, peers_work
 	                      .cache_mb = cfg->cache_mb};
 	client cl[MAX_CLIENTS];
 	int n = procs + (w == PEERS_READWHILEWRITING);
+	uint64_t total = cfg->reads ? cfg->reads : cfg->num; /* the measured operations */
 	const char *mode;
 	uint64_t *before = NULL;
 	peers_result r;
@@ -1901,7 +2006,7 @@ static void wl_random(const peers_config *cfg, const peers_engine *e, peers_work
 
 	for (int i = 0; i < n; i++) {
 		uint64_t share =
-		    cfg->num / (uint64_t)procs + ((uint64_t)i < cfg->num % (uint64_t)procs ? 1 : 0);
+		    total / (uint64_t)procs + ((uint64_t)i < total % (uint64_t)procs ? 1 : 0);
 		bool writer = i == procs;
 
 		cl[i] = client_new(e, &oa, w, duration || writer ? 0 : share, true);
@@ -1930,6 +2035,7 @@ static void wl_random(const peers_config *cfg, const peers_engine *e, peers_work
 
 typedef struct scan_state {
 	const char *engine;
+	const char *what; /* the workload, in messages */
 	uint64_t n;
 	uint64_t count;
 	uint64_t fold;
@@ -1941,12 +2047,12 @@ static void scan_cb(void *arg, const char *k, size_t klen, const char *v, size_t
 	scan_state *s = arg;
 
 	if (s->count >= s->n)
-		peers_mismatch(s->engine, "scan", "more than %" PRIu64 " keys", s->n);
+		peers_mismatch(s->engine, s->what, "more than %" PRIu64 " keys", s->n);
 	if (klen != g_key_size || memcmp(k, s->key, g_key_size) != 0)
-		peers_mismatch(s->engine, "scan", "key #%" PRIu64 " is \"%.*s\", expected %.*s",
+		peers_mismatch(s->engine, s->what, "key #%" PRIu64 " is \"%.*s\", expected %.*s",
 		               s->count, (int)(klen < 64 ? klen : 64), k, (int)g_key_size, s->key);
 	if (vlen != g_value_size)
-		peers_mismatch(s->engine, "scan", "value of key %.*s has %zu bytes",
+		peers_mismatch(s->engine, s->what, "value of key %.*s has %zu bytes",
 		               (int)g_key_size, s->key, vlen);
 	s->fold = fold_value(s->fold, v);
 	s->count++;
@@ -1977,7 +2083,7 @@ static void wl_scan(const peers_config *cfg, const peers_engine *e, bool snapsho
 	    .dir = g_subdir, .sync = false, .nkeys = cfg->num, .cache_mb = cfg->cache_mb};
 	void *h = e->open(&oa);
 	uint64_t want = verify_all(e, h, cfg->num, "scan warm pass", true);
-	scan_state s = {.engine = e->name, .n = cfg->num};
+	scan_state s = {.engine = e->name, .what = "scan", .n = cfg->num};
 	uint64_t t0, t1, keys = 0;
 	peers_result r;
 
@@ -2022,6 +2128,167 @@ static void wl_scan(const peers_config *cfg, const peers_engine *e, bool snapsho
 	    .snapshot = snapshot,
 	};
 	deliver(cfg, &r);
+}
+
+/* scanrange's keys: scan_keys, else num / 10 (at least 1), at most num. */
+static uint64_t range_keys(const peers_config *cfg)
+{
+	uint64_t m = cfg->scan_keys ? cfg->scan_keys : cfg->num / 10;
+
+	return m == 0 ? 1 : m > cfg->num ? cfg->num : m;
+}
+
+/*
+ * scanrange: after the warm pass, M keys read in order from key index
+ * next(x) mod (num - M + 1), x seeded as readrandom's client 0 (so the
+ * range lies inside the keys), each key checked against the expected next
+ * one and each value's length, the count, and a fingerprint of the values;
+ * then, untimed, the same range again with each value checked (any round)
+ * and the fingerprint the timed pass's.
+ */
+static void wl_scanrange(const peers_config *cfg, const peers_engine *e)
+{
+	peers_open_args oa = {
+	    .dir = g_subdir, .sync = false, .nkeys = cfg->num, .cache_mb = cfg->cache_mb};
+	uint64_t m = range_keys(cfg), x = reader_seed(0);
+	uint64_t first = xorshift64(&x) % (cfg->num - m + 1);
+	void *h = e->open(&oa);
+	scan_state s = {.engine = e->name, .what = "scanrange", .n = m};
+	verify_state v = {.engine = e->name,
+	                  .what = "scanrange check",
+	                  .n = first + m,
+	                  .next = first,
+	                  .any_round = true};
+	char *start = peers_xmalloc("key", g_key_size);
+	uint64_t t0, t1;
+	peers_result r;
+
+	warm_pass(e, h, cfg->num, "scanrange warm pass");
+	s.key = peers_xmalloc("key", g_key_size);
+	make_key(first, s.key);
+	make_key(first, start);
+	if (g_drop_path != NULL)
+		drop_caches();
+	t0 = now_ns();
+	if (g_hooks != NULL && g_hooks->start != NULL)
+		g_hooks->start(g_hooks->arg, 0, t0);
+	e->range(h, start, g_key_size, m, scan_cb, &s);
+	scan_report_rest(&s);
+	t1 = now_ns();
+	if (g_hooks != NULL && g_hooks->end != NULL)
+		g_hooks->end(g_hooks->arg, 0, t1);
+	if (s.count != m)
+		peers_mismatch(e->name, "scanrange",
+		               "found %" PRIu64 " keys from key %.*s, expected %" PRIu64, s.count,
+		               (int)g_key_size, start, m);
+	v.key = peers_xmalloc("key", g_key_size);
+	v.tmp = peers_xmalloc("value", g_value_size);
+	e->range(h, start, g_key_size, m, verify_cb, &v);
+	if (v.found != m || v.fold != s.fold)
+		peers_mismatch(e->name, "scanrange",
+		               "the check found %" PRIu64 " keys from key %.*s%s", v.found,
+		               (int)g_key_size, start,
+		               v.fold != s.fold ? ", values other than the timed pass's" : "");
+	e->close(h);
+	free(v.key);
+	free(v.tmp);
+	free(s.key);
+	free(start);
+	r = (peers_result){
+	    .engine = e->name,
+	    .workload = "scanrange",
+	    .mode = "processes",
+	    .procs = 1,
+	    .ops = m,
+	    .start_ns = t0,
+	    .end_ns = t1,
+	    .ns = t1 - t0,
+	    .cold = g_drop_path != NULL,
+	};
+	deliver(cfg, &r);
+}
+
+/*
+ * After writerandom: each key of the client's last (up to) TAIL_CHECK puts
+ * holds exactly the value of its last put (the stream replayed), read by a
+ * get. Puts lost, or left unapplied, show whatever the number of keys,
+ * where verify_writes replays every key only up to REPLAY_MAX.
+ */
+static void verify_tail(const peers_engine *e, void *h, const client *c)
+{
+	uint64_t n = c->ops < TAIL_CHECK ? c->ops : TAIL_CHECK, from = c->ops - n;
+	uint64_t *idx = peers_xmalloc("keys", (n ? n : 1) * sizeof(uint64_t));
+	uint64_t x = reader_seed(c->id);
+	char *key = peers_xmalloc("key", g_key_size);
+	char *buf = peers_xmalloc("value", g_value_size);
+	char *tmp = peers_xmalloc("value", g_value_size);
+
+	for (uint64_t j = 0; j < c->ops; j++) {
+		uint64_t i = xorshift64(&x) % c->num;
+
+		if (j >= from)
+			idx[j - from] = i;
+	}
+	for (uint64_t t = 0; t < n; t++) {
+		uint64_t round = ((uint64_t)(c->id + 1) << ROUND_SHIFT) + from + t + 1;
+		bool later = false; /* a later put of the key decides its value */
+		size_t vlen = 0;
+
+		for (uint64_t l = t + 1; l < n && !later; l++)
+			later = idx[l] == idx[t];
+		if (later)
+			continue;
+		make_key(idx[t], key);
+		if (!e->get(h, key, g_key_size, buf, g_value_size, &vlen))
+			peers_mismatch(e->name, "writerandom", "key %.*s not found",
+			               (int)g_key_size, key);
+		make_value(idx[t], round, tmp);
+		if (vlen != g_value_size || memcmp(buf, tmp, vlen) != 0)
+			peers_mismatch(e->name, "writerandom",
+			               "key %.*s holds round %#" PRIx64
+			               ", its last put wrote %#" PRIx64,
+			               (int)g_key_size, key,
+			               vlen == g_value_size ? value_round(buf) : 0, round);
+	}
+	free(idx);
+	free(key);
+	free(buf);
+	free(tmp);
+}
+
+/*
+ * writerandom on the loaded database: one client, in this process, after
+ * its warm pass, putting random existing keys (writes, else num; or for
+ * duration_ns), a new round's value each, batch puts per commit on an
+ * engine with batches, asynchronous unless sync; afterwards, untimed, its
+ * last puts read back exactly (verify_tail) and the database checked as
+ * after updaterandom (verify_writes).
+ */
+static void wl_writerandom(const peers_config *cfg, const peers_engine *e, bool pristine)
+{
+	peers_open_args oa = {
+	    .dir = g_subdir, .sync = cfg->sync, .nkeys = cfg->num, .cache_mb = cfg->cache_mb};
+	uint64_t nops = cfg->writes ? cfg->writes : cfg->num;
+	/* Untimed: the rounds earlier runs left, which the check afterwards needs. */
+	uint64_t *before = pristine ? NULL : read_rounds(e, &oa, cfg->num, "writerandom");
+	client c = client_new(e, &oa, PEERS_WRITERANDOM, cfg->duration_ns ? 0 : nops, true);
+	peers_result r;
+
+	c.num = cfg->num;
+	c.duration_ns = cfg->duration_ns;
+	c.drop = g_drop_path != NULL;
+	if (e->batch_begin != NULL && cfg->batch > 1)
+		c.batch = cfg->batch;
+	c.h = e->open(&oa);
+	client_run(&c);
+	verify_tail(e, c.h, &c);
+	verify_writes(e, c.h, cfg->num, "writerandom", &c, 1, before, pristine);
+	e->close(c.h);
+	merge_clients(&c, 1, PEERS_WRITERANDOM, "processes", &r);
+	r.cold = c.drop;
+	deliver(cfg, &r);
+	client_free(&c);
+	free(before);
 }
 
 /* txn_transfer's database, untimed: PEERS_TXN_ACCOUNTS accounts holding
@@ -2097,6 +2364,7 @@ static void set_variations(const peers_config *cfg)
 	g_seed_mix = cfg->seed * PERM_SEED;
 	g_hooks = cfg->hooks;
 	g_drop_path = cfg->drop_caches;
+	g_warm_sample = cfg->warm_sample;
 	if (g_key_size < PEERS_MIN_KEY_SIZE || g_key_size > PEERS_MAX_KEY_SIZE ||
 	    g_value_size < PEERS_MIN_VALUE_SIZE || g_value_size > PEERS_MAX_VALUE_SIZE)
 		peers_fatal(NULL, "configuration", "key size %zu or value size %zu out of range",
@@ -2232,6 +2500,20 @@ void peers_run_engine(const peers_config *cfg, const peers_engine *e, const char
 			loaded = true;
 			for (int v = snap_from; v <= snap_to; v++)
 				wl_scan(cfg, e, v == 1);
+			break;
+		case PEERS_SCANRANGE:
+		case PEERS_WRITERANDOM:
+			if (!loaded) {
+				wl_fill(cfg, e, PEERS_FILLSEQ, false);
+				pristine = true;
+			}
+			loaded = true;
+			if (w == PEERS_SCANRANGE) {
+				wl_scanrange(cfg, e);
+			} else {
+				wl_writerandom(cfg, e, pristine);
+				pristine = false;
+			}
 			break;
 		case PEERS_TXN_TRANSFER:
 			if (e->txn_new == NULL) {
