@@ -612,16 +612,7 @@ END_TEST
 /* A counter of walrus_stats's "kv" object. */
 static uint64_t kv_stat(walrus *db, const char *name)
 {
-	char *json = NULL, pat[64];
-	ck_assert_int_eq(walrus_stats(db, &json), WALRUS_OK);
-	snprintf(pat, sizeof(pat), "\"%s\":", name);
-	const char *kv = strstr(json, "\"kv\":");
-	ck_assert_ptr_nonnull(kv);
-	const char *p = strstr(kv, pat);
-	ck_assert_ptr_nonnull(p);
-	uint64_t n = strtoull(p + strlen(pat), NULL, 10);
-	walrus_free(json);
-	return n;
+	return (uint64_t)tu_stat(db, "\"kv\":", name);
 }
 
 #define HINT_KEYS 2000
@@ -754,16 +745,7 @@ END_TEST
 /* A counter of walrus_stats's "snapshots" object. */
 static uint64_t snap_stat(walrus *db, const char *name)
 {
-	char *json = NULL, pat[64];
-	ck_assert_int_eq(walrus_stats(db, &json), WALRUS_OK);
-	snprintf(pat, sizeof(pat), "\"%s\":", name);
-	const char *o = strstr(json, "\"snapshots\":");
-	ck_assert_ptr_nonnull(o);
-	const char *p = strstr(o, pat);
-	ck_assert_ptr_nonnull(p);
-	uint64_t n = strtoull(p + strlen(pat), NULL, 10);
-	walrus_free(json);
-	return n;
+	return (uint64_t)tu_stat(db, "\"snapshots\":", name);
 }
 
 /*
