@@ -270,7 +270,8 @@ int cmd_standby(tool_ctx *ctx, int argc, char **argv)
 	/* A primary that drops a TLS connection mid-transfer makes libssl's
 	 * write() raise SIGPIPE: an error to report, not a reason to die. */
 	if (fresh && signal(SIGPIPE, SIG_IGN) == SIG_ERR)
-		return tool_fail(wr_error(WALRUS_EIO, "could not ignore SIGPIPE: %m"), ctx->datadir);
+		return tool_fail(wr_error(WALRUS_EIO, "could not ignore SIGPIPE: %m"),
+		                 ctx->datadir);
 	if (fresh && (rc = take_base_backup(ctx, &a)) != 0)
 		return rc;
 	rc = datadir_resolve(ctx->datadir, false, abs);

@@ -16,7 +16,8 @@ static const struct {
 	const char *walrus; /* the first version that writes it */
 } wal_formats[] = {
     {1, "0.1.0"},
-    {2, "0.2.0"}, /* key spaces: a commit record may name relations it drops */
+    /* key spaces: a commit record may name relations it drops */
+    {2, "0.2.0"},
 };
 
 _Static_assert(WR_ARRAY_LEN(wal_formats) == WAL_FORMAT,
