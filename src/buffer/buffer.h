@@ -101,6 +101,15 @@ int buf_detach_check(void);
 
 /* Pins the buffer holding (rel, blk), reading it on a miss; *buf = BUF_INVALID on error. */
 int buf_read(wr_relid rel, wr_blkno blk, int *buf);
+/*
+ * The reads from storage the calling thread waited for in buf_read (and in
+ * read streams under io_method=sync), and their time: a caller compares two
+ * calls to learn whether its misses came from the page cache or the device.
+ */
+typedef struct buf_my_reads {
+	uint64_t n, ns;
+} buf_my_reads;
+buf_my_reads buf_my_read_counts(void);
 /* Pins and exclusively locks (rel, blk) without reading it: a zero page if it
  * was not in the pool (for pages about to be rebuilt whole, e.g. by redo). */
 int buf_read_zero(wr_relid rel, wr_blkno blk, int *buf);

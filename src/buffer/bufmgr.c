@@ -719,6 +719,13 @@ int buf_get(wr_relid rel, wr_blkno blk, int *out, bool *valid)
 	return WALRUS_OK;
 }
 
+static WR_TLS buf_my_reads my_reads;
+
+buf_my_reads buf_my_read_counts(void)
+{
+	return my_reads;
+}
+
 int buf_load(int buf)
 {
 	buf_desc *d = buf_get_desc(buf);
@@ -727,9 +734,12 @@ int buf_load(int buf)
 		return WALRUS_OK;
 	}
 	smgr_rel *r;
+	uint64_t t0 = wr_now_ns();
 	int rc = smgr_open(d->rel, &r); /* pinned: the tag cannot change */
 	if (rc == WALRUS_OK)
 		rc = smgr_read(r, d->blk, buf_page_ptr(buf));
+	my_reads.n++;
+	my_reads.ns += wr_now_ns() - t0;
 	if (rc != WALRUS_OK) {
 		/* Left mapped but invalid: the next reader tries the I/O again. */
 		buf_end_io(d, 0, BM_IO_ERROR);

@@ -380,6 +380,8 @@ static void stats_kv(jbuf *j)
 	jb_u64(j, "pages_reused", k.pages_reused);
 	jb_u64(j, "fastpath_hits", k.fastpath_hits);
 	jb_u64(j, "hint_hits", k.hint_hits);
+	jb_u64(j, "prefetch_batches", k.prefetch_batches);
+	jb_u64(j, "prefetch_leaves", k.prefetch_leaves);
 	jb_u64(j, "shifts", k.shifts);
 	jb_u64(j, "file_grows", k.file_grows);
 	jb_u64(j, "size_checks", k.size_checks);

@@ -343,6 +343,8 @@ typedef struct kv_stats {
 	uint64_t splits, pages_freed, pages_reused;
 	uint64_t fastpath_hits; /* puts into the rightmost leaf that skipped the descent */
 	uint64_t hint_hits;     /* transactions' puts into the leaf their read found, no descent */
+	uint64_t prefetch_batches; /* batches whose leaves were read before the tree lock */
+	uint64_t prefetch_leaves;  /* leaves those batches found missing from the pool */
 	uint64_t shifts;      /* full leaves that gave entries to a sibling instead of splitting */
 	uint64_t file_grows;  /* times the data file grew (by up to 1 MiB) for new pages */
 	uint64_t size_checks; /* times a writer asked the data file's size */
@@ -511,6 +513,10 @@ void kv_test_mapped_between(void (*fn)(void *), void *arg);
  * storage, and never stop (true), or as they judge (false): look-ahead
  * without timing. */
 void kv_test_iter_ahead_always(bool on);
+/* Batches of this thread judge every read their apply waited for as slow
+ * (true: the leaf prefetch turns on whenever the apply missed the pool), or
+ * time them (false). */
+void kv_test_batch_prefetch_slow(bool on);
 #endif
 
 #endif /* WALRUS_KV_H */

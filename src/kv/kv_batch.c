@@ -234,6 +234,167 @@ static int check_trees(const kv_op *ops, size_t n)
 	return WALRUS_OK;
 }
 
+/* ---------------------------------------------------------------- leaf prefetch */
+
+/*
+ * Applied under the tree lock one after another, a batch's puts and deletes
+ * read the leaves the pool lacks one at a time: at the device's rate for one
+ * read in flight, while the tree lock keeps every other writer waiting.  A
+ * batch of PF_MIN_OPS or more whose tree was found slow to read first finds
+ * each key's leaf (a descent to level 1, no leaf read), sorts the blocks and
+ * reads them through a read stream: in flight together (io_uring, or the
+ * kernel's reads behind sync's advice), before the exclusive lock.  The
+ * apply then finds them in the pool.
+ *
+ * Whether it pays is measured by the backend's own reads during the apply
+ * (buf_my_read_counts): a batch applied without prefetch that waited for
+ * PF_MIN_MISSES reads or more averaging PF_SLOW_NS (the device's, not the
+ * page cache's) turns it on; while on, every PF_PROBE-th batch goes without
+ * it to measure again, and a prefetch that found every leaf in the pool
+ * turns it off.  A hint only: the apply reads and checks whatever it needs,
+ * and an error here is dropped (the apply meets it again and reports it).
+ *
+ * The tree lock is held shared meanwhile: a key space cannot be dropped
+ * (its files removed) while its blocks are read, and check_trees says which
+ * trees are live.
+ */
+#define PF_MIN_OPS    16
+#define PF_MIN_MISSES 8
+#define PF_SLOW_NS    30000
+#define PF_PROBE      32
+#define PF_DEPTH      64
+
+static WR_TLS struct {
+	bool on;
+	uint32_t batches; /* prefetched since the last probe */
+} pf;
+
+static int cmp_blk(const void *a, const void *b)
+{
+	wr_blkno x = *(const wr_blkno *)a, y = *(const wr_blkno *)b;
+	return (x > y) - (x < y);
+}
+
+/* The leaves of ops[from ..] on the tree of ops[from], sorted, unique; returns the count. */
+static uint32_t plan_run(const kv_op *ops, size_t n, size_t from, size_t *end, wr_blkno *blk)
+{
+	wr_relid rel = ops[from].rel;
+	uint32_t nb = 0;
+	kv_leaf_plan plan = {.cap = 1};
+	kv_cur_rel = rel;
+	size_t i = from;
+	for (; i < n && ops[i].rel == rel; i++) {
+		if ((ops[i].type != OP_PUT && ops[i].type != OP_DELETE) || ops[i].hint.blk != 0)
+			continue;
+		kv_key k = {.p = ops[i].k, .len = ops[i].kl};
+		plan.blk = &blk[nb];
+		if (kv_plan_leaves(&k, KV_SEEK_GE, &plan) != WALRUS_OK) {
+			wr_error_clear();
+			break;
+		}
+		nb += (uint32_t)plan.n;
+	}
+	*end = i;
+	qsort(blk, nb, sizeof(*blk), cmp_blk);
+	uint32_t u = 0;
+	for (uint32_t j = 0; j < nb; j++)
+		if (u == 0 || blk[j] != blk[u - 1])
+			blk[u++] = blk[j];
+	return u;
+}
+
+/* Reads blk[0 .. nb) of @rel into the pool; returns how many were not there. */
+static uint64_t read_run(wr_relid rel, const wr_blkno *blk, uint32_t nb)
+{
+	buf_stream *s;
+	if (buf_stream_open_list(&s, rel, blk, nb, PF_DEPTH) != WALRUS_OK) {
+		wr_error_clear();
+		return 0;
+	}
+	int buf, rc;
+	wr_blkno b;
+	while ((rc = buf_stream_next(s, &buf, &b)) != WALRUS_ENOTFOUND) {
+		if (rc == WALRUS_OK)
+			buf_release(buf);
+		else
+			wr_error_clear();
+	}
+	buf_stream_stats st;
+	buf_stream_get_stats(s, &st);
+	buf_stream_close(s);
+	return st.io_method == WR_IO_URING ? st.blocks : st.submitted;
+}
+
+/* Brings the leaves of @ops into the pool; false when none was missing. */
+static bool prefetch_leaves(const kv_op *ops, size_t n)
+{
+	wr_blkno *blk = malloc(n * sizeof(*blk));
+	if (blk == NULL)
+		return true;
+	uint64_t missing = 0;
+	wr_relid cur = kv_cur_rel;
+	rw_lock_shared(&kv_sh->tree_lock);
+	bool live = check_trees(ops, n) == WALRUS_OK;
+	if (live) {
+		for (size_t i = 0; i < n;) {
+			if (ops[i].type == OP_CREATE || ops[i].type == OP_DROP ||
+			    created_here(ops, n, ops[i].rel)) {
+				i++;
+				continue;
+			}
+			size_t end;
+			uint32_t nb = plan_run(ops, n, i, &end, blk);
+			missing += read_run(ops[i].rel, blk, nb);
+			i = WR_MAX(end, i + 1);
+		}
+	} else {
+		wr_error_clear(); /* the commit checks again and reports it */
+	}
+	rw_unlock(&kv_sh->tree_lock);
+	kv_cur_rel = cur;
+	free(blk);
+	if (!live)
+		return true; /* judged by the next batch that applies */
+	atomic_fetch_add_explicit(&kv_sh->prefetch_batches, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&kv_sh->prefetch_leaves, missing, memory_order_relaxed);
+	return missing > 0;
+}
+
+/* Before the tree lock: prefetches when it pays; *measure says to judge the apply. */
+static void prefetch_maybe(const kv_op *ops, size_t n, bool *measure)
+{
+	*measure = n >= PF_MIN_OPS;
+	if (!*measure || !pf.on)
+		return;
+	if (++pf.batches >= PF_PROBE) {
+		pf.batches = 0; /* this one goes without, measured */
+		return;
+	}
+	*measure = false;
+	if (!prefetch_leaves(ops, n))
+		pf.on = false; /* the pool held them all */
+}
+
+#ifdef WALRUS_TEST_HOOKS
+static WR_TLS bool pf_slow;
+
+void kv_test_batch_prefetch_slow(bool on)
+{
+	pf_slow = on;
+}
+#define PF_ALL_SLOW() pf_slow
+#else
+#define PF_ALL_SLOW() false
+#endif
+
+static void prefetch_judge(buf_my_reads before)
+{
+	buf_my_reads now = buf_my_read_counts();
+	uint64_t misses = now.n - before.n;
+	pf.on = misses >= PF_MIN_MISSES &&
+	        (PF_ALL_SLOW() || (now.ns - before.ns) / misses >= PF_SLOW_NS);
+}
+
 /* Applies the operations; *notfound counts deletes of absent keys, *begun
  * says whether the batch began (then a failure is the caller's to undo). */
 static int apply_ops(const kv_op *ops, size_t n, size_t *notfound, bool *begun)
@@ -307,6 +468,10 @@ static int commit_ops(const kv_op *ops, size_t n, int durability, kv_commit_chec
 	int rc = precheck(ops, n);
 	if (rc != WALRUS_OK)
 		return rc;
+	bool measure = false;
+	if (fill == NULL)
+		prefetch_maybe(ops, n, &measure);
+	buf_my_reads before = buf_my_read_counts();
 	rw_lock_excl(&kv_sh->tree_lock);
 	if (check != NULL && (rc = check(arg)) != WALRUS_OK) {
 		rw_unlock(&kv_sh->tree_lock);
@@ -333,6 +498,8 @@ static int commit_ops(const kv_op *ops, size_t n, int durability, kv_commit_chec
 	rw_unlock(&kv_sh->tree_lock);
 	if (rc != WALRUS_OK)
 		return rc;
+	if (measure)
+		prefetch_judge(before);
 	count_ops(ops, n);
 	if (lsn != 0 && durability == KV_SYNC)
 		rc = wal_commit_durable(lsn); /* a synchronous standby's confirmation too */

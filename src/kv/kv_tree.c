@@ -1243,6 +1243,8 @@ void kv_get_stats(kv_stats *s)
 	s->pages_reused = atomic_load(&kv_sh->pages_reused);
 	s->fastpath_hits = atomic_load(&kv_sh->fastpath_hits);
 	s->hint_hits = atomic_load(&kv_sh->hint_hits);
+	s->prefetch_batches = atomic_load(&kv_sh->prefetch_batches);
+	s->prefetch_leaves = atomic_load(&kv_sh->prefetch_leaves);
 	s->shifts = atomic_load(&kv_sh->shifts);
 	s->file_grows = atomic_load(&kv_sh->file_grows);
 	s->size_checks = atomic_load(&kv_sh->size_checks);
