@@ -44,8 +44,8 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(o.checkpoint_flush_after, 256 * 1024);
 	ck_assert(o.checkpoint_sort);
 	ck_assert(o.log_checkpoints);
-	ck_assert_int_eq(o.bgwriter_delay_us, 200000);
-	ck_assert_int_eq(o.bgwriter_lru_maxpages, 100);
+	ck_assert_int_eq(o.bgwriter_delay_us, 20000);
+	ck_assert_int_eq(o.bgwriter_lru_maxpages, 1000);
 	ck_assert_double_eq(o.bgwriter_lru_multiplier, 2.0);
 	ck_assert_int_eq(o.bgwriter_flush_after, 512 * 1024);
 	ck_assert_int_eq(o.supervisor_linger_us, 1000000);
