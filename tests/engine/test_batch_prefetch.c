@@ -86,7 +86,8 @@ static void check_spread(walrus *db, int first, int step, int salt)
 		int kl = snprintf(k, sizeof(k), "k%07d", i);
 		size_t vl = 0;
 		fill_val(want, i, salt);
-		ck_assert_int_eq(walrus_get_into(db, k, (size_t)kl, got, sizeof(got), &vl), WALRUS_OK);
+		ck_assert_int_eq(walrus_get_into(db, k, (size_t)kl, got, sizeof(got), &vl),
+		                 WALRUS_OK);
 		ck_assert_uint_eq(vl, VLEN);
 		ck_assert(memcmp(got, want, VLEN) == 0);
 	}
@@ -176,8 +177,7 @@ START_TEST(the_prefetch_is_measured_again_now_and_then)
 	for (int j = 0; j < nbatch; j++)
 		ck_assert_int_eq(put_spread(db, NULL, j * 7919, 3001, 1), WALRUS_OK);
 	long n = pf_batches(db);
-	ck_assert_msg(n >= nbatch / 2 && n < nbatch - 1, "%ld batches of %d prefetched", n,
-	              nbatch);
+	ck_assert_msg(n >= nbatch / 2 && n < nbatch - 1, "%ld batches of %d prefetched", n, nbatch);
 	kv_test_batch_prefetch_slow(false);
 	tu_close_and_wait(db);
 }
