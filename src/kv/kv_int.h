@@ -519,10 +519,10 @@ typedef struct kv_shared {
 	_Atomic uint64_t fastpath_hits; /* puts that went to the rightmost leaf without a descent */
 	_Atomic uint64_t hint_hits;     /* puts that went to a read's leaf without a descent */
 	_Atomic uint64_t prefetch_batches; /* batches whose leaves were read ahead (kv_batch.c) */
-	_Atomic uint64_t prefetch_leaves;  /* leaves those read-aheads found missing from the pool */
-	_Atomic uint64_t shifts;        /* full leaves that gave entries to a sibling */
-	_Atomic uint64_t file_grows;    /* times a writer grew the data file (kv_write.c) */
-	_Atomic uint64_t size_checks;   /* times a writer asked the data file's size */
+	_Atomic uint64_t prefetch_leaves; /* leaves those read-aheads found missing from the pool */
+	_Atomic uint64_t shifts;          /* full leaves that gave entries to a sibling */
+	_Atomic uint64_t file_grows;      /* times a writer grew the data file (kv_write.c) */
+	_Atomic uint64_t size_checks;     /* times a writer asked the data file's size */
 	/* compactions finished, and what they did (kv_compact.c) */
 	_Atomic uint64_t compactions, compact_merged, compact_moved, compact_given_back;
 	/* Leaves iterators (kv_iter.c) and compaction's pack (kv_compact.c)
