@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -284,56 +283,6 @@ int tu_run(Suite *s)
 		fprintf(stderr, "testutil: kept %s\n", dir);
 	free(dir);
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
-
-void tu_cache_drop(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
-	struct stat st;
-	ck_assert_int_eq(fstat(fd, &st), 0);
-	ck_assert_int_eq(fdatasync(fd), 0);
-	ck_assert_int_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-	ck_assert_int_eq(close(fd), 0);
-	for (off_t off = 0; off < st.st_size; off += 4096)
-		ck_assert_msg(!tu_cached(path, off, 4096),
-		              "%s: byte %lld still in the page cache (tmpfs?)", path,
-		              (long long)off);
-}
-
-void tu_cache_fill(const char *path, off_t off, size_t len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
-	ck_assert_int_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
-	char *buf = malloc(len);
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_int_eq(pread(fd, buf, len, off), (ssize_t)len);
-	free(buf);
-	ck_assert_int_eq(close(fd), 0);
-}
-
-bool tu_cached(const char *path, off_t off, size_t len)
-{
-	long pg = sysconf(_SC_PAGESIZE);
-	ck_assert_int_gt(pg, 0);
-	off_t start = off - off % pg;
-	size_t span = (size_t)(off - start) + len;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
-	void *map = mmap(NULL, span, PROT_READ, MAP_SHARED, fd, start);
-	ck_assert_msg(map != MAP_FAILED, "mmap %s: %s", path, strerror(errno));
-	size_t npages = (span + (size_t)pg - 1) / (size_t)pg;
-	unsigned char *vec = malloc(npages);
-	ck_assert_ptr_nonnull(vec);
-	ck_assert_int_eq(mincore(map, span, vec), 0);
-	bool all = true;
-	for (size_t i = 0; i < npages; i++)
-		all = all && (vec[i] & 1);
-	free(vec);
-	ck_assert_int_eq(munmap(map, span), 0);
-	ck_assert_int_eq(close(fd), 0);
-	return all;
 }
 
 bool tu_same_file(int fd, const char *path)

@@ -47,18 +47,6 @@ int tu_children(pid_t parent, const char *comm, pid_t *out, int max);
 int tu_write_file(const char *path, const void *buf, size_t len);
 /* Flips one bit of a file in place. */
 void tu_flip_bit(const char *path, off_t byte, int bit);
-/*
- * The page cache, for cases about the kernel's read-ahead (they need a file
- * system with one: tmpfs, where every page is resident, fails them).
- * tu_cache_drop: fdatasync and POSIX_FADV_DONTNEED over the whole file, and
- * checks that none of it is left resident.  tu_cache_fill: reads [off, off +
- * len) through an fd advised POSIX_FADV_RANDOM: that range, and nothing
- * around it, becomes resident.  tu_cached: whether every page of [off, off +
- * len) is resident (mincore on a mapping: asks without reading).
- */
-void tu_cache_drop(const char *path);
-void tu_cache_fill(const char *path, off_t off, size_t len);
-bool tu_cached(const char *path, off_t off, size_t len);
 /* Runs an SRunner over @s, returns EXIT_SUCCESS/FAILURE (for main()). */
 int tu_run(Suite *s);
 /* @fd is an fd of @path: the same inode on the same device. */

@@ -56,8 +56,7 @@ typedef struct buf_desc {
 } buf_desc;
 
 typedef struct buf_shared_stats {
-	_Atomic uint64_t hits, reads, reads_random, extends, backend_writes, flush_writes,
-	    evictions;
+	_Atomic uint64_t hits, reads, extends, backend_writes, flush_writes, evictions;
 	_Atomic uint64_t content_wait_ns, io_wait_ns, io_wakeups;
 	_Atomic uint64_t ckpt_writes, bgwriter_writes, bgwriter_stops, allocs, writebacks;
 } buf_shared_stats;

@@ -102,12 +102,6 @@ int buf_detach_check(void);
 /* Pins the buffer holding (rel, blk), reading it on a miss; *buf = BUF_INVALID on error. */
 int buf_read(wr_relid rel, wr_blkno blk, int *buf);
 /*
- * buf_read for a page a lookup wants alone (a B-tree descent's): a miss is
- * read with smgr_read_random, without the kernel's read-around, which
- * sequential readers (scans, read streams) keep.
- */
-int buf_read_random(wr_relid rel, wr_blkno blk, int *buf);
-/*
  * The reads from storage the calling thread waited for in buf_read (and in
  * read streams under io_method=sync), and their time: a caller compares two
  * calls to learn whether its misses came from the page cache or the device.
@@ -303,7 +297,6 @@ extern const struct wal_redo_pages buf_redo_pages;
 typedef struct buf_stats {
 	uint64_t hits;            /* buf_read found the page valid in the pool */
 	uint64_t reads;           /* pages read from storage */
-	uint64_t reads_random;    /* of which through the random-read descriptor */
 	uint64_t extends;         /* pages added by buf_extend */
 	uint64_t backend_writes;  /* dirty victims written by the process needing the slot */
 	uint64_t flush_writes;    /* pages written by buf_flush_all */

@@ -726,7 +726,7 @@ buf_my_reads buf_my_read_counts(void)
 	return my_reads;
 }
 
-static int buf_load_via(int buf, bool random)
+int buf_load(int buf)
 {
 	buf_desc *d = buf_get_desc(buf);
 	if (!buf_start_io(d, true)) {
@@ -737,8 +737,7 @@ static int buf_load_via(int buf, bool random)
 	uint64_t t0 = wr_now_ns();
 	int rc = smgr_open(d->rel, &r); /* pinned: the tag cannot change */
 	if (rc == WALRUS_OK)
-		rc = random ? smgr_read_random(r, d->blk, buf_page_ptr(buf))
-		            : smgr_read(r, d->blk, buf_page_ptr(buf));
+		rc = smgr_read(r, d->blk, buf_page_ptr(buf));
 	my_reads.n++;
 	my_reads.ns += wr_now_ns() - t0;
 	if (rc != WALRUS_OK) {
@@ -749,17 +748,10 @@ static int buf_load_via(int buf, bool random)
 	}
 	buf_end_io(d, BM_IO_ERROR, BM_VALID);
 	atomic_fetch_add(&buf_l.r->stats.reads, 1);
-	if (random)
-		atomic_fetch_add(&buf_l.r->stats.reads_random, 1);
 	return WALRUS_OK;
 }
 
-int buf_load(int buf)
-{
-	return buf_load_via(buf, false);
-}
-
-static int buf_read_via(wr_relid rel, wr_blkno blk, int *out, bool random)
+int buf_read(wr_relid rel, wr_blkno blk, int *out)
 {
 	int buf;
 	bool valid;
@@ -773,20 +765,10 @@ static int buf_read_via(wr_relid rel, wr_blkno blk, int *out, bool random)
 		return WALRUS_OK;
 	}
 	if (rc == WALRUS_OK)
-		rc = buf_load_via(buf, random);
+		rc = buf_load(buf);
 	if (rc == WALRUS_OK)
 		*out = buf;
 	return rc;
-}
-
-int buf_read(wr_relid rel, wr_blkno blk, int *out)
-{
-	return buf_read_via(rel, blk, out, false);
-}
-
-int buf_read_random(wr_relid rel, wr_blkno blk, int *out)
-{
-	return buf_read_via(rel, blk, out, true);
 }
 
 int buf_read_zero(wr_relid rel, wr_blkno blk, int *out)
@@ -1087,7 +1069,6 @@ void buf_get_stats(buf_stats *s)
 	for (int i = 0; i < BUF_HIT_STRIPES; i++)
 		s->hits += atomic_load(&buf_l.r->hits[i].n);
 	s->reads = atomic_load(&st->reads);
-	s->reads_random = atomic_load(&st->reads_random);
 	s->data_direct = buf_l.r->data_direct;
 	s->extends = atomic_load(&st->extends);
 	s->backend_writes = atomic_load(&st->backend_writes);

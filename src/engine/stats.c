@@ -138,7 +138,6 @@ static void stats_buffers(jbuf *j)
 	jb_str(j, "io", b.data_direct ? "direct" : "buffered");
 	jb_u64(j, "hits", b.hits);
 	jb_u64(j, "reads", b.reads);
-	jb_u64(j, "reads_random", b.reads_random);
 	uint64_t total = b.hits + b.reads;
 	jb_dbl(j, "hit_ratio", total ? (double)b.hits / (double)total : 0.0);
 	jb_u64(j, "extends", b.extends);

@@ -57,7 +57,6 @@ typedef struct fdc_entry {
 	bool in_use;
 	bool dirty;
 	bool closing; /* in its before-close hook: not a victim for eviction */
-	bool random;  /* POSIX_FADV_RANDOM, given again to every reopened fd */
 	int pins;     /* fdc_pin: never closed by the LRU while > 0 */
 	int busy;     /* system calls in flight on fd, the lock released */
 	uint64_t tag;
@@ -426,16 +425,6 @@ static void fdc_attach_fd(int i, int fd)
 	fdc_st.opens++;
 }
 
-/*
- * The advice is per open file description, so the LRU's close loses it and
- * a reopen gives it again (only advice: a refusal there is logged, and the
- * reads go on with the kernel's read-around).  Returns posix_fadvise's error.
- */
-static int fdc_apply_random(fdc_file f)
-{
-	return posix_fadvise(fdc_ent(f)->fd, 0, 0, POSIX_FADV_RANDOM);
-}
-
 /* Makes @f usable: reopens it if the LRU closed it, and marks it most recently used. */
 static int fdc_touch(fdc_file f)
 {
@@ -456,11 +445,6 @@ static int fdc_touch(fdc_file f)
 		return rc;
 	fdc_attach_fd(f, fd);
 	fdc_st.reopens++;
-	int err = e->random ? fdc_apply_random(f) : 0;
-	if (err != 0) {
-		errno = err;
-		wr_log(WR_WARNING, "could not advise random reads of \"%s\": %m", e->path);
-	}
 	return 0;
 }
 
@@ -890,17 +874,6 @@ int fdc_advise_willneed(fdc_file f, off_t off, off_t len)
 	return err == 0 ? 0 : fdc_syserr(err, "prefetch from", fdc_ent(f)->path);
 }
 
-int fdc_advise_random(fdc_file f)
-{
-	FDC_LOCKED();
-	int rc = fdc_touch(f);
-	if (rc != 0)
-		return rc;
-	fdc_ent(f)->random = true;
-	int err = fdc_apply_random(f);
-	return err == 0 ? 0 : fdc_syserr(err, "advise random reads of", fdc_ent(f)->path);
-}
-
 /* ---------------------------------------------------------------- accessors */
 
 int fdc_fd(fdc_file f, int *fd)
@@ -925,13 +898,6 @@ uint64_t fdc_open_seq(fdc_file f)
 	FDC_LOCKED();
 	fdc_entry *e = fdc_get(f);
 	return e ? e->open_seq : 0;
-}
-
-bool fdc_is_random(fdc_file f)
-{
-	FDC_LOCKED();
-	fdc_entry *e = fdc_get(f);
-	return e != NULL && e->random;
 }
 
 bool fdc_is_dirty(fdc_file f)

@@ -97,15 +97,6 @@ int fdc_punch(fdc_file f, off_t off, off_t len);
 int fdc_sparse(fdc_file f, bool *sparse);
 int fdc_size(fdc_file f, off_t *size);
 int fdc_advise_willneed(fdc_file f, off_t off, off_t len);
-/*
- * POSIX_FADV_RANDOM on @f's file description, kept for the handle's life:
- * its reads then read what they ask for and nothing around it.  A second
- * handle of the same file keeps the kernel's read-ahead for sequential
- * readers (the advice is per open, not per file).  The error (and a WARNING
- * if a reopen's advice is refused) is only reported: reads still work.
- */
-int fdc_advise_random(fdc_file f);
-bool fdc_is_random(fdc_file f); /* advised by fdc_advise_random */
 
 /* The real fd (opening it if needed): for fd passing and io_uring.  Valid
  * while the caller holds fdc_lock or a pin on @f. */

@@ -645,8 +645,7 @@ static int descend_once(const kv_key *k, int mode, bool use_meta, kv_rpage *out,
 			continue;
 		}
 		int buf;
-		/* A descent wants this one page: no read-around (buf_read_random). */
-		rc = buf_read_random(kv_cur_rel, blk, &buf);
+		rc = buf_read(kv_cur_rel, blk, &buf);
 		if (rc != WALRUS_OK)
 			break;
 		const char *page = buf_page(buf);

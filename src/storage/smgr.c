@@ -42,10 +42,9 @@
 
 struct smgr_rel {
 	wr_relid relid;
-	fdc_file *segs;  /* by segment number; FDC_INVALID while not open here */
-	fdc_file *rsegs; /* the same, read-only and advised random (smgr_read_random) */
-	uint32_t nsegs;  /* length of segs and rsegs */
-	smgr_rel *next;  /* hash chain */
+	fdc_file *segs; /* by segment number; FDC_INVALID while not open here */
+	uint32_t nsegs; /* length of segs */
+	smgr_rel *next; /* hash chain */
 };
 
 /* What a fd cache handle is, for the before-close hook. */
@@ -140,22 +139,13 @@ static int smgr_owner_set(fdc_file f, wr_relid rel, uint32_t seg)
 	return 0;
 }
 
-/*
- * True if handle @f is still the fd cache's handle of segment @seg of @rel
- * (@random: its random-read handle).  The kind is compared too: after
- * fdc_reset a segment's two handles may come back with each other's numbers.
- */
-static bool smgr_handle_kind_is(fdc_file f, wr_relid rel, uint32_t seg, bool random)
+/* True if handle @f is still the fd cache's handle of segment @seg of @rel. */
+static bool smgr_handle_is(fdc_file f, wr_relid rel, uint32_t seg)
 {
 	char path[4096];
 	const char *have = fdc_path(f);
 	smgr_segment_path(rel, seg, path, sizeof(path));
-	return have != NULL && strcmp(have, path) == 0 && fdc_is_random(f) == random;
-}
-
-static bool smgr_handle_is(fdc_file f, wr_relid rel, uint32_t seg)
-{
-	return smgr_handle_kind_is(f, rel, seg, false);
+	return have != NULL && strcmp(have, path) == 0;
 }
 
 /*
@@ -291,19 +281,9 @@ int smgr_init(const char *datadir, int64_t segment_size)
 	return rc;
 }
 
-/* Closes the random-read handle of segment @s; never written, it owes no sync. */
-static void smgr_close_rseg(smgr_rel *r, uint32_t s)
-{
-	fdc_file f = r->rsegs[s];
-	r->rsegs[s] = FDC_INVALID;
-	if (f != FDC_INVALID && smgr_handle_kind_is(f, r->relid, s, true) && fdc_close(f) != 0)
-		wr_log(WR_WARNING, "%s", walrus_errmsg());
-}
-
 /* Closes segment @s of @r here (the file stays); a written fd goes through the hook. */
 static int smgr_close_seg(smgr_rel *r, uint32_t s)
 {
-	smgr_close_rseg(r, s);
 	fdc_file f = r->segs[s];
 	if (f == FDC_INVALID)
 		return 0;
@@ -333,7 +313,6 @@ static void smgr_free_rel(smgr_rel *r)
 		if (smgr_close_seg(r, s) != 0)
 			wr_log(WR_WARNING, "%s", walrus_errmsg());
 	free(r->segs);
-	free(r->rsegs);
 	free(r);
 }
 
@@ -398,13 +377,9 @@ static int smgr_grow_segs(smgr_rel *r, uint32_t seg)
 	fdc_file *s = realloc(r->segs, sizeof(*s) * n);
 	if (s == NULL)
 		return wr_error(WALRUS_ENOMEM, "out of memory");
-	r->segs = s;
-	fdc_file *rs = realloc(r->rsegs, sizeof(*rs) * n);
-	if (rs == NULL)
-		return wr_error(WALRUS_ENOMEM, "out of memory");
-	r->rsegs = rs;
 	for (uint32_t i = r->nsegs; i < n; i++)
-		s[i] = rs[i] = FDC_INVALID;
+		s[i] = FDC_INVALID;
+	r->segs = s;
 	r->nsegs = n;
 	return 0;
 }
@@ -452,44 +427,6 @@ static int smgr_seg(smgr_rel *r, uint32_t seg, bool create, fdc_file *out)
 		return rc;
 	}
 	r->segs[seg] = f;
-	*out = f;
-	return 0;
-}
-
-/*
- * The random-read handle of segment @seg: a second, read-only fd of the
- * file, advised POSIX_FADV_RANDOM, so that a lookup's read of one page
- * reads that page and nothing around it, while the segment's own fd keeps
- * the kernel's read-ahead for scans.  Never written: the fd cache never
- * hands it to the checkpointer.  With O_DIRECT there is no read-around to
- * avoid, and the segment's own handle serves.
- */
-static int smgr_rseg(smgr_rel *r, uint32_t seg, fdc_file *out)
-{
-	if (smgr_direct())
-		return smgr_seg(r, seg, false, out);
-	int rc = smgr_grow_segs(r, seg);
-	if (rc != 0)
-		return rc;
-	if (r->rsegs[seg] != FDC_INVALID &&
-	    smgr_handle_kind_is(r->rsegs[seg], r->relid, seg, true)) {
-		*out = r->rsegs[seg];
-		return 0;
-	}
-	r->rsegs[seg] = FDC_INVALID;
-	char path[4096];
-	smgr_segment_path(r->relid, seg, path, sizeof(path));
-	fdc_file f;
-	rc = fdc_open(path, O_RDONLY, 0, &f);
-	if (rc != 0)
-		return rc;
-	if (fdc_advise_random(f) != 0) {
-		/* Only advice: the segment's own handle reads the same pages. */
-		wr_error_clear();
-		fdc_close(f);
-		return smgr_seg(r, seg, false, out);
-	}
-	r->rsegs[seg] = f;
 	*out = f;
 	return 0;
 }
@@ -655,24 +592,18 @@ static int smgr_corrupt(wr_blkno b, const char *path, void *page)
 	    path, h.checksum, computed);
 }
 
-/* The handle block @b is read through: the segment's, or its random-read one. */
-static int smgr_read_handle(smgr_rel *r, wr_blkno b, bool random, fdc_file *f, off_t *off)
+int smgr_block_handle(smgr_rel *r, wr_blkno b, fdc_file *f, off_t *off)
 {
 	SMGR_LOCKED();
 	uint32_t seg = b / smgr_bps;
 	*off = (off_t)(b % smgr_bps) * WR_PAGE_SIZE;
-	int rc = random ? smgr_rseg(r, seg, f) : smgr_seg(r, seg, false, f);
+	int rc = smgr_seg(r, seg, false, f);
 	if (smgr_missing(rc)) {
 		char path[4096];
 		smgr_segment_path(r->relid, seg, path, sizeof(path));
 		return smgr_short_read(b, path, 0, NULL);
 	}
 	return rc;
-}
-
-int smgr_block_handle(smgr_rel *r, wr_blkno b, fdc_file *f, off_t *off)
-{
-	return smgr_read_handle(r, b, false, f, off);
 }
 
 int smgr_check_read(smgr_rel *r, wr_blkno b, void *page, ssize_t got)
@@ -720,11 +651,11 @@ __attribute__((noinline)) static int smgr_pwrite_copy(fdc_file f, const void *pa
 	return fdc_pwrite(f, copy, WR_PAGE_SIZE, off);
 }
 
-static int smgr_read_via(smgr_rel *r, wr_blkno b, void *page, bool random)
+int smgr_read(smgr_rel *r, wr_blkno b, void *page)
 {
 	fdc_file f;
 	off_t off;
-	int rc = smgr_read_handle(r, b, random, &f, &off); /* the lock only for the lookup */
+	int rc = smgr_block_handle(r, b, &f, &off); /* the lock only for the lookup */
 	if (rc != 0) {
 		memset(page, 0, WR_PAGE_SIZE);
 		return rc;
@@ -736,16 +667,6 @@ static int smgr_read_via(smgr_rel *r, wr_blkno b, void *page, bool random)
 		return (int)n; /* the fd cache's message names the file and errno */
 	}
 	return smgr_check_read(r, b, page, n);
-}
-
-int smgr_read(smgr_rel *r, wr_blkno b, void *page)
-{
-	return smgr_read_via(r, b, page, false);
-}
-
-int smgr_read_random(smgr_rel *r, wr_blkno b, void *page)
-{
-	return smgr_read_via(r, b, page, true);
 }
 
 /* Called without the lock: the write runs while other threads use the tables. */

@@ -91,15 +91,6 @@ int smgr_nblocks(smgr_rel *r, wr_blkno *out);
 
 /* Reads and verifies block @b; ECORRUPT on a bad checksum, EIO/... on a short read. */
 int smgr_read(smgr_rel *r, wr_blkno b, void *page);
-/*
- * smgr_read for a block a lookup wants alone (a B-tree descent): read
- * through a second, read-only fd of the segment advised POSIX_FADV_RANDOM,
- * so the kernel reads the page and nothing around it (its read-around
- * would fill the page cache with pages nobody asked for when the data is
- * larger than memory), while sequential readers keep their read-ahead.
- * The fd is the fd cache's like any other and closes with the segment's.
- */
-int smgr_read_random(smgr_rel *r, wr_blkno b, void *page);
 /* Stamps the checksum into @page and writes it (the page is modified in place). */
 int smgr_write(smgr_rel *r, wr_blkno b, void *page);
 /* After a write of block @b made outside smgr_write (io_uring): the sync hand-off it owes. */

@@ -408,44 +408,6 @@ START_TEST(scans_looking_ahead_during_splits)
 END_TEST
 #endif
 
-/* Counter @name of section "buffers" of walrus_stats. */
-static long buf_stat(walrus *db, const char *name)
-{
-	return tu_stat(db, "\"buffers\"", name);
-}
-
-/*
- * A get's misses are read through the segments' random-read fds, without
- * the kernel's read-around (buffers.reads_random counts them); a scan's
- * leaves, after the one its descent finds, through the segments' own fds,
- * which keep the kernel's read-ahead.
- */
-START_TEST(gets_read_alone_scans_read_ahead)
-{
-	walrus *db = tu_open(dir, opts());
-	load_stable(db);
-	tu_close_and_wait(db);
-	db = tu_open(dir, opts()); /* an empty pool */
-	long height = kv_stat(db, "height"), leaves = kv_stat(db, "pages") - height;
-	ck_assert_int_ge(height, 2);
-	long reads = buf_stat(db, "reads"), rnd = buf_stat(db, "reads_random");
-	char v[200];
-	size_t vl;
-	ck_assert_int_eq(walrus_get_into(db, "k00700", 6, v, sizeof(v), &vl), WALRUS_OK);
-	long got = buf_stat(db, "reads") - reads;
-	ck_assert_int_ge(got, height); /* every level, from the root down */
-	ck_assert_int_eq(buf_stat(db, "reads_random") - rnd, got);
-	reads += got;
-	rnd += got;
-	char why[512] = "";
-	ck_assert_msg(scan_once(db, why, sizeof(why)) == NULL, "%s", why);
-	long scanned = buf_stat(db, "reads") - reads;
-	ck_assert_int_ge(scanned, leaves / 2);
-	ck_assert_int_le(buf_stat(db, "reads_random") - rnd, height - 1);
-	tu_close_and_wait(db);
-}
-END_TEST
-
 static Suite *iter_scan_suite(void)
 {
 	Suite *s = suite_create("iter-scan");
@@ -454,7 +416,6 @@ static Suite *iter_scan_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, scans_during_splits_and_deletes);
 	tcase_add_test(tc, gets_during_shifts);
-	tcase_add_test(tc, gets_read_alone_scans_read_ahead);
 #ifdef WALRUS_TEST_HOOKS
 	tcase_add_loop_test(tc, scans_looking_ahead_during_splits, 0, 2);
 #endif

@@ -141,57 +141,6 @@ START_TEST(test_reopen_keeps_flags)
 }
 END_TEST
 
-/*
- * A file of @len bytes at @name, written with plain calls and then out of
- * the page cache.
- */
-static const char *cold_file(const char *name, size_t len)
-{
-	char *buf = calloc(1, len);
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_int_eq(tu_write_file(path_of(name), buf, len), 0);
-	free(buf);
-	tu_cache_drop(path_of(name));
-	return path_of(name);
-}
-
-#define KB 1024
-
-/*
- * A read after cached pages reads on past what it asked for (the kernel's
- * context read-ahead); through a handle advised random it reads what it asked
- * for, also after the LRU closed and reopened the handle's fd.
- */
-START_TEST(test_random_advice_survives_reopen)
-{
-	ck_assert_int_eq(fdc_init(1), 0);
-	const char *p = cold_file("cold", 4096 * KB);
-	char page[8 * KB];
-
-	fdc_file plain;
-	ck_assert_int_eq(fdc_open(p, O_RDONLY, 0, &plain), 0);
-	tu_cache_fill(p, 64 * KB, 32 * KB);
-	ck_assert_int_eq(fdc_pread(plain, page, sizeof(page), 96 * KB), (ssize_t)sizeof(page));
-	ck_assert_msg(tu_cached(p, 104 * KB, 8 * KB),
-	              "no read-ahead here: the case proves nothing");
-	ck_assert(!fdc_is_random(plain));
-
-	fdc_file rnd;
-	ck_assert_int_eq(fdc_open(p, O_RDONLY, 0, &rnd), 0); /* closes plain's fd */
-	ck_assert_int_eq(fdc_advise_random(rnd), 0);
-	ck_assert(fdc_is_random(rnd));
-	ck_assert_int_eq(fdc_pread(plain, page, 1, 0), 1); /* closes rnd's fd */
-	ck_assert(!fdc_debug_is_open(rnd));
-	tu_cache_fill(p, 1024 * KB, 32 * KB);
-	ck_assert_int_eq(fdc_pread(rnd, page, sizeof(page), 1056 * KB), (ssize_t)sizeof(page));
-	ck_assert(fdc_debug_is_open(rnd));
-	ck_assert(tu_cached(p, 1056 * KB, 8 * KB));
-	ck_assert(!tu_cached(p, 1064 * KB, 4 * KB));
-	ck_assert_int_eq(fdc_close(rnd), 0);
-	ck_assert_int_eq(fdc_close(plain), 0);
-}
-END_TEST
-
 START_TEST(test_missing_file)
 {
 	ck_assert_int_eq(fdc_init(10), 0);
@@ -838,7 +787,6 @@ static Suite *fdcache_suite(void)
 	tcase_add_test(tc, test_many_files_small_bound);
 	tcase_add_test(tc, test_lru_order);
 	tcase_add_test(tc, test_reopen_keeps_flags);
-	tcase_add_test(tc, test_random_advice_survives_reopen);
 	tcase_add_test(tc, test_missing_file);
 	tcase_add_test(tc, test_reopen_failure_names_path);
 	tcase_add_test(tc, test_bad_handle);

@@ -782,86 +782,6 @@ START_TEST(test_survives_fdc_reset)
 }
 END_TEST
 
-/* ---------------------------------------------------------------- random reads */
-
-#define BLK WR_PAGE_SIZE
-
-/* smgr_read_random of block @b of @rel, checked against version 0. */
-static void check_random_read(smgr_rel *r, wr_relid rel, wr_blkno b)
-{
-	unsigned char want[WR_PAGE_SIZE], got[WR_PAGE_SIZE];
-	make_page(want, rel, b, 0);
-	page_set_checksum(want, b);
-	ck_assert_msg(smgr_read_random(r, b, got) == 0, "read %u: %s", b, walrus_errmsg());
-	ck_assert_msg(memcmp(want, got, WR_PAGE_SIZE) == 0, "block %u differs", b);
-}
-
-/*
- * After cached blocks, smgr_read reads on past its block (the kernel's
- * context read-ahead, which scans want) and smgr_read_random reads its block
- * alone; each through its own fd, so neither changes the other's.
- */
-START_TEST(test_random_reads_read_nothing_around)
-{
-	smgr_rel *r = new_rel(80, 24); /* segments 80, 80.1, 80.2 of 8 blocks */
-	smgr_immedsync(r);
-	for (uint32_t s = 0; s < 3; s++)
-		tu_cache_drop(seg_path(80, s));
-
-	tu_cache_fill(seg_path(80, 2), 1 * BLK, 3 * BLK); /* blocks 17, 18, 19 */
-	check_page(r, 80, 20, 0);
-	ck_assert_msg(tu_cached(seg_path(80, 2), 5 * BLK, BLK),
-	              "no read-ahead here: the case proves nothing");
-
-	tu_cache_fill(seg_path(80, 1), 1 * BLK, 3 * BLK); /* blocks 9, 10, 11 */
-	check_random_read(r, 80, 12);
-	ck_assert(tu_cached(seg_path(80, 1), 4 * BLK, BLK));
-	ck_assert(!tu_cached(seg_path(80, 1), 5 * BLK, 4096));
-}
-END_TEST
-
-/*
- * A segment's random-read fd closes with the segment: when the relation is
- * cut short and when it is removed.  Reads past the cut fail as smgr_read's.
- */
-START_TEST(test_random_handles_close_with_segments)
-{
-	int base = tu_count_fds();
-	smgr_rel *r = new_rel(81, 24);
-	ck_assert_int_eq(tu_count_fds(), base + 3);
-	for (wr_blkno b = 0; b < 24; b += 8)
-		check_random_read(r, 81, b + 3);
-	ck_assert_int_eq(tu_count_fds(), base + 6);
-	ck_assert_int_eq(smgr_truncate(r, 8), 0);
-	ck_assert_int_eq(tu_count_fds(), base + 2);
-	unsigned char page[WR_PAGE_SIZE];
-	ck_assert_int_eq(smgr_read_random(r, 12, page), WALRUS_EIO);
-	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "read only 0 of 8192 bytes"));
-	check_random_read(r, 81, 7);
-	ck_assert_int_eq(smgr_unlink(81), 0);
-	ck_assert_int_eq(tu_count_fds(), base);
-}
-END_TEST
-
-/*
- * After fdc_reset the fd cache hands out the old handle numbers again, and a
- * segment's two handles can come back with each other's: a write must still
- * go through a writable fd, and a random read through a read-only one.
- */
-START_TEST(test_random_handle_kinds_survive_fdc_reset)
-{
-	smgr_rel *r = new_rel(82, 2);
-	unsigned char p[WR_PAGE_SIZE];
-	for (int round = 1; round <= 3; round++) {
-		fdc_reset();
-		check_random_read(r, 82, 0);
-		make_page(p, 82, 1, round);
-		ck_assert_msg(smgr_write(r, 1, p) == 0, "round %d: %s", round, walrus_errmsg());
-		check_page(r, 82, 1, round);
-	}
-}
-END_TEST
-
 /* ---------------------------------------------------------------- mapped reads */
 
 /* The application's own SIGBUS handler: counts, and jumps back. */
@@ -1109,9 +1029,6 @@ static Suite *smgr_suite(void)
 	tcase_add_test(tc, test_direct_fsync_failure_panics);
 	tcase_add_test(tc, test_direct_probe);
 	tcase_add_test(tc, test_survives_fdc_reset);
-	tcase_add_test(tc, test_random_reads_read_nothing_around);
-	tcase_add_test(tc, test_random_handles_close_with_segments);
-	tcase_add_test(tc, test_random_handle_kinds_survive_fdc_reset);
 	tcase_add_test(tc, test_map_read_survives_sigbus);
 	tcase_add_test(tc, test_guard_keeps_the_old_disposition);
 	tcase_add_test(tc, test_guard_honours_resethand_mask_and_altstack);
