@@ -348,12 +348,13 @@ typedef struct kv_stats {
 	uint64_t shifts;      /* full leaves that gave entries to a sibling instead of splitting */
 	uint64_t file_grows;  /* times the data file grew (by up to 1 MiB) for new pages */
 	uint64_t size_checks; /* times a writer asked the data file's size */
-	uint64_t optimistic_reads;   /* gets answered by a peek at the leaf (no pin, no lock) */
-	uint64_t optimistic_retries; /* peeks that a writer overlapped: read again under a lock */
-	uint64_t mapped_reads;       /* of the optimistic gets, answered by the file's mapping */
-	uint64_t mapped_retries;     /* mapped peeks a load of the leaf overlapped */
-	uint64_t node_copies_taken;  /* internal nodes a backend copied for its descents */
-	uint64_t compactions;        /* kv_compact runs that finished */
+	uint64_t optimistic_reads;     /* gets answered by a peek at the leaf (no pin, no lock) */
+	uint64_t optimistic_retries;   /* peeks that a writer overlapped: read again under a lock */
+	uint64_t mapped_reads;         /* of the optimistic gets, answered by the file's mapping */
+	uint64_t mapped_retries;       /* mapped peeks a load of the leaf overlapped */
+	uint64_t node_copies_taken;    /* internal nodes a backend copied for its descents */
+	uint64_t node_copies_rationed; /* level-1 nodes read without a copy: copies did not pay */
+	uint64_t compactions;          /* kv_compact runs that finished */
 	uint64_t compact_leaves_merged, compact_pages_moved; /* by them */
 	uint64_t
 	    compact_blocks_given_back; /* punched out of the data file (kv_compact_give_back) */
@@ -517,6 +518,10 @@ void kv_test_iter_ahead_always(bool on);
  * (true: the leaf prefetch turns on whenever the apply missed the pool), or
  * time them (false). */
 void kv_test_batch_prefetch_slow(bool on);
+/* Backends of this process keep at most @n node copies (1..KV_NODE_COPIES;
+ * KV_NODE_COPIES: as built): a tree with more level-1 nodes than that,
+ * small enough for a test. */
+void kv_test_copy_places(int n);
 #endif
 
 #endif /* WALRUS_KV_H */

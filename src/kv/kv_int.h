@@ -542,10 +542,11 @@ typedef struct kv_shared {
 	kv_tree_sh trees[KV_TREE_SLOTS]; /* trees[0]: KV_REL's, for good */
 	_Alignas(64) struct {
 		_Alignas(64) _Atomic uint64_t n;
-		_Atomic uint64_t optimistic;  /* of them answered by a peek at the leaf */
-		_Atomic uint64_t opt_retries; /* peeks a writer or a retag overlapped */
-		_Atomic uint64_t copies;      /* internal nodes copied by descents */
-		_Atomic uint64_t mapped;      /* optimistic gets read through the mapping */
+		_Atomic uint64_t optimistic;      /* of them answered by a peek at the leaf */
+		_Atomic uint64_t opt_retries;     /* peeks a writer or a retag overlapped */
+		_Atomic uint64_t copies;          /* internal nodes copied by descents */
+		_Atomic uint64_t copies_rationed; /* level-1 nodes read without taking a copy */
+		_Atomic uint64_t mapped;          /* optimistic gets read through the mapping */
 		_Atomic uint64_t mapped_retries;
 	} gets[KV_GET_STRIPES];
 	bool mapped_reads; /* option mmap_reads, set at creation */
@@ -713,6 +714,11 @@ struct kv_backend {
 	uint16_t copy_index[1u << KV_COPY_INDEX_BITS]; /* copy number + 1 by block; 0: empty */
 	uint8_t copy_used[KV_NODE_COPIES];             /* the clock's reference bits */
 	uint16_t copy_hand;
+	/* Level-1 copies the clock evicted in the current window and how often
+	 * they had been found, level-1 reads since the last copy taken, and
+	 * whether copies of that level are rationed (kv_tree.c, copy_victim). */
+	uint32_t l1_evicted, l1_evicted_found, l1_reads;
+	bool l1_rationed;
 	unsigned get_stripe;
 };
 extern WR_TLS kv_backend *kv_me;

@@ -81,6 +81,7 @@ struct kv_node_copy {
 	 */
 	int nheads, heads_cap;
 	uint16_t plen;
+	uint16_t found; /* level 1: times found since taken (saturating) */
 	uint64_t *heads;
 	/* Per child (slot - KV_FIRST_SLOT), the buffer an optimistic get last
 	 * found it in (0: none): a guess that spares the buffer hint lookup,
@@ -204,6 +205,8 @@ static void copies_reset(void)
 			node_copies[i]->blk = WR_INVALID_BLKNO;
 	memset(kv_me->copy_index, 0, sizeof(kv_me->copy_index));
 	memset(kv_me->copy_used, 0, sizeof(kv_me->copy_used));
+	kv_me->l1_evicted = kv_me->l1_evicted_found = kv_me->l1_reads = 0;
+	kv_me->l1_rationed = false;
 }
 
 /* Fibonacci hashing: blocks at any regular stride spread over the index
@@ -233,7 +236,12 @@ static const node_copy *copy_find(wr_blkno blk, int level)
 	if (c == 0)
 		return NULL;
 	kv_me->copy_used[c - 1] = 1;
-	return node_copies[c - 1]->level == level ? node_copies[c - 1] : NULL;
+	node_copy *copy = node_copies[c - 1];
+	if (copy->level != level)
+		return NULL;
+	if (level == 1) /* only level-1 copies are judged (copy_judge_eviction) */
+		copy->found += copy->found < UINT16_MAX;
+	return copy;
 }
 
 /* Empties index position @hole (and the copy it names): the entries after
@@ -273,17 +281,70 @@ static uint32_t copy_pos(int i)
 	return h;
 }
 
+#ifdef WALRUS_TEST_HOOKS
+static _Atomic int copy_places = KV_NODE_COPIES;
+
+void kv_test_copy_places(int n)
+{
+	atomic_store(&copy_places, WR_MAX(1, WR_MIN(n, KV_NODE_COPIES)));
+}
+#define COPY_PLACES() atomic_load_explicit(&copy_places, memory_order_relaxed)
+#else
+#define COPY_PLACES() KV_NODE_COPIES
+#endif
+
+/*
+ * Copies of level-1 nodes pay only when found again before the clock gives
+ * their place away.  Above level 1 there are few nodes, and every descent
+ * passes one of each level; level-1 nodes number the tree's leaves over
+ * the fanout, and past the places a backend has (a 40M-key tree has some
+ * 1 600 for 512 places) descents of random keys took a copy (a page copy
+ * and its search aid, some 3 µs) on most gets and seldom found it again.
+ * So every L1_WINDOW level-1 copies the clock evicts judge the next: found
+ * fewer than twice each on average, a descent takes a copy of a level-1
+ * node at one read in L1_SAMPLE (copy_worth_taking).  A tree whose
+ * internal nodes fit evicts nothing and is never rationed; a working set
+ * that shrinks gets its copies back through the samples.
+ */
+#define L1_WINDOW 256
+#define L1_SAMPLE 16
+
+static void copy_judge_eviction(const node_copy *c)
+{
+	kv_backend *me = kv_me;
+	if (c->level != 1)
+		return;
+	me->l1_evicted_found += c->found;
+	if (++me->l1_evicted < L1_WINDOW)
+		return;
+	me->l1_rationed = me->l1_evicted_found < 2 * me->l1_evicted;
+	me->l1_evicted = me->l1_evicted_found = 0;
+}
+
+static bool copy_worth_taking(int level)
+{
+	kv_backend *me = kv_me;
+	if (level != 1 || !me->l1_rationed || ++me->l1_reads >= L1_SAMPLE) {
+		me->l1_reads = 0;
+		return true;
+	}
+	atomic_fetch_add_explicit(&kv_sh->gets[me->get_stripe].copies_rationed, 1,
+	                          memory_order_relaxed);
+	return false;
+}
+
 /* A place for a new copy: an empty one, else the first the clock finds not
  * used since its last pass (whose copy is dropped). */
 static int copy_victim(void)
 {
 	for (;;) {
-		int i = kv_me->copy_hand;
-		kv_me->copy_hand = (uint16_t)((i + 1) % KV_NODE_COPIES);
+		int i = kv_me->copy_hand % COPY_PLACES();
+		kv_me->copy_hand = (uint16_t)((i + 1) % COPY_PLACES());
 		node_copy *c = node_copies[i];
 		if (c == NULL || c->blk == WR_INVALID_BLKNO)
 			return i;
 		if (!kv_me->copy_used[i]) {
+			copy_judge_eviction(c);
 			copy_drop_at(copy_pos(i));
 			return i;
 		}
@@ -305,6 +366,7 @@ static void copy_take(wr_blkno blk, int level, const char *page)
 	(*slot)->rel = kv_cur_rel;
 	(*slot)->blk = blk;
 	(*slot)->level = level;
+	(*slot)->found = 0;
 	kv_me->copy_used[i] = 1;
 	copy_build_heads(*slot);
 	atomic_fetch_add_explicit(&kv_sh->gets[kv_me->get_stripe].copies, 1, memory_order_relaxed);
@@ -658,7 +720,7 @@ static int descend_once(const kv_key *k, int mode, bool use_meta, kv_rpage *out,
 			*out = (kv_rpage){.buf = buf, .blk = blk, .page = page};
 			return WALRUS_OK;
 		}
-		if (where == AT_HERE)
+		if (where == AT_HERE && copy_worth_taking(level))
 			copy_take(blk, level, page);
 		if (where == AT_HERE && level == stop)
 			plan_from(page, k, mode, plan);
@@ -1233,6 +1295,7 @@ void kv_get_stats(kv_stats *s)
 		s->mapped_reads += atomic_load(&kv_sh->gets[i].mapped);
 		s->mapped_retries += atomic_load(&kv_sh->gets[i].mapped_retries);
 		s->node_copies_taken += atomic_load(&kv_sh->gets[i].copies);
+		s->node_copies_rationed += atomic_load(&kv_sh->gets[i].copies_rationed);
 	}
 	s->puts = atomic_load(&kv_sh->puts);
 	s->deletes = atomic_load(&kv_sh->deletes);

@@ -991,6 +991,67 @@ START_TEST(copies_keep_every_internal_node)
 }
 END_TEST
 
+#ifdef WALRUS_TEST_HOOKS
+/* @n gets of long_key(i), each i drawn by @pick from @seed. */
+static void get_long_keys(int n, uint32_t (*pick)(uint64_t *), uint64_t seed)
+{
+	char k[KV_MAX_KEY];
+	for (int j = 0; j < n; j++) {
+		uint64_t v = pick(&seed);
+		get_is(k, long_key(k, (uint32_t)v), &v, 8);
+	}
+}
+
+enum { RATION_N = 16000, RATION_GETS = 8192 };
+
+static uint32_t any_key(uint64_t *s)
+{
+	return (uint32_t)(kt_rand(s) % RATION_N);
+}
+
+/* Keys whose long_key sorts among the first 3000 of 1000003: one leaf's. */
+static uint32_t first_leaf_key(uint64_t *s)
+{
+	for (;;) {
+		uint32_t i = any_key(s);
+		if (i * 2654435761u % 1000003u < 3000)
+			return i;
+	}
+}
+
+/*
+ * A tree with more level-1 nodes than a backend has places for copies
+ * (made small here): the clock evicts level-1 copies that random gets
+ * rarely found again, and after a window of such evictions the descents
+ * take one at one read in 16.  Gets
+ * that stay under one level-1 node find its copy again and answer without
+ * locks, as before.
+ */
+START_TEST(level1_copies_rationed_when_not_found_again)
+{
+	kv_test_copy_places(6);
+	kt_init("walrus-kv", 2048);
+	char k[KV_MAX_KEY];
+	for (uint64_t i = 0; i < RATION_N; i++)
+		put_ok(k, long_key(k, (uint32_t)i), &i, 8);
+	kv_stats st0, st1, st2;
+	kv_get_stats(&st0);
+	ck_assert_uint_ge(st0.height, 4);
+	get_long_keys(RATION_GETS, any_key, 1);
+	kv_get_stats(&st1);
+	uint64_t taken = st1.node_copies_taken - st0.node_copies_taken;
+	uint64_t rationed = st1.node_copies_rationed - st0.node_copies_rationed;
+	ck_assert_msg(taken < RATION_GETS / 4 && rationed > RATION_GETS / 2,
+	              "%lu copies taken, %lu level-1 reads without one in %d gets",
+	              (unsigned long)taken, (unsigned long)rationed, RATION_GETS);
+	get_long_keys(RATION_GETS, first_leaf_key, 2);
+	kv_get_stats(&st2);
+	ck_assert_uint_gt(st2.optimistic_reads - st1.optimistic_reads, RATION_GETS * 9 / 10);
+	kv_test_copy_places(KV_NODE_COPIES);
+}
+END_TEST
+#endif
+
 /* ---------------------------------------------------------------- batches */
 
 START_TEST(batch_applies_in_order)
@@ -1576,6 +1637,9 @@ static Suite *tree_suite(void)
 	tcase_add_test(t, iterator_bounds_seek_next_prev);
 	tcase_add_test(t, copies_search_with_tied_heads);
 	tcase_add_test(t, copies_keep_every_internal_node);
+#ifdef WALRUS_TEST_HOOKS
+	tcase_add_test(t, level1_copies_rationed_when_not_found_again);
+#endif
 	tcase_add_test(t, batch_applies_in_order);
 	tcase_add_test(t, batch_pages_carry_its_last_record);
 	tcase_add_test(t, batch_over_the_pin_limit_is_undone);
