@@ -1023,9 +1023,8 @@ static uint32_t first_leaf_key(uint64_t *s)
  * A tree with more level-1 nodes than a backend has places for copies
  * (made small here): the clock evicts level-1 copies that random gets
  * rarely found again, and after a window of such evictions the descents
- * take one at one read in 16.  Gets
- * that stay under one level-1 node find its copy again and answer without
- * locks, as before.
+ * take one at one read in 16.  Gets that stay under one level-1 node find
+ * its copy again and answer without locks, as before.
  */
 START_TEST(level1_copies_rationed_when_not_found_again)
 {
