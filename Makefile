@@ -3,6 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
+PAGE4K_BUILD ?= build-4k
 MESON_SETUP = meson setup --reconfigure
 # Every make build has the test hooks (failpoints, the power-loss journal):
 # the fault-injection suites need them.  Such a build installs nothing (see
@@ -12,7 +13,7 @@ HOOKS = -Dtest_hooks=true
 hooks_on = @[ ! -f $(1)/build.ninja ] || grep -q '"name": "test_hooks", "value": true' \
 	$(1)/meson-info/intro-buildoptions.json 2>/dev/null || $(MESON_SETUP) $(HOOKS) $(1) >/dev/null
 
-.PHONY: all deps build test asan tsan fuzz demo clean format tidy default
+.PHONY: all deps build test asan tsan fuzz demo clean format tidy default page4k
 
 all: build
 
@@ -61,6 +62,15 @@ tsan: deps
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:history_size=7:suppressions=$(CURDIR)/tests/tsan.supp \
 		meson test -C $(TSAN_BUILD) --suite threads --print-errorlogs --num-processes 2
 
+# The whole suite again with 4 KiB data pages (-Dpage_size=4096), the
+# other page size a build may choose.
+page4k: deps
+	@[ -f $(PAGE4K_BUILD)/build.ninja ] || meson setup -Dwerror=true $(HOOKS) -Dpage_size=4096 \
+		$(PAGE4K_BUILD) >/dev/null
+	$(call hooks_on,$(PAGE4K_BUILD))
+	ninja -C $(PAGE4K_BUILD)
+	meson test -C $(PAGE4K_BUILD) --print-errorlogs --num-processes 2
+
 # The default configuration, as a packager builds it: `meson setup` with no
 # option (no test hooks, warnings not errors), then its unit suite.
 DEFAULT_BUILD ?= build-default
@@ -79,4 +89,4 @@ tidy: build
 	clang-tidy -p $(BUILD) --quiet --checks='-*,bugprone-*,-bugprone-easily-swappable-parameters,-bugprone-reserved-identifier' $$(git ls-files 'src/*.c' 'tools/*.c')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) $(DEFAULT_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) $(DEFAULT_BUILD) $(PAGE4K_BUILD)

@@ -61,6 +61,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "walrus_config.h" /* WALRUS_PAGE_SIZE: 8192 unless built with -Dpage_size */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -239,20 +241,34 @@ WALRUS_API void walrus_set_log_handler(walrus_log_fn fn, void *arg, int min_leve
  * walrus_errmsg(); WALRUS_ERESTART means the instance crashed and restarted
  * under the handle: close it and open again (committed data is safe).
  *
- * shared_buffers limits values too: a value over 2,000 bytes or so takes
- * one 8 KiB page per 8,136 bytes, and a write keeps all of its pages in the
- * buffer pool at once, plus 8 for the tree, in at most a quarter of the
- * pool.  So a value of N bytes needs shared_buffers of at least
- * 32kB x (ceil(N / 8136) + 8), and a batch the same for its values
- * together.  With the default shared_buffers (128MB) the largest value is
- * WALRUS_MAX_VALUE_DEFAULT_POOL bytes (about 31.7 MiB); WALRUS_MAX_VALUE
- * needs shared_buffers of 259MB.  Over either limit a write fails with
+ * shared_buffers limits values too: a value over a quarter of a page or
+ * so takes one page (WALRUS_PAGE_SIZE bytes) per WALRUS_PAGE_SIZE - 56
+ * bytes, and a write keeps all of its pages in the buffer pool at once, plus
+ * 8 for the tree, in at most a quarter of the pool.  So with 8 KiB pages a
+ * value of N bytes needs shared_buffers of at least 32kB x (ceil(N / 8136)
+ * + 8), and a batch the same for its values together.  With the default
+ * shared_buffers (128MB) the largest value is WALRUS_MAX_VALUE_DEFAULT_POOL
+ * bytes (about 31.7 MiB; 31.5 MiB with 4 KiB pages); WALRUS_MAX_VALUE needs
+ * shared_buffers of 259MB (260MB).  Over either limit a write fails with
  * WALRUS_ETOOBIG and changes nothing; the message names the shared_buffers
  * the value needs.
+ *
+ * The largest key is smaller with 4 KiB pages, so that every split of a
+ * page still finds two halves that fit.
  */
+#define WALRUS_MAX_VALUE (64u << 20)
+#if WALRUS_PAGE_SIZE == 8192
 #define WALRUS_MAX_KEY                1024u
-#define WALRUS_MAX_VALUE              (64u << 20)
 #define WALRUS_MAX_VALUE_DEFAULT_POOL 33259968u /* (128MB / 32kB - 8) x 8136 */
+#elif WALRUS_PAGE_SIZE == 4096
+#define WALRUS_MAX_KEY                480u
+#define WALRUS_MAX_VALUE_DEFAULT_POOL 33063360u /* (128MB / 16kB - 8) x 4040 */
+#else
+#error "walrus is built with 4096- or 8192-byte pages"
+#endif
+
+/* WALRUS_MAX_KEY of the library itself, for bindings that cannot read it here. */
+WALRUS_API size_t walrus_max_key(void);
 
 /*
  * Per-write durability (the @flags of writes).  0 means "as the handle's

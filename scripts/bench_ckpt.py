@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Checkpoint throughput matrix: `walrus bench --workload checkpoint` with
 sorting on/off, write-back hints on/off and io_method sync/io_uring, next to
-fio's sequential buffered write (8 KiB blocks, fsync at the end) of the same
-volume on the same file system, all in one run.  Prints a markdown table.
+fio's sequential buffered write (blocks of walrus's page size, 8 KiB by
+default; fsync at the end) of the same volume on the same file system, all in
+one run.  Prints a markdown table.
 
 usage: bench_ckpt.py [--walrus PATH] [--dir DIR] [--shared-buffers 256MB] [--rounds 3]
 """
@@ -19,15 +20,15 @@ def run_walrus(walrus, base, name, sb, rounds, opts):
     shutil.rmtree(d, ignore_errors=True)
     return res
 
-def run_fio_once(base, mb):
-    subprocess.run(["fio", "--name=seqwrite", f"--directory={base}", "--rw=write", "--bs=8k",
+def run_fio_once(base, mb, bs):
+    subprocess.run(["fio", "--name=seqwrite", f"--directory={base}", "--rw=write", f"--bs={bs}",
                     f"--size={mb}M", "--end_fsync=1", "--ioengine=psync"],
                    check=True, capture_output=True)
 
-def run_fio(base, mb):
-    run_fio_once(base, mb)  # lays the file out: the measured run overwrites, as a checkpoint does
+def run_fio(base, mb, bs):
+    run_fio_once(base, mb, bs)  # lays the file out: the measured run overwrites, as a checkpoint does
     out = subprocess.run(["fio", "--name=seqwrite", f"--directory={base}", "--rw=write",
-                          "--bs=8k", f"--size={mb}M", "--end_fsync=1", "--ioengine=psync",
+                          f"--bs={bs}", f"--size={mb}M", "--end_fsync=1", "--ioengine=psync",
                           "--output-format=json"], check=True, capture_output=True, text=True).stdout
     job = json.loads(out)["jobs"][0]
     secs = job["job_runtime"] / 1000.0  # includes the final fsync
@@ -53,11 +54,13 @@ def main():
                    ("sorted, flush_after=256kB, io_uring", ["checkpoint_sort=on", "checkpoint_flush_after=256kB", "io_method=io_uring"]),
                    ("unsorted, flush_after=256kB, io_uring", ["checkpoint_sort=off", "checkpoint_flush_after=256kB", "io_method=io_uring"])]
         mb = None
+        page = 8192
         for i, (name, opts) in enumerate(configs):
             r = run_walrus(a.walrus, base, f"c{i}", a.shared_buffers, a.rounds, opts)
-            mb = r["written"] * 8192 / 1048576 / a.rounds
+            page = r.get("page_size", 8192)  # absent from the JSON of walrus before -Dpage_size
+            mb = r["written"] * page / 1048576 / a.rounds
             rows.append((name, r))
-        fio = run_fio(base, int(mb))
+        fio = run_fio(base, int(mb), page)
     finally:
         if a.dir is None:
             shutil.rmtree(base, ignore_errors=True)

@@ -94,9 +94,10 @@ def main():
         if a.dir is None:
             shutil.rmtree(base, ignore_errors=True)
     j0 = rows[0][1]
+    page = j0.get("page_size", 8192)  # absent from the JSON of walrus before -Dpage_size
     print("updaterandom: %d keys (%d tree pages, %.0f MB) in shared_buffers=%s, %d client(s), "
           "%s puts, %.0f s per run, checkpoint_timeout=%s\n" %
-          (a.num, j0["working_set_pages"], j0["working_set_pages"] * 8192 / 1048576,
+          (a.num, j0["working_set_pages"], j0["working_set_pages"] * page / 1048576,
            a.shared_buffers, a.clients, "durable" if a.sync else "asynchronous", a.duration,
            a.timeout))
     print("| configuration | ops/s | p99 us | p99 us, seconds with a checkpoint | p99 us, "

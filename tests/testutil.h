@@ -16,6 +16,11 @@
 
 #include "common/common.h"
 
+/* The build's page size as a string literal, for expected messages. */
+#define TU_STR_(x)          #x
+#define TU_STR(x)           TU_STR_(x)
+#define TU_PAGE_SIZE_STRING TU_STR(WALRUS_PAGE_SIZE)
+
 /* A new empty directory, mode 0700; removed (recursively) at process exit. */
 const char *tu_tmpdir(const char *prefix);
 /* rm -rf */

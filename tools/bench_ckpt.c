@@ -176,12 +176,13 @@ static void ck_report(tool_ctx *ctx, const ck_args *a, uint64_t pages, const ck_
 	       all = t->total_s > 0 ? mb / t->total_s : 0;
 	const char *io = o->io_method == WR_IO_SYNC ? "sync" : "io_uring";
 	if (a->json) {
-		printf("{\"workload\":\"checkpoint\",\"pages\":%llu,\"rounds\":%d,\"written\":%llu,"
+		printf("{\"workload\":\"checkpoint\",\"pages\":%llu,\"page_size\":%d,\"rounds\":%d,"
+		       "\"written\":%llu,"
 		       "\"sort\":%s,\"flush_after_kb\":%lld,\"io_method\":\"%s\",\"write_s\":%.4f,"
 		       "\"sync_s\":%.4f,\"total_s\":%.4f,\"write_mb_s\":%.1f,\"total_mb_s\":%.1f,"
 		       "\"files\":%u}\n",
-		       (unsigned long long)pages, a->rounds, (unsigned long long)t->written,
-		       o->checkpoint_sort ? "true" : "false",
+		       (unsigned long long)pages, WR_PAGE_SIZE, a->rounds,
+		       (unsigned long long)t->written, o->checkpoint_sort ? "true" : "false",
 		       (long long)(o->checkpoint_flush_after / 1024), io, t->write_s, t->sync_s,
 		       t->total_s, wr, all, t->files);
 		return;

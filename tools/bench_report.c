@@ -52,7 +52,7 @@ static uint64_t run_puts(const bench_kv_run *r)
 
 static double ckpt_write_mbps(const bench_ckpt *c)
 {
-	return c->write_s > 0 ? (double)c->buffers * 8192.0 / MB / c->write_s : 0.0;
+	return c->write_s > 0 ? (double)c->buffers * (double)WR_PAGE_SIZE / MB / c->write_s : 0.0;
 }
 
 static const char *phases_name(uint32_t p)
@@ -155,8 +155,8 @@ void bench_print_summary(FILE *f, const bench_kv_run *r, const bench_series *s)
 	fprintf(
 	    f,
 	    "  working set: %llu tree pages (%.0f MB) for shared_buffers of %u pages (%.0f MB)\n",
-	    (unsigned long long)s->kv_pages, (double)s->kv_pages * 8192.0 / MB, s->nbuffers,
-	    (double)s->nbuffers * 8192.0 / MB);
+	    (unsigned long long)s->kv_pages, (double)s->kv_pages * (double)WR_PAGE_SIZE / MB,
+	    s->nbuffers, (double)s->nbuffers * (double)WR_PAGE_SIZE / MB);
 	fflush(f);
 }
 
@@ -242,11 +242,12 @@ void bench_print_json(FILE *f, const bench_kv_run *r, const bench_series *s)
 	fprintf(f,
 	        ",\"buffers_written_checkpoint\":%llu,\"buffers_written_bgwriter\":%llu,"
 	        "\"buffers_written_backend\":%llu,\"evictions\":%llu,\"hits\":%llu,\"reads\":%llu,"
-	        "\"nbuffers\":%u,\"dirty_max\":%u,\"working_set_pages\":%llu,\"rows\":%d,",
+	        "\"nbuffers\":%u,\"page_size\":%d,\"dirty_max\":%u,\"working_set_pages\":%llu,"
+	        "\"rows\":%d,",
 	        (unsigned long long)d->ckpt_writes, (unsigned long long)d->bgwriter_writes,
 	        (unsigned long long)d->backend_writes, (unsigned long long)d->evictions,
 	        (unsigned long long)d->hits, (unsigned long long)d->reads, s->nbuffers,
-	        s->dirty_max, (unsigned long long)s->kv_pages, s->nrows);
+	        WR_PAGE_SIZE, s->dirty_max, (unsigned long long)s->kv_pages, s->nrows);
 	fprintf(f, "\"datadir\":");
 	json_str(f, r->datadir);
 	fprintf(f, ",\"options\":%s}\n", s->options[0] ? s->options : "{}");
@@ -511,7 +512,8 @@ int bench_write_svg(const char *path, const bench_kv_run *r, const bench_series 
 	    s->nckpts == 1 ? "" : "s");
 	svg_text(f, SVG_LEFT, 24, "start", 16, buf);
 	snprintf(buf, sizeof(buf), "shared_buffers %.0f MB, working set %.0f MB; %s",
-	         (double)s->nbuffers * 8192.0 / MB, (double)s->kv_pages * 8192.0 / MB, r->datadir);
+	         (double)s->nbuffers * (double)WR_PAGE_SIZE / MB,
+	         (double)s->kv_pages * (double)WR_PAGE_SIZE / MB, r->datadir);
 	svg_text(f, SVG_LEFT, 42, "start", 11, buf);
 	/* legend */
 	double lx = SVG_W - SVG_RIGHT - 250;

@@ -657,23 +657,24 @@ static void report_buf(tool_ctx *ctx, const bench_args *a, const bench_summary *
 		return;
 	char opts[8192];
 	wr_opts_json(&engine_sh()->opts, opts, sizeof(opts));
-	printf("{\"workload\":\"%s\",\"clients\":%d,\"clients_mode\":\"%s\",\"mode\":\"%s\","
-	       "\"io_method\":\"%s\","
-	       "\"depth\":%d,\"effective_depth\":%d,\"pages\":%llu,\"nbuffers\":%u,"
-	       "\"setup_s\":%.3f,\"ops\":%llu,\"seconds\":%.3f,\"ops_per_s\":%.1f,"
-	       "\"pages_per_s\":%.1f,\"MBps\":%.2f,\"passes\":%llu,\"first_pass_s\":%.3f,"
-	       "\"hits\":%llu,\"reads\":%llu,\"hit_ratio\":%.4f,\"evictions\":%llu,"
-	       "\"io_wait_ms\":%.1f,\"cpu_ns_per_op\":%.1f,\"batch\":%d,\"avg_ns\":%.1f,"
-	       "\"p50_ns\":%u,\"p99_ns\":%u,"
-	       "\"p999_ns\":%u,\"max_ns\":%u,\"datadir\":\"%s\",\"options\":%s}\n",
-	       a->workload, a->clients, a->processes ? "processes" : "threads",
-	       scan ? "sequential" : "random", io, a->depth, s->depth, (unsigned long long)pages,
-	       b1->nbuffers, setup_s, (unsigned long long)s->ops, s->secs, s->ops_s, s->ops_s,
-	       s->mb_s, (unsigned long long)s->passes, s->first_pass_s, (unsigned long long)hits,
-	       (unsigned long long)reads, ratio / 100.0,
-	       (unsigned long long)(b1->evictions - b0->evictions), io_wait_ms,
-	       s->ops ? (double)s->cpu_ns / (double)s->ops : 0.0, BENCH_BATCH, s->avg_ns, s->p50,
-	       s->p99, s->p999, s->max, ctx->datadir, opts);
+	printf(
+	    "{\"workload\":\"%s\",\"clients\":%d,\"clients_mode\":\"%s\",\"mode\":\"%s\","
+	    "\"io_method\":\"%s\","
+	    "\"depth\":%d,\"effective_depth\":%d,\"pages\":%llu,\"nbuffers\":%u,\"page_size\":%d,"
+	    "\"setup_s\":%.3f,\"ops\":%llu,\"seconds\":%.3f,\"ops_per_s\":%.1f,"
+	    "\"pages_per_s\":%.1f,\"MBps\":%.2f,\"passes\":%llu,\"first_pass_s\":%.3f,"
+	    "\"hits\":%llu,\"reads\":%llu,\"hit_ratio\":%.4f,\"evictions\":%llu,"
+	    "\"io_wait_ms\":%.1f,\"cpu_ns_per_op\":%.1f,\"batch\":%d,\"avg_ns\":%.1f,"
+	    "\"p50_ns\":%u,\"p99_ns\":%u,"
+	    "\"p999_ns\":%u,\"max_ns\":%u,\"datadir\":\"%s\",\"options\":%s}\n",
+	    a->workload, a->clients, a->processes ? "processes" : "threads",
+	    scan ? "sequential" : "random", io, a->depth, s->depth, (unsigned long long)pages,
+	    b1->nbuffers, WR_PAGE_SIZE, setup_s, (unsigned long long)s->ops, s->secs, s->ops_s,
+	    s->ops_s, s->mb_s, (unsigned long long)s->passes, s->first_pass_s,
+	    (unsigned long long)hits, (unsigned long long)reads, ratio / 100.0,
+	    (unsigned long long)(b1->evictions - b0->evictions), io_wait_ms,
+	    s->ops ? (double)s->cpu_ns / (double)s->ops : 0.0, BENCH_BATCH, s->avg_ns, s->p50,
+	    s->p99, s->p999, s->max, ctx->datadir, opts);
 }
 
 /*

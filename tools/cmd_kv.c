@@ -403,7 +403,7 @@ static int do_compact(walrus *db, const kv_args *a)
 	       (unsigned long long)st.leaves_merged, (unsigned long long)st.leaves_poured,
 	       (unsigned long long)st.pages_moved, (unsigned long long)st.blocks_before,
 	       (unsigned long long)st.blocks_after, (unsigned long long)st.blocks_given_back,
-	       (double)st.blocks_given_back * 8192.0 / 1048576.0);
+	       (double)st.blocks_given_back * (double)WR_PAGE_SIZE / 1048576.0);
 	return 0;
 }
 

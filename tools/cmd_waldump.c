@@ -141,7 +141,7 @@ static void waldump_blocks(const wal_decoded *rec)
 		printf("%s%u: rel %" PRIu32 " blk %" PRIu32, i ? ", " : "", b->id, b->rel,
 		       b->blkno);
 		if (b->image)
-			printf(" fpi %u->%u%s", WAL_PAGE_SIZE, b->ih.length,
+			printf(" fpi %u->%u%s", WR_PAGE_SIZE, b->ih.length,
 			       (b->flags & WAL_BLK_IMAGE_ZSTD) ? " zstd" : "");
 		if (b->data_len)
 			printf(" data %u", b->data_len);
@@ -179,7 +179,7 @@ static void waldump_count(waldump_stat *st, const wal_decoded *rec)
 		if (rec->blocks[i].image == NULL)
 			continue;
 		s->fpis++;
-		s->fpi_raw += WAL_PAGE_SIZE;
+		s->fpi_raw += WR_PAGE_SIZE;
 		s->fpi_stored += rec->blocks[i].ih.length;
 	}
 }

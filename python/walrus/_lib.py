@@ -65,6 +65,7 @@ _bytes = c_void_p  # keys and values: bytes objects are passed by address
 _PROTOS = {
     "walrus_strerror": (c_char_p, [c_int]),
     "walrus_errmsg": (c_char_p, []),
+    "walrus_max_key": (c_size_t, []),
     "walrus_opts_new": (c_void_p, []),
     "walrus_opts_free": (None, [c_void_p]),
     "walrus_opts_set": (c_int, [c_void_p, c_char_p, c_char_p]),
@@ -159,5 +160,5 @@ TXN_SNAPSHOT = 0x1
 SPACE_CREATE = 0x1
 BACKUP_FAST = 0x1
 STOP_MODES = {"smart": 1, "fast": 2, "immediate": 3}
-MAX_KEY = 1024
+MAX_KEY = lib.walrus_max_key()  # 1024, or 480 with 4 KiB pages
 MAX_VALUE = 64 << 20

@@ -23,7 +23,7 @@
 
 #include "walrus.h"
 
-#define WR_PAGE_SIZE      8192
+#define WR_PAGE_SIZE      WALRUS_PAGE_SIZE /* walrus_config.h: -Dpage_size */
 #define WR_ARRAY_LEN(a)   (sizeof(a) / sizeof((a)[0]))
 #define WR_MIN(a, b)      ((a) < (b) ? (a) : (b))
 #define WR_MAX(a, b)      ((a) > (b) ? (a) : (b))

@@ -28,6 +28,11 @@ int api_check_flags(int flags, const char *fn)
 	return WALRUS_OK;
 }
 
+size_t walrus_max_key(void)
+{
+	return WALRUS_MAX_KEY;
+}
+
 int walrus_put(walrus *db, const void *key, size_t klen, const void *val, size_t vlen, int flags)
 {
 	int rc = api_check_flags(flags, "walrus_put");

@@ -135,6 +135,7 @@ static void stats_buffers(jbuf *j)
 	buf_get_stats(&b);
 	jb_open(j, "buffers");
 	jb_u64(j, "nbuffers", b.nbuffers);
+	jb_u64(j, "page_size", WR_PAGE_SIZE);
 	jb_str(j, "io", b.data_direct ? "direct" : "buffered");
 	jb_u64(j, "hits", b.hits);
 	jb_u64(j, "reads", b.reads);

@@ -59,7 +59,7 @@
 /* ---------------------------------------------------------------- shared memory */
 
 #define SHM_MAGIC          0x57414c5255534d31ULL /* "WALRUSM1" */
-#define SHM_LAYOUT_VERSION 2
+#define SHM_LAYOUT_VERSION 3
 #define SHM_MAX_REGIONS    32
 #define SHM_REGION_NAME    24
 
@@ -87,6 +87,8 @@ typedef struct shm_header {
 	_Atomic uint32_t state;      /* enum shm_state; futex-waitable */
 	_Atomic uint32_t panic_pid;  /* who PANICked, if anyone */
 	uint64_t huge_page_size;     /* bytes of one huge page, or 0: normal pages */
+	uint32_t page_size;          /* WR_PAGE_SIZE of the build that made it */
+	uint32_t reserved;
 	shm_region regions[SHM_MAX_REGIONS];
 } shm_header;
 
@@ -103,7 +105,8 @@ size_t shm_size_for(const size_t *region_sizes, int nregions);
  * huge_page_size says which it got.
  */
 int shm_create(size_t size, int huge, int *fd_out);
-/* Maps an existing segment (received fd), checks magic/version/size; sets the process base. */
+/* Maps an existing segment (received fd), checks magic/version/page size/size;
+ * sets the process base. */
 int shm_attach(int fd);
 /* Unmaps and forgets the base (does not close any fd). */
 void shm_detach(void);

@@ -72,6 +72,7 @@ static void init_header(shm_header *h, size_t size, size_t huge_page_size)
 	h->size = size;
 	h->alloc_off = header_size();
 	h->huge_page_size = huge_page_size;
+	h->page_size = WR_PAGE_SIZE;
 	atomic_store_explicit(&h->generation, 0, memory_order_relaxed);
 	atomic_store_explicit(&h->state, SHM_STATE_STARTING, memory_order_relaxed);
 	atomic_store_explicit(&h->panic_pid, 0, memory_order_relaxed);
@@ -180,6 +181,14 @@ static int check_header(const shm_header *h, size_t size)
 		                "shared memory layout version %u is not supported (this library "
 		                "uses version %u): the instance runs a different walrus build",
 		                h->layout_version, SHM_LAYOUT_VERSION);
+	/* A backend of another page size would read the pool's pages wrong
+	 * and write them wrong: refused as the control file refuses it. */
+	if (h->page_size != WR_PAGE_SIZE)
+		return wr_error(WALRUS_EVERSION,
+		                "the instance uses pages of %u bytes but this walrus was built "
+		                "with %d-byte pages (-Dpage_size): use a walrus of the instance's "
+		                "page size",
+		                h->page_size, WR_PAGE_SIZE);
 	if (h->size != size)
 		return wr_error(WALRUS_EPROTO,
 		                "shared memory header says %llu bytes but the segment has %zu",

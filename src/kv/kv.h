@@ -62,9 +62,9 @@
 #include "common/common.h"
 #include "storage/storage.h"
 
-#define KV_REL       1u          /* the tree's relation: DIR/base/1 */
-#define KV_MAX_KEY   1024u       /* bytes */
-#define KV_MAX_VALUE (64u << 20) /* bytes */
+#define KV_REL       1u             /* the tree's relation: DIR/base/1 */
+#define KV_MAX_KEY   WALRUS_MAX_KEY /* bytes: 1024, 480 with 4 KiB pages */
+#define KV_MAX_VALUE (64u << 20)    /* bytes */
 
 /* Durability of a commit. */
 enum kv_durability {

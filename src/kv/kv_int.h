@@ -82,10 +82,13 @@ typedef struct kv_ovf_ref {
  * Size limits that make every split possible: with items of at most T bytes
  * (line pointer included) a full page plus one item splits into halves of at
  * most (KV_NODE_SPACE - 8 + 2T) / 2 bytes, which must fit beside two
- * maximal fences (2 * (KV_MAX_KEY + 4)): T <= 2024.
+ * maximal fences (2 * (KV_MAX_KEY + 4)): T <= 2024 with 8 KiB pages (1064
+ * with 4 KiB pages and their 480-byte keys).
  */
-#define KV_FENCE_MAX      (KV_MAX_KEY + KV_LP_SIZE)
-#define KV_LEAF_ITEM_MAX  2024u /* item + line pointer */
+#define KV_FENCE_MAX     (KV_MAX_KEY + KV_LP_SIZE)
+#define KV_LEAF_ITEM_MAX (KV_NODE_SPACE / 2u + KV_LP_SIZE - 2u * KV_FENCE_MAX) /* item + LP */
+_Static_assert(WR_PAGE_SIZE != 8192 || KV_LEAF_ITEM_MAX == 2024,
+               "8 KiB pages keep the format they always had");
 #define KV_INNER_ITEM_MAX (KV_INNER_HDR + KV_MAX_KEY + KV_LP_SIZE)
 _Static_assert((KV_NODE_SPACE - 2 * KV_LP_SIZE + 2 * KV_LEAF_ITEM_MAX) / 2 <=
                    KV_NODE_SPACE - 2 * KV_FENCE_MAX,

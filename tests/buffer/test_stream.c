@@ -62,7 +62,9 @@ static void setup(int64_t nbuffers, int variant)
 	ck_assert_int_eq(wr_opts_set(&opts, "wal_segment_size", "1MB"), WALRUS_OK);
 	ck_assert_int_eq(wr_opts_set(&opts, "wal_buffers", "256kB"), WALRUS_OK);
 	/* 32 blocks per segment: streams cross segment files. */
-	ck_assert_int_eq(wr_opts_set(&opts, "data_segment_size", "256kB"), WALRUS_OK);
+	char seg[32];
+	snprintf(seg, sizeof(seg), "%dkB", 32 * WR_PAGE_SIZE / 1024);
+	ck_assert_int_eq(wr_opts_set(&opts, "data_segment_size", seg), WALRUS_OK);
 	ck_assert_int_eq(wr_opts_set(&opts, "io_method", method_name(io_method)), WALRUS_OK);
 	opts.shared_buffers = nbuffers * WR_PAGE_SIZE;
 	datadir = tu_tmpdir("walrus-stream");
@@ -194,7 +196,8 @@ START_TEST(every_block_in_order_through_a_small_pool)
 	ck_assert_int_eq(buf_stream_next(s, &buf, &blk), WALRUS_EIO);
 	ck_assert_uint_eq(blk, NBLK);
 	ck_assert_int_eq(buf, BUF_INVALID);
-	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "read only 0 of 8192 bytes"));
+	ck_assert_ptr_nonnull(
+	    strstr(walrus_errmsg(), "read only 0 of " TU_PAGE_SIZE_STRING " bytes"));
 	ck_assert_int_eq(buf_stream_next(s, &buf, &blk), WALRUS_EIO);
 	ck_assert_int_eq(buf_stream_next(s, &buf, &blk), WALRUS_ENOTFOUND);
 	buf_stream_close(s);
@@ -520,7 +523,8 @@ START_TEST(smgr_check_read_reports_what_smgr_read_reports)
 	ck_assert(page_is_new(page)); /* bad data never leaves */
 	/* A short read and a failed one. */
 	ck_assert_int_eq(smgr_check_read(r, 9, page, 100), WALRUS_EIO);
-	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "read only 100 of 8192 bytes"));
+	ck_assert_ptr_nonnull(
+	    strstr(walrus_errmsg(), "read only 100 of " TU_PAGE_SIZE_STRING " bytes"));
 	ck_assert_int_eq(smgr_check_read(r, 9, page, -EIO), WALRUS_EIO);
 	snprintf(want, sizeof(want), "could not read file \"%s\": Input/output error", path);
 	ck_assert_str_eq(walrus_errmsg(), want);
@@ -678,7 +682,7 @@ START_TEST(callback_stream_errors_per_block)
 	const char *msg[] = {NULL,
 	                     "invalid page in block 17 of file",
 	                     NULL,
-	                     "read only 0 of 8192 bytes",
+	                     "read only 0 of " TU_PAGE_SIZE_STRING " bytes",
 	                     "/base/7.1\": Input/output error",
 	                     NULL,
 	                     NULL,

@@ -25,7 +25,7 @@
 #include "testsupport/testsupport.h"
 #include "testutil.h"
 
-#define SEGSIZE ((int64_t)64 * 1024) /* 8 blocks per segment */
+#define SEGSIZE ((int64_t)8 * WR_PAGE_SIZE) /* 8 blocks per segment */
 
 static const char *dir;
 

@@ -7,6 +7,11 @@ import fcntl, os, signal, sys, time
 # meson passes the built binary's path; the default serves a run by hand
 # from the source tree.
 WALRUS = sys.argv[1] if len(sys.argv) > 1 else "build/tools/walrus"
+# The build's data page size (-Dpage_size): meson test sets
+# WALRUS_TEST_PAGE_SIZE; by hand, the default 8192.  The longest key
+# (WALRUS_MAX_KEY) follows from it.
+PAGE_SIZE = int(os.environ.get("WALRUS_TEST_PAGE_SIZE", "8192"))
+MAX_KEY = {8192: 1024, 4096: 480}[PAGE_SIZE]
 passed = failed = 0
 
 

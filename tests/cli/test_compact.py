@@ -8,7 +8,7 @@ import json, os, random, re, shutil, subprocess, sys, tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import WALRUS, check, stop_instance, summary  # noqa: E402
+from clitest import PAGE_SIZE, WALRUS, check, stop_instance, summary  # noqa: E402
 
 N = 30000
 
@@ -70,7 +70,7 @@ def main():
             check("fewer blocks in use", used_after < used_before, blocks)
             check("blocks given back", back > 0, blocks)
             check("the files' allocated size dropped by what was given back",
-                  before - allocated(d) == back * 8192, (before, allocated(d), back))
+                  before - allocated(d) == back * PAGE_SIZE, (before, allocated(d), back))
         rc, out, _ = run(d, "scan")
         check("scan finds every key", rc == 0 and len(out.splitlines()) == N, len(out.splitlines()))
         # Nine values in ten shrunk to a byte: most of the file goes back.

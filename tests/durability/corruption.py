@@ -9,7 +9,7 @@ and check that walrus notices, says where, and repairs what it can.
   fpi-repair    a checkpoint, then a durable update of one key (its page's
                 first change after the checkpoint logs a full-page image),
                 then kill -9; the page is damaged on disk (bits flipped, then
-                its second 4 KiB zeroed: torn).  Recovery restores it from
+                its second half zeroed: torn).  Recovery restores it from
                 the image: the key has its new value and verify is clean.
                 A page with no image in the WAL since the checkpoint,
                 damaged the same way, is reported by verify (exit 2)
@@ -36,7 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wtest  # noqa: E402
 from wtest import check, log  # noqa: E402
 
-PAGE = 8192
+PAGE = wtest.PAGE_SIZE  # data pages: 8192, or 4096 (-Dpage_size)
+WAL_PAGE = 8192  # WAL pages, whatever the data pages are
 SEG = 256 * 1024
 OPTS = ["wal_segment_size=256kB", "max_wal_size=64MB", "min_wal_size=32MB",
         "checkpoint_timeout=1h", "supervisor_linger=500ms"]
@@ -133,7 +134,7 @@ def case_data_page(w):
     w.wait_stopped()
     base = os.path.join(w.dir, "base", "1")
     blk = block_of(base, b"value-1500-")[0]  # key01500's leaf
-    flip(base, blk * PAGE + 4000)
+    flip(base, blk * PAGE + PAGE // 2)  # in the middle of the page
     rc, out = run(w, "verify")
     check(rc == 2, f"verify exit {rc}, expected 2: {out[-300:]}")
     want = f'invalid page in block {blk} of file "{os.path.realpath(base)}"'
@@ -163,13 +164,13 @@ def case_fpi_repair(w):
     blk = int(m[1])
     on_disk = block_of(base, b"value-1500-") + block_of(base, b"NEW-VALUE-after")
     check(blk in on_disk, f"block {blk} does not hold key01500")
-    flip(base, blk * PAGE + 3000, 0xff)
-    with open(base, "r+b") as f:  # and torn: the second 4 KiB of the page lost
-        f.seek(blk * PAGE + 4096)
-        f.write(bytes(4096))
+    flip(base, blk * PAGE + PAGE * 3 // 8, 0xff)
+    with open(base, "r+b") as f:  # and torn: the second half of the page lost
+        f.seek(blk * PAGE + PAGE // 2)
+        f.write(bytes(PAGE // 2))
     # another page, not changed since the checkpoint: no image to restore it
     other = [b for b in block_of(base, b"value-") if b != blk and b > 2][-1]
-    flip(base, other * PAGE + 5000, 0xff)
+    flip(base, other * PAGE + PAGE * 5 // 8, 0xff)
     r = w.run("get", "key01500")
     check(r.returncode == 0 and r.stdout.decode().strip() == "NEW-VALUE-after-the-checkpoint",
           f"after recovery key01500 = {r.stdout[:60]!r} (exit {r.returncode}) "
@@ -191,7 +192,7 @@ def case_wal_record(w):
     recs = records(w)
     mid = [r for r in recs if r[1] - r[0] > 64][len(recs) // 2]
     off = mid[0] % SEG + 40
-    check(off % PAGE >= 40, "record start too close to a page header")
+    check(off % WAL_PAGE >= 40, "record start too close to a page header")
     flip(seg_path(w, mid[0]), off)
     seg = os.path.basename(seg_path(w, mid[0]))
     msg = expect_refusal(w, "flipped bit in a WAL record", [re.escape(lsn_text(mid[0]))])

@@ -47,6 +47,13 @@ OPTS = ["wal_segment_size=256kB", "max_wal_size=1MB", "min_wal_size=512kB",
         "checkpoint_timeout=30s", "io_method=sync", "supervisor_linger=1s",
         "wal_writer_delay=20ms"]
 
+# 128kB, the least shared_buffers, is 16 buffers of 8 KiB pages but 32 of 4 KiB
+# ones: the cases that run with it load keys in proportion to the buffers (twice
+# as many with 4 KiB pages), so that the load's dirty pages still outgrow the
+# pool and a backend must evict one of them.
+SMALL_POOL = "shared_buffers=128kB"
+SMALL_POOL_SCALE = 8192 // wtest.PAGE_SIZE
+
 # The process where a site's failpoint must fire, where another one could
 # meet the same call first (the case would then test another site).
 LANDS = {"control-dirsync": "walrus-startup"}
@@ -61,9 +68,9 @@ SITES = {
     "data-write-ckpt": ("checkpointer writes a dirty page (smgr_write)", "pwrite", "/base/",
                         "inst", "ckpt", []),
     "data-write-evict": ("backend evicts a dirty page (buffer pool, smgr_write)", "pwrite",
-                         "/base/", "backend", "none", ["shared_buffers=128kB"]),
+                         "/base/", "backend", "none", [SMALL_POOL]),
     "data-extend": ("backend grows the relation (smgr_grow)", "fallocate", "/base/1",
-                    "backend", "none", ["shared_buffers=128kB"]),
+                    "backend", "none", [SMALL_POOL]),
     "data-open": ("backend opens a data file (smgr_open)", "open", "/base/", "backend",
                   "none", []),
     "data-fsync": ("checkpointer fsyncs a data file (sync phase)", "fsync", "/base/", "inst",
@@ -252,7 +259,8 @@ def run_case(exe, name, errno, base, cleanup, rng):
             pass
         # ckptrestart overwrites the keys in place: no page is split, so
         # replay finds the checkpoint's unsynced copies newer than its records
-        first = items(rng, "a", 200) if action == "ckptrestart" else items(rng, "b", 300)
+        nfirst = 300 * (SMALL_POOL_SCALE if SMALL_POOL in extra else 1)
+        first = items(rng, "a", 200) if action == "ckptrestart" else items(rng, "b", nfirst)
         rc, err = load(w, book, first, failpoints=back_fp)
         if rc != 0:
             reported.append(f"load: {err.strip()[-300:]}")

@@ -77,7 +77,7 @@ class SkipTest(Exception):
 def page_of(path, off):
     name = os.path.basename(path)
     rel, _, seg = name.partition(".")
-    return (int(rel), int(seg or 0) * (SEG // 8192) + off // 8192)
+    return (int(rel), int(seg or 0) * (SEG // wtest.PAGE_SIZE) + off // wtest.PAGE_SIZE)
 
 
 def main(cleanup):

@@ -10,6 +10,10 @@ still kills every walrus process it started and removes its files.
 import json, os, re, signal, shutil, subprocess, sys, tempfile, time, traceback
 
 SKIP = 77  # meson: test skipped
+# Bytes per data page of the build under test (-Dpage_size): meson test sets
+# WALRUS_TEST_PAGE_SIZE; run by hand, the default build's 8192.  WAL pages are
+# 8192 bytes whatever it is.
+PAGE_SIZE = int(os.environ.get("WALRUS_TEST_PAGE_SIZE", "8192"))
 
 
 def log(msg):

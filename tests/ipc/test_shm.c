@@ -246,6 +246,14 @@ START_TEST(attach_bad_header)
 	close(fd);
 
 	copy.layout_version = SHM_LAYOUT_VERSION;
+	copy.page_size = WR_PAGE_SIZE == 8192 ? 4096 : 8192; /* another build's pages */
+	fd = memfd_with(&copy, sizeof(copy), size);
+	ck_assert_int_eq(shm_attach(fd), WALRUS_EVERSION);
+	ck_assert_ptr_nonnull(strstr(
+	    walrus_errmsg(), "this walrus was built with " TU_PAGE_SIZE_STRING "-byte pages"));
+	close(fd);
+
+	copy.page_size = WR_PAGE_SIZE;
 	fd = memfd_with(&copy, sizeof(copy), size + 4096); /* size disagrees */
 	ck_assert_int_eq(shm_attach(fd), WALRUS_EPROTO);
 	close(fd);

@@ -17,6 +17,13 @@
 #include "testsupport/testsupport.h"
 
 enum { N = 20000, VLEN = 100 };
+/*
+ * How full compaction leaves the leaves: 1/32 under full (the shift's
+ * slack), less each leaf's fences and the part of an entry that no longer
+ * fit, which take twice as much of a 4 KiB page.
+ */
+#define PACKED_FILL   (WR_PAGE_SIZE == 8192 ? 0.95 : 0.93)
+#define REFILLED_FILL (WR_PAGE_SIZE == 8192 ? 0.90 : 0.88)
 
 static uint32_t order[N];
 
@@ -130,7 +137,7 @@ static void compact_verified(kv_verify_result *before, kv_compact_result *c,
 
 /*
  * A random load leaves leaves about 85% full; compaction packs them to more
- * than 95%, moves every page below the count of pages in use, lowers the
+ * than 95% (93% with 4 KiB pages), moves every page below the count of pages in use, lowers the
  * tree's end to it, and the punch gives back exactly the blocks past it.
  */
 START_TEST(random_load_packed_and_tail_given_back)
@@ -147,7 +154,7 @@ START_TEST(random_load_packed_and_tail_given_back)
 	ck_assert_uint_eq(c.blocks_after, r1.pages);
 	ck_assert_uint_eq(r1.free, 0);
 	ck_assert_uint_eq(r0.leaves - r1.leaves, c.leaves_merged);
-	ck_assert_msg(leaf_fill(&r1, N) > 0.95, "leaves %.1f%% full after compaction",
+	ck_assert_msg(leaf_fill(&r1, N) > PACKED_FILL, "leaves %.1f%% full after compaction",
 	              leaf_fill(&r1, N) * 100);
 	check_keys(N, NULL);
 	kt_checkpoint(); /* the freed pages are written: punching now gives their space back */
@@ -207,7 +214,7 @@ START_TEST(deletes_given_back_and_tail_allocated_again)
 	kv_compact_result c;
 	compact_verified(&r0, &c, &r1);
 	ck_assert_uint_le(r1.pages * 7, r0.pages);
-	ck_assert_double_gt(leaf_fill(&r1, N / 10), 0.90);
+	ck_assert_double_gt(leaf_fill(&r1, N / 10), REFILLED_FILL);
 	check_keys(N, every_tenth);
 	kt_checkpoint();
 	uint64_t back;
@@ -282,9 +289,10 @@ END_TEST
  * left goes: the tree is one leaf again. */
 START_TEST(root_left_with_one_child_goes)
 {
+	enum { NK = 100 * WR_PAGE_SIZE / 8192 }; /* two leaves' worth */
 	kt_init("walrus-kv-compact", 2048);
-	random_load(100);
-	for (uint32_t i = 1; i < 100; i += 2) {
+	random_load(NK);
+	for (uint32_t i = 1; i < NK; i += 2) {
 		char k[32];
 		size_t kl = key_of(k, i);
 		ck_assert_int_eq(kv_delete(k, kl, KV_ASYNC), WALRUS_OK);
@@ -296,15 +304,17 @@ START_TEST(root_left_with_one_child_goes)
 	ck_assert_uint_ge(c.leaves_merged, 1);
 	ck_assert_uint_eq(r.height, 1);
 	ck_assert_uint_eq(r.pages, 2);
-	ck_assert_uint_eq(r.keys, 50);
+	ck_assert_uint_eq(r.keys, NK / 2);
 }
 END_TEST
 
-/* Keys of 300 to 1024 bytes (long fences and separators, few entries to a
- * leaf), a third deleted: the packed tree holds exactly the rest. */
+/* Keys of 300 to 1024 bytes (140 to 480 with 4 KiB pages: long fences and
+ * separators, few entries to a leaf), a third deleted: the packed tree holds
+ * exactly the rest. */
 static size_t long_key(char *k, uint32_t i)
 {
-	size_t len = 300 + (i * 7919u) % 725;
+	enum { SHORTEST = 300 * KV_MAX_KEY / 1024 };
+	size_t len = SHORTEST + (i * 7919u) % (KV_MAX_KEY - SHORTEST + 1);
 	memset(k, 'a' + (char)(i % 3), len);
 	snprintf(k + len - 12, 12, "%011u", i); /* the order: a class, then i */
 	return len - 1;
@@ -581,7 +591,7 @@ START_TEST(compaction_stopped_by_a_crash)
 	compact_ok(&c);
 	ck_assert_int_eq(kt_verify(&r), WALRUS_OK);
 	ck_assert_uint_eq(r.free, 0);
-	ck_assert_double_gt(leaf_fill(&r, N), 0.95);
+	ck_assert_double_gt(leaf_fill(&r, N), PACKED_FILL);
 }
 END_TEST
 #endif

@@ -1,6 +1,6 @@
 /*
  * test_kv_model.c - a model-based randomized test: phases of random puts,
- * deletes and batches (keys of 1..1024 bytes with NUL bytes, values up to
+ * deletes and batches (keys of 1..KV_MAX_KEY bytes with NUL bytes, values up to
  * ~20 KiB, some in overflow chains) run by a child process against a small
  * pool, each phase ending in a crash (the child exits without writing its
  * dirty pages), a clean restart, a checkpoint then a crash, or nothing.
@@ -29,7 +29,7 @@ static uint16_t make_key(uint32_t kid, char *k)
 	uint64_t r = kt_rand(&s);
 	uint16_t len = r % 100 < 60   ? (uint16_t)(1 + r / 100 % 24)
 	               : r % 100 < 80 ? (uint16_t)(25 + r / 100 % 200)
-	                              : (uint16_t)(225 + r / 100 % 800);
+	                              : (uint16_t)(225 + r / 100 % (KV_MAX_KEY - 224));
 	for (uint16_t i = 0; i < len; i++)
 		k[i] = (char)(kt_rand(&s) >> 61); /* a few distinct bytes, NULs included */
 	if (len >= 225) {

@@ -104,24 +104,25 @@ END_TEST
 
 START_TEST(compaction_reclaims_deleted_space)
 {
-	char item[1000];
+	enum { I = KV_NODE_SPACE / 8 - 19 }; /* 1000 bytes with 8 KiB pages: 8 fit */
+	char item[I];
 	memset(item, 'x', sizeof(item));
 	page_init(page, sizeof(kv_special), KV_PT_NODE);
 	int n = 0;
 	while (kvp_insert(page, n, item, sizeof(item)))
 		n++;
-	ck_assert_int_eq(n, 8); /* 8 * 1004 <= 8152 */
+	ck_assert_int_eq(n, 8); /* 8 * (I + 4) <= KV_NODE_SPACE */
 	kvp_delete(page, 3);
 	kvp_delete(page, 0);
 	/* Contiguous room is gone, but compaction finds it. */
-	ck_assert_int_lt(page_free_space(page), 1004);
+	ck_assert_int_lt(page_free_space(page), I + 4);
 	ck_assert(kvp_insert(page, 2, item, sizeof(item)));
-	ck_assert(kvp_insert(page, 0, item, 900));
+	ck_assert(kvp_insert(page, 0, item, I - 100));
 	ck_assert(kvp_sane(page));
 	ck_assert_int_eq(kvp_nslots(page), 8);
 	kvp_truncate(page, 5);
 	ck_assert_int_eq(kvp_nslots(page), 5);
-	ck_assert_int_eq(kvp_free_space(page), KV_NODE_SPACE - 4 * 1004 - 904);
+	ck_assert_int_eq(kvp_free_space(page), KV_NODE_SPACE - 4 * (I + 4) - (I - 96));
 }
 END_TEST
 
@@ -214,7 +215,8 @@ START_TEST(ops_replay_to_identical_bytes)
 		uint64_t r = kt_rand(&seed);
 		char key[8];
 		snprintf(key, sizeof(key), "k%05d", (int)(r % 100000));
-		uint16_t il = kvl_encode_inline(item, key, 6, val, (uint32_t)(r >> 32) % 800);
+		uint16_t il = kvl_encode_inline(item, key, 6, val,
+		                                (uint32_t)(r >> 32) % (800 * WR_PAGE_SIZE / 8192));
 		if (n > 3 && r % 3 == 0) {
 			len += put_op(ops + len, KVOP_DELETE, (uint16_t)(2 + r % (uint64_t)n), NULL,
 			              0);
@@ -376,7 +378,7 @@ START_TEST(split_point_balances_and_truncates)
 	uint16_t seplen;
 	leaf_init(page, NULL, "zzzz");
 	for (int i = 0; i < 40; i++) {
-		char k[16], v[100];
+		char k[16], v[100 * WR_PAGE_SIZE / 8192]; /* 40 fit */
 		snprintf(k, sizeof(k), "key%04d", i * 2);
 		memset(v, 'v', sizeof(v) - 1);
 		v[sizeof(v) - 1] = '\0';
@@ -421,13 +423,13 @@ START_TEST(split_always_fits_at_the_limits)
 		kvn_init(page, 0, 0, 1, 2, &lo, &hi);
 		int n = 0;
 		for (;; n++) {
-			max_leaf_item(item, &len, n * 2 + 10, 1000);
+			max_leaf_item(item, &len, n * 2 + 10, KV_MAX_KEY - 24);
 			if (!kvp_insert(page, KV_FIRST_SLOT + n, item, len))
 				break;
 		}
 		ck_assert_int_ge(n, 2); /* two maximal entries always fit */
 		for (int at = 0; at <= n; at++) {
-			max_leaf_item(item, &len, at * 2 + 9, 1000);
+			max_leaf_item(item, &len, at * 2 + 9, KV_MAX_KEY - 24);
 			int k = kvm_split_point(page, KV_FIRST_SLOT + at, item, len, sep, &seplen);
 			ck_assert_int_gt(k, 0);
 			ck_assert_int_le(k, n);

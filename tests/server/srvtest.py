@@ -88,6 +88,11 @@ def children(pid):
 
 # ---------------------------------------------------------------- the server
 
+# The build's data page size (-Dpage_size; meson test sets WALRUS_TEST_PAGE_SIZE,
+# by hand the default 8192) and the longest key it takes (WALRUS_MAX_KEY).
+PAGE_SIZE = int(os.environ.get("WALRUS_TEST_PAGE_SIZE", "8192"))
+MAX_KEY = {8192: 1024, 4096: 480}[PAGE_SIZE]
+
 # Arguments every Server gets first (run_cases' --backends: the process model).
 DEFAULT_ARGS = []
 

@@ -38,7 +38,7 @@ def main(cleanup):
     check(msgs, "no error naming the batch and the shared_buffers it needs:\n" + s.log_tail())
     pages, need = (int(x) for x in msgs[-1])
     log(f"the standby stopped: the batch changes {pages} pages, it needs {need}MB")
-    check(pages > 64 and need * (1 << 20) >= pages * 2 * 8192,
+    check(pages > 64 and need * (1 << 20) >= pages * 2 * wtest.PAGE_SIZE,
           f"{pages} pages, {need}MB advised: inconsistent")
 
     log(f"started again with shared_buffers={need}MB: the batch is replayed")

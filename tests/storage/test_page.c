@@ -97,8 +97,10 @@ END_TEST
 /* Every bit of bytes spread over the page: header, slot array, middle, end. */
 START_TEST(test_checksum_bit_flips)
 {
-	static const size_t bytes[] = {0,  1,   7,    12,   13,   16,   20,   23,   24,
-	                               25, 100, 1000, 4095, 4096, 6000, 8000, 8190, 8191};
+	enum { P = WR_PAGE_SIZE };
+	static const size_t bytes[] = {0,         1,     7,        12,      13,    16,
+	                               20,        23,    24,       25,      100,   1000,
+	                               P / 2 - 1, P / 2, P - 2192, P - 192, P - 2, P - 1};
 	filled_page();
 	page_set_checksum(page, 77);
 	uint32_t good = page_checksum(page, 77);

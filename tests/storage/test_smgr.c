@@ -25,7 +25,7 @@
 #include "testsupport/testsupport.h"
 #include "testutil.h"
 
-#define SEGSIZE (64 * 1024) /* 8 blocks per segment */
+#define SEGSIZE (8 * WR_PAGE_SIZE) /* 8 blocks per segment */
 
 static const char *dir;
 
@@ -325,7 +325,8 @@ START_TEST(test_short_read)
 	unsigned char got[WR_PAGE_SIZE];
 	memset(got, 0x55, sizeof(got));
 	ck_assert_int_eq(smgr_read(r, 3, got), WALRUS_EIO);
-	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "read only 0 of 8192 bytes"));
+	ck_assert_ptr_nonnull(
+	    strstr(walrus_errmsg(), "read only 0 of " TU_PAGE_SIZE_STRING " bytes"));
 	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), seg_path(8, 0)));
 	ck_assert(page_is_new(got));
 	ck_assert_int_eq(smgr_read(r, 100, got), WALRUS_EIO); /* no such segment */
@@ -338,7 +339,8 @@ START_TEST(test_short_read)
 	ck_assert_int_eq(smgr_nblocks(r, &n), 0);
 	ck_assert_uint_eq(n, 3);
 	ck_assert_int_eq(smgr_read(r, 3, got), WALRUS_EIO);
-	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "read only 100 of 8192 bytes"));
+	ck_assert_ptr_nonnull(
+	    strstr(walrus_errmsg(), "read only 100 of " TU_PAGE_SIZE_STRING " bytes"));
 	/* A write into a missing segment is an error, not a silent extension. */
 	unsigned char p[WR_PAGE_SIZE];
 	make_page(p, 8, 30, 0);
@@ -672,7 +674,8 @@ START_TEST(test_direct_round_trip)
 	ck_assert_int_eq(write(fd, mem, 100), 100);
 	close(fd);
 	ck_assert_int_eq(smgr_read(r, 12, mem), WALRUS_EIO);
-	ck_assert_ptr_nonnull(strstr(walrus_errmsg(), "read only 100 of 8192 bytes"));
+	ck_assert_ptr_nonnull(
+	    strstr(walrus_errmsg(), "read only 100 of " TU_PAGE_SIZE_STRING " bytes"));
 	smgr_set_direct(false);
 }
 END_TEST

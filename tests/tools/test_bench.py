@@ -18,8 +18,13 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchtest import check_keys, fail, last_json, wait_stopped, walrus_arg  # noqa: E402
 
+# The build's page size (meson test sets it; -Dpage_size): shared_buffers=1MB is
+# 1 MiB / PAGE buffers.
+PAGE = int(os.environ.get("WALRUS_TEST_PAGE_SIZE", "8192"))
+NBUFFERS = (1 << 20) // PAGE
+
 BUF_KEYS = ["workload", "clients", "clients_mode", "mode", "io_method", "depth", "effective_depth", "pages",
-            "nbuffers", "setup_s", "ops", "seconds", "ops_per_s", "pages_per_s", "MBps",
+            "nbuffers", "page_size", "setup_s", "ops", "seconds", "ops_per_s", "pages_per_s", "MBps",
             "passes", "first_pass_s", "hits", "reads", "hit_ratio", "evictions",
             "cpu_ns_per_op", "batch", "avg_ns", "p50_ns", "p99_ns", "p999_ns", "max_ns",
             "datadir", "options"]
@@ -62,9 +67,12 @@ def main():
             fail("bufhit: %s" % j)
         if j["clients_mode"] != (mode or "threads"):
             fail("bufhit %s: %s" % (mode, j))
-        # Half of a 128-page pool; every read of the run is a hit once warm.
-        if j["nbuffers"] != 128 or j["pages"] != 64 or j["ops"] <= 0:
+        # Half of the pool (1MB: 128 pages of 8 KiB, 256 of 4 KiB); every read of the run is
+        # a hit once warm.
+        if j["nbuffers"] != NBUFFERS or j["pages"] != NBUFFERS // 2 or j["ops"] <= 0:
             fail("bufhit: %s" % j)
+        if j["page_size"] != PAGE:
+            fail("bufhit page_size: %s" % j)
         if j["hits"] + j["reads"] != j["ops"] or j["options"]["shared_buffers"] != "1MB":
             fail("bufhit counters: %s" % j)
 
@@ -74,7 +82,7 @@ def main():
         check_keys(j, BUF_KEYS)
         if j["workload"] != "bufscan" or j["mode"] != "sequential" or j["io_method"] != method:
             fail("bufscan: %s" % j)
-        if j["pages"] != 512 or j["depth"] != 16 or j["effective_depth"] != 16:
+        if j["pages"] != NBUFFERS * 4 or j["depth"] != 16 or j["effective_depth"] != 16:
             fail("bufscan: %s" % j)
         # A relation 4x the pool, read in order: (nearly) every page is a read.
         if j["ops"] <= 0 or j["reads"] <= 0 or j["hits"] + j["reads"] < j["ops"]:

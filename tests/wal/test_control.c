@@ -80,7 +80,7 @@ START_TEST(round_trip)
 	assert_same(&c, &got);
 	ck_assert_uint_eq(got.magic, WAL_CONTROL_MAGIC);
 	ck_assert_uint_eq(got.version, WAL_CONTROL_VERSION);
-	ck_assert_uint_eq(got.page_size, 8192);
+	ck_assert_uint_eq(got.page_size, WR_PAGE_SIZE);
 	/* Replacing it again works, and leaves no temp file. */
 	c = sample(0x3000000);
 	ck_assert_int_eq(wal_control_write(dir, &c), 0);

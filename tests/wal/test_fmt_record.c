@@ -137,16 +137,16 @@ static void fpi_case(const char *page, int level, bool want_hole, bool want_zstd
 START_TEST(test_fpi_hole)
 {
 	static char page[WR_PAGE_SIZE];
-	make_page(page, 200, 7000, 50, 11);
+	make_page(page, 200, WR_PAGE_SIZE - 1192, 50, 11);
 	fpi_case(page, 0, true, false);
 	ck_assert_uint_eq(dec.blocks[0].ih.hole_off, 200);
-	ck_assert_uint_eq(dec.blocks[0].ih.hole_len, 6800);
-	ck_assert_uint_eq(dec.blocks[0].ih.length, WR_PAGE_SIZE - 6800);
+	ck_assert_uint_eq(dec.blocks[0].ih.hole_len, WR_PAGE_SIZE - 1392);
+	ck_assert_uint_eq(dec.blocks[0].ih.length, 1392);
 	/* Pseudo-random content does not compress: stored as is. */
 	fpi_case(page, 3, true, false);
 	/* Compressible content does. */
 	memset(page + WR_PAGE_HEADER_SIZE, 'x', 200 - WR_PAGE_HEADER_SIZE);
-	memset(page + 7000, 'y', WR_PAGE_SIZE - 7000);
+	memset(page + WR_PAGE_SIZE - 1192, 'y', 1192);
 	fpi_case(page, 3, true, true);
 	ck_assert_uint_lt(dec.blocks[0].ih.length, 200);
 }
@@ -156,22 +156,22 @@ START_TEST(test_fpi_no_hole)
 {
 	static char page[WR_PAGE_SIZE];
 	/* lower == upper: a full page, no hole. */
-	make_page(page, 4000, 4000, 10, 12);
+	make_page(page, WR_PAGE_SIZE / 2 - 96, WR_PAGE_SIZE / 2 - 96, 10, 12);
 	fpi_case(page, 0, false, false);
 	ck_assert_uint_eq(dec.blocks[0].ih.length, WR_PAGE_SIZE);
 	/* An insane header (lower > upper, upper past the page) has no hole either. */
-	make_page(page, 5000, 4000, 10, 13);
+	make_page(page, WR_PAGE_SIZE / 2 + 904, WR_PAGE_SIZE / 2 - 96, 10, 13);
 	fpi_case(page, 3, false, false);
-	make_page(page, 100, 9000, 10, 14);
+	make_page(page, 100, WR_PAGE_SIZE + 808, 10, 14);
 	fpi_case(page, 0, false, false);
-	make_page(page, 10, 4000, 10, 15);
+	make_page(page, 10, WR_PAGE_SIZE / 2 - 96, 10, 15);
 	fpi_case(page, 0, false, false);
 	/* A new (all-zero) page compresses to almost nothing. */
 	memset(page, 0, sizeof(page));
 	fpi_case(page, 1, false, true);
 	ck_assert_uint_lt(dec.blocks[0].ih.length, 100);
 	/* An empty slotted page: everything but the header is hole. */
-	make_page(page, 24, 8192, 10, 16);
+	make_page(page, 24, WR_PAGE_SIZE, 10, 16);
 	fpi_case(page, 0, true, false);
 	ck_assert_uint_eq(dec.blocks[0].ih.length, WR_PAGE_HEADER_SIZE);
 }
@@ -180,7 +180,7 @@ END_TEST
 START_TEST(test_fpi_decision)
 {
 	static char page[WR_PAGE_SIZE];
-	make_page(page, 100, 8000, 500, 17);
+	make_page(page, 100, WR_PAGE_SIZE - 192, 500, 17);
 	wal_begin();
 	wal_register_block(0, 1, 1, page, 0);
 	/* page LSN > redo: changed since the checkpoint, no image. */
@@ -282,7 +282,7 @@ END_TEST
 static void rich_record(void)
 {
 	static char page[WR_PAGE_SIZE], d[100], m[500];
-	make_page(page, 300, 6000, 5, 41);
+	make_page(page, 300, WR_PAGE_SIZE - 2192, 5, 41);
 	fill(d, sizeof(d), 42);
 	fill(m, sizeof(m), 43);
 	wal_begin();
@@ -348,7 +348,7 @@ START_TEST(test_structure_checked)
 	memcpy(asm_buf.buf + ih, &bad_len, 2);
 	expect_structure_error("image length");
 	rich_record();
-	uint16_t hole_off = 8000;
+	uint16_t hole_off = WR_PAGE_SIZE - 192;
 	memcpy(asm_buf.buf + ih + 2, &hole_off, 2); /* hole past the page end */
 	expect_structure_error("hole");
 	rich_record();
@@ -394,7 +394,7 @@ START_TEST(test_fpi_decode_damage)
 	bad.length--;
 	ck_assert_int_eq(wal_fpi_decode(img, &bad, f, out), WALRUS_ECORRUPT);
 	bad = h;
-	bad.hole_off = 8100;
+	bad.hole_off = WR_PAGE_SIZE - 92;
 	ck_assert_int_eq(wal_fpi_decode(img, &bad, f, out), WALRUS_ECORRUPT);
 }
 END_TEST

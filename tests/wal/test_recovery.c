@@ -244,7 +244,7 @@ START_TEST(replay_test_records)
 {
 	wal_recovery_result *res = malloc(sizeof(*res));
 	start_stream();
-	write_workload(80);
+	write_workload(100);
 	wr_lsn first_end = last_end;
 	end_stream();
 	ck_assert_uint_gt(last_end, 3 * SEG); /* crossed segments */
@@ -259,7 +259,7 @@ START_TEST(replay_test_records)
 	static char page[WR_PAGE_SIZE];
 	smgr_rel *r;
 	read_page(1, 1, page);
-	page[5000] ^= 0x5a;
+	page[WR_PAGE_SIZE / 2] ^= 0x5a;
 	page_set_lsn(page, res->end + 4096);
 	ck_assert_int_eq(smgr_open(rels[1], &r), 0);
 	ck_assert_int_eq(smgr_write(r, 1, page), 0);
@@ -275,7 +275,7 @@ START_TEST(replay_test_records)
 	static char again[WR_PAGE_SIZE];
 	read_page(1, 1, again);
 	ck_assert_int_eq(memcmp(page, again, WR_PAGE_SIZE), 0);
-	model[1][1][5000] ^= 0x5a;
+	model[1][1][WR_PAGE_SIZE / 2] ^= 0x5a;
 	model_lsn[1][1] = res->end + 4096;
 	check_pages();
 	free(res);
