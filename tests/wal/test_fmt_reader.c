@@ -638,7 +638,8 @@ START_TEST(test_waldump)
 	int lines, n = st.n + 1;
 	ck_assert_int_eq(waldump("", out, sizeof(out), &lines), 0);
 	ck_assert_msg(lines == n, "%d lines, expected %d:\n%s", lines, n, out);
-	ck_assert_msg(strstr(out, "fpi 8192->") && strstr(out, "zstd") && strstr(out, "\nend: "),
+	ck_assert_msg(strstr(out, "fpi " TU_PAGE_SIZE_STRING "->") && strstr(out, "zstd") &&
+	                  strstr(out, "\nend: "),
 	              "%s", out);
 	char want[128];
 	snprintf(want, sizeof(want), "lsn: %s end: %s len: %u prev: %s ", lsn_str(st.start[1]),
