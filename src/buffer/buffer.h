@@ -236,9 +236,10 @@ uint32_t buf_nbuffers(void);
 
 /*
  * Write-back hints (PostgreSQL's WritebackContext): the tags of pages just
- * written collect here; every @max_pages of them are sorted, merged into
- * runs of adjacent blocks and handed to sync_file_range(WRITE), so the
- * kernel starts writing early and the later fsync finds little to do.
+ * written collect here; every @max_pages of them are sorted and handed to
+ * sync_file_range(WRITE), one call per segment file spanning its hinted
+ * blocks (bufsync.c says why), so the kernel starts writing early and the
+ * later fsync finds little to do.
  * max_pages 0 disables.  A sync_file_range error is a PANIC (rule 5).
  */
 typedef struct buf_wb {

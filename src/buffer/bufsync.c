@@ -44,20 +44,31 @@ static int wb_cmp(const void *a, const void *b)
 	return x->blk < y->blk ? -1 : x->blk > y->blk;
 }
 
-/* One sync_file_range per run of adjacent blocks: fewer calls, bigger I/Os. */
+/*
+ * One sync_file_range per segment file, from its first hinted block to its
+ * last.  Pages a pool evicts at random are rarely adjacent, and a call per
+ * page made the kernel submit each write alone: a system call, a plug and,
+ * in a virtual machine, a doorbell's exit per page.  A call over the span
+ * submits them together; the kernel visits only the span's dirty pages, all
+ * of which walrus wrote and a checkpoint's fsync would write anyway, so the
+ * clean blocks in between cost nothing and nothing is written that would not
+ * be.
+ */
 void buf_wb_issue(buf_wb *w)
 {
 	if (w->n == 0)
 		return;
 	qsort(w->tags, w->n, sizeof(*w->tags), wb_cmp);
+	uint32_t bps = smgr_blocks_per_segment();
 	uint32_t i = 0;
 	while (i < w->n) {
+		wr_relid rel = w->tags[i].rel;
+		wr_blkno seg = w->tags[i].blk / bps;
 		uint32_t j = i + 1;
-		while (j < w->n && w->tags[j].rel == w->tags[i].rel &&
-		       w->tags[j].blk <= w->tags[j - 1].blk + 1)
+		while (j < w->n && w->tags[j].rel == rel && w->tags[j].blk / bps == seg)
 			j++;
 		smgr_rel *r;
-		if (smgr_open(w->tags[i].rel, &r) == WALRUS_OK) {
+		if (smgr_open(rel, &r) == WALRUS_OK) {
 			wr_blkno first = w->tags[i].blk;
 			smgr_writeback(r, first, w->tags[j - 1].blk - first + 1);
 			atomic_fetch_add(&buf_l.r->stats.writebacks, 1);

@@ -4,8 +4,8 @@
  * failures, pin leaks, one I/O for concurrent readers of a missing page,
  * the minimum pool size, new pages mapping their chunk of the pool (and
  * the next chunks through io_uring, without it, in a forked child, and the
- * ring closed when the pool is unmapped), and peeks (optimistic reads)
- * against writers and retags.
+ * ring closed when the pool is unmapped), peeks (optimistic reads)
+ * against writers and retags, and write-back hints merged per segment.
  *
  * As in tests/wal/test_insert.c, there is no instance: the test creates a
  * shared memory segment with the "wal" and "buffers" regions (and a small
@@ -900,6 +900,33 @@ START_TEST(fork_beside_a_prefault_leaves_the_lock_free)
 END_TEST
 #endif
 
+/*
+ * Write-back hints for pages evicted at random: one sync_file_range per
+ * segment file, spanning its hinted blocks, instead of one per run of
+ * adjacent blocks (a call, and a device doorbell, per page).  256 kB
+ * segments hold 32 blocks: the hints below fall in segments 0 and 2.
+ */
+START_TEST(writeback_hints_one_call_per_segment)
+{
+	setup(128);
+	make_blocks(96);
+	ck_assert_int_eq(buf_flush_all(), WALRUS_OK); /* 96 dirty pages in the page cache */
+	buf_wb wb;
+	ck_assert_int_eq(buf_wb_init(&wb, 64), WALRUS_OK);
+	static const wr_blkno scattered[] = {30, 2, 17, 9, 90, 5, 70, 22};
+	for (size_t i = 0; i < sizeof(scattered) / sizeof(scattered[0]); i++)
+		buf_wb_add(&wb, REL, scattered[i]);
+	buf_stats before, after;
+	buf_get_stats(&before);
+	buf_wb_issue(&wb);
+	buf_get_stats(&after);
+	ck_assert_uint_eq(after.writebacks - before.writebacks, 2);
+	ck_assert_uint_eq(wb.n, 0);
+	buf_wb_free(&wb);
+	ck_assert_int_eq(buf_detach_check(), WALRUS_OK);
+}
+END_TEST
+
 static Suite *buffer_suite(void)
 {
 	Suite *s = suite_create("buffer");
@@ -921,6 +948,7 @@ static Suite *buffer_suite(void)
 	tcase_add_test(t, peek_at_a_guessed_buffer);
 	tcase_add_test(t, peek_never_reads_a_buffer_given_another_block);
 	tcase_add_test(t, peek_finds_blocks_sharing_a_hint_slot);
+	tcase_add_test(t, writeback_hints_one_call_per_segment);
 #ifdef WALRUS_TEST_HOOKS
 	tcase_add_test(t, fork_beside_a_prefault_leaves_the_lock_free);
 	tcase_add_test(t, new_page_maps_the_next_chunks_in_the_background);
