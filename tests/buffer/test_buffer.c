@@ -903,8 +903,9 @@ END_TEST
 /*
  * Write-back hints for pages evicted at random: one sync_file_range per
  * segment file, spanning its hinted blocks, instead of one per run of
- * adjacent blocks (a call, and a device doorbell, per page).  256 kB
- * segments hold 32 blocks: the hints below fall in segments 0 and 2.
+ * adjacent blocks (a call, and a device doorbell, per page).  The hints
+ * below fall in two 256 kB segments: 0 and 2 with 8 KiB pages, 0 and 1
+ * with 4 KiB.
  */
 START_TEST(writeback_hints_one_call_per_segment)
 {
