@@ -47,12 +47,11 @@ static int wb_cmp(const void *a, const void *b)
 /*
  * One sync_file_range per segment file, from its first hinted block to its
  * last.  Pages a pool evicts at random are rarely adjacent, and a call per
- * page made the kernel submit each write alone: a system call, a plug and,
- * in a virtual machine, a doorbell's exit per page.  A call over the span
- * submits them together; the kernel visits only the span's dirty pages, all
- * of which walrus wrote and a checkpoint's fsync would write anyway, so the
- * clean blocks in between cost nothing and nothing is written that would not
- * be.
+ * page cost a system call and a submission to the device of its own for
+ * each page.  A call over the span submits them together; the kernel visits
+ * only the span's dirty pages, all of which walrus wrote and a checkpoint's
+ * fsync would write anyway, so the clean blocks in between cost nothing and
+ * nothing is written that would not be.
  */
 void buf_wb_issue(buf_wb *w)
 {

@@ -903,7 +903,7 @@ END_TEST
 /*
  * Write-back hints for pages evicted at random: one sync_file_range per
  * segment file, spanning its hinted blocks, instead of one per run of
- * adjacent blocks (a call, and a device doorbell, per page).  The hints
+ * adjacent blocks (a call per page when pages are scattered).  The hints
  * below fall in two 256 kB segments: 0 and 2 with 8 KiB pages, 0 and 1
  * with 4 KiB.
  */
