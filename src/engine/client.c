@@ -665,6 +665,8 @@ void client_backend_use(client_backend *b)
  * Detaches the process (its last backend is gone).  On a live instance,
  * dirty fds are handed to the checkpointer before they close and the
  * supervisor is told; on a dead one, recovery rewrites whatever they held.
+ * Snapshots of handles left open at exit() are released here, not by the
+ * supervisor: it takes no lock a backend may hold (engine.h).
  */
 static int detach_process(void)
 {
@@ -672,6 +674,8 @@ static int detach_process(void)
 		return WALRUS_OK;
 	bool healthy =
 	    !atomic_load(&C.poisoned) && engine_running() && supervisor_connection_alive();
+	if (healthy)
+		kv_snap_release_pid((uint32_t)client_self_pid());
 	wal_detach();
 	if (healthy) {
 		smgr_shutdown();

@@ -34,7 +34,11 @@
  * Locks in shared memory: a free slot of the process table is taken by
  * compare-and-swap of its pid word (by the supervisor at ATTACH, by a
  * process for its further backends) and given back by whoever took it; a
- * slot's in_io and in_call words are written only by its owner.
+ * slot's in_io and in_call words are written only by its owner.  The
+ * supervisor never takes a lock or spins on a word a backend may hold: a
+ * backend killed inside one would stop the only process that can declare
+ * the crash which ends such waits.  What a process holds in shared memory is
+ * given back by itself when it detaches, or by the crash restart.
  *
  * Stopping (walrus_stop, or SIGTERM/SIGINT/SIGQUIT to the supervisor): smart
  * waits for every attached process to detach; fast drains (state STOPPING:

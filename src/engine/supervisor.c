@@ -792,7 +792,6 @@ static void release_slot(sup_conn *c)
 			wr_log(WR_LOG,
 			       "process %d %s during a base backup: the backup is cancelled",
 			       (int)c->pid, c->detached ? "detached" : "ended");
-		kv_snap_release_pid((uint32_t)c->pid); /* snapshots it never released */
 	}
 	c->slot = -1;
 }

@@ -404,7 +404,7 @@ typedef struct kv_snap {
 /* ELIMIT when 4096 snapshots are live. */
 int kv_snap_take(kv_snap *s);
 void kv_snap_release(kv_snap *s);
-/* Every snapshot process @pid holds (it detached without releasing them). */
+/* Every snapshot process @pid holds: a process detaching with handles left open. */
 void kv_snap_release_pid(uint32_t pid);
 /* WALRUS_ESNAPSHOT when @s lost versions, or outlived old_snapshot_threshold. */
 int kv_snap_check(const kv_snap *s);
@@ -522,6 +522,9 @@ void kv_test_batch_prefetch_slow(bool on);
  * KV_NODE_COPIES: as built): a tree with more level-1 nodes than that,
  * small enough for a test. */
 void kv_test_copy_places(int n);
+/* Takes the snapshot table's spinlock and never gives it back: a process
+ * killed while it holds it. */
+void kv_test_snap_lock_hold(void);
 #endif
 
 #endif /* WALRUS_KV_H */

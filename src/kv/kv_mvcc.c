@@ -585,6 +585,13 @@ void kv_snap_release_pid(uint32_t pid)
 	spin_unlock(&mv->lock);
 }
 
+#ifdef WALRUS_TEST_HOOKS
+void kv_test_snap_lock_hold(void)
+{
+	spin_lock(&mv->lock);
+}
+#endif
+
 int kv_snap_check(const kv_snap *s)
 {
 	/* The ring's bytes the caller read, before lost_csn (the file's comment). */

@@ -6,11 +6,13 @@
  * is seen spinning, the child is SIGKILLed: the supervisor marks the instance CRASHED, and the
  * spinning call must return WALRUS_ERESTART instead of spinning forever.  The instance then
  * recovers on the next open.  A holder that stays alive makes the wait PANIC as a stuck spinlock
- * once the (shortened) limit passes.  And the I/O guard, which a crash restart waits on: it nests,
- * so an inner bracket (a short write finished inside an io_uring batch) does not end the outer one
- * while the batch is still in flight.  And the WAL's io_uring ring: a supervisor forked from the
- * application after a restart must set up rings of its own, not use the application's (whose fd it
- * closed).
+ * once the (shortened) limit passes.  The supervisor never waits on such a word: a backend killed
+ * holding the snapshot table's lock is a crash restart, and the snapshots of a process that exits
+ * with handles open are given back by that process.  And the I/O guard, which a crash restart waits
+ * on: it nests, so an inner bracket (a short write finished inside an io_uring batch) does not end
+ * the outer one while the batch is still in flight.  And the WAL's io_uring ring: a supervisor
+ * forked from the application after a restart must set up rings of its own, not use the
+ * application's (whose fd it closed).
  */
 #include "testutil.h"
 
@@ -27,6 +29,7 @@
 #include "fdcache/fdcache.h"
 #include "engine/engine.h"
 #include "ipc/ipc.h"
+#include "kv/kv.h"
 #include "wal/wal_int.h"
 
 #define WAIT_LIMIT_NS (60ULL * 1000 * 1000 * 1000)
@@ -42,12 +45,19 @@ static walrus_opts *test_opts(void)
 	return o;
 }
 
+static long stat_of(walrus *db, const char *name);
+
 static void setup(void)
 {
 	dir = tu_tmpdir("crash-state");
 }
 
-typedef enum hold_kind { HOLD_SPINLOCK, HOLD_BUF_HEADERS, HOLD_WAL_SLOT } hold_kind;
+typedef enum hold_kind {
+	HOLD_SPINLOCK,
+	HOLD_BUF_HEADERS,
+	HOLD_WAL_SLOT,
+	HOLD_SNAPSHOT_LOCK
+} hold_kind;
 
 /* The child: attach, take the word, say so on @fd, and wait to be killed. */
 static _Noreturn void child_hold(hold_kind kind, int fd)
@@ -74,6 +84,13 @@ static _Noreturn void child_hold(hold_kind kind, int fd)
 	case HOLD_WAL_SLOT:
 		atomic_store(&wal_slots[wal_me->slot].done_upto, WAL_SLOT_BUSY);
 		break;
+	case HOLD_SNAPSHOT_LOCK:
+#ifdef WALRUS_TEST_HOOKS
+		kv_test_snap_lock_hold();
+		break;
+#else
+		_exit(5);
+#endif
 	}
 	char c = 'h';
 	if (write(fd, &c, 1) != 1)
@@ -208,6 +225,73 @@ START_TEST(test_killed_wal_inserter)
 }
 END_TEST
 
+/* The instance's log holds @a or @b: true for @a. */
+static bool wait_log_either(const char *a, const char *b)
+{
+	for (;;) {
+		if (log_has(a))
+			return true;
+		if (log_has(b))
+			return false;
+		wr_sleep_us(10000);
+	}
+}
+
+#ifdef WALRUS_TEST_HOOKS
+/*
+ * A backend killed while it holds the snapshot table's lock: its death is a
+ * crash restart.  The supervisor used to give back the snapshots of a
+ * departed process itself, under that lock, and so spun on it until its own
+ * stuck-spinlock PANIC: the crash it alone can declare never came.
+ */
+START_TEST(test_killed_snapshot_lock_holder)
+{
+	walrus *db = tu_open(dir, test_opts());
+	ck_assert_int_eq(walrus_put(db, "k", 1, "v", 1, WALRUS_SYNC), WALRUS_OK);
+	pid_t pid = start_holder(HOLD_SNAPSHOT_LOCK);
+	kill_and_reap(pid);
+	char ended[128];
+	snprintf(ended, sizeof(ended), "backend process %d ended without detaching", (int)pid);
+	ck_assert_msg(wait_log_either(ended, "stuck spinlock detected"),
+	              "the supervisor spun on the dead backend's lock");
+	ck_assert_int_eq(walrus_close(db), WALRUS_OK);
+	check_recovered();
+}
+END_TEST
+#endif
+
+/* The child: a snapshot on a handle it never closes, then exit(). */
+static int child_exit_with_snapshot(void *arg)
+{
+	(void)arg;
+	walrus_opts *o = test_opts();
+	walrus *db = NULL;
+	if (walrus_open(dir, o, &db) != WALRUS_OK)
+		return 2;
+	walrus_opts_free(o);
+	walrus_snapshot *snap = NULL;
+	if (walrus_snapshot_take(db, &snap) != WALRUS_OK)
+		return 3;
+	exit(0);
+}
+
+/*
+ * A process that exits with a snapshot still taken gives it back as it
+ * detaches (its exit hook), before it is gone: a live snapshot would hold
+ * back the pruning of every version after it for the instance's lifetime.
+ */
+START_TEST(test_exit_releases_snapshots)
+{
+	walrus *db = tu_open(dir, test_opts());
+	ck_assert_int_eq(walrus_put(db, "k", 1, "v", 1, WALRUS_SYNC), WALRUS_OK);
+	pid_t pid = tu_fork(child_exit_with_snapshot, NULL);
+	ck_assert_int_eq(tu_wait(pid), 0);
+	ck_assert_int_eq(tu_stat(db, "snapshots", "live"), 0);
+	ck_assert_int_eq(stat_of(db, "crash_restarts"), 0);
+	tu_close_and_wait(db);
+}
+END_TEST
+
 /* A live holder that never lets go: the waiter PANICs once the stuck limit passes. */
 START_TEST(test_stuck_spinlock_panics)
 {
@@ -309,6 +393,10 @@ static Suite *crash_state_suite(void)
 	tcase_add_test(tc, test_killed_buffer_header_holder);
 	tcase_add_test(tc, test_killed_wal_inserter);
 	tcase_add_test(tc, test_stuck_spinlock_panics);
+#ifdef WALRUS_TEST_HOOKS
+	tcase_add_test(tc, test_killed_snapshot_lock_holder);
+#endif
+	tcase_add_test(tc, test_exit_releases_snapshots);
 	suite_add_tcase(s, tc);
 	TCase *tg = tcase_create("guard");
 	tcase_add_checked_fixture(tg, setup, NULL);
