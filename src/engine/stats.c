@@ -390,6 +390,7 @@ static void stats_kv(jbuf *j)
 	jb_u64(j, "optimistic_retries", k.optimistic_retries);
 	jb_u64(j, "mapped_reads", k.mapped_reads);
 	jb_u64(j, "mapped_retries", k.mapped_retries);
+	jb_u64(j, "mapped_prefetches", k.mapped_prefetches);
 	jb_u64(j, "node_copies_taken", k.node_copies_taken);
 	jb_u64(j, "node_copies_rationed", k.node_copies_rationed);
 	jb_u64(j, "compactions", k.compactions);

@@ -352,6 +352,7 @@ typedef struct kv_stats {
 	uint64_t optimistic_retries;   /* peeks that a writer overlapped: read again under a lock */
 	uint64_t mapped_reads;         /* of the optimistic gets, answered by the file's mapping */
 	uint64_t mapped_retries;       /* mapped peeks a load of the leaf overlapped */
+	uint64_t mapped_prefetches;    /* mapped leaves read ahead whole (judged not in memory) */
 	uint64_t node_copies_taken;    /* internal nodes a backend copied for its descents */
 	uint64_t node_copies_rationed; /* level-1 nodes read without a copy: copies did not pay */
 	uint64_t compactions;          /* kv_compact runs that finished */
@@ -522,6 +523,9 @@ void kv_test_batch_prefetch_slow(bool on);
  * KV_NODE_COPIES: as built): a tree with more level-1 nodes than that,
  * small enough for a test. */
 void kv_test_copy_places(int n);
+/* Mapped peeks of this process judged slow (1), fast (0), or timed (-1, as
+ * built): whether they prefetch, without timing. */
+void kv_test_map_judge(int mode);
 /* Takes the snapshot table's spinlock and never gives it back: a process
  * killed while it holds it. */
 void kv_test_snap_lock_hold(void);

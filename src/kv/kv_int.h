@@ -551,6 +551,7 @@ typedef struct kv_shared {
 		_Atomic uint64_t copies_rationed; /* level-1 nodes read without taking a copy */
 		_Atomic uint64_t mapped;          /* optimistic gets read through the mapping */
 		_Atomic uint64_t mapped_retries;
+		_Atomic uint64_t mapped_prefetches; /* mapped leaves asked of the kernel first */
 	} gets[KV_GET_STRIPES];
 	bool mapped_reads; /* option mmap_reads, set at creation */
 } kv_shared;
@@ -722,6 +723,10 @@ struct kv_backend {
 	 * whether copies of that level are rationed (kv_tree.c, copy_victim). */
 	uint32_t l1_evicted, l1_evicted_found, l1_reads;
 	bool l1_rationed;
+	/* Mapped peeks (kv_tree.c, peek_mapped): how many are left to prefetch
+	 * since the last one that waited for the device, and a count that
+	 * times one in KV_MAP_TIME_EVERY of the others. */
+	uint8_t map_slow, map_peeks;
 	unsigned get_stripe;
 };
 extern WR_TLS kv_backend *kv_me;

@@ -1028,6 +1028,16 @@ static void smap_refresh(smap_rel *m, wr_relid rel, uint32_t seg)
 		if (injected <= 0 && smgr_guard_install() == WALRUS_OK)
 			p = mmap(NULL, (size_t)smgr_bps * WR_PAGE_SIZE, PROT_READ, MAP_SHARED, fd,
 			         0);
+		/* Without it a fault on data beyond memory reads read_ahead_kb around
+		 * itself (8 MiB on some devices) for one page: 50x slower gets. */
+		if (p != MAP_FAILED &&
+		    madvise(p, (size_t)smgr_bps * WR_PAGE_SIZE, MADV_RANDOM) != 0) {
+			int e = errno;
+			if (munmap(p, (size_t)smgr_bps * WR_PAGE_SIZE) != 0)
+				wr_log(WR_WARNING, "could not unmap \"%s\": %m", path);
+			errno = e;
+			p = MAP_FAILED;
+		}
 		if (p != MAP_FAILED) {
 			atomic_store_explicit(&m->nblocks[seg],
 			                      (uint32_t)(st.st_size / WR_PAGE_SIZE),
@@ -1071,6 +1081,12 @@ const char *smgr_map_block(wr_relid rel, wr_blkno b)
 		fdc_unlock();
 	}
 	return NULL;
+}
+
+void smgr_map_prefetch(const char *page)
+{
+	/* A hint: if it fails, the reader's loads fault the page in anyway. */
+	(void)madvise((void *)page, WR_PAGE_SIZE, MADV_WILLNEED);
 }
 
 static void smgr_unmap_all(void)

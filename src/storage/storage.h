@@ -174,6 +174,15 @@ int smgr_direct_probe(const char *datadir, int mode, bool mmap_reads, bool *use)
  */
 const char *smgr_map_block(wr_relid rel, wr_blkno b);
 /*
+ * smgr_map_prefetch: asks the kernel to read @page (from smgr_map_block)
+ * whole, in one request, without waiting for it.  The mappings are advised
+ * random (a fault reads no more than it touches: the kernel's read-around
+ * would read read_ahead_kb around each one), so a page larger than the
+ * system's is otherwise read a system page per fault, one after the other.
+ * A system call: worth it only when the page is likely not in memory.
+ */
+void smgr_map_prefetch(const char *page);
+/*
  * smgr_map_read: @fn(@page, @arg) on block @b of @rel as smgr_map_block
  * returned it, and true; false when a load from the page raised SIGBUS (the
  * device failed the read, or someone cut the file short): @fn was abandoned

@@ -1432,7 +1432,87 @@ START_TEST(mapped_reads_answer_from_the_file)
 }
 END_TEST
 
+/* The VmFlags line of this process's mapping of @path (NULL: not mapped). */
+static char *vmflags_of(const char *path, char *out, size_t len)
+{
+	char real[4200];
+	ck_assert_ptr_nonnull(realpath(path, real));
+	FILE *f = fopen("/proc/self/smaps", "r");
+	ck_assert_ptr_nonnull(f);
+	char line[4400];
+	bool ours = false;
+	char *found = NULL;
+	while (found == NULL && fgets(line, sizeof(line), f) != NULL) {
+		line[strcspn(line, "\n")] = 0;
+		if (strncmp(line, "VmFlags:", 8) == 0) {
+			if (ours && snprintf(out, len, "%s", line) > 0)
+				found = out;
+		} else if (strchr(line, '-') != NULL && strchr(line, '/') != NULL) {
+			const char *name = strchr(line, '/'); /* a mapping's header line */
+			ours = strcmp(name, real) == 0;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+/*
+ * The mapping is advised random: otherwise the kernel reads read_ahead_kb
+ * around every fault, which for a tree beyond memory made mapped gets 50x
+ * slower than reads into the pool (8 MiB read per get on a device with
+ * read_ahead_kb 8192).  VmFlags' "rr" is that advice.
+ */
+START_TEST(mapped_reads_advise_random)
+{
+	mapped_setup();
+	for (uint32_t i = 0; i < 20000; i += 7)
+		mapped_get_is(i, 'a');
+	kv_stats st;
+	kv_get_stats(&st);
+	ck_assert_uint_gt(st.mapped_reads, 0);
+	char path[4200], flags[256];
+	smgr_segment_path(KV_REL, 0, path, sizeof(path));
+	ck_assert_msg(vmflags_of(path, flags, sizeof(flags)) != NULL, "%s is not mapped", path);
+	ck_assert_msg(strstr(flags, " rr") != NULL, "mapping of %s not advised random: %s", path,
+	              flags);
+}
+END_TEST
+
 #ifdef WALRUS_TEST_HOOKS /* kv_test_mapped_between and the mmap failpoint */
+/*
+ * Peeks that waited for the device prefetch the next leaves whole (one
+ * request instead of a fault per system page); peeks from memory stop
+ * prefetching after KV_MAP_SLOW_RUN (16) of them, and never start.
+ */
+START_TEST(mapped_reads_prefetch_only_when_slow)
+{
+	mapped_setup();
+	kv_stats st0, st1, st2;
+	kv_test_map_judge(0);
+	for (uint32_t i = 0; i < 20000; i += 7)
+		mapped_get_is(i, 'a');
+	kv_get_stats(&st0);
+	ck_assert_uint_gt(st0.mapped_reads, 1000);
+	ck_assert_uint_eq(st0.mapped_prefetches, 0);
+	/* Judged slow: from the first timed peek (one in 8) on, every peek. */
+	kv_test_map_judge(1);
+	for (uint32_t i = 0; i < 20000; i += 3)
+		mapped_get_is(i, 'a');
+	kv_get_stats(&st1);
+	uint64_t mapped = st1.mapped_reads - st0.mapped_reads;
+	ck_assert_uint_gt(mapped, 1000);
+	ck_assert_uint_ge(st1.mapped_prefetches - st0.mapped_prefetches, mapped - 8);
+	/* Fast again: at most the 16 of the run already started. */
+	kv_test_map_judge(0);
+	for (uint32_t i = 1; i < 20000; i += 3)
+		mapped_get_is(i, 'a');
+	kv_get_stats(&st2);
+	ck_assert_uint_gt(st2.mapped_reads - st1.mapped_reads, 1000);
+	ck_assert_uint_le(st2.mapped_prefetches - st1.mapped_prefetches, 16);
+	kv_test_map_judge(-1);
+}
+END_TEST
+
 static void put_b_once(void *arg)
 {
 	uint32_t i = *(uint32_t *)arg;
@@ -1657,9 +1737,11 @@ static Suite *tree_suite(void)
 	tcase_add_test(t, verify_finds_keys_out_of_order);
 	tcase_add_test(t, writer_checks_a_leaf_new_to_its_buffer);
 	tcase_add_test(t, mapped_reads_answer_from_the_file);
+	tcase_add_test(t, mapped_reads_advise_random);
 #ifdef WALRUS_TEST_HOOKS
 	tcase_add_test(t, mapped_read_overlapped_by_a_put_reads_again);
 	tcase_add_test(t, mapped_reads_without_a_mapping);
+	tcase_add_test(t, mapped_reads_prefetch_only_when_slow);
 #endif
 	tcase_add_test(t, mapped_read_of_a_damaged_leaf_fails);
 	tcase_add_test(t, mapped_read_of_a_file_cut_short_fails);
