@@ -182,6 +182,10 @@ extern const char *const peers_workload_names[PEERS_WORKLOAD_COUNT];
 /* The workload named @name, or -1. */
 int peers_workload_by_name(const char *name);
 
+/* The largest latency record a client of this process allocated, in bytes
+ * (untimed clients keep none). */
+uint64_t peers_latency_record_max(void);
+
 /* Most keys a database of @key_size-byte keys holds (10^key_size, at most
  * PEERS_MAX_KEYS). */
 uint64_t peers_max_keys(size_t key_size);
