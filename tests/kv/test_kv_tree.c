@@ -952,7 +952,7 @@ START_TEST(copies_search_with_tied_heads)
 			ck_assert_int_eq(kv_iter_prev(it), WALRUS_OK);
 		}
 	ck_assert(!kv_iter_valid(it));
-	ck_assert_uint_eq(n, 3 * per);
+	ck_assert_uint_eq(n, (uintmax_t)3 * per);
 	kv_iter_close(it);
 }
 END_TEST
