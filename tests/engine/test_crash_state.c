@@ -225,6 +225,7 @@ START_TEST(test_killed_wal_inserter)
 }
 END_TEST
 
+#ifdef WALRUS_TEST_HOOKS
 /* The instance's log holds @a or @b: true for @a. */
 static bool wait_log_either(const char *a, const char *b)
 {
@@ -237,7 +238,6 @@ static bool wait_log_either(const char *a, const char *b)
 	}
 }
 
-#ifdef WALRUS_TEST_HOOKS
 /*
  * A backend killed while it holds the snapshot table's lock: its death is a
  * crash restart.  The supervisor used to give back the snapshots of a
