@@ -183,8 +183,10 @@ extern const char *const peers_workload_names[PEERS_WORKLOAD_COUNT];
 int peers_workload_by_name(const char *name);
 
 /* The largest latency record a client of this process allocated, in bytes
- * (untimed clients keep none). */
+ * (untimed clients keep none; a timed one a histogram of fixed size). */
 uint64_t peers_latency_record_max(void);
+/* Checks the latency histogram's buckets and percentiles: NULL, or what is wrong. */
+const char *peers_latency_selftest(void);
 
 /* Most keys a database of @key_size-byte keys holds (10^key_size, at most
  * PEERS_MAX_KEYS). */
@@ -204,7 +206,8 @@ void peers_disk_usage(const peers_engine *e, const char *dir, peers_sizes *out);
 
 /* A workload's figures: the measured clients' operations (readwhilewriting:
  * the readers') pooled, and readwhilewriting's writer apart. Latencies in
- * microseconds, nearest-rank percentiles; has_lat false for scan. */
+ * microseconds, nearest-rank percentiles read from a histogram (within
+ * 1/128 above the exact one, never above the maximum); has_lat false for scan. */
 typedef struct peers_result {
 	const char *engine;
 	const char *workload;

@@ -126,6 +126,27 @@ const char *const peers_client_mode_names[PEERS_MAX_MODES] = {"threads", "proces
 /* One client of a workload: its orders, and what it measured. Clients that
  * are threads write their own structure and buffers at every operation, so
  * each starts on a cache line of its own (client_new) and no two share one. */
+/*
+ * A client's latencies, in ns, as a log-linear histogram (HdrHistogram's
+ * layout): below 256 ns one bucket per value, above 128 buckets per power
+ * of two, so a percentile read from it is within 1/128 of the nearest-rank
+ * one over the samples, and a client keeps 26 KiB however long it runs (4
+ * bytes an operation would be 160 MiB for a timed fill of 40M keys, inside
+ * a --memory-limit).  Sum and sum of squares give the mean and deviation
+ * exactly; the maximum is kept as it is.
+ */
+#define LH_SUB_BITS 7
+#define LH_SUB      (1u << LH_SUB_BITS)
+#define LH_BUCKETS  ((33u - LH_SUB_BITS) * LH_SUB) /* up to UINT32_MAX ns */
+
+typedef struct lat_hist {
+	uint64_t count;
+	uint64_t sum; /* ns */
+	double sumsq; /* ns^2 */
+	uint32_t max;
+	uint64_t bucket[LH_BUCKETS];
+} lat_hist;
+
 typedef struct client {
 	_Alignas(CACHE_LINE) const peers_engine *e;
 	peers_open_args oa;
@@ -149,17 +170,16 @@ typedef struct client {
 	int go_fd;                  /* processes: EOF means start */
 	uint64_t start_ns;
 	uint64_t end_ns;
-	uint32_t *lat;   /* latencies in ns (timed clients only) */
-	uint64_t ops;    /* operations done = latencies recorded */
+	lat_hist *lat;   /* latencies (timed clients only) */
+	uint64_t ops;    /* operations done */
 	uint64_t aborts; /* txn_transfer: attempts rolled back by a conflict */
-	uint64_t cap;    /* room in lat */
 	char *key;       /* the client's buffers: a key, a value, a value read */
 	char *val, *buf;
 	char *key2; /* txn_transfer's second account */
 } client;
 
-/* What a forked client sends after its ready byte, followed by ops uint32
- * latencies. */
+/* What a forked client sends after its ready byte, followed by its
+ * latencies (a lat_hist) when it was timed. */
 typedef struct client_wire {
 	uint64_t ops;
 	uint64_t aborts;
@@ -801,12 +821,49 @@ static inline uint32_t lat32(uint64_t ns)
 
 static uint64_t g_lat_max; /* the largest latency record allocated */
 
-static uint32_t *lat_alloc(uint64_t n)
+static lat_hist *lat_alloc(void)
 {
-	uint64_t bytes = (n ? n : 1) * sizeof(uint32_t);
-	if (bytes > g_lat_max)
-		g_lat_max = bytes;
-	return client_alloc("latencies", bytes);
+	if (sizeof(lat_hist) > g_lat_max)
+		g_lat_max = sizeof(lat_hist);
+	lat_hist *h = client_alloc("latencies", sizeof(lat_hist));
+	memset(h, 0, sizeof(*h));
+	return h;
+}
+
+static unsigned lh_index(uint32_t v)
+{
+	if (v < 2 * LH_SUB)
+		return v;
+	unsigned shift = (unsigned)(31 - __builtin_clz(v)) - LH_SUB_BITS;
+	return shift * LH_SUB + (v >> shift);
+}
+
+/* The largest value bucket @i holds. */
+static uint64_t lh_high(unsigned i)
+{
+	if (i < 2 * LH_SUB)
+		return i;
+	unsigned shift = i / LH_SUB - 1;
+	return ((uint64_t)(i - shift * LH_SUB + 1) << shift) - 1;
+}
+
+static void lh_add(lat_hist *h, uint32_t v)
+{
+	h->count++;
+	h->sum += v;
+	h->sumsq += (double)v * v;
+	h->max = v > h->max ? v : h->max;
+	h->bucket[lh_index(v)]++;
+}
+
+static void lh_merge(lat_hist *into, const lat_hist *h)
+{
+	into->count += h->count;
+	into->sum += h->sum;
+	into->sumsq += h->sumsq;
+	into->max = h->max > into->max ? h->max : into->max;
+	for (unsigned i = 0; i < LH_BUCKETS; i++)
+		into->bucket[i] += h->bucket[i];
 }
 
 uint64_t peers_latency_record_max(void)
@@ -816,27 +873,15 @@ uint64_t peers_latency_record_max(void)
 
 /*
  * Records one operation: its latency, and for the hooks its end.  An
- * untimed client (the load before readrandom and the others) keeps no
- * latencies: 4 bytes a key, 160 MiB for 40M keys, would take that much of
- * a --memory-limit from the engine while it loads.
+ * untimed client (the load before readrandom and the others) only counts.
  */
 static void client_record(client *c, uint64_t t0, uint64_t t1)
 {
-	if (!c->timed) {
-		c->ops++;
+	c->ops++;
+	if (!c->timed)
 		return;
-	}
-	if (c->ops == c->cap) {
-		uint64_t cap = c->cap ? c->cap * 2 : 65536;
-		uint32_t *lat = lat_alloc(cap);
-
-		memcpy(lat, c->lat, c->ops * sizeof(uint32_t));
-		free(c->lat);
-		c->lat = lat;
-		c->cap = cap;
-	}
-	c->lat[c->ops++] = lat32(t1 - t0);
-	if (c->timed && g_hooks != NULL && g_hooks->op != NULL)
+	lh_add(c->lat, lat32(t1 - t0));
+	if (g_hooks != NULL && g_hooks->op != NULL)
 		g_hooks->op(g_hooks->arg, c->id, t1, t1 - t0, c->writer ? PEERS_OP_WRITER : 0);
 }
 
@@ -1233,7 +1278,8 @@ static _Noreturn void child_main(client *c)
 	w.start_ns = c->start_ns;
 	w.end_ns = c->end_ns;
 	write_full(c->result_fd, &w, sizeof(w));
-	write_full(c->result_fd, c->lat, c->ops * sizeof(uint32_t));
+	if (c->timed)
+		write_full(c->result_fd, c->lat, sizeof(*c->lat));
 	xclose(c->result_fd);
 	_exit(0);
 }
@@ -1293,11 +1339,10 @@ static void run_processes(client *cl, int n, bool drop)
 		cl[i].start_ns = w.start_ns;
 		cl[i].end_ns = w.end_ns;
 		cl[i].aborts = w.aborts;
-		free(cl[i].lat);
-		cl[i].lat = peers_xmalloc("latencies", (w.ops ? w.ops : 1) * sizeof(uint32_t));
-		cl[i].ops = cl[i].cap = w.ops;
-		if (read_full(cl[i].result_fd, cl[i].lat, w.ops * sizeof(uint32_t)) !=
-		    w.ops * sizeof(uint32_t))
+		cl[i].ops = w.ops;
+		if (cl[i].timed && (read_full(cl[i].result_fd, cl[i].lat, sizeof(*cl[i].lat)) !=
+		                        sizeof(*cl[i].lat) ||
+		                    cl[i].lat->count != w.ops))
 			children_failed(cl[i].id, "sent truncated latencies");
 		xclose(cl[i].result_fd);
 		cl[i].result_fd = -1;
@@ -1311,14 +1356,6 @@ static void run_processes(client *cl, int n, bool drop)
 
 /* ------------------------------------------------------------ reporting */
 
-/* NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the order is fixed */
-static int cmp_u32(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-
-	return (x > y) - (x < y);
-}
-
 /* Output goes out line by line; a failed write (a closed pipe: SIGPIPE is
  * ignored) is an error like any other. */
 void peers_flush(FILE *f)
@@ -1327,12 +1364,49 @@ void peers_flush(FILE *f)
 		sys_fail(f == stdout ? "write(stdout)" : "write(stderr)");
 }
 
-/* Nearest-rank percentile (in thousandths) of sorted samples, in microseconds. */
-static double percentile_us(const uint32_t *v, uint64_t n, unsigned per_mille)
+/* Nearest-rank percentile (in thousandths), in microseconds: the top of the
+ * bucket holding that rank, or the maximum when it is lower. */
+static double percentile_us(const lat_hist *h, unsigned per_mille)
 {
-	uint64_t rank = (n * per_mille + 999) / 1000;
+	uint64_t rank = (h->count * per_mille + 999) / 1000, seen = 0;
 
-	return n == 0 ? 0.0 : (double)v[rank ? rank - 1 : 0] / 1000.0;
+	if (h->count == 0)
+		return 0.0;
+	if (rank == 0)
+		rank = 1;
+	for (unsigned i = 0; i < LH_BUCKETS; i++) {
+		seen += h->bucket[i];
+		if (seen >= rank) {
+			uint64_t v = lh_high(i);
+			return (double)(v < h->max ? v : h->max) / 1000.0;
+		}
+	}
+	return (double)h->max / 1000.0;
+}
+
+const char *peers_latency_selftest(void)
+{
+	lat_hist *h = lat_alloc();
+	const char *bad = NULL;
+
+	/* Every value lands in a bucket whose top is at most 1/128 above it,
+	 * and the buckets follow the values' order. */
+	for (uint64_t v = 0, prev = 0; v <= UINT32_MAX && bad == NULL; v += 1 + v / 97) {
+		unsigned i = lh_index((uint32_t)v);
+		uint64_t top = lh_high(i);
+		if (i >= LH_BUCKETS || i < prev || top < v || top - v > v / LH_SUB)
+			bad = "a value's bucket is out of order or too wide";
+		prev = i;
+	}
+	/* 1..100000 ns once each: the nearest-rank p50 is 50000, p99 99000. */
+	for (uint32_t v = 1; v <= 100000; v++)
+		lh_add(h, v);
+	double p50 = percentile_us(h, 500), p99 = percentile_us(h, 990);
+	if (bad == NULL && (p50 < 50.0 || p50 > 50.0 * (1 + 1.0 / LH_SUB) || p99 < 99.0 ||
+	                    p99 > 99.0 * (1 + 1.0 / LH_SUB) || percentile_us(h, 1000) != 100.0))
+		bad = "a percentile is off by more than 1/128";
+	free(h);
+	return bad;
 }
 
 #define MIB(b) ((double)(b) / 1048576.0)
@@ -1568,27 +1642,15 @@ static void emit(const peers_config *cfg, const peers_result *r)
 	peers_flush(stdout);
 }
 
-/* The pooled latencies of the clients whose writer flag is @writer, sorted
- * (NULL with none); *n gets their number, *sum their total in ns. */
-static uint32_t *pool_latencies(const client *cl, int n, bool writer, uint64_t *count, double *sum)
+/* The pooled latencies of the clients whose writer flag is @writer (freed by the caller). */
+static lat_hist *pool_latencies(const client *cl, int n, bool writer)
 {
-	uint64_t total = 0, at = 0;
-	uint32_t *all;
+	lat_hist *all = peers_xmalloc("latencies", sizeof(lat_hist));
 
+	memset(all, 0, sizeof(*all));
 	for (int i = 0; i < n; i++)
-		total += cl[i].writer == writer ? cl[i].ops : 0;
-	*count = total;
-	*sum = 0;
-	all = peers_xmalloc("latencies", (total ? total : 1) * sizeof(uint32_t));
-	for (int i = 0; i < n; i++) {
-		if (cl[i].writer != writer)
-			continue;
-		memcpy(all + at, cl[i].lat, cl[i].ops * sizeof(uint32_t));
-		at += cl[i].ops;
-	}
-	for (uint64_t i = 0; i < total; i++)
-		*sum += all[i];
-	qsort(all, total, sizeof(uint32_t), cmp_u32);
+		if (cl[i].writer == writer && cl[i].lat != NULL)
+			lh_merge(all, cl[i].lat);
 	return all;
 }
 
@@ -1606,9 +1668,7 @@ static void deliver(const peers_config *cfg, const peers_result *r)
 static void merge_clients(const client *cl, int n, peers_workload w, const char *mode,
                           peers_result *r)
 {
-	uint64_t ops, start = UINT64_MAX, end = 0, wops, aborts = 0;
-	double sum, wsum, var = 0;
-	uint32_t *all, *wall;
+	uint64_t start = UINT64_MAX, end = 0, aborts = 0;
 	int procs = 0;
 
 	for (int i = 0; i < n; i++) {
@@ -1617,13 +1677,10 @@ static void merge_clients(const client *cl, int n, peers_workload w, const char 
 		start = cl[i].start_ns < start ? cl[i].start_ns : start;
 		end = cl[i].end_ns > end ? cl[i].end_ns : end;
 	}
-	all = pool_latencies(cl, n, false, &ops, &sum);
-	wall = pool_latencies(cl, n, true, &wops, &wsum);
-	for (uint64_t i = 0; i < ops; i++) {
-		double d = (double)all[i] - sum / (double)ops;
-
-		var += d * d;
-	}
+	lat_hist *all = pool_latencies(cl, n, false), *wall = pool_latencies(cl, n, true);
+	uint64_t ops = all->count, wops = wall->count;
+	double mean = ops ? (double)all->sum / (double)ops : 0.0;
+	double var = ops ? all->sumsq / (double)ops - mean * mean : 0.0;
 	*r = (peers_result){
 	    .engine = cl[0].e->name,
 	    .workload = peers_workload_names[w],
@@ -1636,16 +1693,16 @@ static void merge_clients(const client *cl, int n, peers_workload w, const char 
 	    .end_ns = end,
 	    .ns = end - start,
 	    .has_lat = true,
-	    .avg_us = ops ? sum / (double)ops / 1000.0 : 0.0,
-	    .stddev_us = ops ? sqrt(var / (double)ops) / 1000.0 : 0.0,
-	    .p50_us = percentile_us(all, ops, 500),
-	    .p99_us = percentile_us(all, ops, 990),
-	    .p999_us = percentile_us(all, ops, 999),
-	    .max_us = ops ? (double)all[ops - 1] / 1000.0 : 0.0,
+	    .avg_us = mean / 1000.0,
+	    .stddev_us = var > 0 ? sqrt(var) / 1000.0 : 0.0,
+	    .p50_us = percentile_us(all, 500),
+	    .p99_us = percentile_us(all, 990),
+	    .p999_us = percentile_us(all, 999),
+	    .max_us = (double)all->max / 1000.0,
 	    .writer_ops = wops,
-	    .writer_p50_us = percentile_us(wall, wops, 500),
-	    .writer_p99_us = percentile_us(wall, wops, 990),
-	    .writer_max_us = wops ? (double)wall[wops - 1] / 1000.0 : 0.0,
+	    .writer_p50_us = percentile_us(wall, 500),
+	    .writer_p99_us = percentile_us(wall, 990),
+	    .writer_max_us = (double)wall->max / 1000.0,
 	};
 	free(all);
 	free(wall);
@@ -1696,8 +1753,7 @@ static client client_new(const peers_engine *e, const peers_open_args *oa, peers
 	    .batch = 1,
 	};
 
-	c.cap = timed ? nops : 0;
-	c.lat = timed ? lat_alloc(nops) : NULL;
+	c.lat = timed ? lat_alloc() : NULL;
 	c.key = client_alloc("key", g_key_size);
 	c.val = client_alloc("value", g_value_size);
 	c.buf = client_alloc("value", g_value_size);
