@@ -123,6 +123,8 @@ static void usage(FILE *f)
 	    "                     (the readers') and updaterandom instead (default N)\n"
 	    "  --writes W         writerandom's puts (default N)\n"
 	    "  --scan-keys K      scanrange's keys (default N/10; at most N)\n"
+	    "  --writer-rate W    readwhilewriting's writer puts at most W keys a second\n"
+	    "                     (default: as fast as it can)\n"
 	    "  --warm-pass MODE   full: each client's warm pass scans and checks all N keys\n"
 	    "                     (the default); sample: it gets and checks 1000 keys spread\n"
 	    "                     over them, the last one, and key N absent\n"
@@ -455,6 +457,8 @@ static void parse_args(int argc, char **argv, config *cfg)
 			cfg->run.writes = parse_u64(k, v, PEERS_MAX_KEYS);
 		else if (strcmp(k, "--scan-keys") == 0)
 			cfg->run.scan_keys = parse_u64(k, v, PEERS_MAX_KEYS);
+		else if (strcmp(k, "--writer-rate") == 0)
+			cfg->run.writer_rate = parse_u64(k, v, 1000000000);
 		else if (strcmp(k, "--warm-pass") == 0)
 			cfg->run.warm_sample = parse_warm_pass(v);
 		else if (strcmp(k, "--sync-ops") == 0)
@@ -892,6 +896,8 @@ int main(int argc, char **argv)
 		fprintf(human, " writes=%" PRIu64, cfg.run.writes);
 	if (cfg.run.scan_keys)
 		fprintf(human, " scan-keys=%" PRIu64, cfg.run.scan_keys);
+	if (cfg.run.writer_rate)
+		fprintf(human, " writer-rate=%" PRIu64, cfg.run.writer_rate);
 	if (cfg.run.warm_sample)
 		fprintf(human, " warm-pass=sample");
 	if (cfg.lmdb_nordahead)

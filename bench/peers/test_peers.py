@@ -60,8 +60,9 @@ Issue 18's additions, each a test of its own (--check NAME):
   and MB/s, writerandom's puts and batch, no untimed load after the fillseq
   row; walrus's tree verified after writerandom; then scanrange and
   writerandom alone: one untimed load per engine, announced; the defaults of
-  --reads (N) and --scan-keys (N/10); the usage errors; `walrus bench`
-  refusing both workloads.
+  --reads (N) and --scan-keys (N/10); readwhilewriting with --writer-rate,
+  whose writer puts no more than the rate allows in its row; the usage
+  errors; `walrus bench` refusing both workloads.
 The bad values of --sync-seconds and the txn_transfer options are in the help
 check.
 
@@ -677,10 +678,25 @@ def check_large(peers, walrus):
         fail("--scan-keys N: %s" % p.stdout)
     print("ok: one untimed load per engine, the defaults of --reads and --scan-keys")
 
+    # --writer-rate: the writer's put k starts k / rate s after the writer
+    # does, inside the row, so it cannot have put more than rate x seconds.
+    rate = 2000
+    rows = run_json([peers, "--engines", ",".join(ENGINES), "--workloads", "readwhilewriting",
+                     "--num", str(num), "--reads", "200000", "--read-procs", "1,2",
+                     "--writer-rate", str(rate), "--json"],
+                    stderr_has="writer-rate=%d" % rate)
+    for r in rows:
+        check_row(r, 200000)
+        if r["writer_rate"] != rate or r["writer_ops"] > rate * (r["seconds"] + 1e-6):
+            fail("--writer-rate %d: %d puts in %.6f s: %s" % (rate, r["writer_ops"],
+                                                           r["seconds"], r))
+    print("ok: --writer-rate %d holds the writer to it on every engine" % rate)
+
     for args, msg in ((["--reads", "0"], "bad value for --reads"),
                       (["--writes", "x"], "bad value for --writes"),
                       (["--scan-keys", "-1"], "bad value for --scan-keys"),
                       (["--scan-keys", "2001"], "--scan-keys is more than the --num keys"),
+                      (["--writer-rate", "0"], "bad value for --writer-rate"),
                       (["--warm-pass", "none"], 'unknown warm pass "none"')):
         p = subprocess.run([peers, "--num", "2000"] + args, capture_output=True, text=True,
                            timeout=60)

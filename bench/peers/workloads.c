@@ -154,6 +154,7 @@ typedef struct client {
 	peers_workload work;
 	int id;
 	bool writer;                /* readwhilewriting's writer: runs until told to stop */
+	uint64_t rate;              /* the writer's puts per second at most (0: no limit) */
 	bool upsert;                /* fillsync by duration: durable puts of random keys */
 	bool timed;                 /* a measured run: the hooks observe it */
 	bool snapshot;              /* reads through a snapshot the client takes */
@@ -419,6 +420,21 @@ static uint64_t now_ns(void)
 	if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
 		sys_fail("clock_gettime(CLOCK_MONOTONIC)");
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Waits until CLOCK_MONOTONIC reads @ns: a rate limit's pacing. */
+static void sleep_until_ns(uint64_t ns)
+{
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+	                      .tv_nsec = (long)(ns % 1000000000u)};
+	int err;
+
+	while ((err = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL)) == EINTR)
+		;
+	if (err != 0) {
+		errno = err;
+		sys_fail("clock_nanosleep");
+	}
 }
 
 static inline uint64_t xorshift64(uint64_t *s)
@@ -1087,6 +1103,8 @@ static void client_update(client *c, void *h)
 
 		make_key(idx, c->key);
 		make_value(idx, round, c->val);
+		if (c->rate != 0) /* put k (from 1) starts k / rate s in, not sooner */
+			sleep_until_ns(c->start_ns + (c->ops + 1) * 1000000000u / c->rate);
 		t0 = now_ns();
 		if (rmw)
 			found = c->e->get(h, c->key, g_key_size, c->buf, g_value_size, &vlen);
@@ -1595,6 +1613,8 @@ static void emit(const peers_config *cfg, const peers_result *r)
 	if (writer)
 		fprintf(human, "  writer %.0f puts/s p99 %.2f us",
 		        secs > 0 ? (double)r->writer_ops / secs : 0.0, r->writer_p99_us);
+	if (writer && cfg->writer_rate != 0)
+		fprintf(human, " (at most %" PRIu64 "/s)", cfg->writer_rate);
 	if (r->batch > 1)
 		fprintf(human, "  batch %" PRIu64, r->batch);
 	if (r->cold)
@@ -1619,8 +1639,9 @@ static void emit(const peers_config *cfg, const peers_result *r)
 	       r->engine, r->workload, r->procs, r->mode, r->batch ? r->batch : 1, r->ops, secs,
 	       ops_s, mb_s);
 	if (writer)
-		printf("\"writer_ops\":%" PRIu64 ",\"writer_p99_us\":%.3f,", r->writer_ops,
-		       r->writer_p99_us);
+		printf("\"writer_ops\":%" PRIu64 ",\"writer_p99_us\":%.3f,\"writer_rate\":%" PRIu64
+		       ",",
+		       r->writer_ops, r->writer_p99_us, cfg->writer_rate);
 	if (r->cold)
 		printf("\"drop_caches\":true,");
 	if (r->snapshot)
@@ -2093,6 +2114,7 @@ static void wl_random(const peers_config *cfg, const peers_engine *e, peers_work
 		cl[i].id = i;
 		cl[i].num = cfg->num;
 		cl[i].writer = writer;
+		cl[i].rate = writer ? cfg->writer_rate : 0;
 		cl[i].upsert = upsert;
 		cl[i].duration_ns = writer ? 0 : duration;
 		cl[i].snapshot = snapshot;
