@@ -275,9 +275,9 @@ typedef struct peers_config {
 	uint64_t writes;
 	uint64_t scan_keys;
 	/* readwhilewriting's writer puts at most this many keys a second (its
-	 * k-th put, from 1, starts no sooner than k / writer_rate s after its start),
-	 * so that engines are compared at the same write load; 0 (the
-	 * default): as fast as it can. */
+	 * k-th put, from 0, starts no sooner than k / writer_rate s after it
+	 * started), so that engines are compared at the same write load; 0
+	 * (the default): as fast as it can. */
 	uint64_t writer_rate;
 	/* Each client's warm pass checks a sample of the keys (spread over
 	 * 0..num-1, and the key num absent) instead of scanning them all. */

@@ -1087,6 +1087,25 @@ static void client_read(client *c, void *h)
 	}
 }
 
+/*
+ * A paced writer (--writer-rate) waits for its next put's start: put k
+ * (from 0: the first at once) starts k / rate s after the writer did, not
+ * sooner.  It sleeps a millisecond at most at a time, so that once the
+ * readers are done it ends within one (a long sleep would stretch the row
+ * they are measured in); false when it was told to stop.
+ */
+static bool writer_pace(const client *c)
+{
+	uint64_t due = c->start_ns + c->ops * 1000000000u / c->rate;
+
+	for (uint64_t now = now_ns(); now < due; now = now_ns()) {
+		if (atomic_load_explicit(g_stop, memory_order_relaxed) != 0)
+			return false;
+		sleep_until_ns(due - now > 1000000u ? now + 1000000u : due);
+	}
+	return true;
+}
+
 /* updaterandom (get, check, put a new value), readwhilewriting's writer and
  * fillsync's upserts (put a new value): random keys, rounds of this client. */
 static void client_update(client *c, void *h)
@@ -1103,8 +1122,8 @@ static void client_update(client *c, void *h)
 
 		make_key(idx, c->key);
 		make_value(idx, round, c->val);
-		if (c->rate != 0) /* put k (from 1) starts k / rate s in, not sooner */
-			sleep_until_ns(c->start_ns + (c->ops + 1) * 1000000000u / c->rate);
+		if (c->rate != 0 && !writer_pace(c))
+			break;
 		t0 = now_ns();
 		if (rmw)
 			found = c->e->get(h, c->key, g_key_size, c->buf, g_value_size, &vlen);
