@@ -132,8 +132,8 @@ const char *const peers_client_mode_names[PEERS_MAX_MODES] = {"threads", "proces
  * of two, so a percentile read from it is within 1/128 of the nearest-rank
  * one over the samples, and a client keeps 26 KiB however long it runs (4
  * bytes an operation would be 160 MiB for a timed fill of 40M keys, inside
- * a --memory-limit).  Sum and sum of squares give the mean and deviation
- * exactly; the maximum is kept as it is.
+ * a --memory-limit).  The sum gives the mean exactly, the sum of squares
+ * the deviation; the maximum is kept as it is.
  */
 #define LH_SUB_BITS 7
 #define LH_SUB      (1u << LH_SUB_BITS)
